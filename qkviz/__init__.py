@@ -1,0 +1,20 @@
+"""qkviz: what every attention head of a transformer does, from its own queries and keys.
+
+The core (run store, attention recomputation) imports without torch; extraction imports torch
+and transformers only when called.
+"""
+
+from qkviz.errors import QkvizError
+from qkviz.run import Run, open_run
+
+__version__ = "0.1.0"
+
+
+def extract(*args, **kwargs):
+    """See :func:`qkviz.extraction.extract` (imported lazily: it needs torch)."""
+    from qkviz.extraction import extract as _extract
+
+    return _extract(*args, **kwargs)
+
+
+__all__ = ["QkvizError", "Run", "__version__", "extract", "open_run"]

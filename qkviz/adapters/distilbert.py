@@ -1,0 +1,13 @@
+"""DistilBERT: a six-layer BERT whose attention module holds ``q_lin`` / ``k_lin`` itself."""
+
+from qkviz.adapters.base import FamilyAdapter
+
+DISTILBERT = FamilyAdapter(
+    family="distilbert",
+    model_types=("distilbert",),
+    architectures=("DistilBertModel", "DistilBertForMaskedLM"),
+    layers_path="transformer.layer",
+    attention_path="attention",
+    causal=False,
+    description="DistilBERT encoders",
+)

@@ -1,0 +1,171 @@
+"""Running the model over the selected sentences and streaming queries and keys to the store.
+
+Sentences are taken in chunks of contiguous tokens (bounded by :data:`CHUNK_BYTES` of vectors).
+Inside a chunk they are sorted by length into right-padded batches, so padding stays small and
+every real token keeps positions ``0..n-1``; the captured vectors of each batch are scattered to
+their place in the chunk, and the whole chunk is written at once and checkpointed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from qkviz.adapters import FamilyAdapter, ModelShape
+from qkviz.capture import AttentionRecorder, LayerAttentionSettings, capturing
+from qkviz.models import LoadedModel
+from qkviz.run_writer import RunWriter
+from qkviz.selection import TokenizedSentence
+
+logger = logging.getLogger(__name__)
+
+CHUNK_BYTES = 256 * 2**20
+
+
+@dataclass
+class _ChunkBuffers:
+    """Vectors of one chunk: ``[layer, head, token, d_head]``, ``[layer, kv_head, token]``."""
+
+    queries: np.ndarray
+    keys: np.ndarray
+    value_norms: np.ndarray
+
+    @classmethod
+    def allocate(cls, shape: ModelShape, n_tokens: int, dtype: np.dtype) -> "_ChunkBuffers":
+        return cls(np.zeros((shape.n_layers, shape.n_heads, n_tokens, shape.head_dim), dtype=dtype),
+                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens, shape.head_dim), dtype=dtype),
+                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens), dtype=np.float32))
+
+
+class _Scatter:
+    """The recorder's sink: puts one batch's real tokens at their rows of the chunk buffers."""
+
+    def __init__(self, buffers: _ChunkBuffers, store_dtype: torch.dtype):
+        self.buffers = buffers
+        self.store_dtype = store_dtype
+        self.real: torch.Tensor | None = None     # [batch, pos] bool
+        self.rows: np.ndarray | None = None       # chunk row of each real token, batch-major
+
+    def __call__(self, layer: int, queries: torch.Tensor, keys: torch.Tensor, value_norms: torch.Tensor) -> None:
+        real = self.real
+        self.buffers.queries[layer][:, self.rows] = _real_tokens(queries, real, self.store_dtype)
+        self.buffers.keys[layer][:, self.rows] = _real_tokens(keys, real, self.store_dtype)
+        self.buffers.value_norms[layer][:, self.rows] = _real_tokens(value_norms, real, torch.float32)
+
+
+def _real_tokens(tensor: torch.Tensor, real: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
+    """``[batch, head, pos, ...]`` -> ``[head, real token, ...]`` on the CPU."""
+    return tensor.transpose(0, 1)[:, real].to(device="cpu", dtype=dtype).numpy()
+
+
+def bytes_per_token(shape: ModelShape, dtype: np.dtype) -> int:
+    vectors = (shape.n_heads + shape.n_kv_heads) * shape.head_dim * np.dtype(dtype).itemsize
+    return shape.n_layers * (vectors + shape.n_kv_heads * 4)
+
+
+def chunk_sentences(sentences: list[TokenizedSentence], max_tokens: int) -> list[tuple[int, int, int]]:
+    """``(first sentence, end sentence, first token)`` of chunks of at most ``max_tokens`` tokens
+    (a longer single sentence is a chunk of its own)."""
+    chunks, first, first_token, tokens = [], 0, 0, 0
+    for index, sentence in enumerate(sentences):
+        if tokens and tokens + len(sentence) > max_tokens:
+            chunks.append((first, index, first_token))
+            first, first_token, tokens = index, first_token + tokens, 0
+        tokens += len(sentence)
+    if tokens:
+        chunks.append((first, len(sentences), first_token))
+    return chunks
+
+
+def padded_batch(batch: list[TokenizedSentence], pad_id: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``input_ids`` and ``attention_mask`` ``[batch, pos]``."""
+    width = max(len(s) for s in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, sentence in enumerate(batch):
+        input_ids[row, :len(sentence)] = torch.tensor(sentence.token_ids, dtype=torch.long)
+        attention_mask[row, :len(sentence)] = 1
+    return input_ids.to(device), attention_mask.to(device)
+
+
+def pad_token_id(tokenizer) -> int:
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def capture_run(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
+                sentences: list[TokenizedSentence], writer: RunWriter, batch_size: int,
+                progress: bool) -> dict[int, LayerAttentionSettings]:
+    """Capture every sentence not yet on disk; return each layer's attention settings."""
+    model = loaded.model
+    device = str(next(model.parameters()).device)
+    store_dtype = np.dtype(writer.layout.dtype)
+    torch_store_dtype = torch.float16 if store_dtype == np.float16 else torch.float32
+    chunk_limit = max(1, CHUNK_BYTES // bytes_per_token(shape, store_dtype))
+    chunks = chunk_sentences(sentences, chunk_limit)
+    largest = max(sum(len(s) for s in sentences[a:b]) for a, b, _ in chunks)
+    scatter = _Scatter(_ChunkBuffers.allocate(shape, largest, store_dtype), torch_store_dtype)
+    layer_of_module = {id(module): layer for layer, module in enumerate(adapter.attention_modules(model))}
+    if len(layer_of_module) != shape.n_layers:
+        raise RuntimeError(f"found {len(layer_of_module)} attention modules for {shape.n_layers} layers")
+    pad_id = pad_token_id(loaded.tokenizer)
+    n_tokens = writer.layout.n_tokens
+    bar = tqdm(total=n_tokens, initial=writer.tokens_done, unit="tok", desc="extracting", disable=not progress,
+               dynamic_ncols=True)
+    with torch.inference_mode():
+        settings = probe_layers(model, layer_of_module, sentences[0], shape, pad_id, device)
+    with torch.inference_mode(), capturing(model, AttentionRecorder(layer_of_module, scatter)):
+        for first, end, first_token in chunks:
+            chunk = sentences[first:end]
+            chunk_tokens = sum(len(s) for s in chunk)
+            if first_token + chunk_tokens <= writer.tokens_done:
+                continue
+            _capture_chunk(model, scatter, chunk, batch_size, pad_id, device, bar)
+            writer.write_chunk(first_token, scatter.buffers.queries[:, :, :chunk_tokens],
+                               scatter.buffers.keys[:, :, :chunk_tokens],
+                               scatter.buffers.value_norms[:, :, :chunk_tokens])
+            writer.checkpoint(first_token + chunk_tokens)
+            bar.set_postfix(sentences=end, refresh=False)
+    bar.close()
+    return settings
+
+
+def _capture_chunk(model, scatter: _Scatter, chunk: list[TokenizedSentence], batch_size: int, pad_id: int,
+                   device: str, bar) -> None:
+    row_of_sentence = np.concatenate([[0], np.cumsum([len(s) for s in chunk])[:-1]])
+    by_length = sorted(range(len(chunk)), key=lambda i: len(chunk[i]), reverse=True)
+    for start in range(0, len(by_length), batch_size):
+        members = by_length[start:start + batch_size]
+        batch = [chunk[i] for i in members]
+        input_ids, attention_mask = padded_batch(batch, pad_id, device)
+        scatter.real = attention_mask.bool()
+        scatter.rows = np.concatenate([row_of_sentence[i] + np.arange(len(chunk[i])) for i in members])
+        model(input_ids=input_ids, attention_mask=attention_mask)
+        bar.update(int(attention_mask.sum()))
+
+
+def probe_layers(model, layer_of_module: dict[int, int], sentence: TokenizedSentence, shape: ModelShape,
+                 pad_id: int, device: str) -> dict[int, LayerAttentionSettings]:
+    """One forward pass on one sentence: every layer must be captured, with the expected shapes.
+
+    Returns each layer's attention settings (scale, causal, window, softcap), which do not depend
+    on the input."""
+    seen: dict[int, tuple] = {}
+
+    def inspect(layer, queries, keys, value_norms):
+        seen[layer] = (tuple(queries.shape[1::2]), tuple(keys.shape[1::2]))
+
+    recorder = AttentionRecorder(layer_of_module, inspect)
+    with capturing(model, recorder):
+        input_ids, attention_mask = padded_batch([sentence], pad_id, device)
+        model(input_ids=input_ids, attention_mask=attention_mask)
+    expected = ((shape.n_heads, shape.head_dim), (shape.n_kv_heads, shape.head_dim))
+    if sorted(seen) != list(range(shape.n_layers)) or any(v != expected for v in seen.values()):
+        raise RuntimeError(f"captured (heads, d_head) per layer {seen} do not match the model's {shape}")
+    return dict(recorder.settings)

@@ -1,0 +1,152 @@
+"""Reading a finished run: ``qkviz.open_run(path)``.
+
+Shapes everywhere are ``[layer, head, token, d_head]``. Vectors are memory-mapped, so opening a
+run and reading one head costs only that head's bytes; every accessor returns float32.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from qkviz import attention, run_files
+from qkviz.errors import IncompleteRunError, QkvizError
+
+TOKEN_COLUMNS = ("sentence", "position", "token", "piece", "token_id", "char_start", "char_end",
+                 "is_special", "sentence_chars")
+SENTENCE_COLUMNS = ("sentence", "corpus_index", "text", "first_token", "n_tokens", "truncated")
+
+
+def open_run(path: str | Path) -> "Run":
+    """Open a complete run directory written by ``qkviz extract``."""
+    return Run(path)
+
+
+def read_manifest(directory: Path) -> dict:
+    """The manifest of a complete run, or a :class:`QkvizError` saying why there is none."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise QkvizError(f"no run at {directory}: create one with 'qkviz extract --out {directory}'")
+    manifest_path = directory / run_files.MANIFEST
+    if not manifest_path.exists():
+        progress_path = directory / run_files.PROGRESS
+        if progress_path.exists():
+            raise IncompleteRunError(
+                f"{directory} is an interrupted extraction: run the same 'qkviz extract' command again to resume it")
+        raise IncompleteRunError(f"{directory} is not a complete qkviz run (no {run_files.MANIFEST})")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise IncompleteRunError(f"{manifest_path} is corrupt ({error}); extract the run again with --overwrite") from None
+    if manifest.get("schema_version") != run_files.SCHEMA_VERSION:
+        raise IncompleteRunError(
+            f"{directory} has run schema {manifest.get('schema_version')}, this qkviz reads {run_files.SCHEMA_VERSION}; "
+            "extract it again with --overwrite")
+    for name, size in manifest["files"].items():
+        file_path = directory / name
+        if not file_path.exists():
+            raise IncompleteRunError(f"{directory} is damaged: {name} is missing; extract it again with --overwrite")
+        if file_path.stat().st_size != size:
+            raise IncompleteRunError(
+                f"{directory} is damaged: {name} has {file_path.stat().st_size} bytes, the manifest says {size}; "
+                "extract it again with --overwrite")
+    return manifest
+
+
+class Run:
+    """A complete extraction: per-head queries, keys and value norms plus the token table."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.manifest = read_manifest(self.path)
+        shape = self.manifest["shape"]
+        self.n_layers: int = shape["n_layers"]
+        self.n_heads: int = shape["n_heads"]
+        self.n_kv_heads: int = shape["n_kv_heads"]
+        self.head_dim: int = shape["head_dim"]
+        self.n_tokens: int = self.manifest["counts"]["n_tokens"]
+        self.n_sentences: int = self.manifest["counts"]["n_sentences"]
+        self.model_id: str = self.manifest["model"]["id"]
+        self.family: str = self.manifest["model"]["family"]
+        self.is_causal: bool = self.manifest["attention"]["causal"]
+        self.dtype: str = self.manifest["dtype"]
+
+    def __repr__(self) -> str:
+        return (f"Run({str(self.path)!r}, model={self.model_id!r}, layers={self.n_layers}, heads={self.n_heads}, "
+                f"kv_heads={self.n_kv_heads}, tokens={self.n_tokens})")
+
+    # -- tables -------------------------------------------------------------------------------
+    @cached_property
+    def tokens(self) -> pd.DataFrame:
+        """One row per token, in storage order: ``TOKEN_COLUMNS``."""
+        return pd.read_parquet(self.path / run_files.TOKENS)
+
+    @cached_property
+    def sentences(self) -> pd.DataFrame:
+        """One row per sentence: ``SENTENCE_COLUMNS``; a sentence's tokens are contiguous."""
+        return pd.read_parquet(self.path / run_files.SENTENCES)
+
+    def sentence_tokens(self, sentence: int) -> slice:
+        """The token rows of ``sentence`` (for indexing ``queries``, ``keys`` and ``tokens``)."""
+        if not 0 <= sentence < self.n_sentences:
+            raise QkvizError(f"sentence {sentence} is out of range 0-{self.n_sentences - 1}")
+        row = self.sentences.iloc[sentence]
+        return slice(int(row.first_token), int(row.first_token + row.n_tokens))
+
+    # -- vectors ------------------------------------------------------------------------------
+    @cached_property
+    def _arrays(self) -> dict[str, np.ndarray]:
+        return {name: np.load(self.path / name, mmap_mode="r") for name in run_files.ARRAY_FILES}
+
+    def queries(self, layer: int, head: int) -> np.ndarray:
+        """``[token, d_head]`` float32: the head's queries as they enter ``q . k``."""
+        self._check_head(layer, head)
+        return np.asarray(self._arrays[run_files.QUERIES][layer, head], dtype=np.float32)
+
+    def keys(self, layer: int, head: int) -> np.ndarray:
+        """``[token, d_head]`` float32: the keys of the key-value head serving query head ``head``."""
+        self._check_head(layer, head)
+        return np.asarray(self._arrays[run_files.KEYS][layer, self.kv_head(head)], dtype=np.float32)
+
+    def value_norms(self, layer: int, head: int) -> np.ndarray:
+        """``[token]`` float32: the norm of each token's value vector for this head."""
+        self._check_head(layer, head)
+        return np.asarray(self._arrays[run_files.VALUE_NORMS][layer, self.kv_head(head)], dtype=np.float32)
+
+    def kv_head(self, head: int) -> int:
+        """The key-value head that serves query head ``head`` (equal to ``head`` without grouping)."""
+        return head // (self.n_heads // self.n_kv_heads)
+
+    # -- attention settings -------------------------------------------------------------------
+    def scale(self, layer: int) -> float:
+        """The factor layer ``layer`` multiplies ``q . k`` by before the softmax."""
+        self._check_layer(layer)
+        return float(self.manifest["attention"]["scales"][layer])
+
+    def sliding_window(self, layer: int) -> int | None:
+        self._check_layer(layer)
+        return self.manifest["attention"]["sliding_windows"][layer]
+
+    def softcap(self, layer: int) -> float | None:
+        self._check_layer(layer)
+        return self.manifest["attention"]["softcaps"][layer]
+
+    def attention(self, layer: int, head: int, sentence: int) -> np.ndarray:
+        """``[query, key]`` attention of one head over one sentence, recomputed from the vectors."""
+        rows = self.sentence_tokens(sentence)
+        return attention.attention_probs(
+            self.queries(layer, head)[rows], self.keys(layer, head)[rows], self.scale(layer),
+            causal=self.is_causal, sliding_window=self.sliding_window(layer), softcap=self.softcap(layer))
+
+    def _check_layer(self, layer: int) -> None:
+        if not 0 <= layer < self.n_layers:
+            raise QkvizError(f"layer {layer} is out of range 0-{self.n_layers - 1}")
+
+    def _check_head(self, layer: int, head: int) -> None:
+        self._check_layer(layer)
+        if not 0 <= head < self.n_heads:
+            raise QkvizError(f"head {head} is out of range 0-{self.n_heads - 1}")

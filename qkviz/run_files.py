@@ -1,0 +1,109 @@
+"""The files of a run directory and the low-level ways they are written.
+
+A run directory holds::
+
+    manifest.json        written last; its presence means the run is complete
+    tokens.parquet       one row per token (see qkviz.run.TOKEN_COLUMNS)
+    sentences.parquet    one row per sentence
+    queries.npy          [layer, head, token, d_head]      stored dtype (float16 or float32)
+    keys.npy             [layer, kv_head, token, d_head]   stored dtype
+    value_norms.npy      [layer, kv_head, token]           float32
+
+While extraction runs, the arrays are ``*.npy.partial`` and ``progress.json`` records how many
+tokens are safely on disk, so an interrupted run resumes instead of being mistaken for a
+complete one. Everything is plain ``.npy`` / Parquet / JSON; nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+PROGRESS = "progress.json"
+TOKENS = "tokens.parquet"
+SENTENCES = "sentences.parquet"
+QUERIES = "queries.npy"
+KEYS = "keys.npy"
+VALUE_NORMS = "value_norms.npy"
+ARRAY_FILES = (QUERIES, KEYS, VALUE_NORMS)
+PARTIAL_SUFFIX = ".partial"
+RUN_MARKERS = (MANIFEST, PROGRESS)
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    """Write JSON to ``path`` through a temporary file, fsync and rename."""
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def write_parquet_atomic(frame, path: Path) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    frame.to_parquet(temporary, index=False)
+    os.replace(temporary, path)
+
+
+class NpyStreamWriter:
+    """A ``.npy`` file of known shape, preallocated and filled block by block with ``pwrite``.
+
+    The leading axes index blocks (``[layer, head]``); the axis after them is the token axis,
+    which is filled in contiguous ranges. Writing through the file descriptor instead of a
+    memory map keeps the written pages out of the process's resident memory.
+    """
+
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, token_axis: int, create: bool):
+        self.path = Path(path)
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.token_axis = token_axis
+        if create:
+            with open(self.path, "wb") as handle:
+                np.lib.format.write_array_header_1_0(handle, {
+                    "descr": np.lib.format.dtype_to_descr(self.dtype),
+                    "fortran_order": False,
+                    "shape": self.shape,
+                })
+                self.header_bytes = handle.tell()
+                handle.truncate(self.header_bytes + int(np.prod(self.shape)) * self.dtype.itemsize)
+        else:
+            with open(self.path, "rb") as handle:
+                version = np.lib.format.read_magic(handle)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape_on_disk, _, dtype_on_disk = read_header(handle)
+                self.header_bytes = handle.tell()
+            if tuple(shape_on_disk) != self.shape or np.dtype(dtype_on_disk) != self.dtype:
+                raise ValueError(f"{self.path} has shape {shape_on_disk} {dtype_on_disk}, expected {self.shape} {self.dtype}")
+        self._fd = os.open(self.path, os.O_WRONLY)
+
+    def write_tokens(self, token_start: int, block: np.ndarray) -> None:
+        """Write ``block`` (shape = this file's with the token axis shortened) at ``token_start``."""
+        block = np.ascontiguousarray(block, dtype=self.dtype)
+        lead_shape = self.shape[:self.token_axis]
+        row_items = int(np.prod(self.shape[self.token_axis + 1:], dtype=np.int64))
+        n_tokens = block.shape[self.token_axis]
+        tokens_total = self.shape[self.token_axis]
+        for lead_index in np.ndindex(*lead_shape):
+            flat_lead = int(np.ravel_multi_index(lead_index, lead_shape)) if lead_shape else 0
+            offset = ((flat_lead * tokens_total) + token_start) * row_items * self.dtype.itemsize
+            os.pwrite(self._fd, block[lead_index].tobytes(), self.header_bytes + offset)
+        assert n_tokens + token_start <= tokens_total
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Flush to disk and close (idempotent)."""
+        if self._fd >= 0:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1

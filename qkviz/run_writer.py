@@ -1,0 +1,155 @@
+"""Writing a run directory: streamed, resumable, atomic, manifest last.
+
+:func:`plan_directory` decides what to do with an existing ``--out``; :class:`RunWriter`
+preallocates the arrays as ``*.npy.partial``, takes chunks of contiguous tokens, checkpoints
+``progress.json`` after each one is on disk, and at the end renames the arrays into place and
+writes the manifest. A run is complete exactly when ``manifest.json`` exists.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from qkviz import run_files
+from qkviz.errors import QkvizError
+
+logger = logging.getLogger(__name__)
+
+
+class DirectoryPlan(Enum):
+    REUSE = "reuse"      # a complete run with the same fingerprint is there
+    RESUME = "resume"    # an interrupted run with the same fingerprint is there
+    FRESH = "fresh"      # nothing (or nothing kept) is there
+
+
+def plan_directory(directory: Path, fingerprint: str, overwrite: bool) -> DirectoryPlan:
+    """What to do with ``directory`` for a run identified by ``fingerprint``."""
+    directory = Path(directory)
+    if not directory.exists() or not any(directory.iterdir()):
+        return DirectoryPlan.FRESH
+    if not any((directory / marker).exists() for marker in run_files.RUN_MARKERS):
+        raise QkvizError(f"{directory} exists and is not a qkviz run; choose a new or empty --out directory")
+    previous = _read_fingerprint(directory)
+    if previous == fingerprint:
+        if (directory / run_files.MANIFEST).exists():
+            return DirectoryPlan.REUSE
+        return DirectoryPlan.RESUME
+    if not overwrite:
+        raise QkvizError(f"{directory} holds a run made with different settings; pass --overwrite to replace it "
+                         "or choose another --out directory")
+    logger.info("removing the previous run in %s (--overwrite)", directory)
+    shutil.rmtree(directory)
+    return DirectoryPlan.FRESH
+
+
+def _read_fingerprint(directory: Path) -> str | None:
+    for marker in run_files.RUN_MARKERS:
+        path = directory / marker
+        if path.exists():
+            try:
+                return json.loads(path.read_text(encoding="utf-8")).get("fingerprint")
+            except (json.JSONDecodeError, UnicodeDecodeError, OSError):
+                return None
+    return None
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """Array shapes of one run: ``[layer, head, token, d_head]``."""
+
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    n_tokens: int
+    dtype: str  # "float16" or "float32"
+
+    def array_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        vectors = np.dtype(self.dtype)
+        return {
+            run_files.QUERIES: ((self.n_layers, self.n_heads, self.n_tokens, self.head_dim), vectors),
+            run_files.KEYS: ((self.n_layers, self.n_kv_heads, self.n_tokens, self.head_dim), vectors),
+            run_files.VALUE_NORMS: ((self.n_layers, self.n_kv_heads, self.n_tokens), np.dtype(np.float32)),
+        }
+
+
+class RunWriter:
+    """Streams one run's vectors to disk in chunks of contiguous tokens."""
+
+    def __init__(self, directory: Path, fingerprint: str, layout: StoreLayout, resume: bool):
+        self.directory = Path(directory)
+        self.fingerprint = fingerprint
+        self.layout = layout
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.tokens_done = self._resumable_tokens() if resume else 0
+        create = self.tokens_done == 0
+        self._writers = {
+            name: run_files.NpyStreamWriter(self._partial(name), shape, dtype, token_axis=2,
+                                            create=create)
+            for name, (shape, dtype) in layout.array_specs().items()
+        }
+        if create:
+            self._write_progress()
+        else:
+            logger.info("resuming %s at token %d of %d", self.directory, self.tokens_done, layout.n_tokens)
+
+    def _partial(self, name: str) -> Path:
+        return self.directory / (name + run_files.PARTIAL_SUFFIX)
+
+    def _resumable_tokens(self) -> int:
+        try:
+            progress = json.loads((self.directory / run_files.PROGRESS).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return 0
+        if progress.get("fingerprint") != self.fingerprint or progress.get("layout") != self.layout.__dict__:
+            return 0
+        if not all(self._partial(name).exists() for name in run_files.ARRAY_FILES):
+            return 0
+        return int(progress.get("tokens_done", 0))
+
+    def _write_progress(self) -> None:
+        run_files.write_json_atomic(self.directory / run_files.PROGRESS, {
+            "schema_version": run_files.SCHEMA_VERSION,
+            "fingerprint": self.fingerprint,
+            "layout": self.layout.__dict__,
+            "tokens_done": self.tokens_done,
+        })
+
+    def write_chunk(self, token_start: int, queries: np.ndarray, keys: np.ndarray, value_norms: np.ndarray) -> None:
+        """Write tokens ``[token_start, token_start + n)``: ``[layer, head, n, d_head]`` etc."""
+        for name, block in ((run_files.QUERIES, queries), (run_files.KEYS, keys), (run_files.VALUE_NORMS, value_norms)):
+            self._writers[name].write_tokens(token_start, block)
+
+    def checkpoint(self, tokens_done: int) -> None:
+        """Record that every token before ``tokens_done`` is on disk."""
+        for writer in self._writers.values():
+            writer.sync()
+        self.tokens_done = tokens_done
+        self._write_progress()
+
+    def finish(self, manifest: dict, tokens: pd.DataFrame, sentences: pd.DataFrame) -> dict:
+        """Write the tables, move the arrays into place, and write the manifest last."""
+        self.close()
+        run_files.write_parquet_atomic(tokens, self.directory / run_files.TOKENS)
+        run_files.write_parquet_atomic(sentences, self.directory / run_files.SENTENCES)
+        for name in run_files.ARRAY_FILES:
+            os.replace(self._partial(name), self.directory / name)
+        names = (*run_files.ARRAY_FILES, run_files.TOKENS, run_files.SENTENCES)
+        manifest = {**manifest, "fingerprint": self.fingerprint,
+                    "files": {name: (self.directory / name).stat().st_size for name in names}}
+        run_files.write_json_atomic(self.directory / run_files.MANIFEST, manifest)
+        (self.directory / run_files.PROGRESS).unlink(missing_ok=True)
+        return manifest
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
