@@ -1,0 +1,5 @@
+import sys
+
+from qkviz.cli import main
+
+sys.exit(main())

@@ -1,0 +1,100 @@
+"""The ``qkviz`` command line.
+
+Every user mistake ends in one line on stderr and exit status 2; progress bars go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from qkviz.corpus import DEFAULT_CORPUS
+from qkviz.errors import QkvizError
+
+logger = logging.getLogger("qkviz")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="qkviz", description="What every attention head does.")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or info messages")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    extract = commands.add_parser("extract", help="extract every head's queries and keys over a corpus",
+                                  description="Extract every head's queries, keys and value norms into a run directory.")
+    extract.add_argument("--model", required=True,
+                         help="bundled name (see 'qkviz models'), local Hugging Face model directory, or hub id")
+    extract.add_argument("--corpus", default=str(DEFAULT_CORPUS) if DEFAULT_CORPUS.exists() else None,
+                         required=not DEFAULT_CORPUS.exists(),
+                         help="text file (one sentence per line), JSONL / CSV / Parquet (with --text-column), or a "
+                              "Hugging Face dataset name[:split]; default: the bundled corpus")
+    extract.add_argument("--out", required=True, type=Path, help="run directory to write")
+    extract.add_argument("--text-column", default="text", help="column holding the text in tabular corpora")
+    extract.add_argument("--max-tokens", type=int, help="stop before this many tokens (special tokens included)")
+    extract.add_argument("--max-sentences", type=int, help="take at most this many sentences")
+    extract.add_argument("--seed", type=int, default=0, help="seed of the sentence sampling (default 0)")
+    extract.add_argument("--dtype", choices=("float16", "float32"), default="float32", help="stored precision")
+    extract.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    extract.add_argument("--batch-size", type=int, default=16, help="sentences per forward pass")
+    extract.add_argument("--max-length", type=int,
+                         help="truncate sentences to this many tokens (default: what the model allows)")
+    extract.add_argument("--overwrite", action="store_true", help="replace a run made with other settings")
+    extract.set_defaults(handler=_extract)
+
+    models = commands.add_parser("models", help="list the bundled models and the supported families")
+    models.set_defaults(handler=_models)
+    return parser
+
+
+def _extract(args: argparse.Namespace) -> int:
+    from qkviz.extraction import extract
+
+    result = extract(args.model, args.corpus, args.out, max_tokens=args.max_tokens,
+                     max_sentences=args.max_sentences, seed=args.seed, dtype=args.dtype,
+                     batch_size=args.batch_size, max_length=args.max_length, device=args.device,
+                     text_column=args.text_column, overwrite=args.overwrite, progress=not args.quiet)
+    run = result.run
+    verb = {"reused": "reused the existing run", "resumed": "resumed and finished",
+            "extracted": "extracted"}[result.status]
+    logger.info("%s: %s, %d sentences, %d tokens, %d layers x %d heads (%d key-value heads) in %.1f s",
+                args.out, verb, run.n_sentences, run.n_tokens, run.n_layers, run.n_heads, run.n_kv_heads,
+                result.seconds)
+    if result.n_truncated:
+        logger.warning("%d sentences were longer than the model allows and were truncated", result.n_truncated)
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from qkviz.adapters import ADAPTERS
+    from qkviz.models import BUNDLED_MODELS
+
+    lines = ["Bundled models (--model NAME):"]
+    for model in BUNDLED_MODELS.values():
+        installed = importlib.util.find_spec(model.module) is not None
+        state = "installed" if installed else f"not installed: {model.install_command}"
+        lines.append(f"  {model.name:<9} {model.description} [{model.package}=={model.version}, {state}]")
+    lines.append("Supported families (any Hugging Face model of these types, by directory or hub id):")
+    for adapter in ADAPTERS:
+        lines.append(f"  {adapter.family:<10} model_type {', '.join(adapter.model_types):<22} {adapter.description}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="qkviz: %(message)s")
+    try:
+        return args.handler(args)
+    except QkvizError as error:
+        sys.stderr.write(f"qkviz: error: {error}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("qkviz: interrupted; run the same command again to resume\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

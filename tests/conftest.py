@@ -1,0 +1,39 @@
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "data" / "sentences.txt"
+
+
+@pytest.fixture(scope="session")
+def corpus_sentences() -> list[str]:
+    return CORPUS.read_text(encoding="utf-8").splitlines()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory, corpus_sentences):
+    """``tiny_model(family)`` -> directory of a tiny random model of that family (built once)."""
+    from tiny_models import build_tiny_model
+
+    built: dict[str, Path] = {}
+
+    def get(family: str) -> Path:
+        if family not in built:
+            directory = tmp_path_factory.mktemp(f"tiny-{family}")
+            built[family] = build_tiny_model(family, directory, corpus_sentences)
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory, corpus_sentences) -> Path:
+    """A 40-sentence corpus of varied lengths (the first lines of the project corpus)."""
+    path = tmp_path_factory.mktemp("corpus") / "tiny.txt"
+    path.write_text("\n".join(corpus_sentences[:40]) + "\n", encoding="utf-8")
+    return path
