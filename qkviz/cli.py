@@ -16,10 +16,18 @@ from qkviz.errors import QkvizError
 logger = logging.getLogger("qkviz")
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (and exit status 2) like every other error."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="qkviz", description="What every attention head does.")
+    parser = _OneLineErrors(prog="qkviz", description="What every attention head does.")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or info messages")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_OneLineErrors)
 
     extract = commands.add_parser("extract", help="extract every head's queries and keys over a corpus",
                                   description="Extract every head's queries, keys and value norms into a run directory.")
@@ -41,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="truncate sentences to this many tokens (default: what the model allows)")
     extract.add_argument("--overwrite", action="store_true", help="replace a run made with other settings")
     extract.set_defaults(handler=_extract)
+
+    status = commands.add_parser("status", help="what a run directory holds")
+    status.add_argument("--run", required=True, type=Path, help="run directory")
+    status.set_defaults(handler=_status)
 
     models = commands.add_parser("models", help="list the bundled models and the supported families")
     models.set_defaults(handler=_models)
@@ -65,6 +77,25 @@ def _extract(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    from qkviz.run import open_run
+
+    run = open_run(args.run)
+    manifest = run.manifest
+    counts = manifest["counts"]
+    lines = [
+        f"run        {run.path}",
+        f"model      {run.model_id} ({manifest['model']['source']}), family {run.family}, "
+        f"{'causal' if run.is_causal else 'bidirectional'}",
+        f"heads      {run.n_layers} layers x {run.n_heads} heads, {run.n_kv_heads} key-value heads, d_head {run.head_dim}",
+        f"extracted  {counts['n_tokens']} tokens, {counts['n_sentences']} sentences "
+        f"({counts['n_truncated_sentences']} truncated), stored as {run.dtype}, {manifest['created_at']}",
+        f"corpus     {manifest['corpus']['source']} (sha256 {manifest['corpus']['sha256'][:12]})",
+    ]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
 def _models(args: argparse.Namespace) -> int:
     import importlib.util
 
@@ -83,9 +114,18 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quiet_transformers() -> None:
+    """transformers' own weight-loading bars and notices are noise next to ours."""
+    import os
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="qkviz: %(message)s")
+    _quiet_transformers()
     try:
         return args.handler(args)
     except QkvizError as error:

@@ -28,43 +28,42 @@ CHUNK_BYTES = 256 * 2**20
 
 @dataclass
 class _ChunkBuffers:
-    """Vectors of one chunk: ``[layer, head, token, d_head]``, ``[layer, kv_head, token]``."""
+    """Float32 vectors of one chunk: ``[layer, head, token, d_head]``, ``[layer, kv_head, token]``."""
 
     queries: np.ndarray
     keys: np.ndarray
     value_norms: np.ndarray
 
     @classmethod
-    def allocate(cls, shape: ModelShape, n_tokens: int, dtype: np.dtype) -> "_ChunkBuffers":
-        return cls(np.zeros((shape.n_layers, shape.n_heads, n_tokens, shape.head_dim), dtype=dtype),
-                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens, shape.head_dim), dtype=dtype),
+    def allocate(cls, shape: ModelShape, n_tokens: int) -> "_ChunkBuffers":
+        return cls(np.zeros((shape.n_layers, shape.n_heads, n_tokens, shape.head_dim), dtype=np.float32),
+                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens, shape.head_dim), dtype=np.float32),
                    np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens), dtype=np.float32))
 
 
 class _Scatter:
     """The recorder's sink: puts one batch's real tokens at their rows of the chunk buffers."""
 
-    def __init__(self, buffers: _ChunkBuffers, store_dtype: torch.dtype):
+    def __init__(self, buffers: _ChunkBuffers):
         self.buffers = buffers
-        self.store_dtype = store_dtype
         self.real: torch.Tensor | None = None     # [batch, pos] bool
         self.rows: np.ndarray | None = None       # chunk row of each real token, batch-major
 
     def __call__(self, layer: int, queries: torch.Tensor, keys: torch.Tensor, value_norms: torch.Tensor) -> None:
         real = self.real
-        self.buffers.queries[layer][:, self.rows] = _real_tokens(queries, real, self.store_dtype)
-        self.buffers.keys[layer][:, self.rows] = _real_tokens(keys, real, self.store_dtype)
-        self.buffers.value_norms[layer][:, self.rows] = _real_tokens(value_norms, real, torch.float32)
+        self.buffers.queries[layer][:, self.rows] = _real_tokens(queries, real)
+        self.buffers.keys[layer][:, self.rows] = _real_tokens(keys, real)
+        self.buffers.value_norms[layer][:, self.rows] = _real_tokens(value_norms, real)
 
 
-def _real_tokens(tensor: torch.Tensor, real: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
-    """``[batch, head, pos, ...]`` -> ``[head, real token, ...]`` on the CPU."""
-    return tensor.transpose(0, 1)[:, real].to(device="cpu", dtype=dtype).numpy()
+def _real_tokens(tensor: torch.Tensor, real: torch.Tensor) -> np.ndarray:
+    """``[batch, head, pos, ...]`` -> float32 ``[head, real token, ...]`` on the CPU."""
+    return tensor.transpose(0, 1)[:, real].to(device="cpu", dtype=torch.float32).numpy()
 
 
-def bytes_per_token(shape: ModelShape, dtype: np.dtype) -> int:
-    vectors = (shape.n_heads + shape.n_kv_heads) * shape.head_dim * np.dtype(dtype).itemsize
-    return shape.n_layers * (vectors + shape.n_kv_heads * 4)
+def bytes_per_token(shape: ModelShape) -> int:
+    """Bytes of one token's float32 chunk buffers."""
+    return shape.n_layers * ((shape.n_heads + shape.n_kv_heads) * shape.head_dim + shape.n_kv_heads) * 4
 
 
 def chunk_sentences(sentences: list[TokenizedSentence], max_tokens: int) -> list[tuple[int, int, int]]:
@@ -105,12 +104,10 @@ def capture_run(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
     """Capture every sentence not yet on disk; return each layer's attention settings."""
     model = loaded.model
     device = str(next(model.parameters()).device)
-    store_dtype = np.dtype(writer.layout.dtype)
-    torch_store_dtype = torch.float16 if store_dtype == np.float16 else torch.float32
-    chunk_limit = max(1, CHUNK_BYTES // bytes_per_token(shape, store_dtype))
+    chunk_limit = max(1, CHUNK_BYTES // bytes_per_token(shape))
     chunks = chunk_sentences(sentences, chunk_limit)
     largest = max(sum(len(s) for s in sentences[a:b]) for a, b, _ in chunks)
-    scatter = _Scatter(_ChunkBuffers.allocate(shape, largest, store_dtype), torch_store_dtype)
+    scatter = _Scatter(_ChunkBuffers.allocate(shape, largest))
     layer_of_module = {id(module): layer for layer, module in enumerate(adapter.attention_modules(model))}
     if len(layer_of_module) != shape.n_layers:
         raise RuntimeError(f"found {len(layer_of_module)} attention modules for {shape.n_layers} layers")

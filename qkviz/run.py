@@ -57,6 +57,11 @@ def read_manifest(directory: Path) -> dict:
     return manifest
 
 
+def _decode(stored: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Stored vectors plus their head's offset, as a plain float32 array (see ``run_files``)."""
+    return np.add(stored, offset, dtype=np.float32).view(np.ndarray)
+
+
 class Run:
     """A complete extraction: per-head queries, keys and value norms plus the token table."""
 
@@ -105,12 +110,13 @@ class Run:
     def queries(self, layer: int, head: int) -> np.ndarray:
         """``[token, d_head]`` float32: the head's queries as they enter ``q . k``."""
         self._check_head(layer, head)
-        return np.asarray(self._arrays[run_files.QUERIES][layer, head], dtype=np.float32)
+        return _decode(self._arrays[run_files.QUERIES][layer, head], self._arrays[run_files.QUERY_OFFSETS][layer, head])
 
     def keys(self, layer: int, head: int) -> np.ndarray:
         """``[token, d_head]`` float32: the keys of the key-value head serving query head ``head``."""
         self._check_head(layer, head)
-        return np.asarray(self._arrays[run_files.KEYS][layer, self.kv_head(head)], dtype=np.float32)
+        kv_head = self.kv_head(head)
+        return _decode(self._arrays[run_files.KEYS][layer, kv_head], self._arrays[run_files.KEY_OFFSETS][layer, kv_head])
 
     def value_norms(self, layer: int, head: int) -> np.ndarray:
         """``[token]`` float32: the norm of each token's value vector for this head."""

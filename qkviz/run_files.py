@@ -7,7 +7,14 @@ A run directory holds::
     sentences.parquet    one row per sentence
     queries.npy          [layer, head, token, d_head]      stored dtype (float16 or float32)
     keys.npy             [layer, kv_head, token, d_head]   stored dtype
+    query_offsets.npy    [layer, head, d_head]             float32
+    key_offsets.npy      [layer, kv_head, d_head]          float32
     value_norms.npy      [layer, kv_head, token]           float32
+
+A vector is ``stored + offset`` of its head. With float32 storage the offsets are zero; with
+float16 they are the head's mean vector over the first chunk of tokens, so float16 rounds only
+what varies between tokens (a common component can be several times larger than the rest, and
+rounding it would cost precision in every logit).
 
 While extraction runs, the arrays are ``*.npy.partial`` and ``progress.json`` records how many
 tokens are safely on disk, so an interrupted run resumes instead of being mistaken for a
@@ -30,7 +37,10 @@ SENTENCES = "sentences.parquet"
 QUERIES = "queries.npy"
 KEYS = "keys.npy"
 VALUE_NORMS = "value_norms.npy"
-ARRAY_FILES = (QUERIES, KEYS, VALUE_NORMS)
+QUERY_OFFSETS = "query_offsets.npy"
+KEY_OFFSETS = "key_offsets.npy"
+STREAMED_FILES = (QUERIES, KEYS, VALUE_NORMS)
+ARRAY_FILES = (*STREAMED_FILES, QUERY_OFFSETS, KEY_OFFSETS)
 PARTIAL_SUFFIX = ".partial"
 RUN_MARKERS = (MANIFEST, PROGRESS)
 
@@ -41,6 +51,15 @@ def write_json_atomic(path: Path, payload: dict) -> None:
     with open(temporary, "w", encoding="utf-8") as handle:
         json.dump(payload, handle, indent=2, sort_keys=True)
         handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def save_npy_atomic(path: Path, array: np.ndarray) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as handle:
+        np.save(handle, array, allow_pickle=False)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, path)
@@ -85,18 +104,16 @@ class NpyStreamWriter:
                 raise ValueError(f"{self.path} has shape {shape_on_disk} {dtype_on_disk}, expected {self.shape} {self.dtype}")
         self._fd = os.open(self.path, os.O_WRONLY)
 
-    def write_tokens(self, token_start: int, block: np.ndarray) -> None:
-        """Write ``block`` (shape = this file's with the token axis shortened) at ``token_start``."""
-        block = np.ascontiguousarray(block, dtype=self.dtype)
+    def write_rows(self, lead_index: tuple[int, ...], token_start: int, rows: np.ndarray) -> None:
+        """Write ``rows`` (``[token, ...]``) of block ``lead_index`` (e.g. ``(layer, head)``) at ``token_start``."""
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
         lead_shape = self.shape[:self.token_axis]
-        row_items = int(np.prod(self.shape[self.token_axis + 1:], dtype=np.int64))
-        n_tokens = block.shape[self.token_axis]
         tokens_total = self.shape[self.token_axis]
-        for lead_index in np.ndindex(*lead_shape):
-            flat_lead = int(np.ravel_multi_index(lead_index, lead_shape)) if lead_shape else 0
-            offset = ((flat_lead * tokens_total) + token_start) * row_items * self.dtype.itemsize
-            os.pwrite(self._fd, block[lead_index].tobytes(), self.header_bytes + offset)
-        assert n_tokens + token_start <= tokens_total
+        if token_start + len(rows) > tokens_total or rows.shape[1:] != self.shape[self.token_axis + 1:]:
+            raise ValueError(f"rows {rows.shape} at {token_start} do not fit {self.path.name} {self.shape}")
+        row_bytes = int(np.prod(self.shape[self.token_axis + 1:], dtype=np.int64)) * self.dtype.itemsize
+        flat_lead = int(np.ravel_multi_index(lead_index, lead_shape))
+        os.pwrite(self._fd, rows, self.header_bytes + (flat_lead * tokens_total + token_start) * row_bytes)
 
     def sync(self) -> None:
         os.fsync(self._fd)

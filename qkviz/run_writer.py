@@ -73,7 +73,8 @@ class StoreLayout:
     n_tokens: int
     dtype: str  # "float16" or "float32"
 
-    def array_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    def streamed_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """The arrays filled token range by token range, with their shapes and stored dtypes."""
         vectors = np.dtype(self.dtype)
         return {
             run_files.QUERIES: ((self.n_layers, self.n_heads, self.n_tokens, self.head_dim), vectors),
@@ -93,10 +94,10 @@ class RunWriter:
         self.tokens_done = self._resumable_tokens() if resume else 0
         create = self.tokens_done == 0
         self._writers = {
-            name: run_files.NpyStreamWriter(self._partial(name), shape, dtype, token_axis=2,
-                                            create=create)
-            for name, (shape, dtype) in layout.array_specs().items()
+            name: run_files.NpyStreamWriter(self._partial(name), shape, dtype, token_axis=2, create=create)
+            for name, (shape, dtype) in layout.streamed_specs().items()
         }
+        self._offsets = None if create else self._load_offsets()
         if create:
             self._write_progress()
         else:
@@ -124,10 +125,32 @@ class RunWriter:
             "tokens_done": self.tokens_done,
         })
 
+    def _load_offsets(self) -> dict[str, np.ndarray]:
+        return {name: np.load(self._partial(name)) for name in (run_files.QUERY_OFFSETS, run_files.KEY_OFFSETS)}
+
+    def _choose_offsets(self, queries: np.ndarray, keys: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-head offsets (see :mod:`qkviz.run_files`): zero for float32, the chunk's mean for float16."""
+        if self.layout.dtype == "float32":
+            offsets = {run_files.QUERY_OFFSETS: np.zeros(queries.shape[:2] + queries.shape[3:], np.float32),
+                       run_files.KEY_OFFSETS: np.zeros(keys.shape[:2] + keys.shape[3:], np.float32)}
+        else:
+            offsets = {run_files.QUERY_OFFSETS: queries.mean(axis=2, dtype=np.float64).astype(np.float32),
+                       run_files.KEY_OFFSETS: keys.mean(axis=2, dtype=np.float64).astype(np.float32)}
+        for name, array in offsets.items():
+            run_files.save_npy_atomic(self._partial(name), array)
+        return offsets
+
     def write_chunk(self, token_start: int, queries: np.ndarray, keys: np.ndarray, value_norms: np.ndarray) -> None:
-        """Write tokens ``[token_start, token_start + n)``: ``[layer, head, n, d_head]`` etc."""
-        for name, block in ((run_files.QUERIES, queries), (run_files.KEYS, keys), (run_files.VALUE_NORMS, value_norms)):
-            self._writers[name].write_tokens(token_start, block)
+        """Write float32 tokens ``[token_start, token_start + n)``: ``[layer, head, n, d_head]`` etc."""
+        if self._offsets is None:
+            self._offsets = self._choose_offsets(queries, keys)
+        for name, offset_name, block in ((run_files.QUERIES, run_files.QUERY_OFFSETS, queries),
+                                         (run_files.KEYS, run_files.KEY_OFFSETS, keys)):
+            offsets = self._offsets[offset_name]
+            for layer, head in np.ndindex(*block.shape[:2]):
+                self._writers[name].write_rows((layer, head), token_start, block[layer, head] - offsets[layer, head])
+        for layer, head in np.ndindex(*value_norms.shape[:2]):
+            self._writers[run_files.VALUE_NORMS].write_rows((layer, head), token_start, value_norms[layer, head])
 
     def checkpoint(self, tokens_done: int) -> None:
         """Record that every token before ``tokens_done`` is on disk."""

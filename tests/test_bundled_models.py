@@ -1,0 +1,47 @@
+"""The two real bundled models on the default corpus: the stored vectors reproduce their attention."""
+
+import numpy as np
+import pytest
+from attention_check import max_attention_error
+from conftest import CORPUS
+
+import qkviz
+from qkviz.forward import pad_token_id
+from qkviz.models import load_model, model_directory
+
+pytestmark = pytest.mark.slow
+
+TOLERANCE = {"float32": 1e-5, "float16": 2e-3}
+
+
+def spread(run, count: int) -> list[int]:
+    """``count`` sentences spread over the run, the longest one included."""
+    chosen = set(np.linspace(0, run.n_sentences - 1, count - 1).astype(int).tolist())
+    chosen.add(int(run.sentences.n_tokens.idxmax()))
+    return sorted(chosen)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_minilm_on_the_default_corpus(dtype, tmp_path):
+    run = qkviz.extract("minilm", CORPUS, tmp_path / "minilm", dtype=dtype).run
+    assert (run.n_layers, run.n_heads, run.n_kv_heads, run.head_dim) == (6, 12, 12, 32)
+    assert run.n_sentences >= 300 and run.n_tokens >= 5000 and not run.is_causal
+    assert run.tokens.token.iloc[0] == "[CLS]"
+    loaded = load_model("minilm")
+    error, departure = max_attention_error(run, model_directory("minilm")[0], spread(run, 24),
+                                           pad_token_id(loaded.tokenizer))
+    assert error <= TOLERANCE[dtype], f"minilm {dtype}: {error:.2e}"
+    assert departure > 0.5
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_smollm2_on_the_default_corpus(dtype, tmp_path):
+    run = qkviz.extract("smollm2", CORPUS, tmp_path / "smollm2", dtype=dtype, max_sentences=48, seed=7).run
+    assert (run.n_layers, run.n_heads, run.n_kv_heads, run.head_dim) == (30, 9, 3, 64)
+    assert run.is_causal and run.family == "llama"
+    assert run.scale(0) == pytest.approx(64 ** -0.5)
+    loaded = load_model("smollm2")
+    error, departure = max_attention_error(run, model_directory("smollm2")[0], spread(run, 16),
+                                           pad_token_id(loaded.tokenizer))
+    assert error <= TOLERANCE[dtype], f"smollm2 {dtype}: {error:.2e}"
+    assert departure > 0.5

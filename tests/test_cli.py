@@ -1,0 +1,108 @@
+"""The command line: bad input gets one line and exit status 2, never a traceback."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import transformers
+
+from qkviz import run_files
+
+
+def qkviz(*args: str, check_rc: int | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = subprocess.run([sys.executable, "-m", "qkviz", *args], capture_output=True, text=True, env=env,
+                            timeout=300)
+    if check_rc is not None:
+        assert result.returncode == check_rc, result.stderr
+    return result
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_models_lists_bundled_models_and_families():
+    output = qkviz("models", check_rc=0).stdout
+    for expected in ("minilm", "smollm2", "bert", "roberta", "distilbert", "gpt2", "llama", "qwen2", "mistral",
+                     "gemma3"):
+        assert expected in output
+
+
+def test_unknown_model_names_the_bundled_ones(tmp_path):
+    assert_one_line_error(qkviz("extract", "--model", "no-such-model", "--out", str(tmp_path / "r")),
+                          "no-such-model", "minilm, smollm2")
+
+
+def test_unsupported_architecture_lists_the_supported_families(tmp_path):
+    config = transformers.OPTConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, ffn_dim=32,
+                                    num_attention_heads=2, word_embed_proj_dim=16)
+    config.architectures = ["OPTModel"]
+    config.save_pretrained(tmp_path / "opt")
+    assert_one_line_error(qkviz("extract", "--model", str(tmp_path / "opt"), "--out", str(tmp_path / "r")),
+                          "unsupported architecture OPTModel", "bert, roberta, distilbert, gpt2, llama")
+
+
+def test_bad_corpora(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"ok\nna\xefve\n")
+    out = str(tmp_path / "r")
+    assert_one_line_error(qkviz("extract", "--model", "minilm", "--corpus", str(tmp_path / "nope.txt"), "--out", out),
+                          "nope.txt does not exist")
+    assert_one_line_error(qkviz("extract", "--model", "minilm", "--corpus", str(empty), "--out", out),
+                          "has no sentences")
+    assert_one_line_error(qkviz("extract", "--model", "minilm", "--corpus", str(latin), "--out", out),
+                          "latin.txt line 2 is not UTF-8")
+
+
+def test_usage_mistakes_are_one_line(tmp_path):
+    assert_one_line_error(qkviz("extract", "--model", "minilm", "--out", str(tmp_path), "--dtype", "int8"),
+                          "--dtype", "invalid choice")
+    assert_one_line_error(qkviz("extract", "--model", "minilm", "--out", str(tmp_path), "--batch-size", "0"),
+                          "--batch-size must be a positive number")
+
+
+def test_long_sentences_are_truncated_counted_and_reported(tiny_model, tiny_corpus, tmp_path):
+    result = qkviz("extract", "--model", str(tiny_model("bert")), "--corpus", str(tiny_corpus), "--out",
+                   str(tmp_path / "r"), "--max-sentences", "10", "--max-length", "12", check_rc=0)
+    manifest = json.loads((tmp_path / "r" / run_files.MANIFEST).read_text())
+    truncated = manifest["counts"]["n_truncated_sentences"]
+    assert truncated > 0
+    assert f"{truncated} sentences were longer than the model allows and were truncated" in result.stderr
+    import qkviz as api
+
+    run = api.open_run(tmp_path / "r")
+    assert run.sentences.n_tokens.max() == 12
+    assert int(run.sentences.truncated.sum()) == truncated
+    assert run.tokens.groupby("sentence").is_special.last().all()  # [SEP] kept after truncation
+
+
+def test_conflicting_settings_and_damaged_runs(tiny_model, tiny_corpus, tmp_path):
+    model, out = str(tiny_model("bert")), str(tmp_path / "r")
+    qkviz("extract", "--model", model, "--corpus", str(tiny_corpus), "--out", out, "--max-sentences", "4", check_rc=0)
+    assert "4 sentences" in qkviz("status", "--run", out, check_rc=0).stdout
+    assert_one_line_error(
+        qkviz("extract", "--model", model, "--corpus", str(tiny_corpus), "--out", out, "--max-sentences", "5"),
+        "different settings", "--overwrite")
+    (tmp_path / "r" / run_files.KEYS).write_bytes(b"\x93NUMPY")
+    assert_one_line_error(qkviz("status", "--run", out), "damaged", "keys.npy")
+    (tmp_path / "r" / run_files.MANIFEST).unlink()
+    assert_one_line_error(qkviz("status", "--run", out), "not a complete qkviz run")
+
+
+def test_missing_cuda_is_a_clear_error(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert_one_line_error(qkviz("extract", "--model", "minilm", "--out", str(tmp_path / "r"), "--device", "cuda"),
+                          "no CUDA device")
