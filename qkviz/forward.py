@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from qkviz import run_files
 from qkviz.adapters import FamilyAdapter, ModelShape
 from qkviz.capture import AttentionRecorder, LayerAttentionSettings, capturing
 from qkviz.models import LoadedModel
@@ -28,42 +29,65 @@ CHUNK_BYTES = 256 * 2**20
 
 @dataclass
 class _ChunkBuffers:
-    """Float32 vectors of one chunk: ``[layer, head, token, d_head]``, ``[layer, kv_head, token]``."""
+    """Encoded vectors of one chunk (see ``qkviz.run_files``): ``[layer, head, token, d_head]``
+    in the stored dtype, and value norms ``[layer, kv_head, token]`` in float32."""
 
     queries: np.ndarray
     keys: np.ndarray
     value_norms: np.ndarray
 
     @classmethod
-    def allocate(cls, shape: ModelShape, n_tokens: int) -> "_ChunkBuffers":
-        return cls(np.zeros((shape.n_layers, shape.n_heads, n_tokens, shape.head_dim), dtype=np.float32),
-                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens, shape.head_dim), dtype=np.float32),
+    def allocate(cls, shape: ModelShape, n_tokens: int, dtype: np.dtype) -> "_ChunkBuffers":
+        return cls(np.zeros((shape.n_layers, shape.n_heads, n_tokens, shape.head_dim), dtype=dtype),
+                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens, shape.head_dim), dtype=dtype),
                    np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens), dtype=np.float32))
 
 
 class _Scatter:
-    """The recorder's sink: puts one batch's real tokens at their rows of the chunk buffers."""
+    """The recorder's sink: encodes one batch's real tokens and puts them at their chunk rows.
 
-    def __init__(self, buffers: _ChunkBuffers):
+    A vector is stored as ``vector - offset`` of its head. The offsets are zero for float32 runs;
+    for float16 runs they are each head's mean over the first batch (taken when a layer is first
+    seen), or the ones a resumed run saved.
+    """
+
+    def __init__(self, buffers: _ChunkBuffers, offsets: dict[str, np.ndarray] | None):
         self.buffers = buffers
+        self.store_dtype = torch.float16 if buffers.queries.dtype == np.float16 else torch.float32
+        n_layers = len(buffers.queries)
+        self._offsets = {name: [None] * n_layers for name in (run_files.QUERY_OFFSETS, run_files.KEY_OFFSETS)}
+        if offsets is not None:
+            for name, array in offsets.items():
+                self._offsets[name] = [torch.from_numpy(np.array(layer)) for layer in array]
         self.real: torch.Tensor | None = None     # [batch, pos] bool
         self.rows: np.ndarray | None = None       # chunk row of each real token, batch-major
 
     def __call__(self, layer: int, queries: torch.Tensor, keys: torch.Tensor, value_norms: torch.Tensor) -> None:
-        real = self.real
-        self.buffers.queries[layer][:, self.rows] = _real_tokens(queries, real)
-        self.buffers.keys[layer][:, self.rows] = _real_tokens(keys, real)
-        self.buffers.value_norms[layer][:, self.rows] = _real_tokens(value_norms, real)
+        self.buffers.queries[layer][:, self.rows] = self._encode(run_files.QUERY_OFFSETS, layer, queries)
+        self.buffers.keys[layer][:, self.rows] = self._encode(run_files.KEY_OFFSETS, layer, keys)
+        self.buffers.value_norms[layer][:, self.rows] = self._real_tokens(value_norms).float().cpu().numpy()
+
+    def _real_tokens(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``[batch, head, pos, ...]`` -> ``[head, real token, ...]``."""
+        return tensor.transpose(0, 1)[:, self.real]
+
+    def _encode(self, name: str, layer: int, vectors: torch.Tensor) -> np.ndarray:
+        real = self._real_tokens(vectors).float()
+        offsets = self._offsets[name]
+        if offsets[layer] is None:
+            offsets[layer] = (real.mean(dim=1) if self.store_dtype == torch.float16
+                              else torch.zeros(real.shape[0], real.shape[2])).cpu()
+        return (real - offsets[layer].to(real.device)[:, None, :]).to(device="cpu", dtype=self.store_dtype).numpy()
+
+    def offsets(self) -> dict[str, np.ndarray]:
+        """``{file: [layer, head, d_head] float32}``, once every layer has been seen."""
+        return {name: torch.stack(layers).numpy().astype(np.float32) for name, layers in self._offsets.items()}
 
 
-def _real_tokens(tensor: torch.Tensor, real: torch.Tensor) -> np.ndarray:
-    """``[batch, head, pos, ...]`` -> float32 ``[head, real token, ...]`` on the CPU."""
-    return tensor.transpose(0, 1)[:, real].to(device="cpu", dtype=torch.float32).numpy()
-
-
-def bytes_per_token(shape: ModelShape) -> int:
-    """Bytes of one token's float32 chunk buffers."""
-    return shape.n_layers * ((shape.n_heads + shape.n_kv_heads) * shape.head_dim + shape.n_kv_heads) * 4
+def bytes_per_token(shape: ModelShape, dtype: np.dtype) -> int:
+    """Bytes of one token in the chunk buffers."""
+    vectors = (shape.n_heads + shape.n_kv_heads) * shape.head_dim * np.dtype(dtype).itemsize
+    return shape.n_layers * (vectors + shape.n_kv_heads * 4)
 
 
 def chunk_sentences(sentences: list[TokenizedSentence], max_tokens: int) -> list[tuple[int, int, int]]:
@@ -104,10 +128,10 @@ def capture_run(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
     """Capture every sentence not yet on disk; return each layer's attention settings."""
     model = loaded.model
     device = str(next(model.parameters()).device)
-    chunk_limit = max(1, CHUNK_BYTES // bytes_per_token(shape))
-    chunks = chunk_sentences(sentences, chunk_limit)
+    store_dtype = np.dtype(writer.layout.dtype)
+    chunks = chunk_sentences(sentences, max(1, CHUNK_BYTES // bytes_per_token(shape, store_dtype)))
     largest = max(sum(len(s) for s in sentences[a:b]) for a, b, _ in chunks)
-    scatter = _Scatter(_ChunkBuffers.allocate(shape, largest))
+    scatter = _Scatter(_ChunkBuffers.allocate(shape, largest, store_dtype), writer.offsets)
     layer_of_module = {id(module): layer for layer, module in enumerate(adapter.attention_modules(model))}
     if len(layer_of_module) != shape.n_layers:
         raise RuntimeError(f"found {len(layer_of_module)} attention modules for {shape.n_layers} layers")
@@ -124,6 +148,8 @@ def capture_run(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
             if first_token + chunk_tokens <= writer.tokens_done:
                 continue
             _capture_chunk(model, scatter, chunk, batch_size, pad_id, device, bar)
+            if writer.offsets is None:
+                writer.save_offsets(scatter.offsets())
             writer.write_chunk(first_token, scatter.buffers.queries[:, :, :chunk_tokens],
                                scatter.buffers.keys[:, :, :chunk_tokens],
                                scatter.buffers.value_norms[:, :, :chunk_tokens])

@@ -125,32 +125,27 @@ class RunWriter:
             "tokens_done": self.tokens_done,
         })
 
+    @property
+    def offsets(self) -> dict[str, np.ndarray] | None:
+        """Per-head offsets the stored vectors are relative to (see :mod:`qkviz.run_files`), once saved."""
+        return self._offsets
+
     def _load_offsets(self) -> dict[str, np.ndarray]:
         return {name: np.load(self._partial(name)) for name in (run_files.QUERY_OFFSETS, run_files.KEY_OFFSETS)}
 
-    def _choose_offsets(self, queries: np.ndarray, keys: np.ndarray) -> dict[str, np.ndarray]:
-        """Per-head offsets (see :mod:`qkviz.run_files`): zero for float32, the chunk's mean for float16."""
-        if self.layout.dtype == "float32":
-            offsets = {run_files.QUERY_OFFSETS: np.zeros(queries.shape[:2] + queries.shape[3:], np.float32),
-                       run_files.KEY_OFFSETS: np.zeros(keys.shape[:2] + keys.shape[3:], np.float32)}
-        else:
-            offsets = {run_files.QUERY_OFFSETS: queries.mean(axis=2, dtype=np.float64).astype(np.float32),
-                       run_files.KEY_OFFSETS: keys.mean(axis=2, dtype=np.float64).astype(np.float32)}
+    def save_offsets(self, offsets: dict[str, np.ndarray]) -> None:
+        """Save the offsets; before the first chunk, so that every checkpoint has them."""
         for name, array in offsets.items():
-            run_files.save_npy_atomic(self._partial(name), array)
-        return offsets
+            run_files.save_npy_atomic(self._partial(name), np.asarray(array, dtype=np.float32))
+        self._offsets = self._load_offsets()
 
     def write_chunk(self, token_start: int, queries: np.ndarray, keys: np.ndarray, value_norms: np.ndarray) -> None:
-        """Write float32 tokens ``[token_start, token_start + n)``: ``[layer, head, n, d_head]`` etc."""
+        """Write encoded tokens ``[token_start, token_start + n)``: ``[layer, head, n, d_head]`` etc."""
         if self._offsets is None:
-            self._offsets = self._choose_offsets(queries, keys)
-        for name, offset_name, block in ((run_files.QUERIES, run_files.QUERY_OFFSETS, queries),
-                                         (run_files.KEYS, run_files.KEY_OFFSETS, keys)):
-            offsets = self._offsets[offset_name]
+            raise RuntimeError("save_offsets must come before the first chunk")
+        for name, block in ((run_files.QUERIES, queries), (run_files.KEYS, keys), (run_files.VALUE_NORMS, value_norms)):
             for layer, head in np.ndindex(*block.shape[:2]):
-                self._writers[name].write_rows((layer, head), token_start, block[layer, head] - offsets[layer, head])
-        for layer, head in np.ndindex(*value_norms.shape[:2]):
-            self._writers[run_files.VALUE_NORMS].write_rows((layer, head), token_start, value_norms[layer, head])
+                self._writers[name].write_rows((layer, head), token_start, block[layer, head])
 
     def checkpoint(self, tokens_done: int) -> None:
         """Record that every token before ``tokens_done`` is on disk."""

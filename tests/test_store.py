@@ -86,7 +86,7 @@ def test_interrupted_run_is_incomplete_then_resumes_to_identical_arrays(tiny_mod
     reference = qkviz.extract(model, tiny_corpus, tmp_path / "reference", max_sentences=30).run
     # Chunks of about 60 tokens, and a crash while the third chunk runs.
     monkeypatch.setattr(qkviz.forward, "CHUNK_BYTES", 60 * qkviz.forward.bytes_per_token(
-        qkviz.adapters.ModelShape(2, 4, 2, 16)))
+        qkviz.adapters.ModelShape(2, 4, 2, 16), np.dtype("float32")))
     real_chunk = qkviz.forward._capture_chunk
     calls = []
     crash_armed = [True]
@@ -109,7 +109,7 @@ def test_interrupted_run_is_incomplete_then_resumes_to_identical_arrays(tiny_mod
 
     chunks = len(qkviz.forward.chunk_sentences(
         [range(n) for n in reference.sentences.n_tokens], qkviz.forward.CHUNK_BYTES // qkviz.forward.bytes_per_token(
-            qkviz.adapters.ModelShape(2, 4, 2, 16))))
+            qkviz.adapters.ModelShape(2, 4, 2, 16), np.dtype("float32"))))
     calls.clear()
     resumed = qkviz.extract(model, tiny_corpus, tmp_path / "run", max_sentences=30)
     assert resumed.status == "resumed"
