@@ -91,7 +91,7 @@ def main() -> None:
         print(f"tokens per run: {n_tokens} ({len(sentences)} sentences)")
         print(f"bare forward: median {bare_s:.2f} s ({n_tokens / bare_s:,.0f} tok/s)")
         print(f"qkviz extract: median {full_s:.2f} s ({n_tokens / full_s:,.0f} tok/s), "
-              f"of which loading + hashing the model about {load_seconds:.2f} s")
+              f"of which loading the model (done again inside extract) about {load_seconds:.2f} s")
         ratios = [f / b for f, b in zip(full, bare)]
         print(f"ratio extract / bare forward: median {statistics.median(ratios):.2f} "
               f"(without model load: {(full_s - load_seconds) / bare_s:.2f}); pairs {[round(r, 2) for r in ratios]}")

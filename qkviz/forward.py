@@ -1,6 +1,7 @@
 """Running the model over the selected sentences and streaming queries and keys to the store.
 
-Sentences are taken in chunks of contiguous tokens (bounded by :data:`CHUNK_BYTES` of vectors).
+Sentences are taken in chunks of contiguous tokens (bounded by :data:`CHUNK_BYTES` of vectors;
+small enough that flushing one chunk to disk overlaps with computing the next).
 Inside a chunk they are sorted by length into right-padded batches, so padding stays small and
 every real token keeps positions ``0..n-1``; the captured vectors of each batch are scattered to
 their place in the chunk, and the whole chunk is written at once and checkpointed.
@@ -24,7 +25,9 @@ from qkviz.selection import TokenizedSentence
 
 logger = logging.getLogger(__name__)
 
-CHUNK_BYTES = 256 * 2**20
+CHUNK_BYTES = 64 * 2**20
+#: float16 runs keep a float32 offset per head and position below this (see ``qkviz.run_files``).
+MAX_OFFSET_POSITIONS = 512
 
 
 @dataclass
@@ -46,21 +49,30 @@ class _ChunkBuffers:
 class _Scatter:
     """The recorder's sink: encodes one batch's real tokens and puts them at their chunk rows.
 
-    A vector is stored as ``vector - offset`` of its head. The offsets are zero for float32 runs;
-    for float16 runs they are each head's mean over the first batch (taken when a layer is first
-    seen), or the ones a resumed run saved.
+    A vector is stored as ``vector - offset[position]`` of its head (see ``qkviz.run_files``). The
+    offsets are zero for float32 runs; for float16 runs they are each head's mean vector at each
+    position over the first batch (the chunk's longest sentences), taken when a layer is first
+    seen, or the ones an interrupted run saved.
     """
 
-    def __init__(self, buffers: _ChunkBuffers, offsets: dict[str, np.ndarray] | None):
+    def __init__(self, buffers: _ChunkBuffers, offsets: dict[str, np.ndarray] | None, n_positions: int):
         self.buffers = buffers
         self.store_dtype = torch.float16 if buffers.queries.dtype == np.float16 else torch.float32
+        self.n_positions = n_positions if self.store_dtype == torch.float16 else 1
         n_layers = len(buffers.queries)
         self._offsets = {name: [None] * n_layers for name in (run_files.QUERY_OFFSETS, run_files.KEY_OFFSETS)}
         if offsets is not None:
             for name, array in offsets.items():
                 self._offsets[name] = [torch.from_numpy(np.array(layer)) for layer in array]
-        self.real: torch.Tensor | None = None     # [batch, pos] bool
-        self.rows: np.ndarray | None = None       # chunk row of each real token, batch-major
+        self.real: torch.Tensor | None = None       # [batch, pos] bool
+        self.rows: np.ndarray | None = None         # chunk row of each real token, batch-major
+        self.offset_rows: torch.Tensor | None = None  # offset row of each real token, batch-major
+
+    def set_batch(self, attention_mask: torch.Tensor, rows: np.ndarray) -> None:
+        self.real = attention_mask.bool()
+        positions = torch.arange(attention_mask.shape[1], device=attention_mask.device).expand_as(attention_mask)
+        self.offset_rows = positions[self.real].clamp(max=self.n_positions - 1)
+        self.rows = rows
 
     def __call__(self, layer: int, queries: torch.Tensor, keys: torch.Tensor, value_norms: torch.Tensor) -> None:
         self.buffers.queries[layer][:, self.rows] = self._encode(run_files.QUERY_OFFSETS, layer, queries)
@@ -75,12 +87,24 @@ class _Scatter:
         real = self._real_tokens(vectors).float()
         offsets = self._offsets[name]
         if offsets[layer] is None:
-            offsets[layer] = (real.mean(dim=1) if self.store_dtype == torch.float16
-                              else torch.zeros(real.shape[0], real.shape[2])).cpu()
-        return (real - offsets[layer].to(real.device)[:, None, :]).to(device="cpu", dtype=self.store_dtype).numpy()
+            offsets[layer] = self._first_offsets(real)
+        offset = offsets[layer].to(real.device)[:, self.offset_rows]
+        return (real - offset).to(device="cpu", dtype=self.store_dtype).numpy()
+
+    def _first_offsets(self, real: torch.Tensor) -> torch.Tensor:
+        """``[head, position, d_head]``: per-position means (the head mean where a position is absent)."""
+        heads, _, d_head = real.shape
+        if self.store_dtype == torch.float32:
+            return torch.zeros(heads, 1, d_head)
+        sums = torch.zeros(heads, self.n_positions, d_head, device=real.device).index_add_(1, self.offset_rows, real)
+        counts = torch.bincount(self.offset_rows, minlength=self.n_positions)
+        offsets = real.mean(dim=1, keepdim=True).expand(heads, self.n_positions, d_head).clone()
+        seen = counts > 0
+        offsets[:, seen] = sums[:, seen] / counts[seen].to(real.dtype)[None, :, None]
+        return offsets.cpu()
 
     def offsets(self) -> dict[str, np.ndarray]:
-        """``{file: [layer, head, d_head] float32}``, once every layer has been seen."""
+        """``{file: [layer, head, position, d_head] float32}``, once every layer has been seen."""
         return {name: torch.stack(layers).numpy().astype(np.float32) for name, layers in self._offsets.items()}
 
 
@@ -131,7 +155,8 @@ def capture_run(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
     store_dtype = np.dtype(writer.layout.dtype)
     chunks = chunk_sentences(sentences, max(1, CHUNK_BYTES // bytes_per_token(shape, store_dtype)))
     largest = max(sum(len(s) for s in sentences[a:b]) for a, b, _ in chunks)
-    scatter = _Scatter(_ChunkBuffers.allocate(shape, largest, store_dtype), writer.offsets)
+    n_positions = min(MAX_OFFSET_POSITIONS, max(len(s) for s in sentences))
+    scatter = _Scatter(_ChunkBuffers.allocate(shape, largest, store_dtype), writer.offsets, n_positions)
     layer_of_module = {id(module): layer for layer, module in enumerate(adapter.attention_modules(model))}
     if len(layer_of_module) != shape.n_layers:
         raise RuntimeError(f"found {len(layer_of_module)} attention modules for {shape.n_layers} layers")
@@ -167,8 +192,8 @@ def _capture_chunk(model, scatter: _Scatter, chunk: list[TokenizedSentence], bat
         members = by_length[start:start + batch_size]
         batch = [chunk[i] for i in members]
         input_ids, attention_mask = padded_batch(batch, pad_id, device)
-        scatter.real = attention_mask.bool()
-        scatter.rows = np.concatenate([row_of_sentence[i] + np.arange(len(chunk[i])) for i in members])
+        scatter.set_batch(attention_mask,
+                          np.concatenate([row_of_sentence[i] + np.arange(len(chunk[i])) for i in members]))
         model(input_ids=input_ids, attention_mask=attention_mask)
         bar.update(int(attention_mask.sum()))
 

@@ -18,6 +18,7 @@ from qkviz.errors import IncompleteRunError, QkvizError
 
 TOKEN_COLUMNS = ("sentence", "position", "token", "piece", "token_id", "char_start", "char_end",
                  "is_special", "sentence_chars")
+REQUIRED_FILES = (*run_files.ARRAY_FILES, run_files.TOKENS, run_files.SENTENCES)
 SENTENCE_COLUMNS = ("sentence", "corpus_index", "text", "first_token", "n_tokens", "truncated")
 
 
@@ -46,6 +47,10 @@ def read_manifest(directory: Path) -> dict:
         raise IncompleteRunError(
             f"{directory} has run schema {manifest.get('schema_version')}, this qkviz reads {run_files.SCHEMA_VERSION}; "
             "extract it again with --overwrite")
+    missing = [name for name in REQUIRED_FILES if name not in manifest.get("files", {})]
+    if missing:
+        raise IncompleteRunError(f"{directory} lacks {', '.join(missing)} (written by another qkviz version?); "
+                                 "extract it again with --overwrite")
     for name, size in manifest["files"].items():
         file_path = directory / name
         if not file_path.exists():
@@ -55,11 +60,6 @@ def read_manifest(directory: Path) -> dict:
                 f"{directory} is damaged: {name} has {file_path.stat().st_size} bytes, the manifest says {size}; "
                 "extract it again with --overwrite")
     return manifest
-
-
-def _decode(stored: np.ndarray, offset: np.ndarray) -> np.ndarray:
-    """Stored vectors plus their head's offset, as a plain float32 array (see ``run_files``)."""
-    return np.add(stored, offset, dtype=np.float32).view(np.ndarray)
 
 
 class Run:
@@ -110,18 +110,25 @@ class Run:
     def queries(self, layer: int, head: int) -> np.ndarray:
         """``[token, d_head]`` float32: the head's queries as they enter ``q . k``."""
         self._check_head(layer, head)
-        return _decode(self._arrays[run_files.QUERIES][layer, head], self._arrays[run_files.QUERY_OFFSETS][layer, head])
+        return self._decode(run_files.QUERIES, run_files.QUERY_OFFSETS, layer, head)
 
     def keys(self, layer: int, head: int) -> np.ndarray:
         """``[token, d_head]`` float32: the keys of the key-value head serving query head ``head``."""
         self._check_head(layer, head)
-        kv_head = self.kv_head(head)
-        return _decode(self._arrays[run_files.KEYS][layer, kv_head], self._arrays[run_files.KEY_OFFSETS][layer, kv_head])
+        return self._decode(run_files.KEYS, run_files.KEY_OFFSETS, layer, self.kv_head(head))
 
     def value_norms(self, layer: int, head: int) -> np.ndarray:
         """``[token]`` float32: the norm of each token's value vector for this head."""
         self._check_head(layer, head)
         return np.asarray(self._arrays[run_files.VALUE_NORMS][layer, self.kv_head(head)], dtype=np.float32)
+
+    def _decode(self, vectors: str, offsets: str, layer: int, head: int) -> np.ndarray:
+        """Stored vectors plus their offsets, as a plain float32 array (see :mod:`qkviz.run_files`)."""
+        head_offsets = self._arrays[offsets][layer, head]
+        if len(head_offsets) == 1:
+            return np.add(self._arrays[vectors][layer, head], head_offsets[0], dtype=np.float32).view(np.ndarray)
+        rows = np.minimum(self.tokens.position.to_numpy(), len(head_offsets) - 1)
+        return np.add(self._arrays[vectors][layer, head], head_offsets[rows], dtype=np.float32)
 
     def kv_head(self, head: int) -> int:
         """The key-value head that serves query head ``head`` (equal to ``head`` without grouping)."""

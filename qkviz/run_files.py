@@ -7,14 +7,15 @@ A run directory holds::
     sentences.parquet    one row per sentence
     queries.npy          [layer, head, token, d_head]      stored dtype (float16 or float32)
     keys.npy             [layer, kv_head, token, d_head]   stored dtype
-    query_offsets.npy    [layer, head, d_head]             float32
-    key_offsets.npy      [layer, kv_head, d_head]          float32
-    value_norms.npy      [layer, kv_head, token]           float32
+    query_offsets.npy    [layer, head, offset_row, d_head]     float32
+    key_offsets.npy      [layer, kv_head, offset_row, d_head]  float32
+    value_norms.npy      [layer, kv_head, token]               float32
 
-A vector is ``stored + offset`` of its head. With float32 storage the offsets are zero; with
-float16 they are the head's mean vector over the first chunk of tokens, so float16 rounds only
-what varies between tokens (a common component can be several times larger than the rest, and
-rounding it would cost precision in every logit).
+A vector is ``stored + offsets[min(position, n_offset_rows - 1)]`` of its head. With float32
+storage there is one offset row of zeros. With float16 the rows are the head's mean vector at
+each position (up to 512) over the first batch: rotary models carry a large component common to
+all tokens at a position (it turns with the position), and rounding it to float16 would cost
+precision in every logit, so float16 rounds only what varies between tokens.
 
 While extraction runs, the arrays are ``*.npy.partial`` and ``progress.json`` records how many
 tokens are safely on disk, so an interrupted run resumes instead of being mistaken for a

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -20,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from qkviz import run_files
-from qkviz.errors import QkvizError
+from qkviz.errors import IncompleteRunError, QkvizError
+from qkviz.run import read_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +42,15 @@ def plan_directory(directory: Path, fingerprint: str, overwrite: bool) -> Direct
         raise QkvizError(f"{directory} exists and is not a qkviz run; choose a new or empty --out directory")
     previous = _read_fingerprint(directory)
     if previous == fingerprint:
-        if (directory / run_files.MANIFEST).exists():
+        if not (directory / run_files.MANIFEST).exists():
+            return DirectoryPlan.RESUME
+        try:
+            read_manifest(directory)
             return DirectoryPlan.REUSE
-        return DirectoryPlan.RESUME
-    if not overwrite:
+        except IncompleteRunError:
+            if not overwrite:
+                raise
+    elif not overwrite:
         raise QkvizError(f"{directory} holds a run made with different settings; pass --overwrite to replace it "
                          "or choose another --out directory")
     logger.info("removing the previous run in %s (--overwrite)", directory)
@@ -98,6 +105,8 @@ class RunWriter:
             for name, (shape, dtype) in layout.streamed_specs().items()
         }
         self._offsets = None if create else self._load_offsets()
+        self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkviz-flush")
+        self._pending: Future | None = None
         if create:
             self._write_progress()
         else:
@@ -148,11 +157,23 @@ class RunWriter:
                 self._writers[name].write_rows((layer, head), token_start, block[layer, head])
 
     def checkpoint(self, tokens_done: int) -> None:
-        """Record that every token before ``tokens_done`` is on disk."""
+        """Record that every token before ``tokens_done`` is on disk.
+
+        The flush runs in the background while the next chunk is computed; ``progress.json``
+        moves only after the flush, and the previous checkpoint is awaited before a new one."""
+        self._await_checkpoint()
+        self._pending = self._flusher.submit(self._flush_and_record, tokens_done)
+
+    def _flush_and_record(self, tokens_done: int) -> None:
         for writer in self._writers.values():
             writer.sync()
         self.tokens_done = tokens_done
         self._write_progress()
+
+    def _await_checkpoint(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
 
     def finish(self, manifest: dict, tokens: pd.DataFrame, sentences: pd.DataFrame) -> dict:
         """Write the tables, move the arrays into place, and write the manifest last."""
@@ -169,5 +190,10 @@ class RunWriter:
         return manifest
 
     def close(self) -> None:
-        for writer in self._writers.values():
-            writer.close()
+        """Wait for the last checkpoint and close the arrays (idempotent)."""
+        try:
+            self._await_checkpoint()
+        finally:
+            self._flusher.shutdown()
+            for writer in self._writers.values():
+                writer.close()
