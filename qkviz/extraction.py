@@ -20,8 +20,12 @@ from pathlib import Path
 import numpy as np
 
 from qkviz import run_files
+from qkviz.adapters import FamilyAdapter, ModelShape, adapter_for
+from qkviz.capture import LayerAttentionSettings
 from qkviz.corpus import Corpus, load_corpus
 from qkviz.errors import QkvizError
+from qkviz.forward import capture_run
+from qkviz.models import LoadedModel, load_model
 from qkviz.run import Run, open_run
 from qkviz.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory
 from qkviz.selection import select_sentences
@@ -51,10 +55,6 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
     started = time.perf_counter()
     _check_options(dtype, batch_size, max_tokens, max_sentences, max_length)
     corpus_data = load_corpus(corpus, text_column)
-    from qkviz.adapters import adapter_for
-    from qkviz.forward import capture_run
-    from qkviz.models import load_model
-
     loaded = load_model(model, device=device, progress=progress)
     config = loaded.model.config
     adapter = adapter_for(config)
@@ -85,8 +85,22 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
         settings = capture_run(loaded, adapter, shape, sentences, writer, batch_size, progress)
     finally:
         writer.close()
+    if any(settings[layer].causal != adapter.causal for layer in settings):
+        raise RuntimeError(f"{adapter.family} layers disagree with the family's causality")
     tokens = token_table(sentences, loaded.tokenizer)
-    manifest = {
+    manifest = _manifest(identity, loaded, adapter, shape, settings, corpus_data, sentences, tokens)
+    manifest["extraction"] = {"device": device, "batch_size": batch_size}
+    writer.finish(manifest, tokens, sentence_table(sentences))
+    seconds = time.perf_counter() - started
+    logger.info("extracted %d tokens of %d sentences into %s in %.1f s", n_tokens, len(sentences), out, seconds)
+    return ExtractionResult(open_run(out), "resumed" if resumed else "extracted", seconds)
+
+
+def _manifest(identity: dict, loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
+              settings: dict[int, LayerAttentionSettings], corpus_data: Corpus, sentences, tokens) -> dict:
+    """Everything a reader needs to know about the run (``files`` and ``fingerprint`` are added on finish)."""
+    layers = range(shape.n_layers)
+    return {
         **identity,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": _versions(),
@@ -96,24 +110,17 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
                   "head_dim": shape.head_dim},
         "attention": {
             "causal": adapter.causal,
-            "scales": [settings[layer].scale for layer in range(shape.n_layers)],
-            "sliding_windows": [settings[layer].sliding_window for layer in range(shape.n_layers)],
-            "softcaps": [settings[layer].softcap for layer in range(shape.n_layers)],
+            "scales": [settings[layer].scale for layer in layers],
+            "sliding_windows": [settings[layer].sliding_window for layer in layers],
+            "softcaps": [settings[layer].softcap for layer in layers],
             "kv_head_of_head": [shape.kv_head_of(head) for head in range(shape.n_heads)],
         },
         "corpus": {**identity["corpus"], "source": corpus_data.source,
                    "n_corpus_sentences": len(corpus_data.sentences)},
-        "counts": {"n_sentences": len(sentences), "n_tokens": n_tokens,
+        "counts": {"n_sentences": len(sentences), "n_tokens": int(len(tokens)),
                    "n_special_tokens": int(tokens["is_special"].sum()),
                    "n_truncated_sentences": sum(s.truncated for s in sentences)},
-        "extraction": {"device": device, "batch_size": batch_size},
     }
-    if any(settings[layer].causal != adapter.causal for layer in settings):
-        raise RuntimeError(f"{adapter.family} layers disagree with the family's causality")
-    writer.finish(manifest, tokens, sentence_table(sentences))
-    seconds = time.perf_counter() - started
-    logger.info("extracted %d tokens of %d sentences into %s in %.1f s", n_tokens, len(sentences), out, seconds)
-    return ExtractionResult(open_run(out), "resumed" if resumed else "extracted", seconds)
 
 
 def _check_options(dtype: str, batch_size: int, max_tokens, max_sentences, max_length) -> None:
