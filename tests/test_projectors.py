@@ -1,0 +1,71 @@
+"""Layouts keep neighbourhoods (trustworthiness) on structured data and on a real MiniLM head."""
+
+import numpy as np
+import pytest
+from sklearn.manifold import trustworthiness
+
+from qkviz.alignment import align_head
+from qkviz.errors import QkvizError
+from qkviz.projectors import project
+
+
+def blobs(n_points: int = 600, n_blobs: int = 6, d: int = 32, seed: int = 0) -> np.ndarray:
+    """Gaussian clusters with structure inside each (a line through the cluster)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 8, (n_blobs, d))
+    direction = rng.normal(0, 1, (n_blobs, d))
+    labels = rng.integers(0, n_blobs, n_points)
+    along = rng.uniform(-2, 2, n_points)[:, None]
+    return (centres[labels] + along * direction[labels] + rng.normal(0, 0.6, (n_points, d))).astype(np.float32)
+
+
+@pytest.mark.parametrize("method", ["tsne", "umap"])
+def test_2d_layouts_are_trustworthy_on_structured_data(method):
+    points = blobs()
+    projection = project(points, method, 2, seed=0)
+    assert projection.coordinates.shape == (600, 2) and projection.coordinates.dtype == np.float32
+    assert trustworthiness(points, projection.coordinates, n_neighbors=10) >= 0.9
+
+
+@pytest.mark.parametrize("method", ["pca", "umap", "tsne"])
+def test_3d_layouts_and_seeds(method):
+    points = blobs(300)
+    first = project(points, method, 3, seed=1).coordinates
+    again = project(points, method, 3, seed=1).coordinates
+    assert first.shape == (300, 3)
+    np.testing.assert_allclose(first, again, atol=1e-5)
+
+
+def test_a_random_layout_is_not_trustworthy():
+    """The trustworthiness bound can fail: random coordinates score far below it."""
+    points = blobs()
+    assert trustworthiness(points, np.random.default_rng(0).normal(size=(600, 2)), n_neighbors=10) < 0.7
+
+
+def test_parameters_too_large_for_the_points_are_reduced_and_recorded():
+    points = blobs(40)
+    tsne = project(points, "tsne", 2, perplexity=30)
+    assert tsne.params["perplexity"] == pytest.approx(13.0) and tsne.adjusted["perplexity"] == (30, 13.0)
+    umap = project(points, "umap", 2, n_neighbors=50)
+    assert umap.params["n_neighbors"] == 39
+
+
+def test_bad_requests_are_clear_errors():
+    with pytest.raises(QkvizError, match="unknown projection method 'mds'"):
+        project(blobs(50), "mds", 2)
+    with pytest.raises(QkvizError, match="unknown dimension 4"):
+        project(blobs(50), "pca", 4)
+    with pytest.raises(QkvizError, match="tsne has no parameter min_dist"):
+        project(blobs(50), "tsne", 2, min_dist=0.3)
+
+
+@pytest.mark.slow
+def test_real_minilm_head_layouts_are_trustworthy(tmp_path):
+    import qkviz
+    from conftest import CORPUS
+
+    run = qkviz.extract("minilm", CORPUS, tmp_path / "minilm", max_tokens=1500).run
+    points = align_head(run.queries(2, 5), run.keys(2, 5)).points
+    for method in ("tsne", "umap"):
+        coordinates = project(points, method, 2, seed=0).coordinates
+        assert trustworthiness(points, coordinates, n_neighbors=10) >= 0.9, method
