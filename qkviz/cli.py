@@ -50,6 +50,28 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("--overwrite", action="store_true", help="replace a run made with other settings")
     extract.set_defaults(handler=_extract)
 
+    project = commands.add_parser(
+        "project", help="project every head's aligned queries and keys (PCA, UMAP, t-SNE), cached",
+        description="Project each head's joint query/key cloud into 2D or 3D and cache it in the run. "
+                    "3D t-SNE uses Barnes-Hut (openTSNE has no FFT path in 3D) and is several times slower, "
+                    "so t-SNE is projected in 3D only with --tsne-3d.")
+    project.add_argument("--run", required=True, type=Path, help="run directory")
+    project.add_argument("--method", default="pca,umap,tsne", help="comma-separated: pca, umap, tsne")
+    project.add_argument("--dim", default="2,3", help="comma-separated: 2, 3")
+    project.add_argument("--tsne-3d", action="store_true", help="also project t-SNE in 3D (slow)")
+    project.add_argument("--layers", help="e.g. 0-2 or 0,3,5 (default: all)")
+    project.add_argument("--heads", help="e.g. 0,5 or 0-8 (default: all)")
+    project.add_argument("--jobs", type=int, default=1, help="worker processes (heads run in parallel)")
+    project.add_argument("--seed", type=int, default=0)
+    project.add_argument("--no-translate", action="store_true", help="do not translate keys to the query centroid")
+    project.add_argument("--no-scale", action="store_true", help="do not scale query and key norms to match")
+    project.add_argument("--perplexity", type=float, help="t-SNE perplexity (default 30)")
+    project.add_argument("--n-iter", type=int, help="t-SNE iterations (default 500)")
+    project.add_argument("--n-neighbors", type=int, help="UMAP neighbours (default 15)")
+    project.add_argument("--min-dist", type=float, help="UMAP minimum distance (default 0.1)")
+    project.add_argument("--metric", help="distance for UMAP and t-SNE (default euclidean)")
+    project.set_defaults(handler=_project)
+
     status = commands.add_parser("status", help="what a run directory holds")
     status.add_argument("--run", required=True, type=Path, help="run directory")
     status.set_defaults(handler=_status)
@@ -74,6 +96,66 @@ def _extract(args: argparse.Namespace) -> int:
                 result.seconds)
     if result.n_truncated:
         logger.warning("%d sentences were longer than the model allows and were truncated", result.n_truncated)
+    return 0
+
+
+def parse_indices(text: str | None, count: int, what: str) -> list[int]:
+    """``"0-2,5"`` -> ``[0, 1, 2, 5]``; ``None`` -> all ``count``; out of range is a QkvizError."""
+    if text is None:
+        return list(range(count))
+    indices: list[int] = []
+    for part in text.split(","):
+        start, _, end = part.strip().partition("-")
+        try:
+            first, last = int(start), int(end or start)
+        except ValueError:
+            raise QkvizError(f"--{what} {text!r} is not a list of numbers and ranges like 0-2,5") from None
+        if not 0 <= first <= last < count:
+            raise QkvizError(f"--{what} {part.strip()} is out of range 0-{count - 1}")
+        indices.extend(range(first, last + 1))
+    return sorted(set(indices))
+
+
+def _project(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from qkviz.alignment import Alignment
+    from qkviz.projection_tasks import local_executor, plan_specs, run_tasks
+    from qkviz.run import open_run
+
+    run = open_run(args.run)
+    methods = [m.strip() for m in args.method.split(",") if m.strip()]
+    try:
+        dims = [int(d) for d in args.dim.split(",")]
+    except ValueError:
+        raise QkvizError(f"--dim {args.dim!r} must be 2, 3 or 2,3") from None
+    if args.jobs < 1:
+        raise QkvizError(f"--jobs must be a positive number, got {args.jobs}")
+    given = {"tsne": {"perplexity": args.perplexity, "n_iter": args.n_iter, "metric": args.metric},
+             "umap": {"n_neighbors": args.n_neighbors, "min_dist": args.min_dist, "metric": args.metric}}
+    params = {method: {k: v for k, v in values.items() if v is not None} for method, values in given.items()}
+    layers = parse_indices(args.layers, run.n_layers, "layers")
+    heads = parse_indices(args.heads, run.n_heads, "heads")
+    alignment = Alignment(translate_keys=not args.no_translate, scale_norms=not args.no_scale)
+    specs = []
+    for method in methods:
+        method_dims = [d for d in dims if not (method == "tsne" and d == 3 and not args.tsne_3d)]
+        specs += plan_specs(run, [method], method_dims, layers, heads, alignment, args.seed, params)
+    executor = local_executor(args.jobs)
+    computed = cached = 0
+    with tqdm(total=len(specs), unit="head", desc="projecting", disable=args.quiet, dynamic_ncols=True) as bar:
+        try:
+            for outcome in run_tasks(run, specs, executor):
+                cached += outcome["cached"]
+                computed += not outcome["cached"]
+                for name, (asked, used) in outcome.get("adjusted", {}).items():
+                    logger.warning("layer %d head %d %s: %s %s is too large for %d points; used %s",
+                                   outcome["spec"].layer, outcome["spec"].head, outcome["spec"].method, name,
+                                   asked, 2 * run.n_tokens, used)
+                bar.update()
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
+    logger.info("%s: %d layouts computed, %d already cached", args.run, computed, cached)
     return 0
 
 

@@ -155,6 +155,23 @@ class Run:
             self.queries(layer, head)[rows], self.keys(layer, head)[rows], self.scale(layer),
             causal=self.is_causal, sliding_window=self.sliding_window(layer), softcap=self.softcap(layer))
 
+    def projection(self, layer: int, head: int, method: str = "tsne", dim: int = 2, *,
+                   translate_keys: bool = True, scale_norms: bool = True, seed: int = 0, **params) -> np.ndarray:
+        """``[2 * n_tokens, dim]`` float32 layout of the head's queries (first) and keys, from the cache."""
+        from qkviz.projection_cache import ProjectionCache, ProjectionSpec
+        from qkviz.projectors import check_method, resolve_params
+
+        self._check_head(layer, head)
+        check_method(method, dim)
+        spec = ProjectionSpec.of(layer, head, method, dim, translate_keys, scale_norms,
+                                 **resolve_params(method, params), seed=seed)
+        coordinates = ProjectionCache(self.path, self.manifest["fingerprint"]).load(spec)
+        if coordinates is None:
+            raise QkvizError(f"no {method} {dim}D projection of layer {layer} head {head} with these settings; "
+                             f"make it with 'qkviz project --run {self.path} --method {method} --dim {dim} "
+                             f"--layers {layer} --heads {head}'")
+        return coordinates
+
     def _check_layer(self, layer: int) -> None:
         if not 0 <= layer < self.n_layers:
             raise QkvizError(f"layer {layer} is out of range 0-{self.n_layers - 1}")
