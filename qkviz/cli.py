@@ -66,10 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--no-translate", action="store_true", help="do not translate keys to the query centroid")
     project.add_argument("--no-scale", action="store_true", help="do not scale query and key norms to match")
     project.add_argument("--perplexity", type=float, help="t-SNE perplexity (default 30)")
-    project.add_argument("--n-iter", type=int, help="t-SNE iterations (default 500)")
+    project.add_argument("--early-exaggeration-iter", type=int,
+                         help="t-SNE iterations with early exaggeration (default 125)")
+    project.add_argument("--n-iter", type=int, help="t-SNE iterations after early exaggeration (default 125)")
     project.add_argument("--n-neighbors", type=int, help="UMAP neighbours (default 15)")
     project.add_argument("--min-dist", type=float, help="UMAP minimum distance (default 0.1)")
-    project.add_argument("--metric", help="distance for UMAP and t-SNE (default euclidean)")
+    project.add_argument("--n-epochs", type=int, help="UMAP epochs (default 200)")
+    project.add_argument("--metric", choices=("cosine", "euclidean"),
+                         help="neighbour distance for UMAP and t-SNE (default cosine)")
     project.set_defaults(handler=_project)
 
     status = commands.add_parser("status", help="what a run directory holds")
@@ -131,8 +135,10 @@ def _project(args: argparse.Namespace) -> int:
         raise QkvizError(f"--dim {args.dim!r} must be 2, 3 or 2,3") from None
     if args.jobs < 1:
         raise QkvizError(f"--jobs must be a positive number, got {args.jobs}")
-    given = {"tsne": {"perplexity": args.perplexity, "n_iter": args.n_iter, "metric": args.metric},
-             "umap": {"n_neighbors": args.n_neighbors, "min_dist": args.min_dist, "metric": args.metric}}
+    given = {"tsne": {"perplexity": args.perplexity, "early_exaggeration_iter": args.early_exaggeration_iter,
+                      "n_iter": args.n_iter, "metric": args.metric},
+             "umap": {"n_neighbors": args.n_neighbors, "min_dist": args.min_dist, "n_epochs": args.n_epochs,
+                      "metric": args.metric}}
     params = {method: {k: v for k, v in values.items() if v is not None} for method, values in given.items()}
     layers = parse_indices(args.layers, run.n_layers, "layers")
     heads = parse_indices(args.heads, run.n_heads, "heads")
@@ -154,7 +160,8 @@ def _project(args: argparse.Namespace) -> int:
                                    asked, 2 * run.n_tokens, used)
                 bar.update()
         finally:
-            executor.shutdown(wait=False, cancel_futures=True)
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
     logger.info("%s: %d layouts computed, %d already cached", args.run, computed, cached)
     return 0
 
@@ -214,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"qkviz: error: {error}\n")
         return 2
     except KeyboardInterrupt:
-        sys.stderr.write("qkviz: interrupted; run the same command again to resume\n")
-        return 130
+        sys.stderr.write("qkviz: interrupted; finished work is kept: run the same command again to resume\n")
+        return 2
 
 
 if __name__ == "__main__":

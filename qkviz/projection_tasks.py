@@ -1,7 +1,8 @@
 """Projecting many heads: one pure task per head, run through a small executor seam.
 
-:func:`project_head` is a pure function of (run path, spec) that leaves a cache entry behind; it
-opens the run itself and reads only that head's memory-mapped vectors, so workers stay small.
+:func:`project_head` is a pure function of (run path, one head's specs) that leaves cache entries
+behind; it opens the run itself and reads only that head's memory-mapped vectors, so workers stay
+small.
 :func:`run_tasks` hands the tasks to anything with ``submit(fn, *args) -> Future`` -- a local
 process pool here (persistent: numba compiles once per worker, not once per head); a Dask or
 Ray client offers the same call, so a distributed engine needs no change to the algorithms.
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import signal
 import time
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from typing import Iterable, Iterator
 
 from qkviz.alignment import Alignment, align_head
 from qkviz.projection_cache import ProjectionCache, ProjectionSpec
-from qkviz.projectors import check_method, project, resolve_params
+from qkviz.neighbors import NeighborGraph, neighbor_graph
+from qkviz.projectors import check_method, neighbors_needed, project, resolve_params
 from qkviz.run import Run, open_run
 
 logger = logging.getLogger(__name__)
@@ -40,55 +43,84 @@ def plan_specs(run: Run, methods: Iterable[str], dims: Iterable[int], layers: It
     return specs
 
 
-def project_head(run_path: str, spec: ProjectionSpec) -> dict:
-    """Compute and cache one head's layout unless it is cached; returns what happened."""
+def head_groups(specs: list[ProjectionSpec]) -> list[list[ProjectionSpec]]:
+    """Specs grouped by (layer, head, alignment): one task each, sharing the data and neighbours."""
+    groups: dict[tuple, list[ProjectionSpec]] = {}
+    for spec in specs:
+        groups.setdefault((spec.layer, spec.head, spec.translate_keys, spec.scale_norms), []).append(spec)
+    return list(groups.values())
+
+
+def project_head(run_path: str, specs: list[ProjectionSpec]) -> list[dict]:
+    """Compute and cache the layouts of one head that are not cached yet; report each one.
+
+    The head is aligned once, and one neighbour graph per metric serves all its UMAP and t-SNE
+    layouts."""
     run = open_run(run_path)
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
-    if cache.contains(spec):
-        return {"spec": spec, "cached": True, "seconds": 0.0}
-    started = time.perf_counter()
-    aligned = align_head(run.queries(spec.layer, spec.head), run.keys(spec.layer, spec.head),
-                         Alignment(spec.translate_keys, spec.scale_norms))
-    params = dict(spec.params)
-    seed = params.pop("seed")
-    projection = project(aligned.points, spec.method, spec.dim, seed=seed, **params)
-    seconds = time.perf_counter() - started
-    cache.store(spec, projection.coordinates, details={
-        "seconds": round(seconds, 3), "norm_scale": aligned.norm_scale,
-        "adjusted": {name: list(pair) for name, pair in projection.adjusted.items()}})
-    return {"spec": spec, "cached": False, "seconds": seconds, "adjusted": projection.adjusted}
+    todo = [spec for spec in specs if not cache.contains(spec)]
+    outcomes = [{"spec": spec, "cached": True, "seconds": 0.0} for spec in specs if spec not in todo]
+    if not todo:
+        return outcomes
+    first = todo[0]
+    aligned = align_head(run.queries(first.layer, first.head), run.keys(first.layer, first.head),
+                         Alignment(first.translate_keys, first.scale_norms))
+    graphs: dict[str, NeighborGraph] = {}
+    for metric in {dict(spec.params).get("metric") for spec in todo} - {None}:
+        needed = max(neighbors_needed(spec.method, dict(spec.params), len(aligned.points))
+                     for spec in todo if dict(spec.params).get("metric") == metric)
+        graphs[metric] = neighbor_graph(aligned.points, needed, metric)
+    for spec in todo:
+        started = time.perf_counter()
+        params = dict(spec.params)
+        seed = params.pop("seed")
+        projection = project(aligned.points, spec.method, spec.dim, seed=seed,
+                             graph=graphs.get(params.get("metric")), **params)
+        seconds = time.perf_counter() - started
+        cache.store(spec, projection.coordinates, details={
+            "seconds": round(seconds, 3), "norm_scale": aligned.norm_scale,
+            "adjusted": {name: list(pair) for name, pair in projection.adjusted.items()}})
+        outcomes.append({"spec": spec, "cached": False, "seconds": seconds, "adjusted": projection.adjusted})
+    return outcomes
 
 
-class InlineExecutor(Executor):
-    """Runs each task in this process when it is submitted (``--jobs 1``)."""
+def warm_worker() -> None:
+    """Worker start-up: leave Ctrl-C to the parent, and compile UMAP's numba code once."""
+    import warnings
 
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        future: Future = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as error:  # handed to the caller through the future, as a pool would
-            future.set_exception(error)
-        return future
+    import numpy as np
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        project(np.random.default_rng(0).normal(size=(64, 4)), "umap", 2, n_epochs=10)
 
 
-def local_executor(jobs: int) -> Executor:
-    """A persistent pool of ``jobs`` worker processes (spawned: no state forked from the parent)."""
+def local_executor(jobs: int) -> Executor | None:
+    """A persistent pool of ``jobs`` worker processes (spawned: no state forked from the parent);
+    ``None`` for one job, which runs the tasks in this process."""
     if jobs <= 1:
-        return InlineExecutor()
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+        return None
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=warm_worker)
 
 
-def run_tasks(run: Run, specs: list[ProjectionSpec], executor: Executor) -> Iterator[dict]:
-    """Submit every spec not yet cached; yield each task's outcome as it finishes."""
+def run_tasks(run: Run, specs: list[ProjectionSpec], executor: Executor | None) -> Iterator[dict]:
+    """Submit one task per head with layouts not yet cached (or run them here when ``executor`` is
+    ``None``); yield each layout's outcome as its head finishes."""
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
     todo = [spec for spec in specs if not cache.contains(spec)]
     for spec in specs:
         if spec not in todo:
             yield {"spec": spec, "cached": True, "seconds": 0.0}
-    futures = [executor.submit(project_head, str(run.path), spec) for spec in todo]
+    if executor is None:
+        for group in head_groups(todo):
+            yield from project_head(str(run.path), group)
+        return
+    futures = [executor.submit(project_head, str(run.path), group) for group in head_groups(todo)]
     try:
         for future in as_completed(futures):
-            yield future.result()
+            yield from future.result()
     finally:
         for future in futures:
             future.cancel()
