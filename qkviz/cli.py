@@ -53,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     project = commands.add_parser(
         "project", help="project every head's aligned queries and keys (PCA, UMAP, t-SNE), cached",
         description="Project each head's joint query/key cloud into 2D or 3D and cache it in the run. "
-                    "3D t-SNE uses Barnes-Hut (openTSNE has no FFT path in 3D) and is several times slower, "
-                    "so t-SNE is projected in 3D only with --tsne-3d.")
+                    "3D t-SNE refines the 2D layout with Barnes-Hut (openTSNE has no FFT path in 3D) and "
+                    "about doubles t-SNE's time, so t-SNE is projected in 3D only with --tsne-3d.")
     project.add_argument("--run", required=True, type=Path, help="run directory")
     project.add_argument("--method", default="pca,umap,tsne", help="comma-separated: pca, umap, tsne")
     project.add_argument("--dim", default="2,3", help="comma-separated: 2, 3")
@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--early-exaggeration-iter", type=int,
                          help="t-SNE iterations with early exaggeration (default 125)")
     project.add_argument("--n-iter", type=int, help="t-SNE iterations after early exaggeration (default 125)")
+    project.add_argument("--n-iter-3d", type=int,
+                         help="3D t-SNE: Barnes-Hut iterations refining the lifted 2D layout (default 50)")
     project.add_argument("--n-neighbors", type=int, help="UMAP neighbours (default 15)")
     project.add_argument("--min-dist", type=float, help="UMAP minimum distance (default 0.1)")
     project.add_argument("--n-epochs", type=int, help="UMAP epochs (default 200)")
@@ -136,7 +138,7 @@ def _project(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise QkvizError(f"--jobs must be a positive number, got {args.jobs}")
     given = {"tsne": {"perplexity": args.perplexity, "early_exaggeration_iter": args.early_exaggeration_iter,
-                      "n_iter": args.n_iter, "metric": args.metric},
+                      "n_iter": args.n_iter, "metric": args.metric, "n_iter_3d": args.n_iter_3d},
              "umap": {"n_neighbors": args.n_neighbors, "min_dist": args.min_dist, "n_epochs": args.n_epochs,
                       "metric": args.metric}}
     params = {method: {k: v for k, v in values.items() if v is not None} for method, values in given.items()}
@@ -181,6 +183,14 @@ def _status(args: argparse.Namespace) -> int:
         f"({counts['n_truncated_sentences']} truncated), stored as {run.dtype}, {manifest['created_at']}",
         f"corpus     {manifest['corpus']['source']} (sha256 {manifest['corpus']['sha256'][:12]})",
     ]
+    from qkviz.projection_cache import ProjectionCache
+
+    projections = ProjectionCache(run.path, manifest["fingerprint"]).summary()
+    all_heads = run.n_layers * run.n_heads
+    if not projections:
+        lines.append(f"projected  nothing yet: 'qkviz project --run {run.path}'")
+    for (method, dim, settings), count in sorted(projections.items()):
+        lines.append(f"projected  {method} {dim}D: {count}/{all_heads} heads ({settings})")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 

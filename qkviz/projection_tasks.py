@@ -20,7 +20,7 @@ from typing import Iterable, Iterator
 from qkviz.alignment import Alignment, align_head
 from qkviz.projection_cache import ProjectionCache, ProjectionSpec
 from qkviz.neighbors import NeighborGraph, neighbor_graph
-from qkviz.projectors import check_method, neighbors_needed, project, resolve_params
+from qkviz.projectors import ONLY_3D, check_method, neighbors_needed, project, resolve_params
 from qkviz.run import Run, open_run
 
 logger = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ def plan_specs(run: Run, methods: Iterable[str], dims: Iterable[int], layers: It
     for method in methods:
         for dim in dims:
             check_method(method, dim)
-            used = {**resolve_params(method, (params or {}).get(method, {})), "seed": seed}
+            used = {**resolve_params(method, (params or {}).get(method, {}), dim), "seed": seed}
             for layer in layers:
                 for head in heads:
                     run._check_head(layer, head)
@@ -70,18 +70,25 @@ def project_head(run_path: str, specs: list[ProjectionSpec]) -> list[dict]:
         needed = max(neighbors_needed(spec.method, dict(spec.params), len(aligned.points))
                      for spec in todo if dict(spec.params).get("metric") == metric)
         graphs[metric] = neighbor_graph(aligned.points, needed, metric)
-    for spec in todo:
+    for spec in sorted(todo, key=lambda spec: spec.dim):  # a 2D t-SNE first: the 3D one starts from it
         started = time.perf_counter()
         params = dict(spec.params)
         seed = params.pop("seed")
+        tsne_2d = cache.load(_tsne_2d_spec(spec)) if spec.method == "tsne" and spec.dim == 3 else None
         projection = project(aligned.points, spec.method, spec.dim, seed=seed,
-                             graph=graphs.get(params.get("metric")), **params)
+                             graph=graphs.get(params.get("metric")), tsne_2d=tsne_2d, **params)
         seconds = time.perf_counter() - started
         cache.store(spec, projection.coordinates, details={
             "seconds": round(seconds, 3), "norm_scale": aligned.norm_scale,
             "adjusted": {name: list(pair) for name, pair in projection.adjusted.items()}})
         outcomes.append({"spec": spec, "cached": False, "seconds": seconds, "adjusted": projection.adjusted})
     return outcomes
+
+
+def _tsne_2d_spec(spec: ProjectionSpec) -> ProjectionSpec:
+    """The 2D t-SNE spec a 3D t-SNE spec starts from."""
+    params = {name: value for name, value in spec.params if name not in ONLY_3D["tsne"]}
+    return ProjectionSpec.of(spec.layer, spec.head, "tsne", 2, spec.translate_keys, spec.scale_norms, **params)
 
 
 def warm_worker() -> None:

@@ -164,7 +164,7 @@ class Run:
         self._check_head(layer, head)
         check_method(method, dim)
         spec = ProjectionSpec.of(layer, head, method, dim, translate_keys, scale_norms,
-                                 **resolve_params(method, params), seed=seed)
+                                 **resolve_params(method, params, dim), seed=seed)
         coordinates = ProjectionCache(self.path, self.manifest["fingerprint"]).load(spec)
         if coordinates is None:
             raise QkvizError(f"no {method} {dim}D projection of layer {layer} head {head} with these settings; "

@@ -45,3 +45,16 @@ def test_nothing_applied_is_the_identity():
     queries, keys = head_with_offsets(3)
     aligned = align_head(queries, keys, Alignment(False, False))
     np.testing.assert_allclose(aligned.points, np.concatenate([queries, keys]), rtol=1e-6)
+
+
+def test_alignment_preserves_a_real_runs_attention(tiny_model, tiny_corpus, tmp_path):
+    import qkviz
+
+    run = qkviz.extract(str(tiny_model("qwen2")), tiny_corpus, tmp_path / "run", max_sentences=10).run
+    for layer in range(run.n_layers):
+        for head in range(run.n_heads):
+            aligned = align_head(run.queries(layer, head), run.keys(layer, head))
+            for sentence in range(run.n_sentences):
+                rows = run.sentence_tokens(sentence)
+                recomputed = attention_probs(aligned.queries[rows], aligned.keys[rows], run.scale(layer), True)
+                np.testing.assert_allclose(recomputed, run.attention(layer, head, sentence), atol=1e-5)

@@ -42,3 +42,41 @@ def test_bad_project_requests_are_one_line_errors(small_run, capsys):
         assert message in capsys.readouterr().err
     assert main(["project", "--run", str(small_run.path / "missing")]) == 2
     assert "no run at" in capsys.readouterr().err
+
+
+def test_status_counts_projected_heads(small_run, capsys):
+    assert main(["project", "--run", str(small_run.path), "--method", "pca", "--dim", "3"]) == 0
+    capsys.readouterr()
+    assert main(["status", "--run", str(small_run.path)]) == 0
+    assert "projected  pca 3D: 8/8 heads" in capsys.readouterr().out
+
+
+def test_ctrl_c_keeps_the_cache_consistent_and_the_next_run_resumes(small_run, tmp_path):
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_path = tmp_path / "run"
+    shutil.copytree(small_run.path, run_path, ignore=shutil.ignore_patterns(CACHE_DIRECTORY))
+    command = [sys.executable, "-m", "qkviz", "project", "--run", str(run_path), "--method", "tsne", "--dim", "2"]
+    child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    deadline = time.monotonic() + 120
+    while not list((run_path / CACHE_DIRECTORY).glob("*.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    stderr = child.communicate(timeout=120)[1]
+    assert child.returncode == 2, stderr
+    lines = [line for line in stderr.splitlines() if line.strip() and "projecting" not in line]
+    assert lines == ["qkviz: interrupted; finished work is kept: run the same command again to resume"]
+    done = {path.name: path.stat().st_mtime_ns for path in (run_path / CACHE_DIRECTORY).glob("*.npy")}
+    assert 0 < len(done) < 8
+    resumed = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{8 - len(done)} layouts computed, {len(done)} already cached" in resumed.stderr
+    run = qkviz.open_run(run_path)
+    for layer in range(run.n_layers):
+        for head in range(run.n_heads):
+            assert run.projection(layer, head, "tsne", 2).shape == (2 * run.n_tokens, 2)
