@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--n-iter-3d", type=int,
                          help="3D t-SNE: Barnes-Hut iterations refining the lifted 2D layout (default 50)")
     project.add_argument("--n-neighbors", type=int, help="UMAP neighbours (default 15)")
-    project.add_argument("--min-dist", type=float, help="UMAP minimum distance (default 0.1)")
+    project.add_argument("--min-dist", type=float, help="UMAP minimum distance (default 0.0)")
     project.add_argument("--n-epochs", type=int, help="UMAP epochs (default 200)")
     project.add_argument("--metric", choices=("cosine", "euclidean"),
                          help="neighbour distance for UMAP and t-SNE (default cosine)")
@@ -149,7 +149,7 @@ def _project(args: argparse.Namespace) -> int:
     for method in methods:
         method_dims = [d for d in dims if not (method == "tsne" and d == 3 and not args.tsne_3d)]
         specs += plan_specs(run, [method], method_dims, layers, heads, alignment, args.seed, params)
-    executor = local_executor(args.jobs)
+    executor = local_executor(args.jobs, compile_umap="umap" in methods)
     computed = cached = 0
     with tqdm(total=len(specs), unit="head", desc="projecting", disable=args.quiet, dynamic_ncols=True) as bar:
         try:

@@ -91,25 +91,27 @@ def _tsne_2d_spec(spec: ProjectionSpec) -> ProjectionSpec:
     return ProjectionSpec.of(spec.layer, spec.head, "tsne", 2, spec.translate_keys, spec.scale_norms, **params)
 
 
-def warm_worker() -> None:
-    """Worker start-up: leave Ctrl-C to the parent, and compile UMAP's numba code once."""
+def start_worker(compile_umap: bool) -> None:
+    """Worker start-up: leave Ctrl-C to the parent, and compile UMAP's numba code once if needed."""
     import warnings
 
     import numpy as np
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not compile_umap:
+        return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         project(np.random.default_rng(0).normal(size=(64, 4)), "umap", 2, n_epochs=10)
 
 
-def local_executor(jobs: int) -> Executor | None:
+def local_executor(jobs: int, compile_umap: bool = True) -> Executor | None:
     """A persistent pool of ``jobs`` worker processes (spawned: no state forked from the parent);
     ``None`` for one job, which runs the tasks in this process."""
     if jobs <= 1:
         return None
     return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=warm_worker)
+                               initializer=start_worker, initargs=(compile_umap,))
 
 
 def run_tasks(run: Run, specs: list[ProjectionSpec], executor: Executor | None) -> Iterator[dict]:

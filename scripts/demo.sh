@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up, then run qkviz on the bundled default: MiniLM over the bundled corpus.
+# Set up, then run qkviz on the bundled default: MiniLM over the bundled corpus, every head projected
+# (PCA and UMAP in 2D and 3D, t-SNE in 2D; about 10 minutes on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1
-.venv/bin/qkviz extract --model minilm --out runs/minilm --max-tokens 10000 "$@"
+.venv/bin/qkviz extract --model minilm --out runs/minilm --max-tokens 5000
+.venv/bin/qkviz project --run runs/minilm --jobs 2
 .venv/bin/qkviz status --run runs/minilm

@@ -69,3 +69,13 @@ def test_real_minilm_head_layouts_are_trustworthy(tmp_path):
     for method in ("tsne", "umap"):
         coordinates = project(points, method, 2, seed=0).coordinates
         assert trustworthiness(points, coordinates, n_neighbors=10) >= 0.9, method
+
+
+def test_3d_tsne_starts_from_the_2d_layout_whether_given_or_recomputed():
+    points = blobs(300)
+    layout_2d = project(points, "tsne", 2, seed=2).coordinates
+    given = project(points, "tsne", 3, seed=2, tsne_2d=layout_2d).coordinates
+    recomputed = project(points, "tsne", 3, seed=2).coordinates
+    np.testing.assert_allclose(given, recomputed, atol=1e-4)
+    assert trustworthiness(points, given, n_neighbors=10) >= 0.9
+    assert given[:, 2].std() > 0.1 * given[:, :2].std()  # a real third axis, not a flat lift
