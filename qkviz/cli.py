@@ -149,7 +149,9 @@ def _project(args: argparse.Namespace) -> int:
     for method in methods:
         method_dims = [d for d in dims if not (method == "tsne" and d == 3 and not args.tsne_3d)]
         specs += plan_specs(run, [method], method_dims, layers, heads, alignment, args.seed, params)
-    executor = local_executor(args.jobs, compile_umap="umap" in methods)
+    # PCA takes milliseconds per head: starting worker processes would cost more than it saves.
+    jobs = 1 if set(methods) == {"pca"} else args.jobs
+    executor = local_executor(jobs, compile_umap="umap" in methods)
     computed = cached = 0
     with tqdm(total=len(specs), unit="head", desc="projecting", disable=args.quiet, dynamic_ncols=True) as bar:
         try:

@@ -37,7 +37,7 @@ def plan_specs(run: Run, methods: Iterable[str], dims: Iterable[int], layers: It
             used = {**resolve_params(method, (params or {}).get(method, {}), dim), "seed": seed}
             for layer in layers:
                 for head in heads:
-                    run._check_head(layer, head)
+                    run.check_head(layer, head)
                     specs.append(ProjectionSpec.of(layer, head, method, dim, alignment.translate_keys,
                                                    alignment.scale_norms, **used))
     return specs

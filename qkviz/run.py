@@ -109,17 +109,17 @@ class Run:
 
     def queries(self, layer: int, head: int) -> np.ndarray:
         """``[token, d_head]`` float32: the head's queries as they enter ``q . k``."""
-        self._check_head(layer, head)
+        self.check_head(layer, head)
         return self._decode(run_files.QUERIES, run_files.QUERY_OFFSETS, layer, head)
 
     def keys(self, layer: int, head: int) -> np.ndarray:
         """``[token, d_head]`` float32: the keys of the key-value head serving query head ``head``."""
-        self._check_head(layer, head)
+        self.check_head(layer, head)
         return self._decode(run_files.KEYS, run_files.KEY_OFFSETS, layer, self.kv_head(head))
 
     def value_norms(self, layer: int, head: int) -> np.ndarray:
         """``[token]`` float32: the norm of each token's value vector for this head."""
-        self._check_head(layer, head)
+        self.check_head(layer, head)
         return np.asarray(self._arrays[run_files.VALUE_NORMS][layer, self.kv_head(head)], dtype=np.float32)
 
     def _decode(self, vectors: str, offsets: str, layer: int, head: int) -> np.ndarray:
@@ -137,15 +137,15 @@ class Run:
     # -- attention settings -------------------------------------------------------------------
     def scale(self, layer: int) -> float:
         """The factor layer ``layer`` multiplies ``q . k`` by before the softmax."""
-        self._check_layer(layer)
+        self.check_layer(layer)
         return float(self.manifest["attention"]["scales"][layer])
 
     def sliding_window(self, layer: int) -> int | None:
-        self._check_layer(layer)
+        self.check_layer(layer)
         return self.manifest["attention"]["sliding_windows"][layer]
 
     def softcap(self, layer: int) -> float | None:
-        self._check_layer(layer)
+        self.check_layer(layer)
         return self.manifest["attention"]["softcaps"][layer]
 
     def attention(self, layer: int, head: int, sentence: int) -> np.ndarray:
@@ -161,7 +161,7 @@ class Run:
         from qkviz.projection_cache import ProjectionCache, ProjectionSpec
         from qkviz.projectors import check_method, resolve_params
 
-        self._check_head(layer, head)
+        self.check_head(layer, head)
         check_method(method, dim)
         spec = ProjectionSpec.of(layer, head, method, dim, translate_keys, scale_norms,
                                  **resolve_params(method, params, dim), seed=seed)
@@ -172,11 +172,11 @@ class Run:
                              f"--layers {layer} --heads {head}'")
         return coordinates
 
-    def _check_layer(self, layer: int) -> None:
+    def check_layer(self, layer: int) -> None:
         if not 0 <= layer < self.n_layers:
             raise QkvizError(f"layer {layer} is out of range 0-{self.n_layers - 1}")
 
-    def _check_head(self, layer: int, head: int) -> None:
-        self._check_layer(layer)
+    def check_head(self, layer: int, head: int) -> None:
+        self.check_layer(layer)
         if not 0 <= head < self.n_heads:
             raise QkvizError(f"head {head} is out of range 0-{self.n_heads - 1}")
