@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up, then run qkviz on the bundled default: MiniLM over the bundled corpus, every head projected
-# (PCA and UMAP in 2D and 3D, t-SNE in 2D; about 10 minutes on 2 cores).
+# (PCA and UMAP in 2D and 3D, t-SNE in 2D; about 15 minutes on 2 cores by the figures of bench/project.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
