@@ -58,8 +58,9 @@ def project_head(run_path: str, specs: list[ProjectionSpec]) -> list[dict]:
     layouts."""
     run = open_run(run_path)
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
-    todo = [spec for spec in specs if not cache.contains(spec)]
-    outcomes = [{"spec": spec, "cached": True, "seconds": 0.0} for spec in specs if spec not in todo]
+    cached = {spec for spec in specs if cache.contains(spec)}
+    todo = [spec for spec in specs if spec not in cached]
+    outcomes = [{"spec": spec, "cached": True, "seconds": 0.0} for spec in cached]
     if not todo:
         return outcomes
     first = todo[0]
@@ -118,10 +119,12 @@ def run_tasks(run: Run, specs: list[ProjectionSpec], executor: Executor | None) 
     """Submit one task per head with layouts not yet cached (or run them here when ``executor`` is
     ``None``); yield each layout's outcome as its head finishes."""
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
-    todo = [spec for spec in specs if not cache.contains(spec)]
+    todo = []
     for spec in specs:
-        if spec not in todo:
+        if cache.contains(spec):
             yield {"spec": spec, "cached": True, "seconds": 0.0}
+        else:
+            todo.append(spec)
     if executor is None:
         for group in head_groups(todo):
             yield from project_head(str(run.path), group)
