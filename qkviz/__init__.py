@@ -17,4 +17,11 @@ def extract(*args, **kwargs):
     return _extract(*args, **kwargs)
 
 
-__all__ = ["QkvizError", "Run", "__version__", "extract", "open_run"]
+def correlation_table(run, **kwargs):
+    """See :func:`qkviz.correlation.correlation_table`: every head's distance-dot-product correlations."""
+    from qkviz.correlation import correlation_table as _correlation_table
+
+    return _correlation_table(run, **kwargs)
+
+
+__all__ = ["QkvizError", "Run", "__version__", "correlation_table", "extract", "open_run"]

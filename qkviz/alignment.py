@@ -61,10 +61,14 @@ def align_head(queries: np.ndarray, keys: np.ndarray, alignment: Alignment = Ali
         keys = keys + translation
     scale = 1.0
     if alignment.scale_norms:
-        query_norm = np.linalg.norm(queries, axis=1).mean()
-        key_norm = np.linalg.norm(keys, axis=1).mean()
-        if query_norm > 0 and key_norm > 0:
-            scale = float(np.sqrt(key_norm / query_norm))
+        scale = norm_scale(queries, keys)
         queries, keys = queries * scale, keys / scale
     points = np.concatenate([queries, keys]).astype(np.float32)
     return AlignedHead(points=points, key_translation=translation.astype(np.float32), norm_scale=scale)
+
+
+def norm_scale(queries: np.ndarray, keys: np.ndarray) -> float:
+    """``c = sqrt(mean |k| / mean |q|)``: ``q * c`` and ``k / c`` have equal mean norms (1 if either is 0)."""
+    query_norm = np.linalg.norm(queries, axis=1).mean()
+    key_norm = np.linalg.norm(keys, axis=1).mean()
+    return float(np.sqrt(key_norm / query_norm)) if query_norm > 0 and key_norm > 0 else 1.0

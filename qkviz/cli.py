@@ -78,6 +78,20 @@ def build_parser() -> argparse.ArgumentParser:
                          help="neighbour distance for UMAP and t-SNE (default cosine)")
     project.set_defaults(handler=_project)
 
+    report = commands.add_parser(
+        "report", help="distance-dot-product correlation of every head, in every space (HTML, CSV, JSON)",
+        description="For every head, correlate query-key distance with the dot product over the pairs that "
+                    "can attend, in the original space, after key translation, after norm scaling, and in every "
+                    "cached projection; write correlation.csv, summary.json and a self-contained index.html.")
+    report.add_argument("--run", required=True, type=Path, help="run directory")
+    report.add_argument("--out", required=True, type=Path, help="report directory to write")
+    report.add_argument("--overwrite", action="store_true", help="replace an existing report directory")
+    report.add_argument("--max-pairs", type=int, default=5_000_000,
+                        help="exact up to this many attending pairs per layer, a uniform sample past it "
+                             "(default 5,000,000)")
+    report.add_argument("--seed", type=int, default=0, help="seed of the pair sample (default 0)")
+    report.set_defaults(handler=_report)
+
     status = commands.add_parser("status", help="what a run directory holds")
     status.add_argument("--run", required=True, type=Path, help="run directory")
     status.set_defaults(handler=_status)
@@ -167,6 +181,31 @@ def _project(args: argparse.Namespace) -> int:
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
     logger.info("%s: %d layouts computed, %d already cached", args.run, computed, cached)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from qkviz.correlation import store_correlations
+    from qkviz.report import build_report, check_destination, write_report
+    from qkviz.run import open_run
+
+    run = open_run(args.run)
+    if args.max_pairs < 10:
+        raise QkvizError(f"--max-pairs must be at least 10, got {args.max_pairs}")
+    check_destination(args.out, args.overwrite)
+    report = build_report(run, max_pairs=args.max_pairs, seed=args.seed, progress=not args.quiet)
+    write_report(report, args.out, overwrite=args.overwrite)
+    store_correlations(run, report.table)
+    summary = report.summary
+    means = summary["model_means"]
+    logger.info("%s: %d heads in %.1f s; mean Pearson original %+.3f, translated+scaled %+.3f%s",
+                args.out / "index.html", run.n_layers * run.n_heads, summary["seconds"],
+                means["original"]["pearson"], means["translated+scaled"]["pearson"],
+                f"; best projection {summary['projections'][0]['space']} "
+                f"{summary['projections'][0]['pearson']:+.3f}" if summary["projections"] else "")
+    if "missing_projections" in summary:
+        logger.warning("no projections are cached, so the report covers the head spaces only; "
+                       "add them with '%s' and make the report again", summary["missing_projections"])
     return 0
 
 

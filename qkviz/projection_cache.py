@@ -82,9 +82,9 @@ class ProjectionCache:
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             return None
 
-    def summary(self) -> dict[tuple[str, int, str], int]:
-        """``{(method, dim, settings): number of heads}`` over the entries of this run's cache."""
-        counts: dict[tuple[str, int, str], int] = {}
+    def specs(self) -> list[ProjectionSpec]:
+        """The specs of this run's entries (by their JSON; :meth:`load` still checks each array)."""
+        found = []
         for sidecar_path in sorted(self.directory.glob("*.json")) if self.directory.exists() else []:
             try:
                 sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
@@ -92,11 +92,19 @@ class ProjectionCache:
                 continue
             if sidecar.get("run") != self.run_fingerprint or sidecar.get("schema") != CACHE_SCHEMA_VERSION:
                 continue
-            spec = sidecar["spec"]
-            settings = ", ".join(f"{k} {v}" for k, v in spec["params"].items())
-            if not spec["translate_keys"] or not spec["scale_norms"]:
-                settings += f", translate_keys {spec['translate_keys']}, scale_norms {spec['scale_norms']}"
-            key = (spec["method"], spec["dim"], settings)
+            described = dict(sidecar["spec"])
+            params = described.pop("params")
+            found.append(ProjectionSpec.of(**described, **params))
+        return found
+
+    def summary(self) -> dict[tuple[str, int, str], int]:
+        """``{(method, dim, settings): number of heads}`` over the entries of this run's cache."""
+        counts: dict[tuple[str, int, str], int] = {}
+        for spec in self.specs():
+            settings = ", ".join(f"{k} {v}" for k, v in spec.params)
+            if not spec.translate_keys or not spec.scale_norms:
+                settings += f", translate_keys {spec.translate_keys}, scale_norms {spec.scale_norms}"
+            key = (spec.method, spec.dim, settings)
             counts[key] = counts.get(key, 0) + 1
         return counts
 

@@ -1,0 +1,107 @@
+"""``qkviz report``: files, spaces, the table kept for the app, and one-line errors."""
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import CORPUS
+
+import qkviz
+from qkviz import correlation
+from qkviz.cli import main
+
+
+@pytest.fixture(scope="module")
+def causal_run(tiny_model, tiny_corpus, tmp_path_factory):
+    return qkviz.extract(str(tiny_model("gpt2")), tiny_corpus, tmp_path_factory.mktemp("r") / "run",
+                         max_sentences=24).run
+
+
+def test_report_without_projections_covers_the_head_spaces_and_names_the_command(causal_run, tmp_path, caplog):
+    out = tmp_path / "report"
+    assert main(["report", "--run", str(causal_run.path), "--out", str(out)]) == 0
+    assert f"qkviz project --run {causal_run.path}" in caplog.text
+    table = pd.read_csv(out / "correlation.csv")
+    assert set(table.space) == set(correlation.HEAD_SPACES)
+    assert len(table) == causal_run.n_layers * causal_run.n_heads * 3
+    # Causal: each query attends to itself and the keys before it, within its sentence.
+    lengths = causal_run.sentences.n_tokens.to_numpy()
+    assert (table.n_pairs == (lengths * (lengths + 1) // 2).sum()).all()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["missing_projections"] == f"qkviz project --run {causal_run.path}"
+    assert summary["pairs"]["exact"] and summary["projections"] == []
+    page = (out / "index.html").read_text()
+    assert "No projections are cached yet" in page
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)   # self-contained: nothing to fetch
+    assert "Plotly.newPlot" in page
+
+
+def test_report_covers_every_cached_projection_and_keeps_the_table_for_the_app(causal_run, tmp_path):
+    assert main(["-q", "project", "--run", str(causal_run.path), "--method", "pca", "--dim", "2,3"]) == 0
+    out = tmp_path / "report"
+    assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(out)]) == 0
+    table = pd.read_csv(out / "correlation.csv")
+    assert set(table.space) == {*correlation.HEAD_SPACES, "pca-2d", "pca-3d"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert [row["space"] for row in summary["projections"]] == sorted(
+        ["pca-2d", "pca-3d"], key=lambda s: summary["model_means"][s]["pearson"])
+    assert "missing_projections" not in summary
+    means = table.groupby("space").pearson.mean()
+    assert summary["model_means"]["pca-3d"]["pearson"] == pytest.approx(means["pca-3d"], abs=1e-6)
+    stored = correlation.stored_correlations(causal_run)
+    assert stored is not None and len(stored) == len(table)
+    np.testing.assert_allclose(stored.pearson, table.pearson, atol=1e-6)
+    direct = qkviz.correlation_table(causal_run)
+    np.testing.assert_allclose(direct.spearman, table.spearman, atol=1e-6)
+    # A 3D PCA keeps more than a 2D one of the structure it projects.
+    assert means["pca-3d"] <= means["pca-2d"] + 0.05
+
+
+def test_sampled_pairs_are_flagged_with_their_interval(causal_run, tmp_path):
+    out = tmp_path / "sampled"
+    assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(out), "--max-pairs", "500"]) == 0
+    table = pd.read_csv(out / "correlation.csv")
+    assert (table.n_pairs == 500).all() and not table.exact.any() and (table.ci95 > 0).all()
+    summary = json.loads((out / "summary.json").read_text())
+    assert not summary["pairs"]["exact"] and "ci95" in summary["pairs"]["sampling"]
+
+
+def test_bad_report_requests_are_one_line_errors(causal_run, tmp_path, capsys):
+    out = tmp_path / "exists"
+    assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "already exists; pass --overwrite" in error
+    assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(out), "--overwrite"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exists"]   # no staging directory left behind
+
+    foreign = tmp_path / "notes"
+    foreign.mkdir()
+    (foreign / "thesis.tex").write_text("keep me")
+    assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(foreign), "--overwrite"]) == 2
+    assert "not a qkviz report directory" in capsys.readouterr().err
+    assert (foreign / "thesis.tex").read_text() == "keep me"
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "progress.json").write_text("{}")
+    assert main(["-q", "report", "--run", str(broken), "--out", str(tmp_path / "r2")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "interrupted extraction" in error
+
+
+@pytest.mark.slow
+def test_minilm_mean_correlation_after_translation_is_negative_and_reported(tmp_path):
+    run = qkviz.extract("minilm", CORPUS, tmp_path / "minilm", max_tokens=1500).run
+    out = tmp_path / "report"
+    assert main(["-q", "report", "--run", str(run.path), "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model"] and summary["n_layers"] * summary["n_heads"] == 72
+    for space in ("translated", "translated+scaled"):
+        assert summary["model_means"][space]["pearson"] < 0
+        assert summary["model_means"][space]["query_spearman"] < 0
+    page = (out / "index.html").read_text()
+    assert "-0.938" in page and "translated+scaled" in page
