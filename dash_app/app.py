@@ -1,0 +1,318 @@
+"""The app shell: ``create_app(run_paths)`` -> a ``dash.Dash`` with the three views and search.
+
+One layout holds the three views; which one shows, and everything else a view is drawn from, is
+the :class:`~dash_app.state.ViewState` in a ``dcc.Store``, mirrored in the URL. One callback
+(:func:`next_state`) turns every user action -- a control, a click, the URL -- into the next
+state; each view redraws from the state in its own callback, which calls plain figure functions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import dash
+import numpy as np
+from dash import Input, Output, Patch, State, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+
+from dash_app import ids, matrix_view, sentence_view, single_view
+from dash_app.figures import message_figure, point_event_js
+from dash_app.run_data import RunData, unique_names
+from dash_app.search import TokenSearch
+from dash_app.state import (ViewState, open_head, select_point, select_run, select_sentence, step_head, step_layer,
+                            validate)
+from dash_app.url_state import parse_url, to_url
+from qkviz.errors import QkvizError
+from qkviz.projectors import DIMENSIONS, METHODS
+from qkviz.run import open_run
+
+logger = logging.getLogger(__name__)
+
+NO_MATCHES = np.zeros(0, dtype=np.int64)
+METHOD_LABELS = {"tsne": "t-SNE", "umap": "UMAP", "pca": "PCA"}
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 0 16px; color: #222; }
+.topbar, .controls { display: flex; flex-wrap: wrap; align-items: center; gap: 8px 12px; margin: 8px 0; }
+.topbar .brand { font-size: 20px; font-weight: 700; margin-right: 8px; }
+.message { color: #8a4b00; margin: 4px 0; }
+.notice { background: #fff4d6; border: 1px solid #e0c070; padding: 4px 8px; margin: 4px 0; }
+.info, .hint { color: #555; font-size: 13px; }
+.single-body { display: flex; gap: 12px; }
+.side-panel { width: 300px; flex: 0 0 300px; font-size: 13px; }
+.excerpt { margin: 4px 0; color: #333; }
+.sentence-body { display: flex; flex-wrap: wrap; gap: 12px; }
+table.correlations td, table.correlations th { padding: 1px 6px; text-align: right; }
+#search-count { font-weight: 600; min-width: 80px; }
+"""
+INDEX = """<!DOCTYPE html>
+<html><head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}<style>""" + STYLE + """</style></head>
+<body>{%app_entry%}<footer>{%config%}{%scripts%}{%renderer%}</footer></body></html>"""
+
+
+def open_runs(run_paths: list[Path]) -> list[RunData]:
+    """Open every run (a QkvizError names the first that cannot be read)."""
+    if not run_paths:
+        raise QkvizError("give at least one run: 'qkviz serve --run runs/minilm'")
+    names = unique_names([Path(path) for path in run_paths])
+    return [RunData(open_run(path), name) for path, name in zip(run_paths, names)]
+
+
+def create_app(run_paths: list[Path]) -> dash.Dash:
+    """The app over the given run directories; the runs are opened now, their vectors read on demand."""
+    return build_app(open_runs(run_paths))
+
+
+def build_app(runs: list[RunData]) -> dash.Dash:
+    searches = [TokenSearch(data.search_text, lambda method, data=data: data.all_layouts(method).points)
+                for data in runs]
+    app = dash.Dash(__name__, title="qkviz", update_title=None, index_string=INDEX, serve_locally=True)
+    app.layout = shell_layout(runs)
+    register_state_callback(app, runs)
+    register_view_callbacks(app, runs, searches)
+    return app
+
+
+def shell_layout(runs: list[RunData]) -> html.Div:
+    return html.Div([
+        dcc.Location(id=ids.URL, refresh=False),
+        dcc.Store(id=ids.STATE),
+        dcc.Store(id=ids.MATRIX_RENDERED),
+        dcc.Store(id=ids.SINGLE_RENDERED),
+        *(dcc.Store(id=store) for store in POINT_EVENTS),
+        html.Div(className="topbar", children=[
+            html.Span("qkviz", className="brand"),
+            dcc.Dropdown(id=ids.RUN_SELECT, options=[{"label": data.name, "value": index}
+                                                     for index, data in enumerate(runs)],
+                         value=0, clearable=False, style={"width": "180px"}),
+            dcc.Tabs(id=ids.VIEW_TABS, value="matrix", children=[
+                dcc.Tab(label="Matrix", value="matrix"), dcc.Tab(label="Single head", value="single"),
+                dcc.Tab(label="Sentence", value="sentence")], style={"width": "420px", "height": "40px"}),
+            dcc.Dropdown(id=ids.METHOD_SELECT, clearable=False, style={"width": "210px"}),
+            dcc.RadioItems(id=ids.DIM_SELECT, options=[{"label": f"{dim}D", "value": dim} for dim in DIMENSIONS],
+                           value=2, inline=True),
+            dcc.Input(id=ids.SEARCH_INPUT, type="search", placeholder="search a token", debounce=0.3, value="",
+                      maxLength=100, style={"width": "180px"}),
+            dcc.Checklist(id=ids.SEARCH_SUBSTRING, options=[{"label": "substring", "value": "substring"}],
+                          value=[], inline=True),
+            html.Span(id=ids.SEARCH_COUNT),
+        ]),
+        html.Div(id=ids.NOTICE),
+        html.Div(id=ids.RUN_INFO, className="info"),
+        matrix_view.layout(),
+        single_view.layout(),
+        sentence_view.layout(),
+    ])
+
+
+# -- state ------------------------------------------------------------------------------------
+#: controls whose value is a state field as is
+FIELD_CONTROLS = {ids.VIEW_TABS: "view", ids.METHOD_SELECT: "method", ids.DIM_SELECT: "dim",
+                  ids.COLOUR_SELECT: "colour", ids.SEARCH_INPUT: "search", ids.MATRIX_SORT: "sort",
+                  ids.LAYER_SELECT: "layer", ids.HEAD_SELECT: "head"}
+STEPS = {ids.PREV_HEAD: (step_head, -1), ids.NEXT_HEAD: (step_head, 1),
+         ids.LAYER_UP: (step_layer, -1), ids.LAYER_DOWN: (step_layer, 1)}
+
+
+#: store -> (graph, event property) it is filled from by :func:`~dash_app.figures.point_event_js`
+POINT_EVENTS = {ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData"), ids.SINGLE_CLICK: (ids.SINGLE_GRAPH, "clickData"),
+                ids.SINGLE_HOVER_POINT: (ids.SINGLE_GRAPH, "hoverData"),
+                ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")}
+
+
+def clicked(event: dict | None) -> tuple[int, int] | None:
+    """``(curve number, customdata)`` of a point event (``{curve, customdata, timestamp}``), or None."""
+    try:
+        return int(event["curve"]), int(event["customdata"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def next_state(trigger: str | None, value, current: dict | None, url_search: str | None,
+               runs: list[RunData]) -> tuple[ViewState, list[str]]:
+    """The state after one user action, and the notices to show (only a URL makes notices).
+
+    ``trigger`` is the id of the component that changed (None on first load) and ``value`` its
+    new property value (for graphs, the click data)."""
+    shapes = [data.shape for data in runs]
+    if trigger in (None, ids.URL) or current is None:
+        return parse_url(url_search, shapes)
+    state = ViewState.from_dict(current)
+    data, shape = runs[state.run], shapes[state.run]
+    if trigger == ids.RUN_SELECT:
+        if isinstance(value, int) and 0 <= value < len(runs) and value != state.run:
+            state = select_run(state, value, shapes[value])
+    elif trigger in FIELD_CONTROLS and value is not None:
+        state = replace(state, **{FIELD_CONTROLS[trigger]: value})
+    elif trigger == ids.SEARCH_SUBSTRING:
+        state = replace(state, substring="substring" in (value or []))
+    elif trigger in STEPS:
+        step, delta = STEPS[trigger]
+        state = step(state, delta, shape)
+    elif trigger == ids.MATRIX_CLICK and clicked(value):
+        state = open_head(state, clicked(value)[1], shape)
+    elif trigger == ids.SINGLE_CLICK and clicked(value):
+        point = clicked(value)[1]
+        if 0 <= point < 2 * shape.n_tokens:
+            state = select_point(state, point, data.sentence_of(point % shape.n_tokens), shape)
+    elif trigger == ids.SENTENCE_CLICK and clicked(value) and clicked(value)[0] < 2:
+        side, local = clicked(value)
+        rows = data.sentence_rows(state.sentence)
+        if 0 <= local < len(rows):
+            state = select_point(state, int(rows[local]) + side * shape.n_tokens, state.sentence, shape)
+    elif trigger == ids.SENTENCE_SELECT and isinstance(value, int):
+        state = select_sentence(state, value, shape)
+    elif trigger == ids.OPEN_SENTENCE:
+        state = replace(state, view="sentence")
+    return validate(state, shape, ViewState(run=state.run, method=shape.default_method)), []
+
+
+def method_options(data: RunData) -> list[dict]:
+    """``"t-SNE (72/72 heads)"`` per method: how many heads have its 2D layout cached."""
+    available, total = data.available(), data.n_total_heads
+    return [{"label": f"{METHOD_LABELS[method]} ({available[(method, 2)]}/{total} heads)", "value": method}
+            for method in METHODS]
+
+
+def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
+    value_controls = [(ids.RUN_SELECT, "value"), *((control, "value") for control in FIELD_CONTROLS),
+                      (ids.SEARCH_SUBSTRING, "value"), (ids.SENTENCE_SELECT, "value")]
+    event_inputs = [(ids.MATRIX_CLICK, "data"), (ids.SINGLE_CLICK, "data"), (ids.SENTENCE_CLICK, "data"),
+                    *((button, "n_clicks") for button in STEPS),
+                    (ids.OPEN_SENTENCE, "n_clicks")]
+
+    @app.callback(
+        Output(ids.STATE, "data"), Output(ids.URL, "search"), Output(ids.NOTICE, "children"),
+        *(Output(control, prop) for control, prop in value_controls),
+        Output(ids.LAYER_SELECT, "options"), Output(ids.HEAD_SELECT, "options"),
+        Output(ids.SENTENCE_SELECT, "options"), Output(ids.METHOD_SELECT, "options"), Output(ids.RUN_INFO, "children"),
+        Output(ids.MATRIX_VIEW, "style"), Output(ids.SINGLE_VIEW, "style"), Output(ids.SENTENCE_VIEW, "style"),
+        Input(ids.URL, "search"),
+        *(Input(control, prop) for control, prop in value_controls),
+        *(Input(control, prop) for control, prop in event_inputs),
+        State(ids.STATE, "data"),
+    )
+    def update_state(url_search, *values):
+        current = values[-1]
+        inputs = dict(zip([control for control, _ in value_controls + event_inputs], values[:-1]))
+        trigger = dash.ctx.triggered_id
+        state, notices = next_state(trigger, inputs.get(trigger), current, url_search, runs)
+        previous = ViewState.from_dict(current) if current else None
+        data = runs[state.run]
+        controls = {ids.RUN_SELECT: state.run, **{control: getattr(state, name)
+                                                  for control, name in FIELD_CONTROLS.items()},
+                    ids.SEARCH_SUBSTRING: ["substring"] if state.substring else [],
+                    ids.SENTENCE_SELECT: state.sentence}
+        # a control showing what the state holds is left alone (rewriting a text box being typed in loses keys)
+        control_outputs = [no_update if inputs[control] == controls[control] else controls[control]
+                           for control, _ in value_controls]
+        run_changed = previous is None or previous.run != state.run
+        options = [[{"label": str(i), "value": i} for i in range(data.run.n_layers)],
+                   [{"label": str(i), "value": i} for i in range(data.run.n_heads)],
+                   sentence_view.sentence_options(data), method_options(data), run_summary(data)]
+        options = options if run_changed else [no_update] * 3 + options[3:4] + [no_update]
+        styles = [{"display": "block" if state.view == view else "none"} for view in ("matrix", "single", "sentence")]
+        notice = html.Div([html.Div(text) for text in notices], className="notice") if notices else None
+        return (state.as_dict(), to_url(state, [d.shape for d in runs]), notice, *control_outputs, *options, *styles)
+
+
+def run_summary(data: RunData) -> str:
+    run = data.run
+    return (f"{data.name}: {run.model_id} ({run.family}, {'causal' if run.is_causal else 'bidirectional'}), "
+            f"{run.n_layers} layers × {run.n_heads} heads, {run.n_tokens:,} tokens, {run.n_sentences:,} sentences")
+
+
+# -- views ------------------------------------------------------------------------------------
+def search_count_text(searches: list[TokenSearch], state: ViewState) -> str:
+    if not state.search.strip():
+        return ""
+    count = searches[state.run].find(state.search, state.substring).count
+    return f"{count} result" if count == 1 else f"{count} results"
+
+
+def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -> None:
+    def matches_of(state: ViewState):
+        if not state.search.strip():
+            return None
+        return searches[state.run].find(state.search, state.substring).tokens
+
+    @app.callback(Output(ids.SEARCH_COUNT, "children"), Input(ids.STATE, "data"))
+    def show_search_count(current):
+        return search_count_text(searches, ViewState.from_dict(current))
+
+    @app.callback(Output(ids.MATRIX_GRAPH, "figure"), Output(ids.MATRIX_MESSAGE, "children"),
+                  Output(ids.MATRIX_RENDERED, "data"), Input(ids.STATE, "data"), State(ids.MATRIX_RENDERED, "data"))
+    def draw_matrix(current, rendered):
+        state = ViewState.from_dict(current)
+        key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort]
+        if state.view != "matrix" or key == rendered:
+            raise PreventUpdate
+        data, matches = runs[state.run], matches_of(state)
+        clusters = (searches[state.run].clusters(state.search, state.substring, state.method)
+                    if matches is not None else None)
+        figure, message = matrix_view.render_matrix(data, state, clusters, matches)
+        return figure, message, key
+
+    @app.callback(Output(ids.SINGLE_GRAPH, "figure"), Output(ids.SINGLE_INFO, "children"),
+                  Output(ids.SINGLE_MESSAGE, "children"), Output(ids.SINGLE_CORRELATION, "children"),
+                  Output(ids.SINGLE_RENDERED, "data"),
+                  Input(ids.STATE, "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
+                  Input(ids.THRESHOLD, "value"), State(ids.SINGLE_RENDERED, "data"))
+    def draw_single(current, options, top_k, threshold, rendered):
+        state = ViewState.from_dict(current)
+        if state.view != "single":
+            raise PreventUpdate
+        data = runs[state.run]
+        top_k = single_view.DEFAULT_TOP_K if top_k is None else int(top_k)
+        threshold = single_view.DEFAULT_THRESHOLD if threshold is None else float(threshold)
+        base_key = [state.run, state.layer, state.head, state.method, state.dim, state.colour,
+                    state.search.strip().lower(), state.substring, sorted(options or [])]
+        overlay_key = [state.point, top_k, threshold]
+        key = {"base": base_key, "overlay": overlay_key}
+        if rendered == key:
+            raise PreventUpdate
+        if rendered and rendered.get("base") == base_key and rendered.get("ok"):
+            return overlay_patch(data, state, top_k, threshold), no_update, no_update, no_update, {**key, "ok": True}
+        matches = matches_of(state)
+        try:
+            figure = single_view.render_single(data, state, options or [], NO_MATCHES if matches is None else matches,
+                                               top_k, threshold)
+        except QkvizError as error:
+            return (message_figure(), single_view.info_line(data), str(error),
+                    single_view.correlation_panel(data, state.layer, state.head), {**key, "ok": False})
+        return (figure, single_view.info_line(data), "", single_view.correlation_panel(data, state.layer, state.head),
+                {**key, "ok": True})
+
+    def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float) -> Patch:
+        coordinates = data.layout(state.layer, state.head, state.method, state.dim)
+        patch = Patch()
+        overlays = single_view.overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold)
+        for slot, trace in zip(range(single_view.OVERLAY_SLOTS.start, single_view.OVERLAY_SLOTS.stop), overlays):
+            patch["data"][slot] = trace
+        return patch
+
+    @app.callback(Output(ids.SINGLE_HOVER, "children"), Input(ids.SINGLE_HOVER_POINT, "data"), State(ids.STATE, "data"))
+    def show_hover(hover, current):
+        target = clicked(hover)
+        if target is None:
+            raise PreventUpdate
+        return single_view.hover_details(runs[ViewState.from_dict(current).run], ViewState.from_dict(current), target[1])
+
+    @app.callback(Output(ids.SENTENCE_GRAPH, "figure"), Output(ids.AGGREGATE_GRAPH, "figure"),
+                  Output(ids.SENTENCE_MESSAGE, "children"),
+                  Input(ids.STATE, "data"), Input(ids.SENTENCE_OPTIONS, "value"))
+    def draw_sentence(current, options):
+        state = ViewState.from_dict(current)
+        if state.view != "sentence":
+            raise PreventUpdate
+        data, options = runs[state.run], options or []
+        figure, message = sentence_view.render_sentence(data, state, options)
+        average = data.aggregate(state.layer, state.head, "first" in options, "special" in options,
+                                 "value_norm" in options)
+        return figure, sentence_view.aggregate_figure(average, state.layer, state.head), message
+
+    for store, (graph, event) in POINT_EVENTS.items():
+        app.clientside_callback(point_event_js(graph), Output(store, "data"), Input(graph, event))
+    app.clientside_callback(sentence_view.HOVER_JS, Output(ids.SENTENCE_HOVER_SINK, "data"),
+                            Input(ids.SENTENCE_GRAPH, "hoverData"))

@@ -1,0 +1,65 @@
+"""Attention as the sentence view draws it: hidden tokens, value-norm weighting, corpus averages.
+
+All functions take and return numpy arrays; shapes are ``[query, key]`` for one sentence and
+``[query position, key position]`` for the corpus average.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qkviz.attention import attention_probs
+from qkviz.run import Run
+
+#: the corpus average covers query and key positions below this
+AGGREGATE_POSITIONS = 64
+
+
+def hidden_tokens(positions: np.ndarray, is_special: np.ndarray, hide_first: bool, hide_special: bool) -> np.ndarray:
+    """bool ``[token]``: the tokens the view leaves out (the first one, the special ones, or both)."""
+    hidden = np.zeros(len(positions), dtype=bool)
+    if hide_first:
+        hidden |= positions == 0
+    if hide_special:
+        hidden |= np.asarray(is_special, dtype=bool)
+    return hidden
+
+
+def adjusted_attention(attention: np.ndarray, hidden: np.ndarray, value_norms: np.ndarray | None = None
+                       ) -> np.ndarray:
+    """``[query, key]`` weights with hidden keys removed, optionally times each key's value norm
+    (``[key]``), every visible query's row renormalised to sum 1; hidden queries' rows are 0."""
+    weights = np.array(attention, dtype=np.float64)
+    weights[:, hidden] = 0.0
+    if value_norms is not None:
+        weights *= np.asarray(value_norms, dtype=np.float64)[None, :]
+    totals = weights.sum(axis=1, keepdims=True)
+    weights = np.divide(weights, totals, out=np.zeros_like(weights), where=totals > 0)
+    weights[hidden] = 0.0
+    return weights
+
+
+def aggregate_attention(run: Run, layer: int, head: int, hide_first: bool = False, hide_special: bool = False,
+                        by_value_norm: bool = False, positions: int = AGGREGATE_POSITIONS) -> np.ndarray:
+    """float64 ``[query position, key position]``: the head's (adjusted) attention averaged over the
+    corpus's sentences, for positions below ``positions``; NaN where no sentence has the pair.
+
+    Queries and keys are read once; each sentence's attention is recomputed from them exactly as
+    :meth:`Run.attention` does."""
+    queries, keys = run.queries(layer, head), run.keys(layer, head)
+    norms = run.value_norms(layer, head) if by_value_norm else None
+    tokens = run.tokens
+    token_positions, specials = tokens.position.to_numpy(), tokens.is_special.to_numpy()
+    totals = np.zeros((positions, positions))
+    counts = np.zeros((positions, positions))
+    settings = dict(causal=run.is_causal, sliding_window=run.sliding_window(layer), softcap=run.softcap(layer))
+    for first, count in zip(run.sentences.first_token.to_numpy(), run.sentences.n_tokens.to_numpy()):
+        rows = slice(int(first), int(first + count))
+        attention = attention_probs(queries[rows], keys[rows], run.scale(layer), **settings)
+        hidden = hidden_tokens(token_positions[rows], specials[rows], hide_first, hide_special)
+        weights = adjusted_attention(attention, hidden, None if norms is None else norms[rows])
+        shown = min(int(count), positions)
+        visible = ~hidden[:shown]
+        totals[:shown, :shown] += weights[:shown, :shown]
+        counts[:shown, :shown] += visible[:, None] & visible[None, :]
+    return np.divide(totals, counts, out=np.full_like(totals, np.nan), where=counts > 0)

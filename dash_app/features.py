@@ -1,0 +1,68 @@
+"""Per-token colour features, computed once per run from its token table (numpy / pandas only).
+
+Every feature is one float32 value per token (``[token]``); a point of the joint layout takes its
+token's value, queries and keys alike. The vector norm is per head and comes from the run's
+vectors instead (see :meth:`dash_app.run_data.RunData.norms`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: colour option -> label shown in the app. "type" is query vs key; "norm" is per head.
+COLOURS = {
+    "type": "query vs key",
+    "position": "normalised position",
+    "position_mod5": "position mod 5",
+    "punctuation": "punctuation / special token",
+    "norm": "vector norm",
+    "token_length": "token length",
+    "sentence_length": "sentence length",
+    "frequency": "token frequency in the corpus",
+}
+#: features drawn on a log10 scale (their values span orders of magnitude).
+LOG_SCALE = {"frequency"}
+PUNCTUATION_CLASSES = ("word", "punctuation", "special token")
+_PUNCTUATION = r"^[^\w\s]+$"
+
+
+def normalised_text(tokens: pd.DataFrame) -> np.ndarray:
+    """``[token]`` object array: each token's text, stripped of surrounding spaces and lower-cased."""
+    return tokens.token.astype(str).str.strip().str.lower().to_numpy(dtype=object)
+
+
+def token_features(tokens: pd.DataFrame) -> pd.DataFrame:
+    """One row per token: position, position_mod5, punctuation, token_length, sentence_length, frequency.
+
+    ``position`` is the position within the sentence divided by the sentence's last position (0 to
+    1); ``punctuation`` is 0 for a word piece, 1 for punctuation, 2 for a special token."""
+    text = tokens.token.astype(str).str.strip()
+    sentence_length = tokens.groupby("sentence").position.transform("size").to_numpy()
+    punctuation = np.where(tokens.is_special.to_numpy(), 2, text.str.match(_PUNCTUATION).to_numpy().astype(int))
+    lowered = pd.Series(normalised_text(tokens))
+    frequency = lowered.map(lowered.value_counts()).to_numpy()
+    features = {
+        "position": tokens.position.to_numpy() / np.maximum(sentence_length - 1, 1),
+        "position_mod5": tokens.position.to_numpy() % 5,
+        "punctuation": punctuation,
+        "token_length": text.str.len().to_numpy(),
+        "sentence_length": sentence_length,
+        "frequency": frequency,
+    }
+    return pd.DataFrame({name: np.asarray(values, dtype=np.float32) for name, values in features.items()})
+
+
+def colour_values(values: np.ndarray, colour: str) -> np.ndarray:
+    """The float32 values a colour scale maps (``log10`` for :data:`LOG_SCALE` features)."""
+    values = np.asarray(values, dtype=np.float32)
+    return np.log10(np.maximum(values, 1)).astype(np.float32) if colour in LOG_SCALE else values
+
+
+def describe_value(colour: str, value: float) -> str:
+    """A feature value as a person reads it (``"punctuation"`` rather than ``1.0``)."""
+    if colour == "punctuation":
+        return PUNCTUATION_CLASSES[int(value)]
+    if colour in ("position_mod5", "token_length", "sentence_length", "frequency"):
+        return str(int(value))
+    return f"{value:.3g}"

@@ -1,0 +1,58 @@
+"""Every component id of the app, in one place (the first five are stable, for tests and users)."""
+
+MATRIX_VIEW = "matrix-view"
+SINGLE_VIEW = "single-view"
+SENTENCE_VIEW = "sentence-view"
+SEARCH_INPUT = "search-input"
+SEARCH_COUNT = "search-count"
+
+# shell
+URL = "url"
+STATE = "view-state"
+NOTICE = "notice"
+RUN_SELECT = "run-select"
+VIEW_TABS = "view-tabs"
+METHOD_SELECT = "method-select"
+DIM_SELECT = "dim-select"
+COLOUR_SELECT = "colour-select"
+SEARCH_SUBSTRING = "search-substring"
+RUN_INFO = "run-info"
+
+# {curve, customdata, timestamp} of the last click / hover on a graph (see figures.POINT_EVENT_JS)
+MATRIX_CLICK = "matrix-click"
+SINGLE_CLICK = "single-click"
+SINGLE_HOVER_POINT = "single-hover-point"
+SENTENCE_CLICK = "sentence-click"
+
+# matrix view
+MATRIX_GRAPH = "matrix-graph"
+MATRIX_SORT = "matrix-sort"
+MATRIX_MESSAGE = "matrix-message"
+MATRIX_RENDERED = "matrix-rendered"
+
+# single-head view
+SINGLE_GRAPH = "single-graph"
+SINGLE_TITLE = "single-title"
+SINGLE_INFO = "single-info"
+SINGLE_MESSAGE = "single-message"
+SINGLE_HOVER = "single-hover"
+SINGLE_CORRELATION = "single-correlation"
+SINGLE_OPTIONS = "single-options"
+SINGLE_RENDERED = "single-rendered"
+LAYER_SELECT = "layer-select"
+HEAD_SELECT = "head-select"
+PREV_HEAD = "prev-head"
+NEXT_HEAD = "next-head"
+LAYER_UP = "layer-up"
+LAYER_DOWN = "layer-down"
+TOP_K = "top-k"
+THRESHOLD = "threshold"
+OPEN_SENTENCE = "open-sentence"
+
+# sentence view
+SENTENCE_SELECT = "sentence-select"
+SENTENCE_OPTIONS = "sentence-options"
+SENTENCE_GRAPH = "sentence-graph"
+SENTENCE_MESSAGE = "sentence-message"
+AGGREGATE_GRAPH = "aggregate-graph"
+SENTENCE_HOVER_SINK = "sentence-hover-sink"

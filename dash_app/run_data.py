@@ -1,0 +1,218 @@
+"""Per-run data the app's callbacks read: cached layouts, norms, token features, correlations.
+
+A :class:`RunData` wraps one opened :class:`qkviz.run.Run`. Token features and the search text
+are computed once when the app starts (from the token table only); everything per head is read
+on first use and kept in small LRU caches: vectors stay memory-mapped, and no projection is ever
+computed here -- a missing one raises the run's :class:`QkvizError` naming the ``qkviz project``
+command that makes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from functools import lru_cache, partial
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dash_app.attention_maps import aggregate_attention
+from dash_app.features import normalised_text, token_features
+from dash_app.figures import plotly_texts
+from qkviz.projection_cache import ProjectionCache, ProjectionSpec
+from qkviz.projectors import DIMENSIONS, METHODS, resolve_params
+from qkviz.run import Run
+
+logger = logging.getLogger(__name__)
+
+#: preferred projection when the URL names none: the first of these with every head cached.
+METHOD_PREFERENCE = ("tsne", "umap", "pca")
+#: points drawn per head in the matrix view: at most this many tokens (each a query and a key) ...
+MATRIX_TOKENS_PER_HEAD = 500
+#: ... and at most this many points over all heads (one WebGL canvas draws them all).
+MATRIX_POINT_BUDGET = 120_000
+#: seconds for which the count of cached layouts is reused
+AVAILABLE_TTL = 5.0
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What the URL is validated against: the run's name and sizes, and its default projection."""
+
+    name: str
+    n_layers: int
+    n_heads: int
+    n_tokens: int
+    n_sentences: int
+    default_method: str
+
+
+@dataclass(frozen=True)
+class HeadLayouts:
+    """Every head's 2D layout of one method, each normalised into the unit square.
+
+    ``points`` is float32 ``[layer * n_heads + head, 2 * n_tokens, 2]`` (queries first, then keys),
+    NaN for heads whose layout is not cached; ``missing`` lists those ``(layer, head)``."""
+
+    method: str
+    points: np.ndarray
+    missing: tuple[tuple[int, int], ...]
+
+
+def normalise_layout(coordinates: np.ndarray, low: float = 0.5, high: float = 99.5) -> np.ndarray:
+    """``[n, 2]`` -> ``[n, 2]`` float32 in the unit square, aspect kept, centred; the outer
+    ``low`` / ``100 - high`` percent of each axis is clipped to the edge so outliers cannot shrink the rest."""
+    lower = np.nanpercentile(coordinates, low, axis=0)
+    upper = np.nanpercentile(coordinates, high, axis=0)
+    span = float(np.max(upper - lower)) or 1.0
+    centred = (coordinates - (lower + upper) / 2) / span + 0.5
+    return np.clip(centred, 0.0, 1.0).astype(np.float32)
+
+
+def unique_names(paths: list[Path]) -> list[str]:
+    """Directory names, made unique with ``-2``, ``-3`` ... in the order given."""
+    names: list[str] = []
+    for path in paths:
+        name, suffix = Path(path).resolve().name or "run", 2
+        candidate = name
+        while candidate in names:
+            candidate, suffix = f"{name}-{suffix}", suffix + 1
+        names.append(candidate)
+    return names
+
+
+class RunData:
+    """One run as the app sees it."""
+
+    def __init__(self, run: Run, name: str):
+        self.run = run
+        self.name = name
+        self.tokens: pd.DataFrame = run.tokens
+        self.sentences: pd.DataFrame = run.sentences
+        self.features = token_features(self.tokens)
+        self.search_text = normalised_text(self.tokens)
+        self.display_text = plotly_texts(self.tokens.token)   # [token] labels, escaped for Plotly
+        self._cache = ProjectionCache(run.path, run.manifest["fingerprint"])
+        self._all_layouts: dict[str, HeadLayouts] = {}
+        self._correlations: tuple[float, pd.DataFrame | None] | None = None
+        self._available: tuple[float, dict[tuple[str, int], int]] = (-np.inf, {})
+        self.layout = lru_cache(maxsize=32)(self._layout)
+        self.norms = lru_cache(maxsize=32)(self._norms)
+        #: ``aggregate(layer, head, hide_first, hide_special, by_value_norm)``, see :func:`aggregate_attention`
+        self.aggregate = lru_cache(maxsize=16)(partial(aggregate_attention, run))
+
+    @property
+    def n_total_heads(self) -> int:
+        return self.run.n_layers * self.run.n_heads
+
+    @property
+    def shape(self) -> RunShape:
+        return RunShape(self.name, self.run.n_layers, self.run.n_heads, self.run.n_tokens, self.run.n_sentences,
+                        self.default_method())
+
+    # -- what is cached -------------------------------------------------------------------
+    def spec(self, layer: int, head: int, method: str, dim: int) -> ProjectionSpec:
+        """The cache entry ``run.projection(layer, head, method, dim)`` reads (default settings)."""
+        return ProjectionSpec.of(layer, head, method, dim, True, True, **resolve_params(method, {}, dim), seed=0)
+
+    def is_cached(self, layer: int, head: int, method: str, dim: int) -> bool:
+        """Whether the default layout's entry exists (its integrity is checked when it is loaded)."""
+        return (self._cache.directory / f"{self._cache.key(self.spec(layer, head, method, dim))}.json").exists()
+
+    def available(self) -> dict[tuple[str, int], int]:
+        """``{(method, dim): number of heads cached}`` for every method and dimension.
+
+        Re-counted at most every :data:`AVAILABLE_TTL` seconds, so layouts made while the app runs appear."""
+        if time.monotonic() - self._available[0] > AVAILABLE_TTL:
+            self._available = (time.monotonic(), self._count_cached())
+        return self._available[1]
+
+    def _count_cached(self) -> dict[tuple[str, int], int]:
+        return {(method, dim): sum(self.is_cached(layer, head, method, dim)
+                                   for layer in range(self.run.n_layers) for head in range(self.run.n_heads))
+                for method in METHODS for dim in DIMENSIONS}
+
+    def default_method(self) -> str:
+        available = self.available()
+        for method in METHOD_PREFERENCE:
+            if available[(method, 2)] == self.n_total_heads:
+                return method
+        return max(METHOD_PREFERENCE, key=lambda method: available[(method, 2)])
+
+    # -- per head ---------------------------------------------------------------------------
+    def _layout(self, layer: int, head: int, method: str, dim: int) -> np.ndarray:
+        """``[2 * n_tokens, dim]`` float32, queries first; QkvizError naming the command when missing."""
+        return self.run.projection(layer, head, method, dim)
+
+    def _norms(self, layer: int, head: int) -> np.ndarray:
+        """``[2 * n_tokens]`` float32: each query's norm, then each key's."""
+        return np.concatenate([np.linalg.norm(self.run.queries(layer, head), axis=1),
+                               np.linalg.norm(self.run.keys(layer, head), axis=1)]).astype(np.float32)
+
+    def all_layouts(self, method: str) -> HeadLayouts:
+        """Every head's normalised 2D layout of ``method`` (read once, then kept)."""
+        known = self._all_layouts.get(method)
+        if known is None or any(self.is_cached(layer, head, method, 2) for layer, head in known.missing):
+            points = np.full((self.n_total_heads, 2 * self.run.n_tokens, 2), np.nan, dtype=np.float32)
+            missing = []
+            for layer in range(self.run.n_layers):
+                for head in range(self.run.n_heads):
+                    if not self.is_cached(layer, head, method, 2):
+                        missing.append((layer, head))
+                        continue
+                    points[layer * self.run.n_heads + head] = normalise_layout(self.run.projection(layer, head, method, 2))
+            self._all_layouts[method] = HeadLayouts(method, points, tuple(missing))
+            logger.info("%s: read %s 2D layouts of %d heads", self.name, method, self.n_total_heads - len(missing))
+        return self._all_layouts[method]
+
+    def matrix_sample(self) -> np.ndarray:
+        """Sorted int64 ``[m]`` token indices drawn in the matrix view, the same for every head (seeded)."""
+        budget = max(50, MATRIX_POINT_BUDGET // (2 * self.n_total_heads))
+        count = min(self.run.n_tokens, MATRIX_TOKENS_PER_HEAD, budget)
+        return np.sort(np.random.default_rng(0).choice(self.run.n_tokens, size=count, replace=False))
+
+    # -- sentences ----------------------------------------------------------------------------
+    def sentence_of(self, token: int) -> int:
+        return int(self.tokens.sentence.iat[token])
+
+    def sentence_rows(self, sentence: int) -> np.ndarray:
+        """int64 token indices of ``sentence``, in order."""
+        rows = self.run.sentence_tokens(sentence)
+        return np.arange(rows.start, rows.stop)
+
+    # -- correlation report -------------------------------------------------------------------
+    def correlations(self) -> pd.DataFrame | None:
+        """The correlation report's table (layer, head, space, n_pairs, pearson, spearman, ...), or None.
+
+        Re-read when the report's file changes, so a report made while the app runs shows up."""
+        try:
+            from qkviz.correlation import STORED_TABLE, stored_correlations
+        except ImportError:
+            return None
+        path = self.run.path / STORED_TABLE
+        stamp = path.stat().st_mtime if path.exists() else -1.0
+        if self._correlations is None or self._correlations[0] != stamp:
+            self._correlations = (stamp, stored_correlations(self.run) if stamp >= 0 else None)
+        return self._correlations[1]
+
+    def correlation_space(self, method: str, dim: int = 2) -> str | None:
+        """The report's space for this layout (``"tsne-2d"``), else the projected space, else None."""
+        table = self.correlations()
+        if table is None:
+            return None
+        spaces = set(table.space)
+        for space in (f"{method}-{dim}d", "translated+scaled"):
+            if space in spaces:
+                return space
+        return None
+
+    def correlation_grid(self, space: str) -> np.ndarray:
+        """float64 ``[layer * n_heads + head]``: the report's Pearson correlation in ``space`` (NaN if absent)."""
+        grid = np.full(self.n_total_heads, np.nan)
+        table = self.correlations()
+        if table is not None:
+            rows = table[table.space == space]
+            grid[rows["layer"].to_numpy() * self.run.n_heads + rows["head"].to_numpy()] = rows.pearson.to_numpy()
+        return grid

@@ -1,0 +1,90 @@
+"""Global token search: which tokens match, and how many clusters the matches form in each head.
+
+A query matches a token's text case-insensitively, surrounding spaces ignored: the whole token
+by default, or any token containing it (``substring``). The cluster count of a head is the number
+of connected groups the matched queries and keys form in its normalised 2D layout: the unit
+square is cut into ``grid`` x ``grid`` cells, and occupied cells that touch (sides or corners)
+join one cluster -- single-linkage clustering at a radius of about one cell, for every head at
+once with one labelling pass. Few clusters suggest a head that groups the token by meaning; many,
+one that spreads it by position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy import ndimage
+
+#: cells per side of the grid the cluster count is taken on (a cluster radius of ~4% of the layout).
+CLUSTER_GRID = 24
+#: in-plane neighbours only: clusters never join across heads.
+_IN_PLANE = np.zeros((3, 3, 3), dtype=bool)
+_IN_PLANE[1] = True
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The tokens matching one query: int64 ``[n_matches]`` indices into the run's token table."""
+
+    query: str
+    substring: bool
+    tokens: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return int(len(self.tokens))
+
+
+def find_tokens(search_text: np.ndarray, query: str, substring: bool = False) -> np.ndarray:
+    """int64 indices of the tokens whose normalised text (``[token]``, stripped, lower-case) matches."""
+    needle = (query or "").strip().lower()
+    if not needle:
+        return np.zeros(0, dtype=np.int64)
+    if substring:
+        matched = np.fromiter((needle in text for text in search_text), dtype=bool, count=len(search_text))
+    else:
+        matched = search_text == needle
+    return np.flatnonzero(matched).astype(np.int64)
+
+
+def cluster_counts(points: np.ndarray, tokens: np.ndarray, grid: int = CLUSTER_GRID) -> np.ndarray:
+    """int64 ``[head]``: clusters formed by the tokens' queries and keys in each head's layout.
+
+    ``points`` is ``[head, 2 * n_tokens, 2]`` in the unit square (queries first; NaN for a head
+    without a layout, which gets -1)."""
+    n_heads, n_points = points.shape[:2]
+    counts = np.zeros(n_heads, dtype=np.int64)
+    missing = np.isnan(points[:, 0, 0])
+    if len(tokens):
+        chosen = points[:, np.concatenate([tokens, tokens + n_points // 2])]        # [head, match, 2]
+        cells = np.clip(np.nan_to_num(chosen * grid).astype(np.int64), 0, grid - 1)
+        occupied = np.zeros((n_heads, grid, grid), dtype=bool)
+        heads = np.repeat(np.arange(n_heads), cells.shape[1])
+        occupied[heads, cells[..., 0].ravel(), cells[..., 1].ravel()] = True
+        occupied[missing] = False
+        labels, _ = ndimage.label(occupied, structure=_IN_PLANE)
+        # labels are numbered in raster order and never span heads: each head owns a contiguous range
+        last = np.maximum.accumulate(labels.reshape(n_heads, -1).max(axis=1))
+        counts = np.diff(last, prepend=0)
+    counts[missing] = -1
+    return counts
+
+
+class TokenSearch:
+    """Cached search over one run: matches per (query, substring), cluster counts per method too."""
+
+    def __init__(self, search_text: np.ndarray, layouts: Callable[[str], np.ndarray]):
+        self._search_text = search_text
+        self._layouts = layouts
+        self.find = lru_cache(maxsize=64)(self._find)
+        self.clusters = lru_cache(maxsize=64)(self._clusters)
+
+    def _find(self, query: str, substring: bool) -> SearchResult:
+        return SearchResult(query, substring, find_tokens(self._search_text, query, substring))
+
+    def _clusters(self, query: str, substring: bool, method: str) -> np.ndarray:
+        """int64 ``[layer * n_heads + head]`` cluster counts of the matches in ``method``'s 2D layouts."""
+        return cluster_counts(self._layouts(method), self.find(query, substring).tokens)

@@ -1,0 +1,149 @@
+"""Sentence view: one sentence's attention in one head, query tokens left, key tokens right.
+
+Each line joins a query and a key; its opacity is the (adjusted) attention weight. Lines are
+separate traces carrying ``meta = [query position, key position]``, so hovering a token shows
+only its lines in the browser (a clientside callback restyling visibility; no round trip).
+Below it, the head's attention averaged over the corpus by (query position, key position).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from dash import dcc, html
+
+from dash_app import ids
+from dash_app.attention_maps import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens
+from dash_app.figures import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
+from dash_app.run_data import RunData
+from dash_app.state import ViewState
+
+OPTIONS = [{"label": "hide the first token", "value": "first"},
+           {"label": "hide special tokens ([CLS], [SEP], BOS ...)", "value": "special"},
+           {"label": "weight by value norm", "value": "value_norm"}]
+MIN_WEIGHT = 0.02
+MAX_LINES = 400
+ROW_PX = 22
+
+#: hovering a token shows only its lines; leaving shows all again (restyles the lines' visibility)
+HOVER_JS = """
+function(hoverData) {
+    const graph = document.querySelector('#%s .js-plotly-plot');
+    if (!graph || !graph.data) { return window.dash_clientside.no_update; }
+    const lines = [], visible = [];
+    let side = -1, position = -1;
+    if (hoverData && hoverData.points && hoverData.points.length) {
+        const point = hoverData.points[0];
+        const tokens = graph._fullData[point.curveNumber];
+        if (point.curveNumber < 2 && tokens.customdata) {
+            side = point.curveNumber; position = Number(tokens.customdata[point.pointNumber]);
+        }
+    }
+    graph.data.forEach(function(trace, index) {
+        if (trace.meta === undefined || trace.meta === null || index < 2) { return; }
+        lines.push(index);
+        visible.push(side < 0 || trace.meta[side] === position);
+    });
+    if (lines.length) { Plotly.restyle(graph, {visible: visible}, lines); }
+    return window.dash_clientside.no_update;
+}
+""" % ids.SENTENCE_GRAPH
+
+
+def layout() -> html.Div:
+    return html.Div(id=ids.SENTENCE_VIEW, style={"display": "none"}, children=[
+        html.Div(className="controls", children=[
+            html.Label("Sentence"), dcc.Dropdown(id=ids.SENTENCE_SELECT, clearable=False, style={"width": "560px"}),
+            dcc.Checklist(id=ids.SENTENCE_OPTIONS, options=OPTIONS, value=[], inline=True),
+        ]),
+        html.Div(id=ids.SENTENCE_MESSAGE, className="info"),
+        html.Div(className="sentence-body", children=[
+            dcc.Graph(id=ids.SENTENCE_GRAPH, config={"displayModeBar": False}, clear_on_unhover=True,
+                      figure={"data": [], "layout": {"height": 100}}),
+            dcc.Graph(id=ids.AGGREGATE_GRAPH, config={"displaylogo": False},
+                      figure={"data": [], "layout": {"height": 100}}),
+        ]),
+        dcc.Store(id=ids.SENTENCE_HOVER_SINK),
+    ])
+
+
+def sentence_options(data: RunData) -> list[dict]:
+    """Dropdown options: ``"12: The match was delayed ..."`` for every sentence."""
+    texts = data.sentences.text.to_numpy()
+    return [{"label": f"{index}: {text[:90]}{'…' if len(text) > 90 else ''}", "value": index}
+            for index, text in enumerate(texts)]
+
+
+def sentence_weights(data: RunData, layer: int, head: int, sentence: int, options: list[str]
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """``([query, key] adjusted weights, bool [token] hidden)`` of one sentence in one head."""
+    rows = data.sentence_rows(sentence)
+    tokens = data.tokens.iloc[rows]
+    hidden = hidden_tokens(tokens.position.to_numpy(), tokens.is_special.to_numpy(),
+                           "first" in options, "special" in options)
+    norms = data.run.value_norms(layer, head)[rows] if "value_norm" in options else None
+    return adjusted_attention(data.run.attention(layer, head, sentence), hidden, norms), hidden
+
+
+def strongest_pairs(weights: np.ndarray, min_weight: float = MIN_WEIGHT, max_lines: int = MAX_LINES
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``(query, key)`` int arrays of the pairs drawn: weight >= ``min_weight``, the strongest ``max_lines``."""
+    query, key = np.nonzero(weights >= min_weight)
+    strongest = np.argsort(-weights[query, key], kind="stable")[:max_lines]
+    return query[strongest], key[strongest]
+
+
+def sentence_figure(texts: np.ndarray, weights: np.ndarray, hidden: np.ndarray, bold: int | None) -> go.Figure:
+    """Two token columns and one line trace per drawn pair (``meta = [query, key]``, opacity = weight).
+
+    ``texts`` ``[token]`` escaped labels; ``weights`` ``[query, key]``; ``hidden`` bool ``[token]``;
+    ``bold`` the local index of the clicked token, if any."""
+    n = len(texts)
+    y = -np.arange(n, dtype=np.float32)
+    shown = np.flatnonzero(~hidden)
+    weight = ["bold" if index == bold else "normal" for index in shown]
+    traces = [go.Scatter(x=np.full(len(shown), side, dtype=np.float32), y=y[shown], text=texts[shown],
+                         customdata=shown.astype(np.int32), mode="markers+text", name=name,
+                         textposition="middle left" if side == 0 else "middle right",
+                         textfont=dict(size=13, weight=weight, color=colour), hovertemplate="%{text}<extra></extra>",
+                         marker=dict(size=7, color=colour), cliponaxis=False)
+              for side, name, colour in ((0, "queries", QUERY_COLOUR), (1, "keys", KEY_COLOUR))]
+    for query, key in zip(*strongest_pairs(weights)):
+        traces.append(go.Scatter(x=[0.02, 0.98], y=[y[query], y[key]], mode="lines", meta=[int(query), int(key)],
+                                 opacity=float(min(1.0, weights[query, key])), hoverinfo="skip", showlegend=False,
+                                 line=dict(color=LINE_COLOUR, width=2)))
+    figure = go.Figure(traces)
+    figure.update_layout(height=max(200, ROW_PX * n + 60), width=620, margin=dict(l=160, r=160, t=30, b=10),
+                         showlegend=False, plot_bgcolor="white", hovermode="closest",
+                         xaxis=dict(visible=False, range=[-0.05, 1.05], fixedrange=True),
+                         yaxis=dict(visible=False, range=[-n + 0.5, 0.8], fixedrange=True),
+                         title=dict(text="queries → keys", font=dict(size=13), x=0.5))
+    return figure
+
+
+def aggregate_figure(average: np.ndarray, layer: int, head: int) -> go.Figure:
+    """Heatmap of ``average`` ``[query position, key position]`` (NaN cells left blank)."""
+    visible = np.flatnonzero(~np.all(np.isnan(average), axis=1))
+    size = int(visible.max()) + 1 if len(visible) else 1
+    figure = go.Figure(go.Heatmap(z=average[:size, :size], colorscale="Blues", zmin=0,
+                                  colorbar=dict(title=dict(text="mean weight", side="right")),
+                                  hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"))
+    figure.update_layout(height=560, width=620, margin=dict(l=50, r=10, t=50, b=50),
+                         title=dict(text=f"Layer {layer} head {head}: mean attention by position over the corpus "
+                                         f"(positions < {AGGREGATE_POSITIONS})", font=dict(size=13)),
+                         xaxis=dict(title="key position"), yaxis=dict(title="query position", autorange="reversed"))
+    return figure
+
+
+def render_sentence(data: RunData, state: ViewState, options: list[str]) -> tuple[go.Figure, str]:
+    """The sentence figure and the line above it for ``state``."""
+    rows = data.sentence_rows(state.sentence)
+    weights, hidden = sentence_weights(data, state.layer, state.head, state.sentence, options)
+    bold = None
+    if state.point is not None and data.sentence_of(state.point % data.run.n_tokens) == state.sentence:
+        bold = int(state.point % data.run.n_tokens - rows[0])
+    figure = sentence_figure(plotly_texts(data.tokens.token.to_numpy()[rows]), weights, hidden, bold)
+    n_pairs = len(strongest_pairs(weights)[0])
+    message = (f"Sentence {state.sentence} ({len(rows)} tokens), layer {state.layer} head {state.head}: "
+               f"{n_pairs} lines of weight ≥ {MIN_WEIGHT} (at most {MAX_LINES}). Hover a token to see only its lines.")
+    return figure, message

@@ -1,0 +1,250 @@
+"""Single-head view: one head's queries and keys in a WebGL scatter (2D) or a 3D scatter.
+
+Arrays go to Plotly as numpy (float32 coordinates and colours, int32 ``customdata``), which
+Plotly serialises as typed arrays (base64), not lists. ``customdata`` is the point's index in the
+head's joint layout (query ``t`` is ``t``, key ``t`` is ``n_tokens + t``); hover shows the token,
+and the detail panel (a hover callback) its sentence, position and colour value.
+
+Traces sit in fixed slots so a click can replace only the overlays (a ``Patch``): 0 queries,
+1 keys, 2 / 3 search matches (queries / keys), 4 / 5 the clicked point's sentence (queries /
+keys), 6 .. 6 + OPACITY_STEPS - 1 attention lines by opacity step, then the clicked point.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from dash import dcc, html
+
+from dash_app import ids
+from dash_app.features import COLOURS, PUNCTUATION_CLASSES, colour_values, describe_value
+from dash_app.figures import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLOUR, OPACITY_STEPS, QUERY_COLOUR,
+                              QUERY_MATCH_COLOUR, QUERY_SCALE, opacity_step, step_opacity)
+from dash_app.run_data import RunData
+from dash_app.state import ViewState
+
+OVERLAY_SLOTS = slice(4, 4 + 2 + OPACITY_STEPS + 1)
+OPTIONS = [{"label": "size by norm", "value": "size"}, {"label": "token labels", "value": "labels"}]
+DEFAULT_TOP_K = 5
+DEFAULT_THRESHOLD = 0.02
+EXCERPT_CHARS = 60
+KIND = ("query", "key")
+
+
+def layout() -> html.Div:
+    button = lambda id_, text, title: html.Button(text, id=id_, title=title, n_clicks=0)  # noqa: E731
+    return html.Div(id=ids.SINGLE_VIEW, style={"display": "none"}, children=[
+        html.Div(className="controls", children=[
+            html.Label("Layer"), dcc.Dropdown(id=ids.LAYER_SELECT, clearable=False, style={"width": "90px"}),
+            html.Label("Head"), dcc.Dropdown(id=ids.HEAD_SELECT, clearable=False, style={"width": "90px"}),
+            button(ids.PREV_HEAD, "◀ head", "previous head"), button(ids.NEXT_HEAD, "head ▶", "next head"),
+            button(ids.LAYER_UP, "▲ layer", "one layer up"), button(ids.LAYER_DOWN, "layer ▼", "one layer down"),
+            html.Label("Colour"),
+            dcc.Dropdown(id=ids.COLOUR_SELECT, clearable=False, style={"width": "250px"},
+                         options=[{"label": label, "value": value} for value, label in COLOURS.items()]),
+            dcc.Checklist(id=ids.SINGLE_OPTIONS, options=OPTIONS, value=[], inline=True),
+            html.Label("lines: top"),
+            dcc.Input(id=ids.TOP_K, type="number", min=1, max=50, step=1, value=DEFAULT_TOP_K, style={"width": "55px"}),
+            html.Label("weight ≥"),
+            dcc.Input(id=ids.THRESHOLD, type="number", min=0, max=1, step=0.01, value=DEFAULT_THRESHOLD,
+                      style={"width": "70px"}),
+        ]),
+        html.H3(id=ids.SINGLE_TITLE),
+        html.Div(id=ids.SINGLE_INFO, className="info"),
+        html.Div(id=ids.SINGLE_MESSAGE, className="message"),
+        html.Div(className="single-body", children=[
+            dcc.Graph(id=ids.SINGLE_GRAPH, config={"displaylogo": False}, clear_on_unhover=True,
+                      style={"flex": "1 1 auto", "minWidth": "0"}, figure={"data": [], "layout": {"height": 650}}),
+            html.Div(className="side-panel", children=[
+                html.H4("Point"), html.Div(id=ids.SINGLE_HOVER, children="Hover a point for details."),
+                html.Button("Open its sentence ▶", id=ids.OPEN_SENTENCE, n_clicks=0),
+                html.H4("Distance-dot correlation"), html.Div(id=ids.SINGLE_CORRELATION),
+            ]),
+        ]),
+    ])
+
+
+# -- colours and sizes --------------------------------------------------------------------------
+def colour_array(data: RunData, colour: str, layer: int, head: int) -> np.ndarray | None:
+    """float32 ``[2 * n_tokens]`` values the colour scale maps (queries then keys); None for query vs key."""
+    if colour == "type":
+        return None
+    if colour == "norm":
+        return data.norms(layer, head)
+    values = colour_values(data.features[colour].to_numpy(), colour)
+    return np.concatenate([values, values])
+
+
+def norm_sizes(norms: np.ndarray, smallest: float = 2.0, largest: float = 10.0) -> np.ndarray:
+    """float32 ``[n]`` marker sizes growing linearly with ``norms`` ``[n]``."""
+    low, high = float(np.min(norms)), float(np.max(norms))
+    scaled = (norms - low) / (high - low) if high > low else np.zeros_like(norms)
+    return (smallest + scaled * (largest - smallest)).astype(np.float32)
+
+
+def _colour_bar(colour: str, title: str, x: float) -> dict:
+    bar = dict(title=dict(text=title, side="right"), x=x, thickness=12, len=0.8)
+    if colour == "punctuation":
+        bar.update(tickvals=[0, 1, 2], ticktext=list(PUNCTUATION_CLASSES))
+    return bar
+
+
+# -- traces ---------------------------------------------------------------------------------
+def _trace(dim: int, coordinates: np.ndarray, **kwargs) -> go.Scattergl | go.Scatter3d:
+    """A WebGL scatter of ``coordinates`` ``[n, dim]`` (``scattergl`` in 2D, ``scatter3d`` in 3D)."""
+    axes = {"x": coordinates[:, 0], "y": coordinates[:, 1]}
+    if dim == 3:
+        return go.Scatter3d(z=coordinates[:, 2], **axes, **kwargs)
+    return go.Scattergl(**axes, **kwargs)
+
+
+def _segments(start: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """float32 ``[3 * n, dim]``: ``start -> end`` for each of ``ends`` ``[n, dim]``, NaN-separated."""
+    segments = np.full((len(ends), 3, ends.shape[1]), np.nan, dtype=np.float32)
+    segments[:, 0] = start
+    segments[:, 1] = ends
+    return segments.reshape(-1, ends.shape[1])
+
+
+def base_traces(coordinates: np.ndarray, texts: np.ndarray, values: np.ndarray | None, colour: str,
+                sizes: np.ndarray | None, labels: bool, matches: np.ndarray) -> list:
+    """Slots 0-3: queries, keys and the search matches among them.
+
+    ``coordinates`` ``[2 * n_tokens, dim]``; ``texts`` ``[n_tokens]`` escaped token labels; ``values``
+    ``[2 * n_tokens]`` colour values or None; ``sizes`` ``[2 * n_tokens]`` or None; ``matches`` token indices."""
+    n_tokens, dim = len(coordinates) // 2, coordinates.shape[1]
+    mode = "markers+text" if labels else "markers"
+    traces = []
+    for side, name, solid, scale, bar_x in ((0, "queries", QUERY_COLOUR, QUERY_SCALE, 1.02),
+                                            (1, "keys", KEY_COLOUR, KEY_SCALE, 1.12)):
+        rows = slice(side * n_tokens, (side + 1) * n_tokens)
+        marker = dict(size=sizes[rows] if sizes is not None else (3 if dim == 2 else 2), opacity=0.75)
+        if values is None:
+            marker["color"] = solid
+        else:
+            low, high = float(np.nanmin(values)), float(np.nanmax(values))
+            marker.update(color=values[rows], colorscale=scale, cmin=low, cmax=high if high > low else low + 1,
+                          colorbar=_colour_bar(colour, f"{name}: {COLOURS[colour]}", bar_x))
+        traces.append(_trace(dim, coordinates[rows], name=name, mode=mode, marker=marker, text=texts,
+                             customdata=np.arange(rows.start, rows.stop, dtype=np.int32),
+                             hovertemplate=f"%{{text}}<extra>{KIND[side]}</extra>", textfont=dict(size=9)))
+    for side, name, colour_, symbol in ((0, "query matches", QUERY_MATCH_COLOUR, "circle"),
+                                        (1, "key matches", KEY_MATCH_COLOUR, "diamond")):
+        points = (matches + side * n_tokens).astype(np.int32)
+        traces.append(_trace(dim, coordinates[points], name=name, mode="markers", text=texts[matches],
+                             customdata=points, hovertemplate=f"%{{text}}<extra>{KIND[side]}</extra>",
+                             marker=dict(color=colour_, size=7, symbol=symbol, line=dict(color="white", width=1)),
+                             showlegend=len(points) > 0))
+    return traces
+
+
+def overlay_traces(data: RunData, coordinates: np.ndarray, layer: int, head: int, point: int | None,
+                   top_k: int, threshold: float) -> list[dict]:
+    """Slots 4 onwards, as plain dicts: the clicked point's sentence (labelled), lines to the points
+    it attends to most (or, for a key, from the queries attending to it most), and the point itself.
+
+    Empty traces when nothing is clicked, so a ``Patch`` can replace the slots in place."""
+    dim, n_tokens = coordinates.shape[1], len(coordinates) // 2
+    empty = np.zeros((0, dim), dtype=np.float32)
+    sentence_rows = np.zeros(0, dtype=np.int64)
+    line_ends, weights = empty, np.zeros(0)
+    if point is not None:
+        token, is_key = point % n_tokens, point >= n_tokens
+        sentence = data.sentence_of(token)
+        sentence_rows = data.sentence_rows(sentence)
+        attention = data.run.attention(layer, head, sentence)                  # [query, key] of the sentence
+        local = token - sentence_rows[0]
+        row = attention[:, local] if is_key else attention[local]
+        chosen = [i for i in np.argsort(-row, kind="stable")[:max(int(top_k), 0)] if row[i] >= threshold]
+        weights = row[chosen]
+        line_ends = coordinates[sentence_rows[chosen] + (0 if is_key else n_tokens)]
+    traces = []
+    for side, name, colour in ((0, "sentence queries", QUERY_MATCH_COLOUR), (1, "sentence keys", KEY_MATCH_COLOUR)):
+        points = (sentence_rows + side * n_tokens).astype(np.int32)
+        traces.append(_trace(dim, coordinates[points], name=name, mode="markers+text", customdata=points,
+                             text=data.display_text[sentence_rows], textposition="top center",
+                             textfont=dict(size=11, color=colour), hovertemplate=f"%{{text}}<extra>{KIND[side]}</extra>",
+                             marker=dict(color=colour, size=7, line=dict(color="white", width=1)),
+                             showlegend=len(points) > 0))
+    steps = opacity_step(weights)
+    origin = coordinates[point] if point is not None else None
+    for step in range(OPACITY_STEPS):
+        ends = line_ends[steps == step]
+        segments = _segments(origin, ends) if len(ends) else empty
+        traces.append(_trace(dim, segments, mode="lines", hoverinfo="skip", showlegend=False, name="attention",
+                             line=dict(color=LINE_COLOUR, width=2), opacity=step_opacity(step)))
+    clicked = coordinates[[point]] if point is not None else empty
+    traces.append(_trace(dim, clicked, mode="markers", name="clicked", showlegend=False, hoverinfo="skip",
+                         marker=dict(color="black", size=16, symbol="circle-open", line=dict(width=3))))
+    return [trace.to_plotly_json() for trace in traces]
+
+
+def single_figure(base: list, overlays: list[dict], dim: int, title: str, revision: str) -> go.Figure:
+    figure = go.Figure(base + overlays)
+    figure.update_layout(height=650, margin=dict(l=10, r=10, t=40, b=10), uirevision=revision, plot_bgcolor="white",
+                         title=dict(text=title, font=dict(size=14)), hovermode="closest",
+                         legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0.35))
+    if dim == 2:
+        figure.update_xaxes(visible=False)
+        figure.update_yaxes(visible=False, scaleanchor="x")
+    else:
+        figure.update_scenes(aspectmode="data", xaxis_visible=False, yaxis_visible=False, zaxis_visible=False)
+    return figure
+
+
+# -- the callback's work --------------------------------------------------------------------
+def render_single(data: RunData, state: ViewState, options: list[str], matches: np.ndarray, top_k: int,
+                  threshold: float) -> go.Figure:
+    """The whole single-head figure for ``state``; the run's QkvizError when the layout is not cached."""
+    coordinates = data.layout(state.layer, state.head, state.method, state.dim)
+    values = colour_array(data, state.colour, state.layer, state.head)
+    sizes = norm_sizes(data.norms(state.layer, state.head)) if "size" in options else None
+    base = base_traces(coordinates, data.display_text, values, state.colour, sizes, "labels" in options, matches)
+    overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold)
+    title = f"{data.name} · layer {state.layer} head {state.head} · {state.method.upper()} {state.dim}D"
+    revision = f"{state.run}-{state.layer}-{state.head}-{state.method}-{state.dim}"
+    return single_figure(base, overlays, state.dim, title, revision)
+
+
+def info_line(data: RunData) -> str:
+    return (f"Based on {data.run.n_tokens:,} tokens ({data.run.n_sentences:,} sentences) of {data.run.model_id}; "
+            "queries green, keys pink.")
+
+
+def hover_details(data: RunData, state: ViewState, point: int) -> list:
+    """The detail panel for a hovered point: token, query or key, sentence excerpt, position, colour value."""
+    n_tokens = data.run.n_tokens
+    if not 0 <= point < 2 * n_tokens:
+        return ["Hover a point for details."]
+    token = point % n_tokens
+    row = data.tokens.iloc[token]
+    sentence_text = data.sentences.text.iat[int(row.sentence)]
+    start, end = int(row.char_start), int(row.char_end)
+    if start < 0:
+        excerpt = [sentence_text[:2 * EXCERPT_CHARS]]
+    else:
+        excerpt = [("…" if start > EXCERPT_CHARS else "") + sentence_text[max(0, start - EXCERPT_CHARS):start],
+                   html.B(sentence_text[start:end]),
+                   sentence_text[end:end + EXCERPT_CHARS] + ("…" if end + EXCERPT_CHARS < len(sentence_text) else "")]
+    details = [html.Div([html.B(str(row.token)), f"  ({'key' if point >= n_tokens else 'query'})"]),
+               html.Div(f"sentence {int(row.sentence)}, position {int(row.position)}"),
+               html.Div(excerpt, className="excerpt")]
+    if state.colour != "type":
+        value = (data.norms(state.layer, state.head)[point] if state.colour == "norm"
+                 else data.features[state.colour].iat[token])
+        details.append(html.Div(f"{COLOURS[state.colour]}: {describe_value(state.colour, float(value))}"))
+    return details
+
+
+def correlation_panel(data: RunData, layer: int, head: int):
+    """The report's figures for this head (a table), or how to make the report."""
+    table = data.correlations()
+    if table is None:
+        return html.Div(f"No correlation report for this run yet: 'qkviz report --run {data.run.path}'.")
+    rows = table[(table["layer"] == layer) & (table["head"] == head)]
+    if rows.empty:
+        return html.Div("The report has no figures for this head.")
+    header = html.Tr([html.Th(name) for name in ("space", "Pearson", "Spearman", "pairs")])
+    body = [html.Tr([html.Td(str(row.space)), html.Td(f"{row.pearson:+.3f}"), html.Td(f"{row.spearman:+.3f}"),
+                     html.Td(f"{int(row.n_pairs):,}")]) for row in rows.itertuples()]
+    return html.Table([html.Thead(header), html.Tbody(body)], className="correlations")

@@ -1,0 +1,109 @@
+"""The view state -- what the URL holds -- and the pure transitions user actions make on it.
+
+A :class:`ViewState` is kept in a ``dcc.Store`` as a plain dict and mirrored in the URL by
+:mod:`dash_app.url_state`. Every transition takes the state and the run's shape and returns a new
+state; none touches Dash, so each is tested directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+from dash_app.features import COLOURS
+from dash_app.run_data import RunShape
+from qkviz.projectors import DIMENSIONS, METHODS
+
+VIEWS = ("matrix", "single", "sentence")
+#: matrix-view orders: model order, by the report's distance-dot correlation, by search clusters
+SORTS = ("order", "correlation", "clusters")
+
+
+@dataclass(frozen=True)
+class ViewState:
+    """Everything a view needs to be redrawn: ``point`` is an index into a head's joint layout
+    (``token`` for a query, ``n_tokens + token`` for a key), or None when nothing is clicked."""
+
+    run: int = 0
+    view: str = "matrix"
+    layer: int = 0
+    head: int = 0
+    method: str = "pca"
+    dim: int = 2
+    colour: str = "type"
+    search: str = ""
+    substring: bool = False
+    sort: str = "order"
+    sentence: int = 0
+    point: int | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "ViewState":
+        names = {field.name for field in fields(cls)}
+        return cls(**{key: value for key, value in (data or {}).items() if key in names})
+
+
+def validate(state: ViewState, shape: RunShape, defaults: ViewState) -> ViewState:
+    """``state`` with every field that does not fit ``shape`` (or a known choice) set from ``defaults``."""
+    checks = {
+        "view": state.view in VIEWS,
+        "layer": isinstance(state.layer, int) and 0 <= state.layer < shape.n_layers,
+        "head": isinstance(state.head, int) and 0 <= state.head < shape.n_heads,
+        "method": state.method in METHODS,
+        "dim": state.dim in DIMENSIONS,
+        "colour": state.colour in COLOURS,
+        "search": isinstance(state.search, str),
+        "substring": isinstance(state.substring, bool),
+        "sort": state.sort in SORTS,
+        "sentence": isinstance(state.sentence, int) and 0 <= state.sentence < shape.n_sentences,
+        "point": state.point is None or (isinstance(state.point, int) and 0 <= state.point < 2 * shape.n_tokens),
+    }
+    return replace(state, **{name: getattr(defaults, name) for name, ok in checks.items() if not ok})
+
+
+def initial_state(shape: RunShape, run: int = 0) -> ViewState:
+    return ViewState(run=run, method=shape.default_method)
+
+
+def select_run(state: ViewState, run: int, shape: RunShape) -> ViewState:
+    """Another run: keep the view, projection, colour and search; start at its first head."""
+    return replace(state, run=run, layer=0, head=0, sentence=0, point=None, method=shape.default_method)
+
+
+def flat_head(state: ViewState, shape: RunShape) -> int:
+    return state.layer * shape.n_heads + state.head
+
+
+def open_head(state: ViewState, flat: int, shape: RunShape) -> ViewState:
+    """The single view of head ``flat`` (``layer * n_heads + head``), e.g. from a matrix click."""
+    if not 0 <= flat < shape.n_layers * shape.n_heads:
+        return state
+    return replace(state, view="single", layer=flat // shape.n_heads, head=flat % shape.n_heads)
+
+
+def step_head(state: ViewState, delta: int, shape: RunShape) -> ViewState:
+    """Previous / next head in model order, continuing into the adjacent layer (wrapping at the ends)."""
+    total = shape.n_layers * shape.n_heads
+    flat = (flat_head(state, shape) + delta) % total
+    return replace(state, layer=flat // shape.n_heads, head=flat % shape.n_heads)
+
+
+def step_layer(state: ViewState, delta: int, shape: RunShape) -> ViewState:
+    """The same head one layer up (``delta`` -1) or down (+1), stopping at the first and last layer."""
+    return replace(state, layer=min(max(state.layer + delta, 0), shape.n_layers - 1))
+
+
+def select_point(state: ViewState, point: int, sentence: int, shape: RunShape) -> ViewState:
+    """A clicked query or key: it and its sentence become the selection (for the sentence view too)."""
+    if not 0 <= point < 2 * shape.n_tokens:
+        return state
+    return replace(state, point=point, sentence=sentence)
+
+
+def select_sentence(state: ViewState, sentence: int, shape: RunShape) -> ViewState:
+    """Another sentence: the clicked point is dropped unless it belongs to it (checked by the caller)."""
+    if not 0 <= sentence < shape.n_sentences:
+        return state
+    return replace(state, sentence=sentence, point=None) if sentence != state.sentence else state

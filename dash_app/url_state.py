@@ -1,0 +1,101 @@
+"""The URL query string <-> :class:`~dash_app.state.ViewState`, validated.
+
+``?run=minilm&view=single&layer=2&head=5&method=tsne&dim=2&colour=position&search=the`` restores
+a view. Every parameter is checked against the runs given at start: a run is named by its name or
+its index among them (never by a path), numbers must be in range, choices must be known. What
+does not pass falls back to its default and yields a notice for the page, never an error page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from urllib.parse import parse_qs, urlencode
+
+from dash_app.features import COLOURS
+from dash_app.run_data import RunShape
+from dash_app.state import SORTS, VIEWS, ViewState, initial_state
+from qkviz.projectors import DIMENSIONS, METHODS
+
+MAX_SEARCH_LENGTH = 100
+MATCH_MODES = {"whole": False, "substring": True}
+PARAMS = ("run", "view", "layer", "head", "method", "dim", "colour", "search", "match", "sort", "sentence", "point")
+
+
+def parse_url(search: str | None, shapes: list[RunShape]) -> tuple[ViewState, list[str]]:
+    """The state a query string asks for, and one notice per parameter that was ignored."""
+    query = parse_qs((search or "").lstrip("?"), keep_blank_values=True)
+    notices = [f"Ignored the unknown URL parameter '{name}'." for name in query if name not in PARAMS]
+    values = {name: query[name][0] for name in PARAMS if name in query}
+    notices += [f"URL parameter '{name}' was given {len(query[name])} times; used the first."
+                for name in PARAMS if len(query.get(name, ())) > 1]
+    run, notice = _parse_run(values.get("run"), shapes)
+    notices += notice
+    shape = shapes[run]
+    state = initial_state(shape, run)
+    parsers = {
+        "view": lambda text: _choice(text, VIEWS),
+        "layer": lambda text: _integer(text, shape.n_layers),
+        "head": lambda text: _integer(text, shape.n_heads),
+        "method": lambda text: _choice(text, METHODS),
+        "dim": lambda text: _integer(text, max(DIMENSIONS) + 1, min(DIMENSIONS)),
+        "colour": lambda text: _choice(text, tuple(COLOURS)),
+        "search": lambda text: text[:MAX_SEARCH_LENGTH],
+        "match": lambda text: MATCH_MODES.get(text),
+        "sort": lambda text: _choice(text, SORTS),
+        "sentence": lambda text: _integer(text, shape.n_sentences),
+        "point": lambda text: _integer(text, 2 * shape.n_tokens),
+    }
+    changes = {}
+    for name, parse in parsers.items():
+        if name not in values:
+            continue
+        parsed = parse(values[name])
+        if parsed is None:
+            notices.append(f"URL parameter {name}={values[name][:40]!r} is not valid for run "
+                           f"'{shape.name}'; showing the default.")
+            continue
+        changes["substring" if name == "match" else name] = parsed
+    if len(values.get("search", "")) > MAX_SEARCH_LENGTH:
+        notices.append(f"The search was cut to {MAX_SEARCH_LENGTH} characters.")
+    return replace(state, **changes), notices
+
+
+def to_url(state: ViewState, shapes: list[RunShape]) -> str:
+    """``?run=...&view=...``: every parameter that restores ``state`` (search and selection only when set)."""
+    params = {"run": shapes[state.run].name, "view": state.view, "layer": state.layer, "head": state.head,
+              "method": state.method, "dim": state.dim, "colour": state.colour}
+    if state.search:
+        params["search"] = state.search
+        params["match"] = "substring" if state.substring else "whole"
+    if state.sort != "order":
+        params["sort"] = state.sort
+    if state.view == "sentence" or state.point is not None:
+        params["sentence"] = state.sentence
+    if state.point is not None:
+        params["point"] = state.point
+    return "?" + urlencode(params)
+
+
+def _parse_run(text: str | None, shapes: list[RunShape]) -> tuple[int, list[str]]:
+    if text is None:
+        return 0, []
+    names = [shape.name for shape in shapes]
+    if text in names:
+        return names.index(text), []
+    index = _integer(text, len(shapes))
+    if index is not None:
+        return index, []
+    return 0, [f"There is no run {text[:40]!r} here (runs: {', '.join(names)}); showing '{names[0]}'."]
+
+
+def _integer(text: str, stop: int, start: int = 0) -> int | None:
+    """``int(text)`` when it is a plain decimal number in ``[start, stop)``, else None."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        return None
+    value = int(text)
+    return value if start <= value < stop else None
+
+
+def _choice(text: str, choices: tuple[str, ...]) -> str | None:
+    return text if text in choices else None
