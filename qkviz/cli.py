@@ -96,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--run", required=True, type=Path, help="run directory")
     status.set_defaults(handler=_status)
 
+    serve = commands.add_parser("serve", help="serve the web app (matrix, single-head and sentence views)",
+                                description="Serve the Dash app over one or more runs. Listens on 127.0.0.1 "
+                                            "unless --host says otherwise; debug mode is off.")
+    serve.add_argument("--run", required=True, type=Path, action="append", help="run directory (repeatable)")
+    serve.add_argument("--port", type=int, default=8050, help="port (default 8050)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.set_defaults(handler=_serve)
+
     models = commands.add_parser("models", help="list the bundled models and the supported families")
     models.set_defaults(handler=_models)
     return parser
@@ -233,6 +241,13 @@ def _status(args: argparse.Namespace) -> int:
     for (method, dim, settings), count in sorted(projections.items()):
         lines.append(f"projected  {method} {dim}D: {count}/{all_heads} heads ({settings})")
     sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from dash_app.server import serve
+
+    serve(args.run, host=args.host, port=args.port)
     return 0
 
 
