@@ -1,0 +1,106 @@
+"""The head atlas of a run: every head's statistics, label, relative-position profile and exemplars.
+
+Stored in ``<run>/stats/``: ``head_stats.parquet`` (one row per layer and head: the
+:data:`qkviz.head_stats.STATISTICS`, ``label``, ``label_detail``), ``relative_position.npy``
+(float64 ``[layer, head, 2 * max_offset + 1]``, offset ``-max_offset`` first),
+``exemplars.parquet`` (``layer, head, rank, sentence, query, key, weight, query_token,
+key_token, text``) and ``atlas.json``, written last: the run's fingerprint, the thresholds and
+the offset range. Without a matching ``atlas.json`` there is no atlas.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from qkviz import run_files
+from qkviz.attention_batches import sentence_batches
+from qkviz.head_labels import LabelThresholds, head_label
+from qkviz.head_stats import DEFAULT_MAX_OFFSET, STATISTICS, TokenKinds, head_statistics
+from qkviz.run import Run
+
+logger = logging.getLogger(__name__)
+
+ATLAS_SCHEMA_VERSION = 1
+ATLAS_DIRECTORY = "stats"
+TABLE, PROFILES, EXEMPLARS, MARKER = "head_stats.parquet", "relative_position.npy", "exemplars.parquet", "atlas.json"
+
+
+@dataclass
+class HeadAtlas:
+    table: pd.DataFrame          # one row per (layer, head)
+    relative_position: np.ndarray  # [layer, head, 2 * max_offset + 1]
+    exemplars: pd.DataFrame
+    max_offset: int
+    thresholds: LabelThresholds
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.arange(-self.max_offset, self.max_offset + 1)
+
+
+def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max_offset: int = DEFAULT_MAX_OFFSET,
+                  n_exemplars: int = 5, progress: bool = False) -> HeadAtlas:
+    """Statistics of every head (attention recomputed from the stored vectors, batch by batch)."""
+    from tqdm.auto import tqdm
+
+    kinds, batches = TokenKinds.of(run), sentence_batches(run)
+    rows, exemplars = [], []
+    profiles = np.full((run.n_layers, run.n_heads, 2 * max_offset + 1), np.nan)
+    tokens, texts = run.tokens.token.to_numpy(), run.sentences.text.to_numpy()
+    firsts = run.sentences.first_token.to_numpy()
+    with tqdm(total=run.n_layers * run.n_heads, unit="head", desc="head statistics", disable=not progress,
+              dynamic_ncols=True) as bar:
+        for layer in range(run.n_layers):
+            for head in range(run.n_heads):
+                found = head_statistics(run, layer, head, kinds, batches, max_offset, n_exemplars)
+                label, detail = head_label(found.values, thresholds)
+                rows.append({"layer": layer, "head": head, **found.values, "label": label, "label_detail": detail})
+                profiles[layer, head] = found.relative_position
+                top = found.exemplars.assign(layer=layer, head=head, rank=np.arange(len(found.exemplars)))
+                first = firsts[top.sentence.to_numpy()]
+                top["query_token"] = tokens[first + top["query"].to_numpy()]
+                top["key_token"] = tokens[first + top["key"].to_numpy()]
+                top["text"] = texts[top.sentence.to_numpy()]
+                exemplars.append(top)
+                bar.update()
+    exemplar_table = pd.concat(exemplars, ignore_index=True)[
+        ["layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text"]]
+    return HeadAtlas(pd.DataFrame(rows, columns=["layer", "head", *STATISTICS, "label", "label_detail"]),
+                     profiles, exemplar_table, max_offset, thresholds)
+
+
+def store_atlas(run: Run, atlas: HeadAtlas) -> Path:
+    """Write the atlas into the run (data files first, ``atlas.json`` last)."""
+    directory = run.path / ATLAS_DIRECTORY
+    directory.mkdir(exist_ok=True)
+    (directory / MARKER).unlink(missing_ok=True)
+    run_files.write_parquet_atomic(atlas.table, directory / TABLE)
+    run_files.save_npy_atomic(directory / PROFILES, atlas.relative_position)
+    run_files.write_parquet_atomic(atlas.exemplars, directory / EXEMPLARS)
+    run_files.write_json_atomic(directory / MARKER, {
+        "schema_version": ATLAS_SCHEMA_VERSION, "run_fingerprint": run.manifest["fingerprint"],
+        "max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(),
+        "statistics": list(STATISTICS)})
+    return directory
+
+
+def load_atlas(run: Run) -> HeadAtlas | None:
+    """The run's stored atlas, or ``None`` when there is none (or it belongs to another extraction)."""
+    directory = run.path / ATLAS_DIRECTORY
+    try:
+        marker = json.loads((directory / MARKER).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if marker.get("schema_version") != ATLAS_SCHEMA_VERSION or marker.get("run_fingerprint") != run.manifest["fingerprint"]:
+        logger.warning("%s was made by another qkviz version or extraction; run 'qkviz stats --run %s' again",
+                       directory, run.path)
+        return None
+    return HeadAtlas(pd.read_parquet(directory / TABLE), np.load(directory / PROFILES, allow_pickle=False),
+                     pd.read_parquet(directory / EXEMPLARS), int(marker["max_offset"]),
+                     LabelThresholds(**marker["thresholds"]))

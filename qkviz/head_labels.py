@@ -1,0 +1,40 @@
+"""A pattern label per head from its statistics (the attention-pattern chapter of the seeds).
+
+Rules, with :class:`LabelThresholds` (all exposed): among the argmax shares -- ``previous-token``
+(offset -1), ``next-token`` (+1), ``self`` (0), ``fixed-offset`` (the most frequent offset
+``|o| >= 2``, named in the label, e.g. ``fixed-offset -2``), ``first-token`` (the first token:
+a sink), ``delimiter`` (special or punctuation tokens) -- the largest, when it reaches
+``argmax_share``; ties go to the earlier name in that list, except that the first token wins over
+delimiter. Otherwise ``broad`` when the normalised entropy reaches ``broad_entropy``, else
+``content``: attention that follows what the tokens are, not where.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+LABELS = ("previous-token", "next-token", "self", "fixed-offset", "first-token", "delimiter", "broad", "content")
+
+
+@dataclass(frozen=True)
+class LabelThresholds:
+    argmax_share: float = 0.5    # share of queries whose strongest key is of one kind
+    broad_entropy: float = 0.8   # normalised entropy (1 = uniform) above which a head is broad
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def head_label(statistics: dict[str, float], thresholds: LabelThresholds = LabelThresholds()) -> tuple[str, str]:
+    """``(label, detail)``: the label (one of :data:`LABELS`) and the figure that decided it."""
+    shares = [("previous-token", statistics["argmax_previous"]), ("next-token", statistics["argmax_next"]),
+              ("self", statistics["argmax_self"]), ("fixed-offset", statistics["argmax_offset"]),
+              ("first-token", statistics["argmax_first"]), ("delimiter", statistics["argmax_delimiter"])]
+    label, share = max(shares, key=lambda item: item[1])   # max keeps the first of equal shares
+    if share >= thresholds.argmax_share:
+        if label == "fixed-offset":
+            return label, f"offset {int(statistics['offset']):+d}: {share:.0%} of queries"
+        return label, f"{share:.0%} of queries"
+    if statistics["entropy_normalised"] >= thresholds.broad_entropy:
+        return "broad", f"normalised entropy {statistics['entropy_normalised']:.2f}"
+    return "content", f"strongest share {share:.0%} ({label}), normalised entropy {statistics['entropy_normalised']:.2f}"
