@@ -92,6 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--seed", type=int, default=0, help="seed of the pair sample (default 0)")
     report.set_defaults(handler=_report)
 
+    stats = commands.add_parser(
+        "stats", help="head atlas: every head's attention statistics, pattern label and exemplars",
+        description="Recompute every head's attention over the corpus and store per-head statistics (mean "
+                    "distance, entropy, variability, argmax shares, concentration), the average attention by "
+                    "relative position, a pattern label and exemplar sentences in <run>/stats/.")
+    stats.add_argument("--run", required=True, type=Path, help="run directory")
+    stats.add_argument("--max-offset", type=int, default=64, help="relative positions kept: -N..N (default 64)")
+    stats.add_argument("--argmax-share", type=float, default=0.5,
+                       help="label threshold: share of queries with the same kind of strongest key (default 0.5)")
+    stats.add_argument("--broad-entropy", type=float, default=0.8,
+                       help="label threshold: normalised entropy of a broad head (default 0.8)")
+    stats.add_argument("--exemplars", type=int, default=5, help="exemplar sentences per head (default 5)")
+    stats.set_defaults(handler=_stats)
+
     status = commands.add_parser("status", help="what a run directory holds")
     status.add_argument("--run", required=True, type=Path, help="run directory")
     status.set_defaults(handler=_status)
@@ -214,6 +228,26 @@ def _report(args: argparse.Namespace) -> int:
     if "missing_projections" in summary:
         logger.warning("no projections are cached, so the report covers the head spaces only; "
                        "add them with '%s' and make the report again", summary["missing_projections"])
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from qkviz.head_atlas import compute_atlas, store_atlas
+    from qkviz.head_labels import LabelThresholds
+    from qkviz.run import open_run
+
+    run = open_run(args.run)
+    if args.max_offset < 1 or args.exemplars < 0:
+        raise QkvizError("--max-offset must be at least 1 and --exemplars at least 0")
+    for name, value in (("--argmax-share", args.argmax_share), ("--broad-entropy", args.broad_entropy)):
+        if not 0 < value <= 1:
+            raise QkvizError(f"{name} must be in (0, 1], got {value}")
+    atlas = compute_atlas(run, LabelThresholds(args.argmax_share, args.broad_entropy), args.max_offset,
+                          args.exemplars, progress=not args.quiet)
+    directory = store_atlas(run, atlas)
+    counts = atlas.table.label.value_counts()
+    logger.info("%s: %d heads; labels: %s", directory, len(atlas.table),
+                ", ".join(f"{label} {count}" for label, count in counts.items()))
     return 0
 
 

@@ -23,6 +23,8 @@ import pandas as pd
 
 from qkviz import correlation
 from qkviz.errors import QkvizError
+from qkviz.head_atlas import HeadAtlas, load_atlas
+from qkviz.head_stats import STATISTICS
 from qkviz.run import Run
 
 logger = logging.getLogger(__name__)
@@ -31,6 +33,7 @@ REPORT_SCHEMA_VERSION = 1
 CSV_NAME = "correlation.csv"
 SUMMARY_NAME = "summary.json"
 HTML_NAME = "index.html"
+ATLAS_HTML_NAME = "atlas.html"
 #: AttentionViz (Yeh et al., 2023), Wiki-Auto data: mean correlation between query-key distance
 #: and dot product over heads.
 ATTENTIONVIZ_MEANS = {"BERT": -0.938, "GPT-2": -0.792}
@@ -43,6 +46,7 @@ class Report:
     table: pd.DataFrame
     summary: dict
     extremes: dict[str, correlation.HeadPairs]   # "best" / "worst" head by translated+scaled Pearson
+    atlas: HeadAtlas | None = None               # the run's head statistics, when 'qkviz stats' made them
     directory: Path | None = None
 
 
@@ -53,8 +57,20 @@ def build_report(run: Run, max_pairs: int = correlation.DEFAULT_MAX_PAIRS, seed:
     table = correlation.correlation_table(run, max_pairs=max_pairs, seed=seed, progress=progress)
     summary = summarise(run, table, max_pairs, seed)
     extremes = _extreme_heads(run, table, max_pairs, seed)
+    atlas = load_atlas(run)
+    if atlas is None:
+        summary["missing_atlas"] = f"qkviz stats --run {run.path}"
+    else:
+        summary["head_atlas"] = atlas_summary(atlas)
     summary["seconds"] = round(time.perf_counter() - started, 2)
-    return Report(table=table, summary=summary, extremes=extremes)
+    return Report(table=table, summary=summary, extremes=extremes, atlas=atlas)
+
+
+def atlas_summary(atlas: HeadAtlas) -> dict:
+    """Label counts and the model means of every statistic (the page is ``atlas.html``)."""
+    return {"page": ATLAS_HTML_NAME, "labels": {k: int(v) for k, v in atlas.table.label.value_counts().items()},
+            "means": {name: _float(atlas.table[name].mean()) for name in STATISTICS},
+            "thresholds": atlas.thresholds.as_dict()}
 
 
 def summarise(run: Run, table: pd.DataFrame, max_pairs: int, seed: int) -> dict:
@@ -124,6 +140,7 @@ def _extreme_heads(run: Run, table: pd.DataFrame, max_pairs: int, seed: int) -> 
 
 def write_report(report: Report, out: Path, overwrite: bool = False) -> Path:
     """Write the report's files into ``out``, atomically; an existing ``out`` needs ``overwrite``."""
+    from qkviz.atlas_html import render_atlas_html
     from qkviz.report_html import render_html
 
     out = Path(out)
@@ -133,6 +150,9 @@ def write_report(report: Report, out: Path, overwrite: bool = False) -> Path:
     try:
         report.table.to_csv(staging / CSV_NAME, index=False, float_format="%.6f")
         (staging / HTML_NAME).write_text(render_html(report), encoding="utf-8")
+        if report.atlas is not None:
+            (staging / ATLAS_HTML_NAME).write_text(
+                render_atlas_html(report.atlas, report.summary["model"], report.summary["run"]), encoding="utf-8")
         (staging / SUMMARY_NAME).write_text(json.dumps(report.summary, indent=2) + "\n", encoding="utf-8")
         if out.exists():
             retired = out.with_name(f".{out.name}.replaced-{time.time_ns()}")

@@ -54,6 +54,10 @@ def _header(summary: dict) -> str:
     missing_note = (f'<p class="note"><b>No projections are cached yet</b>, so only the head spaces are covered: '
                     f"<code>{html.escape(missing)}</code> adds them; then make the report again.</p>"
                     if missing else "")
+    atlas_note = (f'<p class="note"><a href="{summary["head_atlas"]["page"]}">Head atlas</a>: statistics, labels '
+                  "and exemplars of every head.</p>" if "head_atlas" in summary else
+                  f'<p class="note">No head atlas yet: <code>{html.escape(summary["missing_atlas"])}</code> makes '
+                  "one; then make the report again.</p>")
     return (f"<h1>Distance vs dot product: {html.escape(summary['model'])}</h1>"
             f'<p class="note">Run <code>{html.escape(summary["run"])}</code>: {summary["n_layers"]} layers &times; '
             f'{summary["n_heads"]} heads, {summary["n_tokens"]:,} tokens in {summary["n_sentences"]:,} sentences; '
@@ -61,7 +65,7 @@ def _header(summary: dict) -> str:
             f'{html.escape(pairs["rule"])}; {pairs["used_per_head"]:,} per head, {how}. '
             f'Dot product: {html.escape(summary["dot_product"])}. <i>query Spearman</i> is the Spearman '
             "correlation among each query's own keys, averaged over queries: the softmax compares only "
-            "those.</p>" + missing_note)
+            "those.</p>" + missing_note + atlas_note)
 
 
 def _means_section(summary: dict) -> str:

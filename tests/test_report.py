@@ -31,6 +31,8 @@ def test_report_without_projections_covers_the_head_spaces_and_names_the_command
     assert (table.n_pairs == (lengths * (lengths + 1) // 2).sum()).all()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["missing_projections"] == f"qkviz project --run {causal_run.path}"
+    assert summary["missing_atlas"] == f"qkviz stats --run {causal_run.path}"
+    assert not (out / "atlas.html").exists()
     assert summary["pairs"]["exact"] and summary["projections"] == []
     page = (out / "index.html").read_text()
     assert "No projections are cached yet" in page
@@ -40,6 +42,7 @@ def test_report_without_projections_covers_the_head_spaces_and_names_the_command
 
 def test_report_covers_every_cached_projection_and_keeps_the_table_for_the_app(causal_run, tmp_path):
     assert main(["-q", "project", "--run", str(causal_run.path), "--method", "pca", "--dim", "2,3"]) == 0
+    assert main(["-q", "stats", "--run", str(causal_run.path)]) == 0
     out = tmp_path / "report"
     assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(out)]) == 0
     table = pd.read_csv(out / "correlation.csv")
@@ -47,7 +50,11 @@ def test_report_covers_every_cached_projection_and_keeps_the_table_for_the_app(c
     summary = json.loads((out / "summary.json").read_text())
     assert [row["space"] for row in summary["projections"]] == sorted(
         ["pca-2d", "pca-3d"], key=lambda s: summary["model_means"][s]["pearson"])
-    assert "missing_projections" not in summary
+    assert "missing_projections" not in summary and "missing_atlas" not in summary
+    labels = summary["head_atlas"]["labels"]
+    assert sum(labels.values()) == causal_run.n_layers * causal_run.n_heads
+    atlas_page = (out / "atlas.html").read_text()
+    assert "Pattern labels" in atlas_page and all(label in atlas_page for label in labels)
     means = table.groupby("space").pearson.mean()
     assert summary["model_means"]["pca-3d"]["pearson"] == pytest.approx(means["pca-3d"], abs=1e-6)
     stored = correlation.stored_correlations(causal_run)

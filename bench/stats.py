@@ -1,0 +1,79 @@
+"""Head-atlas benchmark: ``qkviz stats`` on every head, and what it finds.
+
+    python bench/stats.py [--run runs/minilm] [--tokens 5000] [--repeats 3] [--also runs/smollm2]
+
+Makes the MiniLM run when it is missing (the bundled corpus, ``--tokens`` tokens), then times
+``qkviz -q stats`` end to end in a child process (wall time and peak memory; goal: 72 heads at
+5,000 tokens within 2 minutes on 2 cores). For each run (``--also`` adds more, e.g. SmolLM2) it
+prints the label counts, the share of heads labelled first-token (sink), and the mean share of
+queries whose strongest key is the first token, a delimiter ([SEP] and punctuation), and the mean
+attention to special tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from qkviz import open_run  # noqa: E402
+from qkviz.head_atlas import load_atlas  # noqa: E402
+
+QKVIZ = [sys.executable, "-m", "qkviz"]
+
+
+def time_stats(run: Path) -> tuple[float, float]:
+    start = time.perf_counter()
+    subprocess.run([*QKVIZ, "-q", "stats", "--run", str(run)], check=True)
+    return time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def describe(path: Path) -> None:
+    run = open_run(path)
+    atlas = load_atlas(run)
+    table = atlas.table
+    counts = table.label.value_counts()
+    heads = len(table)
+    print(f"{run.model_id} ({run.n_layers}x{run.n_heads} heads, {run.n_tokens} tokens): "
+          + ", ".join(f"{label} {count}" for label, count in counts.items()))
+    by_layer = table.groupby("layer").label.apply(lambda labels: (labels == "first-token").mean())
+    print(f"  first-token (sink) heads: {counts.get('first-token', 0)}/{heads} "
+          f"({counts.get('first-token', 0) / heads:.0%}); by layer: "
+          + " ".join(f"{share:.0%}" for share in by_layer))
+    print(f"  mean over heads: strongest key is the first token {table.argmax_first.mean():.1%} of queries, "
+          f"a later delimiter {table.argmax_delimiter.mean():.1%}; attention to special tokens "
+          f"{table.special_attention.mean():.1%}, to the first token {table.first_token_attention.mean():.1%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
+    parser.add_argument("--tokens", type=int, default=5000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--also", type=Path, action="append", default=[], help="further runs to describe")
+    args = parser.parse_args()
+    if not (args.run / "manifest.json").exists():
+        subprocess.run([*QKVIZ, "extract", "--model", "minilm", "--out", str(args.run),
+                        "--max-tokens", str(args.tokens)], check=True)
+    timings = [time_stats(args.run) for _ in range(args.repeats)]
+    seconds = sorted(t for t, _ in timings)
+    run = open_run(args.run)
+    print(f"qkviz stats: {run.n_layers * run.n_heads} heads, {run.n_tokens} tokens: wall "
+          f"{seconds[len(seconds) // 2]:.1f} s median of {len(seconds)} (min {seconds[0]:.1f}); "
+          f"peak RSS {max(m for _, m in timings):.0f} MB")
+    for path in [args.run, *args.also]:
+        if load_atlas(open_run(path)) is None:
+            time_stats(path)
+        describe(path)
+
+
+if __name__ == "__main__":
+    main()

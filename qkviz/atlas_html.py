@@ -1,0 +1,121 @@
+"""The report's head-atlas page ``atlas.html``: self-contained like ``index.html``.
+
+Label grid, a layer x head heatmap per statistic, the average attention by relative position of
+every head (heads grouped by layer), and each head's strongest exemplar with its pair marked.
+Token and sentence text is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from qkviz.head_atlas import HeadAtlas
+from qkviz.head_labels import LABELS
+from qkviz.head_stats import STATISTICS
+
+LABEL_COLOURS = dict(zip(LABELS, ("#1f77b4", "#17becf", "#9467bd", "#8c564b", "#d62728", "#ff7f0e",
+                                  "#bcbd22", "#2ca02c")))
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+.note { color: #555; max-width: 60em; }
+.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 0.5em; }
+mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; }
+"""
+
+
+def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
+    table = atlas.table
+    counts = table.label.value_counts()
+    count_text = ", ".join(f"{html.escape(label)} {counts.get(label, 0)}" for label in LABELS if counts.get(label, 0))
+    sections = [
+        f"<h1>Head atlas: {html.escape(model)}</h1>",
+        f'<p class="note">Run <code>{html.escape(run_path)}</code>; attention recomputed from the stored vectors '
+        f"over the whole corpus. Labels (thresholds: {html.escape(str(atlas.thresholds.as_dict()))}): "
+        f"{count_text}. <a href=\"index.html\">Correlation report</a>.</p>",
+        "<h2>Pattern labels</h2>" + _figure_html(_label_grid(atlas)),
+        "<h2>Average attention by relative position</h2>"
+        '<p class="note">Mean weight at key position &minus; query position, per head; colour on a log scale.</p>'
+        + _figure_html(_relative_position(atlas)),
+        "<h2>Statistics, layer &times; head</h2>"
+        f'<div class="grid">{"".join(_figure_html(_statistic_heatmap(atlas, name)) for name in STATISTICS)}</div>',
+        "<h2>Exemplars: the strongest pair of each head</h2>" + _exemplar_table(atlas),
+    ]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>qkviz head atlas: {html.escape(model)}</title><style>{_STYLE}</style>"
+            f"<script>{get_plotlyjs()}</script></head><body>" + "\n".join(sections) + "</body></html>\n")
+
+
+def _grid(table: pd.DataFrame, column: str) -> np.ndarray:
+    grid = np.full((table.layer.max() + 1, table["head"].max() + 1), np.nan)
+    grid[table.layer.to_numpy(), table["head"].to_numpy()] = table[column].to_numpy(dtype=float)
+    return grid
+
+
+def _label_grid(atlas: HeadAtlas) -> go.Figure:
+    table = atlas.table
+    codes = {label: number for number, label in enumerate(LABELS)}
+    table = table.assign(code=table.label.map(codes))
+    grid = _grid(table, "code")
+    text = np.full(grid.shape, "", dtype=object)
+    text[table.layer.to_numpy(), table["head"].to_numpy()] = table.label.to_numpy()
+    steps = len(LABELS)
+    colourscale = []
+    for number, label in enumerate(LABELS):
+        colourscale += [[number / steps, LABEL_COLOURS[label]], [(number + 1) / steps, LABEL_COLOURS[label]]]
+    figure = go.Figure(go.Heatmap(z=grid, zmin=-0.5, zmax=steps - 0.5, colorscale=colourscale, text=text,
+                                  texttemplate="%{text}", textfont={"size": 9}, showscale=False,
+                                  x=[f"H{h}" for h in range(grid.shape[1])], y=[f"L{l}" for l in range(grid.shape[0])],
+                                  hovertemplate="%{y} %{x}: %{text}<extra></extra>"))
+    figure.update_yaxes(autorange="reversed")
+    figure.update_layout(height=120 + 28 * grid.shape[0], margin={"l": 40, "r": 10, "t": 20, "b": 30})
+    return figure
+
+
+def _relative_position(atlas: HeadAtlas) -> go.Figure:
+    profiles = atlas.relative_position
+    n_layers, n_heads, _ = profiles.shape
+    rows = profiles.reshape(n_layers * n_heads, -1)
+    seen = ~np.isnan(rows).all(axis=0)
+    offsets = atlas.offsets[seen]
+    values = np.log10(np.clip(rows[:, seen], 1e-4, 1))
+    names = [f"L{l} H{h}" for l in range(n_layers) for h in range(n_heads)]
+    figure = go.Figure(go.Heatmap(z=values, x=offsets, y=names, colorscale="Viridis", zmin=-4, zmax=0,
+                                  colorbar={"title": "log10 weight"},
+                                  hovertemplate="%{y}, offset %{x}: 10^%{z:.2f}<extra></extra>"))
+    figure.update_yaxes(autorange="reversed", showticklabels=n_layers * n_heads <= 120)
+    figure.update_xaxes(title_text="key position - query position")
+    figure.update_layout(height=min(200 + 8 * len(names), 2400), margin={"l": 70, "r": 10, "t": 20, "b": 40})
+    return figure
+
+
+def _statistic_heatmap(atlas: HeadAtlas, name: str) -> go.Figure:
+    grid = _grid(atlas.table, name)
+    figure = go.Figure(go.Heatmap(z=grid, x=[f"H{h}" for h in range(grid.shape[1])],
+                                  y=[f"L{l}" for l in range(grid.shape[0])], colorscale="Viridis",
+                                  hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>"))
+    figure.update_yaxes(autorange="reversed")
+    figure.update_layout(title=name, height=120 + 22 * grid.shape[0], margin={"l": 40, "r": 10, "t": 40, "b": 30})
+    return figure
+
+
+def _exemplar_table(atlas: HeadAtlas) -> str:
+    best = atlas.exemplars[atlas.exemplars["rank"] == 0]
+    labels = atlas.table.set_index(["layer", "head"]).label
+    rows = "".join(
+        f"<tr><td>L{row.layer} H{row.head}</td><td>{html.escape(labels.get((row.layer, row.head), ''))}</td>"
+        f"<td><mark class=\"q\">{html.escape(str(row.query_token))}</mark> &rarr; "
+        f"<mark class=\"k\">{html.escape(str(row.key_token))}</mark> ({row.weight:.2f})</td>"
+        f"<td>{html.escape(str(row.text))}</td></tr>" for row in best.itertuples())
+    return ("<table><tr><th>head</th><th>label</th><th>query &rarr; key (weight)</th><th>sentence</th></tr>"
+            f"{rows}</table>")
+
+
+def _figure_html(figure: go.Figure) -> str:
+    return figure.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})

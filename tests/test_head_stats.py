@@ -1,0 +1,131 @@
+"""Head statistics and labels on synthetic heads whose answers are known, written into real runs."""
+
+import shutil
+
+import numpy as np
+import pytest
+
+import qkviz
+from qkviz.attention_batches import head_attention, sentence_batches
+from qkviz.cli import main
+from qkviz.head_atlas import load_atlas
+from qkviz.head_labels import LabelThresholds, head_label
+from qkviz.head_stats import head_statistics, is_punctuation
+from qkviz.run import open_run
+
+
+@pytest.fixture(scope="module")
+def extracted(tiny_model, tiny_corpus, tmp_path_factory):
+    """``extracted(family)``: a float32 run of the tiny model (made once per family)."""
+    made = {}
+
+    def get(family):
+        if family not in made:
+            made[family] = qkviz.extract(str(tiny_model(family)), tiny_corpus,
+                                         tmp_path_factory.mktemp(family) / "run", max_sentences=30).run
+        return made[family]
+
+    return get
+
+
+def with_head(run, tmp_path, queries, keys, layer=0, head=0):
+    """A copy of ``run`` whose (layer, head) holds the given ``[token, d_head]`` vectors."""
+    copy = tmp_path / "synthetic"
+    shutil.copytree(run.path, copy)
+    stored_queries = np.load(copy / "queries.npy", mmap_mode="r+")
+    stored_keys = np.load(copy / "keys.npy", mmap_mode="r+")
+    stored_queries[layer, head] = queries
+    stored_keys[layer, run.kv_head(head)] = keys
+    stored_queries.flush()
+    stored_keys.flush()
+    return open_run(copy)
+
+
+def rotated(positions, angle, length, head_dim):
+    vectors = np.zeros((len(positions), head_dim), dtype=np.float32)
+    vectors[:, 0] = length * np.cos(angle * positions)
+    vectors[:, 1] = length * np.sin(angle * positions)
+    return vectors
+
+
+def test_a_previous_token_head(extracted, tmp_path):
+    run = extracted("gpt2")
+    position = run.tokens.position.to_numpy()
+    angle = np.pi / (2 * position.max() + 2)
+    # q_p points where k_(p-1) points, a million times longer: the previous key wins by far.
+    synthetic = with_head(run, tmp_path, rotated(position - 1, angle, 1e6, run.head_dim),
+                          rotated(position, angle, 1.0, run.head_dim))
+    found = head_statistics(synthetic, 0, 0)
+    later = (position > 0).sum() / len(position)     # position 0 can only attend to itself
+    assert found.values["argmax_previous"] == pytest.approx(later)
+    assert found.values["mean_distance"] == pytest.approx(later, abs=1e-6)
+    assert found.values["entropy"] == pytest.approx(0, abs=1e-6)
+    assert found.values["variability"] == pytest.approx(0, abs=1e-6)   # position alone decides it
+    assert found.relative_position[found.relative_position.size // 2 - 1] == pytest.approx(1, abs=1e-6)
+    assert head_label(found.values) == ("previous-token", f"{later:.0%} of queries")
+
+
+def test_equal_logits_are_uniform_maximal_entropy_and_broad(extracted, tmp_path):
+    run = extracted("bert")
+    zeros = np.zeros((run.n_tokens, run.head_dim), dtype=np.float32)
+    synthetic = with_head(run, tmp_path, zeros, np.ones_like(zeros))
+    found = head_statistics(synthetic, 0, 0)
+    lengths = run.sentences.n_tokens.to_numpy()
+    assert found.values["entropy_normalised"] == pytest.approx(1.0, abs=1e-9)
+    assert found.values["entropy"] == pytest.approx((lengths * np.log(lengths)).sum() / lengths.sum(), abs=1e-9)
+    for share in ("argmax_self", "argmax_first", "argmax_previous", "argmax_next", "argmax_delimiter"):
+        assert found.values[share] == 0        # ties: no query has a strongest key
+    assert found.values["concentration"] == pytest.approx(0, abs=1e-12)
+    assert head_label(found.values)[0] == "broad"
+
+
+def test_a_sink_head_attends_to_the_first_token(extracted, tmp_path):
+    run = extracted("llama")
+    position = run.tokens.position.to_numpy()
+    keys = np.zeros((run.n_tokens, run.head_dim), dtype=np.float32)
+    keys[position == 0, 0] = 1000.0
+    queries = np.zeros_like(keys)
+    queries[:, 0] = 1.0
+    found = head_statistics(with_head(run, tmp_path, queries, keys), 0, 0)
+    assert found.values["argmax_first"] == 1.0
+    assert found.values["first_token_attention"] == pytest.approx(1, abs=1e-9)
+    assert found.values["mean_distance"] == pytest.approx(position.mean(), abs=1e-6)
+    assert found.values["mean_distance_no_first"] < found.values["mean_distance"]
+    assert head_label(found.values)[0] == "first-token"
+
+
+@pytest.mark.parametrize("family", ["mistral", "bert"])
+def test_batched_attention_equals_the_per_sentence_reference(extracted, family):
+    run = extracted(family)
+    for batch, probs in head_attention(run, 1, 1, sentence_batches(run, max_cells=2000)):
+        for row, sentence in enumerate(batch.sentences):
+            n = batch.lengths[row]
+            np.testing.assert_allclose(probs[row, :n, :n], run.attention(1, 1, int(sentence)), atol=1e-12)
+            assert probs[row, n:].sum() == 0 and probs[row, :, n:].sum() == 0
+
+
+def test_labels_follow_the_thresholds():
+    values = dict(argmax_previous=0.4, argmax_next=0.0, argmax_self=0.1, argmax_offset=0.0, offset=-2.0,
+                  argmax_first=0.3, argmax_delimiter=0.1, entropy_normalised=0.5)
+    assert head_label(values)[0] == "content"
+    assert head_label(values, LabelThresholds(argmax_share=0.4))[0] == "previous-token"
+    assert head_label({**values, "argmax_offset": 0.7})[1].startswith("offset -2")
+    assert head_label({**values, "entropy_normalised": 0.9})[0] == "broad"
+    assert is_punctuation(",") and is_punctuation("Ġ.") and not is_punctuation("the") and not is_punctuation("")
+
+
+def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(extracted, tmp_path, capsys):
+    run = extracted("gpt2")
+    copy = tmp_path / "run"
+    shutil.copytree(run.path, copy)
+    run = open_run(copy)
+    assert load_atlas(run) is None
+    assert main(["-q", "stats", "--run", str(copy), "--max-offset", "8"]) == 0
+    atlas = load_atlas(run)
+    assert len(atlas.table) == run.n_layers * run.n_heads
+    assert atlas.relative_position.shape == (run.n_layers, run.n_heads, 17)
+    assert not np.isnan(atlas.relative_position[:, :, :9]).any()     # offsets -8..0 exist in a decoder
+    assert np.isnan(atlas.relative_position[:, :, 9:]).all()          # a decoder never looks ahead
+    assert set(atlas.exemplars.columns) >= {"layer", "head", "sentence", "query_token", "key_token", "text"}
+    assert main(["-q", "stats", "--run", str(copy), "--argmax-share", "1.5"]) == 2
+    assert "--argmax-share must be in (0, 1]" in capsys.readouterr().err
