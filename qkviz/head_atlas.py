@@ -1,7 +1,8 @@
 """The head atlas of a run: every head's statistics, label, relative-position profile and exemplars.
 
 Stored in ``<run>/stats/``: ``head_stats.parquet`` (one row per layer and head: the
-:data:`qkviz.head_stats.STATISTICS`, ``label``, ``label_detail``), ``relative_position.npy``
+:data:`qkviz.head_stats.STATISTICS`, with ``--syntax`` also :data:`qkviz.syntax.SYNTAX_STATISTICS`,
+``label``, ``label_detail``), ``relative_position.npy``
 (float64 ``[layer, head, 2 * max_offset + 1]``, offset ``-max_offset`` first),
 ``exemplars.parquet`` (``layer, head, rank, sentence, query, key, weight, query_token,
 key_token, text``) and ``atlas.json``, written last: the run's fingerprint, the thresholds and
@@ -23,6 +24,7 @@ from qkviz.attention_batches import sentence_batches
 from qkviz.head_labels import LabelThresholds, head_label
 from qkviz.head_stats import DEFAULT_MAX_OFFSET, STATISTICS, TokenKinds, head_statistics
 from qkviz.run import Run
+from qkviz.syntax import SYNTAX_STATISTICS, TokenSyntax, batch_syntax
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +47,16 @@ class HeadAtlas:
 
 
 def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max_offset: int = DEFAULT_MAX_OFFSET,
-                  n_exemplars: int = 5, progress: bool = False) -> HeadAtlas:
-    """Statistics of every head (attention recomputed from the stored vectors, batch by batch)."""
+                  n_exemplars: int = 5, syntax: bool = False, progress: bool = False) -> HeadAtlas:
+    """Statistics of every head (attention recomputed from the stored vectors, batch by batch);
+    with ``syntax``, also the part-of-speech and dependency statistics of :mod:`qkviz.syntax`."""
     from tqdm.auto import tqdm
 
     kinds, batches = TokenKinds.of(run), sentence_batches(run)
+    syntax_batches = None
+    if syntax:
+        token_syntax = TokenSyntax.parse(run)
+        syntax_batches = [batch_syntax(token_syntax, batch) for batch in batches]
     rows, exemplars = [], []
     profiles = np.full((run.n_layers, run.n_heads, 2 * max_offset + 1), np.nan)
     tokens, texts = run.tokens.token.to_numpy(), run.sentences.text.to_numpy()
@@ -58,7 +65,7 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
               dynamic_ncols=True) as bar:
         for layer in range(run.n_layers):
             for head in range(run.n_heads):
-                found = head_statistics(run, layer, head, kinds, batches, max_offset, n_exemplars)
+                found = head_statistics(run, layer, head, kinds, batches, max_offset, n_exemplars, syntax_batches)
                 label, detail = head_label(found.values, thresholds)
                 rows.append({"layer": layer, "head": head, **found.values, "label": label, "label_detail": detail})
                 profiles[layer, head] = found.relative_position
@@ -71,8 +78,8 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
                 bar.update()
     exemplar_table = pd.concat(exemplars, ignore_index=True)[
         ["layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text"]]
-    return HeadAtlas(pd.DataFrame(rows, columns=["layer", "head", *STATISTICS, "label", "label_detail"]),
-                     profiles, exemplar_table, max_offset, thresholds)
+    columns = ["layer", "head", *STATISTICS, *(SYNTAX_STATISTICS if syntax else ()), "label", "label_detail"]
+    return HeadAtlas(pd.DataFrame(rows, columns=columns), profiles, exemplar_table, max_offset, thresholds)
 
 
 def store_atlas(run: Run, atlas: HeadAtlas) -> Path:

