@@ -17,6 +17,7 @@ from plotly.offline import get_plotlyjs
 from qkviz.head_atlas import HeadAtlas
 from qkviz.head_labels import LABELS
 from qkviz.head_stats import STATISTICS
+from qkviz.syntax import POS_TAGS
 
 LABEL_COLOURS = dict(zip(LABELS, ("#1f77b4", "#17becf", "#9467bd", "#8c564b", "#d62728", "#ff7f0e",
                                   "#bcbd22", "#2ca02c")))
@@ -33,6 +34,8 @@ mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; }
 def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
     table = atlas.table
     counts = table.label.value_counts()
+    shown = [name for name in (*STATISTICS, "dependency_alignment", "dependency_alignment_no_first")
+             if name in table]
     count_text = ", ".join(f"{html.escape(label)} {counts.get(label, 0)}" for label in LABELS if counts.get(label, 0))
     sections = [
         f"<h1>Head atlas: {html.escape(model)}</h1>",
@@ -44,7 +47,8 @@ def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
         '<p class="note">Mean weight at key position &minus; query position, per head; colour on a log scale.</p>'
         + _figure_html(_relative_position(atlas)),
         "<h2>Statistics, layer &times; head</h2>"
-        f'<div class="grid">{"".join(_figure_html(_statistic_heatmap(atlas, name)) for name in STATISTICS)}</div>',
+        f'<div class="grid">{"".join(_figure_html(_statistic_heatmap(atlas, name)) for name in shown)}</div>',
+        _syntax_section(atlas),
         "<h2>Exemplars: the strongest pair of each head</h2>" + _exemplar_table(atlas),
     ]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -93,6 +97,20 @@ def _relative_position(atlas: HeadAtlas) -> go.Figure:
     figure.update_xaxes(title_text="key position - query position")
     figure.update_layout(height=min(200 + 8 * len(names), 2400), margin={"l": 70, "r": 10, "t": 20, "b": 40})
     return figure
+
+
+def _syntax_section(atlas: HeadAtlas) -> str:
+    tags = [tag for tag in POS_TAGS if f"pos_{tag}" in atlas.table]
+    if not tags:
+        return ('<p class="note">No syntax statistics: <code>qkviz stats --syntax</code> adds attention by part of '
+                "speech and dependency alignment.</p>")
+    table = atlas.table
+    names = [f"L{l} H{h}" for l, h in zip(table.layer, table["head"])]
+    figure = go.Figure(go.Heatmap(z=table[[f"pos_{tag}" for tag in tags]].to_numpy(), x=tags, y=names,
+                                  colorscale="Viridis", hovertemplate="%{y} to %{x}: %{z:.3f}<extra></extra>"))
+    figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 120)
+    figure.update_layout(height=min(200 + 8 * len(names), 2400), margin={"l": 70, "r": 10, "t": 20, "b": 40})
+    return "<h2>Share of attention by the key's part of speech</h2>" + _figure_html(figure)
 
 
 def _statistic_heatmap(atlas: HeadAtlas, name: str) -> go.Figure:
