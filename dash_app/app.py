@@ -129,17 +129,32 @@ def clicked(event: dict | None) -> tuple[int, int] | None:
         return None
 
 
+def with_controls(state: ViewState, controls: dict, shape) -> ViewState:
+    """``state`` updated from what the controls show now (``{control id: value}``).
+
+    Two actions in quick succession can both start from the stored state, and Dash keeps only the
+    later answer; the controls still show the first action's change, so reading them keeps it."""
+    changes = {name: controls[control] for control, name in FIELD_CONTROLS.items() if controls.get(control) is not None}
+    if ids.SEARCH_SUBSTRING in controls:
+        changes["substring"] = "substring" in (controls[ids.SEARCH_SUBSTRING] or [])
+    merged = validate(replace(state, **changes), shape, state)
+    sentence = controls.get(ids.SENTENCE_SELECT)
+    return select_sentence(merged, sentence, shape) if isinstance(sentence, int) else merged
+
+
 def next_state(trigger: str | None, value, current: dict | None, url_search: str | None,
-               runs: list[RunData]) -> tuple[ViewState, list[str]]:
+               runs: list[RunData], controls: dict | None = None) -> tuple[ViewState, list[str]]:
     """The state after one user action, and the notices to show (only a URL makes notices).
 
     ``trigger`` is the id of the component that changed (None on first load) and ``value`` its
-    new property value (for graphs, the click data)."""
+    new property value (for graphs, the point event); ``controls`` the values all controls show."""
     shapes = [data.shape for data in runs]
     if trigger in (None, ids.URL) or current is None:
         return parse_url(url_search, shapes)
     state = ViewState.from_dict(current)
     data, shape = runs[state.run], shapes[state.run]
+    if trigger != ids.RUN_SELECT:
+        state = with_controls(state, controls or {}, shape)
     if trigger == ids.RUN_SELECT:
         if isinstance(value, int) and 0 <= value < len(runs) and value != state.run:
             state = select_run(state, value, shapes[value])
@@ -197,7 +212,8 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         current = values[-1]
         inputs = dict(zip([control for control, _ in value_controls + event_inputs], values[:-1]))
         trigger = dash.ctx.triggered_id
-        state, notices = next_state(trigger, inputs.get(trigger), current, url_search, runs)
+        controls = {control: inputs[control] for control, _ in value_controls}
+        state, notices = next_state(trigger, inputs.get(trigger), current, url_search, runs, controls)
         previous = ViewState.from_dict(current) if current else None
         data = runs[state.run]
         controls = {ids.RUN_SELECT: state.run, **{control: getattr(state, name)

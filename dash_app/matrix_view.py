@@ -159,7 +159,7 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
     message = matrix_message(data, state.method, state.dim, layouts.missing)
     if state.sort == "correlation" and correlations is None:
         message += (" No correlation report for this run yet: make it with "
-                    f"'qkviz report --run {data.run.path}'.")
+                    f"'qkviz report --run {data.run.path} --out reports/{data.name}'.")
     if state.sort == "clusters" and clusters is None:
         message += " Search a token to order heads by how many clusters its matches form."
     return figure, message.strip()

@@ -240,7 +240,7 @@ def correlation_panel(data: RunData, layer: int, head: int):
     """The report's figures for this head (a table), or how to make the report."""
     table = data.correlations()
     if table is None:
-        return html.Div(f"No correlation report for this run yet: 'qkviz report --run {data.run.path}'.")
+        return html.Div(f"No correlation report for this run yet: 'qkviz report --run {data.run.path} --out reports/{data.name}'.")
     rows = table[(table["layer"] == layer) & (table["head"] == head)]
     if rows.empty:
         return html.Div("The report has no figures for this head.")

@@ -37,3 +37,11 @@ def tiny_corpus(tmp_path_factory, corpus_sentences) -> Path:
     path = tmp_path_factory.mktemp("corpus") / "tiny.txt"
     path.write_text("\n".join(corpus_sentences[:40]) + "\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="session")
+def app_run(tiny_model, tiny_corpus, tmp_path_factory):
+    """A tiny Llama run (2 layers x 4 heads, 2 key-value heads) with PCA 2D / 3D layouts, for the app's tests."""
+    from browser import make_app_run
+
+    return make_app_run(tiny_model("llama"), tiny_corpus, tmp_path_factory.mktemp("app") / "tiny-llama")

@@ -1,0 +1,103 @@
+"""Helpers for the app's tests: a tiny projected run, ``qkviz serve`` in a subprocess, headless Chromium.
+
+Chromium is Debian's (``/usr/bin/chromium``, installed by ``.ci/run``), driven by Playwright's
+Python package; Playwright's own browser download is never used. A missing Chromium fails the
+browser tests (it is never a skip).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path(os.environ.get("QKVIZ_CHROMIUM", "/usr/bin/chromium"))
+#: without the background-networking flags Chromium stalls on a closed network
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+#: true once no Dash callback is pending and every graph on the page has been drawn
+IDLE_JS = """() => !document.querySelector('[data-dash-is-loading="true"]')"""
+#: page coordinates of point ``index`` of trace ``trace`` in a 2D graph
+POINT_JS = """([graphId, trace, index]) => {
+  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
+  const layout = graph._fullLayout, data = graph._fullData[trace];
+  const box = graph.getBoundingClientRect();
+  return [box.left + layout._size.l + layout.xaxis.l2p(data.x[index]),
+          box.top + layout._size.t + layout.yaxis.l2p(data.y[index])];
+}"""
+
+
+def make_app_run(model: Path, corpus: Path, directory: Path, max_sentences: int = 20):
+    """A run of ``model`` over ``corpus`` with every head's PCA layout in 2D and 3D (UMAP / t-SNE left out)."""
+    import qkviz
+    from qkviz.cli import main
+
+    run = qkviz.extract(str(model), corpus, directory, max_sentences=max_sentences).run
+    assert main(["-q", "project", "--run", str(run.path), "--method", "pca", "--dim", "2,3"]) == 0
+    return run
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_server(run_paths: list[Path], timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+    """``qkviz serve`` on a free port, once it answers; returns the process and the app's URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "qkviz", "serve", "--port", str(port)]
+    for path in run_paths:
+        command += ["--run", str(path)]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            pytest.fail(f"qkviz serve exited with {server.returncode}: {server.stdout.read()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return server, url
+        except OSError:
+            time.sleep(0.2)
+    stop_server(server)
+    pytest.fail(f"qkviz serve did not answer at {url} within {timeout} s")
+
+
+def stop_server(server: subprocess.Popen) -> str:
+    """Stop the server; returns what it printed."""
+    server.terminate()
+    try:
+        output, _ = server.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        output, _ = server.communicate()
+    return output or ""
+
+
+def launch_chromium(playwright):
+    """Headless Debian Chromium through Playwright (fails, never skips, when it is not installed)."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: install it with 'apt-get install -y chromium chromium-driver' "
+                    "(.ci/run does)")
+    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+
+
+def wait_idle(page, timeout_ms: int = 20_000) -> None:
+    page.wait_for_function(IDLE_JS, timeout=timeout_ms)
+
+
+def click_point(page, graph_id: str, trace: int, index: int) -> None:
+    """Hover, then click, point ``index`` of ``trace`` in a 2D graph (Plotly picks points on hover)."""
+    x, y = page.evaluate(POINT_JS, [graph_id, trace, index])
+    page.mouse.move(x - 3, y)
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)

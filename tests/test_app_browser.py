@@ -1,0 +1,127 @@
+"""End to end in headless Chromium: ``qkviz serve`` on a tiny run, every view, clicks, search, reload."""
+
+import re
+
+import pytest
+from browser import click_point, launch_chromium, start_server, stop_server, wait_idle
+
+GRAPH_DRAWN = """([graphId, traces]) => {
+  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
+  return graph && graph.offsetParent !== null && graph.data && graph.data.length >= traces;
+}"""
+VISIBLE = "(id) => document.getElementById(id).offsetParent !== null"
+
+
+@pytest.fixture(scope="module")
+def served(app_run):
+    server, url = start_server([app_run.path])
+    yield url
+    output = stop_server(server)
+    assert "Traceback" not in output, output
+
+
+@pytest.fixture(scope="module")
+def page(served):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        yield page
+        browser.close()
+        assert not errors, errors
+
+
+def shown_view(page) -> list[str]:
+    return [view for view in ("matrix-view", "single-view", "sentence-view") if page.evaluate(VISIBLE, view)]
+
+
+def test_views_clicks_search_and_reload(page, served, app_run):
+    responses = []
+    page.on("response", lambda response: responses.append(response)
+            if "_dash-update-component" in response.url and response.status == 200 else None)
+    page.goto(served)
+    page.wait_for_function(GRAPH_DRAWN, arg=["matrix-graph", 5], timeout=30_000)
+    wait_idle(page)
+    assert shown_view(page) == ["matrix-view"]
+
+    # a click on a point of layer 1 head 2 (flat index 6) opens that head
+    index = page.evaluate("""() => Array.from(document.querySelector('#matrix-graph .js-plotly-plot')
+                             ._fullData[0].customdata).indexOf(6)""")
+    click_point(page, "matrix-graph", 0, index)
+    page.wait_for_function(GRAPH_DRAWN, arg=["single-graph", 12], timeout=20_000)
+    wait_idle(page)
+    assert shown_view(page) == ["single-view"]
+    assert "layer=1&head=2" in page.url and "layer 1 head 2" in page.inner_text("#single-graph")
+    single = [text for text in (response.text() for response in responses)
+              if '"single-graph"' in text and '"queries"' in text]
+    assert single and '"bdata"' in single[-1]                               # typed arrays, not lists
+
+    # a click on query 10 highlights its sentence and draws its attention lines
+    click_point(page, "single-graph", 0, 10)
+    page.wait_for_function("""() => { const g = document.querySelector('#single-graph .js-plotly-plot');
+                              return g.data[4].x && g.data[4].x.length > 0 && g.data[11].x.length == 1; }""",
+                           timeout=20_000)
+    # Plotly picks the point nearest the mouse (points overlap in a tiny run): check what it picked
+    point, sentence = int(re.search(r"point=(\d+)", page.url)[1]), int(re.search(r"sentence=(\d+)", page.url)[1])
+    assert sentence == int(app_run.tokens.sentence.iat[point % app_run.n_tokens])
+    highlighted = page.evaluate("""() => Array.from(document.querySelector('#single-graph .js-plotly-plot')
+                                   ._fullData[4 + (%d >= %d ? 1 : 0)].customdata)""" % (point, app_run.n_tokens))
+    assert point in highlighted
+    assert re.search(r"\((query|key)\)", page.inner_text("#single-hover"))
+    page.click("#next-head")
+    page.wait_for_function("() => location.search.includes('head=3')", timeout=20_000)
+    wait_idle(page)
+
+    # its sentence: two token columns, hovering a token leaves only its lines
+    page.click("#open-sentence")
+    page.wait_for_function(GRAPH_DRAWN, arg=["sentence-graph", 3], timeout=20_000)
+    wait_idle(page)
+    assert shown_view(page) == ["sentence-view"]
+    count_visible = """() => document.querySelector('#sentence-graph .js-plotly-plot').data
+                       .filter((trace, index) => index >= 2 && trace.visible !== false).length"""
+    all_lines = page.evaluate(count_visible)
+    page.wait_for_timeout(300)
+    click_point(page, "sentence-graph", 0, 3)
+    page.wait_for_function(f"() => ({count_visible})() < {all_lines}", timeout=10_000)
+    assert page.evaluate(count_visible) > 0
+
+    # search: the count equals the token table's, also for the first token of the run
+    tokens = app_run.tokens.token.str.strip().str.lower()
+    for query in ("the", tokens.iat[0].upper()):
+        page.fill("#search-input", query)
+        page.press("#search-input", "Enter")
+        expected = int((tokens == query.lower()).sum())
+        page.wait_for_function("(n) => document.getElementById('search-count').innerText.startsWith(n + ' result')",
+                               arg=expected, timeout=10_000)
+    assert expected == app_run.n_sentences
+    page.fill("#search-input", "<b>the</b>")
+    page.press("#search-input", "Enter")
+    page.wait_for_function("() => document.getElementById('search-count').innerText === '0 results'", timeout=10_000)
+    assert page.locator("#search-count b").count() == 0
+
+    # back to the matrix: matches highlighted in every head; the URL restores the view on reload
+    page.fill("#search-input", "the")
+    page.press("#search-input", "Enter")
+    page.click("#view-tabs >> text=Matrix")          # at once: the view and the search must both hold
+    page.wait_for_function("""() => { const g = document.querySelector('#matrix-graph .js-plotly-plot');
+                              return g.offsetParent !== null && g._fullData[2].x.length > 0; }""", timeout=20_000)
+    wait_idle(page)
+    url = page.url
+    assert re.search(r"view=matrix&layer=1&head=3&.*search=the", url)
+    page.reload()
+    page.wait_for_function(GRAPH_DRAWN, arg=["matrix-graph", 5], timeout=20_000)
+    wait_idle(page)
+    assert page.url == url and page.input_value("#search-input") == "the"
+    assert page.inner_text("#search-count").startswith(f"{int((tokens == 'the').sum())} result")
+
+
+def test_bad_url_parameters_show_a_notice(page, served):
+    page.goto(served + "?view=single&layer=7&colour=%3Cscript%3E&zoom=2")
+    page.wait_for_selector(".notice", timeout=20_000)
+    wait_idle(page)
+    notice = page.inner_text(".notice")
+    assert "unknown URL parameter 'zoom'" in notice and "layer='7'" in notice and "colour='<script>'" in notice
+    assert shown_view(page) == ["single-view"] and "layer=0" in page.url

@@ -1,0 +1,46 @@
+"""Global search: matching tokens (token 0 included) and per-head cluster counts."""
+
+import numpy as np
+import pandas as pd
+
+from dash_app.features import normalised_text
+from dash_app.run_data import RunData
+from dash_app.search import TokenSearch, cluster_counts, find_tokens
+
+
+def test_whole_token_match_is_case_insensitive_and_counts_the_first_token():
+    text = normalised_text(pd.DataFrame({"token": ["The", "cat", " the", "theme", "THE ", "."]}))
+    assert find_tokens(text, "the").tolist() == [0, 2, 4]
+    assert find_tokens(text, "  THE ").tolist() == [0, 2, 4]
+    assert find_tokens(text, "the", substring=True).tolist() == [0, 2, 3, 4]
+    assert find_tokens(text, "").tolist() == [] and find_tokens(text, "   ").tolist() == []
+    assert find_tokens(text, "<b>x</b>").tolist() == []
+    assert find_tokens(text, ".").tolist() == [5]          # plain text, never a pattern
+
+
+def test_counts_agree_with_the_token_table_of_a_real_run(app_run):
+    data = RunData(app_run, "tiny")
+    search = TokenSearch(data.search_text, lambda method: data.all_layouts(method).points)
+    tokens = app_run.tokens.token.str.strip().str.lower()
+    first = tokens.iat[0]                                   # the BOS token starts every sentence
+    assert search.find(first, False).count == int((tokens == first).sum()) == app_run.n_sentences
+    assert search.find("the", False).count == int((tokens == "the").sum()) > 0
+    assert search.find("THE", False) is search.find("THE", False)      # cached
+    clusters = search.clusters("the", False, "pca")
+    assert clusters.shape == (app_run.n_layers * app_run.n_heads,) and (clusters >= 1).all()
+
+
+def test_cluster_counts_tell_grouped_matches_from_scattered_ones():
+    rng = np.random.default_rng(0)
+    n_tokens = 200
+    points = rng.uniform(0, 1, size=(3, 2 * n_tokens, 2)).astype(np.float32)
+    matches = np.arange(0, 40)
+    # head 0: the matches' queries and keys form two tight blobs; head 1: scattered; head 2: no layout
+    points[0, matches] = 0.2 + rng.normal(0, 0.005, size=(40, 2))
+    points[0, n_tokens + matches] = 0.8 + rng.normal(0, 0.005, size=(40, 2))
+    points[2] = np.nan
+    counts = cluster_counts(points, matches)
+    assert counts[0] == 2
+    assert counts[1] > 10
+    assert counts[2] == -1
+    assert cluster_counts(points, np.zeros(0, dtype=np.int64)).tolist() == [0, 0, -1]

@@ -1,0 +1,234 @@
+"""The app's figure and callback functions on a real tiny run (no browser)."""
+
+import json
+
+import numpy as np
+import pytest
+from plotly.io.json import to_json_plotly
+
+from dash_app import ids, matrix_view, sentence_view, single_view
+from dash_app.app import build_app, next_state, open_runs
+from dash_app.attention_maps import adjusted_attention, aggregate_attention, hidden_tokens
+from dash_app.features import token_features
+from dash_app.run_data import RunData, normalise_layout
+from dash_app.search import TokenSearch
+from dash_app.state import ViewState
+from qkviz.cli import main
+from qkviz.errors import QkvizError
+from qkviz.projection_cache import CACHE_DIRECTORY
+
+
+@pytest.fixture(scope="module")
+def data(app_run):
+    return RunData(app_run, "tiny")
+
+
+def decoded(trace_array: dict) -> np.ndarray:
+    """A typed array as Plotly JSON carries it (``{"dtype", "bdata"}``), back to numpy."""
+    import base64
+
+    if isinstance(trace_array, list):
+        return np.asarray(trace_array)
+    return np.frombuffer(base64.b64decode(trace_array["bdata"]), dtype=np.dtype(trace_array["dtype"]))
+
+
+def test_token_features_are_per_token_and_in_range(data):
+    features = data.features
+    assert len(features) == data.run.n_tokens
+    assert features.position.between(0, 1).all() and features.position_mod5.isin(range(5)).all()
+    assert (features.punctuation[data.tokens.is_special.to_numpy()] == 2).all()
+    assert (features.punctuation[data.tokens.token.str.strip().isin([",", "."]).to_numpy()] == 1).all()
+    the = data.search_text == "the"
+    assert (features.frequency[the] == the.sum()).all()
+    assert (features.sentence_length.to_numpy() == data.tokens.groupby("sentence").position.transform("size")).all()
+    assert token_features(data.tokens).equals(features)
+
+
+def test_layouts_are_normalised_into_the_unit_square(data):
+    layouts = data.all_layouts("pca")
+    assert layouts.points.shape == (8, 2 * data.run.n_tokens, 2) and layouts.missing == ()
+    assert np.nanmin(layouts.points) >= 0 and np.nanmax(layouts.points) <= 1
+    line = np.stack([np.linspace(0, 10, 100), np.zeros(100)], axis=1)
+    normalised = normalise_layout(line)
+    assert normalised[:, 0].min() == 0 and normalised[:, 0].max() == 1
+    assert np.allclose(normalised[:, 1], 0.5)                              # aspect kept, centred
+
+
+def test_matrix_places_every_head_in_its_cell_and_a_click_finds_it(data):
+    state = ViewState(method="pca")
+    figure, message = matrix_view.render_matrix(data, state, None, None)
+    assert message == ""
+    payload = json.loads(to_json_plotly(figure))
+    queries, keys, query_matches, key_matches, labels = payload["data"]
+    assert queries["type"] == "scattergl" and queries["x"]["dtype"] == "u2" and queries["customdata"]["dtype"] == "u2"
+    sample = len(data.matrix_sample())
+    heads = decoded(queries["customdata"])
+    assert np.array_equal(heads, np.repeat(np.arange(8), sample))
+    x, y = decoded(queries["x"]).astype(int), decoded(queries["y"]).astype(int)
+    # head 6 = layer 1, head 2: column 2, second row from the top (of two rows)
+    assert (x[heads == 6] // matrix_view.CELL == 2).all() and (y[heads == 6] // matrix_view.CELL == 0).all()
+    assert len(decoded(query_matches["x"])) == 0 and labels["text"][6] == "L1 H2"
+
+
+def test_sorting_moves_heads_and_their_labels_together(data):
+    clusters = np.array([5, 1, 3, 2, 9, 0, 4, 7])
+    order = matrix_view.head_order(clusters)
+    assert order.tolist() == [5, 1, 3, 2, 6, 0, 7, 4]
+    origins = matrix_view.cell_origins(order, 2, 4)
+    assert origins[5].tolist() == [0, matrix_view.CELL]                    # fewest clusters: top left
+    assert origins[4].tolist() == [3 * matrix_view.CELL, 0]                # most: bottom right
+    labels = matrix_view.head_labels(2, 4, clusters, np.full(8, -0.5))
+    assert labels[5] == "L1 H1 · 0 cl · r -0.50"
+    assert matrix_view.head_order(np.array([np.nan, 2.0, 1.0])).tolist() == [2, 1, 0]   # NaN last
+
+
+def test_search_matches_are_drawn_in_every_head(data):
+    search = TokenSearch(data.search_text, lambda method: data.all_layouts(method).points)
+    result = search.find("the", False)
+    clusters = search.clusters("the", False, "pca")
+    state = ViewState(method="pca", search="the", sort="clusters")
+    figure, _ = matrix_view.render_matrix(data, state, clusters, result.tokens)
+    payload = json.loads(to_json_plotly(figure))
+    matched_heads = decoded(payload["data"][2]["customdata"])
+    assert np.bincount(matched_heads).tolist() == [min(result.count, len(data.matrix_sample()))] * 8
+    assert payload["data"][4]["text"][int(np.argmin(clusters))].endswith(f"{clusters.min()} cl")
+
+
+def test_a_missing_projection_is_a_message_naming_the_command_never_computed(data):
+    before = sorted(p.name for p in (data.run.path / CACHE_DIRECTORY).iterdir())
+    with pytest.raises(QkvizError, match=r"qkviz project --run .* --method umap --dim 2 --layers 0 --heads 1"):
+        single_view.render_single(data, ViewState(view="single", head=1, method="umap"), [], np.zeros(0, int), 5, 0.0)
+    figure, message = matrix_view.render_matrix(data, ViewState(method="tsne", dim=3), None, None)
+    assert "8 of 8 heads have no tsne 2D layout" in message and "--method tsne --dim 2" in message
+    assert "3D is in the single-head view" in message
+    assert sorted(p.name for p in (data.run.path / CACHE_DIRECTORY).iterdir()) == before
+
+
+def test_single_head_figure_sends_typed_arrays_within_budget(data):
+    state = ViewState(view="single", layer=1, head=3, method="pca", colour="frequency")
+    figure = single_view.render_single(data, state, ["size"], np.array([0, 4]), 5, 0.02)
+    text = to_json_plotly(figure)
+    payload = json.loads(text)
+    queries, keys = payload["data"][:2]
+    for array in (queries["x"], queries["y"], queries["marker"]["color"], queries["marker"]["size"]):
+        assert array["dtype"] == "f4"
+    assert decoded(keys["customdata"]).tolist() == list(range(data.run.n_tokens, 2 * data.run.n_tokens))
+    assert len(payload["data"]) == single_view.OVERLAY_SLOTS.stop
+    # bytes per point: ~45 here; 10,000 points stay under the 0.6 MB goal
+    assert len(text) / (2 * data.run.n_tokens) < 60
+    three_d = single_view.render_single(data, ViewState(method="pca", dim=3), [], np.zeros(0, int), 5, 0.02)
+    assert three_d.data[0].type == "scatter3d" and three_d.data[0].z is not None
+
+
+def test_clicking_a_query_draws_lines_to_its_strongest_keys(data):
+    coordinates = data.layout(1, 2, "pca", 2)
+    sentence = 3
+    rows = data.sentence_rows(sentence)
+    token = int(rows[5])
+    traces = single_view.overlay_traces(data, coordinates, 1, 2, token, top_k=3, threshold=0.0)
+    sentence_queries, sentence_keys = traces[0], traces[1]
+    assert list(sentence_queries["customdata"]) == rows.tolist()
+    assert list(sentence_keys["customdata"]) == (rows + data.run.n_tokens).tolist()
+    attention = data.run.attention(1, 2, sentence)[5]
+    strongest = np.argsort(-attention)[:3]
+    lines = traces[2:2 + single_view.OPACITY_STEPS]
+    ends = [np.asarray(trace["x"])[1::3] for trace in lines]
+    drawn = np.sort(np.concatenate(ends))
+    expected = np.sort(coordinates[rows[strongest] + data.run.n_tokens, 0])
+    assert np.allclose(drawn, expected)
+    for step, trace in enumerate(lines):                                   # opacity follows the weight
+        assert trace["opacity"] == pytest.approx((step + 1) / single_view.OPACITY_STEPS)
+    high = single_view.overlay_traces(data, coordinates, 1, 2, token, top_k=3, threshold=1.01)
+    assert sum(len(trace["x"]) for trace in high[2:2 + single_view.OPACITY_STEPS]) == 0
+    nothing = single_view.overlay_traces(data, coordinates, 1, 2, None, top_k=3, threshold=0.0)
+    assert all(len(trace["x"]) == 0 for trace in nothing)
+
+
+def test_hover_details_and_correlations(data, tmp_path):
+    point = int(data.sentence_rows(2)[3]) + data.run.n_tokens
+    details = single_view.hover_details(data, ViewState(colour="punctuation"), point)
+    text = str(details)
+    assert "(key)" in text and "sentence 2, position 3" in text and "punctuation / special token: " in text
+    assert "qkviz report --run" in str(single_view.correlation_panel(data, 0, 0))
+    assert main(["-q", "report", "--run", str(data.run.path), "--out", str(tmp_path / "report")]) == 0
+    panel = str(single_view.correlation_panel(data, 1, 2))
+    assert "pca-2d" in panel and "translated+scaled" in panel
+    assert data.correlation_space("pca") == "pca-2d"
+    assert not np.isnan(data.correlation_grid("pca-2d")).any()
+    figure, message = matrix_view.render_matrix(data, ViewState(method="pca", sort="correlation"), None, None)
+    assert message == "" and " · r " in figure.data[4].text[0]
+
+
+def test_hiding_tokens_and_weighting_by_value_norm_renormalise():
+    attention = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
+    hidden = hidden_tokens(np.arange(3), np.array([True, False, False]), hide_first=False, hide_special=True)
+    assert hidden.tolist() == [True, False, False]
+    weights = adjusted_attention(attention, hidden)
+    assert np.allclose(weights, [[0, 0, 0], [0, 1, 0], [0, 0.375, 0.625]])
+    weighted = adjusted_attention(attention, np.zeros(3, bool), np.array([1.0, 2.0, 1.0]))
+    assert np.allclose(weighted[2], np.array([0.2, 0.6, 0.5]) / 1.3)
+    assert np.allclose(weighted.sum(axis=1), 1)
+
+
+def test_aggregate_attention_is_the_corpus_mean_by_position(app_run):
+    average = aggregate_attention(app_run, 1, 2, positions=8)
+    sums, counts = np.zeros((8, 8)), np.zeros((8, 8))
+    for sentence in range(app_run.n_sentences):
+        attention = app_run.attention(1, 2, sentence)[:8, :8]
+        n = len(attention)
+        sums[:n, :n] += attention
+        counts[:n, :n] += 1
+    assert np.allclose(average, sums / counts)
+    no_first = aggregate_attention(app_run, 1, 2, hide_first=True, positions=8)
+    assert np.isnan(no_first[0]).all() and np.allclose(np.nansum(no_first[1:, 1:], axis=1)[:1], 1)
+
+
+def test_sentence_view_lines_carry_their_tokens_and_the_click_is_bold(data):
+    rows = data.sentence_rows(4)
+    state = ViewState(view="sentence", layer=0, head=1, sentence=4, point=int(rows[2]) + data.run.n_tokens)
+    figure, message = sentence_view.render_sentence(data, state, ["first"])
+    queries, keys, *lines = figure.data
+    assert queries.customdata.tolist() == list(range(1, len(rows)))       # first token hidden
+    assert queries.textfont.weight[1] == "bold" and keys.textfont.weight[0] == "normal"
+    weights, hidden = sentence_view.sentence_weights(data, 0, 1, 4, ["first"])
+    for line in lines:
+        query, key = line.meta
+        assert line.opacity == pytest.approx(min(1.0, weights[query, key])) and key != 0
+    assert f"{len(lines)} lines" in message
+    assert sentence_view.sentence_options(data)[4]["value"] == 4
+
+
+def test_each_action_makes_the_next_state(app_run):
+    runs = open_runs([app_run.path])
+    state, notices = next_state(None, None, None, "?view=single&layer=1&head=9&x=1", runs)
+    assert (state.view, state.layer, state.head) == ("single", 1, 0) and len(notices) == 2
+    current = state.as_dict()
+    opened, _ = next_state(ids.MATRIX_CLICK, {"curve": 0, "customdata": 6, "timestamp": 1}, current, "", runs)
+    assert (opened.view, opened.layer, opened.head) == ("single", 1, 2)
+    point = int(runs[0].sentence_rows(3)[2])
+    chosen, _ = next_state(ids.SINGLE_CLICK, {"curve": 0, "customdata": point}, current, "", runs)
+    assert (chosen.point, chosen.sentence) == (point, 3)
+    key, _ = next_state(ids.SENTENCE_CLICK, {"curve": 1, "customdata": 2}, chosen.as_dict(), "", runs)
+    assert key.point == int(runs[0].sentence_rows(3)[2]) + app_run.n_tokens
+    assert next_state(ids.NEXT_HEAD, 1, current, "", runs)[0].head == 1
+    assert next_state(ids.LAYER_UP, 1, current, "", runs)[0].layer == 0
+    assert next_state(ids.SEARCH_SUBSTRING, ["substring"], current, "", runs)[0].substring is True
+    assert next_state(ids.HEAD_SELECT, 99, current, "", runs)[0].head == 0          # validated
+    assert next_state(ids.OPEN_SENTENCE, 1, chosen.as_dict(), "", runs)[0].view == "sentence"
+    assert next_state(ids.SINGLE_CLICK, None, current, "", runs)[0] == state
+    # a control's change that another action's answer overtook is read back from the control
+    controls = {ids.VIEW_TABS: "matrix", ids.SEARCH_INPUT: "the", ids.LAYER_SELECT: 7, ids.SENTENCE_SELECT: 3}
+    merged, _ = next_state(ids.VIEW_TABS, "matrix", chosen.as_dict(), "", runs, controls)
+    assert (merged.view, merged.search, merged.layer, merged.sentence, merged.point) == ("matrix", "the", 1, 3, point)
+    moved, _ = next_state(ids.SENTENCE_SELECT, 5, chosen.as_dict(), "", runs, {ids.SENTENCE_SELECT: 5})
+    assert (moved.sentence, moved.point) == (5, None)
+
+
+def test_the_app_builds_with_its_stable_ids(app_run):
+    app = build_app(open_runs([app_run.path, app_run.path]))
+    layout = str(app.layout)
+    for stable in (ids.MATRIX_VIEW, ids.SINGLE_VIEW, ids.SENTENCE_VIEW, ids.SEARCH_INPUT, ids.SEARCH_COUNT):
+        assert f"id='{stable}'" in layout
+    assert "'label': 'tiny-llama-2'" in layout                             # duplicate names made unique
+    with pytest.raises(QkvizError, match="no run at"):
+        open_runs([app_run.path / "missing"])
