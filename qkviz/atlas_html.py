@@ -49,6 +49,7 @@ def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
         "<h2>Statistics, layer &times; head</h2>"
         f'<div class="grid">{"".join(_figure_html(_statistic_heatmap(atlas, name)) for name in shown)}</div>',
         _syntax_section(atlas),
+        _decomposition_section(atlas),
         "<h2>Exemplars: the strongest pair of each head</h2>" + _exemplar_table(atlas),
     ]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -111,6 +112,30 @@ def _syntax_section(atlas: HeadAtlas) -> str:
     figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 120)
     figure.update_layout(height=min(200 + 8 * len(names), 2400), margin={"l": 70, "r": 10, "t": 20, "b": 40})
     return "<h2>Share of attention by the key's part of speech</h2>" + _figure_html(figure)
+
+
+def _decomposition_section(atlas: HeadAtlas) -> str:
+    if atlas.term_profiles is None or len(atlas.terms) < 2:
+        return ('<p class="note">No logit decomposition: the run holds no query / key biases or rotary tables '
+                "(runs extracted before they were captured: extract again with --overwrite).</p>")
+    shares = "".join(_figure_html(_statistic_heatmap(atlas, f"share_{term}")) for term in atlas.terms)
+    n_layers, n_heads = atlas.term_profiles.shape[:2]
+    profiles = []
+    for number, term in enumerate(atlas.terms):
+        rows = atlas.term_profiles[:, :, number].reshape(n_layers * n_heads, -1)
+        seen = ~np.isnan(rows).all(axis=0)
+        figure = go.Figure(go.Heatmap(z=np.log10(np.clip(rows[:, seen], 1e-4, 1)), x=atlas.offsets[seen],
+                                      y=[f"L{l} H{h}" for l in range(n_layers) for h in range(n_heads)],
+                                      colorscale="Viridis", zmin=-4, zmax=0, showscale=False,
+                                      hovertemplate="%{y}, offset %{x}: 10^%{z:.2f}<extra></extra>"))
+        figure.update_yaxes(autorange="reversed", showticklabels=False)
+        figure.update_layout(title=f"{term} alone", height=420, margin={"l": 20, "r": 10, "t": 40, "b": 30})
+        profiles.append(_figure_html(figure))
+    return ("<h2>Logit decomposition</h2>"
+            '<p class="note">Each term\'s share of the logit\'s variation across a query\'s keys (shares add up to 1; '
+            "a term constant for a query gets 0), and the attention the term alone would pay by relative position "
+            "(log scale).</p>"
+            f'<div class="grid">{shares}</div><div class="grid">{"".join(profiles)}</div>')
 
 
 def _statistic_heatmap(atlas: HeadAtlas, name: str) -> go.Figure:

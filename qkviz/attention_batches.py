@@ -68,7 +68,11 @@ def batch_attention(run: Run, layer: int, head: int, batch: SentenceBatch,
     softcap = run.softcap(layer)
     if softcap is not None:
         logits = np.tanh(logits / softcap) * softcap
-    mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
+    return masked_softmax(logits, batch_mask(batch, run.is_causal, run.sliding_window(layer)))
+
+
+def masked_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis among ``mask``-ed entries; rows with none are all 0."""
     logits = np.where(mask, logits, -np.inf)
     top = logits.max(axis=2, keepdims=True)
     weights = np.exp(logits - np.where(np.isfinite(top), top, 0.0))

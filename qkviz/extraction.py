@@ -24,7 +24,8 @@ from qkviz.adapters import FamilyAdapter, ModelShape, adapter_for
 from qkviz.capture import LayerAttentionSettings
 from qkviz.corpus import Corpus, load_corpus
 from qkviz.errors import QkvizError
-from qkviz.forward import capture_run
+from qkviz.forward import capture_run, pad_token_id
+from qkviz.logit_parts_capture import capture_logit_parts
 from qkviz.models import LoadedModel, load_model
 from qkviz.run import Run, open_run
 from qkviz.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory
@@ -90,7 +91,10 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
     tokens = token_table(sentences, loaded.tokenizer)
     manifest = _manifest(identity, loaded, adapter, shape, settings, corpus_data, sentences, tokens)
     manifest["extraction"] = {"device": device, "batch_size": batch_size}
-    writer.finish(manifest, tokens, sentence_table(sentences))
+    logit_parts = capture_logit_parts(loaded.model, adapter, shape, max(len(s) for s in sentences),
+                                      pad_token_id(loaded.tokenizer), device)
+    manifest["logit_parts"] = sorted(logit_parts)
+    writer.finish(manifest, tokens, sentence_table(sentences), logit_parts)
     seconds = time.perf_counter() - started
     logger.info("extracted %d tokens of %d sentences into %s in %.1f s", n_tokens, len(sentences), out, seconds)
     return ExtractionResult(open_run(out), "resumed" if resumed else "extracted", seconds)

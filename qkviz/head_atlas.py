@@ -5,7 +5,8 @@ Stored in ``<run>/stats/``: ``head_stats.parquet`` (one row per layer and head: 
 ``label``, ``label_detail``), ``relative_position.npy``
 (float64 ``[layer, head, 2 * max_offset + 1]``, offset ``-max_offset`` first),
 ``exemplars.parquet`` (``layer, head, rank, sentence, query, key, weight, query_token,
-key_token, text``) and ``atlas.json``, written last: the run's fingerprint, the thresholds and
+key_token, text``), ``term_profiles.npy`` (``[layer, head, term, offset]``: the attention of each
+logit term alone by relative position; the terms' variance shares are ``share_<term>`` columns) and ``atlas.json``, written last: the run's fingerprint, the thresholds and
 the offset range. Without a matching ``atlas.json`` there is no atlas.
 """
 
@@ -23,6 +24,7 @@ from qkviz import run_files
 from qkviz.attention_batches import sentence_batches
 from qkviz.head_labels import LabelThresholds, head_label
 from qkviz.head_stats import DEFAULT_MAX_OFFSET, STATISTICS, TokenKinds, head_statistics
+from qkviz.logit_decomposition import available_terms, decompose_head
 from qkviz.run import Run
 from qkviz.syntax import SYNTAX_STATISTICS, TokenSyntax, batch_syntax
 
@@ -31,6 +33,7 @@ logger = logging.getLogger(__name__)
 ATLAS_SCHEMA_VERSION = 1
 ATLAS_DIRECTORY = "stats"
 TABLE, PROFILES, EXEMPLARS, MARKER = "head_stats.parquet", "relative_position.npy", "exemplars.parquet", "atlas.json"
+TERM_PROFILES = "term_profiles.npy"
 
 
 @dataclass
@@ -40,6 +43,8 @@ class HeadAtlas:
     exemplars: pd.DataFrame
     max_offset: int
     thresholds: LabelThresholds
+    terms: tuple[str, ...] = ("content",)   # logit terms (qkviz.logit_decomposition); shares are share_<term> columns
+    term_profiles: np.ndarray | None = None  # [layer, head, term, 2 * max_offset + 1]
 
     @property
     def offsets(self) -> np.ndarray:
@@ -59,6 +64,11 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
         syntax_batches = [batch_syntax(token_syntax, batch) for batch in batches]
     rows, exemplars = [], []
     profiles = np.full((run.n_layers, run.n_heads, 2 * max_offset + 1), np.nan)
+    terms = available_terms(run)
+    term_profiles = np.full((run.n_layers, run.n_heads, len(terms), 2 * max_offset + 1), np.nan)
+    if "logit_parts" not in run.manifest:
+        logger.warning("%s was extracted before qkviz captured biases and rotary tables, so its logits are not "
+                       "decomposed; extract it again with --overwrite to add them", run.path)
     tokens, texts = run.tokens.token.to_numpy(), run.sentences.text.to_numpy()
     firsts = run.sentences.first_token.to_numpy()
     with tqdm(total=run.n_layers * run.n_heads, unit="head", desc="head statistics", disable=not progress,
@@ -67,8 +77,12 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
             for head in range(run.n_heads):
                 found = head_statistics(run, layer, head, kinds, batches, max_offset, n_exemplars, syntax_batches)
                 label, detail = head_label(found.values, thresholds)
-                rows.append({"layer": layer, "head": head, **found.values, "label": label, "label_detail": detail})
+                split = decompose_head(run, layer, head, batches, max_offset)
+                shares = {f"share_{term}": float(share) for term, share in zip(split.terms, split.variance_share)}
+                rows.append({"layer": layer, "head": head, **found.values, **shares, "label": label,
+                             "label_detail": detail})
                 profiles[layer, head] = found.relative_position
+                term_profiles[layer, head] = split.profiles
                 top = found.exemplars.assign(layer=layer, head=head, rank=np.arange(len(found.exemplars)))
                 first = firsts[top.sentence.to_numpy()]
                 top["query_token"] = tokens[first + top["query"].to_numpy()]
@@ -78,8 +92,10 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
                 bar.update()
     exemplar_table = pd.concat(exemplars, ignore_index=True)[
         ["layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text"]]
-    columns = ["layer", "head", *STATISTICS, *(SYNTAX_STATISTICS if syntax else ()), "label", "label_detail"]
-    return HeadAtlas(pd.DataFrame(rows, columns=columns), profiles, exemplar_table, max_offset, thresholds)
+    columns = ["layer", "head", *STATISTICS, *(SYNTAX_STATISTICS if syntax else ()),
+               *(f"share_{term}" for term in terms), "label", "label_detail"]
+    return HeadAtlas(pd.DataFrame(rows, columns=columns), profiles, exemplar_table, max_offset, thresholds,
+                     terms, term_profiles)
 
 
 def store_atlas(run: Run, atlas: HeadAtlas) -> Path:
@@ -90,10 +106,11 @@ def store_atlas(run: Run, atlas: HeadAtlas) -> Path:
     run_files.write_parquet_atomic(atlas.table, directory / TABLE)
     run_files.save_npy_atomic(directory / PROFILES, atlas.relative_position)
     run_files.write_parquet_atomic(atlas.exemplars, directory / EXEMPLARS)
+    run_files.save_npy_atomic(directory / TERM_PROFILES, atlas.term_profiles)
     run_files.write_json_atomic(directory / MARKER, {
         "schema_version": ATLAS_SCHEMA_VERSION, "run_fingerprint": run.manifest["fingerprint"],
         "max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(),
-        "statistics": list(STATISTICS)})
+        "statistics": list(STATISTICS), "terms": list(atlas.terms)})
     return directory
 
 
@@ -110,4 +127,5 @@ def load_atlas(run: Run) -> HeadAtlas | None:
         return None
     return HeadAtlas(pd.read_parquet(directory / TABLE), np.load(directory / PROFILES, allow_pickle=False),
                      pd.read_parquet(directory / EXEMPLARS), int(marker["max_offset"]),
-                     LabelThresholds(**marker["thresholds"]))
+                     LabelThresholds(**marker["thresholds"]), tuple(marker["terms"]),
+                     np.load(directory / TERM_PROFILES, allow_pickle=False))

@@ -134,6 +134,32 @@ class Run:
         """The key-value head that serves query head ``head`` (equal to ``head`` without grouping)."""
         return head // (self.n_heads // self.n_kv_heads)
 
+    # -- logit parts (optional files) ---------------------------------------------------------
+    def has_part(self, name: str) -> bool:
+        """Whether the run holds the optional file ``name`` (see ``run_files.LOGIT_PART_FILES``)."""
+        return name in self.manifest["files"]
+
+    def _part(self, name: str) -> np.ndarray | None:
+        return np.load(self.path / name, mmap_mode="r") if self.has_part(name) else None
+
+    def query_bias(self, layer: int, head: int) -> np.ndarray | None:
+        """``[d_head]`` float32: the bias the model adds to this head's queries, or ``None``."""
+        self.check_head(layer, head)
+        bias = self._part(run_files.QUERY_BIAS)
+        return None if bias is None else np.array(bias[layer, head])
+
+    def key_bias(self, layer: int, head: int) -> np.ndarray | None:
+        """``[d_head]`` float32: the bias of the keys serving query head ``head``, or ``None``."""
+        self.check_head(layer, head)
+        bias = self._part(run_files.KEY_BIAS)
+        return None if bias is None else np.array(bias[layer, self.kv_head(head)])
+
+    def rotary(self, layer: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(cos, sin)`` ``[position, rotary_dim]`` the layer rotates queries and keys with, or ``None``."""
+        self.check_layer(layer)
+        cos, sin = self._part(run_files.ROTARY_COS), self._part(run_files.ROTARY_SIN)
+        return None if cos is None or sin is None else (np.array(cos[layer]), np.array(sin[layer]))
+
     # -- attention settings -------------------------------------------------------------------
     def scale(self, layer: int) -> float:
         """The factor layer ``layer`` multiplies ``q . k`` by before the softmax."""

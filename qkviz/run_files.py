@@ -10,6 +10,8 @@ A run directory holds::
     query_offsets.npy    [layer, head, offset_row, d_head]     float32
     key_offsets.npy      [layer, kv_head, offset_row, d_head]  float32
     value_norms.npy      [layer, kv_head, token]               float32
+    query_bias.npy, key_bias.npy, rotary_cos.npy, rotary_sin.npy   optional: the model's query / key
+                         biases and the rotary tables its layers apply (for the logit decomposition)
 
 A vector is ``stored + offsets[min(position, n_offset_rows - 1)]`` of its head. With float32
 storage there is one offset row of zeros. With float16 the rows are the head's mean vector at
@@ -40,6 +42,12 @@ KEYS = "keys.npy"
 VALUE_NORMS = "value_norms.npy"
 QUERY_OFFSETS = "query_offsets.npy"
 KEY_OFFSETS = "key_offsets.npy"
+#: Optional, for the logit decomposition (see qkviz.logit_parts_capture): present when the model has them.
+QUERY_BIAS = "query_bias.npy"     # [layer, head, d_head] float32
+KEY_BIAS = "key_bias.npy"         # [layer, kv_head, d_head] float32
+ROTARY_COS = "rotary_cos.npy"     # [layer, position, rotary_dim] float32
+ROTARY_SIN = "rotary_sin.npy"     # [layer, position, rotary_dim] float32
+LOGIT_PART_FILES = (QUERY_BIAS, KEY_BIAS, ROTARY_COS, ROTARY_SIN)
 STREAMED_FILES = (QUERIES, KEYS, VALUE_NORMS)
 ARRAY_FILES = (*STREAMED_FILES, QUERY_OFFSETS, KEY_OFFSETS)
 PARTIAL_SUFFIX = ".partial"

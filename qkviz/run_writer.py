@@ -45,8 +45,10 @@ def plan_directory(directory: Path, fingerprint: str, overwrite: bool) -> Direct
         if not (directory / run_files.MANIFEST).exists():
             return DirectoryPlan.RESUME
         try:
-            read_manifest(directory)
-            return DirectoryPlan.REUSE
+            manifest = read_manifest(directory)
+            # Runs made before the logit parts were captured are redone only when asked to.
+            if "logit_parts" in manifest or not overwrite:
+                return DirectoryPlan.REUSE
         except IncompleteRunError:
             if not overwrite:
                 raise
@@ -175,14 +177,18 @@ class RunWriter:
             pending, self._pending = self._pending, None
             pending.result()
 
-    def finish(self, manifest: dict, tokens: pd.DataFrame, sentences: pd.DataFrame) -> dict:
-        """Write the tables, move the arrays into place, and write the manifest last."""
+    def finish(self, manifest: dict, tokens: pd.DataFrame, sentences: pd.DataFrame,
+               extra_arrays: dict[str, np.ndarray] | None = None) -> dict:
+        """Write the tables and ``extra_arrays`` (``{file name: array}``), move the arrays into
+        place, and write the manifest last."""
         self.close()
         run_files.write_parquet_atomic(tokens, self.directory / run_files.TOKENS)
         run_files.write_parquet_atomic(sentences, self.directory / run_files.SENTENCES)
+        for name, array in (extra_arrays or {}).items():
+            run_files.save_npy_atomic(self.directory / name, array)
         for name in run_files.ARRAY_FILES:
             os.replace(self._partial(name), self.directory / name)
-        names = (*run_files.ARRAY_FILES, run_files.TOKENS, run_files.SENTENCES)
+        names = (*run_files.ARRAY_FILES, *(extra_arrays or {}), run_files.TOKENS, run_files.SENTENCES)
         manifest = {**manifest, "fingerprint": self.fingerprint,
                     "files": {name: (self.directory / name).stat().st_size for name in names}}
         run_files.write_json_atomic(self.directory / run_files.MANIFEST, manifest)

@@ -21,6 +21,7 @@ HEADS = 4
 KV_HEADS = 2
 LAYERS = 2
 INIT_RANGE = 0.12
+QUERY_KEY_PROJECTIONS = ("query", "key", "q_proj", "k_proj", "q_lin", "k_lin", "c_attn")
 
 ENCODER_FAMILIES = ("bert", "roberta", "distilbert")
 DECODER_FAMILIES = ("gpt2", "llama", "qwen2", "mistral", "gemma3")
@@ -96,12 +97,14 @@ def build_tiny_model(family: str, directory: Path, sentences: list[str], seed: i
     tokenizer = encoder_tokenizer(sentences) if family in ENCODER_FAMILIES else decoder_tokenizer(sentences)
     torch.manual_seed(seed)
     model = transformers.AutoModel.from_config(tiny_config(family, tokenizer.pad_token_id))
-    if family == "gemma3":
-        # Gemma's norms start at zero offset; give QK-norm weights some spread so they matter.
-        with torch.no_grad():
-            for name, parameter in model.named_parameters():
-                if "q_norm" in name or "k_norm" in name:
-                    parameter.normal_(0.0, 0.5)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if family == "gemma3" and ("q_norm" in name or "k_norm" in name):
+                # Gemma's norms start at zero offset; give QK-norm weights some spread so they matter.
+                parameter.normal_(0.0, 0.5)
+            if name.endswith("bias") and any(part in name for part in QUERY_KEY_PROJECTIONS):
+                # Biases start at zero; non-zero ones make them matter to the logit (and its decomposition).
+                parameter.normal_(0.0, 4 * INIT_RANGE)
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
