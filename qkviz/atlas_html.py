@@ -14,7 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from qkviz.head_atlas import HeadAtlas
+from qkviz.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS, HeadAtlas
 from qkviz.head_labels import LABELS
 from qkviz.head_stats import STATISTICS
 from qkviz.syntax import POS_TAGS
@@ -34,8 +34,8 @@ mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; }
 def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
     table = atlas.table
     counts = table.label.value_counts()
-    shown = [name for name in (*STATISTICS, "dependency_alignment", "dependency_alignment_no_first")
-             if name in table]
+    shown = [name for name in (*STATISTICS, "dependency_alignment", "dependency_alignment_no_first",
+                               *UPDATE_STATISTICS) if name in table]
     count_text = ", ".join(f"{html.escape(label)} {counts.get(label, 0)}" for label in LABELS if counts.get(label, 0))
     sections = [
         f"<h1>Head atlas: {html.escape(model)}</h1>",
@@ -50,6 +50,7 @@ def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
         f'<div class="grid">{"".join(_figure_html(_statistic_heatmap(atlas, name)) for name in shown)}</div>',
         _syntax_section(atlas),
         _decomposition_section(atlas),
+        _update_section(atlas),
         "<h2>Exemplars: the strongest pair of each head</h2>" + _exemplar_table(atlas),
     ]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -136,6 +137,30 @@ def _decomposition_section(atlas: HeadAtlas) -> str:
             "a term constant for a query gets 0), and the attention the term alone would pay by relative position "
             "(log scale).</p>"
             f'<div class="grid">{shares}</div><div class="grid">{"".join(profiles)}</div>')
+
+
+def _update_section(atlas: HeadAtlas) -> str:
+    if atlas.update_histograms is None:
+        return ('<p class="note">No head updates: extract the run with <code>--head-update</code> to see each '
+                "head's update to the hidden state.</p>")
+    n_layers, n_heads = atlas.update_histograms.shape[:2]
+    names = [f"L{l} H{h}" for l in range(n_layers) for h in range(n_heads)]
+    low, high = UPDATE_RATIO_RANGE
+    axes = {0: ("log10 |update| / |hidden state|", np.linspace(low, high, UPDATE_BINS + 1)),
+            1: ("cosine(update, hidden state)", np.linspace(-1, 1, UPDATE_BINS + 1))}
+    figures = []
+    for index, (title, edges) in axes.items():
+        rows = atlas.update_histograms[:, :, index].reshape(n_layers * n_heads, -1)
+        figure = go.Figure(go.Heatmap(z=rows, x=(edges[:-1] + edges[1:]) / 2, y=names, colorscale="Viridis",
+                                      hovertemplate="%{y} at %{x:.2f}: %{z:.1%} of tokens<extra></extra>"))
+        figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 120)
+        figure.update_layout(title=title, height=min(200 + 8 * len(names), 1600),
+                             margin={"l": 70, "r": 10, "t": 40, "b": 30})
+        figures.append(_figure_html(figure))
+    return ("<h2>Each head's update to the hidden state</h2>"
+            '<p class="note">Per token: the head\'s output through its slice of the output projection, against the '
+            "layer's input (the residual stream): its norm ratio and cosine, as histograms per head.</p>"
+            f'<div class="grid">{"".join(figures)}</div>')
 
 
 def _statistic_heatmap(atlas: HeadAtlas, name: str) -> go.Figure:

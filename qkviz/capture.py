@@ -40,9 +40,11 @@ class LayerAttentionSettings:
 class AttentionRecorder:
     """Receives every attention call of one model and forwards it to a sink, per layer."""
 
-    def __init__(self, layer_of_module: dict[int, int], sink: LayerSink):
+    def __init__(self, layer_of_module: dict[int, int], sink: LayerSink,
+                 output_sink: Callable[[int, torch.Tensor], None] | None = None):
         self._layer_of_module = layer_of_module
         self._sink = sink
+        self._output_sink = output_sink   # output_sink(layer, per-head outputs [batch, pos, head, d_head])
         self.settings: dict[int, LayerAttentionSettings] = {}
 
     def record(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -61,6 +63,10 @@ class AttentionRecorder:
         )
         self._sink(layer, query.detach(), key.detach(), value.detach().norm(dim=-1))
 
+    def record_output(self, module: torch.nn.Module, output: torch.Tensor) -> None:
+        if self._output_sink is not None:
+            self._output_sink(self._layer_of_module[id(module)], output.detach())
+
 
 _active_recorder: contextvars.ContextVar[AttentionRecorder | None] = contextvars.ContextVar(
     "qkviz_active_recorder", default=None)
@@ -70,8 +76,11 @@ def _capturing_attention(module, query, key, value, attention_mask, scaling=None
     recorder = _active_recorder.get()
     if recorder is not None:
         recorder.record(module, query, key, value, scaling, kwargs)
-    return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask,
-                                           scaling=scaling, dropout=dropout, **kwargs)
+    output = ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask,
+                                             scaling=scaling, dropout=dropout, **kwargs)
+    if recorder is not None:
+        recorder.record_output(module, output[0])
+    return output
 
 
 AttentionInterface.register(CAPTURE_IMPLEMENTATION, _capturing_attention)

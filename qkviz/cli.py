@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("--max-length", type=int,
                          help="truncate sentences to this many tokens (default: what the model allows)")
     extract.add_argument("--overwrite", action="store_true", help="replace a run made with other settings")
+    extract.add_argument("--head-update", action="store_true",
+                         help="also keep each head's update relative to the hidden state per token (norm ratio "
+                              "and cosine; for 'qkviz stats')")
     extract.set_defaults(handler=_extract)
 
     project = commands.add_parser(
@@ -132,7 +135,8 @@ def _extract(args: argparse.Namespace) -> int:
     result = extract(args.model, args.corpus, args.out, max_tokens=args.max_tokens,
                      max_sentences=args.max_sentences, seed=args.seed, dtype=args.dtype,
                      batch_size=args.batch_size, max_length=args.max_length, device=args.device,
-                     text_column=args.text_column, overwrite=args.overwrite, progress=not args.quiet)
+                     text_column=args.text_column, overwrite=args.overwrite, head_update=args.head_update,
+                     progress=not args.quiet)
     run = result.run
     verb = {"reused": "reused the existing run", "resumed": "resumed and finished",
             "extracted": "extracted"}[result.status]

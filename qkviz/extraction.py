@@ -51,8 +51,10 @@ class ExtractionResult:
 def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int | None = None,
             max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
             max_length: int | None = None, device: str = "cpu", text_column: str = "text",
-            overwrite: bool = False, progress: bool = False) -> ExtractionResult:
-    """Extract every head's queries, keys and value norms over ``corpus`` into the run ``out``."""
+            overwrite: bool = False, head_update: bool = False, progress: bool = False) -> ExtractionResult:
+    """Extract every head's queries, keys and value norms over ``corpus`` into the run ``out``;
+    with ``head_update``, also each head's update relative to the hidden state per token
+    (:mod:`qkviz.head_update_capture`)."""
     started = time.perf_counter()
     _check_options(dtype, batch_size, max_tokens, max_sentences, max_length)
     corpus_data = load_corpus(corpus, text_column)
@@ -73,13 +75,15 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
         "selection": {"max_tokens": max_tokens, "max_sentences": max_sentences, "seed": seed,
                       "max_length": length_limit},
         "dtype": dtype,
+        **({"head_update": True} if head_update else {}),
     }
     fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     plan = plan_directory(Path(out), fingerprint, overwrite)
     if plan is DirectoryPlan.REUSE:
         logger.info("%s already holds this run; reusing it", out)
         return ExtractionResult(open_run(out), "reused", time.perf_counter() - started)
-    layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, n_tokens, dtype)
+    layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, n_tokens, dtype,
+                         head_update)
     writer = RunWriter(Path(out), fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
     resumed = writer.tokens_done > 0
     try:

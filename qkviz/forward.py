@@ -9,6 +9,7 @@ their place in the chunk, and the whole chunk is written at once and checkpointe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from tqdm.auto import tqdm
 from qkviz import run_files
 from qkviz.adapters import FamilyAdapter, ModelShape
 from qkviz.capture import AttentionRecorder, LayerAttentionSettings, capturing
+from qkviz.head_update_capture import HeadUpdateProbe
 from qkviz.models import LoadedModel
 from qkviz.run_writer import RunWriter
 from qkviz.selection import TokenizedSentence
@@ -38,12 +40,15 @@ class _ChunkBuffers:
     queries: np.ndarray
     keys: np.ndarray
     value_norms: np.ndarray
+    head_updates: np.ndarray | None = None   # [layer, head, token, 2] float32 with --head-update
 
     @classmethod
-    def allocate(cls, shape: ModelShape, n_tokens: int, dtype: np.dtype) -> "_ChunkBuffers":
+    def allocate(cls, shape: ModelShape, n_tokens: int, dtype: np.dtype, head_update: bool = False
+                 ) -> "_ChunkBuffers":
         return cls(np.zeros((shape.n_layers, shape.n_heads, n_tokens, shape.head_dim), dtype=dtype),
                    np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens, shape.head_dim), dtype=dtype),
-                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens), dtype=np.float32))
+                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens), dtype=np.float32),
+                   np.zeros((shape.n_layers, shape.n_heads, n_tokens, 2), dtype=np.float32) if head_update else None)
 
 
 class _Scatter:
@@ -78,6 +83,10 @@ class _Scatter:
         self.buffers.queries[layer][:, self.rows] = self._encode(run_files.QUERY_OFFSETS, layer, queries)
         self.buffers.keys[layer][:, self.rows] = self._encode(run_files.KEY_OFFSETS, layer, keys)
         self.buffers.value_norms[layer][:, self.rows] = self._real_tokens(value_norms).float().cpu().numpy()
+
+    def head_updates(self, layer: int, updates: torch.Tensor) -> None:
+        """``[batch, head, pos, 2]`` (ratio, cosine) from :class:`qkviz.head_update_capture.HeadUpdateProbe`."""
+        self.buffers.head_updates[layer][:, self.rows] = self._real_tokens(updates).cpu().numpy()
 
     def _real_tokens(self, tensor: torch.Tensor) -> torch.Tensor:
         """``[batch, head, pos, ...]`` -> ``[head, real token, ...]``."""
@@ -156,7 +165,8 @@ def capture_run(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
     chunks = chunk_sentences(sentences, max(1, CHUNK_BYTES // bytes_per_token(shape, store_dtype)))
     largest = max(sum(len(s) for s in sentences[a:b]) for a, b, _ in chunks)
     n_positions = min(MAX_OFFSET_POSITIONS, max(len(s) for s in sentences))
-    scatter = _Scatter(_ChunkBuffers.allocate(shape, largest, store_dtype), writer.offsets, n_positions)
+    head_update = writer.layout.head_update
+    scatter = _Scatter(_ChunkBuffers.allocate(shape, largest, store_dtype, head_update), writer.offsets, n_positions)
     layer_of_module = {id(module): layer for layer, module in enumerate(adapter.attention_modules(model))}
     if len(layer_of_module) != shape.n_layers:
         raise RuntimeError(f"found {len(layer_of_module)} attention modules for {shape.n_layers} layers")
@@ -166,7 +176,9 @@ def capture_run(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
                dynamic_ncols=True)
     with torch.inference_mode():
         settings = probe_layers(model, layer_of_module, sentences[0], shape, pad_id, device)
-    with torch.inference_mode(), capturing(model, AttentionRecorder(layer_of_module, scatter)):
+    probe = HeadUpdateProbe(model, adapter, shape, scatter.head_updates) if head_update else None
+    recorder = AttentionRecorder(layer_of_module, scatter, output_sink=probe)
+    with torch.inference_mode(), capturing(model, recorder), probe or contextlib.nullcontext():
         for first, end, first_token in chunks:
             chunk = sentences[first:end]
             chunk_tokens = sum(len(s) for s in chunk)
@@ -175,9 +187,11 @@ def capture_run(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
             _capture_chunk(model, scatter, chunk, batch_size, pad_id, device, bar)
             if writer.offsets is None:
                 writer.save_offsets(scatter.offsets())
+            updates = scatter.buffers.head_updates
             writer.write_chunk(first_token, scatter.buffers.queries[:, :, :chunk_tokens],
                                scatter.buffers.keys[:, :, :chunk_tokens],
-                               scatter.buffers.value_norms[:, :, :chunk_tokens])
+                               scatter.buffers.value_norms[:, :, :chunk_tokens],
+                               None if updates is None else updates[:, :, :chunk_tokens])
             writer.checkpoint(first_token + chunk_tokens)
             bar.set_postfix(sentences=end, refresh=False)
     bar.close()

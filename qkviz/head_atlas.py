@@ -6,7 +6,9 @@ Stored in ``<run>/stats/``: ``head_stats.parquet`` (one row per layer and head: 
 (float64 ``[layer, head, 2 * max_offset + 1]``, offset ``-max_offset`` first),
 ``exemplars.parquet`` (``layer, head, rank, sentence, query, key, weight, query_token,
 key_token, text``), ``term_profiles.npy`` (``[layer, head, term, offset]``: the attention of each
-logit term alone by relative position; the terms' variance shares are ``share_<term>`` columns) and ``atlas.json``, written last: the run's fingerprint, the thresholds and
+logit term alone by relative position; the terms' variance shares are ``share_<term>`` columns),
+and for runs extracted with ``--head-update`` ``update_histograms.npy`` (``[layer, head, 2, bins]``:
+shares of tokens by log10 update ratio and by cosine; ``UPDATE_STATISTICS`` columns) and ``atlas.json``, written last: the run's fingerprint, the thresholds and
 the offset range. Without a matching ``atlas.json`` there is no atlas.
 """
 
@@ -34,6 +36,10 @@ ATLAS_SCHEMA_VERSION = 1
 ATLAS_DIRECTORY = "stats"
 TABLE, PROFILES, EXEMPLARS, MARKER = "head_stats.parquet", "relative_position.npy", "exemplars.parquet", "atlas.json"
 TERM_PROFILES = "term_profiles.npy"
+UPDATE_HISTOGRAMS = "update_histograms.npy"
+UPDATE_STATISTICS = ("update_ratio_median", "update_cosine_mean")
+UPDATE_BINS = 40
+UPDATE_RATIO_RANGE = (-3.0, 1.0)   # log10 of |update| / |hidden|
 
 
 @dataclass
@@ -45,6 +51,7 @@ class HeadAtlas:
     thresholds: LabelThresholds
     terms: tuple[str, ...] = ("content",)   # logit terms (qkviz.logit_decomposition); shares are share_<term> columns
     term_profiles: np.ndarray | None = None  # [layer, head, term, 2 * max_offset + 1]
+    update_histograms: np.ndarray | None = None  # [layer, head, 2, UPDATE_BINS] with --head-update runs
 
     @property
     def offsets(self) -> np.ndarray:
@@ -66,6 +73,11 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
     profiles = np.full((run.n_layers, run.n_heads, 2 * max_offset + 1), np.nan)
     terms = available_terms(run)
     term_profiles = np.full((run.n_layers, run.n_heads, len(terms), 2 * max_offset + 1), np.nan)
+    updates = run.has_part(run_files.HEAD_UPDATES) or None
+    update_histograms = np.zeros((run.n_layers, run.n_heads, 2, UPDATE_BINS)) if updates else None
+    if not updates:
+        logger.warning("%s was extracted without --head-update, so head updates are left out; the other "
+                       "statistics are computed (extract with --head-update to add them)", run.path)
     if "logit_parts" not in run.manifest:
         logger.warning("%s was extracted before qkviz captured biases and rotary tables, so its logits are not "
                        "decomposed; extract it again with --overwrite to add them", run.path)
@@ -83,6 +95,9 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
                              "label_detail": detail})
                 profiles[layer, head] = found.relative_position
                 term_profiles[layer, head] = split.profiles
+                if updates is not None:
+                    summary, update_histograms[layer, head] = head_update_summary(run.head_updates(layer, head))
+                    rows[-1].update(summary)
                 top = found.exemplars.assign(layer=layer, head=head, rank=np.arange(len(found.exemplars)))
                 first = firsts[top.sentence.to_numpy()]
                 top["query_token"] = tokens[first + top["query"].to_numpy()]
@@ -93,9 +108,20 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
     exemplar_table = pd.concat(exemplars, ignore_index=True)[
         ["layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text"]]
     columns = ["layer", "head", *STATISTICS, *(SYNTAX_STATISTICS if syntax else ()),
-               *(f"share_{term}" for term in terms), "label", "label_detail"]
+               *(f"share_{term}" for term in terms), *(UPDATE_STATISTICS if updates else ()), "label", "label_detail"]
     return HeadAtlas(pd.DataFrame(rows, columns=columns), profiles, exemplar_table, max_offset, thresholds,
-                     terms, term_profiles)
+                     terms, term_profiles, update_histograms)
+
+
+def head_update_summary(updates: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
+    """``UPDATE_STATISTICS`` of one head's ``[token, 2]`` updates, and their histograms ``[2, UPDATE_BINS]``
+    (log10 of the norm ratio over :data:`UPDATE_RATIO_RANGE`, cosine over [-1, 1]; shares of tokens)."""
+    ratio, cosine = updates[:, 0].astype(np.float64), updates[:, 1].astype(np.float64)
+    log_ratio = np.clip(np.log10(np.maximum(ratio, 1e-12)), *UPDATE_RATIO_RANGE)
+    histograms = np.stack([np.histogram(log_ratio, UPDATE_BINS, UPDATE_RATIO_RANGE)[0],
+                           np.histogram(cosine, UPDATE_BINS, (-1.0, 1.0))[0]]) / max(len(ratio), 1)
+    return ({"update_ratio_median": float(np.median(ratio)), "update_cosine_mean": float(cosine.mean())},
+            histograms)
 
 
 def store_atlas(run: Run, atlas: HeadAtlas) -> Path:
@@ -107,6 +133,9 @@ def store_atlas(run: Run, atlas: HeadAtlas) -> Path:
     run_files.save_npy_atomic(directory / PROFILES, atlas.relative_position)
     run_files.write_parquet_atomic(atlas.exemplars, directory / EXEMPLARS)
     run_files.save_npy_atomic(directory / TERM_PROFILES, atlas.term_profiles)
+    (directory / UPDATE_HISTOGRAMS).unlink(missing_ok=True)
+    if atlas.update_histograms is not None:
+        run_files.save_npy_atomic(directory / UPDATE_HISTOGRAMS, atlas.update_histograms)
     run_files.write_json_atomic(directory / MARKER, {
         "schema_version": ATLAS_SCHEMA_VERSION, "run_fingerprint": run.manifest["fingerprint"],
         "max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(),
@@ -128,4 +157,6 @@ def load_atlas(run: Run) -> HeadAtlas | None:
     return HeadAtlas(pd.read_parquet(directory / TABLE), np.load(directory / PROFILES, allow_pickle=False),
                      pd.read_parquet(directory / EXEMPLARS), int(marker["max_offset"]),
                      LabelThresholds(**marker["thresholds"]), tuple(marker["terms"]),
-                     np.load(directory / TERM_PROFILES, allow_pickle=False))
+                     np.load(directory / TERM_PROFILES, allow_pickle=False),
+                     np.load(directory / UPDATE_HISTOGRAMS, allow_pickle=False)
+                     if (directory / UPDATE_HISTOGRAMS).exists() else None)

@@ -160,6 +160,13 @@ class Run:
         cos, sin = self._part(run_files.ROTARY_COS), self._part(run_files.ROTARY_SIN)
         return None if cos is None or sin is None else (np.array(cos[layer]), np.array(sin[layer]))
 
+    def head_updates(self, layer: int, head: int) -> np.ndarray | None:
+        """``[token, 2]`` float32: the head's update norm over the hidden state's, and their cosine;
+        ``None`` unless the run was extracted with ``--head-update``."""
+        self.check_head(layer, head)
+        updates = self._part(run_files.HEAD_UPDATES)
+        return None if updates is None else np.array(updates[layer, head])
+
     # -- attention settings -------------------------------------------------------------------
     def scale(self, layer: int) -> float:
         """The factor layer ``layer`` multiplies ``q . k`` by before the softmax."""

@@ -12,6 +12,8 @@ A run directory holds::
     value_norms.npy      [layer, kv_head, token]               float32
     query_bias.npy, key_bias.npy, rotary_cos.npy, rotary_sin.npy   optional: the model's query / key
                          biases and the rotary tables its layers apply (for the logit decomposition)
+    head_updates.npy     [layer, head, token, 2] float32, optional (--head-update): each head's
+                         update relative to the hidden state (norm ratio, cosine)
 
 A vector is ``stored + offsets[min(position, n_offset_rows - 1)]`` of its head. With float32
 storage there is one offset row of zeros. With float16 the rows are the head's mean vector at
@@ -48,6 +50,8 @@ KEY_BIAS = "key_bias.npy"         # [layer, kv_head, d_head] float32
 ROTARY_COS = "rotary_cos.npy"     # [layer, position, rotary_dim] float32
 ROTARY_SIN = "rotary_sin.npy"     # [layer, position, rotary_dim] float32
 LOGIT_PART_FILES = (QUERY_BIAS, KEY_BIAS, ROTARY_COS, ROTARY_SIN)
+#: Optional, with ``qkviz extract --head-update`` (see qkviz.head_update_capture), streamed like the vectors.
+HEAD_UPDATES = "head_updates.npy"  # [layer, head, token, 2] float32: |update| / |hidden|, cos(update, hidden)
 STREAMED_FILES = (QUERIES, KEYS, VALUE_NORMS)
 ARRAY_FILES = (*STREAMED_FILES, QUERY_OFFSETS, KEY_OFFSETS)
 PARTIAL_SUFFIX = ".partial"

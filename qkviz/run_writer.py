@@ -81,15 +81,23 @@ class StoreLayout:
     head_dim: int
     n_tokens: int
     dtype: str  # "float16" or "float32"
+    head_update: bool = False   # also stream run_files.HEAD_UPDATES
 
     def streamed_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """The arrays filled token range by token range, with their shapes and stored dtypes."""
         vectors = np.dtype(self.dtype)
-        return {
+        specs = {
             run_files.QUERIES: ((self.n_layers, self.n_heads, self.n_tokens, self.head_dim), vectors),
             run_files.KEYS: ((self.n_layers, self.n_kv_heads, self.n_tokens, self.head_dim), vectors),
             run_files.VALUE_NORMS: ((self.n_layers, self.n_kv_heads, self.n_tokens), np.dtype(np.float32)),
         }
+        if self.head_update:
+            specs[run_files.HEAD_UPDATES] = ((self.n_layers, self.n_heads, self.n_tokens, 2), np.dtype(np.float32))
+        return specs
+
+    def array_files(self) -> tuple[str, ...]:
+        """Every array file the extraction writes through ``*.partial`` files."""
+        return run_files.ARRAY_FILES + ((run_files.HEAD_UPDATES,) if self.head_update else ())
 
 
 class RunWriter:
@@ -124,7 +132,7 @@ class RunWriter:
             return 0
         if progress.get("fingerprint") != self.fingerprint or progress.get("layout") != self.layout.__dict__:
             return 0
-        if not all(self._partial(name).exists() for name in run_files.ARRAY_FILES):
+        if not all(self._partial(name).exists() for name in self.layout.array_files()):
             return 0
         return int(progress.get("tokens_done", 0))
 
@@ -150,11 +158,15 @@ class RunWriter:
             run_files.save_npy_atomic(self._partial(name), np.asarray(array, dtype=np.float32))
         self._offsets = self._load_offsets()
 
-    def write_chunk(self, token_start: int, queries: np.ndarray, keys: np.ndarray, value_norms: np.ndarray) -> None:
+    def write_chunk(self, token_start: int, queries: np.ndarray, keys: np.ndarray, value_norms: np.ndarray,
+                    head_updates: np.ndarray | None = None) -> None:
         """Write encoded tokens ``[token_start, token_start + n)``: ``[layer, head, n, d_head]`` etc."""
         if self._offsets is None:
             raise RuntimeError("save_offsets must come before the first chunk")
-        for name, block in ((run_files.QUERIES, queries), (run_files.KEYS, keys), (run_files.VALUE_NORMS, value_norms)):
+        blocks = [(run_files.QUERIES, queries), (run_files.KEYS, keys), (run_files.VALUE_NORMS, value_norms)]
+        if self.layout.head_update:
+            blocks.append((run_files.HEAD_UPDATES, head_updates))
+        for name, block in blocks:
             for layer, head in np.ndindex(*block.shape[:2]):
                 self._writers[name].write_rows((layer, head), token_start, block[layer, head])
 
@@ -186,9 +198,9 @@ class RunWriter:
         run_files.write_parquet_atomic(sentences, self.directory / run_files.SENTENCES)
         for name, array in (extra_arrays or {}).items():
             run_files.save_npy_atomic(self.directory / name, array)
-        for name in run_files.ARRAY_FILES:
+        for name in self.layout.array_files():
             os.replace(self._partial(name), self.directory / name)
-        names = (*run_files.ARRAY_FILES, *(extra_arrays or {}), run_files.TOKENS, run_files.SENTENCES)
+        names = (*self.layout.array_files(), *(extra_arrays or {}), run_files.TOKENS, run_files.SENTENCES)
         manifest = {**manifest, "fingerprint": self.fingerprint,
                     "files": {name: (self.directory / name).stat().st_size for name in names}}
         run_files.write_json_atomic(self.directory / run_files.MANIFEST, manifest)

@@ -41,6 +41,9 @@ class FamilyAdapter:
     attention_path: str
     causal: bool
     description: str
+    #: Attribute path from one layer to the attention's output projection (its input is every head's
+    #: output side by side): an ``nn.Linear`` or GPT-2's ``Conv1D``.
+    output_projection_path: str = "self_attn.o_proj"
     #: Positions reserved by the family below ``max_position_embeddings`` (RoBERTa's padding offset).
     reserved_positions: Callable[[object], int] = lambda config: 0
     #: Returns a reason the configuration cannot be captured exactly, or ``None``.
@@ -60,8 +63,15 @@ class FamilyAdapter:
 
     def attention_modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         """The attention module of every layer, in layer order."""
-        layers = _follow(_base_model(model), self.layers_path)
-        return [_follow(layer, self.attention_path) for layer in layers]
+        return [_follow(layer, self.attention_path) for layer in self.layer_modules(model)]
+
+    def layer_modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """Every decoder / encoder layer, in order."""
+        return list(_follow(_base_model(model), self.layers_path))
+
+    def output_projections(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """The output projection of every layer's attention, in layer order."""
+        return [_follow(layer, self.output_projection_path) for layer in self.layer_modules(model)]
 
     def check_supported(self, config) -> None:
         reason = self.unsupported_reason(config)

@@ -18,6 +18,7 @@ BERT = FamilyAdapter(
     layers_path="encoder.layer",
     attention_path="attention.self",
     causal=False,
+    output_projection_path="attention.output.dense",
     description="BERT encoders (e.g. all-MiniLM-L6-v2, bert-base-uncased)",
     unsupported_reason=_relative_positions,
 )
@@ -29,6 +30,7 @@ ROBERTA = FamilyAdapter(
     layers_path="encoder.layer",
     attention_path="attention.self",
     causal=False,
+    output_projection_path="attention.output.dense",
     description="RoBERTa encoders (positions offset by the padding index)",
     reserved_positions=lambda config: int(getattr(config, "pad_token_id", 1) or 0) + 1,
     unsupported_reason=_relative_positions,

@@ -9,5 +9,6 @@ DISTILBERT = FamilyAdapter(
     layers_path="transformer.layer",
     attention_path="attention",
     causal=False,
+    output_projection_path="attention.out_lin",
     description="DistilBERT encoders",
 )

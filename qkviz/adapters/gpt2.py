@@ -14,5 +14,6 @@ GPT2 = FamilyAdapter(
     layers_path="h",
     attention_path="attn",
     causal=True,
+    output_projection_path="attn.c_proj",
     description="GPT-2 decoders (fused c_attn, learned absolute positions)",
 )

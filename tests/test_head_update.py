@@ -1,0 +1,80 @@
+"""``--head-update``: each head's update relative to the hidden state, against the model's own tensors."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel
+
+import qkviz
+from qkviz.adapters import adapter_for
+from qkviz.head_update_capture import head_slices
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_model, tiny_corpus, tmp_path_factory):
+    made = {}
+
+    def get(family):
+        if family not in made:
+            made[family] = qkviz.extract(str(tiny_model(family)), tiny_corpus,
+                                         tmp_path_factory.mktemp(family) / "run", max_sentences=8,
+                                         head_update=True).run
+        return made[family]
+
+    return get
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_head_updates_match_the_models_output_projection_inputs(family, runs, tiny_model):
+    run = runs(family)
+    model = AutoModel.from_pretrained(tiny_model(family), attn_implementation="eager", dtype=torch.float32).eval()
+    adapter = adapter_for(model.config)
+    shape = adapter.shape(model.config)
+    layer = 1
+    seen = {}
+    def keep_heads(module, args, output):
+        seen["heads"] = args[0]
+
+    def keep_hidden(module, args, kwargs):
+        seen["hidden"] = args[0] if args else kwargs["hidden_states"]
+
+    adapter.output_projections(model)[layer].register_forward_hook(keep_heads)
+    adapter.layer_modules(model)[layer].register_forward_pre_hook(keep_hidden, with_kwargs=True)
+    rows = run.sentence_tokens(2)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([run.tokens.token_id.to_numpy()[rows].tolist()]))
+    heads = seen["heads"][0].reshape(rows.stop - rows.start, shape.n_heads, shape.head_dim)
+    hidden = seen["hidden"][0]
+    slices = head_slices(adapter.output_projections(model)[layer], shape)
+    for head in range(run.n_heads):
+        update = heads[:, head] @ slices[head]
+        ratio = (update.norm(dim=-1) / hidden.norm(dim=-1)).numpy()
+        cosine = torch.nn.functional.cosine_similarity(update, hidden, dim=-1).numpy()
+        stored = run.head_updates(layer, head)[rows]
+        np.testing.assert_allclose(stored[:, 0], ratio, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(stored[:, 1], cosine, atol=1e-4)
+
+
+def test_runs_without_the_option_have_no_head_updates(tiny_model, tiny_corpus, tmp_path):
+    run = qkviz.extract(str(tiny_model("bert")), tiny_corpus, tmp_path / "run", max_sentences=4).run
+    assert run.head_updates(0, 0) is None
+
+
+def test_stats_summarise_head_updates_and_say_when_a_run_has_none(runs, tiny_model, tiny_corpus, tmp_path, caplog):
+    from qkviz.cli import main
+    from qkviz.head_atlas import load_atlas
+
+    run = runs("gpt2")
+    assert main(["-q", "stats", "--run", str(run.path)]) == 0
+    atlas = load_atlas(run)
+    updates = run.head_updates(1, 3)
+    row = atlas.table[(atlas.table.layer == 1) & (atlas.table["head"] == 3)].iloc[0]
+    assert row.update_ratio_median == pytest.approx(np.median(updates[:, 0]), rel=1e-6)
+    assert row.update_cosine_mean == pytest.approx(updates[:, 1].mean(), rel=1e-5)
+    assert atlas.update_histograms.shape[:3] == (run.n_layers, run.n_heads, 2)
+    np.testing.assert_allclose(atlas.update_histograms.sum(axis=3), 1.0)
+
+    plain = qkviz.extract(str(tiny_model("gpt2")), tiny_corpus, tmp_path / "plain", max_sentences=4).run
+    assert main(["stats", "--run", str(plain.path)]) == 0
+    assert "extract with --head-update" in caplog.text
+    assert load_atlas(plain).update_histograms is None
