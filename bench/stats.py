@@ -1,10 +1,12 @@
 """Head-atlas benchmark: ``qkviz stats`` on every head, and what it finds.
 
-    python bench/stats.py [--run runs/minilm] [--tokens 5000] [--repeats 3] [--also runs/smollm2]
+    python bench/stats.py [--run runs/minilm-atlas] [--tokens 5000] [--repeats 3] [--also runs/smollm2-atlas]
 
-Makes the MiniLM run when it is missing (the bundled corpus, ``--tokens`` tokens), then times
-``qkviz -q stats`` end to end in a child process (wall time and peak memory; goal: 72 heads at
-5,000 tokens within 2 minutes on 2 cores). For each run (``--also`` adds more, e.g. SmolLM2) it
+Makes the MiniLM run when it is missing (the bundled corpus, ``--tokens`` tokens, with
+``--head-update``), then times ``qkviz -q stats --syntax`` (every statistic: the attention
+statistics, labels, exemplars, logit decomposition, head updates, parts of speech and dependency
+alignment) end to end in a child process (wall time and peak memory; goal: 72 heads at 5,000
+tokens within 2 minutes on 2 cores). For each run (``--also`` adds more, e.g. SmolLM2) it
 prints the label counts, the share of heads labelled first-token (sink), and the mean share of
 queries whose strongest key is the first token, a delimiter ([SEP] and punctuation), and the mean
 attention to special tokens.
@@ -32,7 +34,7 @@ QKVIZ = [sys.executable, "-m", "qkviz"]
 
 def time_stats(run: Path) -> tuple[float, float]:
     start = time.perf_counter()
-    subprocess.run([*QKVIZ, "-q", "stats", "--run", str(run)], check=True)
+    subprocess.run([*QKVIZ, "-q", "stats", "--run", str(run), "--syntax"], check=True)
     return time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
@@ -51,17 +53,25 @@ def describe(path: Path) -> None:
     print(f"  mean over heads: strongest key is the first token {table.argmax_first.mean():.1%} of queries, "
           f"a later delimiter {table.argmax_delimiter.mean():.1%}; attention to special tokens "
           f"{table.special_attention.mean():.1%}, to the first token {table.first_token_attention.mean():.1%}")
+    shares = {column.removeprefix("share_"): table[column].mean() for column in table if column.startswith("share_")}
+    print("  logit variance shares (mean over heads): " + ", ".join(f"{k} {v:.1%}" for k, v in shares.items()))
+    if "update_ratio_median" in table:
+        print(f"  head update: median |update|/|hidden| {table.update_ratio_median.median():.3f}, "
+              f"mean cosine {table.update_cosine_mean.mean():+.3f}")
+    if "dependency_alignment" in table:
+        print(f"  dependency alignment: mean {table.dependency_alignment.mean():.3f}, "
+              f"max {table.dependency_alignment.max():.3f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
+    parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm-atlas")
     parser.add_argument("--tokens", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--also", type=Path, action="append", default=[], help="further runs to describe")
     args = parser.parse_args()
     if not (args.run / "manifest.json").exists():
-        subprocess.run([*QKVIZ, "extract", "--model", "minilm", "--out", str(args.run),
+        subprocess.run([*QKVIZ, "extract", "--model", "minilm", "--out", str(args.run), "--head-update",
                         "--max-tokens", str(args.tokens)], check=True)
     timings = [time_stats(args.run) for _ in range(args.repeats)]
     seconds = sorted(t for t, _ in timings)
