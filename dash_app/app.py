@@ -267,6 +267,9 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
         data, matches = runs[state.run], matches_of(state)
         clusters = (searches[state.run].clusters(state.search, state.substring, state.method)
                     if matches is not None else None)
+        if rendered and rendered[:3] + rendered[5:] == key[:3] + key[5:] and state.sort != "clusters":
+            # only the search changed: send the matches and badges, not every head's points again
+            return matrix_view.search_patch(data, state, clusters, matches), no_update, key
         figure, message = matrix_view.render_matrix(data, state, clusters, matches)
         return figure, message, key
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
-from dash import dcc, html
+from dash import Patch, dcc, html
 
 from dash_app import ids
 from dash_app.figures import KEY_COLOUR, KEY_MATCH_COLOUR, QUERY_COLOUR, QUERY_MATCH_COLOUR
@@ -21,6 +21,7 @@ from dash_app.state import ViewState
 CELL = 1000                 # grid units per cell
 INNER = (120, 880)          # where a head's layout lies inside its cell, both axes ...
 LABEL_BAND = 60             # ... shifted down by this much, leaving the top for the label
+CANVAS_PIXELS = 900_000     # screen area the whole grid aims at (see cell_pixels)
 SORT_OPTIONS = [
     {"label": "layer / head order", "value": "order"},
     {"label": "distance-dot correlation (report)", "value": "correlation"},
@@ -87,6 +88,27 @@ def place(points: np.ndarray, origins: np.ndarray, tokens: np.ndarray, keys: boo
     return np.rint(flat[keep, 0]).astype(dtype), np.rint(flat[keep, 1]).astype(dtype), head[keep]
 
 
+def cell_pixels(n_rows: int, n_cols: int) -> int:
+    """Screen pixels per cell: the canvas is kept near :data:`CANVAS_PIXELS` in area, since software
+    WebGL (and a browser on a laptop) spends its time filling pixels more than drawing points."""
+    return int(np.clip(np.sqrt(CANVAS_PIXELS / (n_rows * n_cols)), 56, 100))
+
+
+def _fits_uint16(n_rows: int, n_cols: int) -> bool:
+    return max(n_cols, n_rows) * CELL < np.iinfo(np.uint16).max
+
+
+def match_traces(points: np.ndarray, origins: np.ndarray, matches: np.ndarray | None, fits: bool) -> list:
+    """Traces 2 and 3: the matched tokens' queries and keys in every head (empty when not searching)."""
+    traces = []
+    for name, colour, keys in (("query matches", QUERY_MATCH_COLOUR, False), ("key matches", KEY_MATCH_COLOUR, True)):
+        x, y, head = place(points, origins, matches if matches is not None else np.zeros(0, np.int64), keys, fits)
+        traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
+                                   marker=dict(color=colour, size=4, symbol="circle" if not keys else "diamond",
+                                               line=dict(color="white", width=0.5))))
+    return traces
+
+
 def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads: int, order: np.ndarray,
                   labels: list[str], matches: np.ndarray | None = None) -> go.Figure:
     """The matrix figure: traces queries, keys, query matches, key matches (all ``scattergl``), labels.
@@ -95,24 +117,21 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
     drawn per head; ``order`` the flat head at each grid position; ``matches`` matched token indices."""
     n_cols, n_rows = n_heads, n_layers
     origins = cell_origins(order, n_rows, n_cols)
-    fits = max(n_cols, n_rows) * CELL < np.iinfo(np.uint16).max
+    fits = _fits_uint16(n_rows, n_cols)
     searching = matches is not None and len(matches) > 0
     traces = []
     for name, colour, keys in (("queries", QUERY_COLOUR, False), ("keys", KEY_COLOUR, True)):
         x, y, head = place(points, origins, sample, keys, fits)
         traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
                                    marker=dict(color=colour, size=2.5, opacity=0.25 if searching else 0.6)))
-    for name, colour, keys in (("query matches", QUERY_MATCH_COLOUR, False), ("key matches", KEY_MATCH_COLOUR, True)):
-        x, y, head = place(points, origins, matches if searching else np.zeros(0, np.int64), keys, fits)
-        traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
-                                   marker=dict(color=colour, size=5, symbol="circle" if not keys else "diamond",
-                                               line=dict(color="white", width=0.5))))
-    label_x = origins[:, 0] + INNER[0] - 40
-    label_y = origins[:, 1] + CELL - 25
+    traces += match_traces(points, origins, matches, fits)
+    cell_px = cell_pixels(n_rows, n_cols)
+    label_x = origins[:, 0] + INNER[0] - 80
+    label_y = origins[:, 1] + CELL - 20
     traces.append(go.Scatter(x=label_x, y=label_y, text=labels, customdata=np.arange(len(labels), dtype=np.uint16),
-                             mode="text", textposition="bottom right", textfont=dict(size=10, color="#333"),
+                             mode="text", textposition="bottom right",
+                             textfont=dict(size=10 if cell_px >= 80 else 8, color="#333"),
                              hoverinfo="none", showlegend=False, name="heads"))
-    cell_px = int(np.clip(1150 / n_cols, 70, 120))
     figure = go.Figure(traces)
     axis = dict(showgrid=True, gridcolor="#d0d0d0", dtick=CELL, tick0=0, showticklabels=False, zeroline=False,
                 fixedrange=True)
@@ -136,10 +155,10 @@ def matrix_message(data: RunData, method: str, dim: int, missing: tuple) -> str:
     return " ".join(parts)
 
 
-def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, matches: np.ndarray | None
-                  ) -> tuple[go.Figure, str]:
-    """The matrix figure and message for ``state`` (the callback's work, without Dash)."""
-    layouts = data.all_layouts(state.method)
+def head_figures(data: RunData, state: ViewState, clusters: np.ndarray | None
+                 ) -> tuple[np.ndarray, list[str], np.ndarray | None]:
+    """``(order, labels, correlations)``: the grid order for ``state.sort``, each head's label with
+    its badges, and the report's correlation per head (None without a report)."""
     correlations = None
     space = data.correlation_space(state.method)
     if space is not None:
@@ -152,10 +171,24 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
         order = np.arange(data.n_total_heads)
     labels = head_labels(data.run.n_layers, data.run.n_heads, clusters,
                          correlations if state.sort == "correlation" else None)
-    if matches is not None and len(matches) > len(data.matrix_sample()):
-        matches = np.sort(np.random.default_rng(0).choice(matches, size=len(data.matrix_sample()), replace=False))
+    return order, labels, correlations
+
+
+def drawn_matches(data: RunData, matches: np.ndarray | None) -> np.ndarray | None:
+    """The matches drawn per head: all of them, or a seeded sample as large as the per-head sample."""
+    budget = len(data.matrix_sample())
+    if matches is not None and len(matches) > budget:
+        return np.sort(np.random.default_rng(0).choice(matches, size=budget, replace=False))
+    return matches
+
+
+def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, matches: np.ndarray | None
+                  ) -> tuple[go.Figure, str]:
+    """The matrix figure and message for ``state`` (the callback's work, without Dash)."""
+    layouts = data.all_layouts(state.method)
+    order, labels, correlations = head_figures(data, state, clusters)
     figure = matrix_figure(layouts.points, data.matrix_sample(), data.run.n_layers, data.run.n_heads, order,
-                           labels, matches)
+                           labels, drawn_matches(data, matches))
     message = matrix_message(data, state.method, state.dim, layouts.missing)
     if state.sort == "correlation" and correlations is None:
         message += (" No correlation report for this run yet: make it with "
@@ -163,3 +196,20 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
     if state.sort == "clusters" and clusters is None:
         message += " Search a token to order heads by how many clusters its matches form."
     return figure, message.strip()
+
+
+def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, matches: np.ndarray | None) -> Patch:
+    """Only what a new search changes in a drawn matrix (same run, method and an order that does not
+    depend on the search): the match traces, the labels' badges and the other points' opacity."""
+    order, labels, _ = head_figures(data, state, clusters)
+    origins = cell_origins(order, data.run.n_layers, data.run.n_heads)
+    fits = _fits_uint16(data.run.n_layers, data.run.n_heads)
+    searching = matches is not None and len(matches) > 0
+    patch = Patch()
+    for slot, trace in enumerate(match_traces(data.all_layouts(state.method).points, origins,
+                                              drawn_matches(data, matches), fits), start=2):
+        patch["data"][slot] = trace.to_plotly_json()
+    for slot in (0, 1):
+        patch["data"][slot]["marker"]["opacity"] = 0.25 if searching else 0.6
+    patch["data"][4]["text"] = labels
+    return patch

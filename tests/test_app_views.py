@@ -94,6 +94,20 @@ def test_search_matches_are_drawn_in_every_head(data):
     assert payload["data"][4]["text"][int(np.argmin(clusters))].endswith(f"{clusters.min()} cl")
 
 
+def test_a_new_search_patches_only_matches_badges_and_opacity(data):
+    search = TokenSearch(data.search_text, lambda method: data.all_layouts(method).points)
+    matches = search.find("the", False).tokens
+    clusters = search.clusters("the", False, "pca")
+    state = ViewState(method="pca", search="the")
+    operations = matrix_view.search_patch(data, state, clusters, matches).to_plotly_json()["operations"]
+    changed = {tuple(operation["location"]): operation["params"]["value"] for operation in operations}
+    assert set(changed) == {("data", 2), ("data", 3), ("data", 0, "marker", "opacity"),
+                            ("data", 1, "marker", "opacity"), ("data", 4, "text")}
+    figure, _ = matrix_view.render_matrix(data, state, clusters, matches)
+    assert changed[("data", 4, "text")] == list(figure.data[4].text)
+    assert np.array_equal(changed[("data", 2)]["customdata"], figure.data[2].customdata)
+
+
 def test_a_missing_projection_is_a_message_naming_the_command_never_computed(data):
     before = sorted(p.name for p in (data.run.path / CACHE_DIRECTORY).iterdir())
     with pytest.raises(QkvizError, match=r"qkviz project --run .* --method umap --dim 2 --layers 0 --heads 1"):

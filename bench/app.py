@@ -1,0 +1,174 @@
+"""How fast the app is in a real browser: ``python bench/app.py --run runs/minilm --run runs/smollm2``.
+
+For each run, starts ``qkviz serve`` on it alone and drives Debian's headless Chromium (Playwright's
+Python package, ``/usr/bin/chromium``; software WebGL, no GPU) and reports:
+
+* matrix view interactive after navigation: from the start of navigation to the matrix drawn with
+  no callback pending (the first, cold load, and the median of the next ``--repeats``), and what an
+  empty Dash page with one Plotly WebGL graph takes in the same browser (the floor: loading
+  Plotly's 4.8 MB bundle and starting WebGL);
+* switching heads in the single view: click "head >" until the next head's figure is drawn (median);
+* search across all heads: the server time of the matrix callback that finds the matches and counts
+  their clusters in every head (request start to response end, localhost), and the time from Enter
+  to the highlighted matrix drawn (medians over different tokens);
+* bytes sent per single-head figure (the callback's JSON response);
+* the server's resident memory after start-up and its peak after the whole bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from browser import CHROMIUM_ARGS, CHROMIUM, free_port  # noqa: E402
+
+SEARCHES = ("the", "and", "of", "to", "in", "a", "is", "was")
+DRAWN = """([graphId, traces]) => {
+  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
+  const ready = graph && graph.offsetParent !== null && graph.data && graph.data.length >= traces
+                && !document.querySelector('[data-dash-is-loading="true"]');
+  return ready && (window.__done = performance.now());
+}"""
+FLOOR_APP = """
+import numpy as np, plotly.graph_objects as go, sys
+from dash import Dash, dcc
+x = np.random.default_rng(0).random(10000).astype(np.float32)
+app = Dash(__name__)
+app.layout = dcc.Graph(id="graph", figure=go.Figure(go.Scattergl(x=x, y=x[::-1], mode="markers")))
+app.run(port=int(sys.argv[1]), debug=False)
+"""
+
+
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start(command: list[str], port: int) -> subprocess.Popen:
+    import urllib.request
+
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+            return server
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{command} did not answer")
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.terminate()
+    server.wait(timeout=10)
+
+
+def load_ms(browser, url: str, graph: str, traces: int) -> float:
+    """Milliseconds from the start of navigation to ``graph`` drawn with nothing pending (fresh page)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.wait_for_function(DRAWN, arg=[graph, traces], timeout=60_000, polling="raf")
+    done = page.evaluate("() => window.__done")
+    page.close()
+    return done
+
+
+def floor_ms(browser, repeats: int) -> float:
+    port = free_port()
+    server = start([sys.executable, "-c", FLOOR_APP, str(port)], port)
+    try:
+        load_ms(browser, f"http://127.0.0.1:{port}/", "graph", 1)
+        return statistics.median(load_ms(browser, f"http://127.0.0.1:{port}/", "graph", 1) for _ in range(repeats))
+    finally:
+        stop(server)
+
+
+def timed_action(page, action_js: str, graph: str, traces: int, condition: str = "true") -> float:
+    """Milliseconds from running ``action_js`` in the page to ``graph`` drawn with ``condition`` true."""
+    page.evaluate("() => { window.__done = null; }")
+    start_ms = page.evaluate(f"() => {{ const t = performance.now(); {action_js}; return t; }}")
+    page.wait_for_function(f"(arg) => ({condition}) && ({DRAWN})(arg)", arg=[graph, traces], timeout=60_000,
+                           polling="raf")
+    return page.evaluate("() => window.__done") - start_ms
+
+
+def bench_run(browser, run: Path, repeats: int) -> dict:
+    from qkviz import open_run
+
+    opened = open_run(run)
+    port = free_port()
+    server = start([sys.executable, "-m", "qkviz", "serve", "--run", str(run), "--port", str(port)], port)
+    url = f"http://127.0.0.1:{port}/"
+    result = {"run": run.name, "heads": f"{opened.n_layers} x {opened.n_heads}",
+              "points per head": 2 * opened.n_tokens, "rss start MB": rss_mb(server.pid)}
+    try:
+        result["matrix cold ms"] = load_ms(browser, url, "matrix-graph", 5)
+        result["matrix warm ms"] = statistics.median(load_ms(browser, url, "matrix-graph", 5) for _ in range(repeats))
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        responses = []
+        page.on("response", lambda response: responses.append(response) if "_dash-update" in response.url else None)
+
+        page.goto(url + "?view=single&layer=0&head=0")
+        page.wait_for_function(DRAWN, arg=["single-graph", 12], timeout=60_000)
+        switches = []
+        for step in range(1, 2 * repeats + 3):
+            head = step % opened.n_heads
+            switches.append(timed_action(page, "document.getElementById('next-head').click()", "single-graph", 12,
+                                         f"location.search.includes('&head={head}&')"))
+        result["head switch ms"] = statistics.median(switches)
+        sizes = [len(response.body()) for response in responses
+                 if '"single-graph"' in (response.request.post_data or "") and response.status == 200]
+        result["single figure MB"] = statistics.median(sizes) / 1e6
+
+        page.goto(url)
+        page.wait_for_function(DRAWN, arg=["matrix-graph", 5], timeout=60_000)
+        responses.clear()
+        searches = []
+        for query in SEARCHES[:max(3, repeats)]:
+            page.fill("#search-input", query)
+            searches.append(timed_action(page, "document.getElementById('search-input').dispatchEvent("
+                                               "new KeyboardEvent('keydown', {key: 'Enter', keyCode: 13, bubbles: true}))",
+                                         "matrix-graph", 5,
+                                         "(() => { const g = document.querySelector('#matrix-graph .js-plotly-plot');"
+                                         f" return g._fullData[2].x.length > 0 && location.search.includes('search={query}&'); }})()"))
+        server_ms = [response.request.timing["responseEnd"] for response in responses
+                     if '"matrix-graph"' in (response.request.post_data or "") and response.status == 200]
+        result["search server ms"] = statistics.median(server_ms)
+        result["search to drawn ms"] = statistics.median(searches)
+        page.close()
+        result["rss peak MB"] = rss_mb(server.pid, "VmHWM")
+    finally:
+        stop(server)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, action="append", required=True)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        floor = floor_ms(browser, args.repeats)
+        results = [bench_run(browser, run, args.repeats) for run in args.run]
+        browser.close()
+    print(f"floor: an empty Dash page with one 10,000-point WebGL graph is drawn {floor:.0f} ms after navigation")
+    columns = list(results[0])
+    print(" | ".join(columns))
+    for result in results:
+        print(" | ".join(f"{value:,.0f}" if isinstance(value, float) and value > 10 else
+                         f"{value:.2f}" if isinstance(value, float) else str(value) for value in result.values()))
+
+
+if __name__ == "__main__":
+    main()
