@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1
-.venv/bin/qkviz extract --model minilm --out runs/minilm --max-tokens 5000
+.venv/bin/qkviz extract --model minilm --out runs/minilm --max-tokens 5000 --head-update
 .venv/bin/qkviz project --run runs/minilm --jobs 2
+.venv/bin/qkviz stats --run runs/minilm --syntax
 .venv/bin/qkviz report --run runs/minilm --out reports/minilm --overwrite
 .venv/bin/qkviz status --run runs/minilm
