@@ -29,6 +29,8 @@ DEFAULT_TOP_K = 5
 DEFAULT_THRESHOLD = 0.02
 EXCERPT_CHARS = 60
 KIND = ("query", "key")
+#: colour features whose scale is fixed (categories keep their colour from head to head and run to run)
+FIXED_RANGES = {"position": (0.0, 1.0), "position_mod5": (0.0, 4.0), "punctuation": (0.0, 2.0)}
 
 
 def layout() -> html.Div:
@@ -122,7 +124,7 @@ def base_traces(coordinates: np.ndarray, texts: np.ndarray, values: np.ndarray |
         if values is None:
             marker["color"] = solid
         else:
-            low, high = float(np.nanmin(values)), float(np.nanmax(values))
+            low, high = FIXED_RANGES.get(colour, (float(np.nanmin(values)), float(np.nanmax(values))))
             marker.update(color=values[rows], colorscale=scale, cmin=low, cmax=high if high > low else low + 1,
                           colorbar=_colour_bar(colour, f"{name}: {COLOURS[colour]}", bar_x))
         traces.append(_trace(dim, coordinates[rows], name=name, mode=mode, marker=marker, text=texts,
