@@ -166,7 +166,7 @@ def main() -> None:
     columns = list(results[0])
     print(" | ".join(columns))
     for result in results:
-        print(" | ".join(f"{value:,.0f}" if isinstance(value, float) and value > 10 else
+        print(" | ".join(f"{value:,.0f}" if isinstance(value, (int, float)) and value > 10 else
                          f"{value:.2f}" if isinstance(value, float) else str(value) for value in result.values()))
 
 
