@@ -45,3 +45,21 @@ def app_run(tiny_model, tiny_corpus, tmp_path_factory):
     from browser import make_app_run
 
     return make_app_run(tiny_model("llama"), tiny_corpus, tmp_path_factory.mktemp("app") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_model, tiny_corpus, tmp_path_factory):
+    """``tiny_run(family, max_sentences=12, **extract_options)``: a float32 run of the tiny model,
+    extracted once per arguments and shared; a test that writes into a run copies it first."""
+    import qkviz
+
+    made = {}
+
+    def get(family: str, max_sentences: int = 12, **options):
+        key = (family, max_sentences, tuple(sorted(options.items())))
+        if key not in made:
+            made[key] = qkviz.extract(str(tiny_model(family)), tiny_corpus, tmp_path_factory.mktemp(family) / "run",
+                                      max_sentences=max_sentences, **options).run
+        return made[key]
+
+    return get

@@ -5,27 +5,12 @@ import shutil
 import numpy as np
 import pytest
 
-import qkviz
 from qkviz.attention_batches import head_attention, sentence_batches
 from qkviz.cli import main
 from qkviz.head_atlas import load_atlas
 from qkviz.head_labels import LabelThresholds, head_label
 from qkviz.head_stats import head_statistics, is_punctuation
 from qkviz.run import open_run
-
-
-@pytest.fixture(scope="module")
-def extracted(tiny_model, tiny_corpus, tmp_path_factory):
-    """``extracted(family)``: a float32 run of the tiny model (made once per family)."""
-    made = {}
-
-    def get(family):
-        if family not in made:
-            made[family] = qkviz.extract(str(tiny_model(family)), tiny_corpus,
-                                         tmp_path_factory.mktemp(family) / "run", max_sentences=30).run
-        return made[family]
-
-    return get
 
 
 def with_head(run, tmp_path, queries, keys, layer=0, head=0):
@@ -48,13 +33,19 @@ def rotated(positions, angle, length, head_dim):
     return vectors
 
 
-def test_a_previous_token_head(extracted, tmp_path):
-    run = extracted("gpt2")
+def previous_token_head(run, tmp_path):
+    """A copy of ``run`` whose layer 0 head 0 attends to the previous token: ``q_p`` points where
+    ``k_(p-1)`` points, a million times longer, so the previous key wins by far."""
     position = run.tokens.position.to_numpy()
     angle = np.pi / (2 * position.max() + 2)
-    # q_p points where k_(p-1) points, a million times longer: the previous key wins by far.
-    synthetic = with_head(run, tmp_path, rotated(position - 1, angle, 1e6, run.head_dim),
-                          rotated(position, angle, 1.0, run.head_dim))
+    return with_head(run, tmp_path, rotated(position - 1, angle, 1e6, run.head_dim),
+                     rotated(position, angle, 1.0, run.head_dim))
+
+
+def test_a_previous_token_head(tiny_run, tmp_path):
+    run = tiny_run("gpt2", max_sentences=30)
+    position = run.tokens.position.to_numpy()
+    synthetic = previous_token_head(run, tmp_path)
     found = head_statistics(synthetic, 0, 0)
     later = (position > 0).sum() / len(position)     # position 0 can only attend to itself
     assert found.values["argmax_previous"] == pytest.approx(later)
@@ -65,8 +56,8 @@ def test_a_previous_token_head(extracted, tmp_path):
     assert head_label(found.values) == ("previous-token", f"{later:.0%} of queries")
 
 
-def test_equal_logits_are_uniform_maximal_entropy_and_broad(extracted, tmp_path):
-    run = extracted("bert")
+def test_equal_logits_are_uniform_maximal_entropy_and_broad(tiny_run, tmp_path):
+    run = tiny_run("bert", max_sentences=30)
     zeros = np.zeros((run.n_tokens, run.head_dim), dtype=np.float32)
     synthetic = with_head(run, tmp_path, zeros, np.ones_like(zeros))
     found = head_statistics(synthetic, 0, 0)
@@ -79,8 +70,8 @@ def test_equal_logits_are_uniform_maximal_entropy_and_broad(extracted, tmp_path)
     assert head_label(found.values)[0] == "broad"
 
 
-def test_a_sink_head_attends_to_the_first_token(extracted, tmp_path):
-    run = extracted("llama")
+def test_a_sink_head_attends_to_the_first_token(tiny_run, tmp_path):
+    run = tiny_run("llama", max_sentences=30)
     position = run.tokens.position.to_numpy()
     keys = np.zeros((run.n_tokens, run.head_dim), dtype=np.float32)
     keys[position == 0, 0] = 1000.0
@@ -95,8 +86,8 @@ def test_a_sink_head_attends_to_the_first_token(extracted, tmp_path):
 
 
 @pytest.mark.parametrize("family", ["mistral", "bert"])
-def test_batched_attention_equals_the_per_sentence_reference(extracted, family):
-    run = extracted(family)
+def test_batched_attention_equals_the_per_sentence_reference(tiny_run, family):
+    run = tiny_run(family, max_sentences=30)
     for batch, probs in head_attention(run, 1, 1, sentence_batches(run, max_cells=2000)):
         for row, sentence in enumerate(batch.sentences):
             n = batch.lengths[row]
@@ -114,8 +105,8 @@ def test_labels_follow_the_thresholds():
     assert is_punctuation(",") and is_punctuation("Ġ.") and not is_punctuation("the") and not is_punctuation("")
 
 
-def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(extracted, tmp_path, capsys):
-    run = extracted("gpt2")
+def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(tiny_run, tmp_path, capsys):
+    run = tiny_run("gpt2", max_sentences=30)
     copy = tmp_path / "run"
     shutil.copytree(run.path, copy)
     run = open_run(copy)
@@ -131,18 +122,13 @@ def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(extracted, tm
     assert "--argmax-share must be in (0, 1]" in capsys.readouterr().err
 
 
-def test_syntax_statistics_of_a_previous_token_head_match_a_direct_count(extracted, tmp_path):
-    from qkviz.attention_batches import sentence_batches as batches_of
+def test_syntax_statistics_of_a_previous_token_head_match_a_direct_count(tiny_run, tmp_path):
     from qkviz.syntax import POS_TAGS, TokenSyntax, batch_syntax, load_pipeline
 
-    run = extracted("gpt2")
-    position = run.tokens.position.to_numpy()
-    angle = np.pi / (2 * position.max() + 2)
-    synthetic = with_head(run, tmp_path, rotated(position - 1, angle, 1e6, run.head_dim),
-                          rotated(position, angle, 1.0, run.head_dim))
+    synthetic = previous_token_head(tiny_run("gpt2", max_sentences=30), tmp_path)
     nlp = load_pipeline()
     parsed = TokenSyntax.parse(synthetic, nlp)
-    batches = batches_of(synthetic)
+    batches = sentence_batches(synthetic)
     found = head_statistics(synthetic, 0, 0, batches=batches,
                             syntax=[batch_syntax(parsed, batch) for batch in batches]).values
     # Direct count: a query attends (fully) to the previous token; is that pair a dependency?
@@ -162,10 +148,10 @@ def test_syntax_statistics_of_a_previous_token_head_match_a_direct_count(extract
     assert sum(found[f"pos_{tag}"] for tag in POS_TAGS) == pytest.approx(1.0, abs=1e-9)
 
 
-def test_syntax_without_the_extra_is_a_one_line_error(extracted, capsys, monkeypatch):
+def test_syntax_without_the_extra_is_a_one_line_error(tiny_run, capsys, monkeypatch):
     from qkviz import syntax as syntax_module
 
     monkeypatch.setattr(syntax_module, "SPACY_PIPELINE", "qkviz_no_such_pipeline")
-    assert main(["-q", "stats", "--run", str(extracted("bert").path), "--syntax"]) == 2
+    assert main(["-q", "stats", "--run", str(tiny_run("bert", max_sentences=30).path), "--syntax"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "pip install 'qkviz[syntax]'" in error

@@ -10,23 +10,9 @@ from qkviz.adapters import adapter_for
 from qkviz.head_update_capture import head_slices
 
 
-@pytest.fixture(scope="module")
-def runs(tiny_model, tiny_corpus, tmp_path_factory):
-    made = {}
-
-    def get(family):
-        if family not in made:
-            made[family] = qkviz.extract(str(tiny_model(family)), tiny_corpus,
-                                         tmp_path_factory.mktemp(family) / "run", max_sentences=8,
-                                         head_update=True).run
-        return made[family]
-
-    return get
-
-
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
-def test_head_updates_match_the_models_output_projection_inputs(family, runs, tiny_model):
-    run = runs(family)
+def test_head_updates_match_the_models_output_projection_inputs(family, tiny_run, tiny_model):
+    run = tiny_run(family, max_sentences=8, head_update=True)
     model = AutoModel.from_pretrained(tiny_model(family), attn_implementation="eager", dtype=torch.float32).eval()
     adapter = adapter_for(model.config)
     shape = adapter.shape(model.config)
@@ -60,11 +46,11 @@ def test_runs_without_the_option_have_no_head_updates(tiny_model, tiny_corpus, t
     assert run.head_updates(0, 0) is None
 
 
-def test_stats_summarise_head_updates_and_say_when_a_run_has_none(runs, tiny_model, tiny_corpus, tmp_path, caplog):
+def test_stats_summarise_head_updates_and_say_when_a_run_has_none(tiny_run, tiny_model, tiny_corpus, tmp_path, caplog):
     from qkviz.cli import main
     from qkviz.head_atlas import load_atlas
 
-    run = runs("gpt2")
+    run = tiny_run("gpt2", max_sentences=8, head_update=True)
     assert main(["-q", "stats", "--run", str(run.path)]) == 0
     atlas = load_atlas(run)
     updates = run.head_updates(1, 3)

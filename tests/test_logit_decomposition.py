@@ -11,19 +11,6 @@ from qkviz.attention_batches import sentence_batches
 from qkviz.logit_decomposition import available_terms, batch_terms, decompose_head, unrotate
 
 
-@pytest.fixture(scope="module")
-def runs(tiny_model, tiny_corpus, tmp_path_factory):
-    made = {}
-
-    def get(family):
-        if family not in made:
-            made[family] = qkviz.extract(str(tiny_model(family)), tiny_corpus,
-                                         tmp_path_factory.mktemp(family) / "run", max_sentences=12).run
-        return made[family]
-
-    return get
-
-
 def projections_before_rotation(model_dir, token_ids, layer):
     """The model's own per-head queries and keys of one sentence before the rotary embedding:
     the output of the q / k projection, or of the QK-norm that follows it."""
@@ -46,8 +33,8 @@ def projections_before_rotation(model_dir, token_ids, layer):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gemma3"])
-def test_unrotating_stored_vectors_gives_the_models_pre_rotation_vectors(family, runs, tiny_model):
-    run = runs(family)
+def test_unrotating_stored_vectors_gives_the_models_pre_rotation_vectors(family, tiny_run, tiny_model):
+    run = tiny_run(family)
     assert run.rotary(1) is not None
     rows = run.sentence_tokens(3)
     token_ids = run.tokens.token_id.to_numpy()[rows].tolist()
@@ -61,8 +48,8 @@ def test_unrotating_stored_vectors_gives_the_models_pre_rotation_vectors(family,
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "distilbert", "qwen2"])
-def test_biases_are_the_models_and_split_the_logit(family, runs, tiny_model):
-    run = runs(family)
+def test_biases_are_the_models_and_split_the_logit(family, tiny_run, tiny_model):
+    run = tiny_run(family)
     model = AutoModel.from_pretrained(tiny_model(family))
     state = {name: value.numpy() for name, value in model.state_dict().items()}
     width = run.n_heads * run.head_dim
@@ -87,12 +74,12 @@ def test_biases_are_the_models_and_split_the_logit(family, runs, tiny_model):
     assert found.profiles.shape == (len(found.terms), 17)
 
 
-def test_a_run_without_logit_parts_has_only_the_content_term(runs, tmp_path):
+def test_a_run_without_logit_parts_has_only_the_content_term(tiny_run, tmp_path):
     import json
     import shutil
 
     copy = tmp_path / "old"
-    shutil.copytree(runs("llama").path, copy)
+    shutil.copytree(tiny_run("llama").path, copy)
     manifest = json.loads((copy / run_files.MANIFEST).read_text())
     for name in run_files.LOGIT_PART_FILES:
         manifest["files"].pop(name, None)
