@@ -17,6 +17,7 @@ from plotly.offline import get_plotlyjs
 from qkviz.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS, HeadAtlas
 from qkviz.head_labels import LABELS
 from qkviz.head_stats import STATISTICS
+from qkviz.position_heatmap import head_names, log_weights, relative_position_figure
 from qkviz.syntax import POS_TAGS
 
 LABEL_COLOURS = dict(zip(LABELS, ("#1f77b4", "#17becf", "#9467bd", "#8c564b", "#d62728", "#ff7f0e",
@@ -45,7 +46,7 @@ def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
         "<h2>Pattern labels</h2>" + _figure_html(_label_grid(atlas)),
         "<h2>Average attention by relative position</h2>"
         '<p class="note">Mean weight at key position &minus; query position, per head; colour on a log scale.</p>'
-        + _figure_html(_relative_position(atlas)),
+        + _figure_html(relative_position_figure(atlas.relative_position, atlas.offsets)),
         "<h2>Statistics, layer &times; head</h2>"
         f'<div class="grid">{"".join(_figure_html(_statistic_heatmap(atlas, name)) for name in shown)}</div>',
         _syntax_section(atlas),
@@ -84,23 +85,6 @@ def _label_grid(atlas: HeadAtlas) -> go.Figure:
     return figure
 
 
-def _relative_position(atlas: HeadAtlas) -> go.Figure:
-    profiles = atlas.relative_position
-    n_layers, n_heads, _ = profiles.shape
-    rows = profiles.reshape(n_layers * n_heads, -1)
-    seen = ~np.isnan(rows).all(axis=0)
-    offsets = atlas.offsets[seen]
-    values = np.log10(np.clip(rows[:, seen], 1e-4, 1))
-    names = [f"L{l} H{h}" for l in range(n_layers) for h in range(n_heads)]
-    figure = go.Figure(go.Heatmap(z=values, x=offsets, y=names, colorscale="Viridis", zmin=-4, zmax=0,
-                                  colorbar={"title": "log10 weight"},
-                                  hovertemplate="%{y}, offset %{x}: 10^%{z:.2f}<extra></extra>"))
-    figure.update_yaxes(autorange="reversed", showticklabels=n_layers * n_heads <= 120)
-    figure.update_xaxes(title_text="key position - query position")
-    figure.update_layout(height=min(200 + 8 * len(names), 2400), margin={"l": 70, "r": 10, "t": 20, "b": 40})
-    return figure
-
-
 def _syntax_section(atlas: HeadAtlas) -> str:
     tags = [tag for tag in POS_TAGS if f"pos_{tag}" in atlas.table]
     if not tags:
@@ -123,10 +107,8 @@ def _decomposition_section(atlas: HeadAtlas) -> str:
     n_layers, n_heads = atlas.term_profiles.shape[:2]
     profiles = []
     for number, term in enumerate(atlas.terms):
-        rows = atlas.term_profiles[:, :, number].reshape(n_layers * n_heads, -1)
-        seen = ~np.isnan(rows).all(axis=0)
-        figure = go.Figure(go.Heatmap(z=np.log10(np.clip(rows[:, seen], 1e-4, 1)), x=atlas.offsets[seen],
-                                      y=[f"L{l} H{h}" for l in range(n_layers) for h in range(n_heads)],
+        values, seen = log_weights(atlas.term_profiles[:, :, number], atlas.offsets)
+        figure = go.Figure(go.Heatmap(z=values, x=seen, y=head_names(n_layers, n_heads),
                                       colorscale="Viridis", zmin=-4, zmax=0, showscale=False,
                                       hovertemplate="%{y}, offset %{x}: 10^%{z:.2f}<extra></extra>"))
         figure.update_yaxes(autorange="reversed", showticklabels=False)
