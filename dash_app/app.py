@@ -1,6 +1,6 @@
-"""The app shell: ``create_app(run_paths)`` -> a ``dash.Dash`` with the three views and search.
+"""The app shell: ``create_app(run_paths)`` -> a ``dash.Dash`` with the four views and search.
 
-One layout holds the three views; which one shows, and everything else a view is drawn from, is
+One layout holds the four views; which one shows, and everything else a view is drawn from, is
 the :class:`~dash_app.state.ViewState` in a ``dcc.Store``, mirrored in the URL. One callback
 (:func:`next_state`) turns every user action -- a control, a click, the URL -- into the next
 state; each view redraws from the state in its own callback, which calls plain figure functions.
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import dash
 import numpy as np
-from dash import Input, Output, Patch, State, dcc, html, no_update
+from dash import ALL, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from dash_app import ids, matrix_view, sentence_view, single_view
+from dash_app import atlas_panel, ids, matrix_view, positions_view, sentence_view, single_view
 from dash_app.figures import message_figure, point_event_js
 from dash_app.run_data import RunData, unique_names
 from dash_app.search import TokenSearch
-from dash_app.state import (ViewState, open_head, select_point, select_run, select_sentence, step_head, step_layer,
-                            validate)
+from dash_app.state import (ViewState, open_exemplar, open_head, select_point, select_run, select_sentence, step_head,
+                            step_layer, validate)
 from dash_app.url_state import parse_url, to_url
 from qkviz.errors import QkvizError
 from qkviz.projectors import DIMENSIONS, METHODS
@@ -44,8 +44,16 @@ body { font-family: system-ui, sans-serif; margin: 0 16px; color: #222; }
 .excerpt { margin: 4px 0; color: #333; }
 .sentence-body { display: flex; flex-wrap: wrap; gap: 12px; }
 table.correlations td, table.correlations th { padding: 1px 6px; text-align: right; }
+table.atlas-stats { font-size: 12px; border-collapse: collapse; margin: 4px 0; }
+table.atlas-stats td { padding: 0 6px 0 0; } table.atlas-stats td:last-child { text-align: right; }
+.label-tag { color: white; padding: 1px 6px; border-radius: 3px; font-weight: 600; }
+button.exemplar { display: block; width: 100%; text-align: left; margin: 4px 0; padding: 4px; font: inherit;
+                  background: #fafafa; border: 1px solid #ddd; border-radius: 3px; cursor: pointer; }
+button.exemplar:hover { background: #eef3fb; }
+mark.q { background: #c7e9d9; } mark.k { background: #f9d2e6; }
 #search-count { font-weight: 600; min-width: 80px; }
 """
+TAB_STYLE = {"padding": "8px 4px"}
 INDEX = """<!DOCTYPE html>
 <html><head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}<style>""" + STYLE + """</style></head>
 <body>{%app_entry%}<footer>{%config%}{%scripts%}{%renderer%}</footer></body></html>"""
@@ -80,15 +88,19 @@ def shell_layout(runs: list[RunData]) -> html.Div:
         dcc.Store(id=ids.STATE),
         dcc.Store(id=ids.MATRIX_RENDERED),
         dcc.Store(id=ids.SINGLE_RENDERED),
+        dcc.Store(id=ids.POSITIONS_RENDERED),
+        dcc.Store(id=ids.EXEMPLAR_CLICK),
         *(dcc.Store(id=store) for store in POINT_EVENTS),
+        dcc.Store(id=ids.POSITIONS_CLICK),
         html.Div(className="topbar", children=[
             html.Span("qkviz", className="brand"),
             dcc.Dropdown(id=ids.RUN_SELECT, options=[{"label": data.name, "value": index}
                                                      for index, data in enumerate(runs)],
                          value=0, clearable=False, style={"width": "180px"}),
             dcc.Tabs(id=ids.VIEW_TABS, value="matrix", children=[
-                dcc.Tab(label="Matrix", value="matrix"), dcc.Tab(label="Single head", value="single"),
-                dcc.Tab(label="Sentence", value="sentence")], style={"width": "420px", "height": "40px"}),
+                dcc.Tab(label=label, value=value, style=TAB_STYLE, selected_style=TAB_STYLE)
+                for value, label in (("matrix", "Matrix"), ("single", "Single head"), ("sentence", "Sentence"),
+                                     ("positions", "Positions"))], style={"width": "460px", "height": "40px"}),
             dcc.Dropdown(id=ids.METHOD_SELECT, clearable=False, style={"width": "210px"}),
             dcc.RadioItems(id=ids.DIM_SELECT, options=[{"label": f"{dim}D", "value": dim} for dim in DIMENSIONS],
                            value=2, inline=True),
@@ -103,6 +115,7 @@ def shell_layout(runs: list[RunData]) -> html.Div:
         matrix_view.layout(),
         single_view.layout(),
         sentence_view.layout(),
+        positions_view.layout(),
     ])
 
 
@@ -115,6 +128,9 @@ STEPS = {ids.PREV_HEAD: (step_head, -1), ids.NEXT_HEAD: (step_head, 1),
          ids.LAYER_UP: (step_layer, -1), ids.LAYER_DOWN: (step_layer, 1)}
 
 
+#: view (``ViewState.view``) -> the id of its container, shown only for that view
+VIEW_IDS = {"matrix": ids.MATRIX_VIEW, "single": ids.SINGLE_VIEW, "sentence": ids.SENTENCE_VIEW,
+            "positions": ids.POSITIONS_VIEW}
 #: store -> (graph, event property) it is filled from by :func:`~dash_app.figures.point_event_js`
 POINT_EVENTS = {ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData"), ids.SINGLE_CLICK: (ids.SINGLE_GRAPH, "clickData"),
                 ids.SINGLE_HOVER_POINT: (ids.SINGLE_GRAPH, "hoverData"),
@@ -125,6 +141,14 @@ def clicked(event: dict | None) -> tuple[int, int] | None:
     """``(curve number, customdata)`` of a point event (``{curve, customdata, timestamp}``), or None."""
     try:
         return int(event["curve"]), int(event["customdata"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def exemplar_target(event: dict | None) -> tuple[int, int, int, int] | None:
+    """``(layer, head, sentence, point)`` of an exemplar click (``{layer, head, sentence, point, timestamp}``), or None."""
+    try:
+        return int(event["layer"]), int(event["head"]), int(event["sentence"]), int(event["point"])
     except (TypeError, KeyError, ValueError):
         return None
 
@@ -165,8 +189,12 @@ def next_state(trigger: str | None, value, current: dict | None, url_search: str
     elif trigger in STEPS:
         step, delta = STEPS[trigger]
         state = step(state, delta, shape)
-    elif trigger == ids.MATRIX_CLICK and clicked(value):
+    elif trigger in (ids.MATRIX_CLICK, ids.POSITIONS_CLICK) and clicked(value):
         state = open_head(state, clicked(value)[1], shape)
+    elif trigger == ids.EXEMPLAR_CLICK and exemplar_target(value):
+        layer, head, sentence, point = exemplar_target(value)
+        if 0 <= sentence < shape.n_sentences and point in data.sentence_rows(sentence):
+            state = open_exemplar(state, layer, head, sentence, point, shape)
     elif trigger == ids.SINGLE_CLICK and clicked(value):
         point = clicked(value)[1]
         if 0 <= point < 2 * shape.n_tokens:
@@ -194,6 +222,7 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
     value_controls = [(ids.RUN_SELECT, "value"), *((control, "value") for control in FIELD_CONTROLS),
                       (ids.SEARCH_SUBSTRING, "value"), (ids.SENTENCE_SELECT, "value")]
     event_inputs = [(ids.MATRIX_CLICK, "data"), (ids.SINGLE_CLICK, "data"), (ids.SENTENCE_CLICK, "data"),
+                    (ids.POSITIONS_CLICK, "data"), (ids.EXEMPLAR_CLICK, "data"),
                     *((button, "n_clicks") for button in STEPS),
                     (ids.OPEN_SENTENCE, "n_clicks")]
 
@@ -202,7 +231,8 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         *(Output(control, prop) for control, prop in value_controls),
         Output(ids.LAYER_SELECT, "options"), Output(ids.HEAD_SELECT, "options"),
         Output(ids.SENTENCE_SELECT, "options"), Output(ids.METHOD_SELECT, "options"), Output(ids.RUN_INFO, "children"),
-        Output(ids.MATRIX_VIEW, "style"), Output(ids.SINGLE_VIEW, "style"), Output(ids.SENTENCE_VIEW, "style"),
+        Output(ids.MATRIX_SORT, "options"),
+        *(Output(view, "style") for view in VIEW_IDS.values()),
         Input(ids.URL, "search"),
         *(Input(control, prop) for control, prop in value_controls),
         *(Input(control, prop) for control, prop in event_inputs),
@@ -228,7 +258,8 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
                    [{"label": str(i), "value": i} for i in range(data.run.n_heads)],
                    sentence_view.sentence_options(data), method_options(data), run_summary(data)]
         options = options if run_changed else [no_update] * 3 + options[3:4] + [no_update]
-        styles = [{"display": "block" if state.view == view else "none"} for view in ("matrix", "single", "sentence")]
+        options.append(matrix_view.sort_control_options(data))      # the atlas may appear while the app runs
+        styles = [{"display": "block" if state.view == view else "none"} for view in VIEW_IDS]
         notice = html.Div([html.Div(text) for text in notices], className="notice") if notices else None
         return (state.as_dict(), to_url(state, [d.shape for d in runs]), notice, *control_outputs, *options, *styles)
 
@@ -261,10 +292,12 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
                   Output(ids.MATRIX_RENDERED, "data"), Input(ids.STATE, "data"), State(ids.MATRIX_RENDERED, "data"))
     def draw_matrix(current, rendered):
         state = ViewState.from_dict(current)
-        key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort]
+        data = runs[state.run]
+        key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort,
+               data.atlas_stamp() if state.sort in data.atlas_sorts() else None]
         if state.view != "matrix" or key == rendered:
             raise PreventUpdate
-        data, matches = runs[state.run], matches_of(state)
+        matches = matches_of(state)
         clusters = (searches[state.run].clusters(state.search, state.substring, state.method)
                     if matches is not None else None)
         if rendered and rendered[:3] + rendered[5:] == key[:3] + key[5:] and state.sort != "clusters":
@@ -275,7 +308,7 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
 
     @app.callback(Output(ids.SINGLE_GRAPH, "figure"), Output(ids.SINGLE_INFO, "children"),
                   Output(ids.SINGLE_MESSAGE, "children"), Output(ids.SINGLE_CORRELATION, "children"),
-                  Output(ids.SINGLE_RENDERED, "data"),
+                  Output(ids.SINGLE_ATLAS, "children"), Output(ids.SINGLE_RENDERED, "data"),
                   Input(ids.STATE, "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
                   Input(ids.THRESHOLD, "value"), State(ids.SINGLE_RENDERED, "data"))
     def draw_single(current, options, top_k, threshold, rendered):
@@ -292,16 +325,17 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
         if rendered == key:
             raise PreventUpdate
         if rendered and rendered.get("base") == base_key and rendered.get("ok"):
-            return overlay_patch(data, state, top_k, threshold), no_update, no_update, no_update, {**key, "ok": True}
+            return (overlay_patch(data, state, top_k, threshold), no_update, no_update, no_update, no_update,
+                    {**key, "ok": True})
         matches = matches_of(state)
+        correlations = single_view.correlation_panel(data, state.layer, state.head)
+        atlas = atlas_panel.head_panel(data, state.layer, state.head)
         try:
             figure = single_view.render_single(data, state, options or [], NO_MATCHES if matches is None else matches,
                                                top_k, threshold)
         except QkvizError as error:
-            return (message_figure(), single_view.info_line(data), str(error),
-                    single_view.correlation_panel(data, state.layer, state.head), {**key, "ok": False})
-        return (figure, single_view.info_line(data), "", single_view.correlation_panel(data, state.layer, state.head),
-                {**key, "ok": True})
+            return message_figure(), single_view.info_line(data), str(error), correlations, atlas, {**key, "ok": False}
+        return figure, single_view.info_line(data), "", correlations, atlas, {**key, "ok": True}
 
     def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float) -> Patch:
         coordinates = data.layout(state.layer, state.head, state.method, state.dim)
@@ -331,7 +365,25 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
                                  "value_norm" in options)
         return figure, sentence_view.aggregate_figure(average, state.layer, state.head), message
 
+    @app.callback(Output(ids.POSITIONS_GRAPH, "figure"), Output(ids.POSITIONS_MESSAGE, "children"),
+                  Output(ids.POSITIONS_RENDERED, "data"), Input(ids.STATE, "data"), State(ids.POSITIONS_RENDERED, "data"))
+    def draw_positions(current, rendered):
+        state = ViewState.from_dict(current)
+        if state.view != "positions":
+            raise PreventUpdate
+        data = runs[state.run]
+        key = [state.run, data.atlas_stamp()]
+        if key == rendered:
+            raise PreventUpdate
+        figure, message = positions_view.render_positions(data)
+        return figure, message, key
+
     for store, (graph, event) in POINT_EVENTS.items():
         app.clientside_callback(point_event_js(graph), Output(store, "data"), Input(graph, event))
+    app.clientside_callback(positions_view.ROW_EVENT_JS, Output(ids.POSITIONS_CLICK, "data"),
+                            Input(ids.POSITIONS_GRAPH, "clickData"))
+    exemplars = {"type": ids.EXEMPLAR, "layer": ALL, "head": ALL, "sentence": ALL, "point": ALL}
+    app.clientside_callback(atlas_panel.EXEMPLAR_CLICK_JS, Output(ids.EXEMPLAR_CLICK, "data"),
+                            Input(exemplars, "n_clicks"), prevent_initial_call=True)
     app.clientside_callback(sentence_view.HOVER_JS, Output(ids.SENTENCE_HOVER_SINK, "data"),
                             Input(ids.SENTENCE_GRAPH, "hoverData"))

@@ -1,8 +1,9 @@
-"""Every component id of the app, in one place (the first five are stable, for tests and users)."""
+"""Every component id of the app, in one place (the first six are stable, for tests and users)."""
 
 MATRIX_VIEW = "matrix-view"
 SINGLE_VIEW = "single-view"
 SENTENCE_VIEW = "sentence-view"
+POSITIONS_VIEW = "positions-view"
 SEARCH_INPUT = "search-input"
 SEARCH_COUNT = "search-count"
 
@@ -23,6 +24,9 @@ MATRIX_CLICK = "matrix-click"
 SINGLE_CLICK = "single-click"
 SINGLE_HOVER_POINT = "single-hover-point"
 SENTENCE_CLICK = "sentence-click"
+POSITIONS_CLICK = "positions-click"
+#: {layer, head, sentence, point, timestamp} of the last exemplar clicked in the single view's atlas panel
+EXEMPLAR_CLICK = "exemplar-click"
 
 # matrix view
 MATRIX_GRAPH = "matrix-graph"
@@ -48,6 +52,9 @@ LAYER_DOWN = "layer-down"
 TOP_K = "top-k"
 THRESHOLD = "threshold"
 OPEN_SENTENCE = "open-sentence"
+SINGLE_ATLAS = "single-atlas"
+#: pattern-matching id type of an exemplar button: {"type": EXEMPLAR, "layer", "head", "sentence", "point"}
+EXEMPLAR = "exemplar"
 
 # sentence view
 SENTENCE_SELECT = "sentence-select"
@@ -56,3 +63,8 @@ SENTENCE_GRAPH = "sentence-graph"
 SENTENCE_MESSAGE = "sentence-message"
 AGGREGATE_GRAPH = "aggregate-graph"
 SENTENCE_HOVER_SINK = "sentence-hover-sink"
+
+# positions view
+POSITIONS_GRAPH = "positions-graph"
+POSITIONS_MESSAGE = "positions-message"
+POSITIONS_RENDERED = "positions-rendered"

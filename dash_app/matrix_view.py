@@ -5,6 +5,8 @@ head's normalised 2D layout is placed in its grid cell, a fixed seeded sample of
 (:meth:`RunData.matrix_sample`). Coordinates are sent as uint16 grid units when they fit (half of
 float32's bytes). Every point carries its head's flat index (``layer * n_heads + head``) as
 ``customdata``, so a click opens that head. Search matches are two more traces over all heads.
+Ordered by a head-atlas column, the cells get a background (one translucent heatmap under the points,
+slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ import plotly.graph_objects as go
 from dash import Patch, dcc, html
 
 from dash_app import ids
+from dash_app.atlas_columns import LABEL_SORT, column_name, format_value, label_tag, sort_options
 from dash_app.figures import KEY_COLOUR, KEY_MATCH_COLOUR, QUERY_COLOUR, QUERY_MATCH_COLOUR
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
+from qkviz.atlas_html import LABEL_COLOURS
+from qkviz.head_labels import LABELS
 
 CELL = 1000                 # grid units per cell
 INNER = (120, 880)          # where a head's layout lies inside its cell, both axes ...
@@ -27,6 +32,9 @@ SORT_OPTIONS = [
     {"label": "distance-dot correlation (report)", "value": "correlation"},
     {"label": "search clusters (fewest first)", "value": "clusters"},
 ]
+CELL_OPACITY = 0.45         # the cells' background under the points
+STATISTIC_SCALE = "Blues"   # a hue apart from the green queries and pink keys
+COLOUR_BAR_PX = 110         # extra width for the colour bar when cells are coloured
 
 
 def layout() -> html.Div:
@@ -50,9 +58,15 @@ def head_order(values: np.ndarray, ascending: bool = True) -> np.ndarray:
     return np.argsort(keyed, kind="stable")
 
 
+def sort_control_options(data: RunData) -> list[dict]:
+    """The order control's options: the fixed orders, then the run's head-atlas columns (if any)."""
+    return SORT_OPTIONS + sort_options(data.atlas_sorts())
+
+
 def head_labels(n_layers: int, n_heads: int, clusters: np.ndarray | None = None,
-                correlations: np.ndarray | None = None) -> list[str]:
-    """``"L{l} H{h}"`` per flat head, with the cluster count (``"· 3 cl"``) and correlation (``"r -0.84"``) when given."""
+                correlations: np.ndarray | None = None, badges: list[str] | None = None) -> list[str]:
+    """``"L{l} H{h}"`` per flat head, with the cluster count (``"· 3 cl"``) and correlation (``"r -0.84"``)
+    when given, and a second line with the head's badge from ``badges`` ``[flat head]`` when not empty."""
     labels = []
     for flat in range(n_layers * n_heads):
         label = f"L{flat // n_heads} H{flat % n_heads}"
@@ -60,8 +74,52 @@ def head_labels(n_layers: int, n_heads: int, clusters: np.ndarray | None = None,
             label += f" · {clusters[flat]} cl"
         if correlations is not None and not np.isnan(correlations[flat]):
             label += f" · r {correlations[flat]:+.2f}"
+        if badges is not None and badges[flat]:
+            label += f"<br>{badges[flat]}"
         labels.append(label)
     return labels
+
+
+def atlas_badges(data: RunData, column: str) -> list[str]:
+    """Per flat head: its label's short tag, and its value of ``column`` (``"first · 95.4%"``); ``""`` if absent."""
+    badges = [""] * data.n_total_heads
+    atlas = data.atlas()
+    if atlas is None:
+        return badges
+    table = atlas.table
+    offsets = table["offset"].to_numpy(float) if "offset" in table else np.full(len(table), np.nan)
+    values = table[column].to_numpy(float) if column != LABEL_SORT else None
+    for index, (layer, head, label) in enumerate(zip(table["layer"], table["head"], table["label"])):
+        badge = label_tag(str(label), offsets[index])
+        if values is not None:
+            badge += f" · {format_value(column, values[index])}"
+        badges[int(layer) * data.run.n_heads + int(head)] = badge
+    return badges
+
+
+def label_colourscale() -> list[list]:
+    """A stepped colour scale mapping label index ``i`` (of :data:`LABELS`, z in ``[-0.5, n - 0.5]``) to its colour."""
+    scale = []
+    for number, label in enumerate(LABELS):
+        scale += [[number / len(LABELS), LABEL_COLOURS[label]], [(number + 1) / len(LABELS), LABEL_COLOURS[label]]]
+    return scale
+
+
+def cell_heatmap(values: np.ndarray, order: np.ndarray, n_rows: int, n_cols: int, column: str) -> go.Heatmap:
+    """Slot 5: each cell's translucent background, ``values`` ``[flat head]`` on the column's colour scale
+    (label indices on the labels' colours); NaN cells stay white. Not hoverable: clicks reach the points."""
+    grid = values[order].reshape(n_rows, n_cols)[::-1]                    # y grows upwards: bottom row first
+    centres = dict(x=(np.arange(n_cols) + 0.5) * CELL, y=(np.arange(n_rows) + 0.5) * CELL)
+    bar = dict(thickness=12, len=0.9, x=1.0, xanchor="left", xpad=8)
+    if column == LABEL_SORT:
+        scale = dict(colorscale=label_colourscale(), zmin=-0.5, zmax=len(LABELS) - 0.5,
+                     colorbar=dict(tickvals=list(range(len(LABELS))), ticktext=list(LABELS), **bar))
+    else:
+        finite = values[~np.isnan(values)]
+        low, high = (float(finite.min()), float(finite.max())) if len(finite) else (0.0, 1.0)
+        scale = dict(colorscale=STATISTIC_SCALE, zmin=low, zmax=high if high > low else low + 1,
+                     colorbar=dict(title=dict(text=column_name(column), side="right"), **bar))
+    return go.Heatmap(z=grid, **centres, **scale, opacity=CELL_OPACITY, hoverinfo="skip", name="cells", xgap=1, ygap=1)
 
 
 def cell_origins(order: np.ndarray, n_rows: int, n_cols: int) -> np.ndarray:
@@ -110,8 +168,9 @@ def match_traces(points: np.ndarray, origins: np.ndarray, matches: np.ndarray | 
 
 
 def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads: int, order: np.ndarray,
-                  labels: list[str], matches: np.ndarray | None = None) -> go.Figure:
-    """The matrix figure: traces queries, keys, query matches, key matches (all ``scattergl``), labels.
+                  labels: list[str], matches: np.ndarray | None = None, cells: go.Heatmap | None = None) -> go.Figure:
+    """The matrix figure: traces queries, keys, query matches, key matches (all ``scattergl``), labels,
+    and the cells' background when ``cells`` is given (drawn under the points whatever its slot).
 
     ``points`` ``[flat head, 2 * n_tokens, 2]`` normalised layouts; ``sample`` the token indices
     drawn per head; ``order`` the flat head at each grid position; ``matches`` matched token indices."""
@@ -132,11 +191,14 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
                              mode="text", textposition="bottom right",
                              textfont=dict(size=10 if cell_px >= 80 else 8, color="#333"),
                              hoverinfo="none", showlegend=False, name="heads"))
+    if cells is not None:
+        traces.append(cells)
     figure = go.Figure(traces)
     axis = dict(showgrid=True, gridcolor="#d0d0d0", dtick=CELL, tick0=0, showticklabels=False, zeroline=False,
                 fixedrange=True)
     figure.update_layout(
-        width=cell_px * n_cols + 40, height=cell_px * n_rows + 70, margin=dict(l=20, r=20, t=50, b=20),
+        width=cell_px * n_cols + 40 + (COLOUR_BAR_PX if cells is not None else 0), height=cell_px * n_rows + 70,
+        margin=dict(l=20, r=20 + (COLOUR_BAR_PX if cells is not None else 0), t=50, b=20),
         xaxis=dict(range=[0, n_cols * CELL], **axis), yaxis=dict(range=[0, n_rows * CELL], **axis),
         plot_bgcolor="white", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0), hovermode="closest",
         uirevision="matrix")
@@ -156,22 +218,28 @@ def matrix_message(data: RunData, method: str, dim: int, missing: tuple) -> str:
 
 
 def head_figures(data: RunData, state: ViewState, clusters: np.ndarray | None
-                 ) -> tuple[np.ndarray, list[str], np.ndarray | None]:
-    """``(order, labels, correlations)``: the grid order for ``state.sort``, each head's label with
-    its badges, and the report's correlation per head (None without a report)."""
-    correlations = None
+                 ) -> tuple[np.ndarray, list[str], np.ndarray | None, np.ndarray | None]:
+    """``(order, labels, correlations, cell values)``: the grid order for ``state.sort``, each head's
+    label with its badges, the report's correlation per head (None without a report), and the values
+    ``[flat head]`` the cells are coloured by (None unless ordered by a head-atlas column)."""
+    correlations, cell_values = None, None
     space = data.correlation_space(state.method)
     if space is not None:
         correlations = data.correlation_grid(space)
+    badges = None
     if state.sort == "correlation" and correlations is not None:
         order = head_order(correlations)
     elif state.sort == "clusters" and clusters is not None:
         order = head_order(np.where(clusters < 0, np.nan, clusters))
+    elif state.sort in data.atlas_sorts():
+        cell_values = data.atlas_grid(state.sort)
+        order = head_order(cell_values, ascending=state.sort == LABEL_SORT)
+        badges = atlas_badges(data, state.sort)
     else:
         order = np.arange(data.n_total_heads)
     labels = head_labels(data.run.n_layers, data.run.n_heads, clusters,
-                         correlations if state.sort == "correlation" else None)
-    return order, labels, correlations
+                         correlations if state.sort == "correlation" else None, badges)
+    return order, labels, correlations, cell_values
 
 
 def drawn_matches(data: RunData, matches: np.ndarray | None) -> np.ndarray | None:
@@ -186,9 +254,11 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
                   ) -> tuple[go.Figure, str]:
     """The matrix figure and message for ``state`` (the callback's work, without Dash)."""
     layouts = data.all_layouts(state.method)
-    order, labels, correlations = head_figures(data, state, clusters)
+    order, labels, correlations, cell_values = head_figures(data, state, clusters)
+    cells = (cell_heatmap(cell_values, order, data.run.n_layers, data.run.n_heads, state.sort)
+             if cell_values is not None else None)
     figure = matrix_figure(layouts.points, data.matrix_sample(), data.run.n_layers, data.run.n_heads, order,
-                           labels, drawn_matches(data, matches))
+                           labels, drawn_matches(data, matches), cells)
     message = matrix_message(data, state.method, state.dim, layouts.missing)
     if state.sort == "correlation" and correlations is None:
         message += (" No correlation report for this run yet: make it with "
@@ -201,7 +271,7 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
 def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, matches: np.ndarray | None) -> Patch:
     """Only what a new search changes in a drawn matrix (same run, method and an order that does not
     depend on the search): the match traces, the labels' badges and the other points' opacity."""
-    order, labels, _ = head_figures(data, state, clusters)
+    order, labels, _, _ = head_figures(data, state, clusters)
     origins = cell_origins(order, data.run.n_layers, data.run.n_heads)
     fits = _fits_uint16(data.run.n_layers, data.run.n_heads)
     searching = matches is not None and len(matches) > 0

@@ -1,4 +1,4 @@
-"""Per-run data the app's callbacks read: cached layouts, norms, token features, correlations.
+"""Per-run data the app's callbacks read: cached layouts, norms, token features, correlations, head atlas.
 
 A :class:`RunData` wraps one opened :class:`qkviz.run.Run`. Token features and the search text
 are computed once when the app starts (from the token table only); everything per head is read
@@ -18,9 +18,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dash_app.atlas_columns import LABEL_SORT, label_codes, sortable_columns
 from dash_app.attention_maps import aggregate_attention
 from dash_app.features import normalised_text, token_features
 from dash_app.figures import plotly_texts
+from qkviz.head_atlas import ATLAS_DIRECTORY, MARKER, HeadAtlas, load_atlas
 from qkviz.projection_cache import ProjectionCache, ProjectionSpec
 from qkviz.projectors import DIMENSIONS, METHODS, resolve_params
 from qkviz.run import Run
@@ -47,6 +49,8 @@ class RunShape:
     n_tokens: int
     n_sentences: int
     default_method: str
+    #: the matrix orders the head atlas offers (its label and numeric columns); empty without an atlas
+    atlas_sorts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class RunData:
         self._cache = ProjectionCache(run.path, run.manifest["fingerprint"])
         self._all_layouts: dict[str, HeadLayouts] = {}
         self._correlations: tuple[float, pd.DataFrame | None] | None = None
+        self._atlas: tuple[int, HeadAtlas | None] | None = None
         self._available: tuple[float, dict[tuple[str, int], int]] = (-np.inf, {})
         self.layout = lru_cache(maxsize=32)(self._layout)
         self.norms = lru_cache(maxsize=32)(self._norms)
@@ -110,7 +115,7 @@ class RunData:
     @property
     def shape(self) -> RunShape:
         return RunShape(self.name, self.run.n_layers, self.run.n_heads, self.run.n_tokens, self.run.n_sentences,
-                        self.default_method())
+                        self.default_method(), self.atlas_sorts())
 
     # -- what is cached -------------------------------------------------------------------
     def spec(self, layer: int, head: int, method: str, dim: int) -> ProjectionSpec:
@@ -216,3 +221,52 @@ class RunData:
             rows = table[table.space == space]
             grid[rows["layer"].to_numpy() * self.run.n_heads + rows["head"].to_numpy()] = rows.pearson.to_numpy()
         return grid
+
+    # -- head atlas ----------------------------------------------------------------------------
+    def atlas_stamp(self) -> int:
+        """``stats/atlas.json``'s modification time in ns (written last by ``qkviz stats``), -1 when absent."""
+        try:
+            return (self.run.path / ATLAS_DIRECTORY / MARKER).stat().st_mtime_ns
+        except OSError:
+            return -1
+
+    def atlas(self) -> HeadAtlas | None:
+        """The run's head atlas (``qkviz stats``), or None.
+
+        Re-read when ``stats/atlas.json`` changes, so an atlas made while the app runs shows up."""
+        stamp = self.atlas_stamp()
+        if self._atlas is None or self._atlas[0] != stamp:
+            self._atlas = (stamp, self._read_atlas() if stamp >= 0 else None)
+        return self._atlas[1]
+
+    def _read_atlas(self) -> HeadAtlas | None:
+        try:
+            return load_atlas(self.run)
+        except (KeyError, TypeError, ValueError, OSError) as error:   # half-written or from an older qkviz
+            logger.warning("%s: could not read the head atlas (%s: %s); make it again with 'qkviz stats --run %s'",
+                           self.name, type(error).__name__, error, self.run.path)
+            return None
+
+    def atlas_sorts(self) -> tuple[str, ...]:
+        """``label`` and the atlas's numeric columns (empty without an atlas)."""
+        atlas = self.atlas()
+        return sortable_columns(atlas.table) if atlas is not None else ()
+
+    def atlas_grid(self, column: str) -> np.ndarray:
+        """float64 ``[layer * n_heads + head]``: the atlas's ``column`` per head (for ``label``, its index in
+        :data:`qkviz.head_labels.LABELS`); NaN for heads the atlas lacks, all NaN without an atlas."""
+        grid = np.full(self.n_total_heads, np.nan)
+        atlas = self.atlas()
+        if atlas is not None and (column in atlas.table or column == LABEL_SORT):
+            table = atlas.table
+            values = label_codes(table.label.to_numpy()) if column == LABEL_SORT else table[column].to_numpy(float)
+            grid[table["layer"].to_numpy() * self.run.n_heads + table["head"].to_numpy()] = values
+        return grid
+
+    def atlas_row(self, layer: int, head: int) -> pd.Series | None:
+        """The atlas table's row of one head, or None."""
+        atlas = self.atlas()
+        if atlas is None:
+            return None
+        rows = atlas.table[(atlas.table["layer"] == layer) & (atlas.table["head"] == head)]
+        return rows.iloc[0] if len(rows) else None

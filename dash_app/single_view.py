@@ -58,6 +58,7 @@ def layout() -> html.Div:
             dcc.Graph(id=ids.SINGLE_GRAPH, config={"displaylogo": False}, clear_on_unhover=True,
                       style={"flex": "1 1 auto", "minWidth": "0"}, figure={"data": [], "layout": {"height": 650}}),
             html.Div(className="side-panel", children=[
+                html.H4("Head atlas"), html.Div(id=ids.SINGLE_ATLAS),
                 html.H4("Point"), html.Div(id=ids.SINGLE_HOVER, children="Hover a point for details."),
                 html.Button("Open its sentence ▶", id=ids.OPEN_SENTENCE, n_clicks=0),
                 html.H4("Distance-dot correlation"), html.Div(id=ids.SINGLE_CORRELATION),

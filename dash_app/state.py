@@ -13,8 +13,9 @@ from dash_app.features import COLOURS
 from dash_app.run_data import RunShape
 from qkviz.projectors import DIMENSIONS, METHODS
 
-VIEWS = ("matrix", "single", "sentence")
-#: matrix-view orders: model order, by the report's distance-dot correlation, by search clusters
+VIEWS = ("matrix", "single", "sentence", "positions")
+#: matrix-view orders: model order, by the report's distance-dot correlation, by search clusters; a run
+#: with a head atlas adds its columns (``RunShape.atlas_sorts``)
 SORTS = ("order", "correlation", "clusters")
 
 
@@ -56,7 +57,7 @@ def validate(state: ViewState, shape: RunShape, defaults: ViewState) -> ViewStat
         "colour": state.colour in COLOURS,
         "search": isinstance(state.search, str),
         "substring": isinstance(state.substring, bool),
-        "sort": state.sort in SORTS,
+        "sort": state.sort in SORTS or state.sort in shape.atlas_sorts,
         "sentence": isinstance(state.sentence, int) and 0 <= state.sentence < shape.n_sentences,
         "point": state.point is None or (isinstance(state.point, int) and 0 <= state.point < 2 * shape.n_tokens),
     }
@@ -107,3 +108,12 @@ def select_sentence(state: ViewState, sentence: int, shape: RunShape) -> ViewSta
     if not 0 <= sentence < shape.n_sentences:
         return state
     return replace(state, sentence=sentence, point=None) if sentence != state.sentence else state
+
+
+def open_exemplar(state: ViewState, layer: int, head: int, sentence: int, point: int, shape: RunShape) -> ViewState:
+    """The sentence view of an atlas exemplar: its head, its sentence, its query token (``point``) clicked."""
+    valid = (0 <= layer < shape.n_layers and 0 <= head < shape.n_heads and 0 <= sentence < shape.n_sentences
+             and 0 <= point < shape.n_tokens)
+    if not valid:
+        return state
+    return replace(state, view="sentence", layer=layer, head=head, sentence=sentence, point=point)

@@ -41,7 +41,7 @@ def parse_url(search: str | None, shapes: list[RunShape]) -> tuple[ViewState, li
         "colour": lambda text: _choice(text, tuple(COLOURS)),
         "search": lambda text: text[:MAX_SEARCH_LENGTH],
         "match": lambda text: MATCH_MODES.get(text),
-        "sort": lambda text: _choice(text, SORTS),
+        "sort": lambda text: _choice(text, SORTS + shape.atlas_sorts),
         "sentence": lambda text: _integer(text, shape.n_sentences),
         "point": lambda text: _integer(text, 2 * shape.n_tokens),
     }

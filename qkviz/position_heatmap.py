@@ -14,7 +14,8 @@ import plotly.graph_objects as go
 FLOOR = 1e-4
 #: beyond this many heads, the rows are labelled by layer only
 MAX_ROW_LABELS = 120
-ROW_PX, MAX_HEIGHT = 8, 2400
+#: pixels per row: labelled rows need room for their name; unlabelled ones are packed
+LABELLED_ROW_PX, ROW_PX, MAX_HEIGHT = 11, 8, 2400
 
 
 def head_names(n_layers: int, n_heads: int) -> list[str]:
@@ -42,7 +43,8 @@ def relative_position_figure(profiles: np.ndarray, offsets: np.ndarray) -> go.Fi
                                   hovertemplate="%{y}, offset %{x}: 10^%{z:.2f}<extra></extra>"))
     figure.update_yaxes(autorange="reversed", **_row_ticks(names, n_heads))
     figure.update_xaxes(title_text="key position - query position")
-    figure.update_layout(height=min(200 + ROW_PX * len(names), MAX_HEIGHT), margin={"l": 70, "r": 10, "t": 20, "b": 40},
+    row_px = LABELLED_ROW_PX if len(names) <= MAX_ROW_LABELS else ROW_PX
+    figure.update_layout(height=min(200 + row_px * len(names), MAX_HEIGHT), margin={"l": 70, "r": 10, "t": 20, "b": 40},
                          shapes=_layer_lines(n_layers, n_heads))
     return figure
 
@@ -50,7 +52,7 @@ def relative_position_figure(profiles: np.ndarray, offsets: np.ndarray) -> go.Fi
 def _row_ticks(names: list[str], n_heads: int) -> dict:
     """Every head named, or (too many to read) each layer's first row named ``L{l}``."""
     if len(names) <= MAX_ROW_LABELS:
-        return {"tickmode": "array", "tickvals": names, "ticktext": names}
+        return {"tickmode": "array", "tickvals": names, "ticktext": names, "tickfont": {"size": 9}}
     firsts = names[::n_heads]
     return {"tickmode": "array", "tickvals": firsts, "ticktext": [name.split()[0] for name in firsts]}
 

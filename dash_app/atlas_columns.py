@@ -1,0 +1,103 @@
+"""The head atlas's columns as the app shows them: names, which ones the panel lists, how values read.
+
+The atlas table (:class:`qkviz.head_atlas.HeadAtlas`) has one row per head; every numeric column
+but ``layer`` and ``head`` can order and colour the matrix, and ``label`` can too (categorically).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from qkviz.head_labels import LABELS
+
+#: the matrix sort value that orders and colours heads by their pattern label
+LABEL_SORT = "label"
+NAMES = {
+    "mean_distance": "mean distance",
+    "mean_distance_no_first": "mean distance, first token left out",
+    "entropy": "entropy (nats)",
+    "entropy_normalised": "normalised entropy",
+    "variability": "variability",
+    "argmax_self": "strongest key: itself",
+    "argmax_first": "strongest key: first token",
+    "argmax_previous": "strongest key: previous token",
+    "argmax_next": "strongest key: next token",
+    "argmax_delimiter": "strongest key: delimiter",
+    "argmax_offset": "strongest key: fixed offset",
+    "offset": "most frequent fixed offset",
+    "concentration": "concentration (top-1 - top-2)",
+    "first_token_attention": "attention to the first token",
+    "special_attention": "attention to special tokens",
+    "update_ratio_median": "head update: median norm ratio",
+    "update_cosine_mean": "head update: mean cosine",
+    "dependency_alignment": "dependency alignment",
+    "dependency_alignment_no_first": "dependency alignment, first token left out",
+}
+#: the side panel's statistics, in this order (``share_*`` logit terms go after ``special_attention``)
+PANEL = ("mean_distance", "mean_distance_no_first", "entropy_normalised", "variability", "argmax_self", "argmax_first",
+         "argmax_previous", "argmax_next", "argmax_delimiter", "argmax_offset", "concentration",
+         "first_token_attention", "special_attention", "update_ratio_median", "update_cosine_mean",
+         "dependency_alignment")
+#: short tags for the matrix badges
+LABEL_TAGS = {"previous-token": "prev", "next-token": "next", "self": "self", "fixed-offset": "offset",
+              "first-token": "first", "delimiter": "delim", "broad": "broad", "content": "content"}
+
+
+def column_name(column: str) -> str:
+    """What a person reads for a column (``"logit share: key_prior"`` for ``share_key_prior``)."""
+    if column in NAMES:
+        return NAMES[column]
+    if column.startswith("share_"):
+        return f"logit share: {column[len('share_'):]}"
+    if column.startswith("pos_"):
+        return f"attention to {column[len('pos_'):]} (part of speech)"
+    return column.replace("_", " ")
+
+
+def is_share(column: str) -> bool:
+    """Columns holding a share of queries or of attention (shown as percentages)."""
+    return (column.startswith(("argmax_", "share_", "pos_", "dependency_alignment"))
+            or column in ("first_token_attention", "special_attention"))
+
+
+def format_value(column: str, value: float) -> str:
+    """``value`` as the panel and the badges write it: ``"95.4%"``, ``"+0.039"``, ``"-2"``, ``"8.02"``."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if column == "offset":
+        return f"{int(value):+d}"
+    if is_share(column):
+        return f"{100 * value:.1f}%"
+    if column == "update_cosine_mean":
+        return f"{value:+.3f}"
+    return f"{value:.3g}"
+
+
+def sortable_columns(table: pd.DataFrame) -> tuple[str, ...]:
+    """``label`` and every numeric column of the atlas table but ``layer`` and ``head``."""
+    numeric = [column for column in table.columns
+               if column not in ("layer", "head") and pd.api.types.is_numeric_dtype(table[column])]
+    return (LABEL_SORT, *numeric)
+
+
+def sort_options(columns: tuple[str, ...]) -> list[dict]:
+    """Dropdown options for the atlas's sorts (statistics highest first; labels in their rule order)."""
+    return [{"label": "pattern label (atlas)" if column == LABEL_SORT else f"{column_name(column)} (atlas, highest first)",
+             "value": column} for column in columns]
+
+
+def label_codes(labels: np.ndarray) -> np.ndarray:
+    """float64 ``[n]``: each label's index in :data:`qkviz.head_labels.LABELS` (NaN when unknown or missing)."""
+    codes = {label: float(number) for number, label in enumerate(LABELS)}
+    return np.array([codes.get(label, np.nan) for label in labels], dtype=np.float64)
+
+
+def label_tag(label: str, offset: float | None = None) -> str:
+    """The short tag of a label (``"offset -2"`` for a fixed-offset head when its offset is given)."""
+    tag = LABEL_TAGS.get(label, str(label))
+    if label == "fixed-offset" and offset is not None and not math.isnan(offset):
+        tag += f" {int(offset):+d}"
+    return tag

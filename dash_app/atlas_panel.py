@@ -1,0 +1,112 @@
+"""The single-head view's head-atlas panel: the head's pattern label, key statistics and top exemplars.
+
+Everything is Dash components with plain-text children (React escapes them): token and sentence
+text is never rendered as HTML. Each exemplar is a button whose pattern-matching id carries the
+head, the sentence and the query token, so a click opens the sentence view on it
+(:data:`EXEMPLAR_CLICK_JS` relays the click to the state callback).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from dash import html
+
+from dash_app import ids
+from dash_app.atlas_columns import PANEL, column_name, format_value
+from dash_app.run_data import RunData
+from qkviz.atlas_html import LABEL_COLOURS
+
+#: exemplars listed per head (the atlas keeps more)
+EXEMPLARS_SHOWN = 3
+
+#: an exemplar button's click -> ``{layer, head, sentence, point, timestamp}`` (a button being drawn is no click)
+EXEMPLAR_CLICK_JS = """
+function(clicks) {
+    const context = window.dash_clientside.callback_context;
+    const target = context.triggered_id;
+    const value = context.triggered.length ? context.triggered[0].value : null;
+    if (!target || typeof target !== 'object' || !value) { return window.dash_clientside.no_update; }
+    return {layer: target.layer, head: target.head, sentence: target.sentence, point: target.point,
+            timestamp: Date.now()};
+}
+"""
+
+
+def missing_atlas_message(data: RunData) -> str:
+    return f"No head atlas for this run yet: make it with 'qkviz stats --run {data.run.path}'."
+
+
+def panel_columns(columns, causal: bool) -> list[str]:
+    """The :data:`PANEL` statistics the table has, logit-term shares after the attention shares;
+    a decoder's next-token share (always 0) is left out."""
+    shares = [column for column in columns if column.startswith("share_")]
+    chosen = []
+    for column in PANEL:
+        if column in columns and not (causal and column == "argmax_next"):
+            chosen.append(column)
+        if column == "special_attention":
+            chosen += shares
+    return chosen
+
+
+def label_line(row: pd.Series) -> html.Div:
+    """The label as a coloured tag, then the figure that decided it (``"95% of queries"``)."""
+    colour = LABEL_COLOURS.get(str(row["label"]), "#777")
+    return html.Div(className="atlas-label", children=[
+        html.Span(str(row["label"]), className="label-tag", style={"background": colour}),
+        " ", str(row["label_detail"])])
+
+
+def statistics_table(row: pd.Series, columns: list[str]) -> html.Table:
+    """One line per statistic: its name, its value (a fixed-offset share names the offset)."""
+    lines = []
+    for column in columns:
+        name = column_name(column)
+        if column == "argmax_offset" and "offset" in row and row[column] > 0:   # no offset won: nothing to name
+            name += f" ({format_value('offset', row['offset'])})"
+        lines.append(html.Tr([html.Td(name), html.Td(format_value(column, float(row[column])))]))
+    return html.Table(html.Tbody(lines), className="atlas-stats")
+
+
+def exemplar_button(data: RunData, exemplar) -> html.Button:
+    """One exemplar: ``query → key (weight)`` over its sentence, the pair marked; a click opens the sentence."""
+    sentence, query, key = int(exemplar.sentence), int(exemplar.query), int(exemplar.key)
+    first = int(data.sentences.first_token.iat[sentence])
+    target = {"type": ids.EXEMPLAR, "layer": int(exemplar.layer), "head": int(exemplar.head),
+              "sentence": sentence, "point": first + query}
+    return html.Button(id=target, n_clicks=0, className="exemplar", title="open this sentence", children=[
+        html.Div([html.B(str(exemplar.query_token)), " → ", html.B(str(exemplar.key_token)),
+                  f"  ({float(exemplar.weight):.2f})"]),
+        html.Div(marked_sentence(data, sentence, first + query, first + key), className="excerpt"),
+    ])
+
+
+def marked_sentence(data: RunData, sentence: int, query: int, key: int) -> list:
+    """The sentence's text as plain-text pieces, the query token's and key token's characters in
+    ``html.Mark`` (tokens without characters, such as special tokens, are not marked)."""
+    text = str(data.sentences.text.iat[sentence])
+    spans = []
+    for token, kind in ((query, "q"), (key, "k")):
+        start, end = int(data.tokens.char_start.iat[token]), int(data.tokens.char_end.iat[token])
+        if 0 <= start < end <= len(text) and all(end <= other[0] or start >= other[1] for other in spans):
+            spans.append((start, end, kind))
+    pieces, at = [], 0
+    for start, end, kind in sorted(spans):
+        pieces += [text[at:start], html.Mark(text[start:end], className=kind)]
+        at = end
+    return pieces + [text[at:]]
+
+
+def head_panel(data: RunData, layer: int, head: int) -> list:
+    """The panel's children for one head, or the one line naming ``qkviz stats`` without an atlas."""
+    atlas = data.atlas()
+    row = data.atlas_row(layer, head)
+    if atlas is None or row is None:
+        return [html.Div(missing_atlas_message(data) if atlas is None else "The head atlas has no row for this head.")]
+    exemplars = atlas.exemplars[(atlas.exemplars["layer"] == layer) & (atlas.exemplars["head"] == head)]
+    exemplars = exemplars.sort_values("rank").head(EXEMPLARS_SHOWN)
+    children = [label_line(row), statistics_table(row, panel_columns(list(atlas.table.columns), data.run.is_causal))]
+    if len(exemplars):
+        children.append(html.Div("Strongest pairs (click one to open its sentence):", className="hint"))
+        children += [exemplar_button(data, exemplar) for exemplar in exemplars.itertuples()]
+    return children
