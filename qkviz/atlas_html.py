@@ -105,20 +105,46 @@ def _decomposition_section(atlas: HeadAtlas) -> str:
                 "(runs extracted before they were captured: extract again with --overwrite).</p>")
     shares = "".join(_figure_html(_statistic_heatmap(atlas, f"share_{term}")) for term in atlas.terms)
     n_layers, n_heads = atlas.term_profiles.shape[:2]
-    profiles = []
-    for number, term in enumerate(atlas.terms):
-        values, seen = log_weights(atlas.term_profiles[:, :, number], atlas.offsets)
-        figure = go.Figure(go.Heatmap(z=values, x=seen, y=head_names(n_layers, n_heads),
-                                      colorscale="Viridis", zmin=-4, zmax=0, showscale=False,
-                                      hovertemplate="%{y}, offset %{x}: 10^%{z:.2f}<extra></extra>"))
-        figure.update_yaxes(autorange="reversed", showticklabels=False)
-        figure.update_layout(title=f"{term} alone", height=420, margin={"l": 20, "r": 10, "t": 40, "b": 30})
-        profiles.append(_figure_html(figure))
+    profiles = _term_profiles(atlas.term_profiles.reshape(n_layers * n_heads, len(atlas.terms), -1),
+                              head_names(n_layers, n_heads), atlas.terms, atlas.offsets)
     return ("<h2>Logit decomposition</h2>"
             '<p class="note">Each term\'s share of the logit\'s variation across a query\'s keys (shares add up to 1; '
             "a term constant for a query gets 0), and the attention the term alone would pay by relative position "
             "(log scale).</p>"
-            f'<div class="grid">{shares}</div><div class="grid">{"".join(profiles)}</div>')
+            f'<div class="grid">{shares}</div><div class="grid">{profiles}</div>' + _embedding_section(atlas))
+
+
+def _embedding_section(atlas: HeadAtlas) -> str:
+    """The first layer's token / position split (absolute-position models)."""
+    if atlas.embedding_profiles is None:
+        return ""
+    first = atlas.table[atlas.table.layer == 0]
+    terms = [column.removeprefix("embed_share_") for column in first if column.startswith("embed_share_")]
+    names = [f"L0 H{head}" for head in first["head"]]
+    shares = go.Figure(go.Heatmap(z=first[[f"embed_share_{term}" for term in terms]].to_numpy(), x=terms, y=names,
+                                  colorscale="Viridis", hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>"))
+    shares.update_yaxes(autorange="reversed")
+    shares.update_layout(title="share of the logit's variation", height=140 + 22 * len(names),
+                         margin={"l": 60, "r": 10, "t": 40, "b": 30})
+    return ("<h3>First layer: token and position parts</h3>"
+            '<p class="note">The first layer\'s input is the normalised sum of token and position embeddings, so each '
+            "logit splits exactly into token&middot;token, token&middot;position, position&middot;token, "
+            "position&middot;position and the rest (token type, norm bias, biases).</p>"
+            f'<div class="grid">{_figure_html(shares)}'
+            f"{_term_profiles(atlas.embedding_profiles, names, terms, atlas.offsets)}</div>")
+
+
+def _term_profiles(profiles: np.ndarray, names: list[str], terms, offsets: np.ndarray) -> str:
+    """One heatmap per term of ``profiles`` ``[row, term, offset]``: the attention of the term alone."""
+    figures = []
+    for number, term in enumerate(terms):
+        values, seen = log_weights(profiles[None, :, number], offsets)
+        figure = go.Figure(go.Heatmap(z=values, x=seen, y=names, colorscale="Viridis", zmin=-4, zmax=0,
+                                      showscale=False, hovertemplate="%{y}, offset %{x}: 10^%{z:.2f}<extra></extra>"))
+        figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 24)
+        figure.update_layout(title=f"{term} alone", height=420, margin={"l": 20, "r": 10, "t": 40, "b": 30})
+        figures.append(_figure_html(figure))
+    return "".join(figures)
 
 
 def _update_section(atlas: HeadAtlas) -> str:

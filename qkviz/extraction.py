@@ -96,7 +96,8 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
     manifest = _manifest(identity, loaded, adapter, shape, settings, corpus_data, sentences, tokens)
     manifest["extraction"] = {"device": device, "batch_size": batch_size}
     logit_parts = capture_logit_parts(loaded.model, adapter, shape, max(len(s) for s in sentences),
-                                      pad_token_id(loaded.tokenizer), device)
+                                      pad_token_id(loaded.tokenizer), device,
+                                      used_token_ids=np.unique(tokens.token_id.to_numpy()))
     manifest["logit_parts"] = sorted(logit_parts)
     writer.finish(manifest, tokens, sentence_table(sentences), logit_parts)
     seconds = time.perf_counter() - started

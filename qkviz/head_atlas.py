@@ -8,7 +8,9 @@ Stored in ``<run>/stats/``: ``head_stats.parquet`` (one row per layer and head: 
 key_token, text``), ``term_profiles.npy`` (``[layer, head, term, offset]``: the attention of each
 logit term alone by relative position; the terms' variance shares are ``share_<term>`` columns),
 and for runs extracted with ``--head-update`` ``update_histograms.npy`` (``[layer, head, 2, bins]``:
-shares of tokens by log10 update ratio and by cosine; ``UPDATE_STATISTICS`` columns) and ``atlas.json``, written last: the run's fingerprint, the thresholds and
+shares of tokens by log10 update ratio and by cosine; ``UPDATE_STATISTICS`` columns), and for
+absolute-position models ``embedding_profiles.npy`` (the first layer's token / position split,
+``[head, term, offset]``; ``embed_share_<term>`` columns) and ``atlas.json``, written last: the run's fingerprint, the thresholds and
 the offset range. Without a matching ``atlas.json`` there is no atlas.
 """
 
@@ -26,7 +28,8 @@ from qkviz import run_files
 from qkviz.attention_batches import sentence_batches
 from qkviz.head_labels import LabelThresholds, head_label
 from qkviz.head_stats import DEFAULT_MAX_OFFSET, STATISTICS, TokenKinds, head_statistics
-from qkviz.logit_decomposition import available_terms, decompose_head
+from qkviz.logit_decomposition import (EMBEDDING_TERMS, EmbeddingSplit, available_terms, decompose_embeddings,
+                                       decompose_head)
 from qkviz.run import Run
 from qkviz.syntax import SYNTAX_STATISTICS, TokenSyntax, batch_syntax
 
@@ -37,6 +40,7 @@ ATLAS_DIRECTORY = "stats"
 TABLE, PROFILES, EXEMPLARS, MARKER = "head_stats.parquet", "relative_position.npy", "exemplars.parquet", "atlas.json"
 TERM_PROFILES = "term_profiles.npy"
 UPDATE_HISTOGRAMS = "update_histograms.npy"
+EMBEDDING_PROFILES = "embedding_profiles.npy"
 UPDATE_STATISTICS = ("update_ratio_median", "update_cosine_mean")
 UPDATE_BINS = 40
 UPDATE_RATIO_RANGE = (-3.0, 1.0)   # log10 of |update| / |hidden|
@@ -52,6 +56,9 @@ class HeadAtlas:
     terms: tuple[str, ...] = ("content",)   # logit terms (qkviz.logit_decomposition); shares are share_<term> columns
     term_profiles: np.ndarray | None = None  # [layer, head, term, 2 * max_offset + 1]
     update_histograms: np.ndarray | None = None  # [layer, head, 2, UPDATE_BINS] with --head-update runs
+    #: absolute-position models: [head, EMBEDDING_TERMS, 2 * max_offset + 1] of the first layer
+    #: (shares: embed_share_<term> columns, NaN past layer 0)
+    embedding_profiles: np.ndarray | None = None
 
     @property
     def offsets(self) -> np.ndarray:
@@ -73,6 +80,9 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
     profiles = np.full((run.n_layers, run.n_heads, 2 * max_offset + 1), np.nan)
     terms = available_terms(run)
     term_profiles = np.full((run.n_layers, run.n_heads, len(terms), 2 * max_offset + 1), np.nan)
+    split_first = EmbeddingSplit.of(run)
+    embedding_profiles = (np.full((run.n_heads, len(EMBEDDING_TERMS), 2 * max_offset + 1), np.nan)
+                          if split_first is not None else None)
     updates = run.has_part(run_files.HEAD_UPDATES) or None
     update_histograms = np.zeros((run.n_layers, run.n_heads, 2, UPDATE_BINS)) if updates else None
     if not updates:
@@ -95,6 +105,10 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
                              "label_detail": detail})
                 profiles[layer, head] = found.relative_position
                 term_profiles[layer, head] = split.profiles
+                if split_first is not None and layer == 0:
+                    first = decompose_embeddings(run, split_first, head, batches, max_offset)
+                    rows[-1].update({f"embed_share_{t}": float(v) for t, v in zip(first.terms, first.variance_share)})
+                    embedding_profiles[head] = first.profiles
                 if updates is not None:
                     summary, update_histograms[layer, head] = head_update_summary(run.head_updates(layer, head))
                     rows[-1].update(summary)
@@ -108,9 +122,11 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
     exemplar_table = pd.concat(exemplars, ignore_index=True)[
         ["layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text"]]
     columns = ["layer", "head", *STATISTICS, *(SYNTAX_STATISTICS if syntax else ()),
-               *(f"share_{term}" for term in terms), *(UPDATE_STATISTICS if updates else ()), "label", "label_detail"]
+               *(f"share_{term}" for term in terms),
+               *(f"embed_share_{term}" for term in (EMBEDDING_TERMS if split_first is not None else ())),
+               *(UPDATE_STATISTICS if updates else ()), "label", "label_detail"]
     return HeadAtlas(pd.DataFrame(rows, columns=columns), profiles, exemplar_table, max_offset, thresholds,
-                     terms, term_profiles, update_histograms)
+                     terms, term_profiles, update_histograms, embedding_profiles)
 
 
 def head_update_summary(updates: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
@@ -133,9 +149,10 @@ def store_atlas(run: Run, atlas: HeadAtlas) -> Path:
     run_files.save_npy_atomic(directory / PROFILES, atlas.relative_position)
     run_files.write_parquet_atomic(atlas.exemplars, directory / EXEMPLARS)
     run_files.save_npy_atomic(directory / TERM_PROFILES, atlas.term_profiles)
-    (directory / UPDATE_HISTOGRAMS).unlink(missing_ok=True)
-    if atlas.update_histograms is not None:
-        run_files.save_npy_atomic(directory / UPDATE_HISTOGRAMS, atlas.update_histograms)
+    for name, array in ((UPDATE_HISTOGRAMS, atlas.update_histograms), (EMBEDDING_PROFILES, atlas.embedding_profiles)):
+        (directory / name).unlink(missing_ok=True)
+        if array is not None:
+            run_files.save_npy_atomic(directory / name, array)
     run_files.write_json_atomic(directory / MARKER, {
         "schema_version": ATLAS_SCHEMA_VERSION, "run_fingerprint": run.manifest["fingerprint"],
         "max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(),
@@ -158,5 +175,8 @@ def load_atlas(run: Run) -> HeadAtlas | None:
                      pd.read_parquet(directory / EXEMPLARS), int(marker["max_offset"]),
                      LabelThresholds(**marker["thresholds"]), tuple(marker["terms"]),
                      np.load(directory / TERM_PROFILES, allow_pickle=False),
-                     np.load(directory / UPDATE_HISTOGRAMS, allow_pickle=False)
-                     if (directory / UPDATE_HISTOGRAMS).exists() else None)
+                     _optional(directory / UPDATE_HISTOGRAMS), _optional(directory / EMBEDDING_PROFILES))
+
+
+def _optional(path: Path) -> np.ndarray | None:
+    return np.load(path, allow_pickle=False) if path.exists() else None

@@ -17,8 +17,8 @@ For each term, over the corpus (attention batches as in :mod:`qkviz.head_stats`)
 term's share of the logit's variation across keys (the shares add up to 1; a per-query constant
 gets 0). Soft-capped models (Gemma 2) are decomposed before the cap.
 
-Absolute-position models (BERT, GPT-2) need the token and position embeddings for the same split
-at their first layer; that is not captured, so for them only the bias terms are given.
+Absolute-position models (BERT, RoBERTa, DistilBERT, GPT-2) also get, at their first layer, the
+split of each logit into token and position parts (:class:`EmbeddingSplit`).
 """
 
 from __future__ import annotations
@@ -94,15 +94,30 @@ class HeadDecomposition:
 
 def decompose_head(run: Run, layer: int, head: int, batches: list[SentenceBatch], max_offset: int
                    ) -> HeadDecomposition:
+    """The bias / rotary split (:func:`batch_terms`) of one head over the corpus."""
     queries, keys = run.queries(layer, head), run.keys(layer, head)
-    terms = available_terms(run)
+    return _decompose(run, layer, batches, max_offset, available_terms(run),
+                      lambda batch: batch_terms(run, layer, head, batch, queries, keys))
+
+
+def decompose_embeddings(run: Run, split: "EmbeddingSplit", head: int, batches: list[SentenceBatch],
+                         max_offset: int) -> HeadDecomposition:
+    """The token / position split (:class:`EmbeddingSplit`) of a first-layer head over the corpus."""
+    queries, keys = run.queries(0, head), run.keys(0, head)
+    return _decompose(run, 0, batches, max_offset, EMBEDDING_TERMS,
+                      lambda batch: split.batch_terms(run, head, batch, queries, keys))
+
+
+def _decompose(run: Run, layer: int, batches: list[SentenceBatch], max_offset: int, terms: tuple[str, ...],
+               parts_of) -> HeadDecomposition:
+    """Shares and relative-position profiles of ``terms``; ``parts_of(batch)`` gives ``{term: [b, q, k]}``."""
     bins = 2 * max_offset + 1
     weight, count = np.zeros((len(terms), bins)), np.zeros(bins)
     covariance, variance = np.zeros(len(terms)), 0.0
     scale = run.scale(layer)
     for batch in batches:
         mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
-        parts = batch_terms(run, layer, head, batch, queries, keys)
+        parts = parts_of(batch)
         side = mask.shape[1]
         offset = np.arange(side)[None, :] - np.arange(side)[:, None]
         in_range = (np.abs(offset) <= max_offset)[None] & mask
@@ -121,6 +136,73 @@ def decompose_head(run: Run, layer: int, head: int, batches: list[SentenceBatch]
     profiles = np.divide(weight, count, out=np.full_like(weight, np.nan), where=count > 0)
     shares = covariance / variance if variance > 0 else np.full(len(terms), np.nan)
     return HeadDecomposition(terms, profiles, shares)
+
+
+EMBEDDING_TERMS = ("token_token", "token_position", "position_token", "position_position", "embedding_other")
+
+
+@dataclass(frozen=True)
+class EmbeddingSplit:
+    """The first layer's queries and keys as token part + position part + the rest, exactly.
+
+    The layer's input is ``x = LN(e_tok + e_pos + c)`` (``c`` the token-type row). With ``s`` the
+    token's norm divisor ``sqrt(var(e) + eps)`` (fixed per token), the norm is linear in each part:
+    ``x = g * center(e_tok) / s + g * center(e_pos) / s + (g * center(c) / s + b)``, and so are
+    ``q = W_q x + b_q`` and ``k``. The terms ``q_tok . k_tok``, ``q_tok . k_pos``, ``q_pos . k_tok``,
+    ``q_pos . k_pos`` are Transformer-XL's content / content-position / position-content /
+    position-position terms; ``embedding_other`` holds the rest (token-type, norm bias, biases)."""
+
+    token_ids: np.ndarray        # [used] sorted
+    token_vectors: np.ndarray    # [used, d_model]
+    position_vectors: np.ndarray  # [position, d_model]
+    norm: np.ndarray             # [4, d_model]: token-type row, weight, bias, eps
+    query_weight: np.ndarray     # [head, d_head, d_model]
+    key_weight: np.ndarray       # [kv_head, d_head, d_model]
+
+    @classmethod
+    def of(cls, run: Run) -> "EmbeddingSplit | None":
+        from qkviz import run_files
+
+        if not all(run.has_part(name) for name in run_files.EMBED_FILES):
+            return None
+        load = lambda name: np.asarray(run.part(name), dtype=np.float64)  # noqa: E731
+        return cls(np.asarray(run.part(run_files.EMBED_TOKEN_IDS)), load(run_files.EMBED_TOKENS),
+                   load(run_files.EMBED_POSITIONS), load(run_files.EMBED_NORM),
+                   load(run_files.EMBED_QUERY_WEIGHT), load(run_files.EMBED_KEY_WEIGHT))
+
+    def inputs(self, token_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """``[3, ..., d_model]``: the token, position and remaining parts of the layer's input."""
+        constant, weight, bias, eps = self.norm[0], self.norm[1], self.norm[2], self.norm[3, 0]
+        token = self.token_vectors[np.searchsorted(self.token_ids, token_ids)]
+        position = self.position_vectors[positions]
+        total = token + position + constant
+        divisor = np.sqrt(total.var(axis=-1, keepdims=True) + eps)
+        centre = lambda v: v - v.mean(axis=-1, keepdims=True)  # noqa: E731
+        rest = weight * centre(np.broadcast_to(constant, token.shape)) / divisor + bias
+        return np.stack([weight * centre(token) / divisor, weight * centre(position) / divisor, rest])
+
+    def projections(self, run: Run, head: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``([3, ..., d_head], [3, ..., d_head])``: query and key parts of the tokens ``rows``
+        (token, position, rest; the biases in the rest). They add up to the stored vectors."""
+        tokens = run.tokens
+        parts = self.inputs(tokens.token_id.to_numpy()[rows], tokens.position.to_numpy()[rows])
+        query = parts @ self.query_weight[head].T
+        key = parts @ self.key_weight[run.kv_head(head)].T
+        query[2] += run.query_bias(0, head)
+        key[2] += run.key_bias(0, head)
+        return query, key
+
+    def batch_terms(self, run: Run, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray
+                    ) -> dict[str, np.ndarray]:
+        """``{term: [batch, query, key]}``; ``embedding_other`` is the stored logit minus the four."""
+        rows = np.maximum(batch.rows, 0)
+        query, key = self.projections(run, head, rows)
+        product = lambda a, b: np.einsum("bqd,bkd->bqk", a, b)  # noqa: E731
+        terms = {"token_token": product(query[0], key[0]), "token_position": product(query[0], key[1]),
+                 "position_token": product(query[1], key[0]), "position_position": product(query[1], key[1])}
+        total = product(queries[rows].astype(np.float64), keys[rows].astype(np.float64))
+        terms["embedding_other"] = total - sum(terms.values())
+        return terms
 
 
 def _masked_mean(values: np.ndarray, mask: np.ndarray, n_keys: np.ndarray) -> np.ndarray:

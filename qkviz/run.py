@@ -139,32 +139,33 @@ class Run:
         """Whether the run holds the optional file ``name`` (see ``run_files.LOGIT_PART_FILES``)."""
         return name in self.manifest["files"]
 
-    def _part(self, name: str) -> np.ndarray | None:
+    def part(self, name: str) -> np.ndarray | None:
+        """The optional array file ``name`` (memory-mapped), or ``None`` when the run lacks it."""
         return np.load(self.path / name, mmap_mode="r") if self.has_part(name) else None
 
     def query_bias(self, layer: int, head: int) -> np.ndarray | None:
         """``[d_head]`` float32: the bias the model adds to this head's queries, or ``None``."""
         self.check_head(layer, head)
-        bias = self._part(run_files.QUERY_BIAS)
+        bias = self.part(run_files.QUERY_BIAS)
         return None if bias is None else np.array(bias[layer, head])
 
     def key_bias(self, layer: int, head: int) -> np.ndarray | None:
         """``[d_head]`` float32: the bias of the keys serving query head ``head``, or ``None``."""
         self.check_head(layer, head)
-        bias = self._part(run_files.KEY_BIAS)
+        bias = self.part(run_files.KEY_BIAS)
         return None if bias is None else np.array(bias[layer, self.kv_head(head)])
 
     def rotary(self, layer: int) -> tuple[np.ndarray, np.ndarray] | None:
         """``(cos, sin)`` ``[position, rotary_dim]`` the layer rotates queries and keys with, or ``None``."""
         self.check_layer(layer)
-        cos, sin = self._part(run_files.ROTARY_COS), self._part(run_files.ROTARY_SIN)
+        cos, sin = self.part(run_files.ROTARY_COS), self.part(run_files.ROTARY_SIN)
         return None if cos is None or sin is None else (np.array(cos[layer]), np.array(sin[layer]))
 
     def head_updates(self, layer: int, head: int) -> np.ndarray | None:
         """``[token, 2]`` float32: the head's update norm over the hidden state's, and their cosine;
         ``None`` unless the run was extracted with ``--head-update``."""
         self.check_head(layer, head)
-        updates = self._part(run_files.HEAD_UPDATES)
+        updates = self.part(run_files.HEAD_UPDATES)
         return None if updates is None else np.array(updates[layer, head])
 
     # -- attention settings -------------------------------------------------------------------

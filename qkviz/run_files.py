@@ -49,7 +49,15 @@ QUERY_BIAS = "query_bias.npy"     # [layer, head, d_head] float32
 KEY_BIAS = "key_bias.npy"         # [layer, kv_head, d_head] float32
 ROTARY_COS = "rotary_cos.npy"     # [layer, position, rotary_dim] float32
 ROTARY_SIN = "rotary_sin.npy"     # [layer, position, rotary_dim] float32
-LOGIT_PART_FILES = (QUERY_BIAS, KEY_BIAS, ROTARY_COS, ROTARY_SIN)
+#: Optional, absolute-position models: what splits the first layer's q / k into token and position parts.
+EMBED_TOKEN_IDS = "embed_token_ids.npy"        # [used token] int64, sorted
+EMBED_TOKENS = "embed_tokens.npy"              # [used token, d_model] float32: their token embeddings
+EMBED_POSITIONS = "embed_positions.npy"        # [position, d_model] float32: position embeddings as added
+EMBED_NORM = "embed_norm.npy"                  # [4, d_model] float32: token-type row, norm weight, norm bias, eps
+EMBED_QUERY_WEIGHT = "embed_query_weight.npy"  # [head, d_head, d_model] float32: first layer's query projection
+EMBED_KEY_WEIGHT = "embed_key_weight.npy"      # [kv_head, d_head, d_model] float32
+EMBED_FILES = (EMBED_TOKEN_IDS, EMBED_TOKENS, EMBED_POSITIONS, EMBED_NORM, EMBED_QUERY_WEIGHT, EMBED_KEY_WEIGHT)
+LOGIT_PART_FILES = (QUERY_BIAS, KEY_BIAS, ROTARY_COS, ROTARY_SIN, *EMBED_FILES)
 #: Optional, with ``qkviz extract --head-update`` (see qkviz.head_update_capture), streamed like the vectors.
 HEAD_UPDATES = "head_updates.npy"  # [layer, head, token, 2] float32: |update| / |hidden|, cos(update, hidden)
 STREAMED_FILES = (QUERIES, KEYS, VALUE_NORMS)

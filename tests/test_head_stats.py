@@ -118,6 +118,11 @@ def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(tiny_run, tmp
     assert not np.isnan(atlas.relative_position[:, :, :9]).any()     # offsets -8..0 exist in a decoder
     assert np.isnan(atlas.relative_position[:, :, 9:]).all()          # a decoder never looks ahead
     assert set(atlas.exemplars.columns) >= {"layer", "head", "sentence", "query_token", "key_token", "text"}
+    # GPT-2 has absolute positions: its first layer's logits are split into token and position parts.
+    embed = atlas.table.filter(like="embed_share_")
+    assert embed.shape[1] == 5 and embed[atlas.table.layer == 0].notna().all().all()
+    assert embed[atlas.table.layer > 0].isna().all().all()
+    assert atlas.embedding_profiles.shape == (run.n_heads, 5, 17)
     assert main(["-q", "stats", "--run", str(copy), "--argmax-share", "1.5"]) == 2
     assert "--argmax-share must be in (0, 1]" in capsys.readouterr().err
 

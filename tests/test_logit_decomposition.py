@@ -89,3 +89,26 @@ def test_a_run_without_logit_parts_has_only_the_content_term(tiny_run, tmp_path)
     old = qkviz.open_run(copy)
     assert old.rotary(0) is None and old.query_bias(0, 0) is None
     assert available_terms(old) == ("content",)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "gpt2"])
+def test_first_layer_token_and_position_parts_add_up_to_the_stored_vectors(family, tiny_run):
+    from qkviz.logit_decomposition import EMBEDDING_TERMS, EmbeddingSplit, decompose_embeddings
+
+    run = tiny_run(family)
+    split = EmbeddingSplit.of(run)
+    rows = np.arange(run.n_tokens)
+    for head in range(run.n_heads):
+        query, key = split.projections(run, head, rows)
+        np.testing.assert_allclose(query.sum(axis=0), run.queries(0, head), atol=2e-5)
+        np.testing.assert_allclose(key.sum(axis=0), run.keys(0, head), atol=2e-5)
+    # The position parts alone differ between tokens only through their positions (and norm divisor).
+    found = decompose_embeddings(run, split, 1, sentence_batches(run), max_offset=8)
+    assert found.terms == EMBEDDING_TERMS
+    assert sum(found.variance_share) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_rotary_models_have_no_embedding_split(tiny_run):
+    from qkviz.logit_decomposition import EmbeddingSplit
+
+    assert EmbeddingSplit.of(tiny_run("llama")) is None
