@@ -55,6 +55,13 @@ def describe(path: Path) -> None:
           f"{table.special_attention.mean():.1%}, to the first token {table.first_token_attention.mean():.1%}")
     shares = {column.removeprefix("share_"): table[column].mean() for column in table if column.startswith("share_")}
     print("  logit variance shares (mean over heads): " + ", ".join(f"{k} {v:.1%}" for k, v in shares.items()))
+    first = table[table.layer == 0].filter(like="embed_share_")
+    if not first.empty:
+        print("  first layer, token / position split (mean over its heads): " + ", ".join(
+            f"{column.removeprefix('embed_share_')} {first[column].mean():.1%}" for column in first))
+        strongest = table.loc[first["embed_share_position_position"].idxmax()]
+        print(f"  most positional first-layer head: L0 H{strongest['head']} ({strongest.label}), "
+              f"position-position share {strongest.embed_share_position_position:.1%}")
     if "update_ratio_median" in table:
         print(f"  head update: median |update|/|hidden| {table.update_ratio_median.median():.3f}, "
               f"mean cosine {table.update_cosine_mean.mean():+.3f}")
