@@ -1,4 +1,5 @@
-"""Helpers for the app's tests: a tiny projected run, ``qkviz serve`` in a subprocess, headless Chromium.
+"""Helpers for the app's tests: a tiny projected run (and a copy with a head atlas), ``qkviz serve`` in a
+subprocess, headless Chromium.
 
 Chromium is Debian's (``/usr/bin/chromium``, installed by ``.ci/run``), driven by Playwright's
 Python package; Playwright's own browser download is never used. A missing Chromium fails the
@@ -41,6 +42,20 @@ def make_app_run(model: Path, corpus: Path, directory: Path, max_sentences: int 
     run = qkviz.extract(str(model), corpus, directory, max_sentences=max_sentences).run
     assert main(["-q", "project", "--run", str(run.path), "--method", "pca", "--dim", "2,3"]) == 0
     return run
+
+
+def copy_run(run, directory: Path, atlas: bool = True):
+    """A copy of ``run`` in ``directory`` (its layouts included), with its head atlas made by
+    ``qkviz stats`` when ``atlas``; the original is left without one."""
+    import shutil
+
+    from qkviz.cli import main
+    from qkviz.run import open_run
+
+    shutil.copytree(run.path, directory)
+    if atlas:
+        assert main(["-q", "stats", "--run", str(directory)]) == 0
+    return open_run(directory)
 
 
 def free_port() -> int:
