@@ -1,20 +1,34 @@
-"""End to end in headless Chromium: ``qkviz serve`` on a tiny run, every view, clicks, search, reload."""
+"""End to end in headless Chromium: ``qkviz serve`` on a tiny run (and a copy with a head atlas), every
+view, clicks, search, reload."""
 
 import re
 
 import pytest
-from browser import click_point, launch_chromium, start_server, stop_server, wait_idle
+from browser import click_point, copy_run, launch_chromium, start_server, stop_server, wait_idle
 
 GRAPH_DRAWN = """([graphId, traces]) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
   return graph && graph.offsetParent !== null && graph.data && graph.data.length >= traces;
 }"""
 VISIBLE = "(id) => document.getElementById(id).offsetParent !== null"
+#: page coordinates of the cell (row, column) of the Positions heatmap
+CELL_JS = """([row, column]) => {
+  const graph = document.querySelector('#positions-graph .js-plotly-plot');
+  const layout = graph._fullLayout, data = graph._fullData[0], box = graph.getBoundingClientRect();
+  return [box.left + layout._size.l + layout.xaxis.d2p(data.x[column]),
+          box.top + layout._size.t + layout.yaxis.d2p(data.y[row])];
+}"""
 
 
 @pytest.fixture(scope="module")
-def served(app_run):
-    server, url = start_server([app_run.path])
+def atlas_run(app_run, tmp_path_factory):
+    return copy_run(app_run, tmp_path_factory.mktemp("browser-atlas") / "tiny-atlas")
+
+
+@pytest.fixture(scope="module")
+def served(app_run, atlas_run):
+    """The app over the tiny run (run 0, no atlas) and its copy with an atlas (run 1)."""
+    server, url = start_server([app_run.path, atlas_run.path])
     yield url
     output = stop_server(server)
     assert "Traceback" not in output, output
@@ -35,7 +49,8 @@ def page(served):
 
 
 def shown_view(page) -> list[str]:
-    return [view for view in ("matrix-view", "single-view", "sentence-view") if page.evaluate(VISIBLE, view)]
+    return [view for view in ("matrix-view", "single-view", "sentence-view", "positions-view")
+            if page.evaluate(VISIBLE, view)]
 
 
 def test_views_clicks_search_and_reload(page, served, app_run):
@@ -125,3 +140,45 @@ def test_bad_url_parameters_show_a_notice(page, served):
     notice = page.inner_text(".notice")
     assert "unknown URL parameter 'zoom'" in notice and "layer='7'" in notice and "colour='<script>'" in notice
     assert shown_view(page) == ["single-view"] and "layer=0" in page.url
+
+
+def test_positions_row_opens_its_head_whose_exemplar_opens_its_sentence(page, served, atlas_run):
+    from qkviz.head_atlas import load_atlas
+
+    atlas = load_atlas(atlas_run)
+    page.goto(served + "?run=1&sort=label")                  # the matrix coloured by label: cells under the points
+    page.wait_for_function(GRAPH_DRAWN, arg=["matrix-graph", 6], timeout=20_000)
+    wait_idle(page)
+    assert page.evaluate("() => document.querySelector('#matrix-graph .js-plotly-plot')._fullData[5].type") == "heatmap"
+
+    page.click("#view-tabs >> text=Positions")
+    page.wait_for_function(GRAPH_DRAWN, arg=["positions-graph", 1], timeout=20_000)
+    wait_idle(page)
+    assert shown_view(page) == ["positions-view"] and "view=positions" in page.url
+    x, y = page.evaluate(CELL_JS, [7, 3])                    # row 7 = layer 1 head 3
+    page.mouse.move(x - 3, y)
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+    page.wait_for_function("() => location.search.includes('view=single&layer=1&head=3&')", timeout=20_000)
+    page.wait_for_function(GRAPH_DRAWN, arg=["single-graph", 12], timeout=20_000)
+    wait_idle(page)
+    assert shown_view(page) == ["single-view"]
+    row = atlas.table.query("layer == 1 and head == 3").iloc[0]
+    assert page.inner_text("#single-atlas").startswith(f"{row.label} {row.label_detail}")
+
+    exemplar = atlas.exemplars.query("layer == 1 and head == 3 and rank == 0").iloc[0]
+    page.click("#single-atlas button.exemplar >> nth=0")
+    page.wait_for_function("(s) => location.search.includes('view=sentence&layer=1&head=3&') && "
+                           "location.search.includes('&sentence=' + s + '&')", arg=int(exemplar.sentence),
+                           timeout=20_000)
+    page.wait_for_function(GRAPH_DRAWN, arg=["sentence-graph", 3], timeout=20_000)
+    wait_idle(page)
+    assert shown_view(page) == ["sentence-view"]
+    bold = page.evaluate("""() => document.querySelector('#sentence-graph .js-plotly-plot')._fullData[0]
+                            .textfont.weight.indexOf('bold')""")
+    assert bold == int(exemplar["query"])                    # the exemplar's query token (nothing is hidden)
+
+    page.goto(served + "?run=0&view=positions")              # no atlas: the command that makes it
+    page.wait_for_function("() => document.getElementById('positions-message').innerText.includes('qkviz stats')",
+                           timeout=20_000)
+    assert "qkviz stats --run " in page.inner_text("#positions-message")
