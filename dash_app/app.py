@@ -146,7 +146,8 @@ def clicked(event: dict | None) -> tuple[int, int] | None:
 
 
 def exemplar_target(event: dict | None) -> tuple[int, int, int, int] | None:
-    """``(layer, head, sentence, point)`` of an exemplar click (``{layer, head, sentence, point, timestamp}``), or None."""
+    """``(layer, head, sentence, point)`` of an exemplar click (``{layer, head, sentence, point, timestamp}``),
+    or None."""
     try:
         return int(event["layer"]), int(event["head"]), int(event["sentence"]), int(event["point"])
     except (TypeError, KeyError, ValueError):
@@ -366,7 +367,8 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
         return figure, sentence_view.aggregate_figure(average, state.layer, state.head), message
 
     @app.callback(Output(ids.POSITIONS_GRAPH, "figure"), Output(ids.POSITIONS_MESSAGE, "children"),
-                  Output(ids.POSITIONS_RENDERED, "data"), Input(ids.STATE, "data"), State(ids.POSITIONS_RENDERED, "data"))
+                  Output(ids.POSITIONS_RENDERED, "data"), Input(ids.STATE, "data"),
+                  State(ids.POSITIONS_RENDERED, "data"))
     def draw_positions(current, rendered):
         state = ViewState.from_dict(current)
         if state.view != "positions":

@@ -85,8 +85,8 @@ def sortable_columns(table: pd.DataFrame) -> tuple[str, ...]:
 
 def sort_options(columns: tuple[str, ...]) -> list[dict]:
     """Dropdown options for the atlas's sorts (statistics highest first; labels in their rule order)."""
-    return [{"label": "pattern label (atlas)" if column == LABEL_SORT else f"{column_name(column)} (atlas, highest first)",
-             "value": column} for column in columns]
+    return [{"label": "pattern label (atlas)" if column == LABEL_SORT
+             else f"{column_name(column)} (atlas, highest first)", "value": column} for column in columns]
 
 
 def label_codes(labels: np.ndarray) -> np.ndarray:

@@ -36,7 +36,8 @@ def layout() -> html.Div:
     return html.Div(id=ids.POSITIONS_VIEW, style={"display": "none"}, children=[
         html.Div(className="controls", children=[
             html.Span("Mean attention at each offset (key position − query position) over the corpus, one row per "
-                      "head, grouped by layer; colour on a log scale. Click a row to open that head.", className="hint"),
+                      "head, grouped by layer; colour on a log scale. Click a row to open that head.",
+                      className="hint"),
         ]),
         html.Div(id=ids.POSITIONS_MESSAGE, className="message"),
         dcc.Graph(id=ids.POSITIONS_GRAPH, config={"displaylogo": False},
