@@ -7,6 +7,9 @@ Python package, ``/usr/bin/chromium``; software WebGL, no GPU) and reports:
   no callback pending (the first, cold load, and the median of the next ``--repeats``), and what an
   empty Dash page with one Plotly WebGL graph takes in the same browser (the floor: loading
   Plotly's 4.8 MB bundle and starting WebGL);
+* with a head atlas (``qkviz stats``): the same for the matrix ordered and coloured by an atlas
+  statistic (``?sort=entropy_normalised``: a translucent heatmap under the points, badges) and for the
+  Positions view (the relative-position heatmap), medians of ``--repeats`` loads;
 * switching heads in the single view: click "head >" until the next head's figure is drawn (median);
 * search across all heads: the server time of the matrix callback that finds the matches and counts
   their clusters in every head (request start to response end, localhost), and the time from Enter
@@ -29,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from browser import CHROMIUM_ARGS, CHROMIUM, free_port  # noqa: E402
 
 SEARCHES = ("the", "and", "of", "to", "in", "a", "is", "was")
+ATLAS_SORT = "entropy_normalised"
 DRAWN = """([graphId, traces]) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
   const ready = graph && graph.offsetParent !== null && graph.data && graph.data.length >= traces
@@ -102,6 +106,7 @@ def timed_action(page, action_js: str, graph: str, traces: int, condition: str =
 
 def bench_run(browser, run: Path, repeats: int) -> dict:
     from qkviz import open_run
+    from qkviz.head_atlas import load_atlas
 
     opened = open_run(run)
     port = free_port()
@@ -112,6 +117,11 @@ def bench_run(browser, run: Path, repeats: int) -> dict:
     try:
         result["matrix cold ms"] = load_ms(browser, url, "matrix-graph", 5)
         result["matrix warm ms"] = statistics.median(load_ms(browser, url, "matrix-graph", 5) for _ in range(repeats))
+        if load_atlas(opened) is not None:
+            result["matrix coloured ms"] = statistics.median(
+                load_ms(browser, url + f"?sort={ATLAS_SORT}", "matrix-graph", 6) for _ in range(repeats))
+            result["positions ms"] = statistics.median(
+                load_ms(browser, url + "?view=positions", "positions-graph", 1) for _ in range(repeats))
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         responses = []
         page.on("response", lambda response: responses.append(response) if "_dash-update" in response.url else None)
@@ -163,11 +173,10 @@ def main() -> None:
         results = [bench_run(browser, run, args.repeats) for run in args.run]
         browser.close()
     print(f"floor: an empty Dash page with one 10,000-point WebGL graph is drawn {floor:.0f} ms after navigation")
-    columns = list(results[0])
-    print(" | ".join(columns))
     for result in results:
-        print(" | ".join(f"{value:,.0f}" if isinstance(value, (int, float)) and value > 10 else
-                         f"{value:.2f}" if isinstance(value, float) else str(value) for value in result.values()))
+        print(" | ".join(f"{name}: {value:,.0f}" if isinstance(value, (int, float)) and value > 10 else
+                         f"{name}: {value:.2f}" if isinstance(value, float) else f"{name}: {value}"
+                         for name, value in result.items()))
 
 
 if __name__ == "__main__":

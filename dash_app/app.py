@@ -39,7 +39,7 @@ body { font-family: system-ui, sans-serif; margin: 0 16px; color: #222; }
 .message { color: #8a4b00; margin: 4px 0; }
 .notice { background: #fff4d6; border: 1px solid #e0c070; padding: 4px 8px; margin: 4px 0; }
 .info, .hint { color: #555; font-size: 13px; }
-.single-body { display: flex; gap: 12px; }
+.single-body { display: flex; gap: 12px; align-items: flex-start; }
 .side-panel { width: 300px; flex: 0 0 300px; font-size: 13px; }
 .excerpt { margin: 4px 0; color: #333; }
 .sentence-body { display: flex; flex-wrap: wrap; gap: 12px; }
@@ -259,7 +259,10 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
                    [{"label": str(i), "value": i} for i in range(data.run.n_heads)],
                    sentence_view.sentence_options(data), method_options(data), run_summary(data)]
         options = options if run_changed else [no_update] * 3 + options[3:4] + [no_update]
-        options.append(matrix_view.sort_control_options(data))      # the atlas may appear while the app runs
+        # the sort control offers the atlas's columns, which may appear while the app runs: sent when the run
+        # changes or the matrix view opens, not on every action
+        opened_matrix = state.view == "matrix" and (previous is None or previous.view != "matrix")
+        options.append(matrix_view.sort_control_options(data) if run_changed or opened_matrix else no_update)
         styles = [{"display": "block" if state.view == view else "none"} for view in VIEW_IDS]
         notice = html.Div([html.Div(text) for text in notices], className="notice") if notices else None
         return (state.as_dict(), to_url(state, [d.shape for d in runs]), notice, *control_outputs, *options, *styles)
