@@ -35,7 +35,7 @@ from qkviz.syntax import SYNTAX_STATISTICS, TokenSyntax, batch_syntax
 
 logger = logging.getLogger(__name__)
 
-ATLAS_SCHEMA_VERSION = 1
+ATLAS_SCHEMA_VERSION = 2   # 2: logit terms, term and embedding profiles, head-update histograms
 ATLAS_DIRECTORY = "stats"
 TABLE, PROFILES, EXEMPLARS, MARKER = "head_stats.parquet", "relative_position.npy", "exemplars.parquet", "atlas.json"
 TERM_PROFILES = "term_profiles.npy"

@@ -123,6 +123,9 @@ def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(tiny_run, tmp
     assert embed.shape[1] == 5 and embed[atlas.table.layer == 0].notna().all().all()
     assert embed[atlas.table.layer > 0].isna().all().all()
     assert atlas.embedding_profiles.shape == (run.n_heads, 5, 17)
+    marker = copy / "stats" / "atlas.json"
+    marker.write_text(marker.read_text().replace('"schema_version": 2', '"schema_version": 1'))
+    assert load_atlas(run) is None            # an atlas of an older layout is not read as this one
     assert main(["-q", "stats", "--run", str(copy), "--argmax-share", "1.5"]) == 2
     assert "--argmax-share must be in (0, 1]" in capsys.readouterr().err
 
