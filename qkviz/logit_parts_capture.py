@@ -69,15 +69,8 @@ def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_posi
                 seen[layer] = (cos[0].float().cpu(), sin[0].float().cpu())
         return hook
 
-    handles = [module.register_forward_pre_hook(recorder(layer), with_kwargs=True)
-               for layer, module in enumerate(modules)]
-    try:
-        input_ids = torch.full((1, n_positions), pad_id, dtype=torch.long, device=device)
-        with torch.inference_mode():
-            model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
-    finally:
-        for handle in handles:
-            handle.remove()
+    _one_pass(model, [module.register_forward_pre_hook(recorder(layer), with_kwargs=True)
+                      for layer, module in enumerate(modules)], pad_id, n_positions, device)
     if not seen:
         return None
     if sorted(seen) != list(range(len(modules))):
@@ -85,6 +78,17 @@ def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_posi
     cos = torch.stack([seen[layer][0] for layer in range(len(modules))]).numpy()
     sin = torch.stack([seen[layer][1] for layer in range(len(modules))]).numpy()
     return cos, sin
+
+
+def _one_pass(model: torch.nn.Module, handles: list, token_id: int, n_positions: int, device: str) -> None:
+    """One forward pass over ``n_positions`` copies of ``token_id``; then the hooks ``handles`` are removed."""
+    try:
+        input_ids = torch.full((1, n_positions), token_id, dtype=torch.long, device=device)
+        with torch.inference_mode():
+            model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _embedding_modules(model: torch.nn.Module, adapter: FamilyAdapter):
@@ -129,14 +133,9 @@ def embedding_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: Model
     hooks = [position.register_forward_hook(lambda m, i, out: seen.__setitem__("position", out[0]))]
     if token_type is not None:
         hooks.append(token_type.register_forward_hook(lambda m, i, out: seen.__setitem__("type", out[0, 0])))
+    # Not the padding id: RoBERTa numbers positions from its non-padding tokens.
     filler = int(next((t for t in used_token_ids if t != pad_id), used_token_ids[0]))
-    try:
-        input_ids = torch.full((1, n_positions), filler, dtype=torch.long, device=device)
-        with torch.inference_mode():
-            model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
-    finally:
-        for hook in hooks:
-            hook.remove()
+    _one_pass(model, hooks, filler, n_positions, device)
     attention = adapter.attention_modules(model)[0]
     constant = seen["type"] if "type" in seen else torch.zeros(word.weight.shape[1])
     as_numpy = lambda tensor: tensor.detach().float().cpu().numpy()  # noqa: E731
