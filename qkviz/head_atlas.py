@@ -39,6 +39,7 @@ ATLAS_SCHEMA_VERSION = 2   # 2: logit terms, term and embedding profiles, head-u
 ATLAS_DIRECTORY = "stats"
 TABLE, PROFILES, EXEMPLARS, MARKER = "head_stats.parquet", "relative_position.npy", "exemplars.parquet", "atlas.json"
 TERM_PROFILES = "term_profiles.npy"
+EXEMPLAR_COLUMNS = ("layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text")
 UPDATE_HISTOGRAMS = "update_histograms.npy"
 EMBEDDING_PROFILES = "embedding_profiles.npy"
 UPDATE_STATISTICS = ("update_ratio_median", "update_cosine_mean")
@@ -83,16 +84,9 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
     split_first = EmbeddingSplit.of(run)
     embedding_profiles = (np.full((run.n_heads, len(EMBEDDING_TERMS), 2 * max_offset + 1), np.nan)
                           if split_first is not None else None)
-    updates = run.has_part(run_files.HEAD_UPDATES) or None
-    update_histograms = np.zeros((run.n_layers, run.n_heads, 2, UPDATE_BINS)) if updates else None
-    if not updates:
-        logger.warning("%s was extracted without --head-update, so head updates are left out; the other "
-                       "statistics are computed (extract with --head-update to add them)", run.path)
-    if "logit_parts" not in run.manifest:
-        logger.warning("%s was extracted before qkviz captured biases and rotary tables, so its logits are not "
-                       "decomposed; extract it again with --overwrite to add them", run.path)
-    tokens, texts = run.tokens.token.to_numpy(), run.sentences.text.to_numpy()
-    firsts = run.sentences.first_token.to_numpy()
+    has_updates = run.has_part(run_files.HEAD_UPDATES)
+    update_histograms = np.zeros((run.n_layers, run.n_heads, 2, UPDATE_BINS)) if has_updates else None
+    _warn_about_missing_parts(run, has_updates)
     with tqdm(total=run.n_layers * run.n_heads, unit="head", desc="head statistics", disable=not progress,
               dynamic_ncols=True) as bar:
         for layer in range(run.n_layers):
@@ -106,27 +100,42 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
                 profiles[layer, head] = found.relative_position
                 term_profiles[layer, head] = split.profiles
                 if split_first is not None and layer == 0:
-                    first = decompose_embeddings(run, split_first, head, batches, max_offset)
-                    rows[-1].update({f"embed_share_{t}": float(v) for t, v in zip(first.terms, first.variance_share)})
-                    embedding_profiles[head] = first.profiles
-                if updates is not None:
+                    embedded = decompose_embeddings(run, split_first, head, batches, max_offset)
+                    rows[-1].update({f"embed_share_{term}": float(share)
+                                     for term, share in zip(embedded.terms, embedded.variance_share)})
+                    embedding_profiles[head] = embedded.profiles
+                if has_updates:
                     summary, update_histograms[layer, head] = head_update_summary(run.head_updates(layer, head))
                     rows[-1].update(summary)
-                top = found.exemplars.assign(layer=layer, head=head, rank=np.arange(len(found.exemplars)))
-                first = firsts[top.sentence.to_numpy()]
-                top["query_token"] = tokens[first + top["query"].to_numpy()]
-                top["key_token"] = tokens[first + top["key"].to_numpy()]
-                top["text"] = texts[top.sentence.to_numpy()]
-                exemplars.append(top)
+                exemplars.append(_exemplar_rows(run, found.exemplars, layer, head))
                 bar.update()
-    exemplar_table = pd.concat(exemplars, ignore_index=True)[
-        ["layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text"]]
+    exemplar_table = pd.concat(exemplars, ignore_index=True)[list(EXEMPLAR_COLUMNS)]
     columns = ["layer", "head", *STATISTICS, *(SYNTAX_STATISTICS if syntax else ()),
                *(f"share_{term}" for term in terms),
                *(f"embed_share_{term}" for term in (EMBEDDING_TERMS if split_first is not None else ())),
-               *(UPDATE_STATISTICS if updates else ()), "label", "label_detail"]
+               *(UPDATE_STATISTICS if has_updates else ()), "label", "label_detail"]
     return HeadAtlas(pd.DataFrame(rows, columns=columns), profiles, exemplar_table, max_offset, thresholds,
                      terms, term_profiles, update_histograms, embedding_profiles)
+
+
+def _warn_about_missing_parts(run: Run, has_updates: bool) -> None:
+    if not has_updates:
+        logger.warning("%s was extracted without --head-update, so head updates are left out; the other "
+                       "statistics are computed (extract with --head-update to add them)", run.path)
+    if "logit_parts" not in run.manifest:
+        logger.warning("%s was extracted before qkviz captured biases and rotary tables, so its logits are not "
+                       "decomposed; extract it again with --overwrite to add them", run.path)
+
+
+def _exemplar_rows(run: Run, exemplars: pd.DataFrame, layer: int, head: int) -> pd.DataFrame:
+    """A head's exemplars (:class:`qkviz.head_stats.HeadStatistics`) with the head, rank, tokens and text."""
+    top = exemplars.assign(layer=layer, head=head, rank=np.arange(len(exemplars)))
+    first = run.sentences.first_token.to_numpy()[top.sentence.to_numpy()]
+    tokens = run.tokens.token.to_numpy()
+    top["query_token"] = tokens[first + top["query"].to_numpy()]
+    top["key_token"] = tokens[first + top["key"].to_numpy()]
+    top["text"] = run.sentences.text.to_numpy()[top.sentence.to_numpy()]
+    return top
 
 
 def head_update_summary(updates: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
