@@ -12,24 +12,17 @@ import html
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 
+from qkviz.html_page import figure_html, page
 from qkviz.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS, HeadAtlas
 from qkviz.head_labels import LABELS
 from qkviz.head_stats import STATISTICS
 from qkviz.position_heatmap import head_names, log_weights, relative_position_figure
 from qkviz.syntax import POS_TAGS
 
+ATLAS_STYLE = "mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; } table { font-size: 0.9em; }\n"
 LABEL_COLOURS = dict(zip(LABELS, ("#1f77b4", "#17becf", "#9467bd", "#8c564b", "#d62728", "#ff7f0e",
                                   "#bcbd22", "#2ca02c")))
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
-.note { color: #555; max-width: 60em; }
-.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 0.5em; }
-mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; }
-"""
 
 
 def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
@@ -43,20 +36,18 @@ def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
         f'<p class="note">Run <code>{html.escape(run_path)}</code>; attention recomputed from the stored vectors '
         f"over the whole corpus. Labels (thresholds: {html.escape(str(atlas.thresholds.as_dict()))}): "
         f"{count_text}. <a href=\"index.html\">Correlation report</a>.</p>",
-        "<h2>Pattern labels</h2>" + _figure_html(_label_grid(atlas)),
+        "<h2>Pattern labels</h2>" + figure_html(_label_grid(atlas)),
         "<h2>Average attention by relative position</h2>"
         '<p class="note">Mean weight at key position &minus; query position, per head; colour on a log scale.</p>'
-        + _figure_html(relative_position_figure(atlas.relative_position, atlas.offsets)),
+        + figure_html(relative_position_figure(atlas.relative_position, atlas.offsets)),
         "<h2>Statistics, layer &times; head</h2>"
-        f'<div class="grid">{"".join(_figure_html(_statistic_heatmap(atlas, name)) for name in shown)}</div>',
+        f'<div class="grid">{"".join(figure_html(_statistic_heatmap(atlas, name)) for name in shown)}</div>',
         _syntax_section(atlas),
         _decomposition_section(atlas),
         _update_section(atlas),
         "<h2>Exemplars: the strongest pair of each head</h2>" + _exemplar_table(atlas),
     ]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>qkviz head atlas: {html.escape(model)}</title><style>{_STYLE}</style>"
-            f"<script>{get_plotlyjs()}</script></head><body>" + "\n".join(sections) + "</body></html>\n")
+    return page(f"qkviz head atlas: {model}", sections, ATLAS_STYLE)
 
 
 def _grid(table: pd.DataFrame, column: str) -> np.ndarray:
@@ -96,14 +87,14 @@ def _syntax_section(atlas: HeadAtlas) -> str:
                                   colorscale="Viridis", hovertemplate="%{y} to %{x}: %{z:.3f}<extra></extra>"))
     figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 120)
     figure.update_layout(height=min(200 + 8 * len(names), 2400), margin={"l": 70, "r": 10, "t": 20, "b": 40})
-    return "<h2>Share of attention by the key's part of speech</h2>" + _figure_html(figure)
+    return "<h2>Share of attention by the key's part of speech</h2>" + figure_html(figure)
 
 
 def _decomposition_section(atlas: HeadAtlas) -> str:
     if atlas.term_profiles is None or len(atlas.terms) < 2:
         return ('<p class="note">No logit decomposition: the run holds no query / key biases or rotary tables '
                 "(runs extracted before they were captured: extract again with --overwrite).</p>")
-    shares = "".join(_figure_html(_statistic_heatmap(atlas, f"share_{term}")) for term in atlas.terms)
+    shares = "".join(figure_html(_statistic_heatmap(atlas, f"share_{term}")) for term in atlas.terms)
     n_layers, n_heads = atlas.term_profiles.shape[:2]
     profiles = _term_profiles(atlas.term_profiles.reshape(n_layers * n_heads, len(atlas.terms), -1),
                               head_names(n_layers, n_heads), atlas.terms, atlas.offsets)
@@ -130,7 +121,7 @@ def _embedding_section(atlas: HeadAtlas) -> str:
             '<p class="note">The first layer\'s input is the normalised sum of token and position embeddings, so each '
             "logit splits exactly into token&middot;token, token&middot;position, position&middot;token, "
             "position&middot;position and the rest (token type, norm bias, biases).</p>"
-            f'<div class="grid">{_figure_html(shares)}'
+            f'<div class="grid">{figure_html(shares)}'
             f"{_term_profiles(atlas.embedding_profiles, names, terms, atlas.offsets)}</div>")
 
 
@@ -143,7 +134,7 @@ def _term_profiles(profiles: np.ndarray, names: list[str], terms, offsets: np.nd
                                       showscale=False, hovertemplate="%{y}, offset %{x}: 10^%{z:.2f}<extra></extra>"))
         figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 24)
         figure.update_layout(title=f"{term} alone", height=420, margin={"l": 20, "r": 10, "t": 40, "b": 30})
-        figures.append(_figure_html(figure))
+        figures.append(figure_html(figure))
     return "".join(figures)
 
 
@@ -164,7 +155,7 @@ def _update_section(atlas: HeadAtlas) -> str:
         figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 120)
         figure.update_layout(title=title, height=min(200 + 8 * len(names), 1600),
                              margin={"l": 70, "r": 10, "t": 40, "b": 30})
-        figures.append(_figure_html(figure))
+        figures.append(figure_html(figure))
     return ("<h2>Each head's update to the hidden state</h2>"
             '<p class="note">Per token: the head\'s output through its slice of the output projection, against the '
             "layer's input (the residual stream): its norm ratio and cosine, as histograms per head.</p>"
@@ -192,6 +183,3 @@ def _exemplar_table(atlas: HeadAtlas) -> str:
     return ("<table><tr><th>head</th><th>label</th><th>query &rarr; key (weight)</th><th>sentence</th></tr>"
             f"{rows}</table>")
 
-
-def _figure_html(figure: go.Figure) -> str:
-    return figure.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})

@@ -321,15 +321,18 @@ def head_correlation_rows(run: Run, layer: int, head: int, pairs: PairSet,
 
 
 def correlation_table(run: Run, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0, progress: bool = False,
-                      layers: list[int] | None = None, heads: list[int] | None = None) -> pd.DataFrame:
-    """One row per (layer, head, space): ``COLUMNS``. See the module docstring for the spaces."""
+                      layers: list[int] | None = None, heads: list[int] | None = None,
+                      projections: dict[tuple[int, int], dict[str, ProjectionSpec]] | None = None) -> pd.DataFrame:
+    """One row per (layer, head, space): ``COLUMNS``. See the module docstring for the spaces.
+
+    ``projections`` is :func:`cached_projections` of the run, when the caller has read it already."""
     from tqdm.auto import tqdm
 
     layers = list(range(run.n_layers)) if layers is None else layers
     heads = list(range(run.n_heads)) if heads is None else heads
     rows: list[dict] = []
     pair_sets: dict[int | None, PairSet] = {}
-    projections = cached_projections(run)
+    projections = cached_projections(run) if projections is None else projections
     with tqdm(total=len(layers) * len(heads), unit="head", desc="correlating", disable=not progress,
               dynamic_ncols=True) as bar:
         for layer in layers:

@@ -47,16 +47,17 @@ class Report:
     summary: dict
     extremes: dict[str, correlation.HeadPairs]   # "best" / "worst" head by translated+scaled Pearson
     atlas: HeadAtlas | None = None               # the run's head statistics, when 'qkviz stats' made them
-    directory: Path | None = None
 
 
 def build_report(run: Run, max_pairs: int = correlation.DEFAULT_MAX_PAIRS, seed: int = 0,
                  progress: bool = False) -> Report:
     """Compute the table, the summary and the sampled pairs of the best and worst heads."""
     started = time.perf_counter()
-    table = correlation.correlation_table(run, max_pairs=max_pairs, seed=seed, progress=progress)
+    projections = correlation.cached_projections(run)
+    table = correlation.correlation_table(run, max_pairs=max_pairs, seed=seed, progress=progress,
+                                          projections=projections)
     summary = summarise(run, table, max_pairs, seed)
-    extremes = _extreme_heads(run, table, max_pairs, seed)
+    extremes = _extreme_heads(run, table, max_pairs, seed, projections)
     atlas = load_atlas(run)
     if atlas is None:
         summary["missing_atlas"] = f"qkviz stats --run {run.path}"
@@ -121,13 +122,13 @@ def projection_ranking(means: pd.DataFrame, projected: list[str]) -> list[dict]:
     return sorted(ranking, key=lambda row: (np.inf if row["pearson"] is None else row["pearson"]))
 
 
-def _extreme_heads(run: Run, table: pd.DataFrame, max_pairs: int, seed: int) -> dict[str, correlation.HeadPairs]:
+def _extreme_heads(run: Run, table: pd.DataFrame, max_pairs: int, seed: int,
+                   projections: dict[tuple[int, int], dict]) -> dict[str, correlation.HeadPairs]:
     """The per-pair figures (a sample of :data:`SCATTER_PAIRS`) of the best and the worst head."""
     scored = table[table.space == "translated+scaled"].dropna(subset=["pearson"])
     if scored.empty:
         return {}
     chosen = {"best": scored.loc[scored.pearson.idxmin()], "worst": scored.loc[scored.pearson.idxmax()]}
-    projections = correlation.cached_projections(run)
     extremes = {}
     for name, row in chosen.items():
         layer, head = int(row["layer"]), int(row["head"])
@@ -164,7 +165,6 @@ def write_report(report: Report, out: Path, overwrite: bool = False) -> Path:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    report.directory = out
     return out
 
 

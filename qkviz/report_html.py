@@ -11,20 +11,12 @@ import math
 
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
+
+from qkviz.html_page import figure_html, page
 
 from qkviz.report import ATTENTIONVIZ_MEANS, Report
 
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.7em; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-.note { color: #555; max-width: 60em; }
-.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 0.5em; }
-code { background: #f4f4f4; padding: 0 0.2em; }
-"""
 
 
 def render_html(report: Report) -> str:
@@ -35,15 +27,12 @@ def render_html(report: Report) -> str:
         _projection_section(summary),
         "<h2>Per head: Pearson correlation, layer &times; head</h2>"
         '<p class="note">Blue: near means a high dot product (the picture is faithful); red: the opposite.</p>'
-        f'<div class="grid">{"".join(_figure_html(_heatmap(table, space)) for space in summary["spaces"])}</div>',
-        "<h2>Distribution of per-head correlations</h2>" + _figure_html(_distribution(table)),
-        "<h2>Mean by layer</h2>" + _figure_html(_layer_means(summary)),
+        f'<div class="grid">{"".join(figure_html(_heatmap(table, space)) for space in summary["spaces"])}</div>',
+        "<h2>Distribution of per-head correlations</h2>" + figure_html(_distribution(table)),
+        "<h2>Mean by layer</h2>" + figure_html(_layer_means(summary)),
         _extremes_section(report),
     ]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>qkviz report: {html.escape(summary['model'])}</title>"
-            f"<style>{_STYLE}</style><script>{get_plotlyjs()}</script></head><body>"
-            + "\n".join(sections) + "</body></html>\n")
+    return page(f"qkviz report: {summary['model']}", sections)
 
 
 def _header(summary: dict) -> str:
@@ -108,7 +97,7 @@ def _extremes_section(report: Report) -> str:
             figure.update_xaxes(title_text="dot product", row=1, col=column)
             figure.update_yaxes(title_text="distance", row=1, col=column)
         figure.update_layout(title=f"{name} head: L{kept.layer} H{kept.head} (sampled pairs)", height=360)
-        figures.append(_figure_html(figure))
+        figures.append(figure_html(figure))
     return "<h2>Distance vs dot product, best and worst head</h2>" + "".join(figures)
 
 
@@ -142,9 +131,6 @@ def _layer_means(summary: dict) -> go.Figure:
     figure.update_layout(xaxis_title="layer", yaxis_title="mean Pearson (distance, dot product)", height=380)
     return figure
 
-
-def _figure_html(figure: go.Figure) -> str:
-    return figure.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
 
 
 def _cell(value, form: str = "{:+.3f}") -> str:
