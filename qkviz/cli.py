@@ -12,6 +12,7 @@ from pathlib import Path
 
 from qkviz.corpus import DEFAULT_CORPUS
 from qkviz.errors import QkvizError
+from qkviz.mips_index import EXACT_LIMIT
 
 logger = logging.getLogger("qkviz")
 
@@ -115,6 +116,20 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="what a run directory holds")
     status.add_argument("--run", required=True, type=Path, help="run directory")
     status.set_defaults(handler=_status)
+
+    index = commands.add_parser(
+        "index", help="search indexes: every head's attention partners (faiss) and the token index",
+        description="Build the indexes the app's corpus-wide searches answer from, into <run>/indexes/: for every "
+                    "head, a maximum inner product index over its keys (which keys a query seeks) and over its "
+                    "queries (which queries seek a key) -- exact up to --exact-limit tokens, an inverted file "
+                    "with measured recall@10 past it -- and the token index of the global search.")
+    index.add_argument("--run", required=True, type=Path, help="run directory")
+    index.add_argument("--layers", help="e.g. 0-2 or 0,3,5 (default: all)")
+    index.add_argument("--heads", help="e.g. 0,5 or 0-8 (default: all)")
+    index.add_argument("--exact-limit", type=int, default=EXACT_LIMIT,
+                       help=f"exact (flat) indexes up to this many tokens, approximate past it (default {EXACT_LIMIT:,})")
+    index.add_argument("--seed", type=int, default=0, help="seed of the approximate indexes' k-means (default 0)")
+    index.set_defaults(handler=_index)
 
     serve = commands.add_parser("serve", help="serve the web app (matrix, single-head and sentence views)",
                                 description="Serve the Dash app over one or more runs. Listens on 127.0.0.1 "
@@ -282,6 +297,38 @@ def _status(args: argparse.Namespace) -> int:
     for (method, dim, settings), count in sorted(projections.items()):
         lines.append(f"projected  {method} {dim}D: {count}/{all_heads} heads ({settings})")
     sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+def _index(args: argparse.Namespace) -> int:
+    import time
+
+    from tqdm.auto import tqdm
+
+    from qkviz.partner_index import PartnerIndexes, index_targets
+    from qkviz.run import open_run
+    from qkviz.token_index import TokenIndex, store_token_index
+
+    run = open_run(args.run)
+    if args.exact_limit < 1:
+        raise QkvizError(f"--exact-limit must be at least 1, got {args.exact_limit}")
+    started = time.perf_counter()
+    token_index_path = store_token_index(run, TokenIndex.build(run.tokens.token))
+    indexes = PartnerIndexes(run, exact_limit=args.exact_limit)
+    targets = index_targets(run, parse_indices(args.layers, run.n_layers, "layers"),
+                            parse_indices(args.heads, run.n_heads, "heads"))
+    total_bytes, recalls = 0, []
+    with tqdm(total=len(targets), unit="index", desc="indexing", disable=args.quiet, dynamic_ncols=True) as bar:
+        for target in targets:
+            info, size = indexes.build(target, seed=args.seed)
+            total_bytes += size
+            if not info.exact:
+                recalls.append(info.recall_at_10)
+            bar.update()
+    kind = (f"approximate, recall@10 {min(recalls):.3f} to {max(recalls):.3f}" if recalls
+            else f"exact ({run.n_tokens:,} tokens <= --exact-limit)")
+    logger.info("%s: token index and %d partner indexes (%s), %.1f MB, in %.1f s", token_index_path.parent,
+                len(targets), kind, total_bytes / 1e6, time.perf_counter() - started)
     return 0
 
 
