@@ -73,7 +73,7 @@ def create_app(run_paths: list[Path]) -> dash.Dash:
 
 
 def build_app(runs: list[RunData]) -> dash.Dash:
-    searches = [TokenSearch(data.search_text, lambda method, data=data: data.all_layouts(method).points)
+    searches = [TokenSearch(data.token_index, lambda method, data=data: data.all_layouts(method).points)
                 for data in runs]
     app = dash.Dash(__name__, title="qkviz", update_title=None, index_string=INDEX, serve_locally=True)
     app.layout = shell_layout(runs)

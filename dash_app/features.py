@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from qkviz.token_index import normalise
+
 #: colour option -> label shown in the app. "type" is query vs key; "norm" is per head.
 COLOURS = {
     "type": "query vs key",
@@ -27,11 +29,6 @@ PUNCTUATION_CLASSES = ("word", "punctuation", "special token")
 _PUNCTUATION = r"^[^\w\s]+$"
 
 
-def normalised_text(tokens: pd.DataFrame) -> np.ndarray:
-    """``[token]`` object array: each token's text, stripped of surrounding spaces and lower-cased."""
-    return tokens.token.astype(str).str.strip().str.lower().to_numpy(dtype=object)
-
-
 def token_features(tokens: pd.DataFrame) -> pd.DataFrame:
     """One row per token: position, position_mod5, punctuation, token_length, sentence_length, frequency.
 
@@ -40,7 +37,7 @@ def token_features(tokens: pd.DataFrame) -> pd.DataFrame:
     text = tokens.token.astype(str).str.strip()
     sentence_length = tokens.groupby("sentence").position.transform("size").to_numpy()
     punctuation = np.where(tokens.is_special.to_numpy(), 2, text.str.match(_PUNCTUATION).to_numpy().astype(int))
-    lowered = pd.Series(normalised_text(tokens))
+    lowered = pd.Series(normalise(tokens.token))
     frequency = lowered.map(lowered.value_counts()).to_numpy()
     features = {
         "position": tokens.position.to_numpy() / np.maximum(sentence_length - 1, 1),

@@ -1,7 +1,7 @@
 """Per-run data the app's callbacks read: cached layouts, norms, token features, correlations, head atlas.
 
-A :class:`RunData` wraps one opened :class:`qkviz.run.Run`. Token features and the search text
-are computed once when the app starts (from the token table only); everything per head is read
+A :class:`RunData` wraps one opened :class:`qkviz.run.Run`. Token features and the token index
+are read or computed once when the app starts (from the token table only); everything per head is read
 on first use and kept in small LRU caches: vectors stay memory-mapped, and no projection is ever
 computed here -- a missing one raises the run's :class:`QkvizError` naming the ``qkviz project``
 command that makes it.
@@ -20,12 +20,13 @@ import pandas as pd
 
 from dash_app.atlas_columns import LABEL_SORT, label_codes, sortable_columns
 from dash_app.attention_maps import aggregate_attention
-from dash_app.features import normalised_text, token_features
+from dash_app.features import token_features
 from dash_app.figures import plotly_texts
 from qkviz.head_atlas import ATLAS_DIRECTORY, MARKER, HeadAtlas, load_atlas
 from qkviz.projection_cache import ProjectionCache, ProjectionSpec
 from qkviz.projectors import DIMENSIONS, METHODS, resolve_params
 from qkviz.run import Run
+from qkviz.token_index import run_token_index
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class RunData:
         self.tokens: pd.DataFrame = run.tokens
         self.sentences: pd.DataFrame = run.sentences
         self.features = token_features(self.tokens)
-        self.search_text = normalised_text(self.tokens)
+        self.token_index = run_token_index(run)     # stored by 'qkviz index', else built here (milliseconds)
         self.display_text = plotly_texts(self.tokens.token)   # [token] labels, escaped for Plotly
         self._cache = ProjectionCache(run.path, run.manifest["fingerprint"])
         self._all_layouts: dict[str, HeadLayouts] = {}

@@ -1,7 +1,9 @@
 """Global token search: which tokens match, and how many clusters the matches form in each head.
 
 A query matches a token's text case-insensitively, surrounding spaces ignored: the whole token
-by default, or any token containing it (``substring``). The cluster count of a head is the number
+by default, or any token containing it (``substring``). Matches come from the run's token index
+(:mod:`qkviz.token_index`: a binary search, or a scan of the vocabulary for a substring), never
+from a scan of the tokens. The cluster count of a head is the number
 of connected groups the matched queries and keys form in its normalised 2D layout: the unit
 square is cut into ``grid`` x ``grid`` cells, and occupied cells that touch (sides or corners)
 join one cluster -- single-linkage clustering at a radius of about one cell, for every head at
@@ -17,6 +19,8 @@ from functools import lru_cache
 
 import numpy as np
 from scipy import ndimage
+
+from qkviz.token_index import TokenIndex
 
 #: cells per side of the grid the cluster count is taken on (a cluster radius of ~4% of the layout).
 CLUSTER_GRID = 24
@@ -36,18 +40,6 @@ class SearchResult:
     @property
     def count(self) -> int:
         return int(len(self.tokens))
-
-
-def find_tokens(search_text: np.ndarray, query: str, substring: bool = False) -> np.ndarray:
-    """int64 indices of the tokens whose normalised text (``[token]``, stripped, lower-case) matches."""
-    needle = (query or "").strip().lower()
-    if not needle:
-        return np.zeros(0, dtype=np.int64)
-    if substring:
-        matched = np.fromiter((needle in text for text in search_text), dtype=bool, count=len(search_text))
-    else:
-        matched = search_text == needle
-    return np.flatnonzero(matched).astype(np.int64)
 
 
 def cluster_counts(points: np.ndarray, tokens: np.ndarray, grid: int = CLUSTER_GRID) -> np.ndarray:
@@ -76,14 +68,14 @@ def cluster_counts(points: np.ndarray, tokens: np.ndarray, grid: int = CLUSTER_G
 class TokenSearch:
     """Cached search over one run: matches per (query, substring), cluster counts per method too."""
 
-    def __init__(self, search_text: np.ndarray, layouts: Callable[[str], np.ndarray]):
-        self._search_text = search_text
+    def __init__(self, token_index: TokenIndex, layouts: Callable[[str], np.ndarray]):
+        self._token_index = token_index
         self._layouts = layouts
         self.find = lru_cache(maxsize=64)(self._find)
         self.clusters = lru_cache(maxsize=64)(self._clusters)
 
     def _find(self, query: str, substring: bool) -> SearchResult:
-        return SearchResult(query, substring, find_tokens(self._search_text, query, substring))
+        return SearchResult(query, substring, self._token_index.find(query, substring))
 
     def _clusters(self, query: str, substring: bool, method: str) -> np.ndarray:
         """int64 ``[layer * n_heads + head]`` cluster counts of the matches in ``method``'s 2D layouts."""

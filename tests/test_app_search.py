@@ -3,24 +3,24 @@
 import numpy as np
 import pandas as pd
 
-from dash_app.features import normalised_text
 from dash_app.run_data import RunData
-from dash_app.search import TokenSearch, cluster_counts, find_tokens
+from dash_app.search import TokenSearch, cluster_counts
+from qkviz.token_index import TokenIndex
 
 
 def test_whole_token_match_is_case_insensitive_and_counts_the_first_token():
-    text = normalised_text(pd.DataFrame({"token": ["The", "cat", " the", "theme", "THE ", "."]}))
-    assert find_tokens(text, "the").tolist() == [0, 2, 4]
-    assert find_tokens(text, "  THE ").tolist() == [0, 2, 4]
-    assert find_tokens(text, "the", substring=True).tolist() == [0, 2, 3, 4]
-    assert find_tokens(text, "").tolist() == [] and find_tokens(text, "   ").tolist() == []
-    assert find_tokens(text, "<b>x</b>").tolist() == []
-    assert find_tokens(text, ".").tolist() == [5]          # plain text, never a pattern
+    index = TokenIndex.build(pd.Series(["The", "cat", " the", "theme", "THE ", "."]))
+    assert index.find("the").tolist() == [0, 2, 4]
+    assert index.find("  THE ").tolist() == [0, 2, 4]
+    assert index.find("the", substring=True).tolist() == [0, 2, 3, 4]
+    assert index.find("").tolist() == [] and index.find("   ").tolist() == []
+    assert index.find("<b>x</b>").tolist() == []
+    assert index.find(".").tolist() == [5]          # plain text, never a pattern
 
 
 def test_counts_agree_with_the_token_table_of_a_real_run(app_run):
     data = RunData(app_run, "tiny")
-    search = TokenSearch(data.search_text, lambda method: data.all_layouts(method).points)
+    search = TokenSearch(data.token_index, lambda method: data.all_layouts(method).points)
     tokens = app_run.tokens.token.str.strip().str.lower()
     first = tokens.iat[0]                                   # the BOS token starts every sentence
     assert search.find(first, False).count == int((tokens == first).sum()) == app_run.n_sentences

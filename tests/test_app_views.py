@@ -12,6 +12,7 @@ from dash_app.attention_maps import adjusted_attention, aggregate_attention, hid
 from dash_app.features import token_features
 from dash_app.run_data import RunData, normalise_layout
 from dash_app.search import TokenSearch
+from qkviz.token_index import normalise
 from dash_app.state import ViewState
 from qkviz.cli import main
 from qkviz.errors import QkvizError
@@ -38,7 +39,7 @@ def test_token_features_are_per_token_and_in_range(data):
     assert features.position.between(0, 1).all() and features.position_mod5.isin(range(5)).all()
     assert (features.punctuation[data.tokens.is_special.to_numpy()] == 2).all()
     assert (features.punctuation[data.tokens.token.str.strip().isin([",", "."]).to_numpy()] == 1).all()
-    the = data.search_text == "the"
+    the = normalise(data.tokens.token) == "the"
     assert (features.frequency[the] == the.sum()).all()
     assert (features.sentence_length.to_numpy() == data.tokens.groupby("sentence").position.transform("size")).all()
     assert token_features(data.tokens).equals(features)
@@ -83,7 +84,7 @@ def test_sorting_moves_heads_and_their_labels_together(data):
 
 
 def test_search_matches_are_drawn_in_every_head(data):
-    search = TokenSearch(data.search_text, lambda method: data.all_layouts(method).points)
+    search = TokenSearch(data.token_index, lambda method: data.all_layouts(method).points)
     result = search.find("the", False)
     clusters = search.clusters("the", False, "pca")
     state = ViewState(method="pca", search="the", sort="clusters")
@@ -95,7 +96,7 @@ def test_search_matches_are_drawn_in_every_head(data):
 
 
 def test_a_new_search_patches_only_matches_badges_and_opacity(data):
-    search = TokenSearch(data.search_text, lambda method: data.all_layouts(method).points)
+    search = TokenSearch(data.token_index, lambda method: data.all_layouts(method).points)
     matches = search.find("the", False).tokens
     clusters = search.clusters("the", False, "pca")
     state = ViewState(method="pca", search="the")
