@@ -17,7 +17,7 @@ import numpy as np
 from dash import ALL, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from dash_app import atlas_panel, ids, matrix_view, positions_view, sentence_view, single_view
+from dash_app import atlas_panel, ids, matrix_view, partners_panel, positions_view, sentence_view, single_view
 from dash_app.figures import message_figure, point_event_js
 from dash_app.run_data import RunData, unique_names
 from dash_app.search import TokenSearch
@@ -90,6 +90,7 @@ def shell_layout(runs: list[RunData]) -> html.Div:
         dcc.Store(id=ids.SINGLE_RENDERED),
         dcc.Store(id=ids.POSITIONS_RENDERED),
         dcc.Store(id=ids.EXEMPLAR_CLICK),
+        dcc.Store(id=ids.PARTNER_CLICK),
         *(dcc.Store(id=store) for store in POINT_EVENTS),
         dcc.Store(id=ids.POSITIONS_CLICK),
         html.Div(className="topbar", children=[
@@ -154,6 +155,14 @@ def exemplar_target(event: dict | None) -> tuple[int, int, int, int] | None:
         return None
 
 
+def partner_target(event: dict | None) -> int | None:
+    """The joint-layout point of a partner button click (``{point, timestamp}``), or None."""
+    try:
+        return int(event["point"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
 def with_controls(state: ViewState, controls: dict, shape) -> ViewState:
     """``state`` updated from what the controls show now (``{control id: value}``).
 
@@ -200,6 +209,10 @@ def next_state(trigger: str | None, value, current: dict | None, url_search: str
         point = clicked(value)[1]
         if 0 <= point < 2 * shape.n_tokens:
             state = select_point(state, point, data.sentence_of(point % shape.n_tokens), shape)
+    elif trigger == ids.PARTNER_CLICK and partner_target(value) is not None:
+        point = partner_target(value)
+        if 0 <= point < 2 * shape.n_tokens:
+            state = select_point(state, point, data.sentence_of(point % shape.n_tokens), shape)
     elif trigger == ids.SENTENCE_CLICK and clicked(value) and clicked(value)[0] < 2:
         side, local = clicked(value)
         rows = data.sentence_rows(state.sentence)
@@ -223,7 +236,7 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
     value_controls = [(ids.RUN_SELECT, "value"), *((control, "value") for control in FIELD_CONTROLS),
                       (ids.SEARCH_SUBSTRING, "value"), (ids.SENTENCE_SELECT, "value")]
     event_inputs = [(ids.MATRIX_CLICK, "data"), (ids.SINGLE_CLICK, "data"), (ids.SENTENCE_CLICK, "data"),
-                    (ids.POSITIONS_CLICK, "data"), (ids.EXEMPLAR_CLICK, "data"),
+                    (ids.POSITIONS_CLICK, "data"), (ids.EXEMPLAR_CLICK, "data"), (ids.PARTNER_CLICK, "data"),
                     *((button, "n_clicks") for button in STEPS),
                     (ids.OPEN_SENTENCE, "n_clicks")]
 
@@ -314,8 +327,9 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
                   Output(ids.SINGLE_MESSAGE, "children"), Output(ids.SINGLE_CORRELATION, "children"),
                   Output(ids.SINGLE_ATLAS, "children"), Output(ids.SINGLE_RENDERED, "data"),
                   Input(ids.STATE, "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
-                  Input(ids.THRESHOLD, "value"), State(ids.SINGLE_RENDERED, "data"))
-    def draw_single(current, options, top_k, threshold, rendered):
+                  Input(ids.THRESHOLD, "value"), Input(ids.PARTNER_K, "value"), Input(ids.PARTNER_OPTIONS, "value"),
+                  State(ids.SINGLE_RENDERED, "data"))
+    def draw_single(current, options, top_k, threshold, partner_k, partner_options, rendered):
         state = ViewState.from_dict(current)
         if state.view != "single":
             raise PreventUpdate
@@ -324,30 +338,40 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
         threshold = single_view.DEFAULT_THRESHOLD if threshold is None else float(threshold)
         base_key = [state.run, state.layer, state.head, state.method, state.dim, state.colour,
                     state.search.strip().lower(), state.substring, sorted(options or [])]
-        overlay_key = [state.point, top_k, threshold]
+        overlay_key = [state.point, top_k, threshold, partner_k, sorted(partner_options or [])]
+        partners = partners_panel.partner_points(data, state, partner_k, partner_options)
         key = {"base": base_key, "overlay": overlay_key}
         if rendered == key:
             raise PreventUpdate
         if rendered and rendered.get("base") == base_key and rendered.get("ok"):
-            return (overlay_patch(data, state, top_k, threshold), no_update, no_update, no_update, no_update,
+            return (overlay_patch(data, state, top_k, threshold, partners), no_update, no_update, no_update, no_update,
                     {**key, "ok": True})
         matches = matches_of(state)
         correlations = single_view.correlation_panel(data, state.layer, state.head)
         atlas = atlas_panel.head_panel(data, state.layer, state.head)
         try:
             figure = single_view.render_single(data, state, options or [], NO_MATCHES if matches is None else matches,
-                                               top_k, threshold)
+                                               top_k, threshold, partners)
         except QkvizError as error:
             return message_figure(), single_view.info_line(data), str(error), correlations, atlas, {**key, "ok": False}
         return figure, single_view.info_line(data), "", correlations, atlas, {**key, "ok": True}
 
-    def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float) -> Patch:
+    def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float, partners: np.ndarray) -> Patch:
         coordinates = data.layout(state.layer, state.head, state.method, state.dim)
         patch = Patch()
-        overlays = single_view.overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold)
+        overlays = single_view.overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold,
+                                              partners)
         for slot, trace in zip(range(single_view.OVERLAY_SLOTS.start, single_view.OVERLAY_SLOTS.stop), overlays):
             patch["data"][slot] = trace
         return patch
+
+    @app.callback(Output(ids.SINGLE_PARTNERS, "children"), Input(ids.STATE, "data"), Input(ids.PARTNER_K, "value"),
+                  Input(ids.PARTNER_OPTIONS, "value"))
+    def list_partners(current, partner_k, partner_options):
+        state = ViewState.from_dict(current)
+        if state.view != "single":
+            raise PreventUpdate
+        return partners_panel.render_partners(runs[state.run], state, partner_k, partner_options)
 
     @app.callback(Output(ids.SINGLE_HOVER, "children"), Input(ids.SINGLE_HOVER_POINT, "data"), State(ids.STATE, "data"))
     def show_hover(hover, current):
@@ -390,5 +414,8 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
     exemplars = {"type": ids.EXEMPLAR, "layer": ALL, "head": ALL, "sentence": ALL, "point": ALL}
     app.clientside_callback(atlas_panel.EXEMPLAR_CLICK_JS, Output(ids.EXEMPLAR_CLICK, "data"),
                             Input(exemplars, "n_clicks"), prevent_initial_call=True)
+    partner_buttons = {"type": ids.PARTNER, "point": ALL}
+    app.clientside_callback(partners_panel.PARTNER_CLICK_JS, Output(ids.PARTNER_CLICK, "data"),
+                            Input(partner_buttons, "n_clicks"), prevent_initial_call=True)
     app.clientside_callback(sentence_view.HOVER_JS, Output(ids.SENTENCE_HOVER_SINK, "data"),
                             Input(ids.SENTENCE_GRAPH, "hoverData"))

@@ -84,9 +84,15 @@ def exemplar_button(data: RunData, exemplar) -> html.Button:
 def marked_sentence(data: RunData, sentence: int, query: int, key: int) -> list:
     """The sentence's text as plain-text pieces, the query token's and key token's characters in
     ``html.Mark`` (tokens without characters, such as special tokens, are not marked)."""
+    return marked_tokens(data, sentence, [(query, "q"), (key, "k")])
+
+
+def marked_tokens(data: RunData, sentence: int, marks: list[tuple[int, str]]) -> list:
+    """The sentence's text as plain-text pieces, each ``(token, class)`` of ``marks`` in an ``html.Mark`` of
+    that class (a token without characters, or overlapping an earlier mark, is not marked)."""
     text = str(data.sentences.text.iat[sentence])
     spans = []
-    for token, kind in ((query, "q"), (key, "k")):
+    for token, kind in marks:
         start, end = int(data.tokens.char_start.iat[token]), int(data.tokens.char_end.iat[token])
         if 0 <= start < end <= len(text) and all(end <= other[0] or start >= other[1] for other in spans):
             spans.append((start, end, kind))

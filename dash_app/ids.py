@@ -68,3 +68,12 @@ SENTENCE_HOVER_SINK = "sentence-hover-sink"
 POSITIONS_GRAPH = "positions-graph"
 POSITIONS_MESSAGE = "positions-message"
 POSITIONS_RENDERED = "positions-rendered"
+
+# corpus partners (single view)
+PARTNER_K = "partner-k"
+PARTNER_OPTIONS = "partner-options"
+SINGLE_PARTNERS = "single-partners"
+#: pattern-matching id type of a partner button: {"type": PARTNER, "point"}
+PARTNER = "partner"
+#: {point, timestamp} of the last partner button clicked
+PARTNER_CLICK = "partner-click"

@@ -23,6 +23,7 @@ from dash_app.attention_maps import aggregate_attention
 from dash_app.features import token_features
 from dash_app.figures import plotly_texts
 from qkviz.head_atlas import ATLAS_DIRECTORY, MARKER, HeadAtlas, load_atlas
+from qkviz.partner_index import PartnerIndexes, Partners, head_layout_overlap
 from qkviz.projection_cache import ProjectionCache, ProjectionSpec
 from qkviz.projectors import DIMENSIONS, METHODS, resolve_params
 from qkviz.run import Run
@@ -36,6 +37,8 @@ METHOD_PREFERENCE = ("tsne", "umap", "pca")
 MATRIX_TOKENS_PER_HEAD = 500
 #: ... and at most this many points over all heads (one WebGL canvas draws them all).
 MATRIX_POINT_BUDGET = 120_000
+#: points of a head sampled for its average layout overlap (queries and keys each)
+LAYOUT_OVERLAP_SAMPLE = 100
 #: seconds for which the count of cached layouts is reused
 AVAILABLE_TTL = 5.0
 
@@ -108,6 +111,10 @@ class RunData:
         self.norms = lru_cache(maxsize=32)(self._norms)
         #: ``aggregate(layer, head, hide_first, hide_special, by_value_norm)``, see :func:`aggregate_attention`
         self.aggregate = lru_cache(maxsize=16)(partial(aggregate_attention, run))
+        #: corpus-wide partner search (faiss indexes read from the run, or exact ones built on first use)
+        self.partner_indexes = PartnerIndexes(run)
+        self.partners = lru_cache(maxsize=64)(self._partners)
+        self.layout_overlap = lru_cache(maxsize=32)(self._layout_overlap)
 
     @property
     def n_total_heads(self) -> int:
@@ -151,6 +158,18 @@ class RunData:
     def _layout(self, layer: int, head: int, method: str, dim: int) -> np.ndarray:
         """``[2 * n_tokens, dim]`` float32, queries first; QkvizError naming the command when missing."""
         return self.run.projection(layer, head, method, dim)
+
+    def _partners(self, layer: int, head: int, point: int, k: int, skip_special: bool) -> Partners:
+        """The top ``k`` partners of joint-layout ``point`` anywhere in the corpus (special tokens skipped or not)."""
+        exclude = self.tokens.is_special.to_numpy() if skip_special else None
+        return self.partner_indexes.partners(layer, head, point, k, exclude)
+
+    def _layout_overlap(self, layer: int, head: int, method: str, dim: int, k: int = 10) -> dict[str, float]:
+        """How much of the head's top-``k`` partners its layout keeps near each point, averaged over a
+        seeded sample (see :func:`qkviz.partner_index.head_layout_overlap`); ``sample`` is its size."""
+        overlap = head_layout_overlap(self.partner_indexes, layer, head, self.layout(layer, head, method, dim), k,
+                                      sample=LAYOUT_OVERLAP_SAMPLE)
+        return {**overlap, "sample": min(LAYOUT_OVERLAP_SAMPLE, self.run.n_tokens)}
 
     def _norms(self, layer: int, head: int) -> np.ndarray:
         """``[2 * n_tokens]`` float32: each query's norm, then each key's."""

@@ -7,7 +7,8 @@ and the detail panel (a hover callback) its sentence, position and colour value.
 
 Traces sit in fixed slots so a click can replace only the overlays (a ``Patch``): 0 queries,
 1 keys, 2 / 3 search matches (queries / keys), 4 / 5 the clicked point's sentence (queries /
-keys), 6 .. 6 + OPACITY_STEPS - 1 attention lines by opacity step, then the clicked point.
+keys), 6 .. 6 + OPACITY_STEPS - 1 attention lines by opacity step, then the clicked point, then its
+corpus-wide partners (:mod:`dash_app.partners_panel`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import numpy as np
 import plotly.graph_objects as go
 from dash import dcc, html
 
-from dash_app import ids
+from dash_app import ids, partners_panel
 from dash_app.features import COLOURS, PUNCTUATION_CLASSES, colour_values, describe_value
 from dash_app.figures import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLOUR, OPACITY_STEPS, QUERY_COLOUR,
                               QUERY_MATCH_COLOUR, QUERY_SCALE, opacity_step, step_opacity)
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
 
-OVERLAY_SLOTS = slice(4, 4 + 2 + OPACITY_STEPS + 1)
+OVERLAY_SLOTS = slice(4, 4 + 2 + OPACITY_STEPS + 2)
+PARTNER_COLOUR = "#ff7f00"
 OPTIONS = [{"label": "size by norm", "value": "size"}, {"label": "token labels", "value": "labels"}]
 DEFAULT_TOP_K = 5
 DEFAULT_THRESHOLD = 0.02
@@ -61,6 +63,7 @@ def layout() -> html.Div:
                 html.H4("Head atlas"), html.Div(id=ids.SINGLE_ATLAS),
                 html.H4("Point"), html.Div(id=ids.SINGLE_HOVER, children="Hover a point for details."),
                 html.Button("Open its sentence ▶", id=ids.OPEN_SENTENCE, n_clicks=0),
+                *partners_panel.controls(),
                 html.H4("Distance-dot correlation"), html.Div(id=ids.SINGLE_CORRELATION),
             ]),
         ]),
@@ -142,9 +145,10 @@ def base_traces(coordinates: np.ndarray, texts: np.ndarray, values: np.ndarray |
 
 
 def overlay_traces(data: RunData, coordinates: np.ndarray, layer: int, head: int, point: int | None,
-                   top_k: int, threshold: float) -> list[dict]:
+                   top_k: int, threshold: float, partners: np.ndarray | None = None) -> list[dict]:
     """Slots 4 onwards, as plain dicts: the clicked point's sentence (labelled), lines to the points
-    it attends to most (or, for a key, from the queries attending to it most), and the point itself.
+    it attends to most (or, for a key, from the queries attending to it most), the point itself, and
+    its corpus-wide ``partners`` (joint-layout indices) as stars.
 
     Empty traces when nothing is clicked, so a ``Patch`` can replace the slots in place."""
     dim, n_tokens = coordinates.shape[1], len(coordinates) // 2
@@ -179,6 +183,12 @@ def overlay_traces(data: RunData, coordinates: np.ndarray, layer: int, head: int
     clicked = coordinates[[point]] if point is not None else empty
     traces.append(_trace(dim, clicked, mode="markers", name="clicked", showlegend=False, hoverinfo="skip",
                          marker=dict(color="black", size=16, symbol="circle-open", line=dict(width=3))))
+    partners = np.zeros(0, dtype=np.int64) if partners is None or point is None else np.asarray(partners)
+    traces.append(_trace(dim, coordinates[partners], mode="markers", name="corpus partners",
+                         text=data.display_text[partners % n_tokens], customdata=partners.astype(np.int32),
+                         hovertemplate="%{text}<extra>corpus partner</extra>", showlegend=len(partners) > 0,
+                         marker=dict(color=PARTNER_COLOUR, size=12 if dim == 2 else 6, symbol="star" if dim == 2 else "diamond",
+                                     line=dict(color="black", width=1))))
     return [trace.to_plotly_json() for trace in traces]
 
 
@@ -197,13 +207,13 @@ def single_figure(base: list, overlays: list[dict], dim: int, title: str, revisi
 
 # -- the callback's work --------------------------------------------------------------------
 def render_single(data: RunData, state: ViewState, options: list[str], matches: np.ndarray, top_k: int,
-                  threshold: float) -> go.Figure:
+                  threshold: float, partners: np.ndarray | None = None) -> go.Figure:
     """The whole single-head figure for ``state``; the run's QkvizError when the layout is not cached."""
     coordinates = data.layout(state.layer, state.head, state.method, state.dim)
     values = colour_array(data, state.colour, state.layer, state.head)
     sizes = norm_sizes(data.norms(state.layer, state.head)) if "size" in options else None
     base = base_traces(coordinates, data.display_text, values, state.colour, sizes, "labels" in options, matches)
-    overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold)
+    overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners)
     title = f"{data.name} · layer {state.layer} head {state.head} · {state.method.upper()} {state.dim}D"
     revision = f"{state.run}-{state.layer}-{state.head}-{state.method}-{state.dim}"
     return single_figure(base, overlays, state.dim, title, revision)

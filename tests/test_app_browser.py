@@ -86,6 +86,18 @@ def test_views_clicks_search_and_reload(page, served, app_run):
                                    ._fullData[4 + (%d >= %d ? 1 : 0)].customdata)""" % (point, app_run.n_tokens))
     assert point in highlighted
     assert re.search(r"\((query|key)\)", page.inner_text("#single-hover"))
+
+    # its corpus partners: ten buttons in the panel and ten stars in the layout; a partner click selects it
+    page.wait_for_function("""() => document.querySelectorAll('#single-partners button').length === 10 &&
+                              document.querySelector('#single-graph .js-plotly-plot').data[12].x.length === 10""",
+                           timeout=20_000)
+    assert "exact search" in page.inner_text("#single-partners")
+    page.click("#single-partners button >> nth=0")
+    page.wait_for_function("(old) => !location.search.includes('point=' + old + '&') && "
+                           "!location.search.endsWith('point=' + old)", arg=point, timeout=20_000)
+    partner = int(re.search(r"point=(\d+)", page.url)[1])
+    assert (partner < app_run.n_tokens) != (point < app_run.n_tokens)      # a query's partner is a key, and back
+    wait_idle(page)
     page.click("#next-head")
     page.wait_for_function("() => location.search.includes('head=3')", timeout=20_000)
     wait_idle(page)
@@ -183,6 +195,6 @@ def test_positions_row_opens_its_head_whose_exemplar_opens_its_sentence(page, se
     assert bold == int(exemplar["query"])                    # the exemplar's query token (nothing is hidden)
 
     page.goto(served + "?run=0&view=positions")              # no atlas: the command that makes it
-    page.wait_for_function("() => document.getElementById('positions-message').innerText.includes('qkviz stats')",
+    page.wait_for_function("() => (document.getElementById('positions-message')?.innerText || '').includes('qkviz stats')",
                            timeout=20_000)
     assert "qkviz stats --run " in page.inner_text("#positions-message")
