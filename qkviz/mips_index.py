@@ -3,7 +3,7 @@
 Up to :data:`EXACT_LIMIT` vectors the index is flat (``IndexFlatIP``): every search computes every
 dot product, exactly, in float32 -- one query against a million 64-dimensional vectors takes about
 15 ms on 2 cores. Past it the index is an inverted file (``IndexIVFFlat``, inner-product metric,
-``4 * sqrt(n)`` lists trained by seeded k-means): a search visits only the ``nprobe`` lists whose
+``4 * sqrt(n)`` lists trained by seeded k-means on up to 64 vectors a list): a search visits only the ``nprobe`` lists whose
 centroids score highest, so it may miss partners. Its ``nprobe`` is tuned when it is built: doubled
 until the measured recall@10 on a sample of the vectors that will query it reaches
 :data:`TARGET_RECALL`, and that recall is kept with the index.
@@ -34,6 +34,8 @@ TARGET_RECALL = 0.95
 #: held-out queries the recall is measured on
 RECALL_SAMPLE = 500
 RECALL_K = 10
+#: k-means trains on at most this many vectors per list (faiss asks for 39 to 256)
+TRAINING_PER_LIST = 64
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,8 @@ def build_index(vectors: np.ndarray, probe_queries: np.ndarray | None = None, ex
     nlist = int(min(max(4 * np.sqrt(n), 1), n // 39 or 1))
     index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
     index.cp.seed = seed
-    training = vectors if n <= 256 * nlist else vectors[np.sort(rng.choice(n, 256 * nlist, replace=False))]
+    training_size = TRAINING_PER_LIST * nlist
+    training = vectors if n <= training_size else vectors[np.sort(rng.choice(n, training_size, replace=False))]
     index.train(training)
     index.add(vectors)
     if probe_queries is None or not len(probe_queries):
