@@ -14,8 +14,8 @@ Reports, on one run (extracted and PCA-projected first when missing):
   layout, p50 / p95 over common words, whole-token and substring; next to a scan of the tokens;
 * with ``--overlap-run`` (a run with t-SNE / UMAP / PCA layouts): how much of each head's top-10
   partners its layouts keep near each point, mean over heads;
-* with ``--large N``: one synthetic head of N clustered vectors (past the exact limit): flat query
-  time, inverted-file build time, nprobe and recall@10.
+* with ``--large N``: one real head's keys grown to N by jittered resampling (past the exact
+  limit), searched by its real queries: flat query time, inverted-file build time, nprobe, recall@10.
 """
 
 from __future__ import annotations
@@ -183,23 +183,27 @@ def bench_overlap(path: Path) -> None:
                   f"{100 * shares[best]['query']:.0f}%")
 
 
-def bench_large(n: int, dim: int = 32) -> None:
+def bench_large(run, n: int, layer: int = 3, head: int = 4) -> None:
+    """One head grown to ``n`` keys: the run's keys of ``(layer, head)`` resampled with Gaussian jitter
+    (a quarter of each dimension's spread), searched by the head's real queries."""
     rng = np.random.default_rng(0)
-    centres = rng.normal(0, 3, size=(200, dim))
-    vectors = (centres[rng.integers(0, 200, n)] + rng.normal(0, 1, size=(n, dim))).astype(np.float32)
-    queries = (centres[rng.integers(0, 200, 500)] + rng.normal(0, 1, size=(500, dim))).astype(np.float32)
-    flat = build_index(vectors)
-    flat_ms = [timed(flat.search, queries[i], K)[0] for i in range(50)]
+    keys, queries = run.keys(layer, head), run.queries(layer, head)
+    jitter = rng.normal(0, 0.25, size=(n, keys.shape[1])) * keys.std(axis=0)
+    vectors = (keys[rng.integers(0, len(keys), n)] + jitter).astype(np.float32)
+    probes = queries[rng.choice(len(queries), 750, replace=False)]
+    flat = build_index(vectors, exact_limit=n)
+    flat_ms = [timed(flat.search, probes[500 + i], K)[0] for i in range(50)]
     start = time.perf_counter()
-    approximate = build_index(vectors, queries[:250], exact_limit=n - 1)
+    approximate = build_index(vectors, probes[:500], exact_limit=n - 1)
     build_s = time.perf_counter() - start
-    ivf_ms = [timed(approximate.search, queries[250 + i], K)[0] for i in range(50)]
-    exact_scores, _ = exact_top_k(vectors, queries[250:], K)
-    recall = tie_aware_recall(approximate.search(queries[250:], K)[1], vectors, queries[250:], exact_scores)
+    ivf_ms = [timed(approximate.search, probes[500 + i], K)[0] for i in range(50)]
+    exact_scores, _ = exact_top_k(vectors, probes[500:], K)
+    recall = tie_aware_recall(approximate.search(probes[500:], K)[1], vectors, probes[500:], exact_scores)
     info = approximate.info
-    print(f"synthetic head of {n:,} x {dim} vectors: flat query {percentiles(flat_ms)}; inverted file built in "
-          f"{build_s:.0f} s ({info.nlist} lists, nprobe {info.nprobe}), query {percentiles(ivf_ms)}, recall@10 "
-          f"{info.recall_at_10:.3f} at build, {recall:.3f} on 250 other queries")
+    print(f"L{layer} H{head} grown to {n:,} keys (d {keys.shape[1]}): flat query {percentiles(flat_ms)}; inverted "
+          f"file built in {build_s:.0f} s ({info.nlist} lists, nprobe {info.nprobe}), query {percentiles(ivf_ms)}, "
+          f"recall@10 {info.recall_at_10:.3f} at build, {recall:.3f} on 250 other queries; "
+          f"{info.n_vectors * info.dim * 4 / 1e6:.0f} MB of vectors")
 
 
 def main() -> None:
@@ -221,7 +225,7 @@ def main() -> None:
     if args.overlap_run:
         bench_overlap(args.overlap_run)
     if args.large:
-        bench_large(args.large)
+        bench_large(run, args.large)
 
 
 if __name__ == "__main__":
