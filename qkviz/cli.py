@@ -296,8 +296,24 @@ def _status(args: argparse.Namespace) -> int:
         lines.append(f"projected  nothing yet: 'qkviz project --run {run.path}'")
     for (method, dim, settings), count in sorted(projections.items()):
         lines.append(f"projected  {method} {dim}D: {count}/{all_heads} heads ({settings})")
+    lines.append(index_status(run))
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def index_status(run) -> str:
+    """The status line of the run's search indexes."""
+    from qkviz.partner_index import PartnerIndexes
+    from qkviz.token_index import load_token_index
+
+    kinds = PartnerIndexes(run).summary()
+    token_index = load_token_index(run) is not None
+    if not kinds and not token_index:
+        return f"indexed    nothing yet (exact search works without): 'qkviz index --run {run.path}'"
+    needed = run.n_layers * (run.n_heads + run.n_kv_heads)
+    described = ", ".join(f"{count} {'exact' if kind == 'flat' else 'approximate'}" for kind, count in kinds.items())
+    return (f"indexed    {sum(kinds.values())}/{needed} partner indexes ({described or 'none'}), token index "
+            f"{'stored' if token_index else 'not stored'}")
 
 
 def _index(args: argparse.Namespace) -> int:
@@ -312,11 +328,11 @@ def _index(args: argparse.Namespace) -> int:
     run = open_run(args.run)
     if args.exact_limit < 1:
         raise QkvizError(f"--exact-limit must be at least 1, got {args.exact_limit}")
+    targets = index_targets(run, parse_indices(args.layers, run.n_layers, "layers"),
+                            parse_indices(args.heads, run.n_heads, "heads"))
     started = time.perf_counter()
     token_index_path = store_token_index(run, TokenIndex.build(run.tokens.token))
     indexes = PartnerIndexes(run, exact_limit=args.exact_limit)
-    targets = index_targets(run, parse_indices(args.layers, run.n_layers, "layers"),
-                            parse_indices(args.heads, run.n_heads, "heads"))
     total_bytes, recalls = 0, []
     with tqdm(total=len(targets), unit="index", desc="indexing", disable=args.quiet, dynamic_ncols=True) as bar:
         for target in targets:

@@ -119,6 +119,17 @@ class PartnerIndexes:
             return None
         return IndexInfo.from_dict(sidecar["info"])
 
+    def summary(self) -> dict[str, int]:
+        """``{kind: number of stored indexes}`` over this run's complete indexes (``"flat"``, ``"ivf"``)."""
+        counts: dict[str, int] = {}
+        for sidecar_path in sorted(self.directory.glob("*.json")) if self.directory.exists() else []:
+            side, layer, head = sidecar_path.stem.split("-") if sidecar_path.stem.count("-") == 2 else ("", "", "")
+            if side in SIDES and layer[1:].isdigit() and head[1:].isdigit():
+                info = self.stored_info(IndexTarget(side, int(layer[1:]), int(head[1:])))
+                if info is not None:
+                    counts[info.kind] = counts.get(info.kind, 0) + 1
+        return counts
+
     def vectors(self, target: IndexTarget) -> np.ndarray:
         """float32 ``[token, d_head]``: the vectors the target indexes."""
         if target.side == "keys":

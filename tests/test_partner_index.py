@@ -111,7 +111,7 @@ def test_flat_index_equals_numpy_on_random_data():
     np.testing.assert_allclose(np.take_along_axis(expected, ids, axis=1), scores, rtol=1e-5, atol=1e-4)
 
 
-def test_index_command_stores_memory_mapped_indexes_that_answer_like_the_in_memory_ones(tiny_run, tmp_path):
+def test_index_command_stores_memory_mapped_indexes_that_answer_like_the_in_memory_ones(tiny_run, tmp_path, capsys):
     run = open_run(shutil.copytree(tiny_run("llama").path, tmp_path / "run"))
     assert main(["index", "--run", str(run.path), "--layers", "1"]) == 0
     targets = index_targets(run, [1], list(range(run.n_heads)))
@@ -120,6 +120,10 @@ def test_index_command_stores_memory_mapped_indexes_that_answer_like_the_in_memo
     for target in targets:
         assert stored.stored_info(target) is not None
     assert stored.stored_info(IndexTarget("keys", 0, 0)) is None      # layer 0 was not asked for
+    assert main(["status", "--run", str(run.path)]) == 0
+    needed = run.n_layers * (run.n_heads + run.n_kv_heads)
+    assert f"indexed    {len(targets)}/{needed} partner indexes ({len(targets)} exact), token index stored" in \
+        capsys.readouterr().out
     fresh = PartnerIndexes(open_run(run.path))
     for point in (0, 17, run.n_tokens + 4):
         a, b = stored.partners(1, 3, point, 5), fresh.partners(1, 3, point, 5)
@@ -158,6 +162,7 @@ def test_index_command_rejects_bad_arguments_in_one_line(tiny_run, capsys):
         assert main(["index", "--run", str(run.path), *args]) == 2
         error = capsys.readouterr().err.strip().splitlines()
         assert len(error) == 1 and fragment in error[0]
+    assert not (run.path / "indexes").exists()                              # nothing written before the check
 
 
 def test_layout_overlap_counts_the_partners_the_layout_puts_nearest():
