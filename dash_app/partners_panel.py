@@ -24,6 +24,7 @@ DEFAULT_PARTNERS = 10
 MAX_PARTNERS = 100
 SKIP_SPECIAL = "skip_special"
 OPTIONS = [{"label": "skip special tokens", "value": SKIP_SPECIAL}]
+NO_POINT = "Click a query or key to list what it would attend to most anywhere in the corpus."
 
 #: a partner button's click -> ``{point, timestamp}`` (a button being drawn is no click)
 PARTNER_CLICK_JS = """
@@ -49,9 +50,6 @@ def controls() -> list:
         ]),
         dcc.Loading(html.Div(id=ids.SINGLE_PARTNERS, children=NO_POINT), type="dot"),
     ]
-
-
-NO_POINT = "Click a query or key to list what it would attend to most anywhere in the corpus."
 
 
 def partner_count(value) -> int | None:

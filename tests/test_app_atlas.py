@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 from browser import copy_run
+from component_tree import find, texts
 from dash import html
 from plotly.io.json import to_json_plotly
 
@@ -23,26 +24,6 @@ from qkviz.head_labels import LABELS
 def atlas_data(app_run, tmp_path_factory):
     """The tiny Llama run (2 layers x 4 heads, a decoder) copied, with its head atlas."""
     return RunData(copy_run(app_run, tmp_path_factory.mktemp("atlas") / "tiny-atlas"), "tiny-atlas")
-
-
-def texts(component) -> list[str]:
-    """Every string in a Dash component tree, depth first."""
-    if isinstance(component, str):
-        return [component]
-    if isinstance(component, (list, tuple)):
-        return [text for child in component for text in texts(child)]
-    return texts(getattr(component, "children", None) or [])
-
-
-def find(component, kind) -> list:
-    """Every component of type ``kind`` in a tree."""
-    found = [component] if isinstance(component, kind) else []
-    children = component if isinstance(component, (list, tuple)) else getattr(component, "children", None)
-    if isinstance(children, (list, tuple)):
-        found += [match for child in children for match in find(child, kind)]
-    elif children is not None and not isinstance(children, str):
-        found += find(children, kind)
-    return found
 
 
 def test_without_an_atlas_every_place_names_qkviz_stats_and_the_atlas_appears_once_made(app_run, tmp_path):

@@ -3,6 +3,7 @@ and the messages for no point, a bad count, more partners than the corpus, and a
 
 import numpy as np
 import pytest
+from component_tree import texts
 from dash import html
 
 from dash_app import ids, partners_panel, single_view
@@ -12,25 +13,13 @@ from dash_app.state import ViewState
 from qkviz.partner_index import PartnerIndexes
 
 
-def texts(component) -> list[str]:
-    if isinstance(component, str):
-        return [component]
-    if isinstance(component, (list, tuple)):
-        return [text for child in component for text in texts(child)]
-    return texts(getattr(component, "children", None) or [])
-
-
-def buttons(children) -> list:
-    found = []
-    for child in children:
-        if isinstance(child, html.Button):
-            found.append(child)
-    return found
-
-
 @pytest.fixture(scope="module")
 def data(app_run):
     return RunData(app_run, "tiny")
+
+
+def buttons(children) -> list:
+    return [child for child in children if isinstance(child, html.Button)]
 
 
 def test_the_panel_lists_the_brute_force_top_keys_of_a_clicked_query(data):
