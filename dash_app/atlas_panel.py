@@ -13,6 +13,7 @@ from dash import html
 
 from dash_app import ids
 from dash_app.atlas_columns import PANEL, column_name, format_value
+from dash_app.figures import button_click_js
 from dash_app.run_data import RunData
 from qkviz.atlas_html import LABEL_COLOURS
 
@@ -20,16 +21,7 @@ from qkviz.atlas_html import LABEL_COLOURS
 EXEMPLARS_SHOWN = 3
 
 #: an exemplar button's click -> ``{layer, head, sentence, point, timestamp}`` (a button being drawn is no click)
-EXEMPLAR_CLICK_JS = """
-function(clicks) {
-    const context = window.dash_clientside.callback_context;
-    const target = context.triggered_id;
-    const value = context.triggered.length ? context.triggered[0].value : null;
-    if (!target || typeof target !== 'object' || !value) { return window.dash_clientside.no_update; }
-    return {layer: target.layer, head: target.head, sentence: target.sentence, point: target.point,
-            timestamp: Date.now()};
-}
-"""
+EXEMPLAR_CLICK_JS = button_click_js(("layer", "head", "sentence", "point"))
 
 
 def missing_atlas_message(data: RunData) -> str:

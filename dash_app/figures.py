@@ -36,6 +36,21 @@ function(event) {
 """ % graph_id
 
 
+def button_click_js(fields: tuple[str, ...]) -> str:
+    """A clientside callback body: a click on a pattern-matching button -> ``{field: id[field], ...,
+    timestamp}`` with the given fields of the button's id (a button being drawn is no click)."""
+    picked = ", ".join(f"{field}: target.{field}" for field in fields)
+    return """
+function(clicks) {
+    const context = window.dash_clientside.callback_context;
+    const target = context.triggered_id;
+    const value = context.triggered.length ? context.triggered[0].value : null;
+    if (!target || typeof target !== 'object' || !value) { return window.dash_clientside.no_update; }
+    return {%s, timestamp: Date.now()};
+}
+""" % picked
+
+
 def plotly_text(text: str) -> str:
     """``text`` as Plotly shows it literally: its labels read a small HTML subset, so ``& < >`` are escaped."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

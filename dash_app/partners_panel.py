@@ -15,6 +15,7 @@ from dash import dcc, html
 
 from dash_app import ids
 from dash_app.atlas_panel import marked_tokens
+from dash_app.figures import button_click_js
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
 from qkviz.errors import QkvizError
@@ -27,15 +28,7 @@ OPTIONS = [{"label": "skip special tokens", "value": SKIP_SPECIAL}]
 NO_POINT = "Click a query or key to list what it would attend to most anywhere in the corpus."
 
 #: a partner button's click -> ``{point, timestamp}`` (a button being drawn is no click)
-PARTNER_CLICK_JS = """
-function(clicks) {
-    const context = window.dash_clientside.callback_context;
-    const target = context.triggered_id;
-    const value = context.triggered.length ? context.triggered[0].value : null;
-    if (!target || typeof target !== 'object' || !value) { return window.dash_clientside.no_update; }
-    return {point: target.point, timestamp: Date.now()};
-}
-"""
+PARTNER_CLICK_JS = button_click_js(("point",))
 
 
 def controls() -> list:
