@@ -33,11 +33,14 @@ class SentenceBatch:
         return self.rows >= 0
 
 
-def sentence_batches(run: Run, max_cells: int = DEFAULT_MAX_CELLS) -> list[SentenceBatch]:
-    """The run's sentences in length-sorted batches of at most ``max_cells`` cells (one sentence at least)."""
+def sentence_batches(run: Run, max_cells: int = DEFAULT_MAX_CELLS,
+                     sentences: np.ndarray | None = None) -> list[SentenceBatch]:
+    """The run's sentences (or only ``sentences``, sentence numbers) in length-sorted batches of at most
+    ``max_cells`` cells (one sentence at least)."""
     lengths = run.sentences.n_tokens.to_numpy(np.int64)
     firsts = run.sentences.first_token.to_numpy(np.int64)
-    order = np.argsort(-lengths, kind="stable")
+    chosen_sentences = np.arange(len(lengths)) if sentences is None else np.asarray(sentences, dtype=np.int64)
+    order = chosen_sentences[np.argsort(-lengths[chosen_sentences], kind="stable")]
     batches, start = [], 0
     while start < len(order):
         width = int(lengths[order[start]])

@@ -115,7 +115,7 @@ class PartnerIndexes:
             return None
         if (sidecar.get("schema") != PARTNER_INDEX_SCHEMA_VERSION or sidecar.get("run") != self.run.manifest["fingerprint"]
                 or sidecar.get("bytes") != size):
-            logger.warning("partner index %s is stale or damaged; it is rebuilt", index_path.name)
+            logger.warning("partner index %s is stale or damaged and is not used; build it again with qkviz index", index_path.name)
             return None
         return IndexInfo.from_dict(sidecar["info"])
 
