@@ -24,7 +24,9 @@ from qkviz.partner_index import LayoutOverlap, Partners, layout_overlap
 DEFAULT_PARTNERS = 10
 MAX_PARTNERS = 100
 SKIP_SPECIAL = "skip_special"
-OPTIONS = [{"label": "skip special tokens", "value": SKIP_SPECIAL}]
+SKIP_FIRST = "skip_first"
+OPTIONS = [{"label": "skip special tokens", "value": SKIP_SPECIAL},
+           {"label": "skip sentence-first tokens", "value": SKIP_FIRST}]
 NO_POINT = "Click a query or key to list what it would attend to most anywhere in the corpus."
 
 #: a partner button's click -> ``{point, timestamp}`` (a button being drawn is no click)
@@ -54,7 +56,8 @@ def partner_count(value) -> int | None:
 
 def find_partners(data: RunData, state: ViewState, k: int, options: list[str] | None) -> Partners:
     """The clicked point's partners (cached); the run's QkvizError when its index cannot be had."""
-    return data.partners(state.layer, state.head, state.point, k, SKIP_SPECIAL in (options or []))
+    options = options or []
+    return data.partners(state.layer, state.head, state.point, k, SKIP_SPECIAL in options, SKIP_FIRST in options)
 
 
 def describe_index(partners: Partners) -> str:

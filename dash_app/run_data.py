@@ -159,10 +159,16 @@ class RunData:
         """``[2 * n_tokens, dim]`` float32, queries first; QkvizError naming the command when missing."""
         return self.run.projection(layer, head, method, dim)
 
-    def _partners(self, layer: int, head: int, point: int, k: int, skip_special: bool) -> Partners:
-        """The top ``k`` partners of joint-layout ``point`` anywhere in the corpus (special tokens skipped or not)."""
-        exclude = self.tokens.is_special.to_numpy() if skip_special else None
-        return self.partner_indexes.partners(layer, head, point, k, exclude)
+    def _partners(self, layer: int, head: int, point: int, k: int, skip_special: bool = False,
+                  skip_first: bool = False) -> Partners:
+        """The top ``k`` partners of joint-layout ``point`` anywhere in the corpus, special tokens and each
+        sentence's first token (a decoder's attention sink) skipped or not."""
+        exclude = np.zeros(self.run.n_tokens, dtype=bool)
+        if skip_special:
+            exclude |= self.tokens.is_special.to_numpy()
+        if skip_first:
+            exclude |= self.tokens.position.to_numpy() == 0
+        return self.partner_indexes.partners(layer, head, point, k, exclude if exclude.any() else None)
 
     def _layout_overlap(self, layer: int, head: int, method: str, dim: int, k: int = 10) -> dict[str, float]:
         """How much of the head's top-``k`` partners its layout keeps near each point, averaged over a

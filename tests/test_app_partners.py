@@ -45,6 +45,12 @@ def test_a_clicked_key_lists_queries_and_special_tokens_can_be_skipped(data):
     points = np.array([button.id["point"] for button in listed])
     assert len(points) == 8 and (points < run.n_tokens).all()               # queries
     assert not run.tokens.is_special.to_numpy()[points].any()
+    both = [partners_panel.SKIP_SPECIAL, partners_panel.SKIP_FIRST]
+    listed = buttons(partners_panel.render_partners(data, ViewState(view="single", layer=0, head=1, method="pca",
+                                                                     point=12), 8, both))
+    points = np.array([button.id["point"] for button in listed]) - run.n_tokens
+    assert len(points) == 8 and not run.tokens.is_special.to_numpy()[points].any()
+    assert (run.tokens.position.to_numpy()[points] > 0).all()
 
 
 def test_the_layout_draws_the_partners_as_stars(data):
