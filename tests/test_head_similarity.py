@@ -1,0 +1,167 @@
+"""Related heads: JS distance and CKA against direct computations, identical heads found, storage, the CLI."""
+
+import json
+import logging
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import jensenshannon, pdist, squareform
+
+from qkviz import head_similarity
+from qkviz.alignment import align_head
+from qkviz.head_similarity import (HeadSimilarity, classical_mds, cluster_order, compute_head_similarity,
+                                   load_head_similarity, related_heads, sample_sentences, store_head_similarity)
+from qkviz.run import open_run
+
+
+def direct_js(run, sentences, first, second) -> float:
+    """Mean over the sentences' queries of scipy's JS distance between two heads' attention rows."""
+    distances = []
+    for sentence in sentences:
+        p, q = run.attention(*first, sentence), run.attention(*second, sentence)
+        distances += [jensenshannon(p_row, q_row, base=2) for p_row, q_row in zip(p, q)]
+    return float(np.mean(distances))
+
+
+def direct_cka(run, sentences, first, second) -> float:
+    """Linear CKA from the Gram matrices of the two heads' aligned clouds over the sentences' tokens."""
+    rows = np.concatenate([np.arange(run.sentence_tokens(s).start, run.sentence_tokens(s).stop) for s in sentences])
+    grams = []
+    for layer, head in (first, second):
+        aligned = align_head(run.queries(layer, head), run.keys(layer, head))
+        cloud = np.concatenate([aligned.queries[rows], aligned.keys[rows]]).astype(np.float64)
+        centring = np.eye(len(cloud)) - 1.0 / len(cloud)
+        grams.append(centring @ cloud @ cloud.T @ centring)
+    return float(np.sum(grams[0] * grams[1]) / (np.linalg.norm(grams[0]) * np.linalg.norm(grams[1])))
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "gemma3"])   # encoder; grouped keys; sliding windows
+def test_matrices_equal_a_direct_computation(tiny_run, family):
+    run = tiny_run(family)
+    similarity = compute_head_similarity(run, max_queries=80, seed=3)
+    js, cka = similarity.js_distance, similarity.geometry_similarity
+    total = run.n_layers * run.n_heads
+    assert js.shape == cka.shape == (total, total) and js.dtype == cka.dtype == np.float64
+    assert np.array_equal(js, js.T) and np.all(np.diag(js) == 0) and np.all((js >= 0) & (js <= 1))
+    assert np.allclose(cka, cka.T) and np.all(np.diag(cka) == 1) and np.all((cka >= 0) & (cka <= 1))
+    assert js[~np.eye(total, dtype=bool)].min() > 0.01                      # random heads differ
+    sentences = similarity.sentences
+    assert similarity.n_queries == run.sentences.n_tokens.to_numpy()[sentences].sum() >= 80
+    for first, second in ((0, 1), (0, total - 1), (2, 5), (3, 6)):
+        heads = divmod(first, run.n_heads), divmod(second, run.n_heads)
+        assert js[first, second] == pytest.approx(direct_js(run, sentences, *heads), abs=1e-9)
+        assert cka[first, second] == pytest.approx(direct_cka(run, sentences, *heads), abs=2e-5)
+    assert sorted(similarity.order.tolist()) == list(range(total))
+    assert similarity.map_xy.shape == (total, 2) and np.isfinite(similarity.map_xy).all()
+
+
+def test_the_sample_is_whole_sentences_seeded_and_as_small_as_it_can_be(tiny_run):
+    run = tiny_run("bert")
+    lengths = run.sentences.n_tokens.to_numpy()
+    chosen = sample_sentences(run, 50, seed=1)
+    assert np.array_equal(chosen, sample_sentences(run, 50, seed=1)) and np.all(np.diff(chosen) > 0)
+    assert not np.array_equal(chosen, sample_sentences(run, 50, seed=2))
+    order = np.random.default_rng(1).permutation(run.n_sentences)
+    taken = order[:len(chosen)]
+    assert lengths[taken].sum() >= 50 > lengths[taken[:-1]].sum()          # the last sentence made it reach 50
+    assert np.array_equal(sample_sentences(run, 10 ** 9), np.arange(run.n_sentences))
+
+
+def with_copies(run, directory):
+    """A copy of ``run`` (4 query heads on 4 key-value heads) where L0 H1 is L0 H0 rotated by an orthogonal
+    matrix (queries and keys alike: the same attention, the same geometry up to rotation) and L1 H2 is L0 H0."""
+    copy = directory / "copies"
+    shutil.copytree(run.path, copy)
+    queries = np.load(copy / "queries.npy", mmap_mode="r+")
+    keys = np.load(copy / "keys.npy", mmap_mode="r+")
+    rotation = np.linalg.qr(np.random.default_rng(0).normal(size=(run.head_dim, run.head_dim)))[0]
+    queries[0, 1], keys[0, 1] = queries[0, 0] @ rotation, keys[0, 0] @ rotation
+    queries[1, 2], keys[1, 2] = queries[0, 0], keys[0, 0]
+    queries.flush()
+    keys.flush()
+    return open_run(copy)
+
+
+def test_identical_heads_are_each_others_closest_and_related_heads_excludes_the_head(tiny_run, tmp_path):
+    run = with_copies(tiny_run("bert"), tmp_path)
+    similarity = compute_head_similarity(run, max_queries=100)
+    js, cka = similarity.js_distance, similarity.geometry_similarity
+    assert js[0, 6] == 0 and js[0, 1] == pytest.approx(0, abs=1e-6)        # L1 H2 is flat head 6
+    assert cka[0, 6] == pytest.approx(1, abs=1e-6) and cka[0, 1] == pytest.approx(1, abs=1e-6)
+    by_attention = related_heads(similarity, 0, 0, k=3)
+    assert {(h.layer, h.head) for h in by_attention[:2]} == {(0, 1), (1, 2)} and (0, 0) not in [
+        (h.layer, h.head) for h in by_attention]
+    assert [h.value for h in by_attention] == sorted(h.value for h in by_attention)
+    assert by_attention[2].value == pytest.approx(np.sort(js[0])[3])
+    by_geometry = related_heads(similarity, 1, 2, k=10, by="geometry")
+    assert len(by_geometry) == 7 and {(h.layer, h.head) for h in by_geometry[:2]} == {(0, 0), (0, 1)}
+    assert [h.value for h in by_geometry] == sorted((h.value for h in by_geometry), reverse=True)
+    assert (1, 2) not in [(h.layer, h.head) for h in by_geometry]
+    assert abs(int(np.flatnonzero(similarity.order == 0)[0]) - int(np.flatnonzero(similarity.order == 6)[0])) <= 2
+    with pytest.raises(ValueError):
+        related_heads(similarity, 0, 0, by="values")
+
+
+def test_the_chunked_js_distance_equals_one_chunk(tiny_run, monkeypatch):
+    run = tiny_run("llama")
+    whole = compute_head_similarity(run, max_queries=60).js_distance
+    monkeypatch.setattr(head_similarity, "CHUNK_CELLS", 1)
+    assert np.allclose(compute_head_similarity(run, max_queries=60).js_distance, whole, rtol=0, atol=1e-12)
+
+
+def test_classical_mds_recovers_a_planar_configuration_and_clustering_keeps_groups_together():
+    rng = np.random.default_rng(0)
+    points = np.concatenate([rng.normal(0, 0.1, (5, 2)), rng.normal(3, 0.1, (5, 2))])[rng.permutation(10)]
+    distance = squareform(pdist(points))
+    mapped = classical_mds(distance)
+    assert np.allclose(squareform(pdist(mapped)), distance, atol=1e-9)
+    assert np.array_equal(mapped, classical_mds(distance))                 # no random start
+    order = cluster_order(distance)
+    group = (points[order, 0] > 1.5).astype(int)
+    assert np.count_nonzero(np.diff(group)) == 1                           # the two groups are contiguous
+
+
+def test_store_and_load_round_trip_and_a_half_written_directory_is_none(tiny_run, tmp_path, caplog):
+    run = open_run(shutil.copytree(tiny_run("llama").path, tmp_path / "run"))
+    assert load_head_similarity(run) is None
+    similarity = compute_head_similarity(run, max_queries=40, seed=5)
+    directory = store_head_similarity(run, similarity)
+    loaded = load_head_similarity(run)
+    for name in ("js_distance", "geometry_similarity", "order", "map_xy", "sentences"):
+        assert np.array_equal(getattr(loaded, name), getattr(similarity, name)), name
+    assert (loaded.n_queries, loaded.max_queries, loaded.seed) == (similarity.n_queries, 40, 5)
+    assert sorted(path.name for path in directory.iterdir()) == sorted(
+        ["js_distance.npy", "geometry_similarity.npy", "order.npy", "map_xy.npy", "sentences.npy", "related.json"])
+    marker = directory / "related.json"
+    saved = marker.read_text()
+    marker.unlink()                                                        # arrays written, marker not yet
+    assert load_head_similarity(run) is None
+    marker.write_text(json.dumps(dict(json.loads(saved), schema_version=0)))
+    with caplog.at_level(logging.WARNING):
+        assert load_head_similarity(run) is None
+    assert "qkviz related --run" in caplog.text
+    marker.write_text(json.dumps(dict(json.loads(saved), run_fingerprint="another extraction")))
+    assert load_head_similarity(run) is None
+    marker.write_text(saved)
+    np.save(directory / "order.npy", np.arange(3))                          # damaged: warned, not read
+    assert load_head_similarity(run) is None
+
+
+def qkviz(*args):
+    return subprocess.run([sys.executable, "-m", "qkviz", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_related_stores_and_bad_input_is_one_line(tiny_run, tmp_path):
+    copy = shutil.copytree(tiny_run("bert").path, tmp_path / "run")
+    result = qkviz("related", "--run", str(copy), "--max-queries", "50")
+    assert result.returncode == 0, result.stderr
+    assert "closest heads in different layers" in result.stderr and "8 heads over" in result.stderr
+    assert load_head_similarity(open_run(copy)).max_queries == 50
+    for args, fragment in ((["--run", str(copy), "--max-queries", "0"], "--max-queries must be at least 1"),
+                           (["--run", str(tmp_path / "nothing")], "no run at")):
+        bad = qkviz("-q", "related", *args)
+        lines = [line for line in bad.stderr.splitlines() if line.strip()]
+        assert bad.returncode == 2 and len(lines) == 1 and fragment in lines[0], bad.stderr
