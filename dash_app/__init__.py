@@ -1,5 +1,5 @@
-"""The qkviz web app: matrix, single-head, sentence and positions views of a run, with global token
-search and the head atlas.
+"""The qkviz web app: matrix, single-head, sentence, positions and heads views of a run, with global token
+search, the head atlas and related heads.
 
 ``qkviz serve --run R`` starts it; :func:`dash_app.app.create_app` builds it for tests and embedding.
 """

@@ -1,6 +1,6 @@
-"""The app shell: ``create_app(run_paths)`` -> a ``dash.Dash`` with the four views and search.
+"""The app shell: ``create_app(run_paths)`` -> a ``dash.Dash`` with the five views and search.
 
-One layout holds the four views; which one shows, and everything else a view is drawn from, is
+One layout holds the five views; which one shows, and everything else a view is drawn from, is
 the :class:`~dash_app.state.ViewState` in a ``dcc.Store``, mirrored in the URL. One callback
 (:func:`next_state`) turns every user action -- a control, a click, the URL -- into the next
 state; each view redraws from the state in its own callback, which calls plain figure functions.
@@ -17,7 +17,8 @@ import numpy as np
 from dash import ALL, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from dash_app import atlas_panel, ids, matrix_view, partners_panel, positions_view, sentence_view, single_view
+from dash_app import (atlas_panel, heads_view, ids, matrix_view, partners_panel, positions_view, related_panel,
+                      sentence_view, single_view)
 from dash_app.figures import message_figure, point_event_js
 from dash_app.run_data import RunData, unique_names
 from dash_app.search import TokenSearch
@@ -79,6 +80,7 @@ def build_app(runs: list[RunData]) -> dash.Dash:
     app.layout = shell_layout(runs)
     register_state_callback(app, runs)
     register_view_callbacks(app, runs, searches)
+    heads_view.register_callbacks(app, runs)
     return app
 
 
@@ -93,6 +95,8 @@ def shell_layout(runs: list[RunData]) -> html.Div:
         dcc.Store(id=ids.PARTNER_CLICK),
         *(dcc.Store(id=store) for store in POINT_EVENTS),
         dcc.Store(id=ids.POSITIONS_CLICK),
+        dcc.Store(id=ids.RELATED_CLICK),
+        dcc.Store(id=ids.HEADS_RENDERED),
         html.Div(className="topbar", children=[
             html.Span("qkviz", className="brand"),
             dcc.Dropdown(id=ids.RUN_SELECT, options=[{"label": data.name, "value": index}
@@ -101,7 +105,8 @@ def shell_layout(runs: list[RunData]) -> html.Div:
             dcc.Tabs(id=ids.VIEW_TABS, value="matrix", children=[
                 dcc.Tab(label=label, value=value, style=TAB_STYLE, selected_style=TAB_STYLE)
                 for value, label in (("matrix", "Matrix"), ("single", "Single head"), ("sentence", "Sentence"),
-                                     ("positions", "Positions"))], style={"width": "460px", "height": "40px"}),
+                                     ("positions", "Positions"), ("heads", "Heads"))],
+                     style={"width": "540px", "height": "40px"}),
             dcc.Dropdown(id=ids.METHOD_SELECT, clearable=False, style={"width": "210px"}),
             dcc.RadioItems(id=ids.DIM_SELECT, options=[{"label": f"{dim}D", "value": dim} for dim in DIMENSIONS],
                            value=2, inline=True),
@@ -117,6 +122,7 @@ def shell_layout(runs: list[RunData]) -> html.Div:
         single_view.layout(),
         sentence_view.layout(),
         positions_view.layout(),
+        heads_view.layout(),
     ])
 
 
@@ -131,11 +137,11 @@ STEPS = {ids.PREV_HEAD: (step_head, -1), ids.NEXT_HEAD: (step_head, 1),
 
 #: view (``ViewState.view``) -> the id of its container, shown only for that view
 VIEW_IDS = {"matrix": ids.MATRIX_VIEW, "single": ids.SINGLE_VIEW, "sentence": ids.SENTENCE_VIEW,
-            "positions": ids.POSITIONS_VIEW}
+            "positions": ids.POSITIONS_VIEW, "heads": ids.HEADS_VIEW}
 #: store -> (graph, event property) it is filled from by :func:`~dash_app.figures.point_event_js`
 POINT_EVENTS = {ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData"), ids.SINGLE_CLICK: (ids.SINGLE_GRAPH, "clickData"),
                 ids.SINGLE_HOVER_POINT: (ids.SINGLE_GRAPH, "hoverData"),
-                ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")}
+                ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData"), ids.HEADS_CLICK: (ids.HEADS_GRAPH, "clickData")}
 
 
 def clicked(event: dict | None) -> tuple[int, int] | None:
@@ -199,8 +205,12 @@ def next_state(trigger: str | None, value, current: dict | None, url_search: str
     elif trigger in STEPS:
         step, delta = STEPS[trigger]
         state = step(state, delta, shape)
-    elif trigger in (ids.MATRIX_CLICK, ids.POSITIONS_CLICK) and clicked(value):
+    elif trigger in (ids.MATRIX_CLICK, ids.POSITIONS_CLICK, ids.HEADS_CLICK) and clicked(value):
         state = open_head(state, clicked(value)[1], shape)
+    elif trigger == ids.RELATED_CLICK and related_panel.clicked_head(value):
+        layer, head = related_panel.clicked_head(value)
+        if 0 <= layer < shape.n_layers and 0 <= head < shape.n_heads:
+            state = open_head(state, layer * shape.n_heads + head, shape)
     elif trigger == ids.EXEMPLAR_CLICK and exemplar_target(value):
         layer, head, sentence, point = exemplar_target(value)
         if 0 <= sentence < shape.n_sentences and point in data.sentence_rows(sentence):
@@ -237,6 +247,7 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
                       (ids.SEARCH_SUBSTRING, "value"), (ids.SENTENCE_SELECT, "value")]
     event_inputs = [(ids.MATRIX_CLICK, "data"), (ids.SINGLE_CLICK, "data"), (ids.SENTENCE_CLICK, "data"),
                     (ids.POSITIONS_CLICK, "data"), (ids.EXEMPLAR_CLICK, "data"), (ids.PARTNER_CLICK, "data"),
+                    (ids.HEADS_CLICK, "data"), (ids.RELATED_CLICK, "data"),
                     *((button, "n_clicks") for button in STEPS),
                     (ids.OPEN_SENTENCE, "n_clicks")]
 
@@ -311,7 +322,8 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
         state = ViewState.from_dict(current)
         data = runs[state.run]
         key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort,
-               data.atlas_stamp() if state.sort in data.atlas_sorts() else None]
+               data.atlas_stamp() if state.sort in data.atlas_sorts() else
+               data.related_stamp() if state.sort == "related" else None]
         if state.view != "matrix" or key == rendered:
             raise PreventUpdate
         matches = matches_of(state)
@@ -326,6 +338,7 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
     @app.callback(Output(ids.SINGLE_GRAPH, "figure"), Output(ids.SINGLE_INFO, "children"),
                   Output(ids.SINGLE_MESSAGE, "children"), Output(ids.SINGLE_CORRELATION, "children"),
                   Output(ids.SINGLE_ATLAS, "children"), Output(ids.SINGLE_RENDERED, "data"),
+                  Output(ids.SINGLE_RELATED, "children"),
                   Input(ids.STATE, "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
                   Input(ids.THRESHOLD, "value"), Input(ids.PARTNER_K, "value"), Input(ids.PARTNER_OPTIONS, "value"),
                   State(ids.SINGLE_RENDERED, "data"))
@@ -345,16 +358,18 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
             raise PreventUpdate
         if rendered and rendered.get("base") == base_key and rendered.get("ok"):
             return (overlay_patch(data, state, top_k, threshold, partners), no_update, no_update, no_update, no_update,
-                    {**key, "ok": True})
+                    {**key, "ok": True}, no_update)
         matches = matches_of(state)
         correlations = single_view.correlation_panel(data, state.layer, state.head)
         atlas = atlas_panel.head_panel(data, state.layer, state.head)
+        related = related_panel.render_related(data, state.layer, state.head)
         try:
             figure = single_view.render_single(data, state, options or [], NO_MATCHES if matches is None else matches,
                                                top_k, threshold, partners)
         except QkvizError as error:
-            return message_figure(), single_view.info_line(data), str(error), correlations, atlas, {**key, "ok": False}
-        return figure, single_view.info_line(data), "", correlations, atlas, {**key, "ok": True}
+            return (message_figure(), single_view.info_line(data), str(error), correlations, atlas,
+                    {**key, "ok": False}, related)
+        return figure, single_view.info_line(data), "", correlations, atlas, {**key, "ok": True}, related
 
     def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float, partners: np.ndarray) -> Patch:
         coordinates = data.layout(state.layer, state.head, state.method, state.dim)
@@ -414,6 +429,9 @@ def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[
     exemplars = {"type": ids.EXEMPLAR, "layer": ALL, "head": ALL, "sentence": ALL, "point": ALL}
     app.clientside_callback(atlas_panel.EXEMPLAR_CLICK_JS, Output(ids.EXEMPLAR_CLICK, "data"),
                             Input(exemplars, "n_clicks"), prevent_initial_call=True)
+    related_buttons = {"type": ids.RELATED_HEAD, "layer": ALL, "head": ALL, "by": ALL}
+    app.clientside_callback(related_panel.RELATED_CLICK_JS, Output(ids.RELATED_CLICK, "data"),
+                            Input(related_buttons, "n_clicks"), prevent_initial_call=True)
     partner_buttons = {"type": ids.PARTNER, "point": ALL}
     app.clientside_callback(partners_panel.PARTNER_CLICK_JS, Output(ids.PARTNER_CLICK, "data"),
                             Input(partner_buttons, "n_clicks"), prevent_initial_call=True)

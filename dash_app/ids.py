@@ -77,3 +77,17 @@ SINGLE_PARTNERS = "single-partners"
 PARTNER = "partner"
 #: {point, timestamp} of the last partner button clicked
 PARTNER_CLICK = "partner-click"
+
+# related heads (qkviz related): the single view's list and the heads map view
+HEADS_VIEW = "heads-view"
+HEADS_GRAPH = "heads-graph"
+HEADS_MESSAGE = "heads-message"
+HEADS_COLOUR = "heads-colour"
+HEADS_RENDERED = "heads-rendered"
+#: {curve, customdata: flat head, timestamp} of the last click on the heads map
+HEADS_CLICK = "heads-click"
+SINGLE_RELATED = "single-related"
+#: pattern-matching id type of a related-head button: {"type": RELATED_HEAD, "layer", "head", "by"}
+RELATED_HEAD = "related-head"
+#: {layer, head, timestamp} of the last related-head button clicked
+RELATED_CLICK = "related-click"

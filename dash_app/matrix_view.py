@@ -18,6 +18,7 @@ from dash import Patch, dcc, html
 from dash_app import ids
 from dash_app.atlas_columns import LABEL_SORT, column_name, format_value, label_tag, sort_options
 from dash_app.figures import KEY_COLOUR, KEY_MATCH_COLOUR, QUERY_COLOUR, QUERY_MATCH_COLOUR
+from dash_app.related_panel import missing_related_message
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
 from qkviz.atlas_html import LABEL_COLOURS
@@ -31,6 +32,7 @@ SORT_OPTIONS = [
     {"label": "layer / head order", "value": "order"},
     {"label": "distance-dot correlation (report)", "value": "correlation"},
     {"label": "search clusters (fewest first)", "value": "clusters"},
+    {"label": "related heads (attention clusters)", "value": "related"},
 ]
 CELL_OPACITY = 0.45         # the cells' background under the points
 STATISTIC_SCALE = "Blues"   # a hue apart from the green queries and pink keys
@@ -231,6 +233,8 @@ def head_figures(data: RunData, state: ViewState, clusters: np.ndarray | None
         order = head_order(correlations)
     elif state.sort == "clusters" and clusters is not None:
         order = head_order(np.where(clusters < 0, np.nan, clusters))
+    elif state.sort == "related" and data.related() is not None:
+        order = data.related().order
     elif state.sort in data.atlas_sorts():
         cell_values = data.atlas_grid(state.sort)
         order = head_order(cell_values, ascending=state.sort == LABEL_SORT)
@@ -265,6 +269,8 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
                     f"'qkviz report --run {data.run.path} --out reports/{data.name}'.")
     if state.sort == "clusters" and clusters is None:
         message += " Search a token to order heads by how many clusters its matches form."
+    if state.sort == "related" and data.related() is None:
+        message += f" {missing_related_message(data)}"
     return figure, message.strip()
 
 

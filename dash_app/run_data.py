@@ -23,6 +23,8 @@ from dash_app.attention_maps import aggregate_attention
 from dash_app.features import token_features
 from dash_app.figures import plotly_texts
 from qkviz.head_atlas import ATLAS_DIRECTORY, MARKER, HeadAtlas, load_atlas
+from qkviz.head_similarity import RELATED_DIRECTORY, HeadSimilarity, load_head_similarity
+from qkviz.head_similarity import MARKER as RELATED_MARKER
 from qkviz.partner_index import PartnerIndexes, Partners, head_layout_overlap
 from qkviz.projection_cache import ProjectionCache, ProjectionSpec
 from qkviz.projectors import DIMENSIONS, METHODS, resolve_params
@@ -106,6 +108,7 @@ class RunData:
         self._all_layouts: dict[str, HeadLayouts] = {}
         self._correlations: tuple[float, pd.DataFrame | None] | None = None
         self._atlas: tuple[int, HeadAtlas | None] | None = None
+        self._related: tuple[int, HeadSimilarity | None] | None = None
         self._available: tuple[float, dict[tuple[str, int], int]] = (-np.inf, {})
         self.layout = lru_cache(maxsize=32)(self._layout)
         self.norms = lru_cache(maxsize=32)(self._norms)
@@ -296,3 +299,18 @@ class RunData:
             return None
         rows = atlas.table[(atlas.table["layer"] == layer) & (atlas.table["head"] == head)]
         return rows.iloc[0] if len(rows) else None
+
+    # -- related heads -------------------------------------------------------------------------
+    def related_stamp(self) -> int:
+        """``related/related.json``'s modification time in ns (written last by ``qkviz related``), -1 when absent."""
+        try:
+            return (self.run.path / RELATED_DIRECTORY / RELATED_MARKER).stat().st_mtime_ns
+        except OSError:
+            return -1
+
+    def related(self) -> HeadSimilarity | None:
+        """The run's head similarity (``qkviz related``), or None; re-read when its marker changes."""
+        stamp = self.related_stamp()
+        if self._related is None or self._related[0] != stamp:
+            self._related = (stamp, load_head_similarity(self.run) if stamp >= 0 else None)
+        return self._related[1]

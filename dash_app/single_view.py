@@ -65,6 +65,7 @@ def layout() -> html.Div:
                 html.Button("Open its sentence ▶", id=ids.OPEN_SENTENCE, n_clicks=0),
                 *partners_panel.controls(),
                 html.H4("Distance-dot correlation"), html.Div(id=ids.SINGLE_CORRELATION),
+                html.H4("Related heads"), html.Div(id=ids.SINGLE_RELATED),
             ]),
         ]),
     ])

@@ -13,10 +13,10 @@ from dash_app.features import COLOURS
 from dash_app.run_data import RunShape
 from qkviz.projectors import DIMENSIONS, METHODS
 
-VIEWS = ("matrix", "single", "sentence", "positions")
-#: matrix-view orders: model order, by the report's distance-dot correlation, by search clusters; a run
-#: with a head atlas adds its columns (``RunShape.atlas_sorts``)
-SORTS = ("order", "correlation", "clusters")
+VIEWS = ("matrix", "single", "sentence", "positions", "heads")
+#: matrix-view orders: model order, by the report's distance-dot correlation, by search clusters, by the
+#: clustering of ``qkviz related``; a run with a head atlas adds its columns (``RunShape.atlas_sorts``)
+SORTS = ("order", "correlation", "clusters", "related")
 
 
 @dataclass(frozen=True)

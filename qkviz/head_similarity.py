@@ -79,7 +79,8 @@ class HeadSimilarity:
 
     def flat(self, layer: int, head: int) -> int:
         if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
-            raise QkvizError(f"layer {layer} head {head} is out of range ({self.n_layers} layers x {self.n_heads} heads)")
+            raise QkvizError(f"layer {layer} head {head} is out of range "
+                             f"({self.n_layers} layers x {self.n_heads} heads)")
         return layer * self.n_heads + head
 
     def head_of(self, flat: int) -> tuple[int, int]:

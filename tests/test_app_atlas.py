@@ -161,7 +161,7 @@ def test_atlas_sorts_survive_the_url_and_the_sort_control_offers_them(atlas_data
     state = ViewState(method="pca", sort="entropy_normalised")
     assert parse_url(to_url(state, [shape]), [shape]) == (state, [])
     values = [option["value"] for option in matrix_view.sort_control_options(atlas_data)]
-    assert values[:3] == ["order", "correlation", "clusters"] and values[3:] == list(shape.atlas_sorts)
+    assert values[:4] == ["order", "correlation", "clusters", "related"] and values[4:] == list(shape.atlas_sorts)
 
 
 def test_positions_heatmap_is_the_corpus_mean_by_offset_and_a_row_opens_its_head(atlas_data):

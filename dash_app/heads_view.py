@@ -1,0 +1,150 @@
+"""Heads view: a map of every head of the model, one point per head, from ``qkviz related``.
+
+The map is :attr:`qkviz.head_similarity.HeadSimilarity.map_xy`, classical MDS of the heads' mean
+Jensen-Shannon distance: heads that attend alike lie close. Points are coloured by layer, or by the
+head atlas's pattern label when the run has one; hover names the head, its label and its nearest head.
+Every point carries its flat head index (``layer * n_heads + head``) as ``customdata``, so a click
+opens that head through the same point event as the matrix view. The open head is ringed.
+"""
+
+from __future__ import annotations
+
+import dash
+import numpy as np
+import plotly.graph_objects as go
+from dash import Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
+
+from dash_app import ids
+from dash_app.atlas_panel import missing_atlas_message
+from dash_app.figures import message_figure
+from dash_app.related_panel import missing_related_message
+from dash_app.run_data import RunData
+from dash_app.state import ViewState
+from qkviz.atlas_html import LABEL_COLOURS
+from qkviz.head_labels import LABELS
+from qkviz.head_similarity import HeadSimilarity
+
+COLOURINGS = {"layer": "layer", "label": "pattern label (head atlas)"}
+NO_LABEL = "no atlas row"
+HEIGHT = 640
+
+
+def layout() -> html.Div:
+    return html.Div(id=ids.HEADS_VIEW, style={"display": "none"}, children=[
+        html.Div(className="controls", children=[
+            html.Label("Colour by"),
+            dcc.RadioItems(id=ids.HEADS_COLOUR, options=colour_options(True), value="layer", inline=True),
+            html.Span("One point per head; heads that attend alike (low Jensen-Shannon distance on the same "
+                      "queries) lie close. Click a head to open it.", className="hint"),
+        ]),
+        html.Div(id=ids.HEADS_MESSAGE, className="message"),
+        dcc.Graph(id=ids.HEADS_GRAPH, config={"displaylogo": False},
+                  figure={"data": [], "layout": {"height": 100}}),
+    ])
+
+
+def colour_options(has_atlas: bool) -> list[dict]:
+    """The colour control's options; colouring by label needs the head atlas."""
+    return [{"label": text, "value": value, "disabled": value == "label" and not has_atlas}
+            for value, text in COLOURINGS.items()]
+
+
+def head_names(n_layers: int, n_heads: int) -> list[str]:
+    return [f"L{flat // n_heads} H{flat % n_heads}" for flat in range(n_layers * n_heads)]
+
+
+def head_label_names(data: RunData) -> list[str] | None:
+    """Per flat head, the atlas's pattern label (:data:`NO_LABEL` for heads it lacks); None without an atlas."""
+    atlas = data.atlas()
+    if atlas is None:
+        return None
+    labels = [NO_LABEL] * data.n_total_heads
+    for layer, head, label in zip(atlas.table["layer"], atlas.table["head"], atlas.table["label"]):
+        labels[int(layer) * data.run.n_heads + int(head)] = str(label)
+    return labels
+
+
+def hover_texts(similarity: HeadSimilarity, names: list[str], labels: list[str] | None) -> list[str]:
+    """``"L3 H5 · first-token · nearest L2 H1 (JS 0.123)"`` per flat head."""
+    distances = similarity.js_distance + np.diag(np.full(len(names), np.inf))
+    nearest = np.argmin(distances, axis=1)
+    texts = []
+    for flat, name in enumerate(names):
+        parts = [name] + ([labels[flat]] if labels is not None else [])
+        if len(names) > 1:
+            parts.append(f"nearest {names[nearest[flat]]} (JS {similarity.js_distance[flat, nearest[flat]]:.3f})")
+        texts.append(" · ".join(parts))
+    return texts
+
+
+def heads_figure(similarity: HeadSimilarity, names: list[str], hover: list[str], labels: list[str] | None,
+                 current: int) -> go.Figure:
+    """The map: one trace coloured by layer (``labels`` None), or one trace per pattern label; then the
+    ring around the ``current`` flat head."""
+    xy = similarity.map_xy
+    flat = np.arange(len(xy))
+    marker = dict(size=11, line=dict(color="white", width=1))
+    traces = []
+    if labels is None:
+        layer = flat // similarity.n_heads
+        traces.append(go.Scatter(
+            x=xy[:, 0], y=xy[:, 1], mode="markers", customdata=flat, hovertext=hover, hoverinfo="text", name="heads",
+            showlegend=False, marker=dict(marker, color=layer, colorscale="Viridis", cmin=0,
+                                          cmax=max(similarity.n_layers - 1, 1), showscale=True,
+                                          colorbar=dict(title=dict(text="layer", side="right"), thickness=12))))
+    else:
+        present = [label for label in (*LABELS, NO_LABEL) if label in labels]
+        for label in present:
+            chosen = flat[np.asarray(labels) == label]
+            traces.append(go.Scatter(
+                x=xy[chosen, 0], y=xy[chosen, 1], mode="markers", customdata=chosen, name=label,
+                hovertext=[hover[i] for i in chosen], hoverinfo="text",
+                marker=dict(marker, color=LABEL_COLOURS.get(label, "#999"))))
+    traces.append(go.Scatter(x=xy[[current], 0], y=xy[[current], 1], mode="markers", customdata=[current],
+                             hovertext=[hover[current]], hoverinfo="text", name=f"open: {names[current]}",
+                             marker=dict(size=20, color="rgba(0,0,0,0)", line=dict(color="#222", width=2))))
+    figure = go.Figure(traces)
+    axis = dict(showticklabels=False, showgrid=False, zeroline=False, title=None)
+    figure.update_layout(
+        height=HEIGHT, plot_bgcolor="white", hovermode="closest", margin=dict(l=20, r=20, t=50, b=20),
+        title={"text": "Heads by attention similarity (classical MDS of the mean Jensen-Shannon distance)",
+               "font": {"size": 14}},
+        xaxis=axis, yaxis=dict(axis, scaleanchor="x", scaleratio=1), legend=dict(itemclick=False),
+        uirevision="heads")
+    return figure
+
+
+def render_heads(data: RunData, state: ViewState, colour: str | None) -> tuple[go.Figure, str, list[dict]]:
+    """The map, a message (the command that makes what is missing, or ``""``), and the colour options."""
+    labels = head_label_names(data)
+    options = colour_options(labels is not None)
+    similarity = data.related()
+    if similarity is None:
+        return message_figure(), missing_related_message(data), options
+    message = ""
+    if colour == "label" and labels is None:
+        message = f"Coloured by layer: {missing_atlas_message(data)}"
+    names = head_names(data.run.n_layers, data.run.n_heads)
+    hover = hover_texts(similarity, names, labels)
+    current = state.layer * data.run.n_heads + state.head
+    figure = heads_figure(similarity, names, hover, labels if colour == "label" else None, current)
+    return figure, message, options
+
+
+def register_callbacks(app: dash.Dash, runs: list[RunData]) -> None:
+    """Draw the map when the view opens, its run, similarity, atlas, colour or open head changes."""
+
+    @app.callback(Output(ids.HEADS_GRAPH, "figure"), Output(ids.HEADS_MESSAGE, "children"),
+                  Output(ids.HEADS_COLOUR, "options"), Output(ids.HEADS_RENDERED, "data"),
+                  Input(ids.STATE, "data"), Input(ids.HEADS_COLOUR, "value"), State(ids.HEADS_RENDERED, "data"))
+    def draw_heads(current, colour, rendered):
+        state = ViewState.from_dict(current)
+        if state.view != "heads":
+            raise PreventUpdate
+        data = runs[state.run]
+        key = [state.run, data.related_stamp(), data.atlas_stamp(), colour, state.layer, state.head]
+        if key == rendered:
+            raise PreventUpdate
+        figure, message, options = render_heads(data, state, colour)
+        return figure, message, options, key

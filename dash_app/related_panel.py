@@ -1,0 +1,66 @@
+"""The single view's "Related heads" panel: the heads nearest this one by attention and by geometry.
+
+From the run's head similarity (``qkviz related``, :mod:`qkviz.head_similarity`): the
+:data:`RELATED_SHOWN` heads with the smallest Jensen-Shannon distance between their attention and
+this head's on the same queries, and those with the highest linear CKA between the aligned query/key
+clouds. Each is a button whose pattern-matching id carries the head, so a click opens it
+(:data:`RELATED_CLICK_JS` relays the click to the state callback). Plain-text children only.
+"""
+
+from __future__ import annotations
+
+from dash import html
+
+from dash_app import ids
+from dash_app.figures import button_click_js
+from dash_app.run_data import RunData
+from qkviz.atlas_html import LABEL_COLOURS
+from qkviz.head_similarity import RelatedHead, related_heads
+
+RELATED_SHOWN = 5
+#: (by, heading, how to read the value)
+LISTS = (("attention", "By attention (JS distance, lower is closer)", "{:.3f}"),
+         ("geometry", "By query/key geometry (CKA, higher is closer)", "{:.3f}"))
+BUTTON_STYLE = {"display": "flex", "justifyContent": "space-between", "gap": "6px", "width": "100%",
+                "margin": "2px 0", "padding": "2px 6px", "font": "inherit", "textAlign": "left",
+                "background": "#fafafa", "border": "1px solid #ddd", "borderRadius": "3px", "cursor": "pointer"}
+
+#: a related-head button's click -> ``{layer, head, timestamp}`` (a button being drawn is no click)
+RELATED_CLICK_JS = button_click_js(("layer", "head"))
+
+
+def missing_related_message(data: RunData) -> str:
+    return f"No head similarity for this run yet: make it with 'qkviz related --run {data.run.path}'."
+
+
+def clicked_head(event: dict | None) -> tuple[int, int] | None:
+    """``(layer, head)`` of a related-head click (``{layer, head, timestamp}``), or None."""
+    try:
+        return int(event["layer"]), int(event["head"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def head_button(data: RunData, related: RelatedHead, by: str, value_format: str) -> html.Button:
+    """``L2 H7  [label]  0.123``; a click opens that head."""
+    row = data.atlas_row(related.layer, related.head)
+    label = [] if row is None else [html.Span(str(row["label"]), className="label-tag",
+                                              style={"background": LABEL_COLOURS.get(str(row["label"]), "#777")})]
+    target = {"type": ids.RELATED_HEAD, "layer": related.layer, "head": related.head, "by": by}
+    return html.Button(id=target, n_clicks=0, title="open this head", style=BUTTON_STYLE, children=[
+        html.B(f"L{related.layer} H{related.head}"), *label, html.Span(value_format.format(related.value))])
+
+
+def render_related(data: RunData, layer: int, head: int) -> list:
+    """The panel's children for one head, or the one line naming ``qkviz related`` without a similarity."""
+    similarity = data.related()
+    if similarity is None:
+        return [html.Div(missing_related_message(data))]
+    children = []
+    for by, heading, value_format in LISTS:
+        children.append(html.Div(heading, className="hint"))
+        children += [head_button(data, related, by, value_format)
+                     for related in related_heads(similarity, layer, head, RELATED_SHOWN, by)]
+    children.append(html.Div(f"Over {similarity.n_queries:,} queries in {len(similarity.sentences):,} sentences.",
+                             className="hint"))
+    return children
