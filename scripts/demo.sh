@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up, then run qkviz on the bundled default: MiniLM over the bundled corpus, every head projected
 # (PCA and UMAP in 2D and 3D, t-SNE in 2D; about 15 minutes on 2 cores by the figures of bench/project.py),
-# the head atlas, the report and the search indexes, then serve the app on 127.0.0.1:8050.
+# the head atlas, related heads, the report and the search indexes, then serve the app on 127.0.0.1:8050.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,6 +9,7 @@ export HF_HUB_OFFLINE=1
 .venv/bin/qkviz extract --model minilm --out runs/minilm --max-tokens 5000 --head-update
 .venv/bin/qkviz project --run runs/minilm --jobs 2
 .venv/bin/qkviz stats --run runs/minilm --syntax
+.venv/bin/qkviz related --run runs/minilm
 .venv/bin/qkviz report --run runs/minilm --out reports/minilm --overwrite
 .venv/bin/qkviz index --run runs/minilm
 .venv/bin/qkviz status --run runs/minilm
