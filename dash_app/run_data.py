@@ -81,6 +81,14 @@ def normalise_layout(coordinates: np.ndarray, low: float = 0.5, high: float = 99
     return np.clip(centred, 0.0, 1.0).astype(np.float32)
 
 
+def marker_stamp(path: Path) -> int:
+    """A marker file's modification time in ns (what is re-read when it changes), -1 when absent."""
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return -1
+
+
 def unique_names(paths: list[Path]) -> list[str]:
     """Directory names, made unique with ``-2``, ``-3`` ... in the order given."""
     names: list[str] = []
@@ -254,10 +262,7 @@ class RunData:
     # -- head atlas ----------------------------------------------------------------------------
     def atlas_stamp(self) -> int:
         """``stats/atlas.json``'s modification time in ns (written last by ``qkviz stats``), -1 when absent."""
-        try:
-            return (self.run.path / ATLAS_DIRECTORY / MARKER).stat().st_mtime_ns
-        except OSError:
-            return -1
+        return marker_stamp(self.run.path / ATLAS_DIRECTORY / MARKER)
 
     def atlas(self) -> HeadAtlas | None:
         """The run's head atlas (``qkviz stats``), or None.
@@ -303,10 +308,7 @@ class RunData:
     # -- related heads -------------------------------------------------------------------------
     def related_stamp(self) -> int:
         """``related/related.json``'s modification time in ns (written last by ``qkviz related``), -1 when absent."""
-        try:
-            return (self.run.path / RELATED_DIRECTORY / RELATED_MARKER).stat().st_mtime_ns
-        except OSError:
-            return -1
+        return marker_stamp(self.run.path / RELATED_DIRECTORY / RELATED_MARKER)
 
     def related(self) -> HeadSimilarity | None:
         """The run's head similarity (``qkviz related``), or None; re-read when its marker changes."""
