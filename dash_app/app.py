@@ -3,7 +3,8 @@
 One layout holds the five views; which one shows, and everything else a view is drawn from, is
 the :class:`~dash_app.state.ViewState` in a ``dcc.Store``, mirrored in the URL. One callback
 (:func:`next_state`) turns every user action -- a control, a click, the URL -- into the next
-state; each view redraws from the state in its own callback, which calls plain figure functions.
+state; each view redraws from the state in its own callback (:mod:`dash_app.view_callbacks`), which
+calls plain figure functions.
 """
 
 from __future__ import annotations
@@ -13,13 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import dash
-import numpy as np
-from dash import ALL, Input, Output, Patch, State, dcc, html, no_update
-from dash.exceptions import PreventUpdate
+from dash import Input, Output, State, dcc, html, no_update
 
-from dash_app import (atlas_panel, heads_view, ids, matrix_view, partners_panel, positions_view, related_panel,
-                      sentence_view, single_view)
-from dash_app.figures import message_figure, point_event_js
+from dash_app import (heads_view, ids, matrix_view, positions_view, related_panel, sentence_view, single_view,
+                      view_callbacks)
+from dash_app.figures import clicked
 from dash_app.run_data import RunData, unique_names
 from dash_app.search import TokenSearch
 from dash_app.state import (ViewState, open_exemplar, open_head, select_point, select_run, select_sentence, step_head,
@@ -31,7 +30,6 @@ from qkviz.run import open_run
 
 logger = logging.getLogger(__name__)
 
-NO_MATCHES = np.zeros(0, dtype=np.int64)
 METHOD_LABELS = {"tsne": "t-SNE", "umap": "UMAP", "pca": "PCA"}
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 0 16px; color: #222; }
@@ -79,7 +77,7 @@ def build_app(runs: list[RunData]) -> dash.Dash:
     app = dash.Dash(__name__, title="qkviz", update_title=None, index_string=INDEX, serve_locally=True)
     app.layout = shell_layout(runs)
     register_state_callback(app, runs)
-    register_view_callbacks(app, runs, searches)
+    view_callbacks.register(app, runs, searches)
     heads_view.register_callbacks(app, runs)
     return app
 
@@ -93,7 +91,7 @@ def shell_layout(runs: list[RunData]) -> html.Div:
         dcc.Store(id=ids.POSITIONS_RENDERED),
         dcc.Store(id=ids.EXEMPLAR_CLICK),
         dcc.Store(id=ids.PARTNER_CLICK),
-        *(dcc.Store(id=store) for store in POINT_EVENTS),
+        *(dcc.Store(id=store) for store in view_callbacks.POINT_EVENTS),
         dcc.Store(id=ids.POSITIONS_CLICK),
         dcc.Store(id=ids.RELATED_CLICK),
         dcc.Store(id=ids.HEADS_RENDERED),
@@ -138,20 +136,6 @@ STEPS = {ids.PREV_HEAD: (step_head, -1), ids.NEXT_HEAD: (step_head, 1),
 #: view (``ViewState.view``) -> the id of its container, shown only for that view
 VIEW_IDS = {"matrix": ids.MATRIX_VIEW, "single": ids.SINGLE_VIEW, "sentence": ids.SENTENCE_VIEW,
             "positions": ids.POSITIONS_VIEW, "heads": ids.HEADS_VIEW}
-#: store -> (graph, event property) it is filled from by :func:`~dash_app.figures.point_event_js`
-POINT_EVENTS = {ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData"), ids.SINGLE_CLICK: (ids.SINGLE_GRAPH, "clickData"),
-                ids.SINGLE_HOVER_POINT: (ids.SINGLE_GRAPH, "hoverData"),
-                ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData"), ids.HEADS_CLICK: (ids.HEADS_GRAPH, "clickData")}
-
-
-def clicked(event: dict | None) -> tuple[int, int] | None:
-    """``(curve number, customdata)`` of a point event (``{curve, customdata, timestamp}``), or None."""
-    try:
-        return int(event["curve"]), int(event["customdata"])
-    except (TypeError, KeyError, ValueError):
-        return None
-
-
 def exemplar_target(event: dict | None) -> tuple[int, int, int, int] | None:
     """``(layer, head, sentence, point)`` of an exemplar click (``{layer, head, sentence, point, timestamp}``),
     or None."""
@@ -296,144 +280,3 @@ def run_summary(data: RunData) -> str:
     run = data.run
     return (f"{data.name}: {run.model_id} ({run.family}, {'causal' if run.is_causal else 'bidirectional'}), "
             f"{run.n_layers} layers × {run.n_heads} heads, {run.n_tokens:,} tokens, {run.n_sentences:,} sentences")
-
-
-# -- views ------------------------------------------------------------------------------------
-def search_count_text(searches: list[TokenSearch], state: ViewState) -> str:
-    if not state.search.strip():
-        return ""
-    count = searches[state.run].find(state.search, state.substring).count
-    return f"{count} result" if count == 1 else f"{count} results"
-
-
-def register_view_callbacks(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -> None:
-    def matches_of(state: ViewState):
-        if not state.search.strip():
-            return None
-        return searches[state.run].find(state.search, state.substring).tokens
-
-    @app.callback(Output(ids.SEARCH_COUNT, "children"), Input(ids.STATE, "data"))
-    def show_search_count(current):
-        return search_count_text(searches, ViewState.from_dict(current))
-
-    @app.callback(Output(ids.MATRIX_GRAPH, "figure"), Output(ids.MATRIX_MESSAGE, "children"),
-                  Output(ids.MATRIX_RENDERED, "data"), Input(ids.STATE, "data"), State(ids.MATRIX_RENDERED, "data"))
-    def draw_matrix(current, rendered):
-        state = ViewState.from_dict(current)
-        data = runs[state.run]
-        key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort,
-               data.atlas_stamp() if state.sort in data.atlas_sorts() else
-               data.related_stamp() if state.sort == "related" else None]
-        if state.view != "matrix" or key == rendered:
-            raise PreventUpdate
-        matches = matches_of(state)
-        clusters = (searches[state.run].clusters(state.search, state.substring, state.method)
-                    if matches is not None else None)
-        if rendered and rendered[:3] + rendered[5:] == key[:3] + key[5:] and state.sort != "clusters":
-            # only the search changed: send the matches and badges, not every head's points again
-            return matrix_view.search_patch(data, state, clusters, matches), no_update, key
-        figure, message = matrix_view.render_matrix(data, state, clusters, matches)
-        return figure, message, key
-
-    @app.callback(Output(ids.SINGLE_GRAPH, "figure"), Output(ids.SINGLE_INFO, "children"),
-                  Output(ids.SINGLE_MESSAGE, "children"), Output(ids.SINGLE_CORRELATION, "children"),
-                  Output(ids.SINGLE_ATLAS, "children"), Output(ids.SINGLE_RENDERED, "data"),
-                  Output(ids.SINGLE_RELATED, "children"),
-                  Input(ids.STATE, "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
-                  Input(ids.THRESHOLD, "value"), Input(ids.PARTNER_K, "value"), Input(ids.PARTNER_OPTIONS, "value"),
-                  State(ids.SINGLE_RENDERED, "data"))
-    def draw_single(current, options, top_k, threshold, partner_k, partner_options, rendered):
-        state = ViewState.from_dict(current)
-        if state.view != "single":
-            raise PreventUpdate
-        data = runs[state.run]
-        top_k = single_view.DEFAULT_TOP_K if top_k is None else int(top_k)
-        threshold = single_view.DEFAULT_THRESHOLD if threshold is None else float(threshold)
-        base_key = [state.run, state.layer, state.head, state.method, state.dim, state.colour,
-                    state.search.strip().lower(), state.substring, sorted(options or [])]
-        overlay_key = [state.point, top_k, threshold, partner_k, sorted(partner_options or [])]
-        partners = partners_panel.partner_points(data, state, partner_k, partner_options)
-        key = {"base": base_key, "overlay": overlay_key}
-        if rendered == key:
-            raise PreventUpdate
-        if rendered and rendered.get("base") == base_key and rendered.get("ok"):
-            return (overlay_patch(data, state, top_k, threshold, partners), no_update, no_update, no_update, no_update,
-                    {**key, "ok": True}, no_update)
-        matches = matches_of(state)
-        correlations = single_view.correlation_panel(data, state.layer, state.head)
-        atlas = atlas_panel.head_panel(data, state.layer, state.head)
-        related = related_panel.render_related(data, state.layer, state.head)
-        try:
-            figure = single_view.render_single(data, state, options or [], NO_MATCHES if matches is None else matches,
-                                               top_k, threshold, partners)
-        except QkvizError as error:
-            return (message_figure(), single_view.info_line(data), str(error), correlations, atlas,
-                    {**key, "ok": False}, related)
-        return figure, single_view.info_line(data), "", correlations, atlas, {**key, "ok": True}, related
-
-    def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float, partners: np.ndarray) -> Patch:
-        coordinates = data.layout(state.layer, state.head, state.method, state.dim)
-        patch = Patch()
-        overlays = single_view.overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold,
-                                              partners)
-        for slot, trace in zip(range(single_view.OVERLAY_SLOTS.start, single_view.OVERLAY_SLOTS.stop), overlays):
-            patch["data"][slot] = trace
-        return patch
-
-    @app.callback(Output(ids.SINGLE_PARTNERS, "children"), Input(ids.STATE, "data"), Input(ids.PARTNER_K, "value"),
-                  Input(ids.PARTNER_OPTIONS, "value"))
-    def list_partners(current, partner_k, partner_options):
-        state = ViewState.from_dict(current)
-        if state.view != "single":
-            raise PreventUpdate
-        return partners_panel.render_partners(runs[state.run], state, partner_k, partner_options)
-
-    @app.callback(Output(ids.SINGLE_HOVER, "children"), Input(ids.SINGLE_HOVER_POINT, "data"), State(ids.STATE, "data"))
-    def show_hover(hover, current):
-        target = clicked(hover)
-        if target is None:
-            raise PreventUpdate
-        return single_view.hover_details(runs[ViewState.from_dict(current).run], ViewState.from_dict(current), target[1])
-
-    @app.callback(Output(ids.SENTENCE_GRAPH, "figure"), Output(ids.AGGREGATE_GRAPH, "figure"),
-                  Output(ids.SENTENCE_MESSAGE, "children"),
-                  Input(ids.STATE, "data"), Input(ids.SENTENCE_OPTIONS, "value"))
-    def draw_sentence(current, options):
-        state = ViewState.from_dict(current)
-        if state.view != "sentence":
-            raise PreventUpdate
-        data, options = runs[state.run], options or []
-        figure, message = sentence_view.render_sentence(data, state, options)
-        average = data.aggregate(state.layer, state.head, "first" in options, "special" in options,
-                                 "value_norm" in options)
-        return figure, sentence_view.aggregate_figure(average, state.layer, state.head), message
-
-    @app.callback(Output(ids.POSITIONS_GRAPH, "figure"), Output(ids.POSITIONS_MESSAGE, "children"),
-                  Output(ids.POSITIONS_RENDERED, "data"), Input(ids.STATE, "data"),
-                  State(ids.POSITIONS_RENDERED, "data"))
-    def draw_positions(current, rendered):
-        state = ViewState.from_dict(current)
-        if state.view != "positions":
-            raise PreventUpdate
-        data = runs[state.run]
-        key = [state.run, data.atlas_stamp()]
-        if key == rendered:
-            raise PreventUpdate
-        figure, message = positions_view.render_positions(data)
-        return figure, message, key
-
-    for store, (graph, event) in POINT_EVENTS.items():
-        app.clientside_callback(point_event_js(graph), Output(store, "data"), Input(graph, event))
-    app.clientside_callback(positions_view.ROW_EVENT_JS, Output(ids.POSITIONS_CLICK, "data"),
-                            Input(ids.POSITIONS_GRAPH, "clickData"))
-    exemplars = {"type": ids.EXEMPLAR, "layer": ALL, "head": ALL, "sentence": ALL, "point": ALL}
-    app.clientside_callback(atlas_panel.EXEMPLAR_CLICK_JS, Output(ids.EXEMPLAR_CLICK, "data"),
-                            Input(exemplars, "n_clicks"), prevent_initial_call=True)
-    related_buttons = {"type": ids.RELATED_HEAD, "layer": ALL, "head": ALL, "by": ALL}
-    app.clientside_callback(related_panel.RELATED_CLICK_JS, Output(ids.RELATED_CLICK, "data"),
-                            Input(related_buttons, "n_clicks"), prevent_initial_call=True)
-    partner_buttons = {"type": ids.PARTNER, "point": ALL}
-    app.clientside_callback(partners_panel.PARTNER_CLICK_JS, Output(ids.PARTNER_CLICK, "data"),
-                            Input(partner_buttons, "n_clicks"), prevent_initial_call=True)
-    app.clientside_callback(sentence_view.HOVER_JS, Output(ids.SENTENCE_HOVER_SINK, "data"),
-                            Input(ids.SENTENCE_GRAPH, "hoverData"))

@@ -51,6 +51,14 @@ function(clicks) {
 """ % picked
 
 
+def clicked(event: dict | None) -> tuple[int, int] | None:
+    """``(curve number, customdata)`` of a point event (``{curve, customdata, timestamp}``), or None."""
+    try:
+        return int(event["curve"]), int(event["customdata"])
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
 def plotly_text(text: str) -> str:
     """``text`` as Plotly shows it literally: its labels read a small HTML subset, so ``& < >`` are escaped."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

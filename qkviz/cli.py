@@ -304,45 +304,10 @@ def _related(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from qkviz.run import open_run
+    from qkviz.run_status import describe_run
 
-    run = open_run(args.run)
-    manifest = run.manifest
-    counts = manifest["counts"]
-    lines = [
-        f"run        {run.path}",
-        f"model      {run.model_id} ({manifest['model']['source']}), family {run.family}, "
-        f"{'causal' if run.is_causal else 'bidirectional'}",
-        f"heads      {run.n_layers} layers x {run.n_heads} heads, {run.n_kv_heads} key-value heads, d_head {run.head_dim}",
-        f"extracted  {counts['n_tokens']} tokens, {counts['n_sentences']} sentences "
-        f"({counts['n_truncated_sentences']} truncated), stored as {run.dtype}, {manifest['created_at']}",
-        f"corpus     {manifest['corpus']['source']} (sha256 {manifest['corpus']['sha256'][:12]})",
-    ]
-    from qkviz.projection_cache import ProjectionCache
-
-    projections = ProjectionCache(run.path, manifest["fingerprint"]).summary()
-    all_heads = run.n_layers * run.n_heads
-    if not projections:
-        lines.append(f"projected  nothing yet: 'qkviz project --run {run.path}'")
-    for (method, dim, settings), count in sorted(projections.items()):
-        lines.append(f"projected  {method} {dim}D: {count}/{all_heads} heads ({settings})")
-    lines.append(index_status(run))
-    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.write("\n".join(describe_run(open_run(args.run))) + "\n")
     return 0
-
-
-def index_status(run) -> str:
-    """The status line of the run's search indexes."""
-    from qkviz.partner_index import PartnerIndexes
-    from qkviz.token_index import load_token_index
-
-    kinds = PartnerIndexes(run).summary()
-    token_index = load_token_index(run) is not None
-    if not kinds and not token_index:
-        return f"indexed    nothing yet (exact search works without): 'qkviz index --run {run.path}'"
-    needed = run.n_layers * (run.n_heads + run.n_kv_heads)
-    described = ", ".join(f"{count} {'exact' if kind == 'flat' else 'approximate'}" for kind, count in kinds.items())
-    return (f"indexed    {sum(kinds.values())}/{needed} partner indexes ({described or 'none'}), token index "
-            f"{'stored' if token_index else 'not stored'}")
 
 
 def _index(args: argparse.Namespace) -> int:
