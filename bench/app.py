@@ -106,7 +106,7 @@ def timed_action(page, action_js: str, graph: str, traces: int, condition: str =
 
 def bench_run(browser, run: Path, repeats: int) -> dict:
     from qkviz import open_run
-    from qkviz.head_atlas import load_atlas
+    from qkviz.analysis.head_atlas import load_atlas
 
     opened = open_run(run)
     port = free_port()

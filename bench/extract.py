@@ -29,11 +29,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import qkviz  # noqa: E402
-from qkviz.adapters import adapter_for  # noqa: E402
-from qkviz.corpus import DEFAULT_CORPUS, load_corpus  # noqa: E402
-from qkviz.forward import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
-from qkviz.models import load_model  # noqa: E402
-from qkviz.selection import select_sentences  # noqa: E402
+from qkviz.extraction.adapters import adapter_for  # noqa: E402
+from qkviz.extraction.corpus import DEFAULT_CORPUS, load_corpus  # noqa: E402
+from qkviz.extraction.forward import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
+from qkviz.extraction.models import load_model  # noqa: E402
+from qkviz.extraction.selection import select_sentences  # noqa: E402
 
 
 def repeated_corpus(directory: Path, copies: int) -> Path:

@@ -36,10 +36,10 @@ sys.path.insert(0, str(REPO))
 warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
-from qkviz.alignment import align_head  # noqa: E402
-from qkviz.corpus import DEFAULT_CORPUS  # noqa: E402
-from qkviz.projection_tasks import local_executor, plan_specs, project_head, run_tasks  # noqa: E402
-from qkviz.projectors import project  # noqa: E402
+from qkviz.core.alignment import align_head  # noqa: E402
+from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
+from qkviz.projection.tasks import local_executor, plan_specs, project_head, run_tasks  # noqa: E402
+from qkviz.projection.methods import project  # noqa: E402
 
 LAYOUTS = [("tsne", 2), ("tsne", 3), ("umap", 2), ("umap", 3), ("pca", 2), ("pca", 3)]
 

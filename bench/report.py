@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from qkviz import open_run  # noqa: E402
-from qkviz.attention import allowed_pairs  # noqa: E402
-from qkviz.correlation import attending_pairs, head_correlation_rows  # noqa: E402
+from qkviz.core.attention import allowed_pairs  # noqa: E402
+from qkviz.analysis.correlation import attending_pairs, head_correlation_rows  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 

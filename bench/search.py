@@ -40,9 +40,9 @@ from dash_app.run_data import RunData  # noqa: E402
 from dash_app.search import TokenSearch  # noqa: E402
 from dash_app.state import ViewState  # noqa: E402
 from qkviz import open_run  # noqa: E402
-from qkviz.mips_index import build_index, exact_top_k, tie_aware_recall  # noqa: E402
-from qkviz.partner_index import PartnerIndexes, head_layout_overlap, index_targets  # noqa: E402
-from qkviz.token_index import TokenIndex, normalise  # noqa: E402
+from qkviz.search.mips_index import build_index, exact_top_k, tie_aware_recall  # noqa: E402
+from qkviz.search.partner_index import PartnerIndexes, head_layout_overlap, index_targets  # noqa: E402
+from qkviz.search.token_index import TokenIndex, normalise  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 WORDS = ("the", "and", "of", "to", "in", "a", "is", "was", "he", "it", "for", "on")

@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from qkviz import open_run  # noqa: E402
-from qkviz.head_atlas import load_atlas  # noqa: E402
+from qkviz.analysis.head_atlas import load_atlas  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 

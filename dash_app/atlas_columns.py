@@ -1,6 +1,6 @@
 """The head atlas's columns as the app shows them: names, which ones the panel lists, how values read.
 
-The atlas table (:class:`qkviz.head_atlas.HeadAtlas`) has one row per head; every numeric column
+The atlas table (:class:`qkviz.analysis.head_atlas.HeadAtlas`) has one row per head; every numeric column
 but ``layer`` and ``head`` can order and colour the matrix, and ``label`` can too (categorically).
 """
 
@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from qkviz.head_labels import LABELS
+from qkviz.analysis.head_labels import LABELS
 
 #: the matrix sort value that orders and colours heads by their pattern label
 LABEL_SORT = "label"
@@ -90,7 +90,7 @@ def sort_options(columns: tuple[str, ...]) -> list[dict]:
 
 
 def label_codes(labels: np.ndarray) -> np.ndarray:
-    """float64 ``[n]``: each label's index in :data:`qkviz.head_labels.LABELS` (NaN when unknown or missing)."""
+    """float64 ``[n]``: each label's index in :data:`qkviz.analysis.head_labels.LABELS` (NaN when unknown or missing)."""
     codes = {label: float(number) for number, label in enumerate(LABELS)}
     return np.array([codes.get(label, np.nan) for label in labels], dtype=np.float64)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkviz.attention import attention_probs
-from qkviz.run import Run
+from qkviz.core.attention import attention_probs
+from qkviz.store.run import Run
 
 #: the corpus average covers query and key positions below this
 AGGREGATE_POSITIONS = 64

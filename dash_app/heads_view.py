@@ -1,6 +1,6 @@
 """Heads view: a map of every head of the model, one point per head, from ``qkviz related``.
 
-The map is :attr:`qkviz.head_similarity.HeadSimilarity.map_xy`, classical MDS of the heads' mean
+The map is :attr:`qkviz.analysis.head_similarity.HeadSimilarity.map_xy`, classical MDS of the heads' mean
 Jensen-Shannon distance: heads that attend alike lie close. Points are coloured by layer, or by the
 head atlas's pattern label when the run has one; hover names the head, its label and its nearest head.
 Every point carries its flat head index (``layer * n_heads + head``) as ``customdata``, so a click
@@ -21,9 +21,9 @@ from dash_app.figures import message_figure
 from dash_app.related_panel import missing_related_message
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
-from qkviz.atlas_html import LABEL_COLOURS
-from qkviz.head_labels import LABELS
-from qkviz.head_similarity import HeadSimilarity
+from qkviz.report.atlas_html import LABEL_COLOURS
+from qkviz.analysis.head_labels import LABELS
+from qkviz.analysis.head_similarity import HeadSimilarity
 
 COLOURINGS = {"layer": "layer", "label": "pattern label (head atlas)"}
 NO_LABEL = "no atlas row"

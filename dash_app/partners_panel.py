@@ -1,7 +1,7 @@
 """The single view's "corpus partners" panel: the keys a clicked query scores highest anywhere in the
 corpus (or the queries that score a clicked key highest), and how many of them the layout keeps near it.
 
-The partners come from the run's faiss indexes (:class:`qkviz.partner_index.PartnerIndexes`, built
+The partners come from the run's faiss indexes (:class:`qkviz.search.partner_index.PartnerIndexes`, built
 by ``qkviz index`` or, when exact, in memory on first use); the panel lists each with its logit and
 its sentence (the token marked), and each is a button that selects that point. The same partners
 are drawn as stars in the layout (the last overlay slot of :mod:`dash_app.single_view`).
@@ -18,8 +18,8 @@ from dash_app.atlas_panel import marked_tokens
 from dash_app.figures import button_click_js
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
-from qkviz.errors import QkvizError
-from qkviz.partner_index import LayoutOverlap, Partners, layout_overlap
+from qkviz.core.errors import QkvizError
+from qkviz.search.partner_index import LayoutOverlap, Partners, layout_overlap
 
 DEFAULT_PARTNERS = 10
 MAX_PARTNERS = 100

@@ -1,6 +1,6 @@
 """Positions view: every head's average attention by relative position (the head atlas), one row per head.
 
-The figure is :func:`qkviz.position_heatmap.relative_position_figure`, the report's: row ``r`` is the
+The figure is :func:`qkviz.report.position_heatmap.relative_position_figure`, the report's: row ``r`` is the
 flat head ``r`` (``layer * n_heads + head``), so a click on a cell opens that row's head
 (:data:`ROW_EVENT_JS` relays the row's index, found by its name, never by a float).
 """
@@ -14,7 +14,7 @@ from dash_app import ids
 from dash_app.atlas_panel import missing_atlas_message
 from dash_app.figures import message_figure
 from dash_app.run_data import RunData
-from qkviz.position_heatmap import relative_position_figure
+from qkviz.report.position_heatmap import relative_position_figure
 
 #: a heatmap click -> ``{curve, customdata: row index, timestamp}`` (the shape of the point events). dcc.Graph
 #: drops a heatmap point's ``[row, column]`` index from its event data, so the row is found from the

@@ -1,6 +1,6 @@
 """The single view's "Related heads" panel: the heads nearest this one by attention and by geometry.
 
-From the run's head similarity (``qkviz related``, :mod:`qkviz.head_similarity`): the
+From the run's head similarity (``qkviz related``, :mod:`qkviz.analysis.head_similarity`): the
 :data:`RELATED_SHOWN` heads with the smallest Jensen-Shannon distance between their attention and
 this head's on the same queries, and those with the highest linear CKA between the aligned query/key
 clouds. Each is a button whose pattern-matching id carries the head, so a click opens it
@@ -14,8 +14,8 @@ from dash import html
 from dash_app import ids
 from dash_app.figures import button_click_js
 from dash_app.run_data import RunData
-from qkviz.atlas_html import LABEL_COLOURS
-from qkviz.head_similarity import RelatedHead, related_heads
+from qkviz.report.atlas_html import LABEL_COLOURS
+from qkviz.analysis.head_similarity import RelatedHead, related_heads
 
 RELATED_SHOWN = 5
 #: (by, heading, how to read the value)

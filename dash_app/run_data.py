@@ -1,6 +1,6 @@
 """Per-run data the app's callbacks read: cached layouts, norms, token features, correlations, head atlas.
 
-A :class:`RunData` wraps one opened :class:`qkviz.run.Run`. Token features and the token index
+A :class:`RunData` wraps one opened :class:`qkviz.store.run.Run`. Token features and the token index
 are read or computed once when the app starts (from the token table only); everything per head is read
 on first use and kept in small LRU caches: vectors stay memory-mapped, and no projection is ever
 computed here -- a missing one raises the run's :class:`QkvizError` naming the ``qkviz project``
@@ -22,14 +22,14 @@ from dash_app.atlas_columns import LABEL_SORT, label_codes, sortable_columns
 from dash_app.attention_maps import aggregate_attention
 from dash_app.features import token_features
 from dash_app.figures import plotly_texts
-from qkviz.head_atlas import ATLAS_DIRECTORY, MARKER, HeadAtlas, load_atlas
-from qkviz.head_similarity import RELATED_DIRECTORY, HeadSimilarity, load_head_similarity
-from qkviz.head_similarity import MARKER as RELATED_MARKER
-from qkviz.partner_index import PartnerIndexes, Partners, head_layout_overlap
-from qkviz.projection_cache import ProjectionCache, ProjectionSpec
-from qkviz.projectors import DIMENSIONS, METHODS, resolve_params
-from qkviz.run import Run
-from qkviz.token_index import run_token_index
+from qkviz.analysis.head_atlas import ATLAS_DIRECTORY, MARKER, HeadAtlas, load_atlas
+from qkviz.analysis.head_similarity import RELATED_DIRECTORY, HeadSimilarity, load_head_similarity
+from qkviz.analysis.head_similarity import MARKER as RELATED_MARKER
+from qkviz.search.partner_index import PartnerIndexes, Partners, head_layout_overlap
+from qkviz.store.projections import ProjectionCache, ProjectionSpec
+from qkviz.projection.methods import DIMENSIONS, METHODS, resolve_params
+from qkviz.store.run import Run
+from qkviz.search.token_index import run_token_index
 
 logger = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ class RunData:
 
     def _layout_overlap(self, layer: int, head: int, method: str, dim: int, k: int = 10) -> dict[str, float]:
         """How much of the head's top-``k`` partners its layout keeps near each point, averaged over a
-        seeded sample (see :func:`qkviz.partner_index.head_layout_overlap`); ``sample`` is its size."""
+        seeded sample (see :func:`qkviz.search.partner_index.head_layout_overlap`); ``sample`` is its size."""
         overlap = head_layout_overlap(self.partner_indexes, layer, head, self.layout(layer, head, method, dim), k,
                                       sample=LAYOUT_OVERLAP_SAMPLE)
         return {**overlap, "sample": min(LAYOUT_OVERLAP_SAMPLE, self.run.n_tokens)}
@@ -230,7 +230,7 @@ class RunData:
 
         Re-read when the report's file changes, so a report made while the app runs shows up."""
         try:
-            from qkviz.correlation import STORED_TABLE, stored_correlations
+            from qkviz.analysis.correlation import STORED_TABLE, stored_correlations
         except ImportError:
             return None
         path = self.run.path / STORED_TABLE
@@ -288,7 +288,7 @@ class RunData:
 
     def atlas_grid(self, column: str) -> np.ndarray:
         """float64 ``[layer * n_heads + head]``: the atlas's ``column`` per head (for ``label``, its index in
-        :data:`qkviz.head_labels.LABELS`); NaN for heads the atlas lacks, all NaN without an atlas."""
+        :data:`qkviz.analysis.head_labels.LABELS`); NaN for heads the atlas lacks, all NaN without an atlas."""
         grid = np.full(self.n_total_heads, np.nan)
         atlas = self.atlas()
         if atlas is not None and (column in atlas.table or column == LABEL_SORT):

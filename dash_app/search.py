@@ -2,7 +2,7 @@
 
 A query matches a token's text case-insensitively, surrounding spaces ignored: the whole token
 by default, or any token containing it (``substring``). Matches come from the run's token index
-(:mod:`qkviz.token_index`: a binary search, or a scan of the vocabulary for a substring), never
+(:mod:`qkviz.search.token_index`: a binary search, or a scan of the vocabulary for a substring), never
 from a scan of the tokens. The cluster count of a head is the number
 of connected groups the matched queries and keys form in its normalised 2D layout: the unit
 square is cut into ``grid`` x ``grid`` cells, and occupied cells that touch (sides or corners)
@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import ndimage
 
-from qkviz.token_index import TokenIndex
+from qkviz.search.token_index import TokenIndex
 
 #: cells per side of the grid the cluster count is taken on (a cluster radius of ~4% of the layout).
 CLUSTER_GRID = 24

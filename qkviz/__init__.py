@@ -4,22 +4,22 @@ The core (run store, attention recomputation) imports without torch; extraction 
 and transformers only when called.
 """
 
-from qkviz.errors import QkvizError
-from qkviz.run import Run, open_run
+from qkviz.core.errors import QkvizError
+from qkviz.store.run import Run, open_run
 
 __version__ = "0.1.0"
 
 
 def extract(*args, **kwargs):
-    """See :func:`qkviz.extraction.extract` (imported lazily: it needs torch)."""
-    from qkviz.extraction import extract as _extract
+    """See :func:`qkviz.extraction.pipeline.extract` (imported lazily: it needs torch)."""
+    from qkviz.extraction.pipeline import extract as _extract
 
     return _extract(*args, **kwargs)
 
 
 def correlation_table(run, **kwargs):
-    """See :func:`qkviz.correlation.correlation_table`: every head's distance-dot-product correlations."""
-    from qkviz.correlation import correlation_table as _correlation_table
+    """See :func:`qkviz.analysis.correlation.correlation_table`: every head's distance-dot-product correlations."""
+    from qkviz.analysis.correlation import correlation_table as _correlation_table
 
     return _correlation_table(run, **kwargs)
 

@@ -10,9 +10,9 @@ import logging
 import sys
 from pathlib import Path
 
-from qkviz.corpus import DEFAULT_CORPUS
-from qkviz.errors import QkvizError
-from qkviz.mips_index import EXACT_LIMIT
+from qkviz.extraction.corpus import DEFAULT_CORPUS
+from qkviz.core.errors import QkvizError
+from qkviz.search.mips_index import EXACT_LIMIT
 
 logger = logging.getLogger("qkviz")
 
@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from qkviz.extraction import extract
+    from qkviz.extraction.pipeline import extract
 
     result = extract(args.model, args.corpus, args.out, max_tokens=args.max_tokens,
                      max_sentences=args.max_sentences, seed=args.seed, dtype=args.dtype,
@@ -195,9 +195,9 @@ def parse_indices(text: str | None, count: int, what: str) -> list[int]:
 def _project(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from qkviz.alignment import Alignment
-    from qkviz.projection_tasks import local_executor, plan_specs, run_tasks
-    from qkviz.run import open_run
+    from qkviz.core.alignment import Alignment
+    from qkviz.projection.tasks import local_executor, plan_specs, run_tasks
+    from qkviz.store.run import open_run
 
     run = open_run(args.run)
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
@@ -241,9 +241,9 @@ def _project(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from qkviz.correlation import store_correlations
-    from qkviz.report import build_report, check_destination, write_report
-    from qkviz.run import open_run
+    from qkviz.analysis.correlation import store_correlations
+    from qkviz.report.correlation_report import build_report, check_destination, write_report
+    from qkviz.store.run import open_run
 
     run = open_run(args.run)
     if args.max_pairs < 10:
@@ -266,9 +266,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from qkviz.head_atlas import compute_atlas, store_atlas
-    from qkviz.head_labels import LabelThresholds
-    from qkviz.run import open_run
+    from qkviz.analysis.head_atlas import compute_atlas, store_atlas
+    from qkviz.analysis.head_labels import LabelThresholds
+    from qkviz.store.run import open_run
 
     run = open_run(args.run)
     if args.max_offset < 1 or args.exemplars < 0:
@@ -286,8 +286,8 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _related(args: argparse.Namespace) -> int:
-    from qkviz.head_similarity import closest_across_layers, compute_head_similarity, store_head_similarity
-    from qkviz.run import open_run
+    from qkviz.analysis.head_similarity import closest_across_layers, compute_head_similarity, store_head_similarity
+    from qkviz.store.run import open_run
 
     if args.max_queries < 1:
         raise QkvizError(f"--max-queries must be at least 1, got {args.max_queries}")
@@ -303,8 +303,8 @@ def _related(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from qkviz.run import open_run
-    from qkviz.run_status import describe_run
+    from qkviz.store.run import open_run
+    from qkviz.report.run_status import describe_run
 
     sys.stdout.write("\n".join(describe_run(open_run(args.run))) + "\n")
     return 0
@@ -315,9 +315,9 @@ def _index(args: argparse.Namespace) -> int:
 
     from tqdm.auto import tqdm
 
-    from qkviz.partner_index import PartnerIndexes, index_targets
-    from qkviz.run import open_run
-    from qkviz.token_index import TokenIndex, store_token_index
+    from qkviz.search.partner_index import PartnerIndexes, index_targets
+    from qkviz.store.run import open_run
+    from qkviz.search.token_index import TokenIndex, store_token_index
 
     run = open_run(args.run)
     if args.exact_limit < 1:
@@ -352,8 +352,8 @@ def _serve(args: argparse.Namespace) -> int:
 def _models(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from qkviz.adapters import ADAPTERS
-    from qkviz.models import BUNDLED_MODELS
+    from qkviz.extraction.adapters import ADAPTERS
+    from qkviz.extraction.models import BUNDLED_MODELS
 
     lines = ["Bundled models (--model NAME):"]
     for model in BUNDLED_MODELS.values():

@@ -50,7 +50,7 @@ def copy_run(run, directory: Path, atlas: bool = True):
     import shutil
 
     from qkviz.cli import main
-    from qkviz.run import open_run
+    from qkviz.store.run import open_run
 
     shutil.copytree(run.path, directory)
     if atlas:

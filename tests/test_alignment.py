@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from qkviz.alignment import Alignment, align_head
-from qkviz.attention import attention_probs
+from qkviz.core.alignment import Alignment, align_head
+from qkviz.core.attention import attention_probs
 
 
 def head_with_offsets(seed: int = 0, n_tokens: int = 60, d_head: int = 16):

@@ -17,7 +17,7 @@ from dash_app.run_data import RunData
 from dash_app.state import ViewState
 from dash_app.url_state import parse_url, to_url
 from qkviz.cli import main
-from qkviz.head_labels import LABELS
+from qkviz.analysis.head_labels import LABELS
 
 
 @pytest.fixture(scope="module")

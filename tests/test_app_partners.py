@@ -10,7 +10,7 @@ from dash_app import ids, partners_panel, single_view
 from dash_app.app import next_state
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
-from qkviz.partner_index import PartnerIndexes
+from qkviz.search.partner_index import PartnerIndexes
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import pandas as pd
 
 from dash_app.run_data import RunData
 from dash_app.search import TokenSearch, cluster_counts
-from qkviz.token_index import TokenIndex
+from qkviz.search.token_index import TokenIndex
 
 
 def test_whole_token_match_is_case_insensitive_and_counts_the_first_token():

@@ -12,11 +12,11 @@ from dash_app.attention_maps import adjusted_attention, aggregate_attention, hid
 from dash_app.features import token_features
 from dash_app.run_data import RunData, normalise_layout
 from dash_app.search import TokenSearch
-from qkviz.token_index import normalise
+from qkviz.search.token_index import normalise
 from dash_app.state import ViewState
 from qkviz.cli import main
-from qkviz.errors import QkvizError
-from qkviz.projection_cache import CACHE_DIRECTORY
+from qkviz.core.errors import QkvizError
+from qkviz.store.projections import CACHE_DIRECTORY
 
 
 @pytest.fixture(scope="module")

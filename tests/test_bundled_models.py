@@ -6,8 +6,8 @@ from attention_check import max_attention_error
 from conftest import CORPUS
 
 import qkviz
-from qkviz.forward import pad_token_id
-from qkviz.models import load_model, model_directory
+from qkviz.extraction.forward import pad_token_id
+from qkviz.extraction.models import load_model, model_directory
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import transformers
 
-from qkviz import run_files
+from qkviz.store import files as run_files
 
 
 def qkviz(*args: str, check_rc: int | None = None) -> subprocess.CompletedProcess:

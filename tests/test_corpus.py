@@ -5,8 +5,8 @@ import json
 import pandas as pd
 import pytest
 
-from qkviz.corpus import load_corpus
-from qkviz.errors import QkvizError
+from qkviz.extraction.corpus import load_corpus
+from qkviz.core.errors import QkvizError
 
 SENTENCES = ["The first sentence.", "A second one, with a comma.", "Third!"]
 

@@ -4,12 +4,12 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
-from qkviz.alignment import Alignment, align_head
-from qkviz.attention import allowed_pairs
-from qkviz.correlation import (PairSet, QueryGroups, correlations, head_space_figures, key_ranges,
+from qkviz.core.alignment import Alignment, align_head
+from qkviz.core.attention import allowed_pairs
+from qkviz.analysis.correlation import (PairSet, QueryGroups, correlations, head_space_figures, key_ranges,
                                mean_query_spearman, pair_distances, pair_dots, projection_space_name,
                                rank_values, sampling_error_bound)
-from qkviz.projection_cache import ProjectionSpec
+from qkviz.store.projections import ProjectionSpec
 
 LENGTHS = np.array([1, 4, 9, 2, 13, 7])
 

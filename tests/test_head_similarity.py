@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import jensenshannon, pdist, squareform
 
-from qkviz import head_similarity
-from qkviz.alignment import align_head
-from qkviz.head_similarity import (HeadSimilarity, classical_mds, cluster_order, compute_head_similarity,
+from qkviz.analysis import head_similarity
+from qkviz.core.alignment import align_head
+from qkviz.analysis.head_similarity import (HeadSimilarity, classical_mds, cluster_order, compute_head_similarity,
                                    load_head_similarity, related_heads, sample_sentences, store_head_similarity)
-from qkviz.run import open_run
+from qkviz.store.run import open_run
 
 
 def direct_js(run, sentences, first, second) -> float:

@@ -5,12 +5,12 @@ import shutil
 import numpy as np
 import pytest
 
-from qkviz.attention_batches import head_attention, sentence_batches
+from qkviz.analysis.attention_batches import head_attention, sentence_batches
 from qkviz.cli import main
-from qkviz.head_atlas import load_atlas
-from qkviz.head_labels import LabelThresholds, head_label
-from qkviz.head_stats import head_statistics, is_punctuation
-from qkviz.run import open_run
+from qkviz.analysis.head_atlas import load_atlas
+from qkviz.analysis.head_labels import LabelThresholds, head_label
+from qkviz.analysis.head_stats import head_statistics, is_punctuation
+from qkviz.store.run import open_run
 
 
 def with_head(run, tmp_path, queries, keys, layer=0, head=0):
@@ -131,7 +131,7 @@ def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(tiny_run, tmp
 
 
 def test_syntax_statistics_of_a_previous_token_head_match_a_direct_count(tiny_run, tmp_path):
-    from qkviz.syntax import POS_TAGS, TokenSyntax, batch_syntax, load_pipeline
+    from qkviz.analysis.syntax import POS_TAGS, TokenSyntax, batch_syntax, load_pipeline
 
     synthetic = previous_token_head(tiny_run("gpt2", max_sentences=30), tmp_path)
     nlp = load_pipeline()
@@ -157,7 +157,7 @@ def test_syntax_statistics_of_a_previous_token_head_match_a_direct_count(tiny_ru
 
 
 def test_syntax_without_the_extra_is_a_one_line_error(tiny_run, capsys, monkeypatch):
-    from qkviz import syntax as syntax_module
+    from qkviz.analysis import syntax as syntax_module
 
     monkeypatch.setattr(syntax_module, "SPACY_PIPELINE", "qkviz_no_such_pipeline")
     assert main(["-q", "stats", "--run", str(tiny_run("bert", max_sentences=30).path), "--syntax"]) == 2

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from qkviz.cli import main
-from qkviz.errors import QkvizError
-from qkviz.mips_index import build_index, exact_top_k, tie_aware_recall
-from qkviz.partner_index import (IndexTarget, PartnerIndexes, layout_neighbours, layout_overlap, head_layout_overlap,
+from qkviz.core.errors import QkvizError
+from qkviz.search.mips_index import build_index, exact_top_k, tie_aware_recall
+from qkviz.search.partner_index import (IndexTarget, PartnerIndexes, layout_neighbours, layout_overlap, head_layout_overlap,
                                  index_targets)
-from qkviz.run import open_run
+from qkviz.store.run import open_run
 
 
 def brute_force(run, layer, head, point):

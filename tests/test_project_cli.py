@@ -5,8 +5,8 @@ import pytest
 
 import qkviz
 from qkviz.cli import main
-from qkviz.errors import QkvizError
-from qkviz.projection_cache import CACHE_DIRECTORY
+from qkviz.core.errors import QkvizError
+from qkviz.store.projections import CACHE_DIRECTORY
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from qkviz.projection_cache import ProjectionCache, ProjectionSpec
+from qkviz.store.projections import ProjectionCache, ProjectionSpec
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from sklearn.manifold import trustworthiness
 
-from qkviz.alignment import align_head
-from qkviz.errors import QkvizError
-from qkviz.projectors import project
+from qkviz.core.alignment import align_head
+from qkviz.core.errors import QkvizError
+from qkviz.projection.methods import project
 
 
 def blobs(n_points: int = 600, n_blobs: int = 6, d: int = 32, seed: int = 0) -> np.ndarray:

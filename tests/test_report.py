@@ -9,7 +9,7 @@ import pytest
 from conftest import CORPUS
 
 import qkviz
-from qkviz import correlation
+from qkviz.analysis import correlation
 from qkviz.cli import main
 
 

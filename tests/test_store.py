@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import qkviz
-import qkviz.forward
-from qkviz import run_files
-from qkviz.errors import IncompleteRunError, QkvizError
-from qkviz.run import SENTENCE_COLUMNS, TOKEN_COLUMNS
+import qkviz.extraction.forward
+from qkviz.store import files as run_files
+from qkviz.core.errors import IncompleteRunError, QkvizError
+from qkviz.store.run import SENTENCE_COLUMNS, TOKEN_COLUMNS
 
 
 class SimulatedCrash(Exception):
@@ -85,9 +85,9 @@ def test_interrupted_run_is_incomplete_then_resumes_to_identical_arrays(tiny_mod
     model = str(tiny_model("llama"))
     reference = qkviz.extract(model, tiny_corpus, tmp_path / "reference", max_sentences=30).run
     # Chunks of about 60 tokens, and a crash while the third chunk runs.
-    monkeypatch.setattr(qkviz.forward, "CHUNK_BYTES", 60 * qkviz.forward.bytes_per_token(
-        qkviz.adapters.ModelShape(2, 4, 2, 16), np.dtype("float32")))
-    real_chunk = qkviz.forward._capture_chunk
+    monkeypatch.setattr(qkviz.extraction.forward, "CHUNK_BYTES", 60 * qkviz.extraction.forward.bytes_per_token(
+        qkviz.extraction.adapters.ModelShape(2, 4, 2, 16), np.dtype("float32")))
+    real_chunk = qkviz.extraction.forward._capture_chunk
     calls = []
     crash_armed = [True]
 
@@ -98,7 +98,7 @@ def test_interrupted_run_is_incomplete_then_resumes_to_identical_arrays(tiny_mod
             raise SimulatedCrash
         return real_chunk(*args, **kwargs)
 
-    monkeypatch.setattr(qkviz.forward, "_capture_chunk", crash_on_third)
+    monkeypatch.setattr(qkviz.extraction.forward, "_capture_chunk", crash_on_third)
     with pytest.raises(SimulatedCrash):
         qkviz.extract(model, tiny_corpus, tmp_path / "run", max_sentences=30)
     assert not (tmp_path / "run" / run_files.MANIFEST).exists()
@@ -107,9 +107,9 @@ def test_interrupted_run_is_incomplete_then_resumes_to_identical_arrays(tiny_mod
     with pytest.raises(IncompleteRunError, match="interrupted"):
         qkviz.open_run(tmp_path / "run")
 
-    chunks = len(qkviz.forward.chunk_sentences(
-        [range(n) for n in reference.sentences.n_tokens], qkviz.forward.CHUNK_BYTES // qkviz.forward.bytes_per_token(
-            qkviz.adapters.ModelShape(2, 4, 2, 16), np.dtype("float32"))))
+    chunks = len(qkviz.extraction.forward.chunk_sentences(
+        [range(n) for n in reference.sentences.n_tokens], qkviz.extraction.forward.CHUNK_BYTES // qkviz.extraction.forward.bytes_per_token(
+            qkviz.extraction.adapters.ModelShape(2, 4, 2, 16), np.dtype("float32"))))
     calls.clear()
     resumed = qkviz.extract(model, tiny_corpus, tmp_path / "run", max_sentences=30)
     assert resumed.status == "resumed"

@@ -1,0 +1,367 @@
+"""How faithfully a head's joint query/key picture shows its attention (numpy + scipy).
+
+For every query-key pair that can attend to each other (same sentence; causal mask and sliding
+window where the model has them) this module correlates the **distance** between the query and
+the key with their **dot product** ``q . k`` -- the model's own attention logit before the
+positive scale, so the same quantity in every space. A strongly negative correlation means "near
+is attended to", which is what the joint embedding claims to show.
+
+Spaces, per head:
+
+* ``original``: the stored vectors;
+* ``translated``: keys moved to the query centroid (:mod:`qkviz.core.alignment`);
+* ``translated+scaled``: translated, then query and key norms scaled to match (what is projected);
+* ``<method>-<dim>d`` (e.g. ``tsne-2d``): each cached projection of the head.
+
+Distances are vectorised: ``|q - k|^2 = |q|^2 + |k|^2 - 2 q.k``, and translation and scaling only
+change the per-token terms (``|c q - (k + t) / c|^2 = c^2 |q|^2 + |k + t|^2 / c^2 - 2 (q.k + q.t)``),
+so one dot product per pair serves the three head-space spaces.
+
+Up to ``max_pairs`` attending pairs per layer (default 5,000,000: every pair of 10,000 tokens in
+sentences of up to 500 tokens) the figures are exact. Past that, ``max_pairs`` pairs are drawn
+uniformly at random with replacement (seeded), and each row's ``ci95`` is the half-width of the
+95% interval of its Pearson and Spearman coefficients (the larger of the two, from
+:func:`sampling_error_bound`); exact rows have ``ci95`` 0. ``query_spearman`` (Spearman among each
+query's own keys, averaged over queries) carries no bound: it is an average over queries, each
+with only its sampled keys.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from qkviz.store import files as run_files
+from qkviz.core.alignment import norm_scale
+from qkviz.store.projections import ProjectionCache, ProjectionSpec
+from qkviz.projection.methods import METHODS
+from qkviz.store.run import Run
+
+logger = logging.getLogger(__name__)
+
+HEAD_SPACES = ("original", "translated", "translated+scaled")
+DEFAULT_MAX_PAIRS = 5_000_000
+COLUMNS = ("layer", "head", "space", "n_pairs", "pearson", "spearman", "query_spearman", "exact", "ci95")
+STORED_TABLE = "correlation.parquet"   # inside the run directory, for the app
+METHOD_ORDER = {method: order for order, method in enumerate(METHODS)}
+_CHUNK = 1 << 20                       # pairs per gather, bounding memory to ~0.5 GB at d_head 64
+
+
+@dataclass(frozen=True)
+class PairSet:
+    """Attending query-key pairs as global token indices (``queries`` and ``keys`` of a run)."""
+
+    query_index: np.ndarray   # int64 [n_pairs]
+    key_index: np.ndarray     # int64 [n_pairs]
+    n_all: int                # attending pairs in the run; > n_pairs when sampled
+
+    @property
+    def exact(self) -> bool:
+        return len(self.query_index) == self.n_all
+
+
+def key_ranges(sentence: np.ndarray, position: np.ndarray, sentence_first: np.ndarray,
+               sentence_length: np.ndarray, causal: bool, sliding_window: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Per token (as a query), the global key indices ``[lo, hi)`` it can attend to.
+
+    ``sentence`` and ``position`` are per token; ``sentence_first`` and ``sentence_length`` per
+    sentence. The same rule as :func:`qkviz.core.attention.allowed_pairs`: keys of the same sentence,
+    not after the query when causal, and closer than ``sliding_window`` when there is one."""
+    first = sentence_first[sentence]
+    length = sentence_length[sentence]
+    lo = np.zeros_like(position)
+    hi = position + 1 if causal else length.copy()
+    if sliding_window is not None:
+        lo = np.maximum(lo, position - sliding_window + 1)
+        if not causal:
+            hi = np.minimum(hi, position + sliding_window)
+    return first + lo, first + hi
+
+
+def attending_pairs(run: Run, layer: int, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> PairSet:
+    """Every attending pair of ``layer`` when there are at most ``max_pairs``, else a uniform sample."""
+    tokens, sentences = run.tokens, run.sentences
+    lo, hi = key_ranges(tokens.sentence.to_numpy(np.int64), tokens.position.to_numpy(np.int64),
+                        sentences.first_token.to_numpy(np.int64), sentences.n_tokens.to_numpy(np.int64),
+                        run.is_causal, run.sliding_window(layer))
+    counts = hi - lo
+    ends = np.cumsum(counts)
+    n_all = int(ends[-1]) if len(ends) else 0
+    if n_all <= max_pairs:
+        pair = np.arange(n_all, dtype=np.int64)
+    else:
+        pair = np.sort(np.random.default_rng(seed).integers(0, n_all, size=max_pairs))
+    query = np.searchsorted(ends, pair, side="right")
+    starts = ends - counts
+    key = lo[query] + (pair - starts[query])
+    return PairSet(query_index=query, key_index=key, n_all=n_all)
+
+
+def pair_dots(queries: np.ndarray, keys: np.ndarray, pairs: PairSet) -> np.ndarray:
+    """``q . k`` (float64) of every pair, gathered in chunks."""
+    dots = np.empty(len(pairs.query_index))
+    for start in range(0, len(dots), _CHUNK):
+        stop = start + _CHUNK
+        q = queries[pairs.query_index[start:stop]]
+        k = keys[pairs.key_index[start:stop]]
+        dots[start:stop] = np.einsum("ij,ij->i", q, k, dtype=np.float64)
+    return dots
+
+
+def pair_distances(points_a: np.ndarray, points_b: np.ndarray, pairs: PairSet) -> np.ndarray:
+    """Euclidean distance between ``points_a[query]`` and ``points_b[key]`` of every pair."""
+    out = np.empty(len(pairs.query_index))
+    for start in range(0, len(out), _CHUNK):
+        stop = start + _CHUNK
+        difference = (points_a[pairs.query_index[start:stop]].astype(np.float64)
+                      - points_b[pairs.key_index[start:stop]])
+        out[start:stop] = np.sqrt(np.einsum("ij,ij->i", difference, difference))
+    return out
+
+
+def head_space_figures(queries: np.ndarray, keys: np.ndarray, pairs: PairSet, dots: np.ndarray
+                       ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """``{space: (distances, dot products)}`` of every pair in the three head spaces.
+
+    The translated spaces' dot product is ``q . (k + t)``: the logit plus a per-query constant,
+    which the softmax ignores (norm scaling changes no dot product)."""
+    queries = np.asarray(queries, dtype=np.float64)
+    keys = np.asarray(keys, dtype=np.float64)
+    q_index, k_index = pairs.query_index, pairs.key_index
+    query_sq = np.einsum("ij,ij->i", queries, queries)
+    key_sq = np.einsum("ij,ij->i", keys, keys)
+    figures = {"original": (_sqrt_clipped(query_sq[q_index] + key_sq[k_index] - 2 * dots), dots)}
+
+    translation = queries.mean(axis=0) - keys.mean(axis=0)
+    moved = keys + translation
+    moved_sq = np.einsum("ij,ij->i", moved, moved)
+    moved_dots = dots + (queries @ translation)[q_index]
+    figures["translated"] = (_sqrt_clipped(query_sq[q_index] + moved_sq[k_index] - 2 * moved_dots), moved_dots)
+    scale = norm_scale(queries, moved)
+    figures["translated+scaled"] = (_sqrt_clipped(
+        scale ** 2 * query_sq[q_index] + moved_sq[k_index] / scale ** 2 - 2 * moved_dots), moved_dots)
+    return figures
+
+
+def _sqrt_clipped(squared: np.ndarray) -> np.ndarray:
+    return np.sqrt(np.maximum(squared, 0.0))
+
+
+@dataclass(frozen=True)
+class RankedValues:
+    """Per-pair values with their ranks: over all pairs (ties averaged) and within each query."""
+
+    values: np.ndarray
+    ranks: np.ndarray          # 0-based, ties get their average rank
+    query_ranks: np.ndarray    # 0-based ordinal rank among the same query's pairs
+    query_varies: np.ndarray   # bool per query group: not all of its values are equal
+
+
+@dataclass(frozen=True)
+class QueryGroups:
+    """Which query each pair belongs to, as dense group numbers."""
+
+    group_of: np.ndarray       # [n_pairs] group number of each pair
+    size: np.ndarray           # [n_groups] pairs per group
+
+    @classmethod
+    def of(cls, query_index: np.ndarray) -> "QueryGroups":
+        _, group_of = np.unique(query_index, return_inverse=True)
+        return cls(group_of=group_of, size=np.bincount(group_of))
+
+    @property
+    def start(self) -> np.ndarray:
+        return np.cumsum(self.size) - self.size
+
+
+def rank_values(values: np.ndarray, groups: QueryGroups) -> RankedValues:
+    """One sort of ``values`` gives both rankings; a stable sort of the group numbers of the sorted
+    values (a radix sort for up to 65,536 queries) orders them by (query, value)."""
+    count = len(values)
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    new_value = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    tie_start = np.flatnonzero(new_value)
+    tie_end = np.append(tie_start[1:], count)
+    ranks = np.empty(count)
+    ranks[order] = ((tie_start + tie_end - 1) / 2)[np.cumsum(new_value) - 1]
+
+    group_dtype = np.uint16 if len(groups.size) <= 1 << 16 else np.int64
+    by_query = order[np.argsort(groups.group_of[order].astype(group_dtype), kind="stable")]
+    query_ranks = np.empty(count)
+    start = groups.start
+    query_ranks[by_query] = np.arange(count) - start[groups.group_of[by_query]]
+    last = np.maximum(start + groups.size - 1, 0)
+    query_varies = values[by_query[last]] > values[by_query[start]]
+    return RankedValues(values, ranks, query_ranks, query_varies)
+
+
+def correlations(distances: RankedValues, dots: RankedValues) -> tuple[float, float]:
+    """(Pearson, Spearman) between distances and dot products over all pairs; NaN when constant."""
+    if len(dots.values) < 2 or np.ptp(distances.values) == 0 or np.ptp(dots.values) == 0:
+        return float("nan"), float("nan")
+    pearson = np.corrcoef(distances.values, dots.values)[0, 1]
+    spearman = np.corrcoef(distances.ranks, dots.ranks)[0, 1]
+    return float(pearson), float(spearman)
+
+
+def mean_query_spearman(distances: RankedValues, dots: RankedValues, groups: QueryGroups,
+                        min_keys: int = 3) -> float:
+    """Spearman between distance and dot product among each query's own keys, averaged over queries.
+
+    This is the figure that matters to the softmax, which compares a query's logits only with each
+    other; per-query constants (key translation) do not change it. Queries with fewer than
+    ``min_keys`` keys, or with constant values, are left out. Ranks are ordinal (ties broken by
+    order), for all queries at once."""
+    size = groups.size
+    centre = (size[groups.group_of] - 1) / 2
+    covariance = np.bincount(groups.group_of, (distances.query_ranks - centre) * (dots.query_ranks - centre),
+                             minlength=len(size))
+    variance = (size.astype(np.float64) ** 3 - size) / 12   # of the ranks 0..n-1, times n
+    usable = (size >= min_keys) & distances.query_varies & dots.query_varies
+    if not usable.any():
+        return float("nan")
+    return float(np.mean(covariance[usable] / variance[usable]))
+
+
+def sampling_error_bound(x: np.ndarray, y: np.ndarray) -> float:
+    """Half-width of the 95% interval of Pearson's r of a uniform sample ``(x, y)`` of pairs.
+
+    The large-sample variance of r without assuming normality (from the fourth moments of the
+    standardised values; it reduces to ``(1 - r^2)^2 / n`` for normal data): heavy-tailed dot
+    products make Fisher's normal-theory interval several times too narrow. Applied to ranks,
+    it bounds Spearman's coefficient."""
+    n = len(x)
+    if n < 4 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    x = (x - x.mean()) / x.std()
+    y = (y - y.mean()) / y.std()
+    r = np.mean(x * y)
+    x2, y2 = x * x, y * y
+    variance = (np.mean(x2 * y2) * (1 + r * r / 2) - r * (np.mean(x2 * x * y) + np.mean(x * y2 * y))
+                + r * r / 4 * (np.mean(x2 * x2) + np.mean(y2 * y2)))
+    return float(1.96 * np.sqrt(max(variance, 0.0) / n))
+
+
+def cached_projections(run: Run) -> dict[tuple[int, int], dict[str, ProjectionSpec]]:
+    """``{(layer, head): {space name: spec}}`` of the cached projections made with the default alignment.
+
+    A method and dimension cached with several settings gets one space per setting, named with
+    the settings that differ (``tsne-2d perplexity=50``)."""
+    by_head: dict[tuple[int, int], list[ProjectionSpec]] = {}
+    for spec in ProjectionCache(run.path, run.manifest["fingerprint"]).specs():
+        if spec.translate_keys and spec.scale_norms:
+            by_head.setdefault((spec.layer, spec.head), []).append(spec)
+    return {head: {projection_space_name(spec, found): spec for spec in sorted(found, key=_spec_order)}
+            for head, found in by_head.items()}
+
+
+def projection_space_name(spec: ProjectionSpec, siblings: list[ProjectionSpec]) -> str:
+    """``<method>-<dim>d``, plus the parameters that tell it from its siblings of that method/dim."""
+    name = f"{spec.method}-{spec.dim}d"
+    same = [other for other in siblings if (other.method, other.dim) == (spec.method, spec.dim)]
+    if len(same) <= 1:
+        return name
+    differing = sorted({key for other in same for key, value in other.params
+                        if dict(spec.params).get(key) != value})
+    return name + " " + " ".join(f"{key}={dict(spec.params).get(key)}" for key in differing)
+
+
+def _spec_order(spec: ProjectionSpec) -> tuple:
+    return METHOD_ORDER.get(spec.method, len(METHOD_ORDER)), spec.dim, str(spec.params)
+
+
+@dataclass
+class HeadPairs:
+    """One head's per-pair figures, kept for plotting: ``{space: (distances, dot products)}``."""
+
+    layer: int
+    head: int
+    figures: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def head_correlation_rows(run: Run, layer: int, head: int, pairs: PairSet,
+                          projections: dict[str, ProjectionSpec] | None = None, keep_pairs: bool = False
+                          ) -> tuple[list[dict], HeadPairs | None]:
+    """The table rows of one head (every space), and optionally its per-pair figures.
+
+    ``projections`` are the head's entries of :func:`cached_projections`. A projection's dot
+    product is that of the space it was made from (translated and scaled)."""
+    queries, keys = run.queries(layer, head), run.keys(layer, head)
+    figures = head_space_figures(queries, keys, pairs, pair_dots(queries, keys, pairs))
+    projected_dots = figures["translated+scaled"][1]
+    cache = ProjectionCache(run.path, run.manifest["fingerprint"])
+    for space, spec in (projections or {}).items():
+        coordinates = cache.load(spec)
+        if coordinates is not None:
+            distances = pair_distances(coordinates[:run.n_tokens], coordinates[run.n_tokens:], pairs)
+            figures[space] = (distances, projected_dots)
+    groups = QueryGroups.of(pairs.query_index)
+    ranked: dict[int, RankedValues] = {}   # the dot products are shared by most spaces: rank them once
+
+    def ranked_once(values: np.ndarray) -> RankedValues:
+        if id(values) not in ranked:
+            ranked[id(values)] = rank_values(values, groups)
+        return ranked[id(values)]
+
+    rows = []
+    for space, (distances, dots) in figures.items():
+        ranked_distances, ranked_dots = rank_values(distances, groups), ranked_once(dots)
+        pearson, spearman = correlations(ranked_distances, ranked_dots)
+        ci95 = 0.0 if pairs.exact else max(sampling_error_bound(distances, dots),
+                                           sampling_error_bound(ranked_distances.ranks, ranked_dots.ranks))
+        rows.append({"layer": layer, "head": head, "space": space, "n_pairs": len(dots), "pearson": pearson,
+                     "spearman": spearman, "query_spearman": mean_query_spearman(ranked_distances, ranked_dots, groups),
+                     "exact": pairs.exact, "ci95": ci95})
+    return rows, (HeadPairs(layer, head, figures) if keep_pairs else None)
+
+
+def correlation_table(run: Run, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0, progress: bool = False,
+                      layers: list[int] | None = None, heads: list[int] | None = None,
+                      projections: dict[tuple[int, int], dict[str, ProjectionSpec]] | None = None) -> pd.DataFrame:
+    """One row per (layer, head, space): ``COLUMNS``. See the module docstring for the spaces.
+
+    ``projections`` is :func:`cached_projections` of the run, when the caller has read it already."""
+    from tqdm.auto import tqdm
+
+    layers = list(range(run.n_layers)) if layers is None else layers
+    heads = list(range(run.n_heads)) if heads is None else heads
+    rows: list[dict] = []
+    pair_sets: dict[int | None, PairSet] = {}
+    projections = cached_projections(run) if projections is None else projections
+    with tqdm(total=len(layers) * len(heads), unit="head", desc="correlating", disable=not progress,
+              dynamic_ncols=True) as bar:
+        for layer in layers:
+            window = run.sliding_window(layer)
+            if window not in pair_sets:
+                pair_sets[window] = attending_pairs(run, layer, max_pairs, seed)
+            for head in heads:
+                rows.extend(head_correlation_rows(run, layer, head, pair_sets[window],
+                                                  projections.get((layer, head)))[0])
+                bar.update()
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def store_correlations(run: Run, table: pd.DataFrame) -> None:
+    """Keep the table in the run directory (atomically), where the app finds it."""
+    frame = table.copy()
+    frame.attrs = {}
+    frame["run_fingerprint"] = run.manifest["fingerprint"]
+    run_files.write_parquet_atomic(frame, run.path / STORED_TABLE)
+
+
+def stored_correlations(run: Run) -> pd.DataFrame | None:
+    """The table last stored by ``qkviz report`` for this run, or ``None`` when there is none."""
+    path = run.path / STORED_TABLE
+    try:
+        frame = pd.read_parquet(path)
+    except (OSError, ValueError):
+        return None
+    if "run_fingerprint" not in frame or (frame.run_fingerprint != run.manifest["fingerprint"]).any():
+        logger.warning("%s belongs to another extraction; make the report again", path)
+        return None
+    return frame.drop(columns="run_fingerprint")

@@ -1,0 +1,316 @@
+"""Related heads: how alike every pair of heads is, in what they attend to and in their query/key geometry.
+
+Over one seeded sample of whole sentences (about ``max_queries`` query tokens, the same for every head):
+
+* ``js_distance[a, b]`` (Clark et al. 2019, "What does BERT look at?"): the mean over the sampled
+  queries of the Jensen-Shannon distance between head ``a``'s and head ``b``'s attention of that query
+  over its sentence's keys, ``sqrt(JS(P, Q))`` with ``JS(P, Q) = H(M) - (H(P) + H(Q)) / 2``,
+  ``M = (P + Q) / 2`` and base-2 entropies, so it lies in [0, 1] (0: the same distribution). The
+  keys a query may see under the causal mask form its distribution's support for every head; a
+  layer's sliding window gives the keys outside it weight 0 there.
+* ``geometry_similarity[a, b]``: linear CKA (Kornblith et al. 2019) between the heads' aligned joint
+  clouds (:func:`qkviz.core.alignment.align_head` with the default alignment over the whole head: keys
+  translated, norms scaled -- the geometry the projections show), rows = the sampled tokens' queries,
+  then their keys, each cloud centred: ``CKA(X, Y) = |Y^T X|_F^2 / (|X^T X|_F |Y^T Y|_F)`` in [0, 1],
+  1 for a head with itself (and for clouds that differ by a rotation and a uniform scale).
+* ``order``: the leaf order of average-linkage hierarchical clustering on ``js_distance`` (scipy,
+  optimal leaf ordering), for ordering the matrix view.
+* ``map_xy``: a 2D map of the heads from ``js_distance`` by classical (Torgerson) MDS: the top two
+  eigenvectors of the double-centred squared distances. It has no random start and no local minima
+  (SMACOF, scikit-learn's MDS, gives a different layout per seed), so the map of a run never changes;
+  each axis's sign is fixed so that its largest coordinate is positive.
+
+Heads are numbered flat everywhere: ``layer * n_heads + head``. The JS distance holds every head's
+attention on the sample at once (``8 * heads * pairs`` bytes; about 50 MB for 270 heads at 2,000
+queries of 20-token sentences) and computes ``H(M)`` of one head against all later heads in chunks;
+CKA takes one matrix product per layer against the layers after it. Stored in ``<run>/related/`` as
+plain ``.npy`` and ``related.json``, written last (see :func:`store_head_similarity`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from qkviz.store import files as run_files
+from qkviz.core.alignment import align_head
+from qkviz.analysis.attention_batches import batch_attention, batch_mask, sentence_batches
+from qkviz.core.errors import QkvizError
+from qkviz.store.run import Run
+
+logger = logging.getLogger(__name__)
+
+SIMILARITY_SCHEMA_VERSION = 1
+RELATED_DIRECTORY = "related"
+MARKER = "related.json"
+JS_DISTANCE, GEOMETRY, ORDER, MAP_XY, SENTENCES = (
+    "js_distance.npy", "geometry_similarity.npy", "order.npy", "map_xy.npy", "sentences.npy")
+BY = ("attention", "geometry")
+#: cells of ``M`` computed at once in the JS distance (heads x pairs)
+CHUNK_CELLS = 1 << 20
+#: query-key cells per padded batch of sampled sentences (small batches waste little on padding)
+BATCH_CELLS = 1 << 14
+_TINY = np.finfo(np.float64).tiny
+
+
+@dataclass
+class HeadSimilarity:
+    """Every pair of heads compared over one sample of sentences (flat head index ``layer * n_heads + head``)."""
+
+    n_layers: int
+    n_heads: int
+    js_distance: np.ndarray           # float64 [head, head], in [0, 1], 0 on the diagonal
+    geometry_similarity: np.ndarray   # float64 [head, head], linear CKA in [0, 1], 1 on the diagonal
+    order: np.ndarray                 # int64 [head]: leaf order of average-linkage clustering on js_distance
+    map_xy: np.ndarray                # float64 [head, 2]: classical MDS of js_distance
+    sentences: np.ndarray             # int64 [sentence]: the sample, sorted
+    n_queries: int                    # query tokens in the sample
+    max_queries: int
+    seed: int
+    seconds: float
+
+    def flat(self, layer: int, head: int) -> int:
+        if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
+            raise QkvizError(f"layer {layer} head {head} is out of range "
+                             f"({self.n_layers} layers x {self.n_heads} heads)")
+        return layer * self.n_heads + head
+
+    def head_of(self, flat: int) -> tuple[int, int]:
+        return int(flat) // self.n_heads, int(flat) % self.n_heads
+
+
+@dataclass(frozen=True)
+class RelatedHead:
+    layer: int
+    head: int
+    value: float   # JS distance (by attention) or CKA (by geometry)
+
+
+# -- computing ------------------------------------------------------------------------------------
+def sample_sentences(run: Run, max_queries: int, seed: int = 0) -> np.ndarray:
+    """Sorted int64 sentence numbers: a seeded random order of the run's sentences, taken whole until
+    they hold at least ``max_queries`` tokens (all of them when the run has fewer)."""
+    lengths = run.sentences.n_tokens.to_numpy(np.int64)
+    order = np.random.default_rng(seed).permutation(len(lengths))
+    count = int(np.searchsorted(np.cumsum(lengths[order]), max_queries)) + 1
+    return np.sort(order[:min(count, len(order))])
+
+
+def compute_head_similarity(run: Run, max_queries: int = 2000, seed: int = 0, progress: bool = False) -> HeadSimilarity:
+    """Every pair of heads' JS distance and CKA over one sample of about ``max_queries`` query tokens."""
+    from tqdm.auto import tqdm
+
+    if max_queries < 1:
+        raise QkvizError(f"--max-queries must be at least 1, got {max_queries}")
+    started = time.perf_counter()
+    sentences = sample_sentences(run, max_queries, seed)
+    batches = sentence_batches(run, BATCH_CELLS, sentences=sentences)
+    supports = [batch_mask(batch, run.is_causal, None) for batch in batches]   # every head's support per query
+    starts = query_starts(supports)
+    tokens = np.sort(np.concatenate([batch.rows[batch.valid] for batch in batches]))
+    n_total, width = run.n_layers * run.n_heads, run.head_dim
+    attention = np.empty((n_total, sum(int(support.sum()) for support in supports)))
+    clouds = np.empty((2 * len(tokens), n_total * width), dtype=np.float32)
+
+    def read(flat: int) -> None:
+        layer, head = divmod(flat, run.n_heads)
+        queries, keys = run.queries(layer, head), run.keys(layer, head)
+        attention[flat] = np.concatenate([batch_attention(run, layer, head, batch, queries, keys)[support]
+                                          for batch, support in zip(batches, supports)])
+        clouds[:, flat * width:(flat + 1) * width] = centred_cloud(queries, keys, tokens)
+
+    bars = dict(unit="head", disable=not progress, dynamic_ncols=True)
+    read(0)   # opens the run's arrays and tables before threads share them
+    with ThreadPoolExecutor(worker_count()) as pool, tqdm(total=n_total, desc="reading heads", **bars) as bar:
+        bar.update()
+        for _ in pool.map(read, range(1, n_total)):
+            bar.update()
+    with tqdm(total=n_total, desc="attention distance", **bars) as bar:
+        js = mean_js_distance(attention, starts, bar.update)
+    del attention
+    with tqdm(total=n_total, desc="geometry (CKA)", **bars) as bar:
+        cka = linear_cka(clouds, width, run.n_heads, bar.update)
+    return HeadSimilarity(run.n_layers, run.n_heads, js, cka, cluster_order(js), classical_mds(js), sentences,
+                          len(tokens), max_queries, seed, time.perf_counter() - started)
+
+
+def worker_count() -> int:
+    """Threads for numpy work that releases the GIL: the cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def query_starts(supports: list[np.ndarray]) -> np.ndarray:
+    """int64 ``[query]``: where each query's keys begin in the flat pairs ``concat(probs[support])``
+    (``support`` ``[batch, query, key]`` in C order, so a query's keys are contiguous)."""
+    counts = np.concatenate([support.sum(axis=2)[support.any(axis=2)] for support in supports])
+    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+
+
+def centred_cloud(queries: np.ndarray, keys: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """float32 ``[2 * len(tokens), d_head]``: the head's aligned queries, then keys, of ``tokens``, centred."""
+    aligned = align_head(queries, keys)
+    cloud = np.concatenate([aligned.queries[tokens], aligned.keys[tokens]]).astype(np.float64)
+    return (cloud - cloud.mean(axis=0)).astype(np.float32)
+
+
+def plogp_sums(probs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``[..., query]``: ``sum p log2 p`` over each query's keys (0 log 0 = 0)."""
+    terms = np.maximum(probs, _TINY)
+    np.log2(terms, out=terms)
+    terms *= probs
+    return np.add.reduceat(terms, starts, axis=-1)
+
+
+def mean_js_distance(attention: np.ndarray, starts: np.ndarray,
+                     advance: Callable[[int], object] | None = None) -> np.ndarray:
+    """float64 ``[head, head]``: mean over queries of ``sqrt(H(M) - (H(P) + H(Q)) / 2)`` (base 2).
+
+    ``attention`` ``[head, pair]``: each head's probabilities over the same flat pairs, a query's keys
+    contiguous from ``starts[query]``. Per-head entropies are computed once; each head is then compared
+    with every later head, ``M`` in chunks of :data:`CHUNK_CELLS`, heads spread over threads."""
+    n_heads, n_pairs = attention.shape
+    entropy = -plogp_sums(attention, starts)                                 # [head, query]
+    distance = np.zeros((n_heads, n_heads))
+    chunk = max(1, CHUNK_CELLS // max(n_pairs, 1))
+
+    def compare(a: int) -> None:
+        for first in range(a + 1, n_heads, chunk):
+            others = slice(first, min(first + chunk, n_heads))
+            mixture = np.add(attention[others], attention[a])
+            mixture *= 0.5
+            divergence = -plogp_sums(mixture, starts) - (entropy[others] + entropy[a]) * 0.5
+            distance[a, others] = np.sqrt(np.maximum(divergence, 0.0)).mean(axis=1)
+
+    with ThreadPoolExecutor(worker_count()) as pool:
+        for _ in pool.map(compare, range(n_heads)):
+            if advance is not None:
+                advance(1)
+    return distance + distance.T
+
+
+def linear_cka(clouds: np.ndarray, width: int, block: int,
+               advance: Callable[[int], object] | None = None) -> np.ndarray:
+    """float64 ``[head, head]``: linear CKA between heads whose centred clouds are the column blocks of
+    ``clouds`` ``[row, head * width]``; ``|Y^T X|_F^2`` for ``block`` heads at a time (a layer) against
+    every later head from one matrix product."""
+    n_heads = clouds.shape[1] // width
+    cross = np.zeros((n_heads, n_heads))
+    for first in range(0, n_heads, block):
+        count = min(block, n_heads - first)
+        products = clouds[:, first * width:(first + count) * width].T @ clouds[:, first * width:]
+        squares = np.square(products, dtype=np.float64).reshape(count, width, n_heads - first, width)
+        cross[first:first + count, first:] = squares.sum(axis=(1, 3))
+        if advance is not None:
+            advance(count)
+    cross = np.triu(cross) + np.triu(cross, 1).T
+    norms = np.sqrt(np.diag(cross))                                        # |X^T X|_F per head
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cka = cross / np.outer(norms, norms)
+    cka = np.clip(np.nan_to_num(cka, nan=0.0, posinf=0.0), 0.0, 1.0)
+    np.fill_diagonal(cka, 1.0)
+    return cka
+
+
+def cluster_order(distance: np.ndarray) -> np.ndarray:
+    """int64 ``[head]``: the leaves of average-linkage clustering on ``distance``, optimally ordered."""
+    from scipy.cluster.hierarchy import leaves_list, linkage
+    from scipy.spatial.distance import squareform
+
+    if len(distance) < 3:
+        return np.arange(len(distance), dtype=np.int64)
+    condensed = squareform(np.maximum(distance, 0.0), checks=False)
+    return leaves_list(linkage(condensed, method="average", optimal_ordering=True)).astype(np.int64)
+
+
+def classical_mds(distance: np.ndarray, dim: int = 2) -> np.ndarray:
+    """float64 ``[head, dim]``: classical MDS of ``distance``, each axis's largest coordinate positive."""
+    count = len(distance)
+    centring = np.eye(count) - 1.0 / count
+    inner = -0.5 * centring @ np.square(distance) @ centring
+    values, vectors = np.linalg.eigh((inner + inner.T) / 2)
+    top = np.argsort(values)[::-1][:dim]
+    coordinates = np.zeros((count, dim))
+    coordinates[:, :len(top)] = vectors[:, top] * np.sqrt(np.maximum(values[top], 0.0))
+    largest = coordinates[np.argmax(np.abs(coordinates), axis=0), np.arange(dim)]
+    return coordinates * np.where(largest < 0, -1.0, 1.0)
+
+
+# -- reading ----------------------------------------------------------------------------------------
+def related_heads(similarity: HeadSimilarity, layer: int, head: int, k: int = 5,
+                  by: str = "attention") -> list[RelatedHead]:
+    """The ``k`` heads nearest ``(layer, head)``: by attention, smallest JS distance first; by geometry,
+    largest CKA first; the head itself left out (ties in flat head order)."""
+    if by not in BY:
+        raise ValueError(f"by must be one of {BY}, got {by!r}")
+    flat = similarity.flat(layer, head)
+    values = (similarity.js_distance if by == "attention" else similarity.geometry_similarity)[flat]
+    ranked = np.argsort(values if by == "attention" else -values, kind="stable")
+    ranked = ranked[ranked != flat][:max(k, 0)]
+    return [RelatedHead(*similarity.head_of(other), float(values[other])) for other in ranked]
+
+
+def closest_across_layers(similarity: HeadSimilarity) -> tuple[tuple[int, int], tuple[int, int], float] | None:
+    """The two heads of different layers with the smallest JS distance, and it (None with one layer)."""
+    layer = np.arange(len(similarity.js_distance)) // similarity.n_heads
+    masked = np.where(layer[:, None] != layer[None, :], similarity.js_distance, np.inf)
+    a, b = np.unravel_index(np.argmin(masked), masked.shape)
+    if not np.isfinite(masked[a, b]):
+        return None
+    return similarity.head_of(min(a, b)), similarity.head_of(max(a, b)), float(masked[a, b])
+
+
+# -- storing ------------------------------------------------------------------------------------------
+def store_head_similarity(run: Run, similarity: HeadSimilarity) -> Path:
+    """Write ``similarity`` into ``<run>/related/``: the arrays first, ``related.json`` last."""
+    directory = run.path / RELATED_DIRECTORY
+    directory.mkdir(exist_ok=True)
+    (directory / MARKER).unlink(missing_ok=True)
+    for name, array in ((JS_DISTANCE, similarity.js_distance), (GEOMETRY, similarity.geometry_similarity),
+                        (ORDER, similarity.order), (MAP_XY, similarity.map_xy), (SENTENCES, similarity.sentences)):
+        run_files.save_npy_atomic(directory / name, np.ascontiguousarray(array))
+    run_files.write_json_atomic(directory / MARKER, {
+        "schema_version": SIMILARITY_SCHEMA_VERSION, "run_fingerprint": run.manifest["fingerprint"],
+        "n_layers": similarity.n_layers, "n_heads": similarity.n_heads, "max_queries": similarity.max_queries,
+        "seed": similarity.seed, "n_queries": similarity.n_queries, "seconds": similarity.seconds,
+        "alignment": {"translate_keys": True, "scale_norms": True}})
+    return directory
+
+
+def load_head_similarity(run: Run) -> HeadSimilarity | None:
+    """The run's stored head similarity, or None: absent, half-written (no marker), or made by another
+    qkviz version or extraction (then with a warning naming the command that makes it again)."""
+    directory = run.path / RELATED_DIRECTORY
+    try:
+        marker = json.loads((directory / MARKER).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        marker = {}
+    n_total = run.n_layers * run.n_heads
+    if (not isinstance(marker, dict) or marker.get("schema_version") != SIMILARITY_SCHEMA_VERSION
+            or marker.get("run_fingerprint") != run.manifest["fingerprint"]):
+        logger.warning("%s was made by another qkviz version or extraction; run 'qkviz related --run %s' again",
+                       directory, run.path)
+        return None
+    try:
+        arrays = [np.load(directory / name, allow_pickle=False) for name in (JS_DISTANCE, GEOMETRY, ORDER, MAP_XY,
+                                                                             SENTENCES)]
+        js, cka, order, map_xy, sentences = arrays
+        if js.shape != (n_total, n_total) or cka.shape != js.shape or order.shape != (n_total,) \
+                or map_xy.shape != (n_total, 2):
+            raise ValueError(f"arrays of shape {js.shape}, {cka.shape}, {order.shape}, {map_xy.shape} "
+                             f"for {n_total} heads")
+        return HeadSimilarity(run.n_layers, run.n_heads, js, cka, order.astype(np.int64), map_xy,
+                              sentences.astype(np.int64), int(marker["n_queries"]), int(marker["max_queries"]),
+                              int(marker["seed"]), float(marker["seconds"]))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        logger.warning("%s is damaged (%s); run 'qkviz related --run %s' again", directory, error, run.path)
+        return None

@@ -1,0 +1,226 @@
+"""Per-head attention statistics over the whole corpus (numpy only), after the seed papers.
+
+Attention is recomputed from the stored vectors (:mod:`qkviz.analysis.attention_batches`). For a head,
+with ``a[x, i, j]`` the attention of query ``i`` to key ``j`` in sentence ``x`` (positions within
+the sentence), ``A(x, i)`` the keys query ``i`` may attend to, and ``N`` the number of queries:
+
+* ``relative_position[o]`` (Transformer-XL, App. D): the mean of ``a[x, i, i + o]`` over every
+  query that may attend to offset ``o``, for ``|o| <= max_offset``;
+* ``mean_distance`` (Vig & Belinkov): ``sum a[x, i, j] |i - j| / N``; ``mean_distance_no_first``
+  the same with the first token's weight removed and each query's rest renormalised (queries with
+  no other key left out);
+* ``entropy``: the mean over queries of ``-sum_j a log a`` (nats); ``entropy_normalised`` divides
+  each query's by ``log |A(x, i)|`` (queries with one key left out): 1 is uniform;
+* ``variability`` (Vig & Belinkov): ``sum |a[x, i, j] - mean_x a[., i, j]| / (2 sum a)``, the mean
+  over the sentences that have positions ``i`` and ``j``: 0 when attention depends only on
+  positions, towards 1 when it depends on content;
+* ``argmax_self``, ``argmax_first``, ``argmax_previous``, ``argmax_next``, ``argmax_delimiter``
+  (attention-focus plots): the share of queries whose strongest key is itself, the first token,
+  the previous token, the next one (encoders; 0 for decoders), a special or punctuation token
+  other than the first token (so a [CLS] head counts as first-token, a [SEP] head as delimiter);
+  ``argmax_offset`` the share at the most frequent fixed offset ``|o| >= 2`` and ``offset`` that offset
+  (a query whose top two weights are within ``TIE_MARGIN`` has no strongest key and counts for none);
+* ``concentration``: the mean over queries with at least two keys of top-1 minus top-2 weight;
+* ``first_token_attention`` and ``special_attention``: the mean weight a query gives the first
+  token, and special tokens ([CLS], [SEP], <s>, ...).
+
+Exemplars (Vig & Belinkov): the sentences holding the strongest weights, ignoring keys that are
+the first token or special, and special queries, one pair per sentence.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from qkviz.analysis.attention_batches import SentenceBatch, batch_mask, head_attention, sentence_batches
+from qkviz.store.run import Run
+from qkviz.analysis.syntax import BatchSyntax, SyntaxSums
+
+DEFAULT_MAX_OFFSET = 64
+TIE_MARGIN = 1e-6
+STATISTICS = ("mean_distance", "mean_distance_no_first", "entropy", "entropy_normalised", "variability",
+              "argmax_self", "argmax_first", "argmax_previous", "argmax_next", "argmax_delimiter",
+              "argmax_offset", "offset", "concentration", "first_token_attention", "special_attention")
+
+
+def is_punctuation(text: str) -> bool:
+    """True for a token made only of punctuation (after stripping spaces and word-piece marks)."""
+    stripped = text.strip().removeprefix("##").strip("Ġ▁ ")
+    return bool(stripped) and all(unicodedata.category(c).startswith("P") for c in stripped)
+
+
+@dataclass(frozen=True)
+class TokenKinds:
+    """Per token of a run (global index): special, and delimiter (special or punctuation)."""
+
+    special: np.ndarray     # bool [n_tokens]
+    delimiter: np.ndarray   # bool [n_tokens]
+
+    @classmethod
+    def of(cls, run: Run) -> "TokenKinds":
+        tokens = run.tokens
+        special = tokens.is_special.to_numpy(bool)
+        punctuation = np.array([is_punctuation(str(t)) for t in tokens.token], dtype=bool)
+        return cls(special=special, delimiter=special | punctuation)
+
+
+@dataclass
+class HeadStatistics:
+    """One head's statistics (``STATISTICS``), relative-position profile and exemplars."""
+
+    values: dict[str, float]
+    relative_position: np.ndarray   # float64 [2 * max_offset + 1], offset -max_offset first; NaN where unseen
+    exemplars: pd.DataFrame         # sentence, query, key (positions), weight
+
+
+class _Accumulator:
+    """Sums over batches of one head; :meth:`finish` turns them into the statistics."""
+
+    def __init__(self, max_offset: int, max_width: int):
+        self.max_offset = max_offset
+        self.offset_weight = np.zeros(2 * max_offset + 1)
+        self.offset_count = np.zeros(2 * max_offset + 1)
+        self.argmax_offset = np.zeros(2 * max_offset + 1)
+        self.position_sum = np.zeros((max_width, max_width))
+        self.position_count = np.zeros((max_width, max_width))
+        self.totals: dict[str, float] = dict.fromkeys(
+            ("queries", "distance", "distance_no_first", "queries_no_first", "entropy", "entropy_normalised",
+             "queries_multi", "first", "previous", "next", "self", "delimiter", "concentration",
+             "first_weight", "special_weight"), 0.0)
+
+
+def head_statistics(run: Run, layer: int, head: int, kinds: TokenKinds | None = None,
+                    batches: list[SentenceBatch] | None = None, max_offset: int = DEFAULT_MAX_OFFSET,
+                    n_exemplars: int = 5, syntax: list[BatchSyntax] | None = None) -> HeadStatistics:
+    """Every statistic of the module docstring for one head, in two passes over its attention.
+
+    With ``syntax`` (one :class:`qkviz.analysis.syntax.BatchSyntax` per batch of ``batches``) the values
+    also hold :data:`qkviz.analysis.syntax.SYNTAX_STATISTICS`."""
+    kinds = TokenKinds.of(run) if kinds is None else kinds
+    batches = sentence_batches(run) if batches is None else batches
+    width = max(batch.rows.shape[1] for batch in batches)
+    sums = _Accumulator(max_offset, width)
+    syntax_sums = SyntaxSums()
+    candidates = []
+    for number, (batch, probs) in enumerate(head_attention(run, layer, head, batches)):
+        mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
+        _accumulate(sums, batch, probs, mask, kinds)
+        candidates.append(_exemplar_candidates(batch, probs, mask, kinds, n_exemplars))
+        if syntax is not None:
+            syntax_sums.add(probs, mask, syntax[number])
+    mean_map = np.divide(sums.position_sum, sums.position_count, out=np.zeros_like(sums.position_sum),
+                         where=sums.position_count > 0)
+    deviation = 0.0
+    for batch, probs in head_attention(run, layer, head, batches):
+        mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
+        side = probs.shape[1]
+        deviation += float(np.abs(probs - mean_map[None, :side, :side])[mask].sum())
+    found = _finish(sums, deviation, pd.concat(candidates, ignore_index=True), n_exemplars)
+    if syntax is not None:
+        found.values.update(syntax_sums.values())
+    return found
+
+
+def _accumulate(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mask: np.ndarray,
+                kinds: TokenKinds) -> None:
+    side = probs.shape[1]
+    position = np.arange(side)
+    offset = position[None, :] - position[:, None]                      # [query, key]: j - i
+    queries = mask.any(axis=2)                                          # [batch, query]
+    n_keys = mask.sum(axis=2)
+    totals = sums.totals
+    totals["queries"] += queries.sum()
+
+    in_range = (np.abs(offset) <= sums.max_offset)[None] & mask
+    bins = np.broadcast_to(offset + sums.max_offset, mask.shape)[in_range]
+    sums.offset_weight += np.bincount(bins, probs[in_range], minlength=len(sums.offset_weight))
+    sums.offset_count += np.bincount(bins, minlength=len(sums.offset_count))
+    sums.position_sum[:side, :side] += probs.sum(axis=0)
+    sums.position_count[:side, :side] += mask.sum(axis=0)
+
+    distance = np.abs(offset)[None]
+    totals["distance"] += float((probs * distance).sum())
+    rest = probs[:, :, 1:].sum(axis=2)
+    has_rest = queries & (mask[:, :, 1:].any(axis=2)) & (rest > 0)
+    distance_rest = (probs[:, :, 1:] * distance[:, :, 1:]).sum(axis=2)
+    totals["distance_no_first"] += float((distance_rest[has_rest] / rest[has_rest]).sum())
+    totals["queries_no_first"] += has_rest.sum()
+
+    logs = np.log(probs, out=np.zeros_like(probs), where=probs > 0)
+    entropy = -(probs * logs).sum(axis=2)
+    totals["entropy"] += float(entropy[queries].sum())
+    multi = queries & (n_keys >= 2)
+    totals["entropy_normalised"] += float((entropy[multi] / np.log(n_keys[multi])).sum())
+    totals["queries_multi"] += multi.sum()
+    top_two = np.sort(np.where(mask, probs, -1.0), axis=2)[:, :, -2:]
+    margin = top_two[:, :, 1] - top_two[:, :, 0]
+    totals["concentration"] += float(margin[multi].sum())
+
+    totals["first_weight"] += float(probs[:, :, 0][queries].sum())
+    rows = np.maximum(batch.rows, 0)
+    special = kinds.special[rows] & batch.valid
+    totals["special_weight"] += float((probs * special[:, None, :]).sum())
+
+    # A query has a strongest key only when it is ahead of the next one (not among equals).
+    decided = queries & ((n_keys == 1) | (margin > TIE_MARGIN))
+    strongest = probs.argmax(axis=2)                                    # [batch, query]
+    strongest_offset = strongest - position[None, :]
+    totals["self"] += (decided & (strongest_offset == 0)).sum()
+    totals["previous"] += (decided & (strongest_offset == -1)).sum()
+    totals["next"] += (decided & (strongest_offset == 1)).sum()
+    totals["first"] += (decided & (strongest == 0)).sum()
+    strongest_token = np.take_along_axis(rows, strongest, axis=1)
+    totals["delimiter"] += (decided & (strongest > 0) & kinds.delimiter[strongest_token]).sum()
+    near = decided & (np.abs(strongest_offset) <= sums.max_offset)
+    sums.argmax_offset += np.bincount(strongest_offset[near] + sums.max_offset, minlength=len(sums.argmax_offset))
+
+
+def _exemplar_candidates(batch: SentenceBatch, probs: np.ndarray, mask: np.ndarray, kinds: TokenKinds,
+                         count: int) -> pd.DataFrame:
+    """The strongest pair of each sentence of the batch, ignoring the first token and special tokens."""
+    rows = np.maximum(batch.rows, 0)
+    special = kinds.special[rows] | ~batch.valid
+    usable = mask & ~special[:, None, :] & ~special[:, :, None]
+    usable[:, :, 0] = False
+    weights = np.where(usable, probs, -1.0).reshape(len(batch.sentences), -1)
+    best = weights.argmax(axis=1)
+    strongest = weights[np.arange(len(best)), best]
+    keep = np.argsort(-strongest)[:count]
+    keep = keep[strongest[keep] > 0]
+    side = probs.shape[1]
+    return pd.DataFrame({"sentence": batch.sentences[keep], "query": best[keep] // side,
+                         "key": best[keep] % side, "weight": strongest[keep]})
+
+
+def _finish(sums: _Accumulator, deviation: float, candidates: pd.DataFrame, n_exemplars: int) -> HeadStatistics:
+    totals = sums.totals
+    queries = max(totals["queries"], 1.0)
+    fixed = np.abs(np.arange(-sums.max_offset, sums.max_offset + 1)) >= 2
+    fixed_shares = np.where(fixed, sums.argmax_offset, -1.0)
+    best_fixed = int(fixed_shares.argmax())
+    values = {
+        "mean_distance": totals["distance"] / queries,
+        "mean_distance_no_first": totals["distance_no_first"] / max(totals["queries_no_first"], 1.0),
+        "entropy": totals["entropy"] / queries,
+        "entropy_normalised": totals["entropy_normalised"] / max(totals["queries_multi"], 1.0),
+        "variability": deviation / (2 * queries),
+        "argmax_self": totals["self"] / queries,
+        "argmax_first": totals["first"] / queries,
+        "argmax_previous": totals["previous"] / queries,
+        "argmax_next": totals["next"] / queries,
+        "argmax_delimiter": totals["delimiter"] / queries,
+        "argmax_offset": float(sums.argmax_offset[best_fixed]) / queries,
+        "offset": float(best_fixed - sums.max_offset),
+        "concentration": totals["concentration"] / max(totals["queries_multi"], 1.0),
+        "first_token_attention": totals["first_weight"] / queries,
+        "special_attention": totals["special_weight"] / queries,
+    }
+    profile = np.divide(sums.offset_weight, sums.offset_count, out=np.full_like(sums.offset_weight, np.nan),
+                        where=sums.offset_count > 0)
+    exemplars = candidates.sort_values("weight", ascending=False).head(n_exemplars).reset_index(drop=True)
+    return HeadStatistics(values={k: float(v) for k, v in values.items()}, relative_position=profile,
+                          exemplars=exemplars)

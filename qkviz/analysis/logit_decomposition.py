@@ -1,0 +1,209 @@
+"""Splitting a head's attention logit into exact parts (Transformer-XL Fig. 7, attention-focus Fig. 2).
+
+Where the run holds the model's rotary tables and / or query and key biases
+(:mod:`qkviz.extraction.logit_parts_capture`), every logit ``q . k`` of a head is a sum of terms:
+
+* rotary models: ``q . k = q0 . k0 + positional``, with ``q0``, ``k0`` the vectors before the
+  rotation (recovered exactly by inverting the model's own rotation at each position) and
+  ``positional`` what the rotation adds;
+* models with biases: ``q0 = c_q + b_q`` and ``k0 = c_k + b_k``, so
+  ``q0 . k0 = content (c_q . c_k) + key_prior (b_q . c_k: depends on the key only)
+  + query_constant (c_q . b_k: constant for a query, cancelled by the softmax) + bias_bias``;
+* otherwise the whole logit is ``content``.
+
+For each term, over the corpus (attention batches as in :mod:`qkviz.analysis.head_stats`):
+``profile``: the attention ``softmax(scale * term)`` would pay, averaged by relative position;
+``variance_share``: ``sum_i cov_j(term, logit) / sum_i var_j(logit)`` over each query's keys, the
+term's share of the logit's variation across keys (the shares add up to 1; a per-query constant
+gets 0). Soft-capped models (Gemma 2) are decomposed before the cap.
+
+Absolute-position models (BERT, RoBERTa, DistilBERT, GPT-2) also get, at their first layer, the
+split of each logit into token and position parts (:class:`EmbeddingSplit`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkviz.analysis.attention_batches import SentenceBatch, batch_mask, masked_softmax
+from qkviz.store.run import Run
+
+TERMS = ("content", "key_prior", "query_constant", "bias_bias", "positional")
+
+
+def unrotate(vectors: np.ndarray, positions: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Undo the model's rotary embedding (the ``rotate_half`` convention, any scaling).
+
+    ``vectors`` ``[..., d_head]`` at ``positions`` (same leading shape); ``cos`` and ``sin``
+    ``[position, rotary_dim]`` as the layer applied them. Per pair ``(x1, x2)`` the model computed
+    ``(x1 c - x2 s, x2 c + x1 s)``; this solves it for ``(x1, x2)``, dividing by ``c^2 + s^2``."""
+    half = cos.shape[1] // 2
+    c, s = cos[positions][..., :half], sin[positions][..., :half]
+    e1, e2 = vectors[..., :half], vectors[..., half:2 * half]
+    norm = c * c + s * s
+    out = np.array(vectors, dtype=np.float64, copy=True)
+    out[..., :half] = (c * e1 + s * e2) / norm
+    out[..., half:2 * half] = (c * e2 - s * e1) / norm
+    return out
+
+
+def available_terms(run: Run) -> tuple[str, ...]:
+    """The terms this run can split its logits into (just ``content`` when it holds no parts)."""
+    from qkviz.store import files as run_files
+
+    terms = ["content"]
+    if run.has_part(run_files.QUERY_BIAS) and run.has_part(run_files.KEY_BIAS):
+        terms += ["key_prior", "query_constant", "bias_bias"]
+    if run.has_part(run_files.ROTARY_COS):
+        terms.append("positional")
+    return tuple(terms)
+
+
+def batch_terms(run: Run, layer: int, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray
+                ) -> dict[str, np.ndarray]:
+    """``{term: [batch, query, key]}`` float64 for one sentence batch; the terms add up to ``q . k``."""
+    rows = np.maximum(batch.rows, 0)
+    q, k = queries[rows].astype(np.float64), keys[rows].astype(np.float64)
+    terms = {}
+    rotary = run.rotary(layer)
+    if rotary is not None:
+        positions = np.broadcast_to(np.arange(rows.shape[1]), rows.shape)
+        total = np.einsum("bqd,bkd->bqk", q, k)
+        q, k = unrotate(q, positions, *rotary), unrotate(k, positions, *rotary)
+        terms["positional"] = total - np.einsum("bqd,bkd->bqk", q, k)
+    query_bias, key_bias = run.query_bias(layer, head), run.key_bias(layer, head)
+    if query_bias is not None and key_bias is not None:
+        q, k = q - query_bias, k - key_bias
+        terms["key_prior"] = np.einsum("d,bkd->bk", query_bias.astype(np.float64), k)[:, None, :].repeat(
+            rows.shape[1], axis=1)
+        terms["query_constant"] = np.einsum("bqd,d->bq", q, key_bias.astype(np.float64))[:, :, None].repeat(
+            rows.shape[1], axis=2)
+        terms["bias_bias"] = np.full(q.shape[:2] + (rows.shape[1],), float(query_bias.astype(np.float64) @ key_bias.astype(np.float64)))
+    terms["content"] = np.einsum("bqd,bkd->bqk", q, k)
+    return {term: terms[term] for term in TERMS if term in terms}
+
+
+@dataclass
+class HeadDecomposition:
+    terms: tuple[str, ...]
+    profiles: np.ndarray          # [term, 2 * max_offset + 1]: attention of the term alone by relative position
+    variance_share: np.ndarray    # [term]
+
+
+def decompose_head(run: Run, layer: int, head: int, batches: list[SentenceBatch], max_offset: int
+                   ) -> HeadDecomposition:
+    """The bias / rotary split (:func:`batch_terms`) of one head over the corpus."""
+    queries, keys = run.queries(layer, head), run.keys(layer, head)
+    return _decompose(run, layer, batches, max_offset, available_terms(run),
+                      lambda batch: batch_terms(run, layer, head, batch, queries, keys))
+
+
+def decompose_embeddings(run: Run, split: "EmbeddingSplit", head: int, batches: list[SentenceBatch],
+                         max_offset: int) -> HeadDecomposition:
+    """The token / position split (:class:`EmbeddingSplit`) of a first-layer head over the corpus."""
+    queries, keys = run.queries(0, head), run.keys(0, head)
+    return _decompose(run, 0, batches, max_offset, EMBEDDING_TERMS,
+                      lambda batch: split.batch_terms(run, head, batch, queries, keys))
+
+
+def _decompose(run: Run, layer: int, batches: list[SentenceBatch], max_offset: int, terms: tuple[str, ...],
+               parts_of) -> HeadDecomposition:
+    """Shares and relative-position profiles of ``terms``; ``parts_of(batch)`` gives ``{term: [b, q, k]}``."""
+    bins = 2 * max_offset + 1
+    weight, count = np.zeros((len(terms), bins)), np.zeros(bins)
+    covariance, variance = np.zeros(len(terms)), 0.0
+    scale = run.scale(layer)
+    for batch in batches:
+        mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
+        parts = parts_of(batch)
+        side = mask.shape[1]
+        offset = np.arange(side)[None, :] - np.arange(side)[:, None]
+        in_range = (np.abs(offset) <= max_offset)[None] & mask
+        offset_bins = np.broadcast_to(offset + max_offset, mask.shape)[in_range]
+        count += np.bincount(offset_bins, minlength=bins)
+        n_keys = mask.sum(axis=2, keepdims=True)
+        multi = (n_keys[..., 0] >= 2)
+        total = sum(parts.values())
+        total_centred = np.where(mask, total - _masked_mean(total, mask, n_keys), 0.0)
+        variance += float((total_centred ** 2).sum(axis=2)[multi].sum())
+        for number, term in enumerate(terms):
+            probs = masked_softmax(scale * parts[term], mask)
+            weight[number] += np.bincount(offset_bins, probs[in_range], minlength=bins)
+            centred = np.where(mask, parts[term] - _masked_mean(parts[term], mask, n_keys), 0.0)
+            covariance[number] += float((centred * total_centred).sum(axis=2)[multi].sum())
+    profiles = np.divide(weight, count, out=np.full_like(weight, np.nan), where=count > 0)
+    shares = covariance / variance if variance > 0 else np.full(len(terms), np.nan)
+    return HeadDecomposition(terms, profiles, shares)
+
+
+EMBEDDING_TERMS = ("token_token", "token_position", "position_token", "position_position", "embedding_other")
+
+
+@dataclass(frozen=True)
+class EmbeddingSplit:
+    """The first layer's queries and keys as token part + position part + the rest, exactly.
+
+    The layer's input is ``x = LN(e_tok + e_pos + c)`` (``c`` the token-type row). With ``s`` the
+    token's norm divisor ``sqrt(var(e) + eps)`` (fixed per token), the norm is linear in each part:
+    ``x = g * center(e_tok) / s + g * center(e_pos) / s + (g * center(c) / s + b)``, and so are
+    ``q = W_q x + b_q`` and ``k``. The terms ``q_tok . k_tok``, ``q_tok . k_pos``, ``q_pos . k_tok``,
+    ``q_pos . k_pos`` are Transformer-XL's content / content-position / position-content /
+    position-position terms; ``embedding_other`` holds the rest (token-type, norm bias, biases)."""
+
+    token_ids: np.ndarray        # [used] sorted
+    token_vectors: np.ndarray    # [used, d_model]
+    position_vectors: np.ndarray  # [position, d_model]
+    norm: np.ndarray             # [4, d_model]: token-type row, weight, bias, eps
+    query_weight: np.ndarray     # [head, d_head, d_model]
+    key_weight: np.ndarray       # [kv_head, d_head, d_model]
+
+    @classmethod
+    def of(cls, run: Run) -> "EmbeddingSplit | None":
+        from qkviz.store import files as run_files
+
+        if not all(run.has_part(name) for name in run_files.EMBED_FILES):
+            return None
+        load = lambda name: np.asarray(run.part(name), dtype=np.float64)  # noqa: E731
+        return cls(np.asarray(run.part(run_files.EMBED_TOKEN_IDS)), load(run_files.EMBED_TOKENS),
+                   load(run_files.EMBED_POSITIONS), load(run_files.EMBED_NORM),
+                   load(run_files.EMBED_QUERY_WEIGHT), load(run_files.EMBED_KEY_WEIGHT))
+
+    def inputs(self, token_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """``[3, ..., d_model]``: the token, position and remaining parts of the layer's input."""
+        constant, weight, bias, eps = self.norm[0], self.norm[1], self.norm[2], self.norm[3, 0]
+        token = self.token_vectors[np.searchsorted(self.token_ids, token_ids)]
+        position = self.position_vectors[positions]
+        total = token + position + constant
+        divisor = np.sqrt(total.var(axis=-1, keepdims=True) + eps)
+        centre = lambda v: v - v.mean(axis=-1, keepdims=True)  # noqa: E731
+        rest = weight * centre(np.broadcast_to(constant, token.shape)) / divisor + bias
+        return np.stack([weight * centre(token) / divisor, weight * centre(position) / divisor, rest])
+
+    def projections(self, run: Run, head: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``([3, ..., d_head], [3, ..., d_head])``: query and key parts of the tokens ``rows``
+        (token, position, rest; the biases in the rest). They add up to the stored vectors."""
+        tokens = run.tokens
+        parts = self.inputs(tokens.token_id.to_numpy()[rows], tokens.position.to_numpy()[rows])
+        query = parts @ self.query_weight[head].T
+        key = parts @ self.key_weight[run.kv_head(head)].T
+        query[2] += run.query_bias(0, head)
+        key[2] += run.key_bias(0, head)
+        return query, key
+
+    def batch_terms(self, run: Run, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray
+                    ) -> dict[str, np.ndarray]:
+        """``{term: [batch, query, key]}``; ``embedding_other`` is the stored logit minus the four."""
+        rows = np.maximum(batch.rows, 0)
+        query, key = self.projections(run, head, rows)
+        product = lambda a, b: np.einsum("bqd,bkd->bqk", a, b)  # noqa: E731
+        terms = {"token_token": product(query[0], key[0]), "token_position": product(query[0], key[1]),
+                 "position_token": product(query[1], key[0]), "position_position": product(query[1], key[1])}
+        total = product(queries[rows].astype(np.float64), keys[rows].astype(np.float64))
+        terms["embedding_other"] = total - sum(terms.values())
+        return terms
+
+
+def _masked_mean(values: np.ndarray, mask: np.ndarray, n_keys: np.ndarray) -> np.ndarray:
+    return np.where(mask, values, 0.0).sum(axis=2, keepdims=True) / np.maximum(n_keys, 1)

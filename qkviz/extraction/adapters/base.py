@@ -1,0 +1,91 @@
+"""What an architecture family adapter declares.
+
+Every supported family calls its attention through the Hugging Face attention interface (see
+:mod:`qkviz.extraction.capture`), so an adapter only says where each layer's attention module lives, how
+the family names its head counts, how long an input it accepts, and which variants of the
+family change the logit beyond ``scale * q . k`` (those are refused with a clear message).
+Shapes follow ``[layer, head, token, d_head]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from qkviz.core.errors import QkvizError
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+
+    def kv_head_of(self, head: int) -> int:
+        """The key-value head that serves query head ``head`` (grouped-query attention)."""
+        return head // (self.n_heads // self.n_kv_heads)
+
+
+@dataclass(frozen=True)
+class FamilyAdapter:
+    """How qkviz reaches the attention of one architecture family."""
+
+    family: str
+    model_types: tuple[str, ...]
+    #: Attribute path from the base model to the list of layers, e.g. ``"encoder.layer"``.
+    layers_path: str
+    #: Attribute path from one layer to its attention module (the one that calls the interface).
+    attention_path: str
+    causal: bool
+    description: str
+    #: Attribute path from one layer to the attention's output projection (its input is every head's
+    #: output side by side): an ``nn.Linear`` or GPT-2's ``Conv1D``.
+    output_projection_path: str = "self_attn.o_proj"
+    #: Positions reserved by the family below ``max_position_embeddings`` (RoBERTa's padding offset).
+    reserved_positions: Callable[[object], int] = lambda config: 0
+    #: Returns a reason the configuration cannot be captured exactly, or ``None``.
+    unsupported_reason: Callable[[object], str | None] = lambda config: None
+    architectures: tuple[str, ...] = field(default=())
+
+    def shape(self, config) -> ModelShape:
+        config = config.get_text_config()
+        n_heads = int(config.num_attention_heads)
+        n_kv_heads = int(getattr(config, "num_key_value_heads", None) or n_heads)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // n_heads
+        return ModelShape(int(config.num_hidden_layers), n_heads, n_kv_heads, int(head_dim))
+
+    def max_tokens_per_sequence(self, config) -> int | None:
+        limit = getattr(config.get_text_config(), "max_position_embeddings", None)
+        return None if limit is None else int(limit) - self.reserved_positions(config)
+
+    def attention_modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """The attention module of every layer, in layer order."""
+        return [_follow(layer, self.attention_path) for layer in self.layer_modules(model)]
+
+    def layer_modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """Every decoder / encoder layer, in order."""
+        return list(_follow(_base_model(model), self.layers_path))
+
+    def output_projections(self, model: torch.nn.Module) -> list[torch.nn.Module]:
+        """The output projection of every layer's attention, in layer order."""
+        return [_follow(layer, self.output_projection_path) for layer in self.layer_modules(model)]
+
+    def check_supported(self, config) -> None:
+        reason = self.unsupported_reason(config)
+        if reason:
+            raise QkvizError(f"{self.family} model not supported: {reason}")
+
+
+def _base_model(model: torch.nn.Module) -> torch.nn.Module:
+    base = getattr(model, "base_model", model)
+    # Gemma 3 and similar wrap the text decoder in a language_model attribute.
+    return getattr(base, "language_model", base)
+
+
+def _follow(obj, path: str):
+    for name in path.split("."):
+        obj = getattr(obj, name)
+    return obj

@@ -1,0 +1,14 @@
+"""DistilBERT: a six-layer BERT whose attention module holds ``q_lin`` / ``k_lin`` itself."""
+
+from qkviz.extraction.adapters.base import FamilyAdapter
+
+DISTILBERT = FamilyAdapter(
+    family="distilbert",
+    model_types=("distilbert",),
+    architectures=("DistilBertModel", "DistilBertForMaskedLM"),
+    layers_path="transformer.layer",
+    attention_path="attention",
+    causal=False,
+    output_projection_path="attention.out_lin",
+    description="DistilBERT encoders",
+)

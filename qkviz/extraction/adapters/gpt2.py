@@ -1,0 +1,19 @@
+"""GPT-2: causal decoder with one fused ``c_attn`` projection split into query, key and value.
+
+The model splits ``c_attn`` itself before calling the attention interface, so the captured
+queries and keys are already per head. ``scale_attn_by_inverse_layer_idx`` is part of the scale
+the model passes and is recorded per layer.
+"""
+
+from qkviz.extraction.adapters.base import FamilyAdapter
+
+GPT2 = FamilyAdapter(
+    family="gpt2",
+    model_types=("gpt2",),
+    architectures=("GPT2Model", "GPT2LMHeadModel"),
+    layers_path="h",
+    attention_path="attn",
+    causal=True,
+    output_projection_path="attn.c_proj",
+    description="GPT-2 decoders (fused c_attn, learned absolute positions)",
+)

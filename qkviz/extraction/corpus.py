@@ -1,0 +1,127 @@
+"""Reading a corpus of sentences: text, JSONL, CSV, Parquet, or a Hugging Face dataset.
+
+A text file holds one sentence per line (blank lines skipped); tabular files need the column
+that holds the text (``text_column``, default ``"text"``). The corpus hash covers the sentences
+as read, so the same sentences from another file format give the same run fingerprint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from qkviz.core.errors import QkvizError
+
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "sentences.txt"
+TABULAR_SUFFIXES = {".jsonl", ".csv", ".parquet"}
+FILE_SUFFIXES = TABULAR_SUFFIXES | {".txt", ".text", ".json", ".tsv"}
+
+
+@dataclass(frozen=True)
+class Corpus:
+    source: str
+    sentences: tuple[str, ...]
+    text_column: str | None
+
+    @property
+    def sha256(self) -> str:
+        digest = hashlib.sha256()
+        for sentence in self.sentences:
+            digest.update(sentence.encode("utf-8"))
+            digest.update(b"\n")
+        return digest.hexdigest()
+
+
+def load_corpus(source: str | Path, text_column: str = "text") -> Corpus:
+    """Read sentences from ``source``; every failure is a one-line :class:`QkvizError`."""
+    path = Path(source)
+    if path.is_dir():
+        raise QkvizError(f"corpus {path} is a directory; give a text, JSONL, CSV or Parquet file")
+    if path.exists():
+        if path.suffix.lower() in TABULAR_SUFFIXES:
+            sentences = _read_tabular(path, text_column)
+            column = text_column
+        else:
+            sentences = _read_text_lines(path)
+            column = None
+    elif path.suffix.lower() in FILE_SUFFIXES or str(source).startswith((".", "/", "~")):
+        raise QkvizError(f"corpus file {path} does not exist")
+    else:
+        sentences = _read_hub_dataset(str(source), text_column)
+        column = text_column
+    if not sentences:
+        raise QkvizError(f"corpus {source} has no sentences (every line or row is empty)")
+    return Corpus(source=str(source), sentences=tuple(sentences), text_column=column)
+
+
+def _read_text_lines(path: Path) -> list[str]:
+    raw = path.read_bytes()
+    sentences = []
+    for number, line in enumerate(raw.splitlines(), start=1):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise QkvizError(f"corpus {path} line {number} is not UTF-8 ({error.reason} at byte {error.start}); "
+                             "re-encode the file as UTF-8") from None
+        text = text.strip().lstrip("\ufeff")
+        if text:
+            sentences.append(text)
+    return sentences
+
+
+def _read_tabular(path: Path, text_column: str) -> list[str]:
+    import pandas as pd
+
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".jsonl":
+            frame = pd.DataFrame(_read_jsonl(path))
+        elif suffix == ".csv":
+            frame = pd.read_csv(path, encoding="utf-8", dtype=str, keep_default_na=False)
+        else:
+            frame = pd.read_parquet(path)
+    except UnicodeDecodeError as error:
+        raise QkvizError(f"corpus {path} is not UTF-8 ({error.reason}); re-encode the file as UTF-8") from None
+    except (ValueError, OSError) as error:
+        raise QkvizError(f"corpus {path} cannot be read as {suffix[1:].upper()}: {str(error).splitlines()[0]}") from None
+    if text_column not in frame.columns:
+        columns = ", ".join(map(str, frame.columns)) or "none"
+        raise QkvizError(f"corpus {path} has no column {text_column!r} (columns: {columns}); choose one with --text-column")
+    return [str(value).strip() for value in frame[text_column] if value is not None and str(value).strip()]
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise QkvizError(f"corpus {path} line {number} is not valid JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise QkvizError(f"corpus {path} line {number} is not a JSON object")
+            rows.append(row)
+    return rows
+
+
+def _read_hub_dataset(name: str, text_column: str) -> list[str]:
+    """``name`` or ``name:split`` of a Hugging Face dataset, when the hub and ``datasets`` are there."""
+    dataset_name, _, split = name.partition(":")
+    try:
+        import datasets
+    except ImportError:
+        raise QkvizError(f"corpus {name} is neither a file nor loadable: loading a Hugging Face dataset needs "
+                         "'pip install datasets' and network access to the hub") from None
+    try:
+        dataset = datasets.load_dataset(dataset_name, split=split or "train")
+    except Exception as error:  # the hub, the network or the name: all one message for the user
+        raise QkvizError(f"corpus {name} is not a file, and loading it as a Hugging Face dataset failed "
+                         f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no detail'})") from None
+    if text_column not in dataset.column_names:
+        raise QkvizError(f"dataset {name} has no column {text_column!r} (columns: {', '.join(dataset.column_names)}); "
+                         "choose one with --text-column")
+    return [text.strip() for text in dataset[text_column] if isinstance(text, str) and text.strip()]

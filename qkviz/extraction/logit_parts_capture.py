@@ -1,0 +1,169 @@
+"""What the logit decomposition needs from the model itself, captured once at extraction (torch).
+
+* Query and key biases, where the family's projections have them: ``[layer, head, d_head]`` and
+  ``[layer, kv_head, d_head]`` float32. They are parameters, read from the attention module
+  (BERT / RoBERTa ``query`` / ``key``, DistilBERT ``q_lin`` / ``k_lin``, GPT-2's fused
+  ``c_attn``, Llama-style ``q_proj`` / ``k_proj``). Not taken where a QK-norm follows the
+  projection: the stored vector is then not the projection plus its bias.
+* First-layer embedding parts, for absolute-position models (BERT, RoBERTa, DistilBERT, GPT-2):
+  see :func:`embedding_parts`.
+* Rotary tables, where the family rotates queries and keys: the ``cos`` and ``sin`` each layer's
+  attention receives for positions ``0..P-1`` (``[layer, position, rotary_dim]``), recorded from
+  one forward pass by a pre-hook on every attention module, so every rotary variant (scaling,
+  partial rotation, local / global bases) is exactly the model's own.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from qkviz.store import files as run_files
+from qkviz.extraction.adapters import FamilyAdapter, ModelShape
+
+logger = logging.getLogger(__name__)
+
+QUERY_BIAS_NAMES = ("query", "q_proj", "q_lin")
+KEY_BIAS_NAMES = ("key", "k_proj", "k_lin")
+
+
+def _projection_bias(module: torch.nn.Module, names: tuple[str, ...]) -> torch.Tensor | None:
+    for name in names:
+        projection = getattr(module, name, None)
+        if projection is not None:
+            return getattr(projection, "bias", None)
+    return None
+
+
+def query_key_biases(module: torch.nn.Module, shape: ModelShape) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """One attention module's ``([head, d_head], [kv_head, d_head])`` biases, or ``None`` each."""
+    if getattr(module, "q_norm", None) is not None or getattr(module, "k_norm", None) is not None:
+        return None, None
+    fused = getattr(module, "c_attn", None)
+    if fused is not None and getattr(fused, "bias", None) is not None:
+        width = shape.n_heads * shape.head_dim
+        query_bias, key_bias = fused.bias[:width], fused.bias[width:2 * width]
+    else:
+        query_bias, key_bias = _projection_bias(module, QUERY_BIAS_NAMES), _projection_bias(module, KEY_BIAS_NAMES)
+
+    def per_head(bias, heads):
+        if bias is None:
+            return None
+        return bias.detach().float().cpu().numpy().reshape(heads, shape.head_dim)
+
+    return per_head(query_bias, shape.n_heads), per_head(key_bias, shape.n_kv_heads)
+
+
+def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_positions: int, pad_id: int,
+                  device: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(cos, sin)`` float32 ``[layer, position, rotary_dim]`` as each layer receives them, or ``None``."""
+    seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def recorder(layer):
+        def hook(_module, args, kwargs):
+            embeddings = kwargs.get("position_embeddings")
+            if embeddings is not None:
+                cos, sin = embeddings
+                seen[layer] = (cos[0].float().cpu(), sin[0].float().cpu())
+        return hook
+
+    _one_pass(model, [module.register_forward_pre_hook(recorder(layer), with_kwargs=True)
+                      for layer, module in enumerate(modules)], pad_id, n_positions, device)
+    if not seen:
+        return None
+    if sorted(seen) != list(range(len(modules))):
+        raise RuntimeError(f"rotary embeddings reached layers {sorted(seen)} only, of {len(modules)}")
+    cos = torch.stack([seen[layer][0] for layer in range(len(modules))]).numpy()
+    sin = torch.stack([seen[layer][1] for layer in range(len(modules))]).numpy()
+    return cos, sin
+
+
+def _one_pass(model: torch.nn.Module, handles: list, token_id: int, n_positions: int, device: str) -> None:
+    """One forward pass over ``n_positions`` copies of ``token_id``; then the hooks ``handles`` are removed."""
+    try:
+        input_ids = torch.full((1, n_positions), token_id, dtype=torch.long, device=device)
+        with torch.inference_mode():
+            model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _embedding_modules(model: torch.nn.Module, adapter: FamilyAdapter):
+    """``(word, position, token_type or None, norm)`` modules of an absolute-position model, else ``None``.
+
+    BERT / RoBERTa / DistilBERT normalise the embedding sum in ``embeddings.LayerNorm``; GPT-2 adds
+    ``wte`` and ``wpe`` and its first block normalises them (``ln_1``) before attention."""
+    root = model.base_model if hasattr(model, "base_model") else model
+    embeddings = getattr(root, "embeddings", None)
+    if embeddings is not None and hasattr(embeddings, "word_embeddings") and hasattr(embeddings, "position_embeddings"):
+        return (embeddings.word_embeddings, embeddings.position_embeddings,
+                getattr(embeddings, "token_type_embeddings", None), embeddings.LayerNorm)
+    if hasattr(root, "wte") and hasattr(root, "wpe"):
+        return root.wte, root.wpe, None, adapter.layer_modules(model)[0].ln_1
+    return None
+
+
+def _first_layer_projection(module: torch.nn.Module, names: tuple[str, ...], part: int, shape: ModelShape,
+                            heads: int) -> np.ndarray:
+    """``[head, d_head, d_model]`` weight of the first layer's query (``part`` 0) or key (1) projection."""
+    fused = getattr(module, "c_attn", None)
+    if fused is not None:                           # GPT-2 Conv1D: y = x @ W, W [d_model, 3 * width]
+        width = shape.n_heads * shape.head_dim
+        weight = fused.weight[:, part * width:(part + 1) * width].T
+    else:
+        weight = next(getattr(module, name) for name in names if hasattr(module, name)).weight
+    return weight.detach().float().cpu().numpy().reshape(heads, shape.head_dim, -1)
+
+
+def embedding_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, used_token_ids: np.ndarray,
+                    n_positions: int, pad_id: int, device: str) -> dict[str, np.ndarray]:
+    """What splits the first layer's queries and keys into token and position parts, for
+    absolute-position models (``{}`` for others): the token embeddings of the ids the run uses, the
+    position embeddings the model adds at positions ``0..P-1`` (read from one forward pass, so
+    offsets such as RoBERTa's are the model's own), the token-type row, the norm's weight, bias and
+    eps, and the first layer's query and key projection weights."""
+    modules = _embedding_modules(model, adapter)
+    if modules is None:
+        return {}
+    word, position, token_type, norm = modules
+    seen = {}
+    hooks = [position.register_forward_hook(lambda m, i, out: seen.__setitem__("position", out[0]))]
+    if token_type is not None:
+        hooks.append(token_type.register_forward_hook(lambda m, i, out: seen.__setitem__("type", out[0, 0])))
+    # Not the padding id: RoBERTa numbers positions from its non-padding tokens.
+    filler = int(next((t for t in used_token_ids if t != pad_id), used_token_ids[0]))
+    _one_pass(model, hooks, filler, n_positions, device)
+    attention = adapter.attention_modules(model)[0]
+    constant = seen["type"] if "type" in seen else torch.zeros(word.weight.shape[1])
+    as_numpy = lambda tensor: tensor.detach().float().cpu().numpy()  # noqa: E731
+    return {
+        run_files.EMBED_TOKEN_IDS: np.asarray(used_token_ids, dtype=np.int64),
+        run_files.EMBED_TOKENS: as_numpy(word.weight[torch.as_tensor(used_token_ids, device=word.weight.device)]),
+        run_files.EMBED_POSITIONS: as_numpy(seen["position"]),
+        run_files.EMBED_NORM: np.stack([as_numpy(constant), as_numpy(norm.weight), as_numpy(norm.bias),
+                                        np.full(constant.shape[-1], float(norm.eps), dtype=np.float32)]),
+        run_files.EMBED_QUERY_WEIGHT: _first_layer_projection(attention, QUERY_BIAS_NAMES, 0, shape, shape.n_heads),
+        run_files.EMBED_KEY_WEIGHT: _first_layer_projection(attention, KEY_BIAS_NAMES, 1, shape, shape.n_kv_heads),
+    }
+
+
+def capture_logit_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, n_positions: int,
+                        pad_id: int, device: str, used_token_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """``{run file: array}`` of the biases, rotary tables and first-layer embedding parts the model has."""
+    modules = adapter.attention_modules(model)
+    parts: dict[str, np.ndarray] = {}
+    biases = [query_key_biases(module, shape) for module in modules]
+    if all(query is not None for query, _ in biases):
+        parts[run_files.QUERY_BIAS] = np.stack([query for query, _ in biases]).astype(np.float32)
+    if all(key is not None for _, key in biases):
+        parts[run_files.KEY_BIAS] = np.stack([key for _, key in biases]).astype(np.float32)
+    tables = rotary_tables(model, modules, n_positions, pad_id, device)
+    if tables is not None:
+        parts[run_files.ROTARY_COS], parts[run_files.ROTARY_SIN] = tables
+    if used_token_ids is not None and run_files.QUERY_BIAS in parts:
+        parts.update(embedding_parts(model, adapter, shape, used_token_ids, n_positions, pad_id, device))
+    logger.debug("logit parts: %s", sorted(parts))
+    return parts

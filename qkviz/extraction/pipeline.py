@@ -1,0 +1,175 @@
+"""``qkviz extract``: from a model and a corpus to a complete run directory.
+
+The run is identified by a fingerprint of everything that determines its numbers (the model's
+weights and configuration, the corpus, the selection, the stored precision); the same inputs
+reuse the run, an interrupted run with the same inputs resumes, and different inputs into an
+existing run directory are refused unless ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import platform
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from qkviz.store import files as run_files
+from qkviz.extraction.adapters import FamilyAdapter, ModelShape, adapter_for
+from qkviz.extraction.capture import LayerAttentionSettings
+from qkviz.extraction.corpus import Corpus, load_corpus
+from qkviz.core.errors import QkvizError
+from qkviz.extraction.forward import capture_run, pad_token_id
+from qkviz.extraction.logit_parts_capture import capture_logit_parts
+from qkviz.extraction.models import LoadedModel, load_model
+from qkviz.store.run import Run, open_run
+from qkviz.store.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory
+from qkviz.extraction.selection import select_sentences
+from qkviz.extraction.token_table import sentence_table, token_table
+
+logger = logging.getLogger(__name__)
+
+STORED_DTYPES = ("float16", "float32")
+
+
+@dataclass(frozen=True)
+class ExtractionResult:
+    run: Run
+    status: str          # "extracted", "resumed" or "reused"
+    seconds: float
+
+    @property
+    def n_truncated(self) -> int:
+        return int(self.run.manifest["counts"]["n_truncated_sentences"])
+
+
+def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int | None = None,
+            max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
+            max_length: int | None = None, device: str = "cpu", text_column: str = "text",
+            overwrite: bool = False, head_update: bool = False, progress: bool = False) -> ExtractionResult:
+    """Extract every head's queries, keys and value norms over ``corpus`` into the run ``out``;
+    with ``head_update``, also each head's update relative to the hidden state per token
+    (:mod:`qkviz.extraction.head_update_capture`)."""
+    started = time.perf_counter()
+    _check_options(dtype, batch_size, max_tokens, max_sentences, max_length)
+    corpus_data = load_corpus(corpus, text_column)
+    loaded = load_model(model, device=device, progress=progress)
+    config = loaded.model.config
+    adapter = adapter_for(config)
+    shape = adapter.shape(config)
+    length_limit = _length_limit(adapter.max_tokens_per_sequence(config), max_length)
+    sentences = select_sentences(corpus_data.sentences, loaded.tokenizer, length_limit, max_tokens,
+                                 max_sentences, seed)
+    if not sentences:
+        raise QkvizError(f"no sentence of {corpus} fits in --max-tokens {max_tokens}; raise it")
+    n_tokens = sum(len(s) for s in sentences)
+    identity = {
+        "schema_version": run_files.SCHEMA_VERSION,
+        "model": _model_identity(loaded, adapter.family),
+        "corpus": {"sha256": corpus_data.sha256, "text_column": corpus_data.text_column},
+        "selection": {"max_tokens": max_tokens, "max_sentences": max_sentences, "seed": seed,
+                      "max_length": length_limit},
+        "dtype": dtype,
+        **({"head_update": True} if head_update else {}),
+    }
+    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    plan = plan_directory(Path(out), fingerprint, overwrite)
+    if plan is DirectoryPlan.REUSE:
+        logger.info("%s already holds this run; reusing it", out)
+        return ExtractionResult(open_run(out), "reused", time.perf_counter() - started)
+    layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, n_tokens, dtype,
+                         head_update)
+    writer = RunWriter(Path(out), fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
+    resumed = writer.tokens_done > 0
+    try:
+        settings = capture_run(loaded, adapter, shape, sentences, writer, batch_size, progress)
+    finally:
+        writer.close()
+    if any(settings[layer].causal != adapter.causal for layer in settings):
+        raise RuntimeError(f"{adapter.family} layers disagree with the family's causality")
+    tokens = token_table(sentences, loaded.tokenizer)
+    manifest = _manifest(identity, loaded, adapter, shape, settings, corpus_data, sentences, tokens)
+    manifest["extraction"] = {"device": device, "batch_size": batch_size}
+    logit_parts = capture_logit_parts(loaded.model, adapter, shape, max(len(s) for s in sentences),
+                                      pad_token_id(loaded.tokenizer), device,
+                                      used_token_ids=np.unique(tokens.token_id.to_numpy()))
+    manifest["logit_parts"] = sorted(logit_parts)
+    writer.finish(manifest, tokens, sentence_table(sentences), logit_parts)
+    seconds = time.perf_counter() - started
+    logger.info("extracted %d tokens of %d sentences into %s in %.1f s", n_tokens, len(sentences), out, seconds)
+    return ExtractionResult(open_run(out), "resumed" if resumed else "extracted", seconds)
+
+
+def _manifest(identity: dict, loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
+              settings: dict[int, LayerAttentionSettings], corpus_data: Corpus, sentences, tokens) -> dict:
+    """Everything a reader needs to know about the run (``files`` and ``fingerprint`` are added on finish)."""
+    layers = range(shape.n_layers)
+    return {
+        **identity,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "versions": _versions(),
+        "model": {**identity["model"], "id": loaded.model_id, "source": loaded.source,
+                  "description": adapter.description},
+        "shape": {"n_layers": shape.n_layers, "n_heads": shape.n_heads, "n_kv_heads": shape.n_kv_heads,
+                  "head_dim": shape.head_dim},
+        "attention": {
+            "causal": adapter.causal,
+            "scales": [settings[layer].scale for layer in layers],
+            "sliding_windows": [settings[layer].sliding_window for layer in layers],
+            "softcaps": [settings[layer].softcap for layer in layers],
+            "kv_head_of_head": [shape.kv_head_of(head) for head in range(shape.n_heads)],
+        },
+        "corpus": {**identity["corpus"], "source": corpus_data.source,
+                   "n_corpus_sentences": len(corpus_data.sentences)},
+        "counts": {"n_sentences": len(sentences), "n_tokens": int(len(tokens)),
+                   "n_special_tokens": int(tokens["is_special"].sum()),
+                   "n_truncated_sentences": sum(s.truncated for s in sentences)},
+    }
+
+
+def _check_options(dtype: str, batch_size: int, max_tokens, max_sentences, max_length) -> None:
+    if dtype not in STORED_DTYPES:
+        raise QkvizError(f"--dtype {dtype} is not one of {', '.join(STORED_DTYPES)}")
+    for name, value in (("--batch-size", batch_size), ("--max-tokens", max_tokens),
+                        ("--max-sentences", max_sentences), ("--max-length", max_length)):
+        if value is not None and value < 1:
+            raise QkvizError(f"{name} must be a positive number, got {value}")
+
+
+def _length_limit(model_limit: int | None, requested: int | None) -> int | None:
+    if requested is not None and model_limit is not None and requested > model_limit:
+        raise QkvizError(f"--max-length {requested} is longer than the model allows ({model_limit})")
+    return requested if requested is not None else model_limit
+
+
+def _model_identity(loaded, family: str) -> dict:
+    """Hashes that change exactly when the model's numbers can change."""
+    import torch
+
+    weights = hashlib.sha256()
+    for name, tensor in sorted(loaded.model.state_dict().items()):
+        weights.update(name.encode())
+        weights.update(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes()
+                       if tensor.numel() else b"")
+    config = loaded.model.config.to_diff_dict()
+    config.pop("_attn_implementation_autoset", None)
+    config.pop("attn_implementation", None)
+    config_text = json.dumps(config, sort_keys=True, default=str)
+    return {"family": family, "architecture": type(loaded.model).__name__,
+            "weights_sha256": weights.hexdigest(),
+            "config_sha256": hashlib.sha256(config_text.encode()).hexdigest()}
+
+
+def _versions() -> dict:
+    import torch
+    import transformers
+
+    from qkviz import __version__
+
+    return {"qkviz": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "numpy": np.__version__, "python": platform.python_version()}

@@ -1,0 +1,153 @@
+"""Projecting one head's aligned query/key cloud to 2D or 3D: PCA, UMAP, t-SNE.
+
+Each method is a pure function of the points, the dimension, a seed and its parameters, returning
+float32 coordinates and the parameters actually used (a perplexity or neighbour count too large
+for the number of points is reduced, and the reduction is recorded). UMAP and t-SNE can share one
+:class:`~qkviz.projection.neighbors.NeighborGraph`. t-SNE is openTSNE's, optimised in two phases (early
+exaggeration, then the rest): FFT interpolation in 2D; openTSNE has no FFT path in 3D, so 3D uses
+Barnes-Hut, several times slower.
+
+Defaults come from ``bench/project.py`` and trials on MiniLM heads of 10,000 points: cosine
+neighbours (as in AttentionViz), and short optimisations (t-SNE 125 + 125 iterations, UMAP 200
+epochs with ``min_dist`` 0, 3D t-SNE refined from the 2D one for 50 iterations) whose
+trustworthiness is within 0.01 of runs several times longer (UMAP with ``min_dist`` 0.1 and 500
+epochs scored 0.005 to 0.01 lower than ``min_dist`` 0 and 200 epochs, at twice the time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkviz.core.errors import QkvizError
+from qkviz.projection.neighbors import METRICS, NeighborGraph, neighbor_graph
+
+METHODS = ("pca", "umap", "tsne")
+DIMENSIONS = (2, 3)
+DEFAULT_PARAMS: dict[str, dict] = {
+    "pca": {},
+    "umap": {"n_neighbors": 15, "min_dist": 0.0, "n_epochs": 200, "metric": "cosine"},
+    "tsne": {"perplexity": 30.0, "early_exaggeration_iter": 125, "n_iter": 125, "metric": "cosine",
+             "n_iter_3d": 50},
+}
+#: Parameters that only a 3D layout reads (left out of 2D specs, so they do not split the cache).
+ONLY_3D = {"tsne": ("n_iter_3d",)}
+
+
+@dataclass(frozen=True)
+class Projection:
+    coordinates: np.ndarray   # float32 [n_points, dim]
+    params: dict              # the parameters used, after any adjustment
+    adjusted: dict            # {name: (asked, used)} for parameters reduced to fit the data
+
+
+def check_method(method: str, dim: int) -> None:
+    if method not in METHODS:
+        raise QkvizError(f"unknown projection method {method!r}; choose from {', '.join(METHODS)}")
+    if dim not in DIMENSIONS:
+        raise QkvizError(f"unknown dimension {dim}; choose 2 or 3")
+
+
+def resolve_params(method: str, params: dict, dim: int = 3) -> dict:
+    """The method's defaults overridden by ``params``; unknown names and metrics are refused."""
+    unknown = set(params) - set(DEFAULT_PARAMS[method])
+    if unknown:
+        raise QkvizError(f"{method} has no parameter {', '.join(sorted(unknown))}; "
+                         f"it takes {', '.join(DEFAULT_PARAMS[method]) or 'none'}")
+    resolved = {**DEFAULT_PARAMS[method], **params}
+    if dim == 2:
+        for name in ONLY_3D.get(method, ()):
+            resolved.pop(name, None)
+    if "metric" in resolved and resolved["metric"] not in METRICS:
+        raise QkvizError(f"metric {resolved['metric']!r} is not one of {', '.join(METRICS)}")
+    return resolved
+
+
+def neighbors_needed(method: str, params: dict, n_points: int) -> int:
+    """How many neighbours (self included) ``method`` reads from a shared graph."""
+    if method == "umap":
+        return min(int(params["n_neighbors"]), n_points - 1) + 1
+    if method == "tsne":
+        return min(int(3 * _fitting_perplexity(params["perplexity"], n_points)), n_points - 1) + 1
+    return 0
+
+
+def project(points: np.ndarray, method: str, dim: int, seed: int = 0, graph: NeighborGraph | None = None,
+            tsne_2d: np.ndarray | None = None, **params) -> Projection:
+    """Project ``points`` ``[n_points, d]`` with ``method`` into ``dim`` dimensions.
+
+    ``graph``, when given, must hold at least :func:`neighbors_needed` neighbours under the
+    method's metric; otherwise the method computes its own. ``tsne_2d``, for a 3D t-SNE, is the 2D
+    t-SNE of the same points, parameters and seed (it is computed when not given; passing it only
+    saves that time)."""
+    check_method(method, dim)
+    params = resolve_params(method, params, dim)
+    points = np.ascontiguousarray(points, dtype=np.float32)
+    if len(points) < 4:
+        raise QkvizError(f"{len(points)} points are too few to project; extract more tokens")
+    if method == "pca":
+        return _pca(points, dim, seed, params)
+    needed = neighbors_needed(method, params, len(points))
+    if graph is None or graph.k < needed or graph.metric != params["metric"]:
+        graph = neighbor_graph(points, needed, params["metric"])
+    if method == "umap":
+        return _umap(points, dim, seed, params, graph.first(needed))
+    return _tsne(points, dim, seed, params, graph.first(needed), tsne_2d)
+
+
+def _pca(points, dim, seed, params) -> Projection:
+    from sklearn.decomposition import PCA
+
+    return Projection(PCA(n_components=dim, random_state=seed).fit_transform(points).astype(np.float32), params, {})
+
+
+def _umap(points, dim, seed, params, graph: NeighborGraph) -> Projection:
+    import umap
+
+    used, adjusted = dict(params), {}
+    if graph.k - 1 < params["n_neighbors"]:
+        used["n_neighbors"] = graph.k - 1
+        adjusted["n_neighbors"] = (params["n_neighbors"], used["n_neighbors"])
+    reducer = umap.UMAP(n_components=dim, n_neighbors=used["n_neighbors"], min_dist=used["min_dist"],
+                        n_epochs=used["n_epochs"], metric=used["metric"], random_state=seed, n_jobs=1,
+                        precomputed_knn=(graph.indices, graph.distances, None))
+    return Projection(reducer.fit_transform(points).astype(np.float32), used, adjusted)
+
+
+def _fitting_perplexity(perplexity: float, n_points: int) -> float:
+    return float(min(perplexity, (n_points - 1) / 3))
+
+
+def _tsne(points, dim, seed, params, graph: NeighborGraph, tsne_2d: np.ndarray | None) -> Projection:
+    """2D: openTSNE with FFT gradients (early exaggeration, then the rest). 3D: the 2D layout lifted
+    by a small third coordinate (the points' third principal component) and refined for
+    ``n_iter_3d`` Barnes-Hut iterations, openTSNE having no FFT path in 3D; a full 3D run from
+    scratch costs five times as much for the same trustworthiness."""
+    from openTSNE import TSNEEmbedding, affinity, initialization
+    from openTSNE.nearest_neighbors import PrecomputedNeighbors
+
+    used, adjusted = dict(params), {}
+    used["perplexity"] = _fitting_perplexity(params["perplexity"], len(points))
+    if used["perplexity"] != params["perplexity"]:
+        adjusted["perplexity"] = (params["perplexity"], used["perplexity"])
+    affinities = affinity.PerplexityBasedNN(
+        perplexity=used["perplexity"], knn_index=PrecomputedNeighbors(graph.indices[:, 1:], graph.distances[:, 1:]),
+        n_jobs=1, random_state=seed)
+    if tsne_2d is None or dim == 2:
+        start = initialization.pca(points, n_components=2, random_state=seed)  # rescaled to std 1e-4
+        embedding = TSNEEmbedding(start, affinities, negative_gradient_method="fft", n_jobs=1, random_state=seed)
+        embedding = embedding.optimize(n_iter=used["early_exaggeration_iter"], exaggeration=12, momentum=0.5)
+        embedding = embedding.optimize(n_iter=used["n_iter"], momentum=0.8)
+        tsne_2d = np.asarray(embedding, dtype=np.float32)
+    if dim == 2:
+        return Projection(tsne_2d, used, adjusted)
+    third = initialization.pca(points, n_components=3, random_state=seed)[:, 2:]
+    lifted = np.hstack([tsne_2d, third / (third.std() or 1.0) * tsne_2d.std() * LIFT_SCALE]).astype(np.float64)
+    embedding = TSNEEmbedding(lifted, affinities, negative_gradient_method="bh", theta=1.0, n_jobs=1,
+                              random_state=seed).optimize(n_iter=used["n_iter_3d"], momentum=0.8)
+    return Projection(np.asarray(embedding, dtype=np.float32), used, adjusted)
+
+
+#: The third coordinate of a lifted 3D t-SNE starts at this fraction of the 2D layout's spread.
+LIFT_SCALE = 0.3

@@ -1,0 +1,138 @@
+"""Projecting many heads: one pure task per head, run through a small executor seam.
+
+:func:`project_head` is a pure function of (run path, one head's specs) that leaves cache entries
+behind; it opens the run itself and reads only that head's memory-mapped vectors, so workers stay
+small.
+:func:`run_tasks` hands the tasks to anything with ``submit(fn, *args) -> Future`` -- a local
+process pool here (persistent: numba compiles once per worker, not once per head); a Dask or
+Ray client offers the same call, so a distributed engine needs no change to the algorithms.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import time
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from typing import Iterable, Iterator
+
+from qkviz.core.alignment import Alignment, align_head
+from qkviz.store.projections import ProjectionCache, ProjectionSpec
+from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
+from qkviz.projection.methods import ONLY_3D, check_method, neighbors_needed, project, resolve_params
+from qkviz.store.run import Run, open_run
+
+logger = logging.getLogger(__name__)
+
+
+def plan_specs(run: Run, methods: Iterable[str], dims: Iterable[int], layers: Iterable[int],
+               heads: Iterable[int], alignment: Alignment = Alignment(), seed: int = 0,
+               params: dict[str, dict] | None = None) -> list[ProjectionSpec]:
+    """One spec per (layer, head, method, dim), with each method's full parameters and the seed."""
+    specs = []
+    for method in methods:
+        for dim in dims:
+            check_method(method, dim)
+            used = {**resolve_params(method, (params or {}).get(method, {}), dim), "seed": seed}
+            for layer in layers:
+                for head in heads:
+                    run.check_head(layer, head)
+                    specs.append(ProjectionSpec.of(layer, head, method, dim, alignment.translate_keys,
+                                                   alignment.scale_norms, **used))
+    return specs
+
+
+def head_groups(specs: list[ProjectionSpec]) -> list[list[ProjectionSpec]]:
+    """Specs grouped by (layer, head, alignment): one task each, sharing the data and neighbours."""
+    groups: dict[tuple, list[ProjectionSpec]] = {}
+    for spec in specs:
+        groups.setdefault((spec.layer, spec.head, spec.translate_keys, spec.scale_norms), []).append(spec)
+    return list(groups.values())
+
+
+def project_head(run_path: str, specs: list[ProjectionSpec]) -> list[dict]:
+    """Compute and cache the layouts of one head that are not cached yet; report each one.
+
+    The head is aligned once, and one neighbour graph per metric serves all its UMAP and t-SNE
+    layouts."""
+    run = open_run(run_path)
+    cache = ProjectionCache(run.path, run.manifest["fingerprint"])
+    cached = {spec for spec in specs if cache.contains(spec)}
+    todo = [spec for spec in specs if spec not in cached]
+    outcomes = [{"spec": spec, "cached": True, "seconds": 0.0} for spec in cached]
+    if not todo:
+        return outcomes
+    first = todo[0]
+    aligned = align_head(run.queries(first.layer, first.head), run.keys(first.layer, first.head),
+                         Alignment(first.translate_keys, first.scale_norms))
+    graphs: dict[str, NeighborGraph] = {}
+    for metric in {dict(spec.params).get("metric") for spec in todo} - {None}:
+        needed = max(neighbors_needed(spec.method, dict(spec.params), len(aligned.points))
+                     for spec in todo if dict(spec.params).get("metric") == metric)
+        graphs[metric] = neighbor_graph(aligned.points, needed, metric)
+    for spec in sorted(todo, key=lambda spec: spec.dim):  # a 2D t-SNE first: the 3D one starts from it
+        started = time.perf_counter()
+        params = dict(spec.params)
+        seed = params.pop("seed")
+        tsne_2d = cache.load(_tsne_2d_spec(spec)) if spec.method == "tsne" and spec.dim == 3 else None
+        projection = project(aligned.points, spec.method, spec.dim, seed=seed,
+                             graph=graphs.get(params.get("metric")), tsne_2d=tsne_2d, **params)
+        seconds = time.perf_counter() - started
+        cache.store(spec, projection.coordinates, details={
+            "seconds": round(seconds, 3), "norm_scale": aligned.norm_scale,
+            "adjusted": {name: list(pair) for name, pair in projection.adjusted.items()}})
+        outcomes.append({"spec": spec, "cached": False, "seconds": seconds, "adjusted": projection.adjusted})
+    return outcomes
+
+
+def _tsne_2d_spec(spec: ProjectionSpec) -> ProjectionSpec:
+    """The 2D t-SNE spec a 3D t-SNE spec starts from."""
+    params = {name: value for name, value in spec.params if name not in ONLY_3D["tsne"]}
+    return ProjectionSpec.of(spec.layer, spec.head, "tsne", 2, spec.translate_keys, spec.scale_norms, **params)
+
+
+def start_worker(compile_umap: bool) -> None:
+    """Worker start-up: leave Ctrl-C to the parent, and compile UMAP's numba code once if needed."""
+    import warnings
+
+    import numpy as np
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not compile_umap:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        project(np.random.default_rng(0).normal(size=(64, 4)), "umap", 2, n_epochs=10)
+
+
+def local_executor(jobs: int, compile_umap: bool = True) -> Executor | None:
+    """A persistent pool of ``jobs`` worker processes (spawned: no state forked from the parent);
+    ``None`` for one job, which runs the tasks in this process."""
+    if jobs <= 1:
+        return None
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=start_worker, initargs=(compile_umap,))
+
+
+def run_tasks(run: Run, specs: list[ProjectionSpec], executor: Executor | None) -> Iterator[dict]:
+    """Submit one task per head with layouts not yet cached (or run them here when ``executor`` is
+    ``None``); yield each layout's outcome as its head finishes."""
+    cache = ProjectionCache(run.path, run.manifest["fingerprint"])
+    todo = []
+    for spec in specs:
+        if cache.contains(spec):
+            yield {"spec": spec, "cached": True, "seconds": 0.0}
+        else:
+            todo.append(spec)
+    if executor is None:
+        for group in head_groups(todo):
+            yield from project_head(str(run.path), group)
+        return
+    futures = [executor.submit(project_head, str(run.path), group) for group in head_groups(todo)]
+    try:
+        for future in as_completed(futures):
+            yield from future.result()
+    finally:
+        for future in futures:
+            future.cancel()

@@ -1,0 +1,185 @@
+"""The report's head-atlas page ``atlas.html``: self-contained like ``index.html``.
+
+Label grid, a layer x head heatmap per statistic, the average attention by relative position of
+every head (heads grouped by layer), and each head's strongest exemplar with its pair marked.
+Token and sentence text is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from qkviz.report.html_page import figure_html, page
+from qkviz.analysis.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS, HeadAtlas
+from qkviz.analysis.head_labels import LABELS
+from qkviz.analysis.head_stats import STATISTICS
+from qkviz.report.position_heatmap import head_names, log_weights, relative_position_figure
+from qkviz.analysis.syntax import POS_TAGS
+
+ATLAS_STYLE = "mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; } table { font-size: 0.9em; }\n"
+LABEL_COLOURS = dict(zip(LABELS, ("#1f77b4", "#17becf", "#9467bd", "#8c564b", "#d62728", "#ff7f0e",
+                                  "#bcbd22", "#2ca02c")))
+
+
+def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
+    table = atlas.table
+    counts = table.label.value_counts()
+    shown = [name for name in (*STATISTICS, "dependency_alignment", "dependency_alignment_no_first",
+                               *UPDATE_STATISTICS) if name in table]
+    count_text = ", ".join(f"{html.escape(label)} {counts.get(label, 0)}" for label in LABELS if counts.get(label, 0))
+    sections = [
+        f"<h1>Head atlas: {html.escape(model)}</h1>",
+        f'<p class="note">Run <code>{html.escape(run_path)}</code>; attention recomputed from the stored vectors '
+        f"over the whole corpus. Labels (thresholds: {html.escape(str(atlas.thresholds.as_dict()))}): "
+        f"{count_text}. <a href=\"index.html\">Correlation report</a>.</p>",
+        "<h2>Pattern labels</h2>" + figure_html(_label_grid(atlas)),
+        "<h2>Average attention by relative position</h2>"
+        '<p class="note">Mean weight at key position &minus; query position, per head; colour on a log scale.</p>'
+        + figure_html(relative_position_figure(atlas.relative_position, atlas.offsets)),
+        "<h2>Statistics, layer &times; head</h2>"
+        f'<div class="grid">{"".join(figure_html(_statistic_heatmap(atlas, name)) for name in shown)}</div>',
+        _syntax_section(atlas),
+        _decomposition_section(atlas),
+        _update_section(atlas),
+        "<h2>Exemplars: the strongest pair of each head</h2>" + _exemplar_table(atlas),
+    ]
+    return page(f"qkviz head atlas: {model}", sections, ATLAS_STYLE)
+
+
+def _grid(table: pd.DataFrame, column: str) -> np.ndarray:
+    grid = np.full((table.layer.max() + 1, table["head"].max() + 1), np.nan)
+    grid[table.layer.to_numpy(), table["head"].to_numpy()] = table[column].to_numpy(dtype=float)
+    return grid
+
+
+def _label_grid(atlas: HeadAtlas) -> go.Figure:
+    table = atlas.table
+    codes = {label: number for number, label in enumerate(LABELS)}
+    table = table.assign(code=table.label.map(codes))
+    grid = _grid(table, "code")
+    text = np.full(grid.shape, "", dtype=object)
+    text[table.layer.to_numpy(), table["head"].to_numpy()] = table.label.to_numpy()
+    steps = len(LABELS)
+    colourscale = []
+    for number, label in enumerate(LABELS):
+        colourscale += [[number / steps, LABEL_COLOURS[label]], [(number + 1) / steps, LABEL_COLOURS[label]]]
+    figure = go.Figure(go.Heatmap(z=grid, zmin=-0.5, zmax=steps - 0.5, colorscale=colourscale, text=text,
+                                  texttemplate="%{text}", textfont={"size": 9}, showscale=False,
+                                  x=[f"H{h}" for h in range(grid.shape[1])], y=[f"L{l}" for l in range(grid.shape[0])],
+                                  hovertemplate="%{y} %{x}: %{text}<extra></extra>"))
+    figure.update_yaxes(autorange="reversed")
+    figure.update_layout(height=120 + 28 * grid.shape[0], margin={"l": 40, "r": 10, "t": 20, "b": 30})
+    return figure
+
+
+def _syntax_section(atlas: HeadAtlas) -> str:
+    tags = [tag for tag in POS_TAGS if f"pos_{tag}" in atlas.table]
+    if not tags:
+        return ('<p class="note">No syntax statistics: <code>qkviz stats --syntax</code> adds attention by part of '
+                "speech and dependency alignment.</p>")
+    table = atlas.table
+    names = [f"L{l} H{h}" for l, h in zip(table.layer, table["head"])]
+    figure = go.Figure(go.Heatmap(z=table[[f"pos_{tag}" for tag in tags]].to_numpy(), x=tags, y=names,
+                                  colorscale="Viridis", hovertemplate="%{y} to %{x}: %{z:.3f}<extra></extra>"))
+    figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 120)
+    figure.update_layout(height=min(200 + 8 * len(names), 2400), margin={"l": 70, "r": 10, "t": 20, "b": 40})
+    return "<h2>Share of attention by the key's part of speech</h2>" + figure_html(figure)
+
+
+def _decomposition_section(atlas: HeadAtlas) -> str:
+    if atlas.term_profiles is None or len(atlas.terms) < 2:
+        return ('<p class="note">No logit decomposition: the run holds no query / key biases or rotary tables '
+                "(runs extracted before they were captured: extract again with --overwrite).</p>")
+    shares = "".join(figure_html(_statistic_heatmap(atlas, f"share_{term}")) for term in atlas.terms)
+    n_layers, n_heads = atlas.term_profiles.shape[:2]
+    profiles = _term_profiles(atlas.term_profiles.reshape(n_layers * n_heads, len(atlas.terms), -1),
+                              head_names(n_layers, n_heads), atlas.terms, atlas.offsets)
+    return ("<h2>Logit decomposition</h2>"
+            '<p class="note">Each term\'s share of the logit\'s variation across a query\'s keys (shares add up to 1; '
+            "a term constant for a query gets 0), and the attention the term alone would pay by relative position "
+            "(log scale).</p>"
+            f'<div class="grid">{shares}</div><div class="grid">{profiles}</div>' + _embedding_section(atlas))
+
+
+def _embedding_section(atlas: HeadAtlas) -> str:
+    """The first layer's token / position split (absolute-position models)."""
+    if atlas.embedding_profiles is None:
+        return ""
+    first = atlas.table[atlas.table.layer == 0]
+    terms = [column.removeprefix("embed_share_") for column in first if column.startswith("embed_share_")]
+    names = [f"L0 H{head}" for head in first["head"]]
+    shares = go.Figure(go.Heatmap(z=first[[f"embed_share_{term}" for term in terms]].to_numpy(), x=terms, y=names,
+                                  colorscale="Viridis", hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>"))
+    shares.update_yaxes(autorange="reversed")
+    shares.update_layout(title="share of the logit's variation", height=140 + 22 * len(names),
+                         margin={"l": 60, "r": 10, "t": 40, "b": 30})
+    return ("<h3>First layer: token and position parts</h3>"
+            '<p class="note">The first layer\'s input is the normalised sum of token and position embeddings, so each '
+            "logit splits exactly into token&middot;token, token&middot;position, position&middot;token, "
+            "position&middot;position and the rest (token type, norm bias, biases).</p>"
+            f'<div class="grid">{figure_html(shares)}'
+            f"{_term_profiles(atlas.embedding_profiles, names, terms, atlas.offsets)}</div>")
+
+
+def _term_profiles(profiles: np.ndarray, names: list[str], terms, offsets: np.ndarray) -> str:
+    """One heatmap per term of ``profiles`` ``[row, term, offset]``: the attention of the term alone."""
+    figures = []
+    for number, term in enumerate(terms):
+        values, seen = log_weights(profiles[None, :, number], offsets)
+        figure = go.Figure(go.Heatmap(z=values, x=seen, y=names, colorscale="Viridis", zmin=-4, zmax=0,
+                                      showscale=False, hovertemplate="%{y}, offset %{x}: 10^%{z:.2f}<extra></extra>"))
+        figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 24)
+        figure.update_layout(title=f"{term} alone", height=420, margin={"l": 20, "r": 10, "t": 40, "b": 30})
+        figures.append(figure_html(figure))
+    return "".join(figures)
+
+
+def _update_section(atlas: HeadAtlas) -> str:
+    if atlas.update_histograms is None:
+        return ('<p class="note">No head updates: extract the run with <code>--head-update</code> to see each '
+                "head's update to the hidden state.</p>")
+    n_layers, n_heads = atlas.update_histograms.shape[:2]
+    names = [f"L{l} H{h}" for l in range(n_layers) for h in range(n_heads)]
+    low, high = UPDATE_RATIO_RANGE
+    axes = {0: ("log10 |update| / |hidden state|", np.linspace(low, high, UPDATE_BINS + 1)),
+            1: ("cosine(update, hidden state)", np.linspace(-1, 1, UPDATE_BINS + 1))}
+    figures = []
+    for index, (title, edges) in axes.items():
+        rows = atlas.update_histograms[:, :, index].reshape(n_layers * n_heads, -1)
+        figure = go.Figure(go.Heatmap(z=rows, x=(edges[:-1] + edges[1:]) / 2, y=names, colorscale="Viridis",
+                                      hovertemplate="%{y} at %{x:.2f}: %{z:.1%} of tokens<extra></extra>"))
+        figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 120)
+        figure.update_layout(title=title, height=min(200 + 8 * len(names), 1600),
+                             margin={"l": 70, "r": 10, "t": 40, "b": 30})
+        figures.append(figure_html(figure))
+    return ("<h2>Each head's update to the hidden state</h2>"
+            '<p class="note">Per token: the head\'s output through its slice of the output projection, against the '
+            "layer's input (the residual stream): its norm ratio and cosine, as histograms per head.</p>"
+            f'<div class="grid">{"".join(figures)}</div>')
+
+
+def _statistic_heatmap(atlas: HeadAtlas, name: str) -> go.Figure:
+    grid = _grid(atlas.table, name)
+    figure = go.Figure(go.Heatmap(z=grid, x=[f"H{h}" for h in range(grid.shape[1])],
+                                  y=[f"L{l}" for l in range(grid.shape[0])], colorscale="Viridis",
+                                  hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>"))
+    figure.update_yaxes(autorange="reversed")
+    figure.update_layout(title=name, height=120 + 22 * grid.shape[0], margin={"l": 40, "r": 10, "t": 40, "b": 30})
+    return figure
+
+
+def _exemplar_table(atlas: HeadAtlas) -> str:
+    best = atlas.exemplars[atlas.exemplars["rank"] == 0]
+    labels = atlas.table.set_index(["layer", "head"]).label
+    rows = "".join(
+        f"<tr><td>L{row.layer} H{row.head}</td><td>{html.escape(labels.get((row.layer, row.head), ''))}</td>"
+        f"<td><mark class=\"q\">{html.escape(str(row.query_token))}</mark> &rarr; "
+        f"<mark class=\"k\">{html.escape(str(row.key_token))}</mark> ({row.weight:.2f})</td>"
+        f"<td>{html.escape(str(row.text))}</td></tr>" for row in best.itertuples())
+    return ("<table><tr><th>head</th><th>label</th><th>query &rarr; key (weight)</th><th>sentence</th></tr>"
+            f"{rows}</table>")
+

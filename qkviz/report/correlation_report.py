@@ -1,0 +1,195 @@
+"""``qkviz report``: the distance-dot-product correlation of every head, as files.
+
+A report directory holds ``correlation.csv`` (one row per layer, head and space; see
+:mod:`qkviz.analysis.correlation`), ``summary.json`` (model and per-layer means, the best projection,
+how pairs were chosen) and ``index.html`` (self-contained: plotly.js is inlined, no network).
+It is written into a temporary sibling directory and renamed into place, so a directory named
+like the report is always a complete one. The table is also kept in the run directory, where
+``qkviz serve`` shows each head's figures.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from qkviz.analysis import correlation
+from qkviz.core.errors import QkvizError
+from qkviz.analysis.head_atlas import HeadAtlas, load_atlas
+from qkviz.analysis.head_stats import STATISTICS
+from qkviz.store.run import Run
+
+logger = logging.getLogger(__name__)
+
+REPORT_SCHEMA_VERSION = 1
+CSV_NAME = "correlation.csv"
+SUMMARY_NAME = "summary.json"
+HTML_NAME = "index.html"
+ATLAS_HTML_NAME = "atlas.html"
+#: AttentionViz (Yeh et al., 2023), Wiki-Auto data: mean correlation between query-key distance
+#: and dot product over heads.
+ATTENTIONVIZ_MEANS = {"BERT": -0.938, "GPT-2": -0.792}
+FIGURES = ("pearson", "spearman", "query_spearman")
+SCATTER_PAIRS = 3000
+
+
+@dataclass
+class Report:
+    table: pd.DataFrame
+    summary: dict
+    extremes: dict[str, correlation.HeadPairs]   # "best" / "worst" head by translated+scaled Pearson
+    atlas: HeadAtlas | None = None               # the run's head statistics, when 'qkviz stats' made them
+
+
+def build_report(run: Run, max_pairs: int = correlation.DEFAULT_MAX_PAIRS, seed: int = 0,
+                 progress: bool = False) -> Report:
+    """Compute the table, the summary and the sampled pairs of the best and worst heads."""
+    started = time.perf_counter()
+    projections = correlation.cached_projections(run)
+    table = correlation.correlation_table(run, max_pairs=max_pairs, seed=seed, progress=progress,
+                                          projections=projections)
+    summary = summarise(run, table, max_pairs, seed)
+    extremes = _extreme_heads(run, table, max_pairs, seed, projections)
+    atlas = load_atlas(run)
+    if atlas is None:
+        summary["missing_atlas"] = f"qkviz stats --run {run.path}"
+    else:
+        summary["head_atlas"] = atlas_summary(atlas)
+    summary["seconds"] = round(time.perf_counter() - started, 2)
+    return Report(table=table, summary=summary, extremes=extremes, atlas=atlas)
+
+
+def atlas_summary(atlas: HeadAtlas) -> dict:
+    """Label counts and the model means of every statistic (the page is ``atlas.html``)."""
+    return {"page": ATLAS_HTML_NAME, "labels": {k: int(v) for k, v in atlas.table.label.value_counts().items()},
+            "means": {name: _float(atlas.table[name].mean()) for name in STATISTICS},
+            "thresholds": atlas.thresholds.as_dict()}
+
+
+def summarise(run: Run, table: pd.DataFrame, max_pairs: int, seed: int) -> dict:
+    """Model-level and per-layer means per space, the best projection, and how pairs were chosen."""
+    spaces = list(dict.fromkeys(table.space))
+    means = table.groupby("space", sort=False)[list(FIGURES)].mean()
+    per_layer = table.groupby(["space", "layer"], sort=False)[list(FIGURES)].mean()
+    n_pairs = int(table.n_pairs.max()) if len(table) else 0
+    exact = bool(table.exact.all()) if len(table) else True
+    projected = [space for space in spaces if space not in correlation.HEAD_SPACES]
+    summary = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "run": str(run.path), "run_fingerprint": run.manifest["fingerprint"],
+        "model": run.model_id, "family": run.family, "causal": run.is_causal,
+        "n_layers": run.n_layers, "n_heads": run.n_heads, "n_tokens": run.n_tokens,
+        "n_sentences": run.n_sentences,
+        "dot_product": "q . k of the head (the attention logit before its positive scale); in the translated "
+                       "spaces and projections, q . (k + t), which differs by a per-query constant",
+        "pairs": {
+            "rule": "query-key pairs of the same sentence that the model lets attend (causal mask, sliding window)",
+            "exact": exact, "used_per_head": n_pairs, "max_pairs": max_pairs, "seed": seed,
+            "sampling": None if exact else (
+                f"{n_pairs:,} of the attending pairs of each layer drawn uniformly with replacement; with 95% "
+                f"confidence each Pearson and Spearman figure is within its row's ci95 of its all-pairs value "
+                f"(at most {table.ci95.max():.4f})"),
+        },
+        "spaces": spaces,
+        "model_means": {space: _floats(means.loc[space]) for space in spaces},
+        "layer_means": {space: {int(layer): _floats(row) for (row_space, layer), row in per_layer.iterrows()
+                                if row_space == space} for space in spaces},
+        "attentionviz_means": ATTENTIONVIZ_MEANS,
+        "projections": projection_ranking(means, projected),
+    }
+    if not projected:
+        summary["missing_projections"] = f"qkviz project --run {run.path}"
+    return summary
+
+
+def projection_ranking(means: pd.DataFrame, projected: list[str]) -> list[dict]:
+    """Projections from the one that keeps attention structure best (most negative mean Pearson).
+
+    ``kept`` is its mean Pearson over that of the translated+scaled space it was made from."""
+    reference = means.loc["translated+scaled", "pearson"] if "translated+scaled" in means.index else None
+    reference = reference if reference is not None and np.isfinite(reference) and reference != 0 else None
+    ranking = [{"space": space, **_floats(means.loc[space]),
+                "kept": _float(means.loc[space, "pearson"] / reference) if reference else None}
+               for space in projected]
+    return sorted(ranking, key=lambda row: (np.inf if row["pearson"] is None else row["pearson"]))
+
+
+def _extreme_heads(run: Run, table: pd.DataFrame, max_pairs: int, seed: int,
+                   projections: dict[tuple[int, int], dict]) -> dict[str, correlation.HeadPairs]:
+    """The per-pair figures (a sample of :data:`SCATTER_PAIRS`) of the best and the worst head."""
+    scored = table[table.space == "translated+scaled"].dropna(subset=["pearson"])
+    if scored.empty:
+        return {}
+    chosen = {"best": scored.loc[scored.pearson.idxmin()], "worst": scored.loc[scored.pearson.idxmax()]}
+    extremes = {}
+    for name, row in chosen.items():
+        layer, head = int(row["layer"]), int(row["head"])
+        pairs = correlation.attending_pairs(run, layer, min(max_pairs, SCATTER_PAIRS), seed)
+        _, kept = correlation.head_correlation_rows(run, layer, head, pairs, projections.get((layer, head)),
+                                                    keep_pairs=True)
+        extremes[name] = kept
+    return extremes
+
+
+def write_report(report: Report, out: Path, overwrite: bool = False) -> Path:
+    """Write the report's files into ``out``, atomically; an existing ``out`` needs ``overwrite``."""
+    from qkviz.report.atlas_html import render_atlas_html
+    from qkviz.report.report_html import render_html
+
+    out = Path(out)
+    check_destination(out, overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    try:
+        report.table.to_csv(staging / CSV_NAME, index=False, float_format="%.6f")
+        (staging / HTML_NAME).write_text(render_html(report), encoding="utf-8")
+        if report.atlas is not None:
+            (staging / ATLAS_HTML_NAME).write_text(
+                render_atlas_html(report.atlas, report.summary["model"], report.summary["run"]), encoding="utf-8")
+        (staging / SUMMARY_NAME).write_text(json.dumps(report.summary, indent=2) + "\n", encoding="utf-8")
+        if out.exists():
+            retired = out.with_name(f".{out.name}.replaced-{time.time_ns()}")
+            out.rename(retired)
+            staging.rename(out)
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            staging.rename(out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return out
+
+
+def check_destination(out: Path, overwrite: bool) -> None:
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise QkvizError(f"{out} exists and is not a directory; choose another --out")
+    if not overwrite:
+        raise QkvizError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
+    if any(out.iterdir()) and not _is_report(out):
+        raise QkvizError(f"{out} is not a qkviz report directory; refusing to replace it: choose another --out")
+
+
+def _is_report(directory: Path) -> bool:
+    try:
+        summary = json.loads((directory / SUMMARY_NAME).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(summary, dict) and "run_fingerprint" in summary
+
+
+def _float(value) -> float | None:
+    return None if value is None or not np.isfinite(value) else round(float(value), 6)
+
+
+def _floats(row: pd.Series) -> dict:
+    return {name: _float(row[name]) for name in FIGURES}

@@ -1,0 +1,140 @@
+"""The report's ``index.html``: one self-contained page (plotly.js inlined once, no network).
+
+Figures are built from the report's table and summary only; every piece of text that comes
+from the run (model name, paths) is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from qkviz.report.html_page import figure_html, page
+
+from qkviz.report.correlation_report import ATTENTIONVIZ_MEANS, Report
+
+
+
+def render_html(report: Report) -> str:
+    summary, table = report.summary, report.table
+    sections = [
+        _header(summary),
+        _means_section(summary),
+        _projection_section(summary),
+        "<h2>Per head: Pearson correlation, layer &times; head</h2>"
+        '<p class="note">Blue: near means a high dot product (the picture is faithful); red: the opposite.</p>'
+        f'<div class="grid">{"".join(figure_html(_heatmap(table, space)) for space in summary["spaces"])}</div>',
+        "<h2>Distribution of per-head correlations</h2>" + figure_html(_distribution(table)),
+        "<h2>Mean by layer</h2>" + figure_html(_layer_means(summary)),
+        _extremes_section(report),
+    ]
+    return page(f"qkviz report: {summary['model']}", sections)
+
+
+def _header(summary: dict) -> str:
+    pairs = summary["pairs"]
+    how = ("every attending pair (exact)" if pairs["exact"]
+           else html.escape(pairs["sampling"]))
+    missing = summary.get("missing_projections")
+    missing_note = (f'<p class="note"><b>No projections are cached yet</b>, so only the head spaces are covered: '
+                    f"<code>{html.escape(missing)}</code> adds them; then make the report again.</p>"
+                    if missing else "")
+    atlas_note = (f'<p class="note"><a href="{summary["head_atlas"]["page"]}">Head atlas</a>: statistics, labels '
+                  "and exemplars of every head.</p>" if "head_atlas" in summary else
+                  f'<p class="note">No head atlas yet: <code>{html.escape(summary["missing_atlas"])}</code> makes '
+                  "one; then make the report again.</p>")
+    return (f"<h1>Distance vs dot product: {html.escape(summary['model'])}</h1>"
+            f'<p class="note">Run <code>{html.escape(summary["run"])}</code>: {summary["n_layers"]} layers &times; '
+            f'{summary["n_heads"]} heads, {summary["n_tokens"]:,} tokens in {summary["n_sentences"]:,} sentences; '
+            f'{"causal" if summary["causal"] else "bidirectional"} attention. Pairs: '
+            f'{html.escape(pairs["rule"])}; {pairs["used_per_head"]:,} per head, {how}. '
+            f'Dot product: {html.escape(summary["dot_product"])}. <i>query Spearman</i> is the Spearman '
+            "correlation among each query's own keys, averaged over queries: the softmax compares only "
+            "those.</p>" + missing_note + atlas_note)
+
+
+def _means_section(summary: dict) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(space)}</td>" + "".join(_cell(means[name]) for name in ("pearson", "spearman",
+                                                                                      "query_spearman"))
+        + "</tr>" for space, means in summary["model_means"].items())
+    published = ", ".join(f"{name} {value:+.3f}" for name, value in ATTENTIONVIZ_MEANS.items())
+    return ("<h2>Model means over heads</h2><table><tr><th>space</th><th>Pearson</th><th>Spearman</th>"
+            f"<th>query Spearman</th></tr>{rows}</table>"
+            f'<p class="note">AttentionViz (Yeh et al., 2023) reports mean correlations of {published} on '
+            "Wiki-Auto data, for their own normalised joint embeddings; compare with the translated+scaled row.</p>")
+
+
+def _projection_section(summary: dict) -> str:
+    ranking = summary["projections"]
+    if not ranking:
+        return ""
+    rows = "".join(f"<tr><td>{html.escape(row['space'])}</td>{_cell(row['pearson'])}{_cell(row['spearman'])}"
+                   f"{_cell(row['query_spearman'])}{_cell(row['kept'], '{:.0%}')}</tr>" for row in ranking)
+    return ("<h2>Which projection keeps attention structure best</h2>"
+            f'<p class="note">Best: <b>{html.escape(ranking[0]["space"])}</b>. <i>kept</i> is the projection\'s '
+            "mean Pearson over that of the translated+scaled space it was made from.</p>"
+            "<table><tr><th>projection</th><th>Pearson</th><th>Spearman</th><th>query Spearman</th><th>kept</th>"
+            f"</tr>{rows}</table>")
+
+
+def _extremes_section(report: Report) -> str:
+    if not report.extremes:
+        return ""
+    best_projection = [row["space"] for row in report.summary["projections"]][:1]
+    figures = []
+    for name, kept in report.extremes.items():
+        spaces = ["translated+scaled"] + [space for space in best_projection if space in kept.figures]
+        figure = make_subplots(rows=1, cols=len(spaces), subplot_titles=spaces)
+        for column, space in enumerate(spaces, start=1):
+            distances, dots = kept.figures[space]
+            figure.add_trace(go.Scattergl(x=dots, y=distances, mode="markers", marker={"size": 3, "opacity": 0.4},
+                                          name=space, showlegend=False), row=1, col=column)
+            figure.update_xaxes(title_text="dot product", row=1, col=column)
+            figure.update_yaxes(title_text="distance", row=1, col=column)
+        figure.update_layout(title=f"{name} head: L{kept.layer} H{kept.head} (sampled pairs)", height=360)
+        figures.append(figure_html(figure))
+    return "<h2>Distance vs dot product, best and worst head</h2>" + "".join(figures)
+
+
+def _heatmap(table: pd.DataFrame, space: str) -> go.Figure:
+    rows = table[table.space == space]
+    grid = rows.pivot(index="layer", columns="head", values="pearson")
+    figure = go.Figure(go.Heatmap(
+        z=grid.to_numpy(), x=[f"H{h}" for h in grid.columns], y=[f"L{l}" for l in grid.index],
+        zmin=-1, zmax=1, colorscale="RdBu_r",
+        hovertemplate="%{y} %{x}: Pearson %{z:.3f}<extra></extra>"))
+    figure.update_yaxes(autorange="reversed")
+    figure.update_layout(title=space, height=120 + 22 * len(grid.index), margin={"l": 40, "r": 10, "t": 40, "b": 30})
+    return figure
+
+
+def _distribution(table: pd.DataFrame) -> go.Figure:
+    figure = go.Figure()
+    for space, rows in table.groupby("space", sort=False):
+        figure.add_trace(go.Box(y=rows.pearson, name=space, boxpoints="all", jitter=0.4, pointpos=0,
+                                text=[f"L{l} H{h}" for l, h in zip(rows.layer, rows["head"])],
+                                hovertemplate="%{text}: %{y:.3f}<extra></extra>"))
+    figure.update_layout(yaxis_title="Pearson (distance, dot product)", showlegend=False, height=420)
+    return figure
+
+
+def _layer_means(summary: dict) -> go.Figure:
+    figure = go.Figure()
+    for space, layers in summary["layer_means"].items():
+        figure.add_trace(go.Scatter(x=[int(layer) for layer in layers], y=[row["pearson"] for row in layers.values()],
+                                    mode="lines+markers", name=space))
+    figure.update_layout(xaxis_title="layer", yaxis_title="mean Pearson (distance, dot product)", height=380)
+    return figure
+
+
+
+def _cell(value, form: str = "{:+.3f}") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "<td>&ndash;</td>"
+    return f"<td>{form.format(value)}</td>"
+

@@ -1,0 +1,44 @@
+"""What a run directory holds, as the lines ``qkviz status`` prints: the extraction, the cached
+projections per method and dimension, and the search indexes."""
+
+from __future__ import annotations
+
+from qkviz.search.partner_index import PartnerIndexes
+from qkviz.store.projections import ProjectionCache
+from qkviz.store.run import Run
+from qkviz.search.token_index import load_token_index
+
+
+def describe_run(run: Run) -> list[str]:
+    """One line per fact, each starting with a ten-character label."""
+    manifest = run.manifest
+    counts = manifest["counts"]
+    lines = [
+        f"run        {run.path}",
+        f"model      {run.model_id} ({manifest['model']['source']}), family {run.family}, "
+        f"{'causal' if run.is_causal else 'bidirectional'}",
+        f"heads      {run.n_layers} layers x {run.n_heads} heads, {run.n_kv_heads} key-value heads, d_head {run.head_dim}",
+        f"extracted  {counts['n_tokens']} tokens, {counts['n_sentences']} sentences "
+        f"({counts['n_truncated_sentences']} truncated), stored as {run.dtype}, {manifest['created_at']}",
+        f"corpus     {manifest['corpus']['source']} (sha256 {manifest['corpus']['sha256'][:12]})",
+    ]
+    projections = ProjectionCache(run.path, manifest["fingerprint"]).summary()
+    all_heads = run.n_layers * run.n_heads
+    if not projections:
+        lines.append(f"projected  nothing yet: 'qkviz project --run {run.path}'")
+    for (method, dim, settings), count in sorted(projections.items()):
+        lines.append(f"projected  {method} {dim}D: {count}/{all_heads} heads ({settings})")
+    lines.append(index_status(run))
+    return lines
+
+
+def index_status(run: Run) -> str:
+    """The status line of the run's search indexes."""
+    kinds = PartnerIndexes(run).summary()
+    token_index = load_token_index(run) is not None
+    if not kinds and not token_index:
+        return f"indexed    nothing yet (exact search works without): 'qkviz index --run {run.path}'"
+    needed = run.n_layers * (run.n_heads + run.n_kv_heads)
+    described = ", ".join(f"{count} {'exact' if kind == 'flat' else 'approximate'}" for kind, count in kinds.items())
+    return (f"indexed    {sum(kinds.values())}/{needed} partner indexes ({described or 'none'}), token index "
+            f"{'stored' if token_index else 'not stored'}")

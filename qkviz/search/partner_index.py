@@ -1,0 +1,262 @@
+"""Attention partners across the whole corpus: the keys a query scores highest, the queries a key draws most.
+
+Inside a sentence a head's attention is ``softmax(scale * q . k)``; across the corpus the same
+score ranks every key any query could meet. For a query of head ``(layer, head)`` its partners
+are the ``k`` keys (of any sentence) with the highest ``scale * q . k``; for a key, the ``k``
+queries with the highest score on it. The scores are the model's own logits (soft-capped where
+the model caps) of the stored vectors, so a partner in another sentence is scored as if both
+tokens stood where they stood in their own sentences (with rotary positions, at that offset).
+
+Each head's partner search is a maximum inner product search (:mod:`qkviz.search.mips_index`) over one
+side: ``keys`` of a key-value head (shared by the query heads of its group) and ``queries`` of a
+query head. ``qkviz index`` builds them ahead of time into ``<run>/indexes/`` -- ``<side>-l<L>-h<H>.faiss``
+and its JSON sidecar, written last, so only complete indexes are read -- where they are
+memory-mapped when used. A missing exact index is built in memory on first use (milliseconds for
+ten thousand tokens); a missing approximate one (past :data:`~qkviz.search.mips_index.EXACT_LIMIT` tokens)
+is a :class:`QkvizError` naming the command.
+
+How much of this neighbourhood a 2D layout keeps is :func:`layout_overlap`: of the ``k`` true
+partners, how many are among the ``k`` points of the other kind nearest in the layout.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from qkviz.store import files as run_files
+from qkviz.core.errors import QkvizError
+from qkviz.search.mips_index import EXACT_LIMIT, IndexInfo, MipsIndex, build_index, read_index, write_index
+from qkviz.search.token_index import INDEX_DIRECTORY
+
+logger = logging.getLogger(__name__)
+
+PARTNER_INDEX_SCHEMA_VERSION = 1
+SIDES = ("keys", "queries")
+#: indexes kept open at once per run (each a memory map)
+OPEN_INDEXES = 32
+
+
+@dataclass(frozen=True)
+class IndexTarget:
+    """One index: ``side`` ``"keys"`` of key-value head ``head``, or ``"queries"`` of query head ``head``."""
+
+    side: str
+    layer: int
+    head: int
+
+    @property
+    def stem(self) -> str:
+        return f"{self.side}-l{self.layer}-h{self.head}"
+
+
+def index_targets(run, layers: list[int], heads: list[int]) -> list[IndexTarget]:
+    """The indexes the partner searches of ``heads`` in ``layers`` need: their key-value heads' keys, their queries."""
+    kv_heads = sorted({run.kv_head(head) for head in heads})
+    return [IndexTarget(side, layer, head) for layer in layers
+            for side, chosen in (("keys", kv_heads), ("queries", heads)) for head in chosen]
+
+
+@dataclass(frozen=True)
+class Partners:
+    """The corpus-wide partners of one clicked point of head ``(layer, head)``.
+
+    ``point`` indexes the head's joint layout (query ``t`` is ``t``, key ``t`` is ``n_tokens + t``);
+    ``tokens`` int64 ``[k]`` are the partners' tokens, best first, and ``points`` their joint-layout
+    indices (keys after queries); ``logits`` float64 ``[k]`` their ``scale * q . k``."""
+
+    layer: int
+    head: int
+    point: int
+    tokens: np.ndarray
+    points: np.ndarray
+    logits: np.ndarray
+    info: IndexInfo
+    requested_k: int
+
+    @property
+    def clicked_side(self) -> str:
+        return "query" if self.point < self.info.n_vectors else "key"
+
+    @property
+    def partner_side(self) -> str:
+        return "key" if self.clicked_side == "query" else "query"
+
+    @property
+    def k(self) -> int:
+        return int(len(self.tokens))
+
+
+class PartnerIndexes:
+    """The partner indexes of one run: read from ``<run>/indexes/`` when built, else built in memory."""
+
+    def __init__(self, run, exact_limit: int = EXACT_LIMIT):
+        self.run = run
+        self.exact_limit = exact_limit
+        self.directory = Path(run.path) / INDEX_DIRECTORY
+        self._open: OrderedDict[IndexTarget, MipsIndex] = OrderedDict()
+
+    # -- files ------------------------------------------------------------------------------
+    def paths(self, target: IndexTarget) -> tuple[Path, Path]:
+        return self.directory / f"{target.stem}.faiss", self.directory / f"{target.stem}.json"
+
+    def stored_info(self, target: IndexTarget) -> IndexInfo | None:
+        """The stored index's :class:`IndexInfo`, or None unless a complete index of this run is on disk."""
+        index_path, sidecar_path = self.paths(target)
+        try:
+            sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
+            size = index_path.stat().st_size
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        if (sidecar.get("schema") != PARTNER_INDEX_SCHEMA_VERSION or sidecar.get("run") != self.run.manifest["fingerprint"]
+                or sidecar.get("bytes") != size):
+            logger.warning("partner index %s is stale or damaged and is not used; build it again with qkviz index", index_path.name)
+            return None
+        return IndexInfo.from_dict(sidecar["info"])
+
+    def summary(self) -> dict[str, int]:
+        """``{kind: number of stored indexes}`` over this run's complete indexes (``"flat"``, ``"ivf"``)."""
+        counts: dict[str, int] = {}
+        for sidecar_path in sorted(self.directory.glob("*.json")) if self.directory.exists() else []:
+            side, layer, head = sidecar_path.stem.split("-") if sidecar_path.stem.count("-") == 2 else ("", "", "")
+            if side in SIDES and layer[1:].isdigit() and head[1:].isdigit():
+                info = self.stored_info(IndexTarget(side, int(layer[1:]), int(head[1:])))
+                if info is not None:
+                    counts[info.kind] = counts.get(info.kind, 0) + 1
+        return counts
+
+    def vectors(self, target: IndexTarget) -> np.ndarray:
+        """float32 ``[token, d_head]``: the vectors the target indexes."""
+        if target.side == "keys":
+            return self.run.keys(target.layer, target.head * (self.run.n_heads // self.run.n_kv_heads))
+        return self.run.queries(target.layer, target.head)
+
+    def probe_queries(self, target: IndexTarget) -> np.ndarray:
+        """float32 ``[m, d_head]``: the vectors that will search the target (its opposite side)."""
+        if target.side == "keys":
+            group = self.run.n_heads // self.run.n_kv_heads
+            return np.concatenate([self.run.queries(target.layer, target.head * group + member) for member in range(group)])
+        return self.run.keys(target.layer, target.head)
+
+    def build(self, target: IndexTarget, seed: int = 0) -> tuple[IndexInfo, int]:
+        """Build ``target``'s index and store it (the index, then its sidecar); ``(info, bytes on disk)``."""
+        index = build_index(self.vectors(target), self.probe_queries(target), self.exact_limit, seed=seed)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        index_path, sidecar_path = self.paths(target)
+        size = write_index(index, index_path)
+        run_files.write_json_atomic(sidecar_path, {
+            "schema": PARTNER_INDEX_SCHEMA_VERSION, "run": self.run.manifest["fingerprint"], "side": target.side,
+            "layer": target.layer, "head": target.head, "bytes": size, "info": index.info.as_dict()})
+        self._open.pop(target, None)
+        return index.info, size
+
+    # -- use ----------------------------------------------------------------------------------
+    def index(self, target: IndexTarget) -> MipsIndex:
+        """``target``'s index: the stored one (memory-mapped), else exact in memory; QkvizError when only an
+        approximate index would do and none is stored."""
+        if target in self._open:
+            self._open.move_to_end(target)
+            return self._open[target]
+        info = self.stored_info(target)
+        if info is not None:
+            index = read_index(self.paths(target)[0], info)
+        elif self.run.n_tokens <= self.exact_limit:
+            index = build_index(self.vectors(target), exact_limit=self.exact_limit)
+            logger.info("built the exact %s index of layer %d head %d in memory (%.0f ms)", target.side, target.layer,
+                        target.head, 1e3 * index.info.build_seconds)
+        else:
+            raise QkvizError(f"layer {target.layer} has no {target.side} index yet and {self.run.n_tokens:,} tokens are "
+                             f"too many to search exactly: build it with 'qkviz index --run {self.run.path} "
+                             f"--layers {target.layer}'")
+        self._open[target] = index
+        while len(self._open) > OPEN_INDEXES:
+            self._open.popitem(last=False)
+        return index
+
+    def partners(self, layer: int, head: int, point: int, k: int = 10, exclude: np.ndarray | None = None) -> Partners:
+        """The ``k`` highest-scoring partners, anywhere in the corpus, of joint-layout point ``point``
+        of head ``(layer, head)`` (a query's keys or a key's queries); tokens where ``exclude`` (bool
+        ``[token]``, e.g. the special tokens) is true are never partners."""
+        run = self.run
+        run.check_head(layer, head)
+        if not 0 <= point < 2 * run.n_tokens:
+            raise QkvizError(f"point {point} is out of range 0-{2 * run.n_tokens - 1} (queries then keys)")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise QkvizError(f"the number of partners must be a whole number of at least 1, got {k!r}")
+        token, from_query = point % run.n_tokens, point < run.n_tokens
+        if from_query:
+            vector = run.queries(layer, head)[token]
+            target = IndexTarget("keys", layer, run.kv_head(head))
+        else:
+            vector = run.keys(layer, head)[token]
+            target = IndexTarget("queries", layer, head)
+        index = self.index(target)
+        if k > run.n_tokens:
+            logger.info("asked for %d partners of a corpus of %d tokens; returning all %d", k, run.n_tokens, run.n_tokens)
+        skipped = int(np.count_nonzero(exclude)) if exclude is not None else 0
+        scores, found = index.search(vector, k + skipped)
+        kept = found[0] >= 0
+        if skipped:
+            kept &= ~exclude[np.maximum(found[0], 0)]
+        tokens, logits = found[0][kept][:k], self.logits(layer, scores[0][kept][:k])
+        points = tokens + (run.n_tokens if from_query else 0)
+        return Partners(layer, head, int(point), tokens, points, logits, index.info, int(k))
+
+    def logits(self, layer: int, dots: np.ndarray) -> np.ndarray:
+        """``scale * q . k``, soft-capped where the layer caps (float64)."""
+        logits = np.asarray(dots, dtype=np.float64) * self.run.scale(layer)
+        softcap = self.run.softcap(layer)
+        return np.tanh(logits / softcap) * softcap if softcap is not None else logits
+
+
+# -- the layout's view of the same neighbourhood ------------------------------------------------
+@dataclass(frozen=True)
+class LayoutOverlap:
+    """Of the ``k`` true partners, ``kept`` are among the ``k`` nearest points of the other kind in the
+    layout; ``chance`` is what a random layout keeps on average (``k / n_tokens``)."""
+
+    kept: int
+    k: int
+    chance: float
+
+    @property
+    def share(self) -> float:
+        return self.kept / self.k if self.k else float("nan")
+
+
+def layout_neighbours(layout: np.ndarray, point: int, k: int) -> np.ndarray:
+    """int64 joint-layout indices of the ``k`` points of the other kind nearest to ``point`` in
+    ``layout`` ``[2 * n_tokens, dim]`` (queries first), nearest first."""
+    n_tokens = len(layout) // 2
+    other = slice(n_tokens, 2 * n_tokens) if point < n_tokens else slice(0, n_tokens)
+    distances = np.sum((layout[other] - layout[point]) ** 2, axis=1)
+    k = min(k, n_tokens)
+    nearest = np.argpartition(distances, k - 1)[:k]
+    return nearest[np.argsort(distances[nearest], kind="stable")] + other.start
+
+
+def layout_overlap(partners: Partners, layout: np.ndarray) -> LayoutOverlap:
+    """How many of ``partners`` the layout puts among the clicked point's nearest points of the other kind."""
+    neighbours = layout_neighbours(layout, partners.point, partners.k)
+    kept = len(np.intersect1d(neighbours, partners.points))
+    return LayoutOverlap(kept, partners.k, partners.k / (len(layout) // 2))
+
+
+def head_layout_overlap(indexes: PartnerIndexes, layer: int, head: int, layout: np.ndarray, k: int = 10,
+                        sample: int = 200, seed: int = 0) -> dict[str, float]:
+    """Mean :func:`layout_overlap` share over a seeded sample of the head's queries and of its keys:
+    ``{"query": ..., "key": ..., "chance": k / n_tokens}``."""
+    n_tokens = indexes.run.n_tokens
+    rng = np.random.default_rng(seed)
+    chosen = np.sort(rng.choice(n_tokens, size=min(sample, n_tokens), replace=False))
+    shares = {}
+    for side, offset in (("query", 0), ("key", n_tokens)):
+        shares[side] = float(np.mean([layout_overlap(indexes.partners(layer, head, int(token) + offset, k), layout).share
+                                      for token in chosen]))
+    shares["chance"] = min(k, n_tokens) / n_tokens
+    return shares

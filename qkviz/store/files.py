@@ -1,0 +1,147 @@
+"""The files of a run directory and the low-level ways they are written.
+
+A run directory holds::
+
+    manifest.json        written last; its presence means the run is complete
+    tokens.parquet       one row per token (see qkviz.store.run.TOKEN_COLUMNS)
+    sentences.parquet    one row per sentence
+    queries.npy          [layer, head, token, d_head]      stored dtype (float16 or float32)
+    keys.npy             [layer, kv_head, token, d_head]   stored dtype
+    query_offsets.npy    [layer, head, offset_row, d_head]     float32
+    key_offsets.npy      [layer, kv_head, offset_row, d_head]  float32
+    value_norms.npy      [layer, kv_head, token]               float32
+    query_bias.npy, key_bias.npy, rotary_cos.npy, rotary_sin.npy   optional: the model's query / key
+                         biases and the rotary tables its layers apply (for the logit decomposition)
+    head_updates.npy     [layer, head, token, 2] float32, optional (--head-update): each head's
+                         update relative to the hidden state (norm ratio, cosine)
+
+A vector is ``stored + offsets[min(position, n_offset_rows - 1)]`` of its head. With float32
+storage there is one offset row of zeros. With float16 the rows are the head's mean vector at
+each position (up to 512) over the first batch: rotary models carry a large component common to
+all tokens at a position (it turns with the position), and rounding it to float16 would cost
+precision in every logit, so float16 rounds only what varies between tokens.
+
+While extraction runs, the arrays are ``*.npy.partial`` and ``progress.json`` records how many
+tokens are safely on disk, so an interrupted run resumes instead of being mistaken for a
+complete one. Everything is plain ``.npy`` / Parquet / JSON; nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+PROGRESS = "progress.json"
+TOKENS = "tokens.parquet"
+SENTENCES = "sentences.parquet"
+QUERIES = "queries.npy"
+KEYS = "keys.npy"
+VALUE_NORMS = "value_norms.npy"
+QUERY_OFFSETS = "query_offsets.npy"
+KEY_OFFSETS = "key_offsets.npy"
+#: Optional, for the logit decomposition (see qkviz.extraction.logit_parts_capture): present when the model has them.
+QUERY_BIAS = "query_bias.npy"     # [layer, head, d_head] float32
+KEY_BIAS = "key_bias.npy"         # [layer, kv_head, d_head] float32
+ROTARY_COS = "rotary_cos.npy"     # [layer, position, rotary_dim] float32
+ROTARY_SIN = "rotary_sin.npy"     # [layer, position, rotary_dim] float32
+#: Optional, absolute-position models: what splits the first layer's q / k into token and position parts.
+EMBED_TOKEN_IDS = "embed_token_ids.npy"        # [used token] int64, sorted
+EMBED_TOKENS = "embed_tokens.npy"              # [used token, d_model] float32: their token embeddings
+EMBED_POSITIONS = "embed_positions.npy"        # [position, d_model] float32: position embeddings as added
+EMBED_NORM = "embed_norm.npy"                  # [4, d_model] float32: token-type row, norm weight, norm bias, eps
+EMBED_QUERY_WEIGHT = "embed_query_weight.npy"  # [head, d_head, d_model] float32: first layer's query projection
+EMBED_KEY_WEIGHT = "embed_key_weight.npy"      # [kv_head, d_head, d_model] float32
+EMBED_FILES = (EMBED_TOKEN_IDS, EMBED_TOKENS, EMBED_POSITIONS, EMBED_NORM, EMBED_QUERY_WEIGHT, EMBED_KEY_WEIGHT)
+LOGIT_PART_FILES = (QUERY_BIAS, KEY_BIAS, ROTARY_COS, ROTARY_SIN, *EMBED_FILES)
+#: Optional, with ``qkviz extract --head-update`` (see qkviz.extraction.head_update_capture), streamed like the vectors.
+HEAD_UPDATES = "head_updates.npy"  # [layer, head, token, 2] float32: |update| / |hidden|, cos(update, hidden)
+STREAMED_FILES = (QUERIES, KEYS, VALUE_NORMS)
+ARRAY_FILES = (*STREAMED_FILES, QUERY_OFFSETS, KEY_OFFSETS)
+PARTIAL_SUFFIX = ".partial"
+RUN_MARKERS = (MANIFEST, PROGRESS)
+
+
+def write_json_atomic(path: Path, payload: dict) -> None:
+    """Write JSON to ``path`` through a temporary file, fsync and rename."""
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def save_npy_atomic(path: Path, array: np.ndarray) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as handle:
+        np.save(handle, array, allow_pickle=False)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def write_parquet_atomic(frame, path: Path) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    frame.to_parquet(temporary, index=False)
+    os.replace(temporary, path)
+
+
+class NpyStreamWriter:
+    """A ``.npy`` file of known shape, preallocated and filled block by block with ``pwrite``.
+
+    The leading axes index blocks (``[layer, head]``); the axis after them is the token axis,
+    which is filled in contiguous ranges. Writing through the file descriptor instead of a
+    memory map keeps the written pages out of the process's resident memory.
+    """
+
+    def __init__(self, path: Path, shape: tuple[int, ...], dtype: np.dtype, token_axis: int, create: bool):
+        self.path = Path(path)
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.token_axis = token_axis
+        if create:
+            with open(self.path, "wb") as handle:
+                np.lib.format.write_array_header_1_0(handle, {
+                    "descr": np.lib.format.dtype_to_descr(self.dtype),
+                    "fortran_order": False,
+                    "shape": self.shape,
+                })
+                self.header_bytes = handle.tell()
+                handle.truncate(self.header_bytes + int(np.prod(self.shape)) * self.dtype.itemsize)
+        else:
+            with open(self.path, "rb") as handle:
+                version = np.lib.format.read_magic(handle)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape_on_disk, _, dtype_on_disk = read_header(handle)
+                self.header_bytes = handle.tell()
+            if tuple(shape_on_disk) != self.shape or np.dtype(dtype_on_disk) != self.dtype:
+                raise ValueError(f"{self.path} has shape {shape_on_disk} {dtype_on_disk}, expected {self.shape} {self.dtype}")
+        self._fd = os.open(self.path, os.O_WRONLY)
+
+    def write_rows(self, lead_index: tuple[int, ...], token_start: int, rows: np.ndarray) -> None:
+        """Write ``rows`` (``[token, ...]``) of block ``lead_index`` (e.g. ``(layer, head)``) at ``token_start``."""
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        lead_shape = self.shape[:self.token_axis]
+        tokens_total = self.shape[self.token_axis]
+        if token_start + len(rows) > tokens_total or rows.shape[1:] != self.shape[self.token_axis + 1:]:
+            raise ValueError(f"rows {rows.shape} at {token_start} do not fit {self.path.name} {self.shape}")
+        row_bytes = int(np.prod(self.shape[self.token_axis + 1:], dtype=np.int64)) * self.dtype.itemsize
+        flat_lead = int(np.ravel_multi_index(lead_index, lead_shape))
+        os.pwrite(self._fd, rows, self.header_bytes + (flat_lead * tokens_total + token_start) * row_bytes)
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Flush to disk and close (idempotent)."""
+        if self._fd >= 0:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,126 @@
+"""The projection cache of a run: one entry per (head, alignment, method, dim, parameters).
+
+Entries live in ``<run>/projections/``: ``<key>.npy`` (float32 ``[2 * n_tokens, dim]``, queries
+first) and ``<key>.json`` (what it is, and the sha256 of the array file). The key hashes the
+run's fingerprint, the entry's settings and :data:`CACHE_SCHEMA_VERSION`. Both files are written
+through a temporary file and renamed, the JSON last, so an entry exists only when complete; an
+entry whose array is missing, truncated or altered is treated as absent and recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from qkviz.store import files as run_files
+
+logger = logging.getLogger(__name__)
+
+CACHE_SCHEMA_VERSION = 1
+CACHE_DIRECTORY = "projections"
+
+
+@dataclass(frozen=True)
+class ProjectionSpec:
+    """Everything that determines one head's layout."""
+
+    layer: int
+    head: int
+    method: str                   # "pca", "umap" or "tsne"
+    dim: int                      # 2 or 3
+    translate_keys: bool = True
+    scale_norms: bool = True
+    params: tuple[tuple[str, object], ...] = field(default=())  # sorted (name, value) pairs
+
+    @classmethod
+    def of(cls, layer: int, head: int, method: str, dim: int, translate_keys: bool = True,
+           scale_norms: bool = True, **params) -> "ProjectionSpec":
+        return cls(layer, head, method, dim, translate_keys, scale_norms, tuple(sorted(params.items())))
+
+    def as_dict(self) -> dict:
+        described = asdict(self)
+        described["params"] = dict(self.params)
+        return described
+
+
+class ProjectionCache:
+    """Reads and writes the cache entries of one run."""
+
+    def __init__(self, run_path: Path, run_fingerprint: str):
+        self.directory = Path(run_path) / CACHE_DIRECTORY
+        self.run_fingerprint = run_fingerprint
+
+    def key(self, spec: ProjectionSpec) -> str:
+        identity = {"schema": CACHE_SCHEMA_VERSION, "run": self.run_fingerprint, **spec.as_dict()}
+        return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+    def _paths(self, spec: ProjectionSpec) -> tuple[Path, Path]:
+        key = self.key(spec)
+        return self.directory / f"{key}.npy", self.directory / f"{key}.json"
+
+    def load(self, spec: ProjectionSpec) -> np.ndarray | None:
+        """The cached layout, or ``None`` when there is no complete, intact entry."""
+        array_path, sidecar_path = self._paths(spec)
+        try:
+            sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
+            data = array_path.read_bytes()
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        if sidecar.get("sha256") != hashlib.sha256(data).hexdigest():
+            logger.warning("projection cache entry %s is damaged; it will be recomputed", array_path.name)
+            return None
+        return np.load(array_path, allow_pickle=False)
+
+    def sidecar(self, spec: ProjectionSpec) -> dict | None:
+        try:
+            return json.loads(self._paths(spec)[1].read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+
+    def specs(self) -> list[ProjectionSpec]:
+        """The specs of this run's entries (by their JSON; :meth:`load` still checks each array)."""
+        found = []
+        for sidecar_path in sorted(self.directory.glob("*.json")) if self.directory.exists() else []:
+            try:
+                sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if sidecar.get("run") != self.run_fingerprint or sidecar.get("schema") != CACHE_SCHEMA_VERSION:
+                continue
+            described = dict(sidecar["spec"])
+            params = described.pop("params")
+            found.append(ProjectionSpec.of(**described, **params))
+        return found
+
+    def summary(self) -> dict[tuple[str, int, str], int]:
+        """``{(method, dim, settings): number of heads}`` over the entries of this run's cache."""
+        counts: dict[tuple[str, int, str], int] = {}
+        for spec in self.specs():
+            settings = ", ".join(f"{k} {v}" for k, v in spec.params)
+            if not spec.translate_keys or not spec.scale_norms:
+                settings += f", translate_keys {spec.translate_keys}, scale_norms {spec.scale_norms}"
+            key = (spec.method, spec.dim, settings)
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def contains(self, spec: ProjectionSpec) -> bool:
+        return self.load(spec) is not None
+
+    def store(self, spec: ProjectionSpec, coordinates: np.ndarray, details: dict | None = None) -> Path:
+        """Write one entry: the array first, then the JSON that makes it visible."""
+        coordinates = np.ascontiguousarray(coordinates, dtype=np.float32)
+        if coordinates.ndim != 2 or coordinates.shape[1] != spec.dim:
+            raise ValueError(f"coordinates {coordinates.shape} do not match dim {spec.dim}")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        array_path, sidecar_path = self._paths(spec)
+        run_files.save_npy_atomic(array_path, coordinates)
+        sidecar = {"schema": CACHE_SCHEMA_VERSION, "run": self.run_fingerprint, "spec": spec.as_dict(),
+                   "shape": list(coordinates.shape), "sha256": hashlib.sha256(array_path.read_bytes()).hexdigest(),
+                   **({"details": details} if details else {})}
+        run_files.write_json_atomic(sidecar_path, sidecar)
+        return array_path

@@ -1,0 +1,217 @@
+"""Reading a finished run: ``qkviz.open_run(path)``.
+
+Shapes everywhere are ``[layer, head, token, d_head]``. Vectors are memory-mapped, so opening a
+run and reading one head costs only that head's bytes; every accessor returns float32.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from qkviz.core import attention
+from qkviz.store import files as run_files
+from qkviz.core.errors import IncompleteRunError, QkvizError
+
+TOKEN_COLUMNS = ("sentence", "position", "token", "piece", "token_id", "char_start", "char_end",
+                 "is_special", "sentence_chars")
+REQUIRED_FILES = (*run_files.ARRAY_FILES, run_files.TOKENS, run_files.SENTENCES)
+SENTENCE_COLUMNS = ("sentence", "corpus_index", "text", "first_token", "n_tokens", "truncated")
+
+
+def open_run(path: str | Path) -> "Run":
+    """Open a complete run directory written by ``qkviz extract``."""
+    return Run(path)
+
+
+def read_manifest(directory: Path) -> dict:
+    """The manifest of a complete run, or a :class:`QkvizError` saying why there is none."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise QkvizError(f"no run at {directory}: create one with 'qkviz extract --out {directory}'")
+    manifest_path = directory / run_files.MANIFEST
+    if not manifest_path.exists():
+        progress_path = directory / run_files.PROGRESS
+        if progress_path.exists():
+            raise IncompleteRunError(
+                f"{directory} is an interrupted extraction: run the same 'qkviz extract' command again to resume it")
+        raise IncompleteRunError(f"{directory} is not a complete qkviz run (no {run_files.MANIFEST})")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise IncompleteRunError(f"{manifest_path} is corrupt ({error}); extract the run again with --overwrite") from None
+    if manifest.get("schema_version") != run_files.SCHEMA_VERSION:
+        raise IncompleteRunError(
+            f"{directory} has run schema {manifest.get('schema_version')}, this qkviz reads {run_files.SCHEMA_VERSION}; "
+            "extract it again with --overwrite")
+    missing = [name for name in REQUIRED_FILES if name not in manifest.get("files", {})]
+    if missing:
+        raise IncompleteRunError(f"{directory} lacks {', '.join(missing)} (written by another qkviz version?); "
+                                 "extract it again with --overwrite")
+    for name, size in manifest["files"].items():
+        file_path = directory / name
+        if not file_path.exists():
+            raise IncompleteRunError(f"{directory} is damaged: {name} is missing; extract it again with --overwrite")
+        if file_path.stat().st_size != size:
+            raise IncompleteRunError(
+                f"{directory} is damaged: {name} has {file_path.stat().st_size} bytes, the manifest says {size}; "
+                "extract it again with --overwrite")
+    return manifest
+
+
+class Run:
+    """A complete extraction: per-head queries, keys and value norms plus the token table."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.manifest = read_manifest(self.path)
+        shape = self.manifest["shape"]
+        self.n_layers: int = shape["n_layers"]
+        self.n_heads: int = shape["n_heads"]
+        self.n_kv_heads: int = shape["n_kv_heads"]
+        self.head_dim: int = shape["head_dim"]
+        self.n_tokens: int = self.manifest["counts"]["n_tokens"]
+        self.n_sentences: int = self.manifest["counts"]["n_sentences"]
+        self.model_id: str = self.manifest["model"]["id"]
+        self.family: str = self.manifest["model"]["family"]
+        self.is_causal: bool = self.manifest["attention"]["causal"]
+        self.dtype: str = self.manifest["dtype"]
+
+    def __repr__(self) -> str:
+        return (f"Run({str(self.path)!r}, model={self.model_id!r}, layers={self.n_layers}, heads={self.n_heads}, "
+                f"kv_heads={self.n_kv_heads}, tokens={self.n_tokens})")
+
+    # -- tables -------------------------------------------------------------------------------
+    @cached_property
+    def tokens(self) -> pd.DataFrame:
+        """One row per token, in storage order: ``TOKEN_COLUMNS``."""
+        return pd.read_parquet(self.path / run_files.TOKENS)
+
+    @cached_property
+    def sentences(self) -> pd.DataFrame:
+        """One row per sentence: ``SENTENCE_COLUMNS``; a sentence's tokens are contiguous."""
+        return pd.read_parquet(self.path / run_files.SENTENCES)
+
+    def sentence_tokens(self, sentence: int) -> slice:
+        """The token rows of ``sentence`` (for indexing ``queries``, ``keys`` and ``tokens``)."""
+        if not 0 <= sentence < self.n_sentences:
+            raise QkvizError(f"sentence {sentence} is out of range 0-{self.n_sentences - 1}")
+        row = self.sentences.iloc[sentence]
+        return slice(int(row.first_token), int(row.first_token + row.n_tokens))
+
+    # -- vectors ------------------------------------------------------------------------------
+    @cached_property
+    def _arrays(self) -> dict[str, np.ndarray]:
+        return {name: np.load(self.path / name, mmap_mode="r") for name in run_files.ARRAY_FILES}
+
+    def queries(self, layer: int, head: int) -> np.ndarray:
+        """``[token, d_head]`` float32: the head's queries as they enter ``q . k``."""
+        self.check_head(layer, head)
+        return self._decode(run_files.QUERIES, run_files.QUERY_OFFSETS, layer, head)
+
+    def keys(self, layer: int, head: int) -> np.ndarray:
+        """``[token, d_head]`` float32: the keys of the key-value head serving query head ``head``."""
+        self.check_head(layer, head)
+        return self._decode(run_files.KEYS, run_files.KEY_OFFSETS, layer, self.kv_head(head))
+
+    def value_norms(self, layer: int, head: int) -> np.ndarray:
+        """``[token]`` float32: the norm of each token's value vector for this head."""
+        self.check_head(layer, head)
+        return np.asarray(self._arrays[run_files.VALUE_NORMS][layer, self.kv_head(head)], dtype=np.float32)
+
+    def _decode(self, vectors: str, offsets: str, layer: int, head: int) -> np.ndarray:
+        """Stored vectors plus their offsets, as a plain float32 array (see :mod:`qkviz.store.files`)."""
+        head_offsets = self._arrays[offsets][layer, head]
+        if len(head_offsets) == 1:
+            return np.add(self._arrays[vectors][layer, head], head_offsets[0], dtype=np.float32).view(np.ndarray)
+        rows = np.minimum(self.tokens.position.to_numpy(), len(head_offsets) - 1)
+        return np.add(self._arrays[vectors][layer, head], head_offsets[rows], dtype=np.float32)
+
+    def kv_head(self, head: int) -> int:
+        """The key-value head that serves query head ``head`` (equal to ``head`` without grouping)."""
+        return head // (self.n_heads // self.n_kv_heads)
+
+    # -- logit parts (optional files) ---------------------------------------------------------
+    def has_part(self, name: str) -> bool:
+        """Whether the run holds the optional file ``name`` (see ``run_files.LOGIT_PART_FILES``)."""
+        return name in self.manifest["files"]
+
+    def part(self, name: str) -> np.ndarray | None:
+        """The optional array file ``name`` (memory-mapped), or ``None`` when the run lacks it."""
+        return np.load(self.path / name, mmap_mode="r") if self.has_part(name) else None
+
+    def query_bias(self, layer: int, head: int) -> np.ndarray | None:
+        """``[d_head]`` float32: the bias the model adds to this head's queries, or ``None``."""
+        self.check_head(layer, head)
+        bias = self.part(run_files.QUERY_BIAS)
+        return None if bias is None else np.array(bias[layer, head])
+
+    def key_bias(self, layer: int, head: int) -> np.ndarray | None:
+        """``[d_head]`` float32: the bias of the keys serving query head ``head``, or ``None``."""
+        self.check_head(layer, head)
+        bias = self.part(run_files.KEY_BIAS)
+        return None if bias is None else np.array(bias[layer, self.kv_head(head)])
+
+    def rotary(self, layer: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(cos, sin)`` ``[position, rotary_dim]`` the layer rotates queries and keys with, or ``None``."""
+        self.check_layer(layer)
+        cos, sin = self.part(run_files.ROTARY_COS), self.part(run_files.ROTARY_SIN)
+        return None if cos is None or sin is None else (np.array(cos[layer]), np.array(sin[layer]))
+
+    def head_updates(self, layer: int, head: int) -> np.ndarray | None:
+        """``[token, 2]`` float32: the head's update norm over the hidden state's, and their cosine;
+        ``None`` unless the run was extracted with ``--head-update``."""
+        self.check_head(layer, head)
+        updates = self.part(run_files.HEAD_UPDATES)
+        return None if updates is None else np.array(updates[layer, head])
+
+    # -- attention settings -------------------------------------------------------------------
+    def scale(self, layer: int) -> float:
+        """The factor layer ``layer`` multiplies ``q . k`` by before the softmax."""
+        self.check_layer(layer)
+        return float(self.manifest["attention"]["scales"][layer])
+
+    def sliding_window(self, layer: int) -> int | None:
+        self.check_layer(layer)
+        return self.manifest["attention"]["sliding_windows"][layer]
+
+    def softcap(self, layer: int) -> float | None:
+        self.check_layer(layer)
+        return self.manifest["attention"]["softcaps"][layer]
+
+    def attention(self, layer: int, head: int, sentence: int) -> np.ndarray:
+        """``[query, key]`` attention of one head over one sentence, recomputed from the vectors."""
+        rows = self.sentence_tokens(sentence)
+        return attention.attention_probs(
+            self.queries(layer, head)[rows], self.keys(layer, head)[rows], self.scale(layer),
+            causal=self.is_causal, sliding_window=self.sliding_window(layer), softcap=self.softcap(layer))
+
+    def projection(self, layer: int, head: int, method: str = "tsne", dim: int = 2, *,
+                   translate_keys: bool = True, scale_norms: bool = True, seed: int = 0, **params) -> np.ndarray:
+        """``[2 * n_tokens, dim]`` float32 layout of the head's queries (first) and keys, from the cache."""
+        from qkviz.store.projections import ProjectionCache, ProjectionSpec
+        from qkviz.projection.methods import check_method, resolve_params
+
+        self.check_head(layer, head)
+        check_method(method, dim)
+        spec = ProjectionSpec.of(layer, head, method, dim, translate_keys, scale_norms,
+                                 **resolve_params(method, params, dim), seed=seed)
+        coordinates = ProjectionCache(self.path, self.manifest["fingerprint"]).load(spec)
+        if coordinates is None:
+            raise QkvizError(f"no {method} {dim}D projection of layer {layer} head {head} with these settings; "
+                             f"make it with 'qkviz project --run {self.path} --method {method} --dim {dim} "
+                             f"--layers {layer} --heads {head}'")
+        return coordinates
+
+    def check_layer(self, layer: int) -> None:
+        if not 0 <= layer < self.n_layers:
+            raise QkvizError(f"layer {layer} is out of range 0-{self.n_layers - 1}")
+
+    def check_head(self, layer: int, head: int) -> None:
+        self.check_layer(layer)
+        if not 0 <= head < self.n_heads:
+            raise QkvizError(f"head {head} is out of range 0-{self.n_heads - 1}")
