@@ -24,9 +24,8 @@ from dash_app.search import TokenSearch
 from dash_app.state import (ViewState, open_exemplar, open_head, select_point, select_run, select_sentence, step_head,
                             step_layer, validate)
 from dash_app.url_state import parse_url, to_url
-from qkviz.core.errors import QkvizError
-from qkviz.projection.methods import DIMENSIONS, METHODS
-from qkviz.store.run import open_run
+from qkviz import QkvizError, open_run
+from qkviz.store import DIMENSIONS, METHODS
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from qkviz.analysis.head_labels import LABELS
+from qkviz.analysis import LABELS
 
 #: the matrix sort value that orders and colours heads by their pattern label
 LABEL_SORT = "label"

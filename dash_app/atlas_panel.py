@@ -15,7 +15,7 @@ from dash_app import ids
 from dash_app.atlas_columns import PANEL, column_name, format_value
 from dash_app.figures import button_click_js
 from dash_app.run_data import RunData
-from qkviz.report.atlas_html import LABEL_COLOURS
+from qkviz.report import LABEL_COLOURS
 
 #: exemplars listed per head (the atlas keeps more)
 EXEMPLARS_SHOWN = 3

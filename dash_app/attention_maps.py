@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkviz.core.attention import attention_probs
-from qkviz.store.run import Run
+from qkviz.core import attention_probs
+from qkviz.store import StoredRun
 
 #: the corpus average covers query and key positions below this
 AGGREGATE_POSITIONS = 64
@@ -39,7 +39,7 @@ def adjusted_attention(attention: np.ndarray, hidden: np.ndarray, value_norms: n
     return weights
 
 
-def aggregate_attention(run: Run, layer: int, head: int, hide_first: bool = False, hide_special: bool = False,
+def aggregate_attention(run: StoredRun, layer: int, head: int, hide_first: bool = False, hide_special: bool = False,
                         by_value_norm: bool = False, positions: int = AGGREGATE_POSITIONS) -> np.ndarray:
     """float64 ``[query position, key position]``: the head's (adjusted) attention averaged over the
     corpus's sentences, for positions below ``positions``; NaN where no sentence has the pair.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from qkviz.search.token_index import normalise
+from qkviz.search import normalise
 
 #: colour option -> label shown in the app. "type" is query vs key; "norm" is per head.
 COLOURS = {

@@ -21,9 +21,9 @@ from dash_app.figures import message_figure
 from dash_app.related_panel import missing_related_message
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
-from qkviz.report.atlas_html import LABEL_COLOURS
-from qkviz.analysis.head_labels import LABELS
-from qkviz.analysis.head_similarity import HeadSimilarity
+from qkviz.report import LABEL_COLOURS
+from qkviz.analysis import LABELS
+from qkviz.analysis import HeadSimilarity
 
 COLOURINGS = {"layer": "layer", "label": "pattern label (head atlas)"}
 NO_LABEL = "no atlas row"

@@ -21,8 +21,8 @@ from dash_app.figures import KEY_COLOUR, KEY_MATCH_COLOUR, QUERY_COLOUR, QUERY_M
 from dash_app.related_panel import missing_related_message
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
-from qkviz.report.atlas_html import LABEL_COLOURS
-from qkviz.analysis.head_labels import LABELS
+from qkviz.report import LABEL_COLOURS
+from qkviz.analysis import LABELS
 
 CELL = 1000                 # grid units per cell
 INNER = (120, 880)          # where a head's layout lies inside its cell, both axes ...

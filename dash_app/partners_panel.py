@@ -18,8 +18,8 @@ from dash_app.atlas_panel import marked_tokens
 from dash_app.figures import button_click_js
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
-from qkviz.core.errors import QkvizError
-from qkviz.search.partner_index import LayoutOverlap, Partners, layout_overlap
+from qkviz import QkvizError
+from qkviz.search import LayoutOverlap, Partners, layout_overlap
 
 DEFAULT_PARTNERS = 10
 MAX_PARTNERS = 100

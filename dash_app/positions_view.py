@@ -14,7 +14,7 @@ from dash_app import ids
 from dash_app.atlas_panel import missing_atlas_message
 from dash_app.figures import message_figure
 from dash_app.run_data import RunData
-from qkviz.report.position_heatmap import relative_position_figure
+from qkviz.report import relative_position_figure
 
 #: a heatmap click -> ``{curve, customdata: row index, timestamp}`` (the shape of the point events). dcc.Graph
 #: drops a heatmap point's ``[row, column]`` index from its event data, so the row is found from the

@@ -14,8 +14,8 @@ from dash import html
 from dash_app import ids
 from dash_app.figures import button_click_js
 from dash_app.run_data import RunData
-from qkviz.report.atlas_html import LABEL_COLOURS
-from qkviz.analysis.head_similarity import RelatedHead, related_heads
+from qkviz.report import LABEL_COLOURS
+from qkviz.analysis import RelatedHead, related_heads
 
 RELATED_SHOWN = 5
 #: (by, heading, how to read the value)

@@ -1,6 +1,6 @@
 """Per-run data the app's callbacks read: cached layouts, norms, token features, correlations, head atlas.
 
-A :class:`RunData` wraps one opened :class:`qkviz.store.run.Run`. Token features and the token index
+A :class:`RunData` wraps one opened :class:`qkviz.Run`. Token features and the token index
 are read or computed once when the app starts (from the token table only); everything per head is read
 on first use and kept in small LRU caches: vectors stay memory-mapped, and no projection is ever
 computed here -- a missing one raises the run's :class:`QkvizError` naming the ``qkviz project``
@@ -22,14 +22,9 @@ from dash_app.atlas_columns import LABEL_SORT, label_codes, sortable_columns
 from dash_app.attention_maps import aggregate_attention
 from dash_app.features import token_features
 from dash_app.figures import plotly_texts
-from qkviz.analysis.head_atlas import ATLAS_DIRECTORY, MARKER, HeadAtlas, load_atlas
-from qkviz.analysis.head_similarity import RELATED_DIRECTORY, HeadSimilarity, load_head_similarity
-from qkviz.analysis.head_similarity import MARKER as RELATED_MARKER
-from qkviz.search.partner_index import PartnerIndexes, Partners, head_layout_overlap
-from qkviz.store.projections import ProjectionCache, ProjectionSpec
-from qkviz.projection.methods import DIMENSIONS, METHODS, resolve_params
-from qkviz.store.run import Run
-from qkviz.search.token_index import run_token_index
+from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
+from qkviz.search import PartnerIndexes, Partners, head_layout_overlap, run_token_index
+from qkviz.store import DIMENSIONS, METHODS, ProjectionCache, ProjectionSpec, StoredRun, resolve_params
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +99,7 @@ def unique_names(paths: list[Path]) -> list[str]:
 class RunData:
     """One run as the app sees it."""
 
-    def __init__(self, run: Run, name: str):
+    def __init__(self, run: StoredRun, name: str):
         self.run = run
         self.name = name
         self.tokens: pd.DataFrame = run.tokens
@@ -229,11 +224,7 @@ class RunData:
         """The correlation report's table (layer, head, space, n_pairs, pearson, spearman, ...), or None.
 
         Re-read when the report's file changes, so a report made while the app runs shows up."""
-        try:
-            from qkviz.analysis.correlation import STORED_TABLE, stored_correlations
-        except ImportError:
-            return None
-        path = self.run.path / STORED_TABLE
+        path = self.run.result_marker("correlations")
         stamp = path.stat().st_mtime if path.exists() else -1.0
         if self._correlations is None or self._correlations[0] != stamp:
             self._correlations = (stamp, stored_correlations(self.run) if stamp >= 0 else None)
@@ -262,7 +253,7 @@ class RunData:
     # -- head atlas ----------------------------------------------------------------------------
     def atlas_stamp(self) -> int:
         """``stats/atlas.json``'s modification time in ns (written last by ``qkviz stats``), -1 when absent."""
-        return marker_stamp(self.run.path / ATLAS_DIRECTORY / MARKER)
+        return marker_stamp(self.run.result_marker("atlas"))
 
     def atlas(self) -> HeadAtlas | None:
         """The run's head atlas (``qkviz stats``), or None.
@@ -308,7 +299,7 @@ class RunData:
     # -- related heads -------------------------------------------------------------------------
     def related_stamp(self) -> int:
         """``related/related.json``'s modification time in ns (written last by ``qkviz related``), -1 when absent."""
-        return marker_stamp(self.run.path / RELATED_DIRECTORY / RELATED_MARKER)
+        return marker_stamp(self.run.result_marker("related"))
 
     def related(self) -> HeadSimilarity | None:
         """The run's head similarity (``qkviz related``), or None; re-read when its marker changes."""

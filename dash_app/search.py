@@ -20,7 +20,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import ndimage
 
-from qkviz.search.token_index import TokenIndex
+from qkviz.search import TokenIndex
 
 #: cells per side of the grid the cluster count is taken on (a cluster radius of ~4% of the layout).
 CLUSTER_GRID = 24

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from dash_app.features import COLOURS
 from dash_app.run_data import RunShape
-from qkviz.projection.methods import DIMENSIONS, METHODS
+from qkviz.store import DIMENSIONS, METHODS
 
 VIEWS = ("matrix", "single", "sentence", "positions", "heads")
 #: matrix-view orders: model order, by the report's distance-dot correlation, by search clusters, by the

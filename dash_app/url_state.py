@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlencode
 from dash_app.features import COLOURS
 from dash_app.run_data import RunShape
 from dash_app.state import SORTS, VIEWS, ViewState, initial_state
-from qkviz.projection.methods import DIMENSIONS, METHODS
+from qkviz.store import DIMENSIONS, METHODS
 
 MAX_SEARCH_LENGTH = 100
 MATCH_MODES = {"whole": False, "substring": True}

@@ -16,7 +16,7 @@ from dash_app.figures import clicked, message_figure, point_event_js
 from dash_app.run_data import RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState
-from qkviz.core.errors import QkvizError
+from qkviz import QkvizError
 
 NO_MATCHES = np.zeros(0, dtype=np.int64)
 #: store -> (graph, event property) it is filled from by :func:`~dash_app.figures.point_event_js`

@@ -1,27 +1,27 @@
 """qkviz: what every attention head of a transformer does, from its own queries and keys.
 
-The core (run store, attention recomputation) imports without torch; extraction imports torch
-and transformers only when called.
+Every command is a function first::
+
+    import qkviz
+    run = qkviz.extract("minilm", "data/sentences.txt", "runs/minilm")
+    qkviz.project(run, methods=["tsne", "pca"], dims=[2], jobs=2)
+    qkviz.build_indexes(run); qkviz.compute_stats(run); qkviz.relate_heads(run)
+    qkviz.write_report(qkviz.correlation_report(run), "reports/minilm")
+    run.projection(3, 4, method="tsne"); run.atlas.table; run.partners(3, 4, point=17, k=10)
+
+The subpackages are layered (each imports only those below it): ``report`` > ``analysis`` |
+``search`` | ``projection`` | ``extraction`` > ``store`` > ``core``. ``import qkviz`` does not import
+torch: extraction imports it when called.
 """
 
-from qkviz.core.errors import QkvizError
-from qkviz.store.run import Run, open_run
+from qkviz.analysis import compute_stats, correlation_table, relate_heads
+from qkviz.api import Run, extract, open_run
+from qkviz.core import IncompleteRunError, QkvizError
+from qkviz.projection import project
+from qkviz.report import correlation_report, write_report
+from qkviz.search import build_indexes
 
 __version__ = "0.1.0"
 
-
-def extract(*args, **kwargs):
-    """See :func:`qkviz.extraction.pipeline.extract` (imported lazily: it needs torch)."""
-    from qkviz.extraction.pipeline import extract as _extract
-
-    return _extract(*args, **kwargs)
-
-
-def correlation_table(run, **kwargs):
-    """See :func:`qkviz.analysis.correlation.correlation_table`: every head's distance-dot-product correlations."""
-    from qkviz.analysis.correlation import correlation_table as _correlation_table
-
-    return _correlation_table(run, **kwargs)
-
-
-__all__ = ["QkvizError", "Run", "__version__", "correlation_table", "extract", "open_run"]
+__all__ = ["IncompleteRunError", "QkvizError", "Run", "__version__", "build_indexes", "compute_stats",
+           "correlation_report", "correlation_table", "extract", "open_run", "project", "relate_heads", "write_report"]

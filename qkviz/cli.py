@@ -1,4 +1,5 @@
-"""The ``qkviz`` command line.
+"""The ``qkviz`` command line: parse the arguments, call the Python API (``qkviz.extract``,
+``qkviz.project``, ...), print.
 
 Every user mistake ends in one line on stderr and exit status 2; progress bars go to stderr.
 """
@@ -10,9 +11,10 @@ import logging
 import sys
 from pathlib import Path
 
+import qkviz
+from qkviz.core import QkvizError
 from qkviz.extraction.corpus import DEFAULT_CORPUS
-from qkviz.core.errors import QkvizError
-from qkviz.search.mips_index import EXACT_LIMIT
+from qkviz.search import EXACT_LIMIT
 
 logger = logging.getLogger("qkviz")
 
@@ -157,21 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extract(args: argparse.Namespace) -> int:
-    from qkviz.extraction.pipeline import extract
-
-    result = extract(args.model, args.corpus, args.out, max_tokens=args.max_tokens,
-                     max_sentences=args.max_sentences, seed=args.seed, dtype=args.dtype,
-                     batch_size=args.batch_size, max_length=args.max_length, device=args.device,
-                     text_column=args.text_column, overwrite=args.overwrite, head_update=args.head_update,
-                     progress=not args.quiet)
-    run = result.run
-    verb = {"reused": "reused the existing run", "resumed": "resumed and finished",
-            "extracted": "extracted"}[result.status]
-    logger.info("%s: %s, %d sentences, %d tokens, %d layers x %d heads (%d key-value heads) in %.1f s",
-                args.out, verb, run.n_sentences, run.n_tokens, run.n_layers, run.n_heads, run.n_kv_heads,
-                result.seconds)
-    if result.n_truncated:
-        logger.warning("%d sentences were longer than the model allows and were truncated", result.n_truncated)
+    qkviz.extract(args.model, args.corpus, args.out, max_tokens=args.max_tokens, max_sentences=args.max_sentences,
+                  seed=args.seed, dtype=args.dtype, batch_size=args.batch_size, max_length=args.max_length,
+                  device=args.device, text_column=args.text_column, overwrite=args.overwrite,
+                  head_update=args.head_update, progress=not args.quiet)
     return 0
 
 
@@ -192,158 +183,82 @@ def parse_indices(text: str | None, count: int, what: str) -> list[int]:
     return sorted(set(indices))
 
 
+def _at_least(option: str, value: int | float, minimum: int) -> None:
+    if value < minimum:
+        raise QkvizError(f"{option} must be at least {minimum}, got {value}")
+
+
 def _project(args: argparse.Namespace) -> int:
-    from tqdm.auto import tqdm
-
-    from qkviz.core.alignment import Alignment
-    from qkviz.projection.tasks import local_executor, plan_specs, run_tasks
-    from qkviz.store.run import open_run
-
-    run = open_run(args.run)
+    run = qkviz.open_run(args.run)
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
     try:
         dims = [int(d) for d in args.dim.split(",")]
     except ValueError:
         raise QkvizError(f"--dim {args.dim!r} must be 2, 3 or 2,3") from None
-    if args.jobs < 1:
-        raise QkvizError(f"--jobs must be a positive number, got {args.jobs}")
+    _at_least("--jobs", args.jobs, 1)
     given = {"tsne": {"perplexity": args.perplexity, "early_exaggeration_iter": args.early_exaggeration_iter,
                       "n_iter": args.n_iter, "metric": args.metric, "n_iter_3d": args.n_iter_3d},
              "umap": {"n_neighbors": args.n_neighbors, "min_dist": args.min_dist, "n_epochs": args.n_epochs,
                       "metric": args.metric}}
     params = {method: {k: v for k, v in values.items() if v is not None} for method, values in given.items()}
-    layers = parse_indices(args.layers, run.n_layers, "layers")
-    heads = parse_indices(args.heads, run.n_heads, "heads")
-    alignment = Alignment(translate_keys=not args.no_translate, scale_norms=not args.no_scale)
-    specs = []
-    for method in methods:
-        method_dims = [d for d in dims if not (method == "tsne" and d == 3 and not args.tsne_3d)]
-        specs += plan_specs(run, [method], method_dims, layers, heads, alignment, args.seed, params)
-    # PCA takes milliseconds per head: starting worker processes would cost more than it saves.
-    jobs = 1 if set(methods) == {"pca"} else args.jobs
-    executor = local_executor(jobs, compile_umap="umap" in methods)
-    computed = cached = 0
-    with tqdm(total=len(specs), unit="head", desc="projecting", disable=args.quiet, dynamic_ncols=True) as bar:
-        try:
-            for outcome in run_tasks(run, specs, executor):
-                cached += outcome["cached"]
-                computed += not outcome["cached"]
-                for name, (asked, used) in outcome.get("adjusted", {}).items():
-                    logger.warning("layer %d head %d %s: %s %s is too large for %d points; used %s",
-                                   outcome["spec"].layer, outcome["spec"].head, outcome["spec"].method, name,
-                                   asked, 2 * run.n_tokens, used)
-                bar.update()
-        finally:
-            if executor is not None:
-                executor.shutdown(wait=False, cancel_futures=True)
-    logger.info("%s: %d layouts computed, %d already cached", args.run, computed, cached)
+    qkviz.project(run, methods, dims, layers=parse_indices(args.layers, run.n_layers, "layers"),
+                  heads=parse_indices(args.heads, run.n_heads, "heads"), jobs=args.jobs, seed=args.seed,
+                  translate_keys=not args.no_translate, scale_norms=not args.no_scale, tsne_3d=args.tsne_3d,
+                  params=params, progress=not args.quiet)
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
-    from qkviz.analysis.correlation import store_correlations
-    from qkviz.report.correlation_report import build_report, check_destination, write_report
-    from qkviz.store.run import open_run
+    from qkviz.report.report_directory import check_destination
 
-    run = open_run(args.run)
-    if args.max_pairs < 10:
-        raise QkvizError(f"--max-pairs must be at least 10, got {args.max_pairs}")
-    check_destination(args.out, args.overwrite)
-    report = build_report(run, max_pairs=args.max_pairs, seed=args.seed, progress=not args.quiet)
-    write_report(report, args.out, overwrite=args.overwrite)
-    store_correlations(run, report.table)
-    summary = report.summary
-    means = summary["model_means"]
-    logger.info("%s: %d heads in %.1f s; mean Pearson original %+.3f, translated+scaled %+.3f%s",
-                args.out / "index.html", run.n_layers * run.n_heads, summary["seconds"],
-                means["original"]["pearson"], means["translated+scaled"]["pearson"],
-                f"; best projection {summary['projections'][0]['space']} "
-                f"{summary['projections'][0]['pearson']:+.3f}" if summary["projections"] else "")
-    if "missing_projections" in summary:
-        logger.warning("no projections are cached, so the report covers the head spaces only; "
-                       "add them with '%s' and make the report again", summary["missing_projections"])
+    run = qkviz.open_run(args.run)
+    _at_least("--max-pairs", args.max_pairs, 10)
+    check_destination(args.out, args.overwrite)   # before the work, not after it
+    report = qkviz.correlation_report(run, max_pairs=args.max_pairs, seed=args.seed, progress=not args.quiet)
+    qkviz.write_report(report, args.out, overwrite=args.overwrite)
     return 0
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from qkviz.analysis.head_atlas import compute_atlas, store_atlas
-    from qkviz.analysis.head_labels import LabelThresholds
-    from qkviz.store.run import open_run
-
-    run = open_run(args.run)
+    run = qkviz.open_run(args.run)
     if args.max_offset < 1 or args.exemplars < 0:
         raise QkvizError("--max-offset must be at least 1 and --exemplars at least 0")
     for name, value in (("--argmax-share", args.argmax_share), ("--broad-entropy", args.broad_entropy)):
         if not 0 < value <= 1:
             raise QkvizError(f"{name} must be in (0, 1], got {value}")
-    atlas = compute_atlas(run, LabelThresholds(args.argmax_share, args.broad_entropy), args.max_offset,
-                          args.exemplars, syntax=args.syntax, progress=not args.quiet)
-    directory = store_atlas(run, atlas)
-    counts = atlas.table.label.value_counts()
-    logger.info("%s: %d heads; labels: %s", directory, len(atlas.table),
-                ", ".join(f"{label} {count}" for label, count in counts.items()))
+    qkviz.compute_stats(run, max_offset=args.max_offset, argmax_share=args.argmax_share,
+                        broad_entropy=args.broad_entropy, exemplars=args.exemplars, syntax=args.syntax,
+                        progress=not args.quiet)
     return 0
 
 
 def _related(args: argparse.Namespace) -> int:
-    from qkviz.analysis.head_similarity import closest_across_layers, compute_head_similarity, store_head_similarity
-    from qkviz.store.run import open_run
-
-    if args.max_queries < 1:
-        raise QkvizError(f"--max-queries must be at least 1, got {args.max_queries}")
-    run = open_run(args.run)
-    similarity = compute_head_similarity(run, args.max_queries, args.seed, progress=not args.quiet)
-    directory = store_head_similarity(run, similarity)
-    closest = closest_across_layers(similarity)
-    pair = (f"; closest heads in different layers: L{closest[0][0]} H{closest[0][1]} and "
-            f"L{closest[1][0]} H{closest[1][1]} (JS distance {closest[2]:.3f})" if closest else "")
-    logger.info("%s: %d heads over %d queries (%d sentences) in %.1f s%s", directory,
-                run.n_layers * run.n_heads, similarity.n_queries, len(similarity.sentences), similarity.seconds, pair)
+    _at_least("--max-queries", args.max_queries, 1)
+    qkviz.relate_heads(qkviz.open_run(args.run), max_queries=args.max_queries, seed=args.seed,
+                       progress=not args.quiet)
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    from qkviz.store.run import open_run
-    from qkviz.report.run_status import describe_run
-
-    sys.stdout.write("\n".join(describe_run(open_run(args.run))) + "\n")
+    sys.stdout.write(qkviz.open_run(args.run).status() + "\n")
     return 0
 
 
 def _index(args: argparse.Namespace) -> int:
-    import time
-
-    from tqdm.auto import tqdm
-
-    from qkviz.search.partner_index import PartnerIndexes, index_targets
-    from qkviz.store.run import open_run
-    from qkviz.search.token_index import TokenIndex, store_token_index
-
-    run = open_run(args.run)
-    if args.exact_limit < 1:
-        raise QkvizError(f"--exact-limit must be at least 1, got {args.exact_limit}")
-    targets = index_targets(run, parse_indices(args.layers, run.n_layers, "layers"),
-                            parse_indices(args.heads, run.n_heads, "heads"))
-    started = time.perf_counter()
-    token_index_path = store_token_index(run, TokenIndex.build(run.tokens.token))
-    indexes = PartnerIndexes(run, exact_limit=args.exact_limit)
-    total_bytes, recalls = 0, []
-    with tqdm(total=len(targets), unit="index", desc="indexing", disable=args.quiet, dynamic_ncols=True) as bar:
-        for target in targets:
-            info, size = indexes.build(target, seed=args.seed)
-            total_bytes += size
-            if not info.exact:
-                recalls.append(info.recall_at_10)
-            bar.update()
-    kind = (f"approximate, recall@10 {min(recalls):.3f} to {max(recalls):.3f}" if recalls
-            else f"exact ({run.n_tokens:,} tokens <= --exact-limit)")
-    logger.info("%s: token index and %d partner indexes (%s), %.1f MB, in %.1f s", token_index_path.parent,
-                len(targets), kind, total_bytes / 1e6, time.perf_counter() - started)
+    run = qkviz.open_run(args.run)
+    _at_least("--exact-limit", args.exact_limit, 1)
+    qkviz.build_indexes(run, layers=parse_indices(args.layers, run.n_layers, "layers"),
+                        heads=parse_indices(args.heads, run.n_heads, "heads"), exact_limit=args.exact_limit,
+                        seed=args.seed, progress=not args.quiet)
     return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from dash_app.server import serve
+    try:
+        from dash_app.server import serve
+    except ImportError as error:
+        raise QkvizError(f"the app needs its optional dependencies ({error.name} is missing): "
+                         "pip install 'qkviz[app]'") from None
 
     serve(args.run, host=args.host, port=args.port)
     return 0
@@ -352,8 +267,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _models(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from qkviz.extraction.adapters import ADAPTERS
-    from qkviz.extraction.models import BUNDLED_MODELS
+    from qkviz.extraction import ADAPTERS, BUNDLED_MODELS
 
     lines = ["Bundled models (--model NAME):"]
     for model in BUNDLED_MODELS.values():

@@ -39,7 +39,7 @@ def make_app_run(model: Path, corpus: Path, directory: Path, max_sentences: int 
     import qkviz
     from qkviz.cli import main
 
-    run = qkviz.extract(str(model), corpus, directory, max_sentences=max_sentences).run
+    run = qkviz.extract(str(model), corpus, directory, max_sentences=max_sentences)
     assert main(["-q", "project", "--run", str(run.path), "--method", "pca", "--dim", "2,3"]) == 0
     return run
 

@@ -59,7 +59,7 @@ def tiny_run(tiny_model, tiny_corpus, tmp_path_factory):
         key = (family, max_sentences, tuple(sorted(options.items())))
         if key not in made:
             made[key] = qkviz.extract(str(tiny_model(family)), tiny_corpus, tmp_path_factory.mktemp(family) / "run",
-                                      max_sentences=max_sentences, **options).run
+                                      max_sentences=max_sentences, **options)
         return made[key]
 
     return get

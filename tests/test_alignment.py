@@ -50,7 +50,7 @@ def test_nothing_applied_is_the_identity():
 def test_alignment_preserves_a_real_runs_attention(tiny_model, tiny_corpus, tmp_path):
     import qkviz
 
-    run = qkviz.extract(str(tiny_model("qwen2")), tiny_corpus, tmp_path / "run", max_sentences=10).run
+    run = qkviz.extract(str(tiny_model("qwen2")), tiny_corpus, tmp_path / "run", max_sentences=10)
     for layer in range(run.n_layers):
         for head in range(run.n_heads):
             aligned = align_head(run.queries(layer, head), run.keys(layer, head))

@@ -16,7 +16,7 @@ from qkviz.search.token_index import normalise
 from dash_app.state import ViewState
 from qkviz.cli import main
 from qkviz.core.errors import QkvizError
-from qkviz.store.projections import CACHE_DIRECTORY
+from qkviz.store.files import CACHE_DIRECTORY
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ def spread(run, count: int) -> list[int]:
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_minilm_on_the_default_corpus(dtype, tmp_path):
-    run = qkviz.extract("minilm", CORPUS, tmp_path / "minilm", dtype=dtype).run
+    run = qkviz.extract("minilm", CORPUS, tmp_path / "minilm", dtype=dtype)
     assert (run.n_layers, run.n_heads, run.n_kv_heads, run.head_dim) == (6, 12, 12, 32)
     assert run.n_sentences >= 300 and run.n_tokens >= 5000 and not run.is_causal
     assert run.tokens.token.iloc[0] == "[CLS]"
@@ -36,7 +36,7 @@ def test_minilm_on_the_default_corpus(dtype, tmp_path):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_smollm2_on_the_default_corpus(dtype, tmp_path):
-    run = qkviz.extract("smollm2", CORPUS, tmp_path / "smollm2", dtype=dtype, max_sentences=48, seed=7).run
+    run = qkviz.extract("smollm2", CORPUS, tmp_path / "smollm2", dtype=dtype, max_sentences=48, seed=7)
     assert (run.n_layers, run.n_heads, run.n_kv_heads, run.head_dim) == (30, 9, 3, 64)
     assert run.is_causal and run.family == "llama"
     assert run.scale(0) == pytest.approx(64 ** -0.5)

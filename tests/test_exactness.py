@@ -18,7 +18,7 @@ def test_stored_vectors_reproduce_model_attention(family, dtype, tiny_model, tin
     model_dir = tiny_model(family)
     # Extraction batches are sorted by length (batch 8); the reference is one padded batch of all 24.
     run = qkviz.extract(str(model_dir), tiny_corpus, tmp_path / "run", max_sentences=24, seed=3,
-                        dtype=dtype, batch_size=8).run
+                        dtype=dtype, batch_size=8)
     pad = pad_token_id(AutoTokenizer.from_pretrained(model_dir))
     error, departure = max_attention_error(run, model_dir, list(range(run.n_sentences)), pad)
     assert error <= TOLERANCE[dtype], f"{family} {dtype}: max abs error {error:.2e}"
@@ -27,7 +27,7 @@ def test_stored_vectors_reproduce_model_attention(family, dtype, tiny_model, tin
 
 @pytest.mark.parametrize("family", ["gpt2", "gemma3", "mistral"])
 def test_recorded_scales_and_windows_are_the_models(family, tiny_model, tiny_corpus, tmp_path):
-    run = qkviz.extract(str(tiny_model(family)), tiny_corpus, tmp_path / "run", max_sentences=4).run
+    run = qkviz.extract(str(tiny_model(family)), tiny_corpus, tmp_path / "run", max_sentences=4)
     scales = [run.scale(layer) for layer in range(run.n_layers)]
     windows = [run.sliding_window(layer) for layer in range(run.n_layers)]
     if family == "gpt2":   # scale_attn_by_inverse_layer_idx
@@ -42,7 +42,7 @@ def test_recorded_scales_and_windows_are_the_models(family, tiny_model, tiny_cor
 def test_a_wrong_scale_is_caught(tiny_model, tiny_corpus, tmp_path):
     """The comparison can fail: a 2% error in the recorded scale exceeds the tolerance."""
     model_dir = tiny_model("llama")
-    run = qkviz.extract(str(model_dir), tiny_corpus, tmp_path / "run", max_sentences=8).run
+    run = qkviz.extract(str(model_dir), tiny_corpus, tmp_path / "run", max_sentences=8)
     run.manifest["attention"]["scales"] = [s * 1.02 for s in run.manifest["attention"]["scales"]]
     pad = pad_token_id(AutoTokenizer.from_pretrained(model_dir))
     error, _ = max_attention_error(run, model_dir, list(range(run.n_sentences)), pad)
@@ -50,7 +50,7 @@ def test_a_wrong_scale_is_caught(tiny_model, tiny_corpus, tmp_path):
 
 
 def test_grouped_query_heads_share_their_key_head(tiny_model, tiny_corpus, tmp_path):
-    run = qkviz.extract(str(tiny_model("llama")), tiny_corpus, tmp_path / "run", max_sentences=4).run
+    run = qkviz.extract(str(tiny_model("llama")), tiny_corpus, tmp_path / "run", max_sentences=4)
     assert (run.n_heads, run.n_kv_heads) == (4, 2)
     assert [run.kv_head(h) for h in range(4)] == [0, 0, 1, 1]
     np.testing.assert_array_equal(run.keys(1, 0), run.keys(1, 1))

@@ -42,7 +42,7 @@ def test_head_updates_match_the_models_output_projection_inputs(family, tiny_run
 
 
 def test_runs_without_the_option_have_no_head_updates(tiny_model, tiny_corpus, tmp_path):
-    run = qkviz.extract(str(tiny_model("bert")), tiny_corpus, tmp_path / "run", max_sentences=4).run
+    run = qkviz.extract(str(tiny_model("bert")), tiny_corpus, tmp_path / "run", max_sentences=4)
     assert run.head_updates(0, 0) is None
 
 
@@ -60,7 +60,7 @@ def test_stats_summarise_head_updates_and_say_when_a_run_has_none(tiny_run, tiny
     assert atlas.update_histograms.shape[:3] == (run.n_layers, run.n_heads, 2)
     np.testing.assert_allclose(atlas.update_histograms.sum(axis=3), 1.0)
 
-    plain = qkviz.extract(str(tiny_model("gpt2")), tiny_corpus, tmp_path / "plain", max_sentences=4).run
+    plain = qkviz.extract(str(tiny_model("gpt2")), tiny_corpus, tmp_path / "plain", max_sentences=4)
     assert main(["stats", "--run", str(plain.path)]) == 0
     assert "extract with --head-update" in caplog.text
     assert load_atlas(plain).update_histograms is None

@@ -6,13 +6,13 @@ import pytest
 import qkviz
 from qkviz.cli import main
 from qkviz.core.errors import QkvizError
-from qkviz.store.projections import CACHE_DIRECTORY
+from qkviz.store.files import CACHE_DIRECTORY
 
 
 @pytest.fixture(scope="module")
 def small_run(tiny_model, tiny_corpus, tmp_path_factory):
     return qkviz.extract(str(tiny_model("llama")), tiny_corpus, tmp_path_factory.mktemp("p") / "run",
-                         max_sentences=20).run
+                         max_sentences=20)
 
 
 def test_project_caches_layouts_and_skips_them_next_time(small_run, capsys):

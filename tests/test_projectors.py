@@ -6,7 +6,7 @@ from sklearn.manifold import trustworthiness
 
 from qkviz.core.alignment import align_head
 from qkviz.core.errors import QkvizError
-from qkviz.projection.methods import project
+from qkviz.projection.methods import project_points as project
 
 
 def blobs(n_points: int = 600, n_blobs: int = 6, d: int = 32, seed: int = 0) -> np.ndarray:
@@ -64,7 +64,7 @@ def test_real_minilm_head_layouts_are_trustworthy(tmp_path):
     import qkviz
     from conftest import CORPUS
 
-    run = qkviz.extract("minilm", CORPUS, tmp_path / "minilm", max_tokens=1500).run
+    run = qkviz.extract("minilm", CORPUS, tmp_path / "minilm", max_tokens=1500)
     points = align_head(run.queries(2, 5), run.keys(2, 5)).points
     for method in ("tsne", "umap"):
         coordinates = project(points, method, 2, seed=0).coordinates

@@ -16,7 +16,7 @@ from qkviz.cli import main
 @pytest.fixture(scope="module")
 def causal_run(tiny_model, tiny_corpus, tmp_path_factory):
     return qkviz.extract(str(tiny_model("gpt2")), tiny_corpus, tmp_path_factory.mktemp("r") / "run",
-                         max_sentences=24).run
+                         max_sentences=24)
 
 
 def test_report_without_projections_covers_the_head_spaces_and_names_the_command(causal_run, tmp_path, caplog):
@@ -102,7 +102,7 @@ def test_bad_report_requests_are_one_line_errors(causal_run, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_minilm_mean_correlation_after_translation_is_negative_and_reported(tmp_path):
-    run = qkviz.extract("minilm", CORPUS, tmp_path / "minilm", max_tokens=1500).run
+    run = qkviz.extract("minilm", CORPUS, tmp_path / "minilm", max_tokens=1500)
     out = tmp_path / "report"
     assert main(["-q", "report", "--run", str(run.path), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())

@@ -7,6 +7,7 @@ import pytest
 
 import qkviz
 import qkviz.extraction.forward
+from qkviz.extraction import extract_run
 from qkviz.store import files as run_files
 from qkviz.core.errors import IncompleteRunError, QkvizError
 from qkviz.store.run import SENTENCE_COLUMNS, TOKEN_COLUMNS
@@ -19,7 +20,7 @@ class SimulatedCrash(Exception):
 @pytest.fixture(scope="module")
 def bert_run(tiny_model, tiny_corpus, tmp_path_factory):
     return qkviz.extract(str(tiny_model("bert")), tiny_corpus, tmp_path_factory.mktemp("runs") / "bert",
-                         max_sentences=12).run
+                         max_sentences=12)
 
 
 def test_round_trip_shapes_tables_and_offsets(bert_run, corpus_sentences):
@@ -46,20 +47,20 @@ def test_round_trip_shapes_tables_and_offsets(bert_run, corpus_sentences):
 
 def test_sentences_are_a_seeded_sample_in_corpus_order(tiny_model, tiny_corpus, tmp_path):
     model = str(tiny_model("bert"))
-    first = qkviz.extract(model, tiny_corpus, tmp_path / "a", max_sentences=10, seed=1).run
-    again = qkviz.extract(model, tiny_corpus, tmp_path / "b", max_sentences=10, seed=1).run
-    other = qkviz.extract(model, tiny_corpus, tmp_path / "c", max_sentences=10, seed=2).run
+    first = qkviz.extract(model, tiny_corpus, tmp_path / "a", max_sentences=10, seed=1)
+    again = qkviz.extract(model, tiny_corpus, tmp_path / "b", max_sentences=10, seed=1)
+    other = qkviz.extract(model, tiny_corpus, tmp_path / "c", max_sentences=10, seed=2)
     chosen = list(first.sentences.corpus_index)
     assert chosen == sorted(chosen) == list(again.sentences.corpus_index)
     assert chosen != list(other.sentences.corpus_index)
-    capped = qkviz.extract(model, tiny_corpus, tmp_path / "d", max_tokens=150).run
+    capped = qkviz.extract(model, tiny_corpus, tmp_path / "d", max_tokens=150)
     assert 100 < capped.n_tokens <= 150
 
 
 def test_identical_inputs_reuse_and_different_ones_are_refused(bert_run, tiny_model, tiny_corpus):
     model = str(tiny_model("bert"))
     manifest_before = (bert_run.path / run_files.MANIFEST).read_text()
-    again = qkviz.extract(model, tiny_corpus, bert_run.path, max_sentences=12, batch_size=3)
+    again = extract_run(model, tiny_corpus, bert_run.path, max_sentences=12, batch_size=3)
     assert again.status == "reused"
     assert (bert_run.path / run_files.MANIFEST).read_text() == manifest_before
     with pytest.raises(QkvizError, match="different settings.*--overwrite"):
@@ -69,7 +70,7 @@ def test_identical_inputs_reuse_and_different_ones_are_refused(bert_run, tiny_mo
 def test_overwrite_replaces_a_run(tiny_model, tiny_corpus, tmp_path):
     model = str(tiny_model("bert"))
     qkviz.extract(model, tiny_corpus, tmp_path / "run", max_sentences=5)
-    replaced = qkviz.extract(model, tiny_corpus, tmp_path / "run", max_sentences=7, overwrite=True)
+    replaced = extract_run(model, tiny_corpus, tmp_path / "run", max_sentences=7, overwrite=True)
     assert replaced.status == "extracted" and replaced.run.n_sentences == 7
 
 
@@ -83,7 +84,7 @@ def test_a_directory_that_is_not_a_run_is_never_written(tiny_model, tiny_corpus,
 def test_interrupted_run_is_incomplete_then_resumes_to_identical_arrays(tiny_model, tiny_corpus, tmp_path,
                                                                         monkeypatch):
     model = str(tiny_model("llama"))
-    reference = qkviz.extract(model, tiny_corpus, tmp_path / "reference", max_sentences=30).run
+    reference = qkviz.extract(model, tiny_corpus, tmp_path / "reference", max_sentences=30)
     # Chunks of about 60 tokens, and a crash while the third chunk runs.
     monkeypatch.setattr(qkviz.extraction.forward, "CHUNK_BYTES", 60 * qkviz.extraction.forward.bytes_per_token(
         qkviz.extraction.adapters.ModelShape(2, 4, 2, 16), np.dtype("float32")))
@@ -111,7 +112,7 @@ def test_interrupted_run_is_incomplete_then_resumes_to_identical_arrays(tiny_mod
         [range(n) for n in reference.sentences.n_tokens], qkviz.extraction.forward.CHUNK_BYTES // qkviz.extraction.forward.bytes_per_token(
             qkviz.extraction.adapters.ModelShape(2, 4, 2, 16), np.dtype("float32"))))
     calls.clear()
-    resumed = qkviz.extract(model, tiny_corpus, tmp_path / "run", max_sentences=30)
+    resumed = extract_run(model, tiny_corpus, tmp_path / "run", max_sentences=30)
     assert resumed.status == "resumed"
     assert len(calls) == chunks - 2  # the two chunks finished before the crash were not run again
     assert not (tmp_path / "run" / run_files.PROGRESS).exists()

@@ -1,1 +1,14 @@
-"""TODO"""
+"""What heads do, measured over the whole corpus: the distance-dot-product correlation of every head,
+the head atlas (statistics, pattern labels, logit decomposition, syntax) and related heads.
+"""
+
+from qkviz.analysis.correlation import COLUMNS as CORRELATION_COLUMNS
+from qkviz.analysis.correlation import correlation_table, stored_correlations
+from qkviz.analysis.head_atlas import UPDATE_STATISTICS, HeadAtlas, compute_stats, load_atlas
+from qkviz.analysis.head_labels import LABELS, LabelThresholds
+from qkviz.analysis.head_similarity import HeadSimilarity, RelatedHead, load_head_similarity, related_heads, relate_heads
+from qkviz.analysis.head_stats import STATISTICS
+
+__all__ = ["CORRELATION_COLUMNS", "LABELS", "STATISTICS", "UPDATE_STATISTICS", "HeadAtlas", "HeadSimilarity",
+           "LabelThresholds", "RelatedHead", "compute_stats", "correlation_table", "load_atlas",
+           "load_head_similarity", "related_heads", "relate_heads", "stored_correlations"]

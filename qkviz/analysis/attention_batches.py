@@ -14,7 +14,7 @@ from typing import Iterator
 import numpy as np
 
 from qkviz.core.attention import allowed_pairs
-from qkviz.store.run import Run
+from qkviz.store.run import StoredRun
 
 DEFAULT_MAX_CELLS = 1 << 22
 
@@ -33,7 +33,7 @@ class SentenceBatch:
         return self.rows >= 0
 
 
-def sentence_batches(run: Run, max_cells: int = DEFAULT_MAX_CELLS,
+def sentence_batches(run: StoredRun, max_cells: int = DEFAULT_MAX_CELLS,
                      sentences: np.ndarray | None = None) -> list[SentenceBatch]:
     """The run's sentences (or only ``sentences``, sentence numbers) in length-sorted batches of at most
     ``max_cells`` cells (one sentence at least)."""
@@ -60,7 +60,7 @@ def batch_mask(batch: SentenceBatch, causal: bool, sliding_window: int | None) -
     return allowed_pairs(width, causal, sliding_window)[None] & valid[:, :, None] & valid[:, None, :]
 
 
-def batch_attention(run: Run, layer: int, head: int, batch: SentenceBatch,
+def batch_attention(run: StoredRun, layer: int, head: int, batch: SentenceBatch,
                     queries: np.ndarray | None = None, keys: np.ndarray | None = None) -> np.ndarray:
     """float64 ``[batch, query, key]`` attention probabilities; padding rows and columns are 0."""
     queries = run.queries(layer, head) if queries is None else queries
@@ -83,7 +83,7 @@ def masked_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
 
 
-def head_attention(run: Run, layer: int, head: int, batches: list[SentenceBatch] | None = None
+def head_attention(run: StoredRun, layer: int, head: int, batches: list[SentenceBatch] | None = None
                    ) -> Iterator[tuple[SentenceBatch, np.ndarray]]:
     """``(batch, probabilities)`` over the whole corpus for one head, reading its vectors once."""
     queries, keys = run.queries(layer, head), run.keys(layer, head)

@@ -36,16 +36,14 @@ import pandas as pd
 
 from qkviz.store import files as run_files
 from qkviz.core.alignment import norm_scale
-from qkviz.store.projections import ProjectionCache, ProjectionSpec
-from qkviz.projection.methods import METHODS
-from qkviz.store.run import Run
+from qkviz.store.projections import METHODS, ProjectionCache, ProjectionSpec
+from qkviz.store.run import StoredRun
 
 logger = logging.getLogger(__name__)
 
 HEAD_SPACES = ("original", "translated", "translated+scaled")
 DEFAULT_MAX_PAIRS = 5_000_000
 COLUMNS = ("layer", "head", "space", "n_pairs", "pearson", "spearman", "query_spearman", "exact", "ci95")
-STORED_TABLE = "correlation.parquet"   # inside the run directory, for the app
 METHOD_ORDER = {method: order for order, method in enumerate(METHODS)}
 _CHUNK = 1 << 20                       # pairs per gather, bounding memory to ~0.5 GB at d_head 64
 
@@ -82,7 +80,7 @@ def key_ranges(sentence: np.ndarray, position: np.ndarray, sentence_first: np.nd
     return first + lo, first + hi
 
 
-def attending_pairs(run: Run, layer: int, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> PairSet:
+def attending_pairs(run: StoredRun, layer: int, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> PairSet:
     """Every attending pair of ``layer`` when there are at most ``max_pairs``, else a uniform sample."""
     tokens, sentences = run.tokens, run.sentences
     lo, hi = key_ranges(tokens.sentence.to_numpy(np.int64), tokens.position.to_numpy(np.int64),
@@ -247,7 +245,7 @@ def sampling_error_bound(x: np.ndarray, y: np.ndarray) -> float:
     return float(1.96 * np.sqrt(max(variance, 0.0) / n))
 
 
-def cached_projections(run: Run) -> dict[tuple[int, int], dict[str, ProjectionSpec]]:
+def cached_projections(run: StoredRun) -> dict[tuple[int, int], dict[str, ProjectionSpec]]:
     """``{(layer, head): {space name: spec}}`` of the cached projections made with the default alignment.
 
     A method and dimension cached with several settings gets one space per setting, named with
@@ -284,7 +282,7 @@ class HeadPairs:
     figures: dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def head_correlation_rows(run: Run, layer: int, head: int, pairs: PairSet,
+def head_correlation_rows(run: StoredRun, layer: int, head: int, pairs: PairSet,
                           projections: dict[str, ProjectionSpec] | None = None, keep_pairs: bool = False
                           ) -> tuple[list[dict], HeadPairs | None]:
     """The table rows of one head (every space), and optionally its per-pair figures.
@@ -320,7 +318,7 @@ def head_correlation_rows(run: Run, layer: int, head: int, pairs: PairSet,
     return rows, (HeadPairs(layer, head, figures) if keep_pairs else None)
 
 
-def correlation_table(run: Run, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0, progress: bool = False,
+def correlation_table(run: StoredRun, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0, progress: bool = False,
                       layers: list[int] | None = None, heads: list[int] | None = None,
                       projections: dict[tuple[int, int], dict[str, ProjectionSpec]] | None = None) -> pd.DataFrame:
     """One row per (layer, head, space): ``COLUMNS``. See the module docstring for the spaces.
@@ -346,17 +344,17 @@ def correlation_table(run: Run, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 
     return pd.DataFrame(rows, columns=list(COLUMNS))
 
 
-def store_correlations(run: Run, table: pd.DataFrame) -> None:
+def store_correlations(run: StoredRun, table: pd.DataFrame) -> None:
     """Keep the table in the run directory (atomically), where the app finds it."""
     frame = table.copy()
     frame.attrs = {}
     frame["run_fingerprint"] = run.manifest["fingerprint"]
-    run_files.write_parquet_atomic(frame, run.path / STORED_TABLE)
+    run_files.write_parquet_atomic(frame, run.path / run_files.CORRELATION_TABLE)
 
 
-def stored_correlations(run: Run) -> pd.DataFrame | None:
+def stored_correlations(run: StoredRun) -> pd.DataFrame | None:
     """The table last stored by ``qkviz report`` for this run, or ``None`` when there is none."""
-    path = run.path / STORED_TABLE
+    path = run.path / run_files.CORRELATION_TABLE
     try:
         frame = pd.read_parquet(path)
     except (OSError, ValueError):

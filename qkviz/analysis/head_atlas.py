@@ -16,7 +16,6 @@ the offset range. Without a matching ``atlas.json`` there is no atlas.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,18 +29,15 @@ from qkviz.analysis.head_labels import LabelThresholds, head_label
 from qkviz.analysis.head_stats import DEFAULT_MAX_OFFSET, STATISTICS, TokenKinds, head_statistics
 from qkviz.analysis.logit_decomposition import (EMBEDDING_TERMS, EmbeddingSplit, available_terms, decompose_embeddings,
                                        decompose_head)
-from qkviz.store.run import Run
+from qkviz.store.artifacts import ArtifactDirectory
+from qkviz.core.errors import QkvizError
+from qkviz.store.run import StoredRun, as_run
 from qkviz.analysis.syntax import SYNTAX_STATISTICS, TokenSyntax, batch_syntax
 
 logger = logging.getLogger(__name__)
 
 ATLAS_SCHEMA_VERSION = 2   # 2: logit terms, term and embedding profiles, head-update histograms
-ATLAS_DIRECTORY = "stats"
-TABLE, PROFILES, EXEMPLARS, MARKER = "head_stats.parquet", "relative_position.npy", "exemplars.parquet", "atlas.json"
-TERM_PROFILES = "term_profiles.npy"
 EXEMPLAR_COLUMNS = ("layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text")
-UPDATE_HISTOGRAMS = "update_histograms.npy"
-EMBEDDING_PROFILES = "embedding_profiles.npy"
 UPDATE_STATISTICS = ("update_ratio_median", "update_cosine_mean")
 UPDATE_BINS = 40
 UPDATE_RATIO_RANGE = (-3.0, 1.0)   # log10 of |update| / |hidden|
@@ -66,7 +62,51 @@ class HeadAtlas:
         return np.arange(-self.max_offset, self.max_offset + 1)
 
 
-def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max_offset: int = DEFAULT_MAX_OFFSET,
+def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_OFFSET, argmax_share: float = 0.5,
+                  broad_entropy: float = 0.8, exemplars: int = 5, syntax: bool = False,
+                  progress: bool = True) -> HeadAtlas:
+    """Compute the head atlas of a run and store it in ``<run>/stats/`` (what ``qkviz stats`` does).
+
+    Every head's attention is recomputed over the whole corpus from the stored vectors.
+
+    Parameters
+    ----------
+    run
+        A run, or the path of one.
+    max_offset
+        Relative positions kept in the profiles: ``-max_offset .. max_offset``.
+    argmax_share
+        Label threshold: share of queries whose strongest key is of the same kind.
+    broad_entropy
+        Label threshold: normalised entropy above which a head is labelled broad.
+    exemplars
+        Exemplar sentences kept per head.
+    syntax
+        Also attention to each part of speech and dependency alignment (needs the ``syntax`` extra).
+    progress
+        Show progress bars.
+
+    Returns
+    -------
+    HeadAtlas
+        The atlas, as :meth:`qkviz.Run.atlas` reads it back.
+    """
+    run = as_run(run)
+    if max_offset < 1 or exemplars < 0:
+        raise QkvizError(f"max_offset must be at least 1 and exemplars at least 0, got {max_offset} and {exemplars}")
+    for name, value in (("argmax_share", argmax_share), ("broad_entropy", broad_entropy)):
+        if not 0 < value <= 1:
+            raise QkvizError(f"{name} must be in (0, 1], got {value}")
+    atlas = compute_atlas(run, LabelThresholds(argmax_share, broad_entropy), max_offset, exemplars, syntax=syntax,
+                          progress=progress)
+    directory = store_atlas(run, atlas)
+    counts = atlas.table.label.value_counts()
+    logger.info("%s: %d heads; labels: %s", directory, len(atlas.table),
+                ", ".join(f"{label} {count}" for label, count in counts.items()))
+    return atlas
+
+
+def compute_atlas(run: StoredRun, thresholds: LabelThresholds = LabelThresholds(), max_offset: int = DEFAULT_MAX_OFFSET,
                   n_exemplars: int = 5, syntax: bool = False, progress: bool = False) -> HeadAtlas:
     """Statistics of every head (attention recomputed from the stored vectors, batch by batch);
     with ``syntax``, also the part-of-speech and dependency statistics of :mod:`qkviz.analysis.syntax`."""
@@ -118,7 +158,7 @@ def compute_atlas(run: Run, thresholds: LabelThresholds = LabelThresholds(), max
                      terms, term_profiles, update_histograms, embedding_profiles)
 
 
-def _warn_about_missing_parts(run: Run, has_updates: bool) -> None:
+def _warn_about_missing_parts(run: StoredRun, has_updates: bool) -> None:
     if not has_updates:
         logger.warning("%s was extracted without --head-update, so head updates are left out; the other "
                        "statistics are computed (extract with --head-update to add them)", run.path)
@@ -127,7 +167,7 @@ def _warn_about_missing_parts(run: Run, has_updates: bool) -> None:
                        "decomposed; extract it again with --overwrite to add them", run.path)
 
 
-def _exemplar_rows(run: Run, exemplars: pd.DataFrame, layer: int, head: int) -> pd.DataFrame:
+def _exemplar_rows(run: StoredRun, exemplars: pd.DataFrame, layer: int, head: int) -> pd.DataFrame:
     """A head's exemplars (:class:`qkviz.analysis.head_stats.HeadStatistics`) with the head, rank, tokens and text."""
     top = exemplars.assign(layer=layer, head=head, rank=np.arange(len(exemplars)))
     first = run.sentences.first_token.to_numpy()[top.sentence.to_numpy()]
@@ -149,43 +189,31 @@ def head_update_summary(updates: np.ndarray) -> tuple[dict[str, float], np.ndarr
             histograms)
 
 
-def store_atlas(run: Run, atlas: HeadAtlas) -> Path:
-    """Write the atlas into the run (data files first, ``atlas.json`` last)."""
-    directory = run.path / ATLAS_DIRECTORY
-    directory.mkdir(exist_ok=True)
-    (directory / MARKER).unlink(missing_ok=True)
-    run_files.write_parquet_atomic(atlas.table, directory / TABLE)
-    run_files.save_npy_atomic(directory / PROFILES, atlas.relative_position)
-    run_files.write_parquet_atomic(atlas.exemplars, directory / EXEMPLARS)
-    run_files.save_npy_atomic(directory / TERM_PROFILES, atlas.term_profiles)
-    for name, array in ((UPDATE_HISTOGRAMS, atlas.update_histograms), (EMBEDDING_PROFILES, atlas.embedding_profiles)):
-        (directory / name).unlink(missing_ok=True)
-        if array is not None:
-            run_files.save_npy_atomic(directory / name, array)
-    run_files.write_json_atomic(directory / MARKER, {
-        "schema_version": ATLAS_SCHEMA_VERSION, "run_fingerprint": run.manifest["fingerprint"],
-        "max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(),
-        "statistics": list(STATISTICS), "terms": list(atlas.terms)})
-    return directory
+def _atlas_directory(run: StoredRun) -> ArtifactDirectory:
+    return ArtifactDirectory(run, run_files.ATLAS_DIRECTORY, run_files.ATLAS_MARKER, ATLAS_SCHEMA_VERSION,
+                             "qkviz stats")
 
 
-def load_atlas(run: Run) -> HeadAtlas | None:
+def store_atlas(run: StoredRun, atlas: HeadAtlas) -> Path:
+    """Write the atlas into ``<run>/stats/`` (data files first, ``atlas.json`` last)."""
+    return _atlas_directory(run).write(
+        arrays={run_files.ATLAS_PROFILES: atlas.relative_position, run_files.ATLAS_TERM_PROFILES: atlas.term_profiles,
+                run_files.ATLAS_UPDATE_HISTOGRAMS: atlas.update_histograms,
+                run_files.ATLAS_EMBEDDING_PROFILES: atlas.embedding_profiles},
+        tables={run_files.ATLAS_TABLE: atlas.table, run_files.ATLAS_EXEMPLARS: atlas.exemplars},
+        marker={"max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(),
+                "statistics": list(STATISTICS), "terms": list(atlas.terms)})
+
+
+def load_atlas(run: StoredRun) -> HeadAtlas | None:
     """The run's stored atlas, or ``None`` when there is none (or it belongs to another extraction)."""
-    directory = run.path / ATLAS_DIRECTORY
-    try:
-        marker = json.loads((directory / MARKER).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+    stored = _atlas_directory(run)
+    marker = stored.read_marker()
+    if marker is None:
         return None
-    if marker.get("schema_version") != ATLAS_SCHEMA_VERSION or marker.get("run_fingerprint") != run.manifest["fingerprint"]:
-        logger.warning("%s was made by another qkviz version or extraction; run 'qkviz stats --run %s' again",
-                       directory, run.path)
-        return None
-    return HeadAtlas(pd.read_parquet(directory / TABLE), np.load(directory / PROFILES, allow_pickle=False),
-                     pd.read_parquet(directory / EXEMPLARS), int(marker["max_offset"]),
+    return HeadAtlas(stored.table(run_files.ATLAS_TABLE), stored.array(run_files.ATLAS_PROFILES),
+                     stored.table(run_files.ATLAS_EXEMPLARS), int(marker["max_offset"]),
                      LabelThresholds(**marker["thresholds"]), tuple(marker["terms"]),
-                     np.load(directory / TERM_PROFILES, allow_pickle=False),
-                     _optional(directory / UPDATE_HISTOGRAMS), _optional(directory / EMBEDDING_PROFILES))
-
-
-def _optional(path: Path) -> np.ndarray | None:
-    return np.load(path, allow_pickle=False) if path.exists() else None
+                     stored.array(run_files.ATLAS_TERM_PROFILES),
+                     stored.optional_array(run_files.ATLAS_UPDATE_HISTOGRAMS),
+                     stored.optional_array(run_files.ATLAS_EMBEDDING_PROFILES))

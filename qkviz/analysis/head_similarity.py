@@ -29,7 +29,6 @@ plain ``.npy`` and ``related.json``, written last (see :func:`store_head_similar
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -44,15 +43,12 @@ from qkviz.store import files as run_files
 from qkviz.core.alignment import align_head
 from qkviz.analysis.attention_batches import batch_attention, batch_mask, sentence_batches
 from qkviz.core.errors import QkvizError
-from qkviz.store.run import Run
+from qkviz.store.artifacts import ArtifactDirectory
+from qkviz.store.run import StoredRun, as_run
 
 logger = logging.getLogger(__name__)
 
 SIMILARITY_SCHEMA_VERSION = 1
-RELATED_DIRECTORY = "related"
-MARKER = "related.json"
-JS_DISTANCE, GEOMETRY, ORDER, MAP_XY, SENTENCES = (
-    "js_distance.npy", "geometry_similarity.npy", "order.npy", "map_xy.npy", "sentences.npy")
 BY = ("attention", "geometry")
 #: cells of ``M`` computed at once in the JS distance (heads x pairs)
 CHUNK_CELLS = 1 << 20
@@ -95,7 +91,7 @@ class RelatedHead:
 
 
 # -- computing ------------------------------------------------------------------------------------
-def sample_sentences(run: Run, max_queries: int, seed: int = 0) -> np.ndarray:
+def sample_sentences(run: StoredRun, max_queries: int, seed: int = 0) -> np.ndarray:
     """Sorted int64 sentence numbers: a seeded random order of the run's sentences, taken whole until
     they hold at least ``max_queries`` tokens (all of them when the run has fewer)."""
     lengths = run.sentences.n_tokens.to_numpy(np.int64)
@@ -104,12 +100,47 @@ def sample_sentences(run: Run, max_queries: int, seed: int = 0) -> np.ndarray:
     return np.sort(order[:min(count, len(order))])
 
 
-def compute_head_similarity(run: Run, max_queries: int = 2000, seed: int = 0, progress: bool = False) -> HeadSimilarity:
+def relate_heads(run: StoredRun | str | Path, *, max_queries: int = 2000, seed: int = 0,
+                 progress: bool = True) -> HeadSimilarity:
+    """Compare every pair of heads and store the result in ``<run>/related/`` (what ``qkviz related`` does).
+
+    Over one seeded sample of whole sentences: the mean Jensen-Shannon distance between two heads'
+    attention distributions of the same queries, and linear CKA between their aligned query/key
+    clouds; with a clustering order and a 2D map of the heads.
+
+    Parameters
+    ----------
+    run
+        A run, or the path of one.
+    max_queries
+        Whole sentences are sampled until they hold this many query tokens.
+    seed
+        Seed of the sentence sample.
+    progress
+        Show progress bars.
+
+    Returns
+    -------
+    HeadSimilarity
+        The comparison, as :meth:`qkviz.Run.related` reads it back.
+    """
+    run = as_run(run)
+    similarity = compute_head_similarity(run, max_queries, seed, progress=progress)
+    directory = store_head_similarity(run, similarity)
+    closest = closest_across_layers(similarity)
+    pair = (f"; closest heads in different layers: L{closest[0][0]} H{closest[0][1]} and "
+            f"L{closest[1][0]} H{closest[1][1]} (JS distance {closest[2]:.3f})" if closest else "")
+    logger.info("%s: %d heads over %d queries (%d sentences) in %.1f s%s", directory,
+                run.n_layers * run.n_heads, similarity.n_queries, len(similarity.sentences), similarity.seconds, pair)
+    return similarity
+
+
+def compute_head_similarity(run: StoredRun, max_queries: int = 2000, seed: int = 0, progress: bool = False) -> HeadSimilarity:
     """Every pair of heads' JS distance and CKA over one sample of about ``max_queries`` query tokens."""
     from tqdm.auto import tqdm
 
     if max_queries < 1:
-        raise QkvizError(f"--max-queries must be at least 1, got {max_queries}")
+        raise QkvizError(f"max_queries must be at least 1, got {max_queries}")
     started = time.perf_counter()
     sentences = sample_sentences(run, max_queries, seed)
     batches = sentence_batches(run, BATCH_CELLS, sentences=sentences)
@@ -268,42 +299,36 @@ def closest_across_layers(similarity: HeadSimilarity) -> tuple[tuple[int, int], 
 
 
 # -- storing ------------------------------------------------------------------------------------------
-def store_head_similarity(run: Run, similarity: HeadSimilarity) -> Path:
+def _related_directory(run: StoredRun) -> ArtifactDirectory:
+    return ArtifactDirectory(run, run_files.RELATED_DIRECTORY, run_files.RELATED_MARKER, SIMILARITY_SCHEMA_VERSION,
+                             "qkviz related")
+
+
+_ARRAYS = (run_files.RELATED_JS_DISTANCE, run_files.RELATED_GEOMETRY, run_files.RELATED_ORDER, run_files.RELATED_MAP_XY,
+           run_files.RELATED_SENTENCES)
+
+
+def store_head_similarity(run: StoredRun, similarity: HeadSimilarity) -> Path:
     """Write ``similarity`` into ``<run>/related/``: the arrays first, ``related.json`` last."""
-    directory = run.path / RELATED_DIRECTORY
-    directory.mkdir(exist_ok=True)
-    (directory / MARKER).unlink(missing_ok=True)
-    for name, array in ((JS_DISTANCE, similarity.js_distance), (GEOMETRY, similarity.geometry_similarity),
-                        (ORDER, similarity.order), (MAP_XY, similarity.map_xy), (SENTENCES, similarity.sentences)):
-        run_files.save_npy_atomic(directory / name, np.ascontiguousarray(array))
-    run_files.write_json_atomic(directory / MARKER, {
-        "schema_version": SIMILARITY_SCHEMA_VERSION, "run_fingerprint": run.manifest["fingerprint"],
-        "n_layers": similarity.n_layers, "n_heads": similarity.n_heads, "max_queries": similarity.max_queries,
-        "seed": similarity.seed, "n_queries": similarity.n_queries, "seconds": similarity.seconds,
-        "alignment": {"translate_keys": True, "scale_norms": True}})
-    return directory
+    arrays = (similarity.js_distance, similarity.geometry_similarity, similarity.order, similarity.map_xy,
+              similarity.sentences)
+    return _related_directory(run).write(
+        arrays=dict(zip(_ARRAYS, arrays)), tables={},
+        marker={"n_layers": similarity.n_layers, "n_heads": similarity.n_heads, "max_queries": similarity.max_queries,
+                "seed": similarity.seed, "n_queries": similarity.n_queries, "seconds": similarity.seconds,
+                "alignment": {"translate_keys": True, "scale_norms": True}})
 
 
-def load_head_similarity(run: Run) -> HeadSimilarity | None:
+def load_head_similarity(run: StoredRun) -> HeadSimilarity | None:
     """The run's stored head similarity, or None: absent, half-written (no marker), or made by another
     qkviz version or extraction (then with a warning naming the command that makes it again)."""
-    directory = run.path / RELATED_DIRECTORY
-    try:
-        marker = json.loads((directory / MARKER).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    stored = _related_directory(run)
+    marker = stored.read_marker()
+    if marker is None:
         return None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        marker = {}
     n_total = run.n_layers * run.n_heads
-    if (not isinstance(marker, dict) or marker.get("schema_version") != SIMILARITY_SCHEMA_VERSION
-            or marker.get("run_fingerprint") != run.manifest["fingerprint"]):
-        logger.warning("%s was made by another qkviz version or extraction; run 'qkviz related --run %s' again",
-                       directory, run.path)
-        return None
     try:
-        arrays = [np.load(directory / name, allow_pickle=False) for name in (JS_DISTANCE, GEOMETRY, ORDER, MAP_XY,
-                                                                             SENTENCES)]
-        js, cka, order, map_xy, sentences = arrays
+        js, cka, order, map_xy, sentences = (stored.array(name) for name in _ARRAYS)
         if js.shape != (n_total, n_total) or cka.shape != js.shape or order.shape != (n_total,) \
                 or map_xy.shape != (n_total, 2):
             raise ValueError(f"arrays of shape {js.shape}, {cka.shape}, {order.shape}, {map_xy.shape} "
@@ -312,5 +337,5 @@ def load_head_similarity(run: Run) -> HeadSimilarity | None:
                               sentences.astype(np.int64), int(marker["n_queries"]), int(marker["max_queries"]),
                               int(marker["seed"]), float(marker["seconds"]))
     except (OSError, ValueError, KeyError, TypeError) as error:
-        logger.warning("%s is damaged (%s); run 'qkviz related --run %s' again", directory, error, run.path)
+        stored.warn_damaged(error)
         return None

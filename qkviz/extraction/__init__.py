@@ -1,1 +1,30 @@
-"""TODO"""
+"""From a model and a corpus to a run directory (torch and transformers): loading models, one adapter
+per architecture family (:mod:`qkviz.extraction.adapters`), capturing queries and keys as they enter
+the attention dot product, and streaming them to the store.
+
+Importing this package does not import torch: the corpus readers and the bundled models' table are
+plain Python, and the names that need torch (``extract_run``, ``ADAPTERS``, ``adapter_for``,
+``load_model``, ``ExtractionResult``) are imported on first use.
+"""
+
+from qkviz.extraction.corpus import DEFAULT_CORPUS, Corpus, load_corpus
+from qkviz.extraction.models import BUNDLED_MODELS
+
+__all__ = ["ADAPTERS", "BUNDLED_MODELS", "DEFAULT_CORPUS", "Corpus", "ExtractionResult", "adapter_for",
+           "extract_run", "load_corpus", "load_model"]
+
+
+def __getattr__(name: str):
+    if name in ("extract_run", "ExtractionResult"):
+        from qkviz.extraction import pipeline
+
+        return getattr(pipeline, name)
+    if name in ("ADAPTERS", "adapter_for"):
+        from qkviz.extraction import adapters
+
+        return getattr(adapters, name)
+    if name == "load_model":
+        from qkviz.extraction.models import load_model
+
+        return load_model
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

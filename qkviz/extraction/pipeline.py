@@ -27,7 +27,7 @@ from qkviz.core.errors import QkvizError
 from qkviz.extraction.forward import capture_run, pad_token_id
 from qkviz.extraction.logit_parts_capture import capture_logit_parts
 from qkviz.extraction.models import LoadedModel, load_model
-from qkviz.store.run import Run, open_run
+from qkviz.store.run import StoredRun, open_run
 from qkviz.store.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory
 from qkviz.extraction.selection import select_sentences
 from qkviz.extraction.token_table import sentence_table, token_table
@@ -39,7 +39,7 @@ STORED_DTYPES = ("float16", "float32")
 
 @dataclass(frozen=True)
 class ExtractionResult:
-    run: Run
+    run: StoredRun
     status: str          # "extracted", "resumed" or "reused"
     seconds: float
 
@@ -48,7 +48,7 @@ class ExtractionResult:
         return int(self.run.manifest["counts"]["n_truncated_sentences"])
 
 
-def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int | None = None,
+def extract_run(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int | None = None,
             max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
             max_length: int | None = None, device: str = "cpu", text_column: str = "text",
             overwrite: bool = False, head_update: bool = False, progress: bool = False) -> ExtractionResult:
@@ -101,8 +101,14 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
     manifest["logit_parts"] = sorted(logit_parts)
     writer.finish(manifest, tokens, sentence_table(sentences), logit_parts)
     seconds = time.perf_counter() - started
-    logger.info("extracted %d tokens of %d sentences into %s in %.1f s", n_tokens, len(sentences), out, seconds)
-    return ExtractionResult(open_run(out), "resumed" if resumed else "extracted", seconds)
+    result = ExtractionResult(open_run(out), "resumed" if resumed else "extracted", seconds)
+    run = result.run
+    logger.info("%s: %s %d sentences, %d tokens, %d layers x %d heads (%d key-value heads) in %.1f s", out,
+                "resumed and finished" if resumed else "extracted", run.n_sentences, run.n_tokens, run.n_layers,
+                run.n_heads, run.n_kv_heads, seconds)
+    if result.n_truncated:
+        logger.warning("%d sentences were longer than the model allows and were truncated", result.n_truncated)
+    return result
 
 
 def _manifest(identity: dict, loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
@@ -165,11 +171,18 @@ def _model_identity(loaded, family: str) -> dict:
             "config_sha256": hashlib.sha256(config_text.encode()).hexdigest()}
 
 
+def _qkviz_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("qkviz")
+    except PackageNotFoundError:   # run from a source tree that is not installed
+        return "unknown"
+
+
 def _versions() -> dict:
     import torch
     import transformers
 
-    from qkviz import __version__
-
-    return {"qkviz": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+    return {"qkviz": _qkviz_version(), "torch": torch.__version__, "transformers": transformers.__version__,
             "numpy": np.__version__, "python": platform.python_version()}

@@ -1,1 +1,11 @@
-"""TODO"""
+"""Layouts of each head's joint query/key cloud: the methods (PCA, UMAP, t-SNE), the neighbour graph
+they share, and the per-head tasks that fill the run's projection cache through an executor.
+"""
+
+from qkviz.projection.methods import Projection, project_points
+from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
+from qkviz.projection.project_run import DEFAULT_METHODS, ProjectionSummary, project
+from qkviz.projection.tasks import local_executor, plan_specs, project_head, run_tasks
+
+__all__ = ["DEFAULT_METHODS", "NeighborGraph", "Projection", "ProjectionSummary", "local_executor", "neighbor_graph",
+           "plan_specs", "project", "project_head", "project_points", "run_tasks"]

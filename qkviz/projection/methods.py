@@ -21,47 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkviz.core.errors import QkvizError
-from qkviz.projection.neighbors import METRICS, NeighborGraph, neighbor_graph
-
-METHODS = ("pca", "umap", "tsne")
-DIMENSIONS = (2, 3)
-DEFAULT_PARAMS: dict[str, dict] = {
-    "pca": {},
-    "umap": {"n_neighbors": 15, "min_dist": 0.0, "n_epochs": 200, "metric": "cosine"},
-    "tsne": {"perplexity": 30.0, "early_exaggeration_iter": 125, "n_iter": 125, "metric": "cosine",
-             "n_iter_3d": 50},
-}
-#: Parameters that only a 3D layout reads (left out of 2D specs, so they do not split the cache).
-ONLY_3D = {"tsne": ("n_iter_3d",)}
-
+from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
+from qkviz.store.projections import check_method, resolve_params
 
 @dataclass(frozen=True)
 class Projection:
     coordinates: np.ndarray   # float32 [n_points, dim]
     params: dict              # the parameters used, after any adjustment
     adjusted: dict            # {name: (asked, used)} for parameters reduced to fit the data
-
-
-def check_method(method: str, dim: int) -> None:
-    if method not in METHODS:
-        raise QkvizError(f"unknown projection method {method!r}; choose from {', '.join(METHODS)}")
-    if dim not in DIMENSIONS:
-        raise QkvizError(f"unknown dimension {dim}; choose 2 or 3")
-
-
-def resolve_params(method: str, params: dict, dim: int = 3) -> dict:
-    """The method's defaults overridden by ``params``; unknown names and metrics are refused."""
-    unknown = set(params) - set(DEFAULT_PARAMS[method])
-    if unknown:
-        raise QkvizError(f"{method} has no parameter {', '.join(sorted(unknown))}; "
-                         f"it takes {', '.join(DEFAULT_PARAMS[method]) or 'none'}")
-    resolved = {**DEFAULT_PARAMS[method], **params}
-    if dim == 2:
-        for name in ONLY_3D.get(method, ()):
-            resolved.pop(name, None)
-    if "metric" in resolved and resolved["metric"] not in METRICS:
-        raise QkvizError(f"metric {resolved['metric']!r} is not one of {', '.join(METRICS)}")
-    return resolved
 
 
 def neighbors_needed(method: str, params: dict, n_points: int) -> int:
@@ -73,7 +40,7 @@ def neighbors_needed(method: str, params: dict, n_points: int) -> int:
     return 0
 
 
-def project(points: np.ndarray, method: str, dim: int, seed: int = 0, graph: NeighborGraph | None = None,
+def project_points(points: np.ndarray, method: str, dim: int, seed: int = 0, graph: NeighborGraph | None = None,
             tsne_2d: np.ndarray | None = None, **params) -> Projection:
     """Project ``points`` ``[n_points, d]`` with ``method`` into ``dim`` dimensions.
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-METRICS = ("euclidean", "cosine")
+from qkviz.store.projections import METRICS
+
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,15 @@ from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from typing import Iterable, Iterator
 
 from qkviz.core.alignment import Alignment, align_head
-from qkviz.store.projections import ProjectionCache, ProjectionSpec
+from qkviz.store.projections import ONLY_3D, ProjectionCache, ProjectionSpec, check_method, resolve_params
 from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
-from qkviz.projection.methods import ONLY_3D, check_method, neighbors_needed, project, resolve_params
-from qkviz.store.run import Run, open_run
+from qkviz.projection.methods import neighbors_needed, project_points
+from qkviz.store.run import StoredRun, open_run
 
 logger = logging.getLogger(__name__)
 
 
-def plan_specs(run: Run, methods: Iterable[str], dims: Iterable[int], layers: Iterable[int],
+def plan_specs(run: StoredRun, methods: Iterable[str], dims: Iterable[int], layers: Iterable[int],
                heads: Iterable[int], alignment: Alignment = Alignment(), seed: int = 0,
                params: dict[str, dict] | None = None) -> list[ProjectionSpec]:
     """One spec per (layer, head, method, dim), with each method's full parameters and the seed."""
@@ -76,7 +76,7 @@ def project_head(run_path: str, specs: list[ProjectionSpec]) -> list[dict]:
         params = dict(spec.params)
         seed = params.pop("seed")
         tsne_2d = cache.load(_tsne_2d_spec(spec)) if spec.method == "tsne" and spec.dim == 3 else None
-        projection = project(aligned.points, spec.method, spec.dim, seed=seed,
+        projection = project_points(aligned.points, spec.method, spec.dim, seed=seed,
                              graph=graphs.get(params.get("metric")), tsne_2d=tsne_2d, **params)
         seconds = time.perf_counter() - started
         cache.store(spec, projection.coordinates, details={
@@ -103,7 +103,7 @@ def start_worker(compile_umap: bool) -> None:
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        project(np.random.default_rng(0).normal(size=(64, 4)), "umap", 2, n_epochs=10)
+        project_points(np.random.default_rng(0).normal(size=(64, 4)), "umap", 2, n_epochs=10)
 
 
 def local_executor(jobs: int, compile_umap: bool = True) -> Executor | None:
@@ -115,7 +115,7 @@ def local_executor(jobs: int, compile_umap: bool = True) -> Executor | None:
                                initializer=start_worker, initargs=(compile_umap,))
 
 
-def run_tasks(run: Run, specs: list[ProjectionSpec], executor: Executor | None) -> Iterator[dict]:
+def run_tasks(run: StoredRun, specs: list[ProjectionSpec], executor: Executor | None) -> Iterator[dict]:
     """Submit one task per head with layouts not yet cached (or run them here when ``executor`` is
     ``None``); yield each layout's outcome as its head finishes."""
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])

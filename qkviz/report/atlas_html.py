@@ -17,12 +17,11 @@ from qkviz.report.html_page import figure_html, page
 from qkviz.analysis.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS, HeadAtlas
 from qkviz.analysis.head_labels import LABELS
 from qkviz.analysis.head_stats import STATISTICS
+from qkviz.report.colours import LABEL_COLOURS
 from qkviz.report.position_heatmap import head_names, log_weights, relative_position_figure
 from qkviz.analysis.syntax import POS_TAGS
 
 ATLAS_STYLE = "mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; } table { font-size: 0.9em; }\n"
-LABEL_COLOURS = dict(zip(LABELS, ("#1f77b4", "#17becf", "#9467bd", "#8c564b", "#d62728", "#ff7f0e",
-                                  "#bcbd22", "#2ca02c")))
 
 
 def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:

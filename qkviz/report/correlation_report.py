@@ -1,6 +1,7 @@
-"""``qkviz report``: the distance-dot-product correlation of every head, as files.
+"""The correlation report's model: every head's distance-dot-product correlation, summarised (no plotly).
 
-A report directory holds ``correlation.csv`` (one row per layer, head and space; see
+:func:`build_report` computes it; :func:`qkviz.report.report_directory.write_report` writes it. A report
+directory holds ``correlation.csv`` (one row per layer, head and space; see
 :mod:`qkviz.analysis.correlation`), ``summary.json`` (model and per-layer means, the best projection,
 how pairs were chosen) and ``index.html`` (self-contained: plotly.js is inlined, no network).
 It is written into a temporary sibling directory and renamed into place, so a directory named
@@ -10,10 +11,7 @@ like the report is always a complete one. The table is also kept in the run dire
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +20,10 @@ import numpy as np
 import pandas as pd
 
 from qkviz.analysis import correlation
-from qkviz.core.errors import QkvizError
 from qkviz.analysis.head_atlas import HeadAtlas, load_atlas
 from qkviz.analysis.head_stats import STATISTICS
-from qkviz.store.run import Run
+from qkviz.core.errors import QkvizError
+from qkviz.store.run import StoredRun, as_run
 
 logger = logging.getLogger(__name__)
 
@@ -43,13 +41,59 @@ SCATTER_PAIRS = 3000
 
 @dataclass
 class Report:
+    """The correlation report of a run; :func:`qkviz.report.write_report` writes it as files.
+
+    ``table`` has one row per (layer, head, space) (columns in ``qkviz.analysis.correlation.COLUMNS``);
+    ``summary`` the model and per-layer means, the best projection and how pairs were chosen."""
+
     table: pd.DataFrame
     summary: dict
     extremes: dict[str, correlation.HeadPairs]   # "best" / "worst" head by translated+scaled Pearson
     atlas: HeadAtlas | None = None               # the run's head statistics, when 'qkviz stats' made them
 
 
-def build_report(run: Run, max_pairs: int = correlation.DEFAULT_MAX_PAIRS, seed: int = 0,
+def correlation_report(run: StoredRun | str | Path, *, max_pairs: int = correlation.DEFAULT_MAX_PAIRS,
+                       seed: int = 0, progress: bool = True) -> Report:
+    """How faithfully each head's joint query/key picture shows its attention: the distance-dot-product
+    correlation of every head in every space, also kept in the run for the app (what ``qkviz report`` computes).
+
+    Spaces: original, translated, translated+scaled, and every cached projection. Pairs are every
+    pair the model's mask lets attend, exactly up to ``max_pairs`` per layer, a seeded uniform sample past it.
+
+    Parameters
+    ----------
+    run
+        A run, or the path of one.
+    max_pairs
+        Exact up to this many attending pairs per layer.
+    seed
+        Seed of the pair sample.
+    progress
+        Show a progress bar.
+
+    Returns
+    -------
+    Report
+        Write it with :func:`qkviz.write_report`.
+    """
+    run = as_run(run)
+    if max_pairs < 10:
+        raise QkvizError(f"max_pairs must be at least 10, got {max_pairs}")
+    report = build_report(run, max_pairs=max_pairs, seed=seed, progress=progress)
+    correlation.store_correlations(run, report.table)
+    summary, means = report.summary, report.summary["model_means"]
+    best = (f"; best projection {summary['projections'][0]['space']} {summary['projections'][0]['pearson']:+.3f}"
+            if summary["projections"] else "")
+    logger.info("%s: %d heads in %.1f s; mean Pearson original %+.3f, translated+scaled %+.3f%s", run.path,
+                run.n_layers * run.n_heads, summary["seconds"], means["original"]["pearson"],
+                means["translated+scaled"]["pearson"], best)
+    if "missing_projections" in summary:
+        logger.warning("no projections are cached, so the report covers the head spaces only; "
+                       "add them with '%s' and make the report again", summary["missing_projections"])
+    return report
+
+
+def build_report(run: StoredRun, max_pairs: int = correlation.DEFAULT_MAX_PAIRS, seed: int = 0,
                  progress: bool = False) -> Report:
     """Compute the table, the summary and the sampled pairs of the best and worst heads."""
     started = time.perf_counter()
@@ -74,7 +118,7 @@ def atlas_summary(atlas: HeadAtlas) -> dict:
             "thresholds": atlas.thresholds.as_dict()}
 
 
-def summarise(run: Run, table: pd.DataFrame, max_pairs: int, seed: int) -> dict:
+def summarise(run: StoredRun, table: pd.DataFrame, max_pairs: int, seed: int) -> dict:
     """Model-level and per-layer means per space, the best projection, and how pairs were chosen."""
     spaces = list(dict.fromkeys(table.space))
     means = table.groupby("space", sort=False)[list(FIGURES)].mean()
@@ -122,7 +166,7 @@ def projection_ranking(means: pd.DataFrame, projected: list[str]) -> list[dict]:
     return sorted(ranking, key=lambda row: (np.inf if row["pearson"] is None else row["pearson"]))
 
 
-def _extreme_heads(run: Run, table: pd.DataFrame, max_pairs: int, seed: int,
+def _extreme_heads(run: StoredRun, table: pd.DataFrame, max_pairs: int, seed: int,
                    projections: dict[tuple[int, int], dict]) -> dict[str, correlation.HeadPairs]:
     """The per-pair figures (a sample of :data:`SCATTER_PAIRS`) of the best and the worst head."""
     scored = table[table.space == "translated+scaled"].dropna(subset=["pearson"])
@@ -137,54 +181,6 @@ def _extreme_heads(run: Run, table: pd.DataFrame, max_pairs: int, seed: int,
                                                     keep_pairs=True)
         extremes[name] = kept
     return extremes
-
-
-def write_report(report: Report, out: Path, overwrite: bool = False) -> Path:
-    """Write the report's files into ``out``, atomically; an existing ``out`` needs ``overwrite``."""
-    from qkviz.report.atlas_html import render_atlas_html
-    from qkviz.report.report_html import render_html
-
-    out = Path(out)
-    check_destination(out, overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    try:
-        report.table.to_csv(staging / CSV_NAME, index=False, float_format="%.6f")
-        (staging / HTML_NAME).write_text(render_html(report), encoding="utf-8")
-        if report.atlas is not None:
-            (staging / ATLAS_HTML_NAME).write_text(
-                render_atlas_html(report.atlas, report.summary["model"], report.summary["run"]), encoding="utf-8")
-        (staging / SUMMARY_NAME).write_text(json.dumps(report.summary, indent=2) + "\n", encoding="utf-8")
-        if out.exists():
-            retired = out.with_name(f".{out.name}.replaced-{time.time_ns()}")
-            out.rename(retired)
-            staging.rename(out)
-            shutil.rmtree(retired, ignore_errors=True)
-        else:
-            staging.rename(out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out
-
-
-def check_destination(out: Path, overwrite: bool) -> None:
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise QkvizError(f"{out} exists and is not a directory; choose another --out")
-    if not overwrite:
-        raise QkvizError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
-    if any(out.iterdir()) and not _is_report(out):
-        raise QkvizError(f"{out} is not a qkviz report directory; refusing to replace it: choose another --out")
-
-
-def _is_report(directory: Path) -> bool:
-    try:
-        summary = json.loads((directory / SUMMARY_NAME).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return False
-    return isinstance(summary, dict) and "run_fingerprint" in summary
 
 
 def _float(value) -> float | None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from qkviz.search.partner_index import PartnerIndexes
 from qkviz.store.projections import ProjectionCache
-from qkviz.store.run import Run
+from qkviz.store.run import StoredRun
 from qkviz.search.token_index import load_token_index
 
 
-def describe_run(run: Run) -> list[str]:
+def describe_run(run: StoredRun) -> list[str]:
     """One line per fact, each starting with a ten-character label."""
     manifest = run.manifest
     counts = manifest["counts"]
@@ -32,7 +32,7 @@ def describe_run(run: Run) -> list[str]:
     return lines
 
 
-def index_status(run: Run) -> str:
+def index_status(run: StoredRun) -> str:
     """The status line of the run's search indexes."""
     kinds = PartnerIndexes(run).summary()
     token_index = load_token_index(run) is not None

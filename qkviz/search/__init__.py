@@ -1,1 +1,13 @@
-"""TODO"""
+"""Corpus-wide search: every head's attention partners by maximum inner product (faiss), the token
+index of the global search, and how many partners a layout keeps near.
+"""
+
+from qkviz.search.build_indexes import IndexSummary, build_indexes
+from qkviz.search.mips_index import EXACT_LIMIT, IndexInfo
+from qkviz.search.partner_index import (IndexTarget, LayoutOverlap, PartnerIndexes, Partners, head_layout_overlap,
+                                        index_targets, layout_overlap)
+from qkviz.search.token_index import TokenIndex, load_token_index, normalise, run_token_index
+
+__all__ = ["EXACT_LIMIT", "IndexInfo", "IndexSummary", "IndexTarget", "LayoutOverlap", "PartnerIndexes", "Partners",
+           "TokenIndex", "build_indexes", "head_layout_overlap", "index_targets", "layout_overlap",
+           "load_token_index", "normalise", "run_token_index"]

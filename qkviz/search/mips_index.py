@@ -21,9 +21,12 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import faiss
 import numpy as np
+
+if TYPE_CHECKING:   # faiss is imported where an index is made or read, not by the status of a run
+    import faiss
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +84,7 @@ class MipsIndex:
 
 def exact_top_k(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The exact ``(scores, ids)`` of :meth:`MipsIndex.search`, by a flat faiss index (no copy kept)."""
+
     return build_index(vectors, exact_limit=len(vectors)).search(queries, k)
 
 
@@ -101,6 +105,8 @@ def build_index(vectors: np.ndarray, probe_queries: np.ndarray | None = None, ex
     """An inner-product index over ``vectors`` ``[n, d]`` (float32): flat up to ``exact_limit`` vectors,
     else an inverted file whose ``nprobe`` is tuned on ``probe_queries`` ``[m, d]`` (the vectors that
     will search it; a sample of ``vectors`` when None)."""
+    import faiss
+
     started = time.perf_counter()
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     n, dim = vectors.shape
@@ -138,6 +144,8 @@ def build_index(vectors: np.ndarray, probe_queries: np.ndarray | None = None, ex
 
 def write_index(index: MipsIndex, path: Path) -> int:
     """Write the faiss index to ``path`` through a temporary file; returns its size in bytes."""
+    import faiss
+
     partial = Path(path).with_name(Path(path).name + ".partial")
     faiss.write_index(index.index, str(partial))
     os.replace(partial, path)
@@ -146,6 +154,8 @@ def write_index(index: MipsIndex, path: Path) -> int:
 
 def read_index(path: Path, info: IndexInfo) -> MipsIndex:
     """The index at ``path``, memory-mapped (read-only), its search settings restored from ``info``."""
+    import faiss
+
     index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
     if info.kind == "ivf":
         faiss.extract_index_ivf(index).nprobe = info.nprobe

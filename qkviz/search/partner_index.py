@@ -32,7 +32,6 @@ import numpy as np
 from qkviz.store import files as run_files
 from qkviz.core.errors import QkvizError
 from qkviz.search.mips_index import EXACT_LIMIT, IndexInfo, MipsIndex, build_index, read_index, write_index
-from qkviz.search.token_index import INDEX_DIRECTORY
 
 logger = logging.getLogger(__name__)
 
@@ -98,12 +97,13 @@ class PartnerIndexes:
     def __init__(self, run, exact_limit: int = EXACT_LIMIT):
         self.run = run
         self.exact_limit = exact_limit
-        self.directory = Path(run.path) / INDEX_DIRECTORY
+        self.directory = Path(run.path) / run_files.INDEX_DIRECTORY
         self._open: OrderedDict[IndexTarget, MipsIndex] = OrderedDict()
 
     # -- files ------------------------------------------------------------------------------
     def paths(self, target: IndexTarget) -> tuple[Path, Path]:
-        return self.directory / f"{target.stem}.faiss", self.directory / f"{target.stem}.json"
+        index_file, sidecar = run_files.partner_index_files(target.stem)
+        return self.directory / index_file, self.directory / sidecar
 
     def stored_info(self, target: IndexTarget) -> IndexInfo | None:
         """The stored index's :class:`IndexInfo`, or None unless a complete index of this run is on disk."""

@@ -25,11 +25,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from qkviz.store import files as run_files
+
 logger = logging.getLogger(__name__)
 
 TOKEN_INDEX_SCHEMA_VERSION = 1
-INDEX_DIRECTORY = "indexes"
-TOKEN_INDEX_FILE = "tokens.parquet"
 #: separates vocabulary entries in the joined string substring queries scan (never part of a token's text)
 _SEPARATOR = "\x00"
 
@@ -106,7 +106,7 @@ class TokenIndex:
 
 # -- storage ------------------------------------------------------------------------------------
 def token_index_path(run_path: Path) -> Path:
-    return Path(run_path) / INDEX_DIRECTORY / TOKEN_INDEX_FILE
+    return Path(run_path) / run_files.INDEX_DIRECTORY / run_files.TOKEN_INDEX_FILE
 
 
 def store_token_index(run, index: TokenIndex) -> Path:

@@ -1,6 +1,6 @@
-"""The files of a run directory and the low-level ways they are written.
+"""The files of a run directory -- every name in one place -- and the low-level ways they are written.
 
-A run directory holds::
+A run directory holds what ``qkviz extract`` writes::
 
     manifest.json        written last; its presence means the run is complete
     tokens.parquet       one row per token (see qkviz.store.run.TOKEN_COLUMNS)
@@ -24,6 +24,17 @@ precision in every logit, so float16 rounds only what varies between tokens.
 While extraction runs, the arrays are ``*.npy.partial`` and ``progress.json`` records how many
 tokens are safely on disk, so an interrupted run resumes instead of being mistaken for a
 complete one. Everything is plain ``.npy`` / Parquet / JSON; nothing is pickled.
+
+and what later commands derive from it, each in its own directory finished by a marker file written
+last (see :mod:`qkviz.store.artifacts`) or as entries with a JSON sidecar written last::
+
+    projections/<key>.npy, <key>.json      qkviz project: one layout per entry (qkviz.store.projections)
+    correlation.parquet                    qkviz report: every head's correlations, for the app
+    stats/     atlas.json (marker), head_stats.parquet, relative_position.npy, exemplars.parquet,
+               term_profiles.npy, update_histograms.npy, embedding_profiles.npy     qkviz stats
+    related/   related.json (marker), js_distance.npy, geometry_similarity.npy, order.npy, map_xy.npy,
+               sentences.npy                                                        qkviz related
+    indexes/   tokens.parquet; <side>-l<L>-h<H>.faiss with <side>-l<L>-h<H>.json    qkviz index
 """
 
 from __future__ import annotations
@@ -64,6 +75,37 @@ STREAMED_FILES = (QUERIES, KEYS, VALUE_NORMS)
 ARRAY_FILES = (*STREAMED_FILES, QUERY_OFFSETS, KEY_OFFSETS)
 PARTIAL_SUFFIX = ".partial"
 RUN_MARKERS = (MANIFEST, PROGRESS)
+
+# -- derived results ----------------------------------------------------------------------------
+CACHE_DIRECTORY = "projections"              # qkviz.store.projections
+CORRELATION_TABLE = "correlation.parquet"    # qkviz.analysis.correlation
+ATLAS_DIRECTORY = "stats"                    # qkviz.analysis.head_atlas
+ATLAS_MARKER = "atlas.json"
+ATLAS_TABLE = "head_stats.parquet"
+ATLAS_PROFILES = "relative_position.npy"
+ATLAS_EXEMPLARS = "exemplars.parquet"
+ATLAS_TERM_PROFILES = "term_profiles.npy"
+ATLAS_UPDATE_HISTOGRAMS = "update_histograms.npy"
+ATLAS_EMBEDDING_PROFILES = "embedding_profiles.npy"
+RELATED_DIRECTORY = "related"                # qkviz.analysis.head_similarity
+RELATED_MARKER = "related.json"
+RELATED_JS_DISTANCE = "js_distance.npy"
+RELATED_GEOMETRY = "geometry_similarity.npy"
+RELATED_ORDER = "order.npy"
+RELATED_MAP_XY = "map_xy.npy"
+RELATED_SENTENCES = "sentences.npy"
+INDEX_DIRECTORY = "indexes"                  # qkviz.search
+TOKEN_INDEX_FILE = "tokens.parquet"
+
+
+#: The file written last of each derived result, whose change says the result was made again.
+RESULT_MARKERS = {"atlas": f"{ATLAS_DIRECTORY}/{ATLAS_MARKER}", "related": f"{RELATED_DIRECTORY}/{RELATED_MARKER}",
+                  "correlations": CORRELATION_TABLE}
+
+
+def partner_index_files(stem: str) -> tuple[str, str]:
+    """The index file and its JSON sidecar (written last) of one partner index, e.g. ``keys-l3-h1``."""
+    return f"{stem}.faiss", f"{stem}.json"
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:

@@ -1,5 +1,9 @@
 """The projection cache of a run: one entry per (head, alignment, method, dim, parameters).
 
+What identifies a layout is declared here too: the method names, dimensions and each method's
+default parameters (a cache key holds the full parameters, so reading a layout needs them); the
+methods themselves are implemented in :mod:`qkviz.projection.methods`.
+
 Entries live in ``<run>/projections/``: ``<key>.npy`` (float32 ``[2 * n_tokens, dim]``, queries
 first) and ``<key>.json`` (what it is, and the sha256 of the array file). The key hashes the
 run's fingerprint, the entry's settings and :data:`CACHE_SCHEMA_VERSION`. Both files are written
@@ -17,12 +21,50 @@ from pathlib import Path
 
 import numpy as np
 
+from qkviz.core.errors import QkvizError
 from qkviz.store import files as run_files
 
 logger = logging.getLogger(__name__)
 
 CACHE_SCHEMA_VERSION = 1
-CACHE_DIRECTORY = "projections"
+
+
+# -- what identifies a layout: the methods, their dimensions and default parameters ----------
+# (the implementations are in qkviz.projection.methods; a cache entry's key holds the full parameters)
+METHODS = ("pca", "umap", "tsne")
+#: Neighbour distances UMAP and t-SNE can use.
+METRICS = ("euclidean", "cosine")
+DIMENSIONS = (2, 3)
+DEFAULT_PARAMS: dict[str, dict] = {
+    "pca": {},
+    "umap": {"n_neighbors": 15, "min_dist": 0.0, "n_epochs": 200, "metric": "cosine"},
+    "tsne": {"perplexity": 30.0, "early_exaggeration_iter": 125, "n_iter": 125, "metric": "cosine",
+             "n_iter_3d": 50},
+}
+#: Parameters that only a 3D layout reads (left out of 2D specs, so they do not split the cache).
+ONLY_3D = {"tsne": ("n_iter_3d",)}
+
+
+def check_method(method: str, dim: int) -> None:
+    if method not in METHODS:
+        raise QkvizError(f"unknown projection method {method!r}; choose from {', '.join(METHODS)}")
+    if dim not in DIMENSIONS:
+        raise QkvizError(f"unknown dimension {dim}; choose 2 or 3")
+
+
+def resolve_params(method: str, params: dict, dim: int = 3) -> dict:
+    """The method's defaults overridden by ``params``; unknown names and metrics are refused."""
+    unknown = set(params) - set(DEFAULT_PARAMS[method])
+    if unknown:
+        raise QkvizError(f"{method} has no parameter {', '.join(sorted(unknown))}; "
+                         f"it takes {', '.join(DEFAULT_PARAMS[method]) or 'none'}")
+    resolved = {**DEFAULT_PARAMS[method], **params}
+    if dim == 2:
+        for name in ONLY_3D.get(method, ()):
+            resolved.pop(name, None)
+    if "metric" in resolved and resolved["metric"] not in METRICS:
+        raise QkvizError(f"metric {resolved['metric']!r} is not one of {', '.join(METRICS)}")
+    return resolved
 
 
 @dataclass(frozen=True)
@@ -52,7 +94,7 @@ class ProjectionCache:
     """Reads and writes the cache entries of one run."""
 
     def __init__(self, run_path: Path, run_fingerprint: str):
-        self.directory = Path(run_path) / CACHE_DIRECTORY
+        self.directory = Path(run_path) / run_files.CACHE_DIRECTORY
         self.run_fingerprint = run_fingerprint
 
     def key(self, spec: ProjectionSpec) -> str:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from qkviz.core import attention
 from qkviz.store import files as run_files
+from qkviz.store.projections import ProjectionCache, ProjectionSpec, check_method, resolve_params
 from qkviz.core.errors import IncompleteRunError, QkvizError
 
 TOKEN_COLUMNS = ("sentence", "position", "token", "piece", "token_id", "char_start", "char_end",
@@ -23,9 +24,14 @@ REQUIRED_FILES = (*run_files.ARRAY_FILES, run_files.TOKENS, run_files.SENTENCES)
 SENTENCE_COLUMNS = ("sentence", "corpus_index", "text", "first_token", "n_tokens", "truncated")
 
 
-def open_run(path: str | Path) -> "Run":
+def open_run(path: str | Path) -> "StoredRun":
     """Open a complete run directory written by ``qkviz extract``."""
-    return Run(path)
+    return StoredRun(path)
+
+
+def as_run(run: "StoredRun | str | Path") -> "StoredRun":
+    """``run`` itself when it is an opened run, else the run at that path."""
+    return run if isinstance(run, StoredRun) else StoredRun(run)
 
 
 def read_manifest(directory: Path) -> dict:
@@ -63,7 +69,7 @@ def read_manifest(directory: Path) -> dict:
     return manifest
 
 
-class Run:
+class StoredRun:
     """A complete extraction: per-head queries, keys and value norms plus the token table."""
 
     def __init__(self, path: str | Path):
@@ -82,7 +88,7 @@ class Run:
         self.dtype: str = self.manifest["dtype"]
 
     def __repr__(self) -> str:
-        return (f"Run({str(self.path)!r}, model={self.model_id!r}, layers={self.n_layers}, heads={self.n_heads}, "
+        return (f"{type(self).__name__}({str(self.path)!r}, model={self.model_id!r}, layers={self.n_layers}, heads={self.n_heads}, "
                 f"kv_heads={self.n_kv_heads}, tokens={self.n_tokens})")
 
     # -- tables -------------------------------------------------------------------------------
@@ -193,9 +199,6 @@ class Run:
     def projection(self, layer: int, head: int, method: str = "tsne", dim: int = 2, *,
                    translate_keys: bool = True, scale_norms: bool = True, seed: int = 0, **params) -> np.ndarray:
         """``[2 * n_tokens, dim]`` float32 layout of the head's queries (first) and keys, from the cache."""
-        from qkviz.store.projections import ProjectionCache, ProjectionSpec
-        from qkviz.projection.methods import check_method, resolve_params
-
         self.check_head(layer, head)
         check_method(method, dim)
         spec = ProjectionSpec.of(layer, head, method, dim, translate_keys, scale_norms,
@@ -206,6 +209,11 @@ class Run:
                              f"make it with 'qkviz project --run {self.path} --method {method} --dim {dim} "
                              f"--layers {layer} --heads {head}'")
         return coordinates
+
+    def result_marker(self, result: str) -> Path:
+        """The file written last of a derived result (``"atlas"``, ``"related"``, ``"correlations"``):
+        it exists once the result is complete, and its modification time changes when it is made again."""
+        return self.path / run_files.RESULT_MARKERS[result]
 
     def check_layer(self, layer: int) -> None:
         if not 0 <= layer < self.n_layers:

@@ -1,0 +1,128 @@
+"""The run as a user holds it, and extraction returning one: what ``qkviz.Run``, ``qkviz.open_run`` and
+``qkviz.extract`` are.
+
+:class:`Run` is the stored run (:class:`qkviz.store.StoredRun`: tables, vectors, attention, cached
+layouts) with the results of the later steps one attribute away: the head atlas, related heads, the
+stored correlations, corpus-wide partners and the status of the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
+from qkviz.report import describe_run
+from qkviz.search import EXACT_LIMIT, PartnerIndexes, Partners
+from qkviz.store import StoredRun
+
+
+class Run(StoredRun):
+    """A complete run: every head's queries and keys over a corpus, and what was computed from them.
+
+    Shapes are ``[layer, head, token, d_head]``; vectors are memory-mapped and returned as float32.
+    Open one with :func:`qkviz.open_run` or get it from :func:`qkviz.extract`.
+
+    Examples
+    --------
+    >>> run = qkviz.open_run("runs/minilm")                       # doctest: +SKIP
+    >>> run.queries(3, 4).shape, run.attention(3, 4, sentence=0)   # doctest: +SKIP
+    >>> run.projection(3, 4, method="tsne"); run.atlas.table       # doctest: +SKIP
+    >>> run.partners(3, 4, point=17, k=10).tokens                  # doctest: +SKIP
+    """
+
+    @property
+    def atlas(self) -> HeadAtlas | None:
+        """The head atlas that :func:`qkviz.compute_stats` stored, or ``None`` before it ran."""
+        return load_atlas(self)
+
+    @property
+    def related(self) -> HeadSimilarity | None:
+        """The head comparison that :func:`qkviz.relate_heads` stored, or ``None`` before it ran."""
+        return load_head_similarity(self)
+
+    @property
+    def correlations(self) -> pd.DataFrame | None:
+        """The correlation table that :func:`qkviz.correlation_report` stored, or ``None`` before it ran."""
+        return stored_correlations(self)
+
+    def partners(self, layer: int, head: int, point: int, k: int = 10, *,
+                 exact_limit: int = EXACT_LIMIT) -> Partners:
+        """The ``k`` strongest attention partners of one point anywhere in the corpus, by ``scale * q . k``.
+
+        Parameters
+        ----------
+        layer, head
+            The head.
+        point
+            A point of the head's joint layout: query ``t`` is ``t``, key ``t`` is ``n_tokens + t``.
+            A query's partners are keys, a key's partners are queries.
+        k
+            How many partners.
+        exact_limit
+            Exact search up to this many tokens; past it, the approximate index ``qkviz index`` built.
+        """
+        return PartnerIndexes(self, exact_limit=exact_limit).partners(layer, head, point, k)
+
+    def status(self) -> str:
+        """What the run holds: extraction, cached projections, indexes (what ``qkviz status`` prints)."""
+        return "\n".join(describe_run(self))
+
+
+def open_run(path: str | Path) -> Run:
+    """Open the complete run directory ``path`` (an interrupted or damaged one is a :class:`qkviz.QkvizError`)."""
+    return Run(path)
+
+
+def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int | None = None,
+            max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
+            max_length: int | None = None, device: str = "cpu", text_column: str = "text",
+            overwrite: bool = False, head_update: bool = False, progress: bool = True) -> Run:
+    """Extract every head's queries, keys and value norms over a corpus into the run directory ``out``.
+
+    The same inputs reuse a finished run, an interrupted run with the same inputs resumes, and
+    different inputs into an existing run are refused unless ``overwrite``.
+
+    Parameters
+    ----------
+    model
+        A bundled name (``"minilm"``, ``"smollm2"``; see ``qkviz models``), a local Hugging Face model
+        directory, or a hub id.
+    corpus
+        A text file (one sentence per line), JSONL / CSV / Parquet (see ``text_column``), or a
+        Hugging Face dataset name[:split].
+    out
+        The run directory to write.
+    max_tokens, max_sentences
+        Stop before this many tokens (special tokens included) / take at most this many sentences.
+    seed
+        Seed of the sentence sampling.
+    dtype
+        Stored precision: ``"float32"`` or ``"float16"``.
+    batch_size
+        Sentences per forward pass.
+    max_length
+        Truncate sentences to this many tokens (default: what the model allows).
+    device
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    text_column
+        The column holding the text in tabular corpora.
+    overwrite
+        Replace a run made with other settings.
+    head_update
+        Also keep each head's update relative to the hidden state per token (for the head atlas).
+    progress
+        Show progress bars.
+
+    Returns
+    -------
+    Run
+        The finished run.
+    """
+    from qkviz.extraction import extract_run   # torch and transformers are imported here, not by 'import qkviz'
+
+    result = extract_run(model, corpus, out, max_tokens=max_tokens, max_sentences=max_sentences, seed=seed,
+                         dtype=dtype, batch_size=batch_size, max_length=max_length, device=device,
+                         text_column=text_column, overwrite=overwrite, head_update=head_update, progress=progress)
+    return Run(result.run.path)

@@ -1,0 +1,105 @@
+"""``qkviz.project``: every chosen head's layouts, computed where not cached yet, with a progress bar."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from qkviz.core.alignment import Alignment
+from qkviz.core.errors import QkvizError
+from qkviz.projection.tasks import local_executor, plan_specs, run_tasks
+from qkviz.store.run import StoredRun, as_run
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_METHODS = ("pca", "umap", "tsne")
+
+
+@dataclass
+class ProjectionSummary:
+    """What :func:`project` did: layouts computed and found cached, and parameters it had to reduce.
+
+    ``adjusted`` holds one ``(layer, head, method, parameter, asked, used)`` per reduced parameter
+    (a perplexity or neighbour count too large for the head's number of points)."""
+
+    computed: int = 0
+    cached: int = 0
+    adjusted: list[tuple[int, int, str, str, object, object]] = field(default_factory=list)
+
+
+def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHODS, dims: Sequence[int] = (2, 3), *,
+            layers: Sequence[int] | None = None, heads: Sequence[int] | None = None, jobs: int = 1, seed: int = 0,
+            translate_keys: bool = True, scale_norms: bool = True, tsne_3d: bool = False,
+            params: dict[str, dict] | None = None, progress: bool = True) -> ProjectionSummary:
+    """Project each chosen head's aligned query/key cloud with every method in every dimension, and cache it.
+
+    Layouts already in the run's cache are not computed again, so an interrupted call resumes.
+
+    Parameters
+    ----------
+    run
+        A run, or the path of one.
+    methods
+        Projection methods: ``"pca"``, ``"umap"``, ``"tsne"``.
+    dims
+        Dimensions: 2, 3 or both.
+    layers, heads
+        The heads to project (default: every layer and every head).
+    jobs
+        Worker processes; heads run in parallel. PCA alone always runs in this process.
+    seed
+        Seed of every stochastic step.
+    translate_keys, scale_norms
+        The alignment of keys with queries (see :class:`qkviz.core.Alignment`).
+    tsne_3d
+        Also make 3D t-SNE layouts (about doubles t-SNE's time; 3D is skipped for t-SNE otherwise).
+    params
+        Per-method parameters overriding the defaults, e.g. ``{"tsne": {"perplexity": 50}}``
+        (see ``qkviz.store.DEFAULT_PARAMS``).
+    progress
+        Show a progress bar.
+
+    Returns
+    -------
+    ProjectionSummary
+        How many layouts were computed and how many were already cached.
+    """
+    run = as_run(run)
+    if jobs < 1:
+        raise QkvizError(f"jobs must be a positive number, got {jobs}")
+    layers = range(run.n_layers) if layers is None else layers
+    heads = range(run.n_heads) if heads is None else heads
+    alignment = Alignment(translate_keys=translate_keys, scale_norms=scale_norms)
+    specs = []
+    for method in methods:
+        method_dims = [dim for dim in dims if not (method == "tsne" and dim == 3 and not tsne_3d)]
+        specs += plan_specs(run, [method], method_dims, layers, heads, alignment, seed, params)
+    # PCA takes milliseconds per head: starting worker processes would cost more than it saves.
+    executor = local_executor(1 if set(methods) == {"pca"} else jobs, compile_umap="umap" in methods)
+    summary = ProjectionSummary()
+    with tqdm(total=len(specs), unit="head", desc="projecting", disable=not progress, dynamic_ncols=True) as bar:
+        try:
+            for outcome in run_tasks(run, specs, executor):
+                _count(summary, outcome, run)
+                bar.update()
+        finally:
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
+    logger.info("%s: %d layouts computed, %d already cached", run.path, summary.computed, summary.cached)
+    return summary
+
+
+def _count(summary: ProjectionSummary, outcome: dict, run: StoredRun) -> None:
+    spec = outcome["spec"]
+    if outcome["cached"]:
+        summary.cached += 1
+        return
+    summary.computed += 1
+    for name, (asked, used) in outcome.get("adjusted", {}).items():
+        summary.adjusted.append((spec.layer, spec.head, spec.method, name, asked, used))
+        logger.warning("layer %d head %d %s: %s %s is too large for %d points; used %s",
+                       spec.layer, spec.head, spec.method, name, asked, 2 * run.n_tokens, used)

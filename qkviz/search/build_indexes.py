@@ -1,0 +1,80 @@
+"""``qkviz.build_indexes``: the token index and every chosen head's partner indexes, stored in the run."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from qkviz.core.errors import QkvizError
+from qkviz.search.mips_index import EXACT_LIMIT
+from qkviz.search.partner_index import PartnerIndexes, index_targets
+from qkviz.search.token_index import TokenIndex, store_token_index
+from qkviz.store.run import StoredRun, as_run
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class IndexSummary:
+    """What :func:`build_indexes` wrote: ``recalls`` holds the measured recall@10 of each approximate index."""
+
+    directory: Path
+    n_indexes: int
+    n_bytes: int
+    seconds: float
+    recalls: list[float] = field(default_factory=list)
+
+
+def build_indexes(run: StoredRun | str | Path, *, layers: Sequence[int] | None = None,
+                  heads: Sequence[int] | None = None, exact_limit: int = EXACT_LIMIT, seed: int = 0,
+                  progress: bool = True) -> IndexSummary:
+    """Build the indexes the corpus-wide searches answer from, into ``<run>/indexes/``.
+
+    For every chosen head: a maximum inner product index over its keys (which keys a query seeks) and
+    over its queries (which queries seek a key) -- exact up to ``exact_limit`` tokens, an inverted
+    file with measured recall@10 past it -- and the token index of the global search.
+
+    Parameters
+    ----------
+    run
+        A run, or the path of one.
+    layers, heads
+        The heads to index (default: all).
+    exact_limit
+        Exact (flat) indexes up to this many tokens, approximate past it.
+    seed
+        Seed of the approximate indexes' k-means.
+    progress
+        Show a progress bar.
+    """
+    run = as_run(run)
+    if exact_limit < 1:
+        raise QkvizError(f"exact_limit must be at least 1, got {exact_limit}")
+    layers = range(run.n_layers) if layers is None else layers
+    heads = range(run.n_heads) if heads is None else heads
+    for layer in layers:
+        for head in heads:
+            run.check_head(layer, head)
+    targets = index_targets(run, list(layers), list(heads))
+    started = time.perf_counter()
+    token_index_path = store_token_index(run, TokenIndex.build(run.tokens.token))
+    indexes = PartnerIndexes(run, exact_limit=exact_limit)
+    summary = IndexSummary(token_index_path.parent, len(targets), 0, 0.0)
+    with tqdm(total=len(targets), unit="index", desc="indexing", disable=not progress, dynamic_ncols=True) as bar:
+        for target in targets:
+            info, size = indexes.build(target, seed=seed)
+            summary.n_bytes += size
+            if not info.exact:
+                summary.recalls.append(info.recall_at_10)
+            bar.update()
+    summary.seconds = time.perf_counter() - started
+    kind = (f"approximate, recall@10 {min(summary.recalls):.3f} to {max(summary.recalls):.3f}" if summary.recalls
+            else f"exact ({run.n_tokens:,} tokens <= exact limit)")
+    logger.info("%s: token index and %d partner indexes (%s), %.1f MB, in %.1f s", summary.directory,
+                summary.n_indexes, kind, summary.n_bytes / 1e6, summary.seconds)
+    return summary
