@@ -160,6 +160,8 @@ def test_syntax_without_the_extra_is_a_one_line_error(tiny_run, capsys, monkeypa
     from qkviz.analysis import syntax as syntax_module
 
     monkeypatch.setattr(syntax_module, "SPACY_PIPELINE", "qkviz_no_such_pipeline")
-    assert main(["-q", "stats", "--run", str(tiny_run("bert", max_sentences=30).path), "--syntax"]) == 2
+    run_path = str(tiny_run("bert", max_sentences=30).path)
+    capsys.readouterr()   # what making the run printed
+    assert main(["-q", "stats", "--run", run_path, "--syntax"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "pip install 'qkviz[syntax]'" in error

@@ -7,7 +7,6 @@ from transformers import AutoModel
 
 import qkviz
 from qkviz.extraction.adapters import adapter_for
-from qkviz.extraction.head_update_capture import head_slices
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
@@ -31,7 +30,7 @@ def test_head_updates_match_the_models_output_projection_inputs(family, tiny_run
         model(input_ids=torch.tensor([run.tokens.token_id.to_numpy()[rows].tolist()]))
     heads = seen["heads"][0].reshape(rows.stop - rows.start, shape.n_heads, shape.head_dim)
     hidden = seen["hidden"][0]
-    slices = head_slices(adapter.output_projections(model)[layer], shape)
+    slices = adapter.output_head_slices(model, shape)[layer]
     for head in range(run.n_heads):
         update = heads[:, head] @ slices[head]
         ratio = (update.norm(dim=-1) / hidden.norm(dim=-1)).numpy()

@@ -15,16 +15,6 @@ import torch
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 
 
-def head_slices(projection: torch.nn.Module, shape: ModelShape) -> torch.Tensor:
-    """``[head, d_head, d_model]``: the rows of the output projection each head's output meets."""
-    weight = projection.weight.detach().float()
-    if type(projection).__name__ == "Conv1D":       # GPT-2: y = x @ W, W [in, out]
-        per_input = weight
-    else:                                            # nn.Linear: y = x @ W.T, W [out, in]
-        per_input = weight.T
-    return per_input.reshape(shape.n_heads, shape.head_dim, -1)
-
-
 class HeadUpdateProbe:
     """Keeps each layer's input and turns each layer's head outputs into (ratio, cosine) per token.
 
@@ -32,7 +22,7 @@ class HeadUpdateProbe:
     the results."""
 
     def __init__(self, model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, sink):
-        self._slices = [head_slices(projection, shape) for projection in adapter.output_projections(model)]
+        self._slices = adapter.output_head_slices(model, shape)
         self._layers = adapter.layer_modules(model)
         self._inputs: dict[int, torch.Tensor] = {}
         self._sink = sink

@@ -1,11 +1,10 @@
 """What the logit decomposition needs from the model itself, captured once at extraction (torch).
 
 * Query and key biases, where the family's projections have them: ``[layer, head, d_head]`` and
-  ``[layer, kv_head, d_head]`` float32. They are parameters, read from the attention module
-  (BERT / RoBERTa ``query`` / ``key``, DistilBERT ``q_lin`` / ``k_lin``, GPT-2's fused
-  ``c_attn``, Llama-style ``q_proj`` / ``k_proj``). Not taken where a QK-norm follows the
+  ``[layer, kv_head, d_head]`` float32. They are parameters, read from the projections the family's
+  adapter names (:meth:`FamilyAdapter.projection`). Not taken where a QK-norm follows the
   projection: the stored vector is then not the projection plus its bias.
-* First-layer embedding parts, for absolute-position models (BERT, RoBERTa, DistilBERT, GPT-2):
+* First-layer embedding parts, for absolute-position models (adapters with ``embeddings``):
   see :func:`embedding_parts`.
 * Rotary tables, where the family rotates queries and keys: the ``cos`` and ``sin`` each layer's
   attention receives for positions ``0..P-1`` (``[layer, position, rotary_dim]``), recorded from
@@ -25,35 +24,17 @@ from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 
 logger = logging.getLogger(__name__)
 
-QUERY_BIAS_NAMES = ("query", "q_proj", "q_lin")
-KEY_BIAS_NAMES = ("key", "k_proj", "k_lin")
-
-
-def _projection_bias(module: torch.nn.Module, names: tuple[str, ...]) -> torch.Tensor | None:
-    for name in names:
-        projection = getattr(module, name, None)
-        if projection is not None:
-            return getattr(projection, "bias", None)
-    return None
-
-
-def query_key_biases(module: torch.nn.Module, shape: ModelShape) -> tuple[np.ndarray | None, np.ndarray | None]:
+def query_key_biases(module: torch.nn.Module, adapter: FamilyAdapter,
+                     shape: ModelShape) -> tuple[np.ndarray | None, np.ndarray | None]:
     """One attention module's ``([head, d_head], [kv_head, d_head])`` biases, or ``None`` each."""
-    if getattr(module, "q_norm", None) is not None or getattr(module, "k_norm", None) is not None:
+    if adapter.qk_norm:
         return None, None
-    fused = getattr(module, "c_attn", None)
-    if fused is not None and getattr(fused, "bias", None) is not None:
-        width = shape.n_heads * shape.head_dim
-        query_bias, key_bias = fused.bias[:width], fused.bias[width:2 * width]
-    else:
-        query_bias, key_bias = _projection_bias(module, QUERY_BIAS_NAMES), _projection_bias(module, KEY_BIAS_NAMES)
 
-    def per_head(bias, heads):
-        if bias is None:
-            return None
-        return bias.detach().float().cpu().numpy().reshape(heads, shape.head_dim)
+    def per_head(part: int, heads: int) -> np.ndarray | None:
+        _, bias = adapter.projection(module, part, shape)
+        return None if bias is None else bias.detach().float().cpu().numpy().reshape(heads, shape.head_dim)
 
-    return per_head(query_bias, shape.n_heads), per_head(key_bias, shape.n_kv_heads)
+    return per_head(0, shape.n_heads), per_head(1, shape.n_kv_heads)
 
 
 def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_positions: int, pad_id: int,
@@ -91,30 +72,10 @@ def _one_pass(model: torch.nn.Module, handles: list, token_id: int, n_positions:
             handle.remove()
 
 
-def _embedding_modules(model: torch.nn.Module, adapter: FamilyAdapter):
-    """``(word, position, token_type or None, norm)`` modules of an absolute-position model, else ``None``.
-
-    BERT / RoBERTa / DistilBERT normalise the embedding sum in ``embeddings.LayerNorm``; GPT-2 adds
-    ``wte`` and ``wpe`` and its first block normalises them (``ln_1``) before attention."""
-    root = model.base_model if hasattr(model, "base_model") else model
-    embeddings = getattr(root, "embeddings", None)
-    if embeddings is not None and hasattr(embeddings, "word_embeddings") and hasattr(embeddings, "position_embeddings"):
-        return (embeddings.word_embeddings, embeddings.position_embeddings,
-                getattr(embeddings, "token_type_embeddings", None), embeddings.LayerNorm)
-    if hasattr(root, "wte") and hasattr(root, "wpe"):
-        return root.wte, root.wpe, None, adapter.layer_modules(model)[0].ln_1
-    return None
-
-
-def _first_layer_projection(module: torch.nn.Module, names: tuple[str, ...], part: int, shape: ModelShape,
+def _first_layer_projection(attention: torch.nn.Module, adapter: FamilyAdapter, part: int, shape: ModelShape,
                             heads: int) -> np.ndarray:
     """``[head, d_head, d_model]`` weight of the first layer's query (``part`` 0) or key (1) projection."""
-    fused = getattr(module, "c_attn", None)
-    if fused is not None:                           # GPT-2 Conv1D: y = x @ W, W [d_model, 3 * width]
-        width = shape.n_heads * shape.head_dim
-        weight = fused.weight[:, part * width:(part + 1) * width].T
-    else:
-        weight = next(getattr(module, name) for name in names if hasattr(module, name)).weight
+    weight, _ = adapter.projection(attention, part, shape)
     return weight.detach().float().cpu().numpy().reshape(heads, shape.head_dim, -1)
 
 
@@ -125,7 +86,7 @@ def embedding_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: Model
     position embeddings the model adds at positions ``0..P-1`` (read from one forward pass, so
     offsets such as RoBERTa's are the model's own), the token-type row, the norm's weight, bias and
     eps, and the first layer's query and key projection weights."""
-    modules = _embedding_modules(model, adapter)
+    modules = adapter.embedding_modules(model)
     if modules is None:
         return {}
     word, position, token_type, norm = modules
@@ -145,8 +106,8 @@ def embedding_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: Model
         run_files.EMBED_POSITIONS: as_numpy(seen["position"]),
         run_files.EMBED_NORM: np.stack([as_numpy(constant), as_numpy(norm.weight), as_numpy(norm.bias),
                                         np.full(constant.shape[-1], float(norm.eps), dtype=np.float32)]),
-        run_files.EMBED_QUERY_WEIGHT: _first_layer_projection(attention, QUERY_BIAS_NAMES, 0, shape, shape.n_heads),
-        run_files.EMBED_KEY_WEIGHT: _first_layer_projection(attention, KEY_BIAS_NAMES, 1, shape, shape.n_kv_heads),
+        run_files.EMBED_QUERY_WEIGHT: _first_layer_projection(attention, adapter, 0, shape, shape.n_heads),
+        run_files.EMBED_KEY_WEIGHT: _first_layer_projection(attention, adapter, 1, shape, shape.n_kv_heads),
     }
 
 
@@ -155,7 +116,7 @@ def capture_logit_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: M
     """``{run file: array}`` of the biases, rotary tables and first-layer embedding parts the model has."""
     modules = adapter.attention_modules(model)
     parts: dict[str, np.ndarray] = {}
-    biases = [query_key_biases(module, shape) for module in modules]
+    biases = [query_key_biases(module, adapter, shape) for module in modules]
     if all(query is not None for query, _ in biases):
         parts[run_files.QUERY_BIAS] = np.stack([query for query, _ in biases]).astype(np.float32)
     if all(key is not None for _, key in biases):

@@ -30,6 +30,18 @@ class ModelShape:
 
 
 @dataclass(frozen=True)
+class EmbeddingPaths:
+    """Where an absolute-position model keeps what its first layer's input is made of (attribute paths
+    from the base model): token and position embeddings, the token-type embedding if any, and the norm
+    applied to their sum before the first attention."""
+
+    tokens: str
+    positions: str
+    token_types: str | None
+    norm: str
+
+
+@dataclass(frozen=True)
 class FamilyAdapter:
     """How qkviz reaches the attention of one architecture family."""
 
@@ -44,6 +56,17 @@ class FamilyAdapter:
     #: Attribute path from one layer to the attention's output projection (its input is every head's
     #: output side by side): an ``nn.Linear`` or GPT-2's ``Conv1D``.
     output_projection_path: str = "self_attn.o_proj"
+    #: Attribute paths from the attention module to its query and key projections (``nn.Linear``).
+    query_projection_path: str = "q_proj"
+    key_projection_path: str = "k_proj"
+    #: GPT-2: one fused query/key/value projection (``Conv1D``, ``y = x @ W``) instead of the two above.
+    fused_projection_path: str | None = None
+    #: The output projection is a ``Conv1D`` (``y = x @ W``) rather than an ``nn.Linear`` (``y = x @ W.T``).
+    conv1d_output: bool = False
+    #: A norm follows the query / key projections (Gemma 3), so a stored vector is not projection + bias.
+    qk_norm: bool = False
+    #: Absolute-position models: where the first layer's input parts live (``None`` for rotary families).
+    embeddings: EmbeddingPaths | None = None
     #: Positions reserved by the family below ``max_position_embeddings`` (RoBERTa's padding offset).
     reserved_positions: Callable[[object], int] = lambda config: 0
     #: Returns a reason the configuration cannot be captured exactly, or ``None``.
@@ -72,6 +95,36 @@ class FamilyAdapter:
     def output_projections(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         """The output projection of every layer's attention, in layer order."""
         return [_follow(layer, self.output_projection_path) for layer in self.layer_modules(model)]
+
+    def projection(self, attention: torch.nn.Module, part: int,
+                   shape: ModelShape) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The query (``part`` 0) or key (1) projection of one attention module as ``(weight [out, in],
+        bias [out] or None)``, ``out`` being heads x d_head."""
+        if self.fused_projection_path is not None:
+            fused = _follow(attention, self.fused_projection_path)   # Conv1D: y = x @ W, W [in, 3 * width]
+            width = shape.n_heads * shape.head_dim
+            columns = slice(part * width, (part + 1) * width)
+            bias = None if fused.bias is None else fused.bias[columns]
+            return fused.weight[:, columns].T, bias
+        projection = _follow(attention, (self.query_projection_path, self.key_projection_path)[part])
+        return projection.weight, getattr(projection, "bias", None)
+
+    def output_head_slices(self, model: torch.nn.Module, shape: ModelShape) -> list[torch.Tensor]:
+        """Per layer, ``[head, d_head, d_model]``: the rows of the output projection each head's output meets."""
+        slices = []
+        for projection in self.output_projections(model):
+            weight = projection.weight.detach().float()
+            per_input = weight if self.conv1d_output else weight.T     # [heads x d_head, d_model]
+            slices.append(per_input.reshape(shape.n_heads, shape.head_dim, -1))
+        return slices
+
+    def embedding_modules(self, model: torch.nn.Module) -> tuple | None:
+        """``(tokens, positions, token_types or None, norm)`` modules, or ``None`` without :attr:`embeddings`."""
+        if self.embeddings is None:
+            return None
+        base, paths = _base_model(model), self.embeddings
+        token_types = None if paths.token_types is None else _follow(base, paths.token_types)
+        return _follow(base, paths.tokens), _follow(base, paths.positions), token_types, _follow(base, paths.norm)
 
     def check_supported(self, config) -> None:
         reason = self.unsupported_reason(config)

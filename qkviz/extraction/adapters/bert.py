@@ -1,6 +1,10 @@
 """BERT and RoBERTa: bidirectional encoders with query/key biases and absolute positions."""
 
-from qkviz.extraction.adapters.base import FamilyAdapter
+from qkviz.extraction.adapters.base import EmbeddingPaths, FamilyAdapter
+
+#: BERT and RoBERTa normalise the sum of token, position and token-type embeddings in ``embeddings.LayerNorm``.
+EMBEDDINGS = EmbeddingPaths("embeddings.word_embeddings", "embeddings.position_embeddings",
+                            "embeddings.token_type_embeddings", "embeddings.LayerNorm")
 
 
 def _relative_positions(config) -> str | None:
@@ -19,6 +23,9 @@ BERT = FamilyAdapter(
     attention_path="attention.self",
     causal=False,
     output_projection_path="attention.output.dense",
+    query_projection_path="query",
+    key_projection_path="key",
+    embeddings=EMBEDDINGS,
     description="BERT encoders (e.g. all-MiniLM-L6-v2, bert-base-uncased)",
     unsupported_reason=_relative_positions,
 )
@@ -31,6 +38,9 @@ ROBERTA = FamilyAdapter(
     attention_path="attention.self",
     causal=False,
     output_projection_path="attention.output.dense",
+    query_projection_path="query",
+    key_projection_path="key",
+    embeddings=EMBEDDINGS,
     description="RoBERTa encoders (positions offset by the padding index)",
     reserved_positions=lambda config: int(getattr(config, "pad_token_id", 1) or 0) + 1,
     unsupported_reason=_relative_positions,

@@ -15,5 +15,6 @@ GEMMA3 = FamilyAdapter(
     layers_path="layers",
     attention_path="self_attn",
     causal=True,
+    qk_norm=True,
     description="Gemma 3 decoders: QK-norm, query_pre_attn_scalar, sliding-window layers",
 )
