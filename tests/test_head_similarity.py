@@ -12,7 +12,7 @@ from scipy.spatial.distance import jensenshannon, pdist, squareform
 
 from qkviz.analysis import head_similarity
 from qkviz.core.alignment import align_head
-from qkviz.analysis.head_similarity import (HeadSimilarity, classical_mds, cluster_order, compute_head_similarity,
+from qkviz.analysis.head_similarity import (classical_mds, cluster_order, compute_head_similarity,
                                    load_head_similarity, related_heads, sample_sentences, store_head_similarity)
 from qkviz.store.run import open_run
 

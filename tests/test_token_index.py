@@ -3,7 +3,6 @@
 import shutil
 
 import numpy as np
-import pytest
 
 from qkviz.store.run import open_run
 from qkviz.search.token_index import TokenIndex, load_token_index, normalise, run_token_index, store_token_index, token_index_path

@@ -321,9 +321,28 @@ def head_correlation_rows(run: StoredRun, layer: int, head: int, pairs: PairSet,
 def correlation_table(run: StoredRun, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0, progress: bool = False,
                       layers: list[int] | None = None, heads: list[int] | None = None,
                       projections: dict[tuple[int, int], dict[str, ProjectionSpec]] | None = None) -> pd.DataFrame:
-    """One row per (layer, head, space): ``COLUMNS``. See the module docstring for the spaces.
+    """Every chosen head's distance-dot-product correlations, without writing anything.
 
-    ``projections`` is :func:`cached_projections` of the run, when the caller has read it already."""
+    Parameters
+    ----------
+    run
+        The run.
+    max_pairs
+        Exact up to this many attending pairs per layer, a seeded uniform sample past it.
+    seed
+        Seed of the pair sample.
+    progress
+        Show a progress bar.
+    layers, heads
+        The heads (default: all).
+    projections
+        :func:`cached_projections` of the run, when the caller has read it already.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (layer, head, space), columns ``COLUMNS``; see the module docstring for the spaces.
+    """
     from tqdm.auto import tqdm
 
     layers = list(range(run.n_layers)) if layers is None else layers

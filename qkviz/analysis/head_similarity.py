@@ -166,7 +166,7 @@ def compute_head_similarity(run: StoredRun, max_queries: int = 2000, seed: int =
             bar.update()
     with tqdm(total=n_total, desc="attention distance", **bars) as bar:
         js = mean_js_distance(attention, starts, bar.update)
-    del attention
+    attention = None   # frees the attention matrix before the CKA needs its memory
     with tqdm(total=n_total, desc="geometry (CKA)", **bars) as bar:
         cka = linear_cka(clouds, width, run.n_heads, bar.update)
     return HeadSimilarity(run.n_layers, run.n_heads, js, cka, cluster_order(js), classical_mds(js), sentences,
