@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qkviz.core.errors import QkvizError
+from qkviz.store.locks import exclusive_lock
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +134,14 @@ def _converted_gguf(bundled: BundledModel, package_dir: Path, progress: bool) ->
     if not gguf_path.exists():
         raise QkvizError(f"bundled model {bundled.name}: {gguf_path} is missing; reinstall with "
                          f"{bundled.install_command}")
+    with exclusive_lock(target.with_name(f"{target.name}.lock")):   # one conversion at a time, others wait
+        if not (target / "config.json").exists():                   # another process may have finished it
+            _convert(bundled, package_dir, gguf_path, target, progress)
+    return target
+
+
+def _convert(bundled: BundledModel, package_dir: Path, gguf_path: Path, target: Path, progress: bool) -> None:
+    """Load the GGUF with transformers (dequantised to float32) and save it to ``target`` through a staging directory."""
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -154,9 +163,5 @@ def _converted_gguf(bundled: BundledModel, package_dir: Path, progress: bool) ->
     steps.update()
     steps.close()
     target.parent.mkdir(parents=True, exist_ok=True)
-    if (target / "config.json").exists():  # another process finished first
-        shutil.rmtree(staging, ignore_errors=True)
-    else:
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(staging, target)
-    return target
+    shutil.rmtree(target, ignore_errors=True)   # a half-copied directory without config.json
+    os.replace(staging, target)

@@ -27,6 +27,7 @@ from qkviz.core.errors import QkvizError
 from qkviz.extraction.forward import capture_run, pad_token_id
 from qkviz.extraction.logit_parts_capture import capture_logit_parts
 from qkviz.extraction.models import LoadedModel, load_model
+from qkviz.store.locks import exclusive_lock
 from qkviz.store.run import StoredRun, open_run
 from qkviz.store.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory
 from qkviz.extraction.selection import select_sentences
@@ -54,7 +55,19 @@ def extract_run(model: str, corpus: str | Path, out: str | Path, *, max_tokens: 
             overwrite: bool = False, head_update: bool = False, progress: bool = False) -> ExtractionResult:
     """Extract every head's queries, keys and value norms over ``corpus`` into the run ``out``;
     with ``head_update``, also each head's update relative to the hidden state per token
-    (:mod:`qkviz.extraction.head_update_capture`)."""
+    (:mod:`qkviz.extraction.head_update_capture`). One extraction writes a run directory at a time:
+    a second one into the same ``out`` is refused while the first runs."""
+    out = Path(out)
+    with exclusive_lock(out.parent / f".{out.name}.lock", wait=False,
+                        busy_message=f"another qkviz extract is writing {out}; wait for it to finish"):
+        return _extract(model, corpus, out, max_tokens=max_tokens, max_sentences=max_sentences, seed=seed,
+                        dtype=dtype, batch_size=batch_size, max_length=max_length, device=device,
+                        text_column=text_column, overwrite=overwrite, head_update=head_update, progress=progress)
+
+
+def _extract(model: str, corpus: str | Path, out: Path, *, max_tokens: int | None, max_sentences: int | None,
+             seed: int, dtype: str, batch_size: int, max_length: int | None, device: str, text_column: str,
+             overwrite: bool, head_update: bool, progress: bool) -> ExtractionResult:
     started = time.perf_counter()
     _check_options(dtype, batch_size, max_tokens, max_sentences, max_length)
     corpus_data = load_corpus(corpus, text_column)

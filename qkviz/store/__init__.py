@@ -1,9 +1,10 @@
 """The run format: the files of a run directory (named in :mod:`qkviz.store.files` only), reading a
 complete run (:class:`StoredRun`), writing one (streamed, resumable, manifest last), the projection
-cache, and results kept in a run with a marker written last.
+cache, results kept in a run with a marker written last, and advisory locks against two writers.
 """
 
 from qkviz.store.artifacts import ArtifactDirectory
+from qkviz.store.locks import exclusive_lock
 from qkviz.store.projections import (DEFAULT_PARAMS, DIMENSIONS, METHODS, METRICS, ProjectionCache, ProjectionSpec,
                                      check_method, resolve_params)
 from qkviz.store.run import SENTENCE_COLUMNS, TOKEN_COLUMNS, StoredRun, as_run, read_manifest
@@ -11,4 +12,4 @@ from qkviz.store.run_writer import RunWriter
 
 __all__ = ["DEFAULT_PARAMS", "DIMENSIONS", "METHODS", "METRICS", "SENTENCE_COLUMNS", "TOKEN_COLUMNS",
            "ArtifactDirectory", "ProjectionCache", "ProjectionSpec", "RunWriter", "StoredRun", "as_run",
-           "check_method", "read_manifest", "resolve_params"]
+           "check_method", "exclusive_lock", "read_manifest", "resolve_params"]
