@@ -50,7 +50,7 @@ def main() -> None:
             errors = []
             for dtype in ("float32", "float16"):
                 run = qkviz.extract(str(model_dir), corpus, scratch / f"{family}-{dtype}", max_sentences=24,
-                                    dtype=dtype, batch_size=8).run
+                                    dtype=dtype, batch_size=8)
                 errors.append(max_attention_error(run, model_dir, list(range(run.n_sentences)), pad)[0])
             print(f"tiny {family:<17} {errors[0]:>10.1e} {errors[1]:>10.1e}", flush=True)
         if args.skip_real:
@@ -59,7 +59,7 @@ def main() -> None:
             pad = pad_token_id(load_model(name).tokenizer)
             errors = []
             for dtype in ("float32", "float16"):
-                run = qkviz.extract(name, DEFAULT_CORPUS, scratch / f"{name}-{dtype}", dtype=dtype).run
+                run = qkviz.extract(name, DEFAULT_CORPUS, scratch / f"{name}-{dtype}", dtype=dtype)
                 errors.append(max_attention_error(run, model_directory(name)[0],
                                                   spread(run, args.real_sentences), pad)[0])
             print(f"{name} ({run.n_tokens} tokens) {errors[0]:>8.1e} {errors[1]:>10.1e}", flush=True)

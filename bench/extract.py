@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import qkviz  # noqa: E402
+from qkviz.extraction import extract_run  # noqa: E402
 from qkviz.extraction.adapters import adapter_for  # noqa: E402
 from qkviz.extraction.corpus import DEFAULT_CORPUS, load_corpus  # noqa: E402
 from qkviz.extraction.forward import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
@@ -84,8 +85,8 @@ def main() -> None:
         bare, full = [], []
         for repeat in range(args.repeats):
             bare.append(bare_forward_seconds(loaded, sentences, args.batch_size, args.dtype))
-            result = qkviz.extract(args.model, corpus, scratch / f"run{repeat}", max_tokens=args.tokens,
-                                   dtype=args.dtype, batch_size=args.batch_size, device=args.device)
+            result = extract_run(args.model, corpus, scratch / f"run{repeat}", max_tokens=args.tokens,
+                                 dtype=args.dtype, batch_size=args.batch_size, device=args.device)
             full.append(result.seconds)
         bare_s, full_s = statistics.median(bare), statistics.median(full)
         print(f"tokens per run: {n_tokens} ({len(sentences)} sentences)")

@@ -162,7 +162,7 @@ def main() -> None:
     parser.add_argument("--skip-all-heads", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        run = qkviz.extract("minilm", DEFAULT_CORPUS, Path(scratch) / "minilm", max_tokens=args.tokens).run
+        run = qkviz.extract("minilm", DEFAULT_CORPUS, Path(scratch) / "minilm", max_tokens=args.tokens)
         print(f"MiniLM run: {run.n_tokens} tokens, {run.n_layers * run.n_heads} heads", flush=True)
         heads = [tuple(int(x) for x in pair.split(",")) for pair in args.compare_heads]
         if heads:
