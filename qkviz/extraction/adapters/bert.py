@@ -15,33 +15,30 @@ def _relative_positions(config) -> str | None:
     return None
 
 
-BERT = FamilyAdapter(
-    family="bert",
-    model_types=("bert",),
-    architectures=("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification"),
-    layers_path="encoder.layer",
-    attention_path="attention.self",
-    causal=False,
-    output_projection_path="attention.output.dense",
-    query_projection_path="query",
-    key_projection_path="key",
-    embeddings=EMBEDDINGS,
-    description="BERT encoders (e.g. all-MiniLM-L6-v2, bert-base-uncased)",
-    unsupported_reason=_relative_positions,
-)
+def _encoder(family: str, model_types: tuple[str, ...], architectures: tuple[str, ...], description: str,
+             reserved_positions=lambda config: 0) -> FamilyAdapter:
+    """A BERT-layout encoder: ``encoder.layer[i].attention.self`` with ``query`` / ``key`` projections."""
+    return FamilyAdapter(
+        family=family,
+        model_types=model_types,
+        architectures=architectures,
+        layers_path="encoder.layer",
+        attention_path="attention.self",
+        causal=False,
+        output_projection_path="attention.output.dense",
+        query_projection_path="query",
+        key_projection_path="key",
+        embeddings=EMBEDDINGS,
+        description=description,
+        reserved_positions=reserved_positions,
+        unsupported_reason=_relative_positions,
+    )
 
-ROBERTA = FamilyAdapter(
-    family="roberta",
-    model_types=("roberta", "xlm-roberta"),
-    architectures=("RobertaModel", "RobertaForMaskedLM", "XLMRobertaModel", "XLMRobertaForMaskedLM"),
-    layers_path="encoder.layer",
-    attention_path="attention.self",
-    causal=False,
-    output_projection_path="attention.output.dense",
-    query_projection_path="query",
-    key_projection_path="key",
-    embeddings=EMBEDDINGS,
-    description="RoBERTa encoders (positions offset by the padding index)",
-    reserved_positions=lambda config: int(getattr(config, "pad_token_id", 1) or 0) + 1,
-    unsupported_reason=_relative_positions,
-)
+
+BERT = _encoder("bert", ("bert",),
+                ("BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification"),
+                "BERT encoders (e.g. all-MiniLM-L6-v2, bert-base-uncased)")
+ROBERTA = _encoder("roberta", ("roberta", "xlm-roberta"),
+                   ("RobertaModel", "RobertaForMaskedLM", "XLMRobertaModel", "XLMRobertaForMaskedLM"),
+                   "RoBERTa encoders (positions offset by the padding index)",
+                   reserved_positions=lambda config: int(getattr(config, "pad_token_id", 1) or 0) + 1)
