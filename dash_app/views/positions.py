@@ -21,6 +21,7 @@ from dash_app.run_data import RunData
 from dash_app.state import ViewState
 from qkviz.report import relative_position_figure
 
+
 def layout() -> html.Div:
     return html.Div(id=ids.POSITIONS_VIEW, style={"display": "none"}, children=[
         html.Div(className="controls", children=[

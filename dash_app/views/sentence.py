@@ -31,6 +31,7 @@ ROW_PX = 22
 #: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
 POINT_EVENTS = {ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")}
 
+
 def layout() -> html.Div:
     return html.Div(id=ids.SENTENCE_VIEW, style={"display": "none"}, children=[
         html.Div(className="controls", children=[
