@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dash_app.partners_panel import render_partners  # noqa: E402
+from dash_app.panels.partners import render_partners  # noqa: E402
 from dash_app.run_data import RunData  # noqa: E402
 from dash_app.search import TokenSearch  # noqa: E402
 from dash_app.state import ViewState  # noqa: E402

@@ -1,10 +1,11 @@
 """The app shell: ``create_app(run_paths)`` -> a ``dash.Dash`` with the five views and search.
 
-One layout holds the five views; which one shows, and everything else a view is drawn from, is
-the :class:`~dash_app.state.ViewState` in a ``dcc.Store``, mirrored in the URL. One callback
-(:func:`next_state`) turns every user action -- a control, a click, the URL -- into the next
-state; each view redraws from the state in its own callback (:mod:`dash_app.view_callbacks`), which
-calls plain figure functions.
+One layout holds the top bar and the five views (:mod:`dash_app.views`); which one shows, and
+everything else a view is drawn from, is the :class:`~dash_app.state.ViewState` in a ``dcc.Store``,
+mirrored in the URL. One callback (:func:`next_state`) turns every user action -- a control, a click,
+the URL -- into the next state; each view redraws from the state in its own callbacks, registered by
+its ``register``, which call plain figure functions. Styles and clientside callbacks are files in
+``assets/``.
 """
 
 from __future__ import annotations
@@ -16,45 +17,27 @@ from pathlib import Path
 import dash
 from dash import Input, Output, State, dcc, html, no_update
 
-from dash_app import (heads_view, ids, matrix_view, positions_view, related_panel, sentence_view, single_view,
-                      view_callbacks)
-from dash_app.figures import clicked
+from dash_app import ids
+from dash_app.events import clicked, exemplar_target, partner_target, related_target
 from dash_app.run_data import RunData, unique_names
 from dash_app.search import TokenSearch
 from dash_app.state import (ViewState, open_exemplar, open_head, select_point, select_run, select_sentence, step_head,
                             step_layer, validate)
 from dash_app.url_state import parse_url, to_url
+from dash_app.views import heads, matrix, positions, sentence, single
 from qkviz import QkvizError, open_run
 from qkviz.store import DIMENSIONS, METHODS
 
 logger = logging.getLogger(__name__)
 
 METHOD_LABELS = {"tsne": "t-SNE", "umap": "UMAP", "pca": "PCA"}
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 0 16px; color: #222; }
-.topbar, .controls { display: flex; flex-wrap: wrap; align-items: center; gap: 8px 12px; margin: 8px 0; }
-.topbar .brand { font-size: 20px; font-weight: 700; margin-right: 8px; }
-.message { color: #8a4b00; margin: 4px 0; }
-.notice { background: #fff4d6; border: 1px solid #e0c070; padding: 4px 8px; margin: 4px 0; }
-.info, .hint { color: #555; font-size: 13px; }
-.single-body { display: flex; gap: 12px; align-items: flex-start; }
-.side-panel { width: 300px; flex: 0 0 300px; font-size: 13px; }
-.excerpt { margin: 4px 0; color: #333; }
-.sentence-body { display: flex; flex-wrap: wrap; gap: 12px; }
-table.correlations td, table.correlations th { padding: 1px 6px; text-align: right; }
-table.atlas-stats { font-size: 12px; border-collapse: collapse; margin: 4px 0; }
-table.atlas-stats td { padding: 0 6px 0 0; } table.atlas-stats td:last-child { text-align: right; }
-.label-tag { color: white; padding: 1px 6px; border-radius: 3px; font-weight: 600; }
-button.exemplar { display: block; width: 100%; text-align: left; margin: 4px 0; padding: 4px; font: inherit;
-                  background: #fafafa; border: 1px solid #ddd; border-radius: 3px; cursor: pointer; }
-button.exemplar:hover { background: #eef3fb; }
-mark.q { background: #c7e9d9; } mark.k { background: #f9d2e6; }
-#search-count { font-weight: 600; min-width: 80px; }
-"""
 TAB_STYLE = {"padding": "8px 4px"}
-INDEX = """<!DOCTYPE html>
-<html><head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}<style>""" + STYLE + """</style></head>
-<body>{%app_entry%}<footer>{%config%}{%scripts%}{%renderer%}</footer></body></html>"""
+#: the stores the shell holds: each view's last drawn key, and the events the state callback reads
+STORES = (ids.MATRIX_RENDERED, ids.SINGLE_RENDERED, ids.POSITIONS_RENDERED, ids.EXEMPLAR_CLICK, ids.PARTNER_CLICK,
+          *matrix.POINT_EVENTS, *single.POINT_EVENTS, *sentence.POINT_EVENTS, *heads.POINT_EVENTS,
+          ids.POSITIONS_CLICK, ids.RELATED_CLICK, ids.HEADS_RENDERED)
+#: where the app's CSS and clientside JavaScript lie (Dash serves and links every file in it)
+ASSETS = Path(__file__).parent / "assets"
 
 
 def open_runs(run_paths: list[Path]) -> list[RunData]:
@@ -73,11 +56,15 @@ def create_app(run_paths: list[Path]) -> dash.Dash:
 def build_app(runs: list[RunData]) -> dash.Dash:
     searches = [TokenSearch(data.token_index, lambda method, data=data: data.all_layouts(method).points)
                 for data in runs]
-    app = dash.Dash(__name__, title="qkviz", update_title=None, index_string=INDEX, serve_locally=True)
+    app = dash.Dash(__name__, title="qkviz", update_title=None, serve_locally=True, assets_folder=str(ASSETS))
     app.layout = shell_layout(runs)
     register_state_callback(app, runs)
-    view_callbacks.register(app, runs, searches)
-    heads_view.register_callbacks(app, runs)
+    register_search_count(app, searches)
+    matrix.register(app, runs, searches)
+    single.register(app, runs, searches)
+    sentence.register(app, runs)
+    positions.register(app, runs)
+    heads.register(app, runs)
     return app
 
 
@@ -85,15 +72,7 @@ def shell_layout(runs: list[RunData]) -> html.Div:
     return html.Div([
         dcc.Location(id=ids.URL, refresh=False),
         dcc.Store(id=ids.STATE),
-        dcc.Store(id=ids.MATRIX_RENDERED),
-        dcc.Store(id=ids.SINGLE_RENDERED),
-        dcc.Store(id=ids.POSITIONS_RENDERED),
-        dcc.Store(id=ids.EXEMPLAR_CLICK),
-        dcc.Store(id=ids.PARTNER_CLICK),
-        *(dcc.Store(id=store) for store in view_callbacks.POINT_EVENTS),
-        dcc.Store(id=ids.POSITIONS_CLICK),
-        dcc.Store(id=ids.RELATED_CLICK),
-        dcc.Store(id=ids.HEADS_RENDERED),
+        *(dcc.Store(id=store) for store in STORES),
         html.Div(className="topbar", children=[
             html.Span("qkviz", className="brand"),
             dcc.Dropdown(id=ids.RUN_SELECT, options=[{"label": data.name, "value": index}
@@ -115,11 +94,11 @@ def shell_layout(runs: list[RunData]) -> html.Div:
         ]),
         html.Div(id=ids.NOTICE),
         html.Div(id=ids.RUN_INFO, className="info"),
-        matrix_view.layout(),
-        single_view.layout(),
-        sentence_view.layout(),
-        positions_view.layout(),
-        heads_view.layout(),
+        matrix.layout(),
+        single.layout(),
+        sentence.layout(),
+        positions.layout(),
+        heads.layout(),
     ])
 
 
@@ -135,21 +114,6 @@ STEPS = {ids.PREV_HEAD: (step_head, -1), ids.NEXT_HEAD: (step_head, 1),
 #: view (``ViewState.view``) -> the id of its container, shown only for that view
 VIEW_IDS = {"matrix": ids.MATRIX_VIEW, "single": ids.SINGLE_VIEW, "sentence": ids.SENTENCE_VIEW,
             "positions": ids.POSITIONS_VIEW, "heads": ids.HEADS_VIEW}
-def exemplar_target(event: dict | None) -> tuple[int, int, int, int] | None:
-    """``(layer, head, sentence, point)`` of an exemplar click (``{layer, head, sentence, point, timestamp}``),
-    or None."""
-    try:
-        return int(event["layer"]), int(event["head"]), int(event["sentence"]), int(event["point"])
-    except (TypeError, KeyError, ValueError):
-        return None
-
-
-def partner_target(event: dict | None) -> int | None:
-    """The joint-layout point of a partner button click (``{point, timestamp}``), or None."""
-    try:
-        return int(event["point"])
-    except (TypeError, KeyError, ValueError):
-        return None
 
 
 def with_controls(state: ViewState, controls: dict, shape) -> ViewState:
@@ -190,8 +154,8 @@ def next_state(trigger: str | None, value, current: dict | None, url_search: str
         state = step(state, delta, shape)
     elif trigger in (ids.MATRIX_CLICK, ids.POSITIONS_CLICK, ids.HEADS_CLICK) and clicked(value):
         state = open_head(state, clicked(value)[1], shape)
-    elif trigger == ids.RELATED_CLICK and related_panel.clicked_head(value):
-        layer, head = related_panel.clicked_head(value)
+    elif trigger == ids.RELATED_CLICK and related_target(value):
+        layer, head = related_target(value)
         if 0 <= layer < shape.n_layers and 0 <= head < shape.n_heads:
             state = open_head(state, layer * shape.n_heads + head, shape)
     elif trigger == ids.EXEMPLAR_CLICK and exemplar_target(value):
@@ -264,12 +228,12 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         run_changed = previous is None or previous.run != state.run
         options = [[{"label": str(i), "value": i} for i in range(data.run.n_layers)],
                    [{"label": str(i), "value": i} for i in range(data.run.n_heads)],
-                   sentence_view.sentence_options(data), method_options(data), run_summary(data)]
+                   sentence.sentence_options(data), method_options(data), run_summary(data)]
         options = options if run_changed else [no_update] * 3 + options[3:4] + [no_update]
         # the sort control offers the atlas's columns, which may appear while the app runs: sent when the run
         # changes or the matrix view opens, not on every action
         opened_matrix = state.view == "matrix" and (previous is None or previous.view != "matrix")
-        options.append(matrix_view.sort_control_options(data) if run_changed or opened_matrix else no_update)
+        options.append(matrix.sort_control_options(data) if run_changed or opened_matrix else no_update)
         styles = [{"display": "block" if state.view == view else "none"} for view in VIEW_IDS]
         notice = html.Div([html.Div(text) for text in notices], className="notice") if notices else None
         return (state.as_dict(), to_url(state, [d.shape for d in runs]), notice, *control_outputs, *options, *styles)
@@ -279,3 +243,12 @@ def run_summary(data: RunData) -> str:
     run = data.run
     return (f"{data.name}: {run.model_id} ({run.family}, {'causal' if run.is_causal else 'bidirectional'}), "
             f"{run.n_layers} layers × {run.n_heads} heads, {run.n_tokens:,} tokens, {run.n_sentences:,} sentences")
+
+
+def register_search_count(app: dash.Dash, searches: list[TokenSearch]) -> None:
+    """The top bar's count of the tokens the search matches."""
+
+    @app.callback(Output(ids.SEARCH_COUNT, "children"), Input(ids.STATE, "data"))
+    def show_search_count(current):
+        state = ViewState.from_dict(current)
+        return searches[state.run].count_text(state.search, state.substring)

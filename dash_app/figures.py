@@ -17,48 +17,6 @@ KEY_SCALE = [[0.0, "#fde0ef"], [0.5, "#de77ae"], [1.0, "#67001f"]]
 OPACITY_STEPS = 5
 
 
-def point_event_js(graph_id: str) -> str:
-    """A clientside callback body: Plotly click / hover data -> ``{curve, customdata, timestamp}``.
-
-    Points are identified by ``customdata``. Figures send it as a typed array, which dcc.Graph
-    leaves out of its event data, so it is read from the plotted traces instead (None when absent)."""
-    return """
-function(event) {
-    if (!event || !event.points || !event.points.length) { return null; }
-    const point = event.points[0];
-    const graph = document.querySelector('#%s .js-plotly-plot');
-    const trace = graph && graph._fullData && graph._fullData[point.curveNumber];
-    if (!trace || trace.customdata === undefined || trace.customdata === null) { return null; }
-    const value = trace.customdata[point.pointNumber];
-    if (value === undefined || value === null) { return null; }
-    return {curve: point.curveNumber, customdata: Number(value), timestamp: event.timestamp || Date.now()};
-}
-""" % graph_id
-
-
-def button_click_js(fields: tuple[str, ...]) -> str:
-    """A clientside callback body: a click on a pattern-matching button -> ``{field: id[field], ...,
-    timestamp}`` with the given fields of the button's id (a button being drawn is no click)."""
-    picked = ", ".join(f"{field}: target.{field}" for field in fields)
-    return """
-function(clicks) {
-    const context = window.dash_clientside.callback_context;
-    const target = context.triggered_id;
-    const value = context.triggered.length ? context.triggered[0].value : null;
-    if (!target || typeof target !== 'object' || !value) { return window.dash_clientside.no_update; }
-    return {%s, timestamp: Date.now()};
-}
-""" % picked
-
-
-def clicked(event: dict | None) -> tuple[int, int] | None:
-    """``(curve number, customdata)`` of a point event (``{curve, customdata, timestamp}``), or None."""
-    try:
-        return int(event["curve"]), int(event["customdata"])
-    except (TypeError, KeyError, ValueError):
-        return None
-
-
 def plotly_text(text: str) -> str:
     """``text`` as Plotly shows it literally: its labels read a small HTML subset, so ``& < >`` are escaped."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -19,7 +19,7 @@ COLOUR_SELECT = "colour-select"
 SEARCH_SUBSTRING = "search-substring"
 RUN_INFO = "run-info"
 
-# {curve, customdata, timestamp} of the last click / hover on a graph (see figures.POINT_EVENT_JS)
+# {curve, customdata, timestamp} of the last click / hover on a graph (relayed by pointEvent, see dash_app.events)
 MATRIX_CLICK = "matrix-click"
 SINGLE_CLICK = "single-click"
 SINGLE_HOVER_POINT = "single-hover-point"

@@ -74,6 +74,17 @@ class TokenSearch:
         self.find = lru_cache(maxsize=64)(self._find)
         self.clusters = lru_cache(maxsize=64)(self._clusters)
 
+    def matches(self, query: str, substring: bool) -> np.ndarray | None:
+        """int64 ``[n_matches]`` token indices matching ``query``, or None when it is blank (no search)."""
+        return self.find(query, substring).tokens if query.strip() else None
+
+    def count_text(self, query: str, substring: bool) -> str:
+        """``"3 results"`` (``"1 result"``) for the search box, ``""`` when ``query`` is blank."""
+        if not query.strip():
+            return ""
+        count = self.find(query, substring).count
+        return f"{count} result" if count == 1 else f"{count} results"
+
     def _find(self, query: str, substring: bool) -> SearchResult:
         return SearchResult(query, substring, self._token_index.find(query, substring))
 

@@ -10,7 +10,9 @@ from component_tree import find, texts
 from dash import html
 from plotly.io.json import to_json_plotly
 
-from dash_app import atlas_panel, ids, matrix_view, positions_view, sentence_view
+from dash_app import ids
+from dash_app.panels import atlas as atlas_panel
+from dash_app.views import matrix as matrix_view, positions as positions_view, sentence as sentence_view
 from dash_app.app import next_state, open_runs
 from dash_app.atlas_columns import format_value, label_codes
 from dash_app.run_data import RunData

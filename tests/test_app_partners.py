@@ -6,7 +6,9 @@ import pytest
 from component_tree import texts
 from dash import html
 
-from dash_app import ids, partners_panel, single_view
+from dash_app import ids
+from dash_app.panels import partners as partners_panel
+from dash_app.views import single as single_view
 from dash_app.app import next_state
 from dash_app.run_data import RunData
 from dash_app.state import ViewState

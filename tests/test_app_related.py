@@ -7,7 +7,9 @@ from browser import copy_run
 from component_tree import find, texts
 from dash import html
 
-from dash_app import heads_view, ids, matrix_view, related_panel
+from dash_app import ids
+from dash_app.panels import related as related_panel
+from dash_app.views import heads as heads_view, matrix as matrix_view
 from dash_app.app import build_app, next_state, open_runs
 from dash_app.run_data import RunData
 from dash_app.state import ViewState

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from plotly.io.json import to_json_plotly
 
-from dash_app import ids, matrix_view, sentence_view, single_view
+from dash_app import ids
+from dash_app.views import matrix as matrix_view, sentence as sentence_view, single as single_view
 from dash_app.app import build_app, next_state, open_runs
 from dash_app.attention_maps import adjusted_attention, aggregate_attention, hidden_tokens
 from dash_app.features import token_features

@@ -2,18 +2,22 @@
 
 Each line joins a query and a key; its opacity is the (adjusted) attention weight. Lines are
 separate traces carrying ``meta = [query position, key position]``, so hovering a token shows
-only its lines in the browser (a clientside callback restyling visibility; no round trip).
-Below it, the head's attention averaged over the corpus by (query position, key position).
+only its lines in the browser (``showHoveredLines`` in ``assets/clientside.js`` restyles their
+visibility; no round trip). Below it, the head's attention averaged over the corpus by (query
+position, key position). :func:`register` adds the callback that draws both and the clientside relays.
 """
 
 from __future__ import annotations
 
+import dash
 import numpy as np
 import plotly.graph_objects as go
-from dash import dcc, html
+from dash import Input, Output, dcc, html
+from dash.exceptions import PreventUpdate
 
 from dash_app import ids
 from dash_app.attention_maps import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens
+from dash_app.events import relay_graph_event, relay_point_events
 from dash_app.figures import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
@@ -24,30 +28,8 @@ OPTIONS = [{"label": "hide the first token", "value": "first"},
 MIN_WEIGHT = 0.02
 MAX_LINES = 400
 ROW_PX = 22
-
-#: hovering a token shows only its lines; leaving shows all again (restyles the lines' visibility)
-HOVER_JS = """
-function(hoverData) {
-    const graph = document.querySelector('#%s .js-plotly-plot');
-    if (!graph || !graph.data) { return window.dash_clientside.no_update; }
-    const lines = [], visible = [];
-    let side = -1, position = -1;
-    if (hoverData && hoverData.points && hoverData.points.length) {
-        const point = hoverData.points[0];
-        const tokens = graph._fullData[point.curveNumber];
-        if (point.curveNumber < 2 && tokens.customdata) {
-            side = point.curveNumber; position = Number(tokens.customdata[point.pointNumber]);
-        }
-    }
-    graph.data.forEach(function(trace, index) {
-        if (trace.meta === undefined || trace.meta === null || index < 2) { return; }
-        lines.push(index);
-        visible.push(side < 0 || trace.meta[side] === position);
-    });
-    if (lines.length) { Plotly.restyle(graph, {visible: visible}, lines); }
-    return window.dash_clientside.no_update;
-}
-""" % ids.SENTENCE_GRAPH
+#: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
+POINT_EVENTS = {ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")}
 
 
 def layout() -> html.Div:
@@ -147,3 +129,24 @@ def render_sentence(data: RunData, state: ViewState, options: list[str]) -> tupl
     message = (f"Sentence {state.sentence} ({len(rows)} tokens), layer {state.layer} head {state.head}: "
                f"{n_pairs} lines of weight ≥ {MIN_WEIGHT} (at most {MAX_LINES}). Hover a token to see only its lines.")
     return figure, message
+
+
+def register(app: dash.Dash, runs: list[RunData]) -> None:
+    """Draw the sentence and the corpus average when the view opens or its state or options change; relay a
+    click; show only the hovered token's lines (in the browser)."""
+
+    @app.callback(Output(ids.SENTENCE_GRAPH, "figure"), Output(ids.AGGREGATE_GRAPH, "figure"),
+                  Output(ids.SENTENCE_MESSAGE, "children"),
+                  Input(ids.STATE, "data"), Input(ids.SENTENCE_OPTIONS, "value"))
+    def draw_sentence(current, options):
+        state = ViewState.from_dict(current)
+        if state.view != "sentence":
+            raise PreventUpdate
+        data, options = runs[state.run], options or []
+        figure, message = render_sentence(data, state, options)
+        average = data.aggregate(state.layer, state.head, "first" in options, "special" in options,
+                                 "value_norm" in options)
+        return figure, aggregate_figure(average, state.layer, state.head), message
+
+    relay_point_events(app, POINT_EVENTS)
+    relay_graph_event(app, "showHoveredLines", ids.SENTENCE_GRAPH, "hoverData", ids.SENTENCE_HOVER_SINK)

@@ -1,10 +1,11 @@
 """Heads view: a map of every head of the model, one point per head, from ``qkviz related``.
 
-The map is :attr:`qkviz.analysis.head_similarity.HeadSimilarity.map_xy`, classical MDS of the heads' mean
+The map is :attr:`qkviz.analysis.HeadSimilarity.map_xy`, classical MDS of the heads' mean
 Jensen-Shannon distance: heads that attend alike lie close. Points are coloured by layer, or by the
 head atlas's pattern label when the run has one; hover names the head, its label and its nearest head.
 Every point carries its flat head index (``layer * n_heads + head``) as ``customdata``, so a click
 opens that head through the same point event as the matrix view. The open head is ringed.
+:func:`register` adds the callback that draws it and the clientside relay of a click.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.atlas_panel import missing_atlas_message
+from dash_app.events import relay_point_events
 from dash_app.figures import message_figure
-from dash_app.related_panel import missing_related_message
+from dash_app.panels.atlas import missing_atlas_message
+from dash_app.panels.related import missing_related_message
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
 from qkviz.report import LABEL_COLOURS
@@ -28,6 +30,8 @@ from qkviz.analysis import HeadSimilarity
 COLOURINGS = {"layer": "layer", "label": "pattern label (head atlas)"}
 NO_LABEL = "no atlas row"
 HEIGHT = 640
+#: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
+POINT_EVENTS = {ids.HEADS_CLICK: (ids.HEADS_GRAPH, "clickData")}
 
 
 def layout() -> html.Div:
@@ -132,8 +136,8 @@ def render_heads(data: RunData, state: ViewState, colour: str | None) -> tuple[g
     return figure, message, options
 
 
-def register_callbacks(app: dash.Dash, runs: list[RunData]) -> None:
-    """Draw the map when the view opens, its run, similarity, atlas, colour or open head changes."""
+def register(app: dash.Dash, runs: list[RunData]) -> None:
+    """Draw the map when the view opens, its run, similarity, atlas, colour or open head changes; relay a click."""
 
     @app.callback(Output(ids.HEADS_GRAPH, "figure"), Output(ids.HEADS_MESSAGE, "children"),
                   Output(ids.HEADS_COLOUR, "options"), Output(ids.HEADS_RENDERED, "data"),
@@ -148,3 +152,5 @@ def register_callbacks(app: dash.Dash, runs: list[RunData]) -> None:
             raise PreventUpdate
         figure, message, options = render_heads(data, state, colour)
         return figure, message, options, key
+
+    relay_point_events(app, POINT_EVENTS)

@@ -4,18 +4,21 @@ corpus (or the queries that score a clicked key highest), and how many of them t
 The partners come from the run's faiss indexes (:class:`qkviz.search.partner_index.PartnerIndexes`, built
 by ``qkviz index`` or, when exact, in memory on first use); the panel lists each with its logit and
 its sentence (the token marked), and each is a button that selects that point. The same partners
-are drawn as stars in the layout (the last overlay slot of :mod:`dash_app.single_view`).
+are drawn as stars in the layout (the last overlay slot of :mod:`dash_app.views.single`).
 Everything is Dash components with plain-text children: no token text is rendered as HTML.
+:func:`register` adds the callback that lists them and the clientside relay of a button's click.
 """
 
 from __future__ import annotations
 
+import dash
 import numpy as np
-from dash import dcc, html
+from dash import ALL, Input, Output, dcc, html
+from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.atlas_panel import marked_tokens
-from dash_app.figures import button_click_js
+from dash_app.events import relay_button_clicks
+from dash_app.panels.atlas import marked_tokens
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
 from qkviz import QkvizError
@@ -28,9 +31,6 @@ SKIP_FIRST = "skip_first"
 OPTIONS = [{"label": "skip special tokens", "value": SKIP_SPECIAL},
            {"label": "skip sentence-first tokens", "value": SKIP_FIRST}]
 NO_POINT = "Click a query or key to list what it would attend to most anywhere in the corpus."
-
-#: a partner button's click -> ``{point, timestamp}`` (a button being drawn is no click)
-PARTNER_CLICK_JS = button_click_js(("point",))
 
 
 def controls() -> list:
@@ -137,3 +137,18 @@ def partner_points(data: RunData, state: ViewState, k_value, options: list[str] 
         return find_partners(data, state, k, options).points
     except QkvizError:
         return np.zeros(0, dtype=np.int64)
+
+
+def register(app: dash.Dash, runs: list[RunData]) -> None:
+    """List the clicked point's partners when the state or the panel's controls change; relay a partner
+    button's click to the state callback (``{point, timestamp}``)."""
+
+    @app.callback(Output(ids.SINGLE_PARTNERS, "children"), Input(ids.STATE, "data"), Input(ids.PARTNER_K, "value"),
+                  Input(ids.PARTNER_OPTIONS, "value"))
+    def list_partners(current, partner_k, partner_options):
+        state = ViewState.from_dict(current)
+        if state.view != "single":
+            raise PreventUpdate
+        return render_partners(runs[state.run], state, partner_k, partner_options)
+
+    relay_button_clicks(app, "partnerClick", {"type": ids.PARTNER, "point": ALL}, ids.PARTNER_CLICK)

@@ -1,35 +1,25 @@
 """Positions view: every head's average attention by relative position (the head atlas), one row per head.
 
-The figure is :func:`qkviz.report.position_heatmap.relative_position_figure`, the report's: row ``r`` is the
+The figure is :func:`qkviz.report.relative_position_figure`, the report's: row ``r`` is the
 flat head ``r`` (``layer * n_heads + head``), so a click on a cell opens that row's head
-(:data:`ROW_EVENT_JS` relays the row's index, found by its name, never by a float).
+(``heatmapRowEvent`` in ``assets/clientside.js`` relays the row's index, found by its name, never by a
+float). :func:`register` adds the callback that draws it and that relay.
 """
 
 from __future__ import annotations
 
+import dash
 import plotly.graph_objects as go
-from dash import dcc, html
+from dash import Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.atlas_panel import missing_atlas_message
+from dash_app.events import relay_graph_event
 from dash_app.figures import message_figure
+from dash_app.panels.atlas import missing_atlas_message
 from dash_app.run_data import RunData
+from dash_app.state import ViewState
 from qkviz.report import relative_position_figure
-
-#: a heatmap click -> ``{curve, customdata: row index, timestamp}`` (the shape of the point events). dcc.Graph
-#: drops a heatmap point's ``[row, column]`` index from its event data, so the row is found from the
-#: clicked row's name (``"L1 H2"``, unique) in the trace's rows.
-ROW_EVENT_JS = """
-function(event) {
-    if (!event || !event.points || !event.points.length) { return null; }
-    const point = event.points[0];
-    const graph = document.querySelector('#%s .js-plotly-plot');
-    const trace = graph && graph._fullData && graph._fullData[point.curveNumber];
-    const row = trace && trace.y ? Array.from(trace.y).indexOf(point.y) : -1;
-    if (row < 0) { return null; }
-    return {curve: point.curveNumber, customdata: row, timestamp: Date.now()};
-}
-""" % ids.POSITIONS_GRAPH
 
 
 def layout() -> html.Div:
@@ -55,3 +45,23 @@ def render_positions(data: RunData) -> tuple[go.Figure, str]:
     figure.update_layout(title={"text": f"{data.name}: average attention by relative position", "font": {"size": 14}},
                          margin={"t": 40}, hovermode="closest")
     return figure, ""
+
+
+def register(app: dash.Dash, runs: list[RunData]) -> None:
+    """Draw the heatmap when the view opens or its run or head atlas changes; relay a row's click."""
+
+    @app.callback(Output(ids.POSITIONS_GRAPH, "figure"), Output(ids.POSITIONS_MESSAGE, "children"),
+                  Output(ids.POSITIONS_RENDERED, "data"), Input(ids.STATE, "data"),
+                  State(ids.POSITIONS_RENDERED, "data"))
+    def draw_positions(current, rendered):
+        state = ViewState.from_dict(current)
+        if state.view != "positions":
+            raise PreventUpdate
+        data = runs[state.run]
+        key = [state.run, data.atlas_stamp()]
+        if key == rendered:
+            raise PreventUpdate
+        figure, message = render_positions(data)
+        return figure, message, key
+
+    relay_graph_event(app, "heatmapRowEvent", ids.POSITIONS_GRAPH, "clickData", ids.POSITIONS_CLICK)

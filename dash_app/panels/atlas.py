@@ -3,25 +3,23 @@
 Everything is Dash components with plain-text children (React escapes them): token and sentence
 text is never rendered as HTML. Each exemplar is a button whose pattern-matching id carries the
 head, the sentence and the query token, so a click opens the sentence view on it
-(:data:`EXEMPLAR_CLICK_JS` relays the click to the state callback).
+(``exemplarClick`` in ``assets/clientside.js`` relays the click to the state callback, :func:`register`).
 """
 
 from __future__ import annotations
 
+import dash
 import pandas as pd
-from dash import html
+from dash import ALL, html
 
 from dash_app import ids
 from dash_app.atlas_columns import PANEL, column_name, format_value
-from dash_app.figures import button_click_js
+from dash_app.events import relay_button_clicks
 from dash_app.run_data import RunData
 from qkviz.report import LABEL_COLOURS
 
 #: exemplars listed per head (the atlas keeps more)
 EXEMPLARS_SHOWN = 3
-
-#: an exemplar button's click -> ``{layer, head, sentence, point, timestamp}`` (a button being drawn is no click)
-EXEMPLAR_CLICK_JS = button_click_js(("layer", "head", "sentence", "point"))
 
 
 def missing_atlas_message(data: RunData) -> str:
@@ -108,3 +106,9 @@ def head_panel(data: RunData, layer: int, head: int) -> list:
         children.append(html.Div("Strongest pairs (click one to open its sentence):", className="hint"))
         children += [exemplar_button(data, exemplar) for exemplar in exemplars.itertuples()]
     return children
+
+
+def register(app: dash.Dash) -> None:
+    """Relay an exemplar button's click to the state callback: ``{layer, head, sentence, point, timestamp}``."""
+    exemplars = {"type": ids.EXEMPLAR, "layer": ALL, "head": ALL, "sentence": ALL, "point": ALL}
+    relay_button_clicks(app, "exemplarClick", exemplars, ids.EXEMPLAR_CLICK)

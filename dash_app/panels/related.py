@@ -4,15 +4,17 @@ From the run's head similarity (``qkviz related``, :mod:`qkviz.analysis.head_sim
 :data:`RELATED_SHOWN` heads with the smallest Jensen-Shannon distance between their attention and
 this head's on the same queries, and those with the highest linear CKA between the aligned query/key
 clouds. Each is a button whose pattern-matching id carries the head, so a click opens it
-(:data:`RELATED_CLICK_JS` relays the click to the state callback). Plain-text children only.
+(``relatedHeadClick`` in ``assets/clientside.js`` relays the click to the state callback, :func:`register`).
+Plain-text children only.
 """
 
 from __future__ import annotations
 
-from dash import html
+import dash
+from dash import ALL, html
 
 from dash_app import ids
-from dash_app.figures import button_click_js
+from dash_app.events import relay_button_clicks
 from dash_app.run_data import RunData
 from qkviz.report import LABEL_COLOURS
 from qkviz.analysis import RelatedHead, related_heads
@@ -21,24 +23,10 @@ RELATED_SHOWN = 5
 #: (by, heading, how to read the value)
 LISTS = (("attention", "By attention (JS distance, lower is closer)", "{:.3f}"),
          ("geometry", "By query/key geometry (CKA, higher is closer)", "{:.3f}"))
-BUTTON_STYLE = {"display": "flex", "justifyContent": "space-between", "gap": "6px", "width": "100%",
-                "margin": "2px 0", "padding": "2px 6px", "font": "inherit", "textAlign": "left",
-                "background": "#fafafa", "border": "1px solid #ddd", "borderRadius": "3px", "cursor": "pointer"}
-
-#: a related-head button's click -> ``{layer, head, timestamp}`` (a button being drawn is no click)
-RELATED_CLICK_JS = button_click_js(("layer", "head"))
 
 
 def missing_related_message(data: RunData) -> str:
     return f"No head similarity for this run yet: make it with 'qkviz related --run {data.run.path}'."
-
-
-def clicked_head(event: dict | None) -> tuple[int, int] | None:
-    """``(layer, head)`` of a related-head click (``{layer, head, timestamp}``), or None."""
-    try:
-        return int(event["layer"]), int(event["head"])
-    except (TypeError, KeyError, ValueError):
-        return None
 
 
 def head_button(data: RunData, related: RelatedHead, by: str, value_format: str) -> html.Button:
@@ -47,7 +35,7 @@ def head_button(data: RunData, related: RelatedHead, by: str, value_format: str)
     label = [] if row is None else [html.Span(str(row["label"]), className="label-tag",
                                               style={"background": LABEL_COLOURS.get(str(row["label"]), "#777")})]
     target = {"type": ids.RELATED_HEAD, "layer": related.layer, "head": related.head, "by": by}
-    return html.Button(id=target, n_clicks=0, title="open this head", style=BUTTON_STYLE, children=[
+    return html.Button(id=target, n_clicks=0, title="open this head", className="related-head", children=[
         html.B(f"L{related.layer} H{related.head}"), *label, html.Span(value_format.format(related.value))])
 
 
@@ -64,3 +52,9 @@ def render_related(data: RunData, layer: int, head: int) -> list:
     children.append(html.Div(f"Over {similarity.n_queries:,} queries in {len(similarity.sentences):,} sentences.",
                              className="hint"))
     return children
+
+
+def register(app: dash.Dash) -> None:
+    """Relay a related-head button's click to the state callback: ``{layer, head, timestamp}``."""
+    buttons = {"type": ids.RELATED_HEAD, "layer": ALL, "head": ALL, "by": ALL}
+    relay_button_clicks(app, "relatedHeadClick", buttons, ids.RELATED_CLICK)

@@ -7,19 +7,25 @@ float32's bytes). Every point carries its head's flat index (``layer * n_heads +
 ``customdata``, so a click opens that head. Search matches are two more traces over all heads.
 Ordered by a head-atlas column, the cells get a background (one translucent heatmap under the points,
 slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value.
+:func:`register` adds the callback that draws it (patching only the search traces when only the search
+changed) and the clientside relay of a click.
 """
 
 from __future__ import annotations
 
+import dash
 import numpy as np
 import plotly.graph_objects as go
-from dash import Patch, dcc, html
+from dash import Input, Output, Patch, State, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
 from dash_app import ids
 from dash_app.atlas_columns import LABEL_SORT, column_name, format_value, label_tag, sort_options
+from dash_app.events import relay_point_events
 from dash_app.figures import KEY_COLOUR, KEY_MATCH_COLOUR, QUERY_COLOUR, QUERY_MATCH_COLOUR
-from dash_app.related_panel import missing_related_message
+from dash_app.panels.related import missing_related_message
 from dash_app.run_data import RunData
+from dash_app.search import TokenSearch
 from dash_app.state import ViewState
 from qkviz.report import LABEL_COLOURS
 from qkviz.analysis import LABELS
@@ -37,6 +43,8 @@ SORT_OPTIONS = [
 CELL_OPACITY = 0.45         # the cells' background under the points
 STATISTIC_SCALE = "Blues"   # a hue apart from the green queries and pink keys
 COLOUR_BAR_PX = 110         # extra width for the colour bar when cells are coloured
+#: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
+POINT_EVENTS = {ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData")}
 
 
 def layout() -> html.Div:
@@ -289,3 +297,28 @@ def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, m
         patch["data"][slot]["marker"]["opacity"] = 0.25 if searching else 0.6
     patch["data"][4]["text"] = labels
     return patch
+
+
+def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -> None:
+    """Draw the matrix when the view opens or its run, projection, search or order changes; relay a click."""
+
+    @app.callback(Output(ids.MATRIX_GRAPH, "figure"), Output(ids.MATRIX_MESSAGE, "children"),
+                  Output(ids.MATRIX_RENDERED, "data"), Input(ids.STATE, "data"), State(ids.MATRIX_RENDERED, "data"))
+    def draw_matrix(current, rendered):
+        state = ViewState.from_dict(current)
+        data = runs[state.run]
+        key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort,
+               data.atlas_stamp() if state.sort in data.atlas_sorts() else
+               data.related_stamp() if state.sort == "related" else None]
+        if state.view != "matrix" or key == rendered:
+            raise PreventUpdate
+        search = searches[state.run]
+        matches = search.matches(state.search, state.substring)
+        clusters = search.clusters(state.search, state.substring, state.method) if matches is not None else None
+        if rendered and rendered[:3] + rendered[5:] == key[:3] + key[5:] and state.sort != "clusters":
+            # only the search changed: send the matches and badges, not every head's points again
+            return search_patch(data, state, clusters, matches), no_update, key
+        figure, message = render_matrix(data, state, clusters, matches)
+        return figure, message, key
+
+    relay_point_events(app, POINT_EVENTS)

@@ -8,21 +8,33 @@ and the detail panel (a hover callback) its sentence, position and colour value.
 Traces sit in fixed slots so a click can replace only the overlays (a ``Patch``): 0 queries,
 1 keys, 2 / 3 search matches (queries / keys), 4 / 5 the clicked point's sentence (queries /
 keys), 6 .. 6 + OPACITY_STEPS - 1 attention lines by opacity step, then the clicked point, then its
-corpus-wide partners (:mod:`dash_app.partners_panel`).
+corpus-wide partners (:mod:`dash_app.panels.partners`).
+
+Beside the figure, the side panels of :mod:`dash_app.panels` (head atlas, corpus partners, related heads).
+:func:`register` adds the callbacks that draw the figure and fill the panels, and the clientside
+relays of clicks and hovers.
 """
 
 from __future__ import annotations
 
+import dash
 import numpy as np
 import plotly.graph_objects as go
-from dash import dcc, html
+from dash import Input, Output, Patch, State, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
-from dash_app import ids, partners_panel
+from dash_app import ids
+from dash_app.events import clicked, relay_point_events
 from dash_app.features import COLOURS, PUNCTUATION_CLASSES, colour_values, describe_value
 from dash_app.figures import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLOUR, OPACITY_STEPS, QUERY_COLOUR,
-                              QUERY_MATCH_COLOUR, QUERY_SCALE, opacity_step, step_opacity)
+                              QUERY_MATCH_COLOUR, QUERY_SCALE, message_figure, opacity_step, step_opacity)
+from dash_app.panels import atlas as atlas_panel
+from dash_app.panels import partners as partners_panel
+from dash_app.panels import related as related_panel
 from dash_app.run_data import RunData
+from dash_app.search import TokenSearch
 from dash_app.state import ViewState
+from qkviz import QkvizError
 
 OVERLAY_SLOTS = slice(4, 4 + 2 + OPACITY_STEPS + 2)
 PARTNER_COLOUR = "#ff7f00"
@@ -33,6 +45,10 @@ EXCERPT_CHARS = 60
 KIND = ("query", "key")
 #: colour features whose scale is fixed (categories keep their colour from head to head and run to run)
 FIXED_RANGES = {"position": (0.0, 1.0), "position_mod5": (0.0, 4.0), "punctuation": (0.0, 2.0)}
+NO_MATCHES = np.zeros(0, dtype=np.int64)
+#: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
+POINT_EVENTS = {ids.SINGLE_CLICK: (ids.SINGLE_GRAPH, "clickData"),
+                ids.SINGLE_HOVER_POINT: (ids.SINGLE_GRAPH, "hoverData")}
 
 
 def layout() -> html.Div:
@@ -181,8 +197,8 @@ def overlay_traces(data: RunData, coordinates: np.ndarray, layer: int, head: int
         segments = _segments(origin, ends) if len(ends) else empty
         traces.append(_trace(dim, segments, mode="lines", hoverinfo="skip", showlegend=False, name="attention",
                              line=dict(color=LINE_COLOUR, width=2), opacity=step_opacity(step)))
-    clicked = coordinates[[point]] if point is not None else empty
-    traces.append(_trace(dim, clicked, mode="markers", name="clicked", showlegend=False, hoverinfo="skip",
+    ring = coordinates[[point]] if point is not None else empty
+    traces.append(_trace(dim, ring, mode="markers", name="clicked", showlegend=False, hoverinfo="skip",
                          marker=dict(color="black", size=16, symbol="circle-open", line=dict(width=3))))
     partners = np.zeros(0, dtype=np.int64) if partners is None or point is None else np.asarray(partners)
     traces.append(_trace(dim, coordinates[partners], mode="markers", name="corpus partners",
@@ -262,3 +278,66 @@ def correlation_panel(data: RunData, layer: int, head: int):
     body = [html.Tr([html.Td(str(row.space)), html.Td(f"{row.pearson:+.3f}"), html.Td(f"{row.spearman:+.3f}"),
                      html.Td(f"{int(row.n_pairs):,}")]) for row in rows.itertuples()]
     return html.Table([html.Thead(header), html.Tbody(body)], className="correlations")
+
+
+def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float, partners: np.ndarray) -> Patch:
+    """Only the overlay slots of a drawn figure, for a new clicked point or line settings."""
+    coordinates = data.layout(state.layer, state.head, state.method, state.dim)
+    patch = Patch()
+    overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners)
+    for slot, trace in zip(range(OVERLAY_SLOTS.start, OVERLAY_SLOTS.stop), overlays):
+        patch["data"][slot] = trace
+    return patch
+
+
+def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -> None:
+    """Draw the head (patching only the overlays when only they changed) and its side panels; show the
+    hovered point's details; relay clicks and hovers (and the panels' own callbacks and relays)."""
+
+    @app.callback(Output(ids.SINGLE_GRAPH, "figure"), Output(ids.SINGLE_INFO, "children"),
+                  Output(ids.SINGLE_MESSAGE, "children"), Output(ids.SINGLE_CORRELATION, "children"),
+                  Output(ids.SINGLE_ATLAS, "children"), Output(ids.SINGLE_RENDERED, "data"),
+                  Output(ids.SINGLE_RELATED, "children"),
+                  Input(ids.STATE, "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
+                  Input(ids.THRESHOLD, "value"), Input(ids.PARTNER_K, "value"), Input(ids.PARTNER_OPTIONS, "value"),
+                  State(ids.SINGLE_RENDERED, "data"))
+    def draw_single(current, options, top_k, threshold, partner_k, partner_options, rendered):
+        state = ViewState.from_dict(current)
+        if state.view != "single":
+            raise PreventUpdate
+        data = runs[state.run]
+        top_k = DEFAULT_TOP_K if top_k is None else int(top_k)
+        threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
+        base_key = [state.run, state.layer, state.head, state.method, state.dim, state.colour,
+                    state.search.strip().lower(), state.substring, sorted(options or [])]
+        overlay_key = [state.point, top_k, threshold, partner_k, sorted(partner_options or [])]
+        partners = partners_panel.partner_points(data, state, partner_k, partner_options)
+        key = {"base": base_key, "overlay": overlay_key}
+        if rendered == key:
+            raise PreventUpdate
+        if rendered and rendered.get("base") == base_key and rendered.get("ok"):
+            return (overlay_patch(data, state, top_k, threshold, partners), no_update, no_update, no_update, no_update,
+                    {**key, "ok": True}, no_update)
+        matches = searches[state.run].matches(state.search, state.substring)
+        correlations = correlation_panel(data, state.layer, state.head)
+        atlas = atlas_panel.head_panel(data, state.layer, state.head)
+        related = related_panel.render_related(data, state.layer, state.head)
+        try:
+            figure = render_single(data, state, options or [], NO_MATCHES if matches is None else matches,
+                                   top_k, threshold, partners)
+        except QkvizError as error:
+            return message_figure(), info_line(data), str(error), correlations, atlas, {**key, "ok": False}, related
+        return figure, info_line(data), "", correlations, atlas, {**key, "ok": True}, related
+
+    @app.callback(Output(ids.SINGLE_HOVER, "children"), Input(ids.SINGLE_HOVER_POINT, "data"), State(ids.STATE, "data"))
+    def show_hover(hover, current):
+        target = clicked(hover)
+        if target is None:
+            raise PreventUpdate
+        state = ViewState.from_dict(current)
+        return hover_details(runs[state.run], state, target[1])
+
+    relay_point_events(app, POINT_EVENTS)
+    atlas_panel.register(app)
+    partners_panel.register(app, runs)
+    related_panel.register(app)

@@ -1,0 +1,91 @@
+/* The app's clientside callbacks (registered through dash_app/events.py).
+ *
+ * Browser events are relayed into the dcc.Stores the state callback reads; the sentence view's hover
+ * restyles its lines in place. Each is a function of window.dash_clientside.qkviz, used through
+ * ClientsideFunction(namespace="qkviz", function_name=...). Points are identified by their trace's
+ * customdata, never by coordinates.
+ */
+window.dash_clientside = window.dash_clientside || {};
+
+(function () {
+    /* The Plotly graph inside the dcc.Graph whose id is graphId (null before it is drawn). */
+    function plotlyGraph(graphId) {
+        const container = document.getElementById(graphId);
+        return container ? container.querySelector('.js-plotly-plot') : null;
+    }
+
+    /* A click on a pattern-matching button -> {field: id[field], ..., timestamp} with the given fields of
+     * the button's id; a button being drawn (no clicks yet) is no click. */
+    function buttonClick(fields) {
+        const context = window.dash_clientside.callback_context;
+        const target = context.triggered_id;
+        const value = context.triggered.length ? context.triggered[0].value : null;
+        if (!target || typeof target !== 'object' || !value) { return window.dash_clientside.no_update; }
+        const event = {};
+        fields.forEach(function (field) { event[field] = target[field]; });
+        event.timestamp = Date.now();
+        return event;
+    }
+
+    window.dash_clientside.qkviz = Object.assign(window.dash_clientside.qkviz || {}, {
+        /* Plotly click / hover data -> {curve, customdata, timestamp}. Figures send customdata as a typed
+         * array, which dcc.Graph leaves out of its event data, so it is read from the plotted traces
+         * instead (null when absent). */
+        pointEvent: function (event, graphId) {
+            if (!event || !event.points || !event.points.length) { return null; }
+            const point = event.points[0];
+            const graph = plotlyGraph(graphId);
+            const trace = graph && graph._fullData && graph._fullData[point.curveNumber];
+            if (!trace || trace.customdata === undefined || trace.customdata === null) { return null; }
+            const value = trace.customdata[point.pointNumber];
+            if (value === undefined || value === null) { return null; }
+            return {curve: point.curveNumber, customdata: Number(value), timestamp: event.timestamp || Date.now()};
+        },
+
+        /* A heatmap click -> {curve, customdata: row index, timestamp} (the shape of pointEvent's). dcc.Graph
+         * drops a heatmap point's [row, column] index from its event data, so the row is found from the
+         * clicked row's name (unique, such as "L1 H2") among the trace's rows. */
+        heatmapRowEvent: function (event, graphId) {
+            if (!event || !event.points || !event.points.length) { return null; }
+            const point = event.points[0];
+            const graph = plotlyGraph(graphId);
+            const trace = graph && graph._fullData && graph._fullData[point.curveNumber];
+            const row = trace && trace.y ? Array.from(trace.y).indexOf(point.y) : -1;
+            if (row < 0) { return null; }
+            return {curve: point.curveNumber, customdata: row, timestamp: Date.now()};
+        },
+
+        /* An atlas exemplar's button -> {layer, head, sentence, point, timestamp}. */
+        exemplarClick: function () { return buttonClick(['layer', 'head', 'sentence', 'point']); },
+
+        /* A related head's button -> {layer, head, timestamp}. */
+        relatedHeadClick: function () { return buttonClick(['layer', 'head']); },
+
+        /* A corpus partner's button -> {point, timestamp}. */
+        partnerClick: function () { return buttonClick(['point']); },
+
+        /* The sentence view's hover: hovering a token shows only its lines, leaving shows them all again.
+         * Line traces carry meta = [query position, key position] (dash_app/views/sentence.py); their
+         * visibility is restyled here, with no round trip to the server. Writes nothing to its store. */
+        showHoveredLines: function (hoverData, graphId) {
+            const graph = plotlyGraph(graphId);
+            if (!graph || !graph.data) { return window.dash_clientside.no_update; }
+            const lines = [], visible = [];
+            let side = -1, position = -1;
+            if (hoverData && hoverData.points && hoverData.points.length) {
+                const point = hoverData.points[0];
+                const tokens = graph._fullData[point.curveNumber];
+                if (point.curveNumber < 2 && tokens.customdata) {
+                    side = point.curveNumber; position = Number(tokens.customdata[point.pointNumber]);
+                }
+            }
+            graph.data.forEach(function (trace, index) {
+                if (trace.meta === undefined || trace.meta === null || index < 2) { return; }
+                lines.push(index);
+                visible.push(side < 0 || trace.meta[side] === position);
+            });
+            if (lines.length) { Plotly.restyle(graph, {visible: visible}, lines); }
+            return window.dash_clientside.no_update;
+        }
+    });
+}());
