@@ -1,4 +1,6 @@
-"""Projecting one head's aligned query/key cloud to 2D or 3D: PCA, UMAP, t-SNE.
+"""Projecting one head's aligned query/key cloud to 2D or 3D: PCA, UMAP, t-SNE, and the
+attention-faithful ``attn-tsne`` / ``attn-umap``, whose neighbour graph is the head's attention
+(:mod:`qkviz.projection.attention_graph`) instead of distances between the aligned points.
 
 Each method is a pure function of the points, the dimension, a seed and its parameters, returning
 float32 coordinates and the parameters actually used (a perplexity or neighbour count too large
@@ -21,8 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkviz.core.errors import QkvizError
+from qkviz.projection.attention_graph import AttentionGraph
 from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
-from qkviz.store.projections import check_method, resolve_params
+from qkviz.store.projections import ATTENTION_METHODS, check_method, resolve_params
+
 
 @dataclass(frozen=True)
 class Projection:
@@ -41,13 +45,14 @@ def neighbors_needed(method: str, params: dict, n_points: int) -> int:
 
 
 def project_points(points: np.ndarray, method: str, dim: int, seed: int = 0, graph: NeighborGraph | None = None,
-            tsne_2d: np.ndarray | None = None, **params) -> Projection:
+                   tsne_2d: np.ndarray | None = None, attention: AttentionGraph | None = None, **params) -> Projection:
     """Project ``points`` ``[n_points, d]`` with ``method`` into ``dim`` dimensions.
 
     ``graph``, when given, must hold at least :func:`neighbors_needed` neighbours under the
     method's metric; otherwise the method computes its own. ``tsne_2d``, for a 3D t-SNE, is the 2D
     t-SNE of the same points, parameters and seed (it is computed when not given; passing it only
-    saves that time)."""
+    saves that time). The attention methods need ``attention``, the head's
+    :func:`~qkviz.projection.attention_graph.attention_graph` over these points."""
     check_method(method, dim)
     params = resolve_params(method, params, dim)
     points = np.ascontiguousarray(points, dtype=np.float32)
@@ -55,12 +60,21 @@ def project_points(points: np.ndarray, method: str, dim: int, seed: int = 0, gra
         raise QkvizError(f"{len(points)} points are too few to project; extract more tokens")
     if method == "pca":
         return _pca(points, dim, seed, params)
+    if method in ATTENTION_METHODS:
+        if attention is None or attention.matrix.shape[0] != len(points):
+            raise ValueError(f"{method} needs the attention graph of these {len(points)} points")
+        if method == "attn-umap":
+            return _attention_umap(points, dim, seed, params, attention)
+        return _tsne(points, dim, seed, params, _precomputed(attention), tsne_2d)
     needed = neighbors_needed(method, params, len(points))
     if graph is None or graph.k < needed or graph.metric != params["metric"]:
         graph = neighbor_graph(points, needed, params["metric"])
     if method == "umap":
         return _umap(points, dim, seed, params, graph.first(needed))
-    return _tsne(points, dim, seed, params, graph.first(needed), tsne_2d)
+    used = dict(params)
+    affinities, adjusted = _perplexity_affinities(graph.first(needed), used, len(points), seed)
+    projection = _tsne(points, dim, seed, used, affinities, tsne_2d)
+    return Projection(projection.coordinates, used, adjusted)
 
 
 def _pca(points, dim, seed, params) -> Projection:
@@ -86,21 +100,48 @@ def _fitting_perplexity(perplexity: float, n_points: int) -> float:
     return float(min(perplexity, (n_points - 1) / 3))
 
 
-def _tsne(points, dim, seed, params, graph: NeighborGraph, tsne_2d: np.ndarray | None) -> Projection:
+def _perplexity_affinities(graph: NeighborGraph, used: dict, n_points: int, seed: int):
+    """t-SNE's affinities from the distance graph, at a perplexity that fits the points (``used`` is updated)."""
+    from openTSNE import affinity
+    from openTSNE.nearest_neighbors import PrecomputedNeighbors
+
+    adjusted = {}
+    fitting = _fitting_perplexity(used["perplexity"], n_points)
+    if fitting != used["perplexity"]:
+        adjusted["perplexity"] = (used["perplexity"], fitting)
+        used["perplexity"] = fitting
+    return affinity.PerplexityBasedNN(
+        perplexity=used["perplexity"], knn_index=PrecomputedNeighbors(graph.indices[:, 1:], graph.distances[:, 1:]),
+        n_jobs=1, random_state=seed), adjusted
+
+
+def _precomputed(attention: AttentionGraph):
+    from openTSNE import affinity
+
+    return affinity.PrecomputedAffinities(attention.matrix, normalize=True)
+
+
+def _attention_umap(points, dim, seed, params, attention: AttentionGraph) -> Projection:
+    """UMAP's layout optimisation (``simplicial_set_embedding``) over the attention graph instead of its
+    own fuzzy neighbour graph; edge weights, scaled to a maximum of 1, set how often each edge is sampled."""
+    import umap.umap_ as umap_
+
+    graph = (attention.matrix / attention.matrix.max()).tocoo()
+    a, b = umap_.find_ab_params(1.0, params["min_dist"])
+    coordinates, _ = umap_.simplicial_set_embedding(
+        points, graph, dim, 1.0, a, b, 1.0, 5, params["n_epochs"], "pca", np.random.RandomState(seed), "euclidean",
+        {}, False, {}, False)
+    return Projection(np.asarray(coordinates, dtype=np.float32), dict(params), {})
+
+
+def _tsne(points, dim, seed, used: dict, affinities, tsne_2d: np.ndarray | None) -> Projection:
     """2D: openTSNE with FFT gradients (early exaggeration, then the rest). 3D: the 2D layout lifted
     by a small third coordinate (the points' third principal component) and refined for
     ``n_iter_3d`` Barnes-Hut iterations, openTSNE having no FFT path in 3D; a full 3D run from
     scratch costs five times as much for the same trustworthiness."""
-    from openTSNE import TSNEEmbedding, affinity, initialization
-    from openTSNE.nearest_neighbors import PrecomputedNeighbors
+    from openTSNE import TSNEEmbedding, initialization
 
-    used, adjusted = dict(params), {}
-    used["perplexity"] = _fitting_perplexity(params["perplexity"], len(points))
-    if used["perplexity"] != params["perplexity"]:
-        adjusted["perplexity"] = (params["perplexity"], used["perplexity"])
-    affinities = affinity.PerplexityBasedNN(
-        perplexity=used["perplexity"], knn_index=PrecomputedNeighbors(graph.indices[:, 1:], graph.distances[:, 1:]),
-        n_jobs=1, random_state=seed)
+    adjusted: dict = {}
     if tsne_2d is None or dim == 2:
         start = initialization.pca(points, n_components=2, random_state=seed)  # rescaled to std 1e-4
         embedding = TSNEEmbedding(start, affinities, negative_gradient_method="fft", n_jobs=1, random_state=seed)

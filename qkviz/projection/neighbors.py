@@ -15,7 +15,6 @@ import numpy as np
 from qkviz.store.projections import METRICS
 
 
-
 @dataclass(frozen=True)
 class NeighborGraph:
     """``indices`` and ``distances`` ``[n_points, k]``, each row starting with the point itself."""

@@ -18,8 +18,9 @@ from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from typing import Iterable, Iterator
 
 from qkviz.core.alignment import Alignment, align_head
-from qkviz.store.projections import ONLY_3D, ProjectionCache, ProjectionSpec, check_method, resolve_params
+from qkviz.store.projections import ATTENTION_METHODS, ONLY_3D, ProjectionCache, ProjectionSpec, check_method, resolve_params
 from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
+from qkviz.projection.attention_graph import GRAPH_PARAMS, AttentionGraph, attention_graph
 from qkviz.projection.methods import neighbors_needed, project_points
 from qkviz.store.run import StoredRun, open_run
 
@@ -71,13 +72,24 @@ def project_head(run_path: str, specs: list[ProjectionSpec]) -> list[dict]:
         needed = max(neighbors_needed(spec.method, dict(spec.params), len(aligned.points))
                      for spec in todo if dict(spec.params).get("metric") == metric)
         graphs[metric] = neighbor_graph(aligned.points, needed, metric)
+    attention_graphs: dict[tuple, AttentionGraph] = {}
     for spec in sorted(todo, key=lambda spec: spec.dim):  # a 2D t-SNE first: the 3D one starts from it
         started = time.perf_counter()
         params = dict(spec.params)
         seed = params.pop("seed")
-        tsne_2d = cache.load(_tsne_2d_spec(spec)) if spec.method == "tsne" and spec.dim == 3 else None
+        tsne_2d = cache.load(_tsne_2d_spec(spec)) if spec.method in ONLY_3D and spec.dim == 3 else None
+        attention = None
+        if spec.method in ATTENTION_METHODS:
+            graph_params = {name: params[name] for name in GRAPH_PARAMS}
+            key = tuple(sorted(graph_params.items()))
+            if key not in attention_graphs:
+                attention_graphs[key] = attention_graph(
+                    run.queries(spec.layer, spec.head), run.keys(spec.layer, spec.head), aligned.points,
+                    run.scale(spec.layer), softcap=run.softcap(spec.layer), **graph_params)
+            attention = attention_graphs[key]
         projection = project_points(aligned.points, spec.method, spec.dim, seed=seed,
-                             graph=graphs.get(params.get("metric")), tsne_2d=tsne_2d, **params)
+                                    graph=graphs.get(params.get("metric")), tsne_2d=tsne_2d, attention=attention,
+                                    **params)
         seconds = time.perf_counter() - started
         cache.store(spec, projection.coordinates, details={
             "seconds": round(seconds, 3), "norm_scale": aligned.norm_scale,
@@ -87,9 +99,9 @@ def project_head(run_path: str, specs: list[ProjectionSpec]) -> list[dict]:
 
 
 def _tsne_2d_spec(spec: ProjectionSpec) -> ProjectionSpec:
-    """The 2D t-SNE spec a 3D t-SNE spec starts from."""
-    params = {name: value for name, value in spec.params if name not in ONLY_3D["tsne"]}
-    return ProjectionSpec.of(spec.layer, spec.head, "tsne", 2, spec.translate_keys, spec.scale_norms, **params)
+    """The 2D spec a 3D (attention) t-SNE spec starts from."""
+    params = {name: value for name, value in spec.params if name not in ONLY_3D[spec.method]}
+    return ProjectionSpec.of(spec.layer, spec.head, spec.method, 2, spec.translate_keys, spec.scale_norms, **params)
 
 
 def start_worker(compile_umap: bool) -> None:

@@ -31,7 +31,9 @@ CACHE_SCHEMA_VERSION = 1
 
 # -- what identifies a layout: the methods, their dimensions and default parameters ----------
 # (the implementations are in qkviz.projection.methods; a cache entry's key holds the full parameters)
-METHODS = ("pca", "umap", "tsne")
+METHODS = ("pca", "umap", "tsne", "attn-tsne", "attn-umap")
+#: Methods whose neighbour graph is the head's attention (qkviz.projection.attention_graph).
+ATTENTION_METHODS = ("attn-tsne", "attn-umap")
 #: Neighbour distances UMAP and t-SNE can use.
 METRICS = ("euclidean", "cosine")
 DIMENSIONS = (2, 3)
@@ -40,9 +42,13 @@ DEFAULT_PARAMS: dict[str, dict] = {
     "umap": {"n_neighbors": 15, "min_dist": 0.0, "n_epochs": 200, "metric": "cosine"},
     "tsne": {"perplexity": 30.0, "early_exaggeration_iter": 125, "n_iter": 125, "metric": "cosine",
              "n_iter_3d": 50},
+    "attn-tsne": {"k": 10, "alpha": 0.5, "temperature": 1.0, "same_kind_k": 10, "key_cap": 5.0,
+                  "early_exaggeration_iter": 125, "n_iter": 125, "n_iter_3d": 50},
+    "attn-umap": {"k": 10, "alpha": 0.5, "temperature": 1.0, "same_kind_k": 10, "key_cap": 5.0,
+                  "min_dist": 0.0, "n_epochs": 200},
 }
 #: Parameters that only a 3D layout reads (left out of 2D specs, so they do not split the cache).
-ONLY_3D = {"tsne": ("n_iter_3d",)}
+ONLY_3D = {"tsne": ("n_iter_3d",), "attn-tsne": ("n_iter_3d",)}
 
 
 def check_method(method: str, dim: int) -> None:

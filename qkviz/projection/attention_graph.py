@@ -1,0 +1,125 @@
+"""The neighbour graph of the attention-faithful layouts (``attn-tsne``, ``attn-umap``): who attends to whom.
+
+t-SNE and UMAP keep the neighbourhoods of the graph they are given. Built from distances between the
+aligned points, that graph is not the attention: near in the aligned space is not a large ``q . k``.
+Here the graph is the attention itself. For one head, with its ``n`` queries and ``n`` keys over the
+whole corpus as ``2n`` points (query ``t`` is point ``t``, key ``t`` is point ``n + t``):
+
+* **attention term** -- each query links to its ``k`` strongest keys anywhere in the corpus by the
+  logit ``l = scale * q . k`` (soft-capped where the model caps), weighted by a softmax over those
+  ``k`` logits at ``temperature`` (1: the head's own sharpness); each key links to the ``k`` queries
+  that score it highest, weighted the same way. Each point's attention links sum to 1.
+* **sink cap** -- a first-token or delimiter sink is among the strongest keys of nearly every query,
+  and would pull every query onto itself. A key whose incoming attention weight exceeds
+  ``key_cap`` times the mean is scaled down to it (and reported in ``sinks``), so the layout still
+  separates the queries that attend to it.
+* **same-kind term** -- with weight ``alpha``, each query links to its ``same_kind_k`` nearest
+  queries and each key to its nearest keys in the aligned space (cosine), uniformly, so that similar
+  tokens stay together where the attention alone says little.
+
+The matrix is symmetrised, ``P = (A + A^T) / 2``, and normalised to sum to 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from qkviz.core.errors import QkvizError
+from qkviz.projection.neighbors import neighbor_graph
+
+#: The parameters of :func:`attention_graph` that a layout method takes.
+GRAPH_PARAMS = ("k", "alpha", "temperature", "same_kind_k", "key_cap")
+#: logits computed at once in the top-k search (rows x columns)
+BLOCK_CELLS = 1 << 22
+
+
+@dataclass(frozen=True)
+class AttentionGraph:
+    """The symmetric affinity matrix ``[2n, 2n]`` (sums to 1) and the keys whose share was capped."""
+
+    matrix: sp.csr_matrix
+    sinks: np.ndarray        # token indices of the capped keys, strongest first
+    n_tokens: int
+
+
+def top_partners(rows: np.ndarray, columns: np.ndarray, k: int, scale: float,
+                 softcap: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """For every row vector, the ``k`` columns with the highest ``scale * row . column`` (soft-capped):
+    ``(indices [n_rows, k] int64, logits [n_rows, k] float64)``, best first. Exact, in blocks of rows."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    columns_t = np.ascontiguousarray(np.asarray(columns, dtype=np.float32).T)
+    n_rows, n_columns = len(rows), columns_t.shape[1]
+    indices = np.empty((n_rows, k), dtype=np.int64)
+    logits = np.empty((n_rows, k), dtype=np.float64)
+    block = max(1, BLOCK_CELLS // max(n_columns, 1))
+    for start in range(0, n_rows, block):
+        scores = rows[start:start + block] @ columns_t
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < n_columns else np.tile(np.arange(n_columns), (len(scores), 1))
+        top_scores = np.take_along_axis(scores, top, axis=1)
+        order = np.argsort(-top_scores, axis=1, kind="stable")
+        indices[start:start + block] = np.take_along_axis(top, order, axis=1)
+        logits[start:start + block] = np.take_along_axis(top_scores, order, axis=1).astype(np.float64) * scale
+    if softcap:
+        logits = softcap * np.tanh(logits / softcap)
+    return indices, logits
+
+
+def softmax_rows(logits: np.ndarray, temperature: float) -> np.ndarray:
+    shifted = (logits - logits[:, :1]) / temperature     # rows are sorted: the first logit is the largest
+    weights = np.exp(shifted)
+    return weights / weights.sum(axis=1, keepdims=True)
+
+
+def check_graph_params(n_tokens: int, k: int, alpha: float, temperature: float, same_kind_k: int,
+                       key_cap: float) -> None:
+    """One-line errors for parameters the graph cannot use."""
+    if not 1 <= k <= n_tokens:
+        raise QkvizError(f"k must be between 1 and the head's {n_tokens} tokens, got {k}")
+    if not (np.isfinite(alpha) and alpha >= 0):
+        raise QkvizError(f"alpha must be a finite number >= 0, got {alpha}")
+    if not (np.isfinite(temperature) and temperature > 0):
+        raise QkvizError(f"temperature must be a finite number > 0, got {temperature}")
+    if same_kind_k < 1 or (alpha > 0 and same_kind_k >= n_tokens):
+        raise QkvizError(f"same_kind_k must be between 1 and {n_tokens - 1}, got {same_kind_k}")
+    if not key_cap >= 1:
+        raise QkvizError(f"key_cap must be at least 1 (times the mean), got {key_cap}")
+
+
+def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, scale: float, *, k: int = 10,
+                    alpha: float = 0.5, temperature: float = 1.0, same_kind_k: int = 10, key_cap: float = 5.0,
+                    softcap: float | None = None) -> AttentionGraph:
+    """The attention-faithful affinities of one head (see the module docstring).
+
+    ``queries`` and ``keys`` ``[n, d_head]`` are the head's vectors as they enter ``q . k`` (the logits
+    come from them); ``aligned`` ``[2n, d_head]`` is the joint aligned cloud (the same-kind term's space)."""
+    n = len(queries)
+    check_graph_params(n, k, alpha, temperature, same_kind_k, key_cap)
+    key_of_query, query_logits = top_partners(queries, keys, k, scale, softcap)
+    query_of_key, key_logits = top_partners(keys, queries, k, scale, softcap)
+    query_weights = softmax_rows(query_logits, temperature)          # [n, k], each row sums to 1
+    key_weights = softmax_rows(key_logits, temperature)
+    incoming = np.bincount(key_of_query.ravel(), weights=query_weights.ravel(), minlength=n)
+    cap = key_cap * incoming.mean()
+    capped = np.flatnonzero(incoming > cap)
+    if len(capped):
+        factor = np.ones(n)
+        factor[capped] = cap / incoming[capped]
+        query_weights = query_weights * factor[key_of_query]
+    rows = [np.repeat(np.arange(n), k), np.repeat(np.arange(n, 2 * n), k)]
+    columns = [n + key_of_query.ravel(), query_of_key.ravel()]
+    values = [query_weights.ravel(), key_weights.ravel()]
+    if alpha > 0:
+        for offset, part in ((0, aligned[:n]), (n, aligned[n:])):
+            graph = neighbor_graph(part, same_kind_k + 1, "cosine")
+            rows.append(offset + np.repeat(np.arange(n), same_kind_k))
+            columns.append(offset + graph.indices[:, 1:].ravel())
+            values.append(np.full(n * same_kind_k, alpha / same_kind_k))
+    matrix = sp.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))),
+                           shape=(2 * n, 2 * n))
+    matrix = (matrix + matrix.T) / 2
+    matrix = matrix / matrix.sum()
+    sinks = capped[np.argsort(-incoming[capped], kind="stable")]
+    return AttentionGraph(sp.csr_matrix(matrix), sinks.astype(np.int64), n)

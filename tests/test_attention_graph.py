@@ -1,0 +1,98 @@
+"""The attention-faithful layouts' graph: exact top partners, softmax weights, the sink cap, and a planted
+head where the attention pairs are far apart in the aligned space."""
+
+import numpy as np
+import pytest
+
+from qkviz import QkvizError
+from qkviz.core import Alignment, align_head
+from qkviz.projection import project_points
+from qkviz.projection.attention_graph import attention_graph, top_partners
+
+
+def dense_reference(queries, keys, scale, k, temperature):
+    """The attention term by brute force: every logit, the k best per row, a softmax over them."""
+    n = len(queries)
+    logits = scale * queries @ keys.T
+    matrix = np.zeros((2 * n, 2 * n))
+    for i in range(n):
+        best = np.argsort(-logits[i])[:k]
+        weights = np.exp((logits[i, best] - logits[i, best].max()) / temperature)
+        matrix[i, n + best] += weights / weights.sum()
+    for j in range(n):
+        best = np.argsort(-logits[:, j])[:k]
+        weights = np.exp((logits[best, j] - logits[best, j].max()) / temperature)
+        matrix[n + j, best] += weights / weights.sum()
+    matrix = (matrix + matrix.T) / 2
+    return matrix / matrix.sum()
+
+
+def test_the_attention_term_is_each_points_top_partners_softmaxed():
+    rng = np.random.default_rng(1)
+    queries, keys = rng.normal(size=(40, 8)), rng.normal(size=(40, 8))
+    aligned = align_head(queries, keys, Alignment()).points
+    graph = attention_graph(queries, keys, aligned, 0.7, k=5, alpha=0.0, temperature=0.5, key_cap=1e9)
+    np.testing.assert_allclose(graph.matrix.toarray(), dense_reference(queries, keys, 0.7, 5, 0.5), rtol=1e-5, atol=1e-9)
+    assert len(graph.sinks) == 0
+
+
+def test_top_partners_are_exact_across_blocks(monkeypatch):
+    import qkviz.projection.attention_graph as module
+
+    monkeypatch.setattr(module, "BLOCK_CELLS", 64)   # many small blocks
+    rng = np.random.default_rng(2)
+    rows, columns = rng.normal(size=(50, 4)), rng.normal(size=(30, 4))
+    indices, logits = top_partners(rows, columns, 3, 2.0)
+    expected = np.argsort(-(rows @ columns.T), axis=1)[:, :3]
+    np.testing.assert_array_equal(indices, expected)
+    np.testing.assert_allclose(logits, 2.0 * np.take_along_axis(rows @ columns.T, expected, axis=1), rtol=1e-5)
+
+
+def test_a_sink_key_is_capped_and_reported():
+    rng = np.random.default_rng(3)
+    n = 60
+    queries, keys = rng.normal(size=(n, 6)), rng.normal(size=(n, 6))
+    keys[7] = 20 * queries.mean(axis=0) / np.linalg.norm(queries.mean(axis=0)) + 5 * np.ones(6)  # everyone's best key
+    queries += keys[7] / 10
+    aligned = align_head(queries, keys, Alignment()).points
+    free = attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, key_cap=1e9)
+    capped = attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, key_cap=2.0)
+    sink_share = lambda graph: graph.matrix[:n, n + 7].sum() / graph.matrix[:n, n:].sum()  # noqa: E731
+    assert capped.sinks[0] == 7 and len(free.sinks) == 0
+    assert sink_share(capped) < sink_share(free) / 3
+
+
+def test_a_planted_head_is_shown_by_attn_tsne_and_not_by_tsne():
+    """Each query's strongest key is a planted partner that shares only a small part of its direction: in the
+    aligned space (cosine) the pairs are far apart, so t-SNE separates them; the attention graph joins them."""
+    rng = np.random.default_rng(0)
+    n, d = 600, 32
+    basis = np.linalg.qr(rng.normal(size=(d, d)))[0]
+    keys = rng.normal(size=(n, 16)) @ basis[:16]
+    keys /= np.linalg.norm(keys, axis=1, keepdims=True)
+    partner = rng.permutation(n)
+    queries = 3.0 * keys[partner] + 1.5 * rng.normal(size=(n, 16)) @ basis[16:]
+    assert (top_partners(queries, keys, 1, 1.0)[0][:, 0] == partner).all()
+    aligned = align_head(queries, keys, Alignment()).points
+
+    def partner_recall(layout):
+        distances = ((layout[:n, None] - layout[None, n:]) ** 2).sum(-1)
+        nearest = np.argsort(distances, axis=1)[:, :10]
+        return np.mean([partner[i] in nearest[i] for i in range(n)])
+
+    graph = attention_graph(queries, keys, aligned, 1.0, k=10, alpha=0.5)
+    faithful = partner_recall(project_points(aligned, "attn-tsne", 2, attention=graph).coordinates)
+    plain = partner_recall(project_points(aligned, "tsne", 2).coordinates)
+    assert faithful > 0.5 and plain < 0.1, (faithful, plain)
+
+
+@pytest.mark.parametrize("option, value, fragment", [
+    ("k", 0, "k must be between 1"), ("k", 41, "k must be between 1"), ("alpha", -0.1, "alpha"),
+    ("alpha", float("nan"), "alpha"), ("temperature", 0.0, "temperature"), ("same_kind_k", 40, "same_kind_k"),
+    ("key_cap", 0.5, "key_cap")])
+def test_bad_graph_parameters_are_one_line_errors(option, value, fragment):
+    rng = np.random.default_rng(4)
+    queries, keys = rng.normal(size=(40, 4)), rng.normal(size=(40, 4))
+    with pytest.raises(QkvizError, match=fragment) as error:
+        attention_graph(queries, keys, np.vstack([queries, keys]), 1.0, **{option: value})
+    assert "\n" not in str(error.value)
