@@ -7,7 +7,8 @@ import pytest
 from qkviz import QkvizError
 from qkviz.core import Alignment, align_head
 from qkviz.projection import project_points
-from qkviz.projection.attention_graph import attention_graph, top_partners
+from qkviz.core.partners import top_partners
+from qkviz.projection.attention_graph import attention_graph
 
 
 def dense_reference(queries, keys, scale, k, temperature):
@@ -37,7 +38,7 @@ def test_the_attention_term_is_each_points_top_partners_softmaxed():
 
 
 def test_top_partners_are_exact_across_blocks(monkeypatch):
-    import qkviz.projection.attention_graph as module
+    import qkviz.core.partners as module
 
     monkeypatch.setattr(module, "BLOCK_CELLS", 64)   # many small blocks
     rng = np.random.default_rng(2)

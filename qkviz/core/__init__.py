@@ -1,5 +1,6 @@
 """The maths every layer shares, in numpy only: attention recomputed from queries and keys, the
-alignment of keys with queries, and the one exception type for mistakes a user can fix.
+alignment of keys with queries, attention partners and how well a layout keeps them (partner
+recall), and the one exception type for mistakes a user can fix.
 
 Imports nothing of qkviz and no third-party package but numpy.
 """
@@ -7,6 +8,7 @@ Imports nothing of qkviz and no third-party package but numpy.
 from qkviz.core.alignment import AlignedHead, Alignment, align_head, norm_scale
 from qkviz.core.attention import allowed_pairs, attention_logits, attention_probs
 from qkviz.core.errors import IncompleteRunError, QkvizError
+from qkviz.core.partners import nearest_of, partner_recall, top_partners
 
 __all__ = ["AlignedHead", "Alignment", "IncompleteRunError", "QkvizError", "align_head", "allowed_pairs",
-           "attention_logits", "attention_probs", "norm_scale"]
+           "attention_logits", "attention_probs", "nearest_of", "norm_scale", "partner_recall", "top_partners"]

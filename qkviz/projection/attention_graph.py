@@ -28,12 +28,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from qkviz.core.errors import QkvizError
+from qkviz.core.partners import top_partners
 from qkviz.projection.neighbors import neighbor_graph
 
 #: The parameters of :func:`attention_graph` that a layout method takes.
 GRAPH_PARAMS = ("k", "alpha", "temperature", "same_kind_k", "key_cap")
-#: logits computed at once in the top-k search (rows x columns)
-BLOCK_CELLS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -43,28 +42,6 @@ class AttentionGraph:
     matrix: sp.csr_matrix
     sinks: np.ndarray        # token indices of the capped keys, strongest first
     n_tokens: int
-
-
-def top_partners(rows: np.ndarray, columns: np.ndarray, k: int, scale: float,
-                 softcap: float | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """For every row vector, the ``k`` columns with the highest ``scale * row . column`` (soft-capped):
-    ``(indices [n_rows, k] int64, logits [n_rows, k] float64)``, best first. Exact, in blocks of rows."""
-    rows = np.ascontiguousarray(rows, dtype=np.float32)
-    columns_t = np.ascontiguousarray(np.asarray(columns, dtype=np.float32).T)
-    n_rows, n_columns = len(rows), columns_t.shape[1]
-    indices = np.empty((n_rows, k), dtype=np.int64)
-    logits = np.empty((n_rows, k), dtype=np.float64)
-    block = max(1, BLOCK_CELLS // max(n_columns, 1))
-    for start in range(0, n_rows, block):
-        scores = rows[start:start + block] @ columns_t
-        top = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < n_columns else np.tile(np.arange(n_columns), (len(scores), 1))
-        top_scores = np.take_along_axis(scores, top, axis=1)
-        order = np.argsort(-top_scores, axis=1, kind="stable")
-        indices[start:start + block] = np.take_along_axis(top, order, axis=1)
-        logits[start:start + block] = np.take_along_axis(top_scores, order, axis=1).astype(np.float64) * scale
-    if softcap:
-        logits = softcap * np.tanh(logits / softcap)
-    return indices, logits
 
 
 def softmax_rows(logits: np.ndarray, temperature: float) -> np.ndarray:

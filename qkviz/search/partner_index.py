@@ -31,6 +31,7 @@ import numpy as np
 
 from qkviz.store import files as run_files
 from qkviz.core.errors import QkvizError
+from qkviz.core.partners import partner_recall
 from qkviz.search.mips_index import EXACT_LIMIT, IndexInfo, MipsIndex, build_index, read_index, write_index
 
 logger = logging.getLogger(__name__)
@@ -249,14 +250,8 @@ def layout_overlap(partners: Partners, layout: np.ndarray) -> LayoutOverlap:
 
 def head_layout_overlap(indexes: PartnerIndexes, layer: int, head: int, layout: np.ndarray, k: int = 10,
                         sample: int = 200, seed: int = 0) -> dict[str, float]:
-    """Mean :func:`layout_overlap` share over a seeded sample of the head's queries and of its keys:
-    ``{"query": ..., "key": ..., "chance": k / n_tokens}``."""
-    n_tokens = indexes.run.n_tokens
-    rng = np.random.default_rng(seed)
-    chosen = np.sort(rng.choice(n_tokens, size=min(sample, n_tokens), replace=False))
-    shares = {}
-    for side, offset in (("query", 0), ("key", n_tokens)):
-        shares[side] = float(np.mean([layout_overlap(indexes.partners(layer, head, int(token) + offset, k), layout).share
-                                      for token in chosen]))
-    shares["chance"] = min(k, n_tokens) / n_tokens
-    return shares
+    """The head's partner recall@``k`` in ``layout`` over a seeded sample of its queries and of its keys
+    (:func:`qkviz.core.partner_recall`, exact and tie-aware): ``{"query": ..., "key": ..., "chance": k / n_tokens}``."""
+    run = indexes.run
+    return partner_recall(run.queries(layer, head), run.keys(layer, head), run.scale(layer), layout, k=k,
+                          sample=sample, seed=seed, softcap=run.softcap(layer))
