@@ -112,3 +112,19 @@ def test_minilm_mean_correlation_after_translation_is_negative_and_reported(tmp_
         assert summary["model_means"][space]["query_spearman"] < 0
     page = (out / "index.html").read_text()
     assert "-0.938" in page and "translated+scaled" in page
+
+
+def test_the_table_carries_each_spaces_partner_recall(causal_run):
+    """recall_query / recall_key of a row are partner recall@10 of that space, as qkviz.core measures it on the
+    points themselves."""
+    from qkviz.core import Alignment, align_head, partner_recall
+
+    layer, head = 1, 2
+    table = qkviz.correlation_table(causal_run, layers=[layer], heads=[head])
+    queries, keys = causal_run.queries(layer, head), causal_run.keys(layer, head)
+    scale = causal_run.scale(layer)
+    aligned = align_head(queries, keys, Alignment()).points
+    row = table[table.space == "translated+scaled"].iloc[0]
+    direct = partner_recall(queries, keys, scale, aligned, k=10, sample=200)
+    assert (row.recall_query, row.recall_key) == pytest.approx((direct["query"], direct["key"]))
+    assert table[["recall_query", "recall_key"]].apply(lambda column: column.between(0, 1)).all().all()

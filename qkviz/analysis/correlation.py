@@ -13,6 +13,12 @@ Spaces, per head:
 * ``translated+scaled``: translated, then query and key norms scaled to match (what is projected);
 * ``<method>-<dim>d`` (e.g. ``tsne-2d``): each cached projection of the head.
 
+Beside the correlations, each row has the space's **partner recall@10** (:mod:`qkviz.core.partners`):
+of a query's 10 strongest keys over the whole corpus, the share among its 10 nearest keys in that
+space (``recall_query``), and the same from the keys' side (``recall_key``), over 200 sampled
+queries and keys. Correlation says whether near pairs attend more on average; recall says whether
+the picture shows each token's actual partners.
+
 Distances are vectorised: ``|q - k|^2 = |q|^2 + |k|^2 - 2 q.k``, and translation and scaling only
 change the per-token terms (``|c q - (k + t) / c|^2 = c^2 |q|^2 + |k + t|^2 / c^2 - 2 (q.k + q.t)``),
 so one dot product per pair serves the three head-space spaces.
@@ -35,7 +41,8 @@ import numpy as np
 import pandas as pd
 
 from qkviz.store import files as run_files
-from qkviz.core.alignment import norm_scale
+from qkviz.core.alignment import Alignment, align_head, norm_scale
+from qkviz.core.partners import layout_recall, partner_sample
 from qkviz.store.projections import METHODS, ProjectionCache, ProjectionSpec
 from qkviz.store.run import StoredRun
 
@@ -43,7 +50,10 @@ logger = logging.getLogger(__name__)
 
 HEAD_SPACES = ("original", "translated", "translated+scaled")
 DEFAULT_MAX_PAIRS = 5_000_000
-COLUMNS = ("layer", "head", "space", "n_pairs", "pearson", "spearman", "query_spearman", "exact", "ci95")
+COLUMNS = ("layer", "head", "space", "n_pairs", "pearson", "spearman", "query_spearman", "exact", "ci95",
+           "recall_query", "recall_key")
+#: Partner recall@RECALL_K (qkviz.core.partners) is measured on this many sampled queries and as many keys.
+RECALL_K, RECALL_SAMPLE = 10, 200
 METHOD_ORDER = {method: order for order, method in enumerate(METHODS)}
 _CHUNK = 1 << 20                       # pairs per gather, bounding memory to ~0.5 GB at d_head 64
 
@@ -143,6 +153,14 @@ def head_space_figures(queries: np.ndarray, keys: np.ndarray, pairs: PairSet, do
     figures["translated+scaled"] = (_sqrt_clipped(
         scale ** 2 * query_sq[q_index] + moved_sq[k_index] / scale ** 2 - 2 * moved_dots), moved_dots)
     return figures
+
+
+def head_space_clouds(queries: np.ndarray, keys: np.ndarray) -> dict[str, np.ndarray]:
+    """``{space: [2n, d_head] points}`` of the three head spaces, queries first (for partner recall)."""
+    aligned = align_head(queries, keys, Alignment(translate_keys=True, scale_norms=True))
+    return {"original": np.vstack([queries, keys]),
+            "translated": np.vstack([queries, keys + aligned.key_translation]),
+            "translated+scaled": aligned.points}
 
 
 def _sqrt_clipped(squared: np.ndarray) -> np.ndarray:
@@ -292,12 +310,15 @@ def head_correlation_rows(run: StoredRun, layer: int, head: int, pairs: PairSet,
     queries, keys = run.queries(layer, head), run.keys(layer, head)
     figures = head_space_figures(queries, keys, pairs, pair_dots(queries, keys, pairs))
     projected_dots = figures["translated+scaled"][1]
+    recall_sample = partner_sample(queries, keys, run.scale(layer), RECALL_K, RECALL_SAMPLE, softcap=run.softcap(layer))
+    recalls = {space: layout_recall(recall_sample, cloud) for space, cloud in head_space_clouds(queries, keys).items()}
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
     for space, spec in (projections or {}).items():
         coordinates = cache.load(spec)
         if coordinates is not None:
             distances = pair_distances(coordinates[:run.n_tokens], coordinates[run.n_tokens:], pairs)
             figures[space] = (distances, projected_dots)
+            recalls[space] = layout_recall(recall_sample, coordinates)
     groups = QueryGroups.of(pairs.query_index)
     ranked: dict[int, RankedValues] = {}   # the dot products are shared by most spaces: rank them once
 
@@ -314,7 +335,8 @@ def head_correlation_rows(run: StoredRun, layer: int, head: int, pairs: PairSet,
                                            sampling_error_bound(ranked_distances.ranks, ranked_dots.ranks))
         rows.append({"layer": layer, "head": head, "space": space, "n_pairs": len(dots), "pearson": pearson,
                      "spearman": spearman, "query_spearman": mean_query_spearman(ranked_distances, ranked_dots, groups),
-                     "exact": pairs.exact, "ci95": ci95})
+                     "exact": pairs.exact, "ci95": ci95, "recall_query": recalls[space]["query"],
+                     "recall_key": recalls[space]["key"]})
     return rows, (HeadPairs(layer, head, figures) if keep_pairs else None)
 
 

@@ -8,7 +8,8 @@ Imports nothing of qkviz and no third-party package but numpy.
 from qkviz.core.alignment import AlignedHead, Alignment, align_head, norm_scale
 from qkviz.core.attention import allowed_pairs, attention_logits, attention_probs
 from qkviz.core.errors import IncompleteRunError, QkvizError
-from qkviz.core.partners import nearest_of, partner_recall, top_partners
+from qkviz.core.partners import PartnerSample, layout_recall, nearest_of, partner_recall, partner_sample, top_partners
 
-__all__ = ["AlignedHead", "Alignment", "IncompleteRunError", "QkvizError", "align_head", "allowed_pairs",
-           "attention_logits", "attention_probs", "nearest_of", "norm_scale", "partner_recall", "top_partners"]
+__all__ = ["AlignedHead", "Alignment", "PartnerSample", "IncompleteRunError", "QkvizError", "align_head", "allowed_pairs",
+           "attention_logits", "attention_probs", "layout_recall", "nearest_of", "norm_scale", "partner_recall",
+           "partner_sample", "top_partners"]

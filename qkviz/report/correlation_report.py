@@ -35,7 +35,7 @@ ATLAS_HTML_NAME = "atlas.html"
 #: AttentionViz (Yeh et al., 2023), Wiki-Auto data: mean correlation between query-key distance
 #: and dot product over heads.
 ATTENTIONVIZ_MEANS = {"BERT": -0.938, "GPT-2": -0.792}
-FIGURES = ("pearson", "spearman", "query_spearman")
+FIGURES = ("pearson", "spearman", "query_spearman", "recall_query", "recall_key")
 SCATTER_PAIRS = 3000
 
 

@@ -61,10 +61,15 @@ def _means_section(summary: dict) -> str:
     rows = "".join(
         f"<tr><td>{html.escape(space)}</td>" + "".join(_cell(means[name]) for name in ("pearson", "spearman",
                                                                                       "query_spearman"))
+        + "".join(_cell(means.get(name), "{:.1%}") for name in ("recall_query", "recall_key"))
         + "</tr>" for space, means in summary["model_means"].items())
     published = ", ".join(f"{name} {value:+.3f}" for name, value in ATTENTIONVIZ_MEANS.items())
     return ("<h2>Model means over heads</h2><table><tr><th>space</th><th>Pearson</th><th>Spearman</th>"
-            f"<th>query Spearman</th></tr>{rows}</table>"
+            f"<th>query Spearman</th><th>recall q&rarr;k</th><th>recall k&rarr;q</th></tr>{rows}</table>"
+            '<p class="note"><i>recall</i>: partner recall@10, of a query\'s 10 strongest keys over the whole corpus '
+            "the share among its 10 nearest keys in that space (and from the keys' side), over 200 sampled "
+            "queries and keys; 10 / tokens by chance. It says whether the picture shows each token's actual "
+            "partners.</p>"
             f'<p class="note">AttentionViz (Yeh et al., 2023) reports mean correlations of {published} on '
             "Wiki-Auto data, for their own normalised joint embeddings; compare with the translated+scaled row.</p>")
 
