@@ -3,7 +3,7 @@ atlas page, the figures the app shares with them, and the status of a run.
 """
 
 from qkviz.report.colours import LABEL_COLOURS
-from qkviz.report.correlation_report import Report, correlation_report
+from qkviz.report.model import Report, correlation_report
 from qkviz.report.position_heatmap import relative_position_figure
 from qkviz.report.report_directory import write_report
 from qkviz.report.run_status import describe_run

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from qkviz.core.errors import QkvizError
 from qkviz.report.atlas_html import render_atlas_html
-from qkviz.report.correlation_report import ATLAS_HTML_NAME, CSV_NAME, HTML_NAME, SUMMARY_NAME, Report
+from qkviz.report.model import ATLAS_HTML_NAME, CSV_NAME, HTML_NAME, SUMMARY_NAME, Report
 from qkviz.report.report_html import render_html
 
 logger = logging.getLogger(__name__)

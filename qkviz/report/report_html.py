@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 
 from qkviz.report.html_page import figure_html, page
 
-from qkviz.report.correlation_report import ATTENTIONVIZ_MEANS, Report
+from qkviz.report.model import ATTENTIONVIZ_MEANS, Report
 
 
 

@@ -2,7 +2,7 @@
 index of the global search, and how many partners a layout keeps near.
 """
 
-from qkviz.search.build_indexes import IndexSummary, build_indexes
+from qkviz.search.indexing import IndexSummary, build_indexes
 from qkviz.search.mips_index import EXACT_LIMIT, IndexInfo
 from qkviz.search.partner_index import (IndexTarget, LayoutOverlap, PartnerIndexes, Partners, head_layout_overlap,
                                         index_targets, layout_overlap)
