@@ -62,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "3D t-SNE refines the 2D layout with Barnes-Hut (openTSNE has no FFT path in 3D) and "
                     "about doubles t-SNE's time, so t-SNE is projected in 3D only with --tsne-3d.")
     project.add_argument("--run", required=True, type=Path, help="run directory")
-    project.add_argument("--method", default="pca,umap,tsne", help="comma-separated: pca, umap, tsne")
+    project.add_argument("--method", default="pca,umap,tsne",
+                         help="comma-separated: pca, umap, tsne, attn-tsne, attn-umap (the last two lay out the "
+                              "head's attention: each token's strongest partners over the corpus)")
     project.add_argument("--dim", default="2,3", help="comma-separated: 2, 3")
     project.add_argument("--tsne-3d", action="store_true", help="also project t-SNE in 3D (slow)")
     project.add_argument("--layers", help="e.g. 0-2 or 0,3,5 (default: all)")
@@ -82,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--n-epochs", type=int, help="UMAP epochs (default 200)")
     project.add_argument("--metric", choices=("cosine", "euclidean"),
                          help="neighbour distance for UMAP and t-SNE (default cosine)")
+    project.add_argument("--k", type=int, help="attn-*: strongest partners per token in the graph (default 10)")
+    project.add_argument("--alpha", type=float,
+                         help="attn-*: weight of the same-kind term (nearest queries / keys) (default 0.5)")
+    project.add_argument("--temperature", type=float,
+                         help="attn-*: softmax temperature over a token's partner logits (default 1: the head's own)")
+    project.add_argument("--same-kind-k", type=int, help="attn-*: nearest same-kind neighbours (default 10)")
+    project.add_argument("--key-cap", type=float,
+                         help="attn-*: cap on a key's incoming attention weight, in times the mean (default 5)")
     project.set_defaults(handler=_project)
 
     report = commands.add_parser(
@@ -196,10 +206,15 @@ def _project(args: argparse.Namespace) -> int:
     except ValueError:
         raise QkvizError(f"--dim {args.dim!r} must be 2, 3 or 2,3") from None
     _at_least("--jobs", args.jobs, 1)
-    given = {"tsne": {"perplexity": args.perplexity, "early_exaggeration_iter": args.early_exaggeration_iter,
-                      "n_iter": args.n_iter, "metric": args.metric, "n_iter_3d": args.n_iter_3d},
+    schedule = {"early_exaggeration_iter": args.early_exaggeration_iter, "n_iter": args.n_iter,
+                "n_iter_3d": args.n_iter_3d}
+    graph = {"k": args.k, "alpha": args.alpha, "temperature": args.temperature, "same_kind_k": args.same_kind_k,
+             "key_cap": args.key_cap}
+    given = {"tsne": {"perplexity": args.perplexity, "metric": args.metric, **schedule},
              "umap": {"n_neighbors": args.n_neighbors, "min_dist": args.min_dist, "n_epochs": args.n_epochs,
-                      "metric": args.metric}}
+                      "metric": args.metric},
+             "attn-tsne": {**graph, **schedule},
+             "attn-umap": {**graph, "min_dist": args.min_dist, "n_epochs": args.n_epochs}}
     params = {method: {k: v for k, v in values.items() if v is not None} for method, values in given.items()}
     qkviz.project(run, methods, dims, layers=parse_indices(args.layers, run.n_layers, "layers"),
                   heads=parse_indices(args.heads, run.n_heads, "heads"), jobs=args.jobs, seed=args.seed,

@@ -113,3 +113,26 @@ def test_the_cli_makes_what_the_api_makes(api_run, tmp_path, capsys):
     assert main(["-q", "project", "--run", str(copy), "--method", "pca", "--dim", "2,3"]) == 0
     made = sorted(path.name for path in (copy / "projections").iterdir())
     assert made == sorted(path.name for path in (api_run.path / "projections").iterdir())
+
+
+def test_attention_layouts_refuse_bad_graph_parameters_before_any_work(api_run, capsys):
+    before = sorted(path.name for path in (api_run.path / "projections").iterdir())
+    for option, value, fragment in (("--k", "0", "k must be between 1"), ("--k", str(api_run.n_tokens + 1), "k must"),
+                                    ("--alpha", "-1", "alpha must be"), ("--alpha", "nan", "alpha must be"),
+                                    ("--temperature", "0", "temperature")):
+        assert main(["-q", "project", "--run", str(api_run.path), "--method", "attn-tsne", "--dim", "2",
+                     option, value]) == 2
+        error = capsys.readouterr().err
+        assert fragment in error and error.count("\n") == 1
+    assert sorted(path.name for path in (api_run.path / "projections").iterdir()) == before
+
+
+def test_attention_layouts_through_the_api(api_run, tmp_path):
+    import shutil
+
+    run = qkviz.open_run(shutil.copytree(api_run.path, tmp_path / "run"))   # the shared run stays as it is
+    qkviz.project(run, methods=["attn-tsne", "attn-umap"], dims=[2], layers=[0], heads=[1], progress=False,
+                  params={"attn-tsne": {"k": 5}})
+    for method, params in (("attn-tsne", {"k": 5}), ("attn-umap", {})):
+        layout = run.projection(0, 1, method=method, **params)
+        assert layout.shape == (2 * run.n_tokens, 2) and np.isfinite(layout).all()

@@ -20,7 +20,7 @@ from typing import Iterable, Iterator
 from qkviz.core.alignment import Alignment, align_head
 from qkviz.store.projections import ATTENTION_METHODS, ONLY_3D, ProjectionCache, ProjectionSpec, check_method, resolve_params
 from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
-from qkviz.projection.attention_graph import GRAPH_PARAMS, AttentionGraph, attention_graph
+from qkviz.projection.attention_graph import GRAPH_PARAMS, AttentionGraph, attention_graph, check_graph_params
 from qkviz.projection.methods import neighbors_needed, project_points
 from qkviz.store.run import StoredRun, open_run
 
@@ -36,6 +36,8 @@ def plan_specs(run: StoredRun, methods: Iterable[str], dims: Iterable[int], laye
         for dim in dims:
             check_method(method, dim)
             used = {**resolve_params(method, (params or {}).get(method, {}), dim), "seed": seed}
+            if method in ATTENTION_METHODS:   # refused before any work starts, not inside a worker
+                check_graph_params(run.n_tokens, **{name: used[name] for name in GRAPH_PARAMS})
             for layer in layers:
                 for head in heads:
                     run.check_head(layer, head)
