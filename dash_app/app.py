@@ -30,7 +30,7 @@ from qkviz.store import DIMENSIONS, METHODS
 
 logger = logging.getLogger(__name__)
 
-METHOD_LABELS = {"tsne": "t-SNE", "umap": "UMAP", "pca": "PCA"}
+METHOD_LABELS = {"tsne": "t-SNE", "umap": "UMAP", "pca": "PCA", "attn-tsne": "attention t-SNE", "attn-umap": "attention UMAP"}
 TAB_STYLE = {"padding": "8px 4px"}
 #: the stores the shell holds: each view's last drawn key, and the events the state callback reads
 STORES = (ids.MATRIX_RENDERED, ids.SINGLE_RENDERED, ids.POSITIONS_RENDERED, ids.EXEMPLAR_CLICK, ids.PARTNER_CLICK,
@@ -183,10 +183,17 @@ def next_state(trigger: str | None, value, current: dict | None, url_search: str
 
 
 def method_options(data: RunData) -> list[dict]:
-    """``"t-SNE (72/72 heads)"`` per method: how many heads have its 2D layout cached."""
+    """``"t-SNE (72/72 heads, recall 4%)"`` per method: how many heads have its 2D layout cached, and, when the
+    correlation report covers it, the layout's mean partner recall@10 over heads (how faithfully it shows who
+    attends to whom)."""
     available, total = data.available(), data.n_total_heads
-    return [{"label": f"{METHOD_LABELS[method]} ({available[(method, 2)]}/{total} heads)", "value": method}
-            for method in METHODS]
+    options = []
+    for method in METHODS:
+        recall = data.mean_recall(f"{method}-2d")
+        shown = "" if recall is None else f", recall {recall:.0%}"
+        options.append({"label": f"{METHOD_LABELS[method]} ({available[(method, 2)]}/{total} heads{shown})",
+                        "value": method})
+    return options
 
 
 def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:

@@ -241,6 +241,14 @@ class RunData:
                 return space
         return None
 
+    def mean_recall(self, space: str) -> float | None:
+        """The report's partner recall@10 in ``space`` (mean of both sides over heads), or None without it."""
+        table = self.correlations()
+        if table is None or "recall_query" not in table.columns:
+            return None
+        rows = table[table.space == space]
+        return None if rows.empty else float((rows.recall_query + rows.recall_key).mean() / 2)
+
     def correlation_grid(self, space: str) -> np.ndarray:
         """float64 ``[layer * n_heads + head]``: the report's Pearson correlation in ``space`` (NaN if absent)."""
         grid = np.full(self.n_total_heads, np.nan)

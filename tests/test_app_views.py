@@ -8,7 +8,7 @@ from plotly.io.json import to_json_plotly
 
 from dash_app import ids
 from dash_app.views import matrix as matrix_view, sentence as sentence_view, single as single_view
-from dash_app.app import build_app, next_state, open_runs
+from dash_app.app import build_app, method_options, next_state, open_runs
 from dash_app.attention_maps import adjusted_attention, aggregate_attention, hidden_tokens
 from dash_app.features import token_features
 from dash_app.run_data import RunData, normalise_layout
@@ -173,6 +173,13 @@ def test_hover_details_and_correlations(data, tmp_path):
     assert not np.isnan(data.correlation_grid("pca-2d")).any()
     figure, message = matrix_view.render_matrix(data, ViewState(method="pca", sort="correlation"), None, None)
     assert message == "" and " · r " in figure.data[4].text[0]
+    recall = data.mean_recall("pca-2d")
+    table = data.correlations()
+    expected = (table[table.space == "pca-2d"].recall_query + table[table.space == "pca-2d"].recall_key).mean() / 2
+    assert recall == pytest.approx(expected) and "recall q→k" in panel
+    labels = {option["value"]: option["label"] for option in method_options(data)}
+    assert labels["pca"].endswith(f"heads, recall {recall:.0%})") and "recall" not in labels["tsne"]
+    assert set(labels) == {"pca", "umap", "tsne", "attn-tsne", "attn-umap"}
 
 
 def test_hiding_tokens_and_weighting_by_value_norm_renormalise():

@@ -80,7 +80,7 @@ def layout() -> html.Div:
                 html.H4("Point"), html.Div(id=ids.SINGLE_HOVER, children="Hover a point for details."),
                 html.Button("Open its sentence ▶", id=ids.OPEN_SENTENCE, n_clicks=0),
                 *partners_panel.controls(),
-                html.H4("Distance-dot correlation"), html.Div(id=ids.SINGLE_CORRELATION),
+                html.H4("Distance-dot correlation, partner recall@10"), html.Div(id=ids.SINGLE_CORRELATION),
                 html.H4("Related heads"), html.Div(id=ids.SINGLE_RELATED),
             ]),
         ]),
@@ -274,10 +274,15 @@ def correlation_panel(data: RunData, layer: int, head: int):
     rows = table[(table["layer"] == layer) & (table["head"] == head)]
     if rows.empty:
         return html.Div("The report has no figures for this head.")
-    header = html.Tr([html.Th(name) for name in ("space", "Pearson", "Spearman", "pairs")])
+    header = html.Tr([html.Th(name) for name in ("space", "Pearson", "Spearman", "recall q→k", "recall k→q")])
     body = [html.Tr([html.Td(str(row.space)), html.Td(f"{row.pearson:+.3f}"), html.Td(f"{row.spearman:+.3f}"),
-                     html.Td(f"{int(row.n_pairs):,}")]) for row in rows.itertuples()]
+                     *(html.Td(_percent(getattr(row, name, None))) for name in ("recall_query", "recall_key"))])
+            for row in rows.itertuples()]
     return html.Table([html.Thead(header), html.Tbody(body)], className="correlations")
+
+
+def _percent(value) -> str:
+    return "–" if value is None or value != value else f"{value:.0%}"
 
 
 def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float, partners: np.ndarray) -> Patch:
