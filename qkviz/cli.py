@@ -60,13 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
         "project", help="project every head's aligned queries and keys (PCA, UMAP, t-SNE), cached",
         description="Project each head's joint query/key cloud into 2D or 3D and cache it in the run. "
                     "3D t-SNE refines the 2D layout with Barnes-Hut (openTSNE has no FFT path in 3D) and "
-                    "about doubles t-SNE's time, so t-SNE is projected in 3D only with --tsne-3d.")
+                    "about doubles t-SNE's time, so by default t-SNE is projected in 2D only; --dim 2,3 or "
+                    "--tsne-3d adds its 3D layout.")
     project.add_argument("--run", required=True, type=Path, help="run directory")
     project.add_argument("--method", default="pca,umap,tsne",
                          help="comma-separated: pca, umap, tsne, attn-tsne, attn-umap (the last two lay out the "
                               "head's attention: each token's strongest partners over the corpus)")
-    project.add_argument("--dim", default="2,3", help="comma-separated: 2, 3")
-    project.add_argument("--tsne-3d", action="store_true", help="also project t-SNE in 3D (slow)")
+    project.add_argument("--dim", help="comma-separated: 2, 3 (default: 2 and 3, but 2 only for the t-SNE "
+                                       "methods, whose 3D about doubles their time)")
+    project.add_argument("--tsne-3d", action="store_true",
+                         help="with the default dimensions, also project the t-SNE methods in 3D (slow)")
     project.add_argument("--layers", help="e.g. 0-2 or 0,3,5 (default: all)")
     project.add_argument("--heads", help="e.g. 0,5 or 0-8 (default: all)")
     project.add_argument("--jobs", type=int, default=1, help="worker processes (heads run in parallel)")
@@ -202,7 +205,7 @@ def _project(args: argparse.Namespace) -> int:
     run = qkviz.open_run(args.run)
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
     try:
-        dims = [int(d) for d in args.dim.split(",")]
+        dims = [int(d) for d in args.dim.split(",")] if args.dim else ([2, 3] if args.tsne_3d else None)
     except ValueError:
         raise QkvizError(f"--dim {args.dim!r} must be 2, 3 or 2,3") from None
     _at_least("--jobs", args.jobs, 1)
@@ -218,8 +221,8 @@ def _project(args: argparse.Namespace) -> int:
     params = {method: {k: v for k, v in values.items() if v is not None} for method, values in given.items()}
     qkviz.project(run, methods, dims, layers=parse_indices(args.layers, run.n_layers, "layers"),
                   heads=parse_indices(args.heads, run.n_heads, "heads"), jobs=args.jobs, seed=args.seed,
-                  translate_keys=not args.no_translate, scale_norms=not args.no_scale, tsne_3d=args.tsne_3d,
-                  params=params, progress=not args.quiet)
+                  translate_keys=not args.no_translate, scale_norms=not args.no_scale, params=params,
+                  progress=not args.quiet)
     return 0
 
 

@@ -18,17 +18,20 @@ def small_run(tiny_model, tiny_corpus, tmp_path_factory):
 def test_project_caches_layouts_and_skips_them_next_time(small_run, capsys):
     with pytest.raises(QkvizError, match="qkviz project --run .* --method pca --dim 2 --layers 1 --heads 2"):
         small_run.projection(1, 2, "pca", 2)
-    assert main(["project", "--run", str(small_run.path), "--method", "pca,tsne", "--dim", "2,3",
+    assert main(["project", "--run", str(small_run.path), "--method", "pca,tsne",
                  "--layers", "1", "--heads", "0-2"]) == 0
     entries = sorted((small_run.path / CACHE_DIRECTORY).glob("*.npy"))
-    assert len(entries) == 9  # pca 2D + 3D and t-SNE 2D (3D t-SNE is opt-in) for 3 heads
+    assert len(entries) == 9  # by default pca 2D + 3D and t-SNE 2D (3D t-SNE when asked for) for 3 heads
     layout = small_run.projection(1, 2, "pca", 2)
     assert layout.shape == (2 * small_run.n_tokens, 2) and layout.dtype == np.float32
     assert small_run.projection(1, 2, "tsne", 2).shape == (2 * small_run.n_tokens, 2)
     mtimes = [entry.stat().st_mtime_ns for entry in entries]
-    assert main(["project", "--run", str(small_run.path), "--method", "pca,tsne", "--dim", "2,3",
+    assert main(["project", "--run", str(small_run.path), "--method", "pca,tsne",
                  "--layers", "1", "--heads", "0-2"]) == 0
     assert [entry.stat().st_mtime_ns for entry in entries] == mtimes  # nothing recomputed
+    assert main(["-q", "project", "--run", str(small_run.path), "--method", "tsne", "--dim", "3",
+                 "--layers", "1", "--heads", "2"]) == 0                 # asked for: made
+    assert small_run.projection(1, 2, "tsne", 3).shape == (2 * small_run.n_tokens, 3)
 
 
 def test_bad_project_requests_are_one_line_errors(small_run, capsys):

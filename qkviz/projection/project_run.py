@@ -17,6 +17,9 @@ from qkviz.store.run import StoredRun, as_run
 logger = logging.getLogger(__name__)
 
 DEFAULT_METHODS = ("pca", "umap", "tsne")
+#: The dimensions made when none are asked for: 3D t-SNE about doubles t-SNE's time (openTSNE has no FFT
+#: gradients in 3D), so the t-SNE methods default to 2D; asking for ``dims=[2, 3]`` makes both.
+DEFAULT_DIMS = {"pca": (2, 3), "umap": (2, 3), "tsne": (2,), "attn-tsne": (2,), "attn-umap": (2, 3)}
 
 
 @dataclass
@@ -31,10 +34,10 @@ class ProjectionSummary:
     adjusted: list[tuple[int, int, str, str, object, object]] = field(default_factory=list)
 
 
-def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHODS, dims: Sequence[int] = (2, 3), *,
-            layers: Sequence[int] | None = None, heads: Sequence[int] | None = None, jobs: int = 1, seed: int = 0,
-            translate_keys: bool = True, scale_norms: bool = True, tsne_3d: bool = False,
-            params: dict[str, dict] | None = None, progress: bool = True) -> ProjectionSummary:
+def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHODS, dims: Sequence[int] | None = None,
+            *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None, jobs: int = 1, seed: int = 0,
+            translate_keys: bool = True, scale_norms: bool = True, params: dict[str, dict] | None = None,
+            progress: bool = True) -> ProjectionSummary:
     """Project each chosen head's aligned query/key cloud with every method in every dimension, and cache it.
 
     Layouts already in the run's cache are not computed again, so an interrupted call resumes.
@@ -44,9 +47,10 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     run
         A run, or the path of one.
     methods
-        Projection methods: ``"pca"``, ``"umap"``, ``"tsne"``.
+        Projection methods: ``"pca"``, ``"umap"``, ``"tsne"``, ``"attn-tsne"``, ``"attn-umap"``.
     dims
-        Dimensions: 2, 3 or both.
+        Dimensions, 2, 3 or both, made for every method; default :data:`DEFAULT_DIMS` (2D and 3D, but
+        2D only for the t-SNE methods, whose 3D about doubles their time).
     layers, heads
         The heads to project (default: every layer and every head).
     jobs
@@ -55,8 +59,6 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
         Seed of every stochastic step.
     translate_keys, scale_norms
         The alignment of keys with queries (see :class:`qkviz.core.Alignment`).
-    tsne_3d
-        Also make 3D t-SNE layouts (about doubles t-SNE's time; 3D is skipped for t-SNE otherwise).
     params
         Per-method parameters overriding the defaults, e.g. ``{"tsne": {"perplexity": 50}}``
         (see ``qkviz.store.DEFAULT_PARAMS``).
@@ -76,7 +78,7 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     alignment = Alignment(translate_keys=translate_keys, scale_norms=scale_norms)
     specs = []
     for method in methods:
-        method_dims = [dim for dim in dims if not (method == "tsne" and dim == 3 and not tsne_3d)]
+        method_dims = DEFAULT_DIMS.get(method, (2,)) if dims is None else dims
         specs += plan_specs(run, [method], method_dims, layers, heads, alignment, seed, params)
     # PCA takes milliseconds per head: starting worker processes would cost more than it saves.
     executor = local_executor(1 if set(methods) == {"pca"} else jobs, compile_umap="umap" in methods)
