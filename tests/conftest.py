@@ -6,8 +6,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO / "data" / "sentences.txt"
+from support import CORPUS, REPO  # noqa: F401  (REPO and CORPUS stay importable from here)
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +17,7 @@ def corpus_sentences() -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory, corpus_sentences):
     """``tiny_model(family)`` -> directory of a tiny random model of that family (built once)."""
-    from tiny_models import build_tiny_model
+    from support.tiny_models import build_tiny_model
 
     built: dict[str, Path] = {}
 
@@ -42,7 +41,7 @@ def tiny_corpus(tmp_path_factory, corpus_sentences) -> Path:
 @pytest.fixture(scope="session")
 def app_run(tiny_model, tiny_corpus, tmp_path_factory):
     """A tiny Llama run (2 layers x 4 heads, 2 key-value heads) with PCA 2D / 3D layouts, for the app's tests."""
-    from browser import make_app_run
+    from support.browser import make_app_run
 
     return make_app_run(tiny_model("llama"), tiny_corpus, tmp_path_factory.mktemp("app") / "tiny-llama")
 
@@ -63,3 +62,25 @@ def tiny_run(tiny_model, tiny_corpus, tmp_path_factory):
         return made[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def related_data(app_run, tmp_path_factory):
+    """The tiny Llama run (2 layers x 4 heads) copied, with its head atlas and its head similarity
+    (shared, read-only, by the app's related-head tests with and without a browser)."""
+    from dash_app.run_data import RunData
+    from qkviz.cli import main
+    from support.browser import copy_run
+
+    run = copy_run(app_run, tmp_path_factory.mktemp("related") / "tiny-related")
+    assert main(["-q", "related", "--run", str(run.path)]) == 0
+    return RunData(run, "tiny-related")
+
+
+@pytest.fixture(scope="session")
+def minilm_run(tmp_path_factory):
+    """The bundled MiniLM over the first 1,500 tokens of the project corpus, extracted once and shared
+    (read-only) by the tests on a real model's head layouts and correlation report."""
+    import qkviz
+
+    return qkviz.extract("minilm", CORPUS, tmp_path_factory.mktemp("minilm") / "minilm", max_tokens=1500).run
