@@ -35,7 +35,7 @@ def test_minilm_on_the_default_corpus(dtype, tmp_path):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_smollm2_on_the_default_corpus(dtype, tmp_path):
+def test_smollm2_on_the_default_corpus(dtype, tmp_path, smollm2_directory):  # converted once, under a lock
     run = qkviz.extract("smollm2", CORPUS, tmp_path / "smollm2", dtype=dtype, max_sentences=48, seed=7).run
     assert (run.n_layers, run.n_heads, run.n_kv_heads, run.head_dim) == (30, 9, 3, 64)
     assert run.is_causal and run.family == "llama"
