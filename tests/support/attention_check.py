@@ -9,8 +9,21 @@ from transformers import AutoModel
 import qkviz
 
 
+#: the last batch's attentions: the float32 and float16 tests of one model check the same sentences
+_last: dict[tuple, tuple[torch.Tensor, ...]] = {}
+
+
 def model_attentions(model_dir, token_ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, ...]:
-    """Eager attention probabilities ``[layer][batch, head, query, key]`` for one right-padded batch."""
+    """Eager attention probabilities ``[layer][batch, head, query, key]`` for one right-padded batch
+    (computed once for the same model and batch; the tensors are only read)."""
+    key = (str(model_dir), tuple(map(tuple, token_ids)), pad_id)
+    if key not in _last:
+        _last.clear()
+        _last[key] = _model_attentions(model_dir, token_ids, pad_id)
+    return _last[key]
+
+
+def _model_attentions(model_dir, token_ids: list[list[int]], pad_id: int) -> tuple[torch.Tensor, ...]:
     model = AutoModel.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32).eval()
     width = max(len(ids) for ids in token_ids)
     input_ids = torch.full((len(token_ids), width), pad_id, dtype=torch.long)

@@ -4,7 +4,7 @@ view, clicks, search, reload."""
 import re
 
 import pytest
-from browser import click_point, copy_run, launch_chromium, start_server, stop_server, wait_idle
+from support.browser import click_point, copy_run, launch_chromium, start_server, stop_server, wait_idle
 
 GRAPH_DRAWN = """([graphId, traces]) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');

@@ -3,12 +3,11 @@
 import json
 import logging
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from scipy.spatial.distance import jensenshannon, pdist, squareform
+from support.cli import run_main
 
 from qkviz.analysis import head_similarity
 from qkviz.core.alignment import align_head
@@ -151,7 +150,7 @@ def test_store_and_load_round_trip_and_a_half_written_directory_is_none(tiny_run
 
 
 def qkviz(*args):
-    return subprocess.run([sys.executable, "-m", "qkviz", *args], capture_output=True, text=True, timeout=300)
+    return run_main(*args)  # qkviz.cli.main in this process: exit status, stdout, stderr
 
 
 def test_cli_related_stores_and_bad_input_is_one_line(tiny_run, tmp_path):

@@ -5,8 +5,8 @@ import json
 
 import numpy as np
 import pytest
-from browser import copy_run
-from component_tree import find, texts
+from support.browser import copy_run
+from support.component_tree import find, texts
 from dash import html
 from plotly.io.json import to_json_plotly
 

@@ -3,7 +3,7 @@ and the messages for no point, a bad count, more partners than the corpus, and a
 
 import numpy as np
 import pytest
-from component_tree import texts
+from support.component_tree import texts
 from dash import html
 
 from dash_app import ids

@@ -2,9 +2,8 @@
 Heads map; a run without ``qkviz related`` names the command, and one made while the app runs is read."""
 
 import numpy as np
-import pytest
-from browser import copy_run
-from component_tree import find, texts
+from support.browser import copy_run
+from support.component_tree import find, texts
 from dash import html
 
 from dash_app import ids
@@ -16,14 +15,6 @@ from dash_app.state import ViewState
 from dash_app.url_state import parse_url, to_url
 from qkviz.cli import main
 from qkviz.analysis.head_similarity import related_heads
-
-
-@pytest.fixture(scope="module")
-def related_data(app_run, tmp_path_factory):
-    """The tiny Llama run (2 layers x 4 heads) copied, with its head atlas and its head similarity."""
-    run = copy_run(app_run, tmp_path_factory.mktemp("related") / "tiny-related")
-    assert main(["-q", "related", "--run", str(run.path)]) == 0
-    return RunData(run, "tiny-related")
 
 
 def test_without_a_similarity_every_place_names_qkviz_related_and_it_appears_once_made(app_run, tmp_path):
@@ -122,37 +113,3 @@ def test_the_app_has_the_heads_view_and_the_related_panel(related_data):
     layout = str(build_app(open_runs([related_data.run.path])).layout)
     assert f"id='{ids.HEADS_VIEW}'" in layout and "value='heads'" in layout and f"id='{ids.SINGLE_RELATED}'" in layout
     assert parse_url("?view=heads", [related_data.shape])[0].view == "heads"
-
-
-def test_in_chromium_a_heads_map_click_opens_the_head_and_a_related_button_opens_another(related_data):
-    from browser import click_point, launch_chromium, start_server, stop_server, wait_idle
-    from playwright.sync_api import sync_playwright
-
-    expected = related_heads(related_data.related(), 1, 2, 1)[0]
-    server, url = start_server([related_data.run.path])
-    try:
-        with sync_playwright() as playwright:
-            browser = launch_chromium(playwright)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            errors = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.goto(url + "?view=heads&method=pca")
-            page.wait_for_function("""() => { const g = document.querySelector('#heads-graph .js-plotly-plot');
-                                      return g && g.offsetParent !== null && g.data && g.data.length == 2; }""",
-                                   timeout=30_000)
-            wait_idle(page)
-            click_point(page, ids.HEADS_GRAPH, 0, 6)                             # L1 H2
-            page.wait_for_function("() => location.search.includes('view=single&layer=1&head=2')", timeout=20_000)
-            button = page.locator(f"#{ids.SINGLE_RELATED} button").first
-            button.wait_for(timeout=20_000)
-            assert button.inner_text().startswith(f"L{expected.layer} H{expected.head}")
-            wait_idle(page)
-            button.click()
-            page.wait_for_function(f"() => location.search.includes('layer={expected.layer}&head={expected.head}')",
-                                   timeout=20_000)
-            assert page.evaluate(f"() => document.getElementById('{ids.SINGLE_VIEW}').offsetParent !== null")
-            browser.close()
-            assert not errors, errors
-    finally:
-        output = stop_server(server)
-    assert "Traceback" not in output, output

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from attention_check import max_attention_error
-from conftest import CORPUS
+from support.attention_check import max_attention_error
+from support import CORPUS
 
 import qkviz
 from qkviz.extraction.forward import pad_token_id
@@ -35,7 +35,7 @@ def test_minilm_on_the_default_corpus(dtype, tmp_path):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_smollm2_on_the_default_corpus(dtype, tmp_path):
+def test_smollm2_on_the_default_corpus(dtype, tmp_path, smollm2_directory):  # converted once, under a lock
     run = qkviz.extract("smollm2", CORPUS, tmp_path / "smollm2", dtype=dtype, max_sentences=48, seed=7)
     assert (run.n_layers, run.n_heads, run.n_kv_heads, run.head_dim) == (30, 9, 3, 64)
     assert run.is_causal and run.family == "llama"
@@ -45,3 +45,16 @@ def test_smollm2_on_the_default_corpus(dtype, tmp_path):
                                            pad_token_id(loaded.tokenizer))
     assert error <= TOLERANCE[dtype], f"smollm2 {dtype}: {error:.2e}"
     assert departure > 0.5
+
+
+def test_real_minilm_head_layouts_are_trustworthy(minilm_run):
+    # moved from tests/unit/test_projectors.py: it needs the real bundled MiniLM (shared with test_report.py)
+    from qkviz.core.alignment import align_head
+    from qkviz.projection.methods import project
+    from sklearn.manifold import trustworthiness
+
+    run = minilm_run
+    points = align_head(run.queries(2, 5), run.keys(2, 5)).points
+    for method in ("tsne", "umap"):
+        coordinates = project(points, method, 2, seed=0).coordinates
+        assert trustworthiness(points, coordinates, n_neighbors=10) >= 0.9, method

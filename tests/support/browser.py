@@ -64,27 +64,36 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(run_paths: list[Path], timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
-    """``qkviz serve`` on a free port, once it answers; returns the process and the app's URL."""
-    port = free_port()
-    command = [sys.executable, "-m", "qkviz", "serve", "--port", str(port)]
-    for path in run_paths:
-        command += ["--run", str(path)]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=dict(os.environ, HF_HUB_OFFLINE="1"))
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"qkviz serve exited with {server.returncode}: {server.stdout.read()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return server, url
-        except OSError:
-            time.sleep(0.2)
-    stop_server(server)
-    pytest.fail(f"qkviz serve did not answer at {url} within {timeout} s")
+def start_server(run_paths: list[Path], timeout: float = 60.0, attempts: int = 3) -> tuple[subprocess.Popen, str]:
+    """``qkviz serve`` on a free port, once it answers; returns the process and the app's URL.
+
+    The port is free when chosen, but another process (a second xdist worker, say) may take it before the
+    server binds it; a server that exits at once is then started again on another port."""
+    for attempt in range(attempts):
+        port = free_port()
+        command = [sys.executable, "-m", "qkviz", "serve", "--port", str(port)]
+        for path in run_paths:
+            command += ["--run", str(path)]
+        server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  env=dict(os.environ, HF_HUB_OFFLINE="1"))
+        url = f"http://127.0.0.1:{port}/"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                output = server.stdout.read()
+                if "address already in use" in output.lower() and attempt + 1 < attempts:
+                    break
+                pytest.fail(f"qkviz serve exited with {server.returncode}: {output}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return server, url
+            except OSError:
+                time.sleep(0.2)
+        else:
+            stop_server(server)
+            pytest.fail(f"qkviz serve did not answer at {url} within {timeout} s")
+    pytest.fail(f"qkviz serve found no free port in {attempts} attempts")
 
 
 def stop_server(server: subprocess.Popen) -> str:

@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-from attention_check import max_attention_error
-from tiny_models import FAMILIES
+from support.attention_check import max_attention_error
+from support.tiny_models import FAMILIES
 
 import qkviz
 from qkviz.extraction.forward import pad_token_id

@@ -1,20 +1,20 @@
 """The command line: bad input gets one line and exit status 2, never a traceback."""
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 import transformers
+from support.cli import run_main, run_process
 
 from qkviz.store import files as run_files
 
 
-def qkviz(*args: str, check_rc: int | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    result = subprocess.run([sys.executable, "-m", "qkviz", *args], capture_output=True, text=True, env=env,
-                            timeout=300)
+def qkviz(*args: str, check_rc: int | None = None, process: bool = False,
+          entry_point: bool = False) -> subprocess.CompletedProcess:
+    """``qkviz ARGS`` through ``qkviz.cli.main`` in this process; in a real process (``python -m qkviz``, or the
+    installed console script when ``entry_point``) for the few end-to-end tests (``process=True``)."""
+    result = run_process(*args, entry_point=entry_point) if process or entry_point else run_main(*args)
     if check_rc is not None:
         assert result.returncode == check_rc, result.stderr
     return result
@@ -29,8 +29,10 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
         assert fragment in lines[0], lines[0]
 
 
+@pytest.mark.e2e
 def test_models_lists_bundled_models_and_families():
-    output = qkviz("models", check_rc=0).stdout
+    output = qkviz("models", check_rc=0, entry_point=True).stdout   # the installed console script
+    assert output == qkviz("models", check_rc=0).stdout             # runs this checkout's qkviz.cli.main
     for expected in ("minilm", "smollm2", "bert", "roberta", "distilbert", "gpt2", "llama", "qwen2", "mistral",
                      "gemma3"):
         assert expected in output
@@ -64,9 +66,12 @@ def test_bad_corpora(tmp_path):
                           "latin.txt line 2 is not UTF-8")
 
 
+@pytest.mark.e2e
 def test_usage_mistakes_are_one_line(tmp_path):
-    assert_one_line_error(qkviz("extract", "--model", "minilm", "--out", str(tmp_path), "--dtype", "int8"),
-                          "--dtype", "invalid choice")
+    # argparse's mistake in a real process: its exit status and nothing but the one line (qkviz's own errors
+    # in a real process: test_project_cli.py's Ctrl-C test)
+    assert_one_line_error(qkviz("extract", "--model", "minilm", "--out", str(tmp_path), "--dtype", "int8",
+                                process=True), "--dtype", "invalid choice")
     assert_one_line_error(qkviz("extract", "--model", "minilm", "--out", str(tmp_path), "--batch-size", "0"),
                           "--batch-size must be a positive number")
 
@@ -86,13 +91,14 @@ def test_long_sentences_are_truncated_counted_and_reported(tiny_model, tiny_corp
     assert run.tokens.groupby("sentence").is_special.last().all()  # [SEP] kept after truncation
 
 
+@pytest.mark.e2e
 def test_conflicting_settings_and_damaged_runs(tiny_model, tiny_corpus, tmp_path):
     model, out = str(tiny_model("bert")), str(tmp_path / "r")
     qkviz("extract", "--model", model, "--corpus", str(tiny_corpus), "--out", out, "--max-sentences", "4", check_rc=0)
     assert "4 sentences" in qkviz("status", "--run", out, check_rc=0).stdout
-    assert_one_line_error(
-        qkviz("extract", "--model", model, "--corpus", str(tiny_corpus), "--out", out, "--max-sentences", "5"),
-        "different settings", "--overwrite")
+    assert_one_line_error(  # in a real process: the model loads, and transformers prints nothing (qkviz quiets it)
+        qkviz("extract", "--model", model, "--corpus", str(tiny_corpus), "--out", out, "--max-sentences", "5",
+              process=True), "different settings", "--overwrite")
     (tmp_path / "r" / run_files.KEYS).write_bytes(b"\x93NUMPY")
     assert_one_line_error(qkviz("status", "--run", out), "damaged", "keys.npy")
     (tmp_path / "r" / run_files.MANIFEST).unlink()

@@ -54,6 +54,7 @@ def test_status_counts_projected_heads(small_run, capsys):
     assert "projected  pca 3D: 8/8 heads" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_ctrl_c_keeps_the_cache_consistent_and_the_next_run_resumes(small_run, tmp_path):
     import os
     import shutil
@@ -62,9 +63,14 @@ def test_ctrl_c_keeps_the_cache_consistent_and_the_next_run_resumes(small_run, t
     import sys
     import time
 
+    from support.cli import run_main
+
     run_path = tmp_path / "run"
     shutil.copytree(small_run.path, run_path, ignore=shutil.ignore_patterns(CACHE_DIRECTORY))
-    command = [sys.executable, "-m", "qkviz", "project", "--run", str(run_path), "--method", "tsne", "--dim", "2"]
+    # Short t-SNE optimisations (half a second a head, not five): the point is the interruption and the resume.
+    arguments = ["project", "--run", str(run_path), "--method", "tsne", "--dim", "2", "--n-iter", "10",
+                 "--early-exaggeration-iter", "10"]
+    command = [sys.executable, "-m", "qkviz", *arguments]
     child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
     deadline = time.monotonic() + 120
     while not list((run_path / CACHE_DIRECTORY).glob("*.json")) and time.monotonic() < deadline:
@@ -76,10 +82,11 @@ def test_ctrl_c_keeps_the_cache_consistent_and_the_next_run_resumes(small_run, t
     assert lines == ["qkviz: interrupted; finished work is kept: run the same command again to resume"]
     done = {path.name: path.stat().st_mtime_ns for path in (run_path / CACHE_DIRECTORY).glob("*.npy")}
     assert 0 < len(done) < 8
-    resumed = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    resumed = run_main(*arguments)  # the resume in this process (the interruption needed a real one)
     assert resumed.returncode == 0, resumed.stderr
     assert f"{8 - len(done)} layouts computed, {len(done)} already cached" in resumed.stderr
     run = qkviz.open_run(run_path)
     for layer in range(run.n_layers):
         for head in range(run.n_heads):
-            assert run.projection(layer, head, "tsne", 2).shape == (2 * run.n_tokens, 2)
+            assert run.projection(layer, head, "tsne", 2, n_iter=10, early_exaggeration_iter=10).shape == (
+                2 * run.n_tokens, 2)

@@ -2,11 +2,11 @@
 
 import json
 import re
+import shutil
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import CORPUS
 
 import qkviz
 from qkviz.analysis import correlation
@@ -101,8 +101,9 @@ def test_bad_report_requests_are_one_line_errors(causal_run, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_minilm_mean_correlation_after_translation_is_negative_and_reported(tmp_path):
-    run = qkviz.extract("minilm", CORPUS, tmp_path / "minilm", max_tokens=1500)
+def test_minilm_mean_correlation_after_translation_is_negative_and_reported(minilm_run, tmp_path):
+    # the shared MiniLM run (CORPUS, max_tokens=1500), copied: the report stores its table in the run
+    run = qkviz.open_run(shutil.copytree(minilm_run.path, tmp_path / "minilm"))
     out = tmp_path / "report"
     assert main(["-q", "report", "--run", str(run.path), "--out", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())

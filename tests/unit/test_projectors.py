@@ -1,10 +1,10 @@
-"""Layouts keep neighbourhoods (trustworthiness) on structured data and on a real MiniLM head."""
+"""Layouts keep neighbourhoods (trustworthiness) on structured data (on a real MiniLM head:
+tests/integration/test_bundled_models.py)."""
 
 import numpy as np
 import pytest
 from sklearn.manifold import trustworthiness
 
-from qkviz.core.alignment import align_head
 from qkviz.core.errors import QkvizError
 from qkviz.projection.methods import project_points as project
 
@@ -57,18 +57,6 @@ def test_bad_requests_are_clear_errors():
         project(blobs(50), "pca", 4)
     with pytest.raises(QkvizError, match="tsne has no parameter min_dist"):
         project(blobs(50), "tsne", 2, min_dist=0.3)
-
-
-@pytest.mark.slow
-def test_real_minilm_head_layouts_are_trustworthy(tmp_path):
-    import qkviz
-    from conftest import CORPUS
-
-    run = qkviz.extract("minilm", CORPUS, tmp_path / "minilm", max_tokens=1500)
-    points = align_head(run.queries(2, 5), run.keys(2, 5)).points
-    for method in ("tsne", "umap"):
-        coordinates = project(points, method, 2, seed=0).coordinates
-        assert trustworthiness(points, coordinates, n_neighbors=10) >= 0.9, method
 
 
 def test_3d_tsne_starts_from_the_2d_layout_whether_given_or_recomputed():
