@@ -50,7 +50,7 @@ def test_smollm2_on_the_default_corpus(dtype, tmp_path, smollm2_directory):  # c
 def test_real_minilm_head_layouts_are_trustworthy(minilm_run):
     # moved from tests/unit/test_projectors.py: it needs the real bundled MiniLM (shared with test_report.py)
     from qkviz.core.alignment import align_head
-    from qkviz.projection.methods import project
+    from qkviz.projection import project_points as project
     from sklearn.manifold import trustworthiness
 
     run = minilm_run
