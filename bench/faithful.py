@@ -57,7 +57,7 @@ from qkviz.store.projections import ATTENTION_METHODS, resolve_params  # noqa: E
 
 from project import attentionviz_layout  # noqa: E402
 
-METHODS = ("pca", "tsne", "umap", "av-tsne", "attn-tsne", "attn-umap")
+METHODS = ("pca", "tsne", "umap", "av-tsne", "attn-tsne", "attn-umap", "attn-tsne-hide1")
 K = 10
 SAMPLE = 200
 
@@ -125,16 +125,80 @@ def layout(run, layer: int, head: int, points: np.ndarray, method: str, **params
     extra: dict = {}
     if method == "av-tsne":
         coordinates = attentionviz_layout(points, "tsne", 2)
-    elif method in ATTENTION_METHODS:
-        params = resolve_params(method, params, 2)
+    elif method in ATTENTION_METHODS or method == "attn-tsne-hide1":
+        base = "attn-tsne" if method == "attn-tsne-hide1" else method
+        params = resolve_params(base, params, 2)
         graph_params = {name: params.pop(name) for name in GRAPH_PARAMS}
-        graph = attention_graph(run.queries(layer, head), run.keys(layer, head), points, run.scale(layer),
-                                softcap=run.softcap(layer), **graph_params)
+        if method == "attn-tsne-hide1":
+            graph = hide_first_graph(run, layer, head, points, **graph_params)
+            method = base
+        else:
+            graph = attention_graph(run.queries(layer, head), run.keys(layer, head), points, run.scale(layer),
+                                    softcap=run.softcap(layer), **graph_params)
         extra["capped_keys"] = int(len(graph.sinks))
         coordinates = project_points(points, method, 2, attention=graph, **params).coordinates
     else:
         coordinates = project_points(points, method, 2, **params).coordinates
     return np.asarray(coordinates, dtype=np.float32), time.perf_counter() - started, extra
+
+
+def hide_first_graph(run, layer: int, head: int, points: np.ndarray, k: int, alpha: float, temperature: float,
+                     same_kind_k: int, key_cap: float):
+    """Prototype (not in qkviz): the attention graph with every sentence's first-token key left out of the
+    queries' candidates (their top-k is over the other keys, renormalised, as AttentionViz's "hide first
+    token"); first-token keys keep their own top-k queries and the same-kind term, the cap applies to the rest."""
+    import scipy.sparse as sp
+
+    from qkviz.projection.attention_graph import AttentionGraph, softmax_rows, top_partners
+    from qkviz.projection.neighbors import neighbor_graph
+
+    queries, keys = run.queries(layer, head), run.keys(layer, head)
+    n = len(queries)
+    kept = np.flatnonzero(run.tokens["position"].to_numpy() != 0)
+    found, logits = top_partners(queries, keys[kept], k, run.scale(layer), run.softcap(layer))
+    key_of_query, query_weights = kept[found], softmax_rows(logits, temperature)
+    query_of_key, key_logits = top_partners(keys, queries, k, run.scale(layer), run.softcap(layer))
+    key_weights = softmax_rows(key_logits, temperature)
+    incoming = np.bincount(key_of_query.ravel(), weights=query_weights.ravel(), minlength=n)
+    cap = key_cap * incoming.mean()
+    capped = np.flatnonzero(incoming > cap)
+    factor = np.ones(n)
+    factor[capped] = cap / incoming[capped]
+    query_weights = query_weights * factor[key_of_query]
+    rows = [np.repeat(np.arange(n), k), np.repeat(np.arange(n, 2 * n), k)]
+    columns = [n + key_of_query.ravel(), query_of_key.ravel()]
+    values = [query_weights.ravel(), key_weights.ravel()]
+    if alpha > 0:
+        for offset, part in ((0, points[:n]), (n, points[n:])):
+            graph = neighbor_graph(part, same_kind_k + 1, "cosine")
+            rows.append(offset + np.repeat(np.arange(n), same_kind_k))
+            columns.append(offset + graph.indices[:, 1:].ravel())
+            values.append(np.full(n * same_kind_k, alpha / same_kind_k))
+    matrix = sp.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))), shape=(2 * n, 2 * n))
+    matrix = (matrix + matrix.T) / 2
+    return AttentionGraph(sp.csr_matrix(matrix / matrix.sum()), capped, n)
+
+
+def recall_beyond_first(run, indexes, layer: int, head: int, coordinates: np.ndarray, seed: int = 0) -> float:
+    """Partner recall@10 with every first-token key left out (of the partners and of the layout's
+    neighbours): what the picture shows of the attention besides the sink; mean of both sides."""
+    n = run.n_tokens
+    first = run.tokens["position"].to_numpy() == 0
+    rng = np.random.default_rng(seed)
+    shares = []
+    for side in ("query", "key"):
+        pool = np.arange(n) if side == "query" else np.flatnonzero(~first)
+        for token in rng.choice(pool, min(SAMPLE, len(pool)), replace=False):
+            point = int(token) + (0 if side == "query" else n)
+            partners = indexes.partners(layer, head, point, K, exclude=first if side == "query" else None)
+            if side == "query":
+                candidates = n + np.flatnonzero(~first)
+            else:
+                candidates = np.arange(n)
+            distances = np.sum((coordinates[candidates] - coordinates[point]) ** 2, axis=1)
+            near = candidates[np.argpartition(distances, K - 1)[:K]]
+            shares.append(len(np.intersect1d(near, partners.points)) / K)
+    return float(np.mean(shares))
 
 
 def sink_near(run, coordinates: np.ndarray, seed: int = 0) -> float:
@@ -147,17 +211,24 @@ def sink_near(run, coordinates: np.ndarray, seed: int = 0) -> float:
     return float(first[nearest].mean())
 
 
+SAVE: Path | None = None
+
+
 def measure(run, indexes, layer: int, head: int, points: np.ndarray, trust_sample: np.ndarray, method: str,
             **params) -> dict:
     from sklearn.manifold import trustworthiness
 
     coordinates, seconds, extra = layout(run, layer, head, points, method, **params)
+    if SAVE is not None:
+        label = "_".join(f"{name}={value}" for name, value in sorted(params.items())) or "defaults"
+        np.save(SAVE / f"l{layer}h{head}_{method}_{label}.npy", coordinates)
     overlap = head_layout_overlap(indexes, layer, head, coordinates, k=K, sample=SAMPLE)
     return {"layer": layer, "head": head, "method": method, "params": params, "seconds": seconds,
             "recall_q": overlap["query"], "recall_k": overlap["key"],
             "recall": (overlap["query"] + overlap["key"]) / 2, "chance": overlap["chance"],
             "trust": float(trustworthiness(points[trust_sample], coordinates[trust_sample], n_neighbors=K)),
-            "sink_near": sink_near(run, coordinates), **extra}
+            "sink_near": sink_near(run, coordinates),
+            "recall_beyond_first": recall_beyond_first(run, indexes, layer, head, coordinates), **extra}
 
 
 def warm_up() -> None:
@@ -170,18 +241,24 @@ def warm_up() -> None:
 
 
 # -- the comparison table ---------------------------------------------------------------------------
-def compare(run, heads, methods, trust_points: int) -> list[dict]:
+def compare(run, heads, methods, trust_points: int, av_per_kind: int | None = None) -> list[dict]:
     indexes = PartnerIndexes(run)
     rows = []
+    av_done: dict[str, int] = {}
     for layer, head, kind in heads:
         points = align_head(run.queries(layer, head), run.keys(layer, head)).points.astype(np.float32)
         trust_sample = np.random.default_rng(0).choice(len(points), min(trust_points, len(points)), replace=False)
         for method in methods:
+            if method == "av-tsne" and av_per_kind is not None:
+                if av_done.get(kind, 0) >= av_per_kind:
+                    continue
+                av_done[kind] = av_done.get(kind, 0) + 1
             row = measure(run, indexes, layer, head, points, trust_sample, method)
             row["kind"] = kind
             rows.append(row)
-            print(f"  L{layer} H{head} ({kind}) {method:9s} recall q->k {row['recall_q']:.3f} k->q {row['recall_k']:.3f}"
-                  f"  trust {row['trust']:.3f}  {row['seconds']:6.1f} s  sink-near {row['sink_near']:.2f}", flush=True)
+            print(f"  L{layer} H{head} ({kind}) {method:15s} recall q->k {row['recall_q']:.3f} k->q {row['recall_k']:.3f}"
+                  f"  trust {row['trust']:.3f}  {row['seconds']:6.1f} s  beyond-first {row['recall_beyond_first']:.3f}"
+                  f"  sink-near {row['sink_near']:.2f}", flush=True)
     return rows
 
 
@@ -193,20 +270,22 @@ def print_table(rows: list[dict], methods, title: str) -> None:
     print("|---|" + "---|" * len(methods))
     for layer, head, kind in heads:
         cells = [f"{by[layer, head, m]['recall']:.3f} / {by[layer, head, m]['trust']:.3f} / {by[layer, head, m]['seconds']:.1f}"
-                 for m in methods]
+                 if (layer, head, m) in by else "-" for m in methods]
         print(f"| L{layer} H{head} ({kind}) | " + " | ".join(cells) + " |")
     means = []
     for m in methods:
         chosen = [row for row in rows if row["method"] == m]
         means.append(f"**{np.mean([r['recall'] for r in chosen]):.3f} / {np.mean([r['trust'] for r in chosen]):.3f} / "
-                     f"{np.mean([r['seconds'] for r in chosen]):.1f}**")
+                     f"{np.mean([r['seconds'] for r in chosen]):.1f}**" + ("" if len(chosen) == len(heads) else f" ({len(chosen)} heads)"))
     print("| mean | " + " | ".join(means) + " |")
-    print("\nmean per method: recall q->k, k->q; min recall over heads; min trustworthiness; sink-near on sink heads")
+    print("\nmean per method: recall q->k, k->q; min recall over heads; min trustworthiness; recall beyond the "
+          "first token; sink-near on sink heads")
     for m in methods:
         chosen = [row for row in rows if row["method"] == m]
         sinks = [row["sink_near"] for row in chosen if row["kind"] == "sink"]
-        print(f"  {m:9s} q->k {np.mean([r['recall_q'] for r in chosen]):.3f}  k->q {np.mean([r['recall_k'] for r in chosen]):.3f}"
+        print(f"  {m:15s} q->k {np.mean([r['recall_q'] for r in chosen]):.3f}  k->q {np.mean([r['recall_k'] for r in chosen]):.3f}"
               f"  min recall {min(r['recall'] for r in chosen):.3f}  min trust {min(r['trust'] for r in chosen):.3f}"
+              f"  beyond-first {np.mean([r['recall_beyond_first'] for r in chosen]):.3f}"
               f"  sink-near {np.mean(sinks) if sinks else float('nan'):.2f}")
 
 
@@ -237,14 +316,24 @@ def sweep_settings(grid: bool) -> list[dict]:
     """One factor at a time around the defaults, then (``grid``) the k x alpha grid at the other defaults."""
     settings = [{}]
     for name, values in (("k", (5, 20)), ("alpha", (0.0, 0.25, 1.0)), ("temperature", (3.0, 10.0)),
-                         ("key_cap", (2.0, float("inf")))):
+                         ("key_cap", (2.0, 5.0, 50.0))):
         settings += [{name: value} for value in values]
     if grid:
         settings += [{"k": k, "alpha": alpha} for k in (5, 20) for alpha in (0.0, 1.0)]
     return settings
 
 
-def sweep(run, heads, methods, trust_points: int, grid: bool) -> list[dict]:
+def parse_setting(text: str) -> dict:
+    """``"key_cap=inf,alpha=0.25"`` -> ``{"key_cap": inf, "alpha": 0.25}``; ``"defaults"`` -> ``{}``."""
+    setting = {}
+    for part in text.split(","):
+        if part.strip() and part.strip() != "defaults":
+            name, value = part.split("=")
+            setting[name.strip()] = int(value) if name.strip() in ("k", "same_kind_k") else float(value)
+    return setting
+
+
+def sweep(run, heads, methods, trust_points: int, grid: bool, settings: list[dict] | None = None) -> list[dict]:
     indexes = PartnerIndexes(run)
     rows = []
     prepared = []
@@ -253,7 +342,7 @@ def sweep(run, heads, methods, trust_points: int, grid: bool) -> list[dict]:
         trust_sample = np.random.default_rng(0).choice(len(points), min(trust_points, len(points)), replace=False)
         prepared.append((layer, head, kind, points, trust_sample))
     for method in methods:
-        for setting in sweep_settings(grid and method == "attn-tsne"):
+        for setting in settings if settings is not None else sweep_settings(grid and method == "attn-tsne"):
             found = []
             for layer, head, kind, points, trust_sample in prepared:
                 row = measure(run, indexes, layer, head, points, trust_sample, method, **setting)
@@ -266,6 +355,7 @@ def sweep(run, heads, methods, trust_points: int, grid: bool) -> list[dict]:
                   f"(q->k {np.mean([r['recall_q'] for r in found]):.3f}, k->q {np.mean([r['recall_k'] for r in found]):.3f}, "
                   f"min {min(r['recall'] for r in found):.3f})  trust {np.mean([r['trust'] for r in found]):.3f} "
                   f"(min {min(r['trust'] for r in found):.3f})  {np.mean([r['seconds'] for r in found]):5.1f} s"
+                  + f"  beyond-first {np.mean([r['recall_beyond_first'] for r in found]):.3f}"
                   + (f"  sink-near {np.mean([r['sink_near'] for r in sinks]):.2f}" if sinks else ""), flush=True)
     return rows
 
@@ -280,15 +370,23 @@ def main() -> None:
     parser.add_argument("--hardest", type=int, default=3)
     parser.add_argument("--ordinary", type=int, default=2)
     parser.add_argument("--trust-sample", type=int, default=3000, help="points for trustworthiness (same for all)")
+    parser.add_argument("--av-per-kind", type=int, help="run the AttentionViz recipe (1.5-2 min a head) on only this "
+                        "many heads of each kind (sink, hard, ordinary)")
     parser.add_argument("--sweep", action="store_true", help="sweep the attention graph's parameters instead")
+    parser.add_argument("--settings", nargs="*", help="sweep only these settings, e.g. key_cap=inf,alpha=0.25 defaults")
     parser.add_argument("--no-grid", action="store_true", help="sweep: leave out the k x alpha grid")
     parser.add_argument("--json", type=Path, help="write every measurement here")
+    parser.add_argument("--save-layouts", type=Path, help="save every layout here as .npy")
     args = parser.parse_args()
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = set(methods) - set(METHODS)
     if unknown:
         parser.error(f"unknown methods {', '.join(sorted(unknown))}")
     started = time.perf_counter()
+    if args.save_layouts:
+        global SAVE
+        SAVE = args.save_layouts
+        SAVE.mkdir(parents=True, exist_ok=True)
     run = qkviz.open_run(args.run)
     print(f"{run.manifest['model']['id']}: {run.n_tokens} tokens, {run.n_layers} x {run.n_heads} heads", flush=True)
     survey = None
@@ -312,9 +410,11 @@ def main() -> None:
                   f"cosine fidelity {by[layer, head]['cosine_fidelity']:.3f}")
     warm_up()
     if args.sweep:
-        rows = sweep(run, heads, [m for m in methods if m in ATTENTION_METHODS], args.trust_sample, not args.no_grid)
+        settings = [parse_setting(text) for text in args.settings] if args.settings else None
+        rows = sweep(run, heads, [m for m in methods if m in ATTENTION_METHODS or m == "attn-tsne-hide1"],
+                     args.trust_sample, not args.no_grid, settings)
     else:
-        rows = compare(run, heads, methods, args.trust_sample)
+        rows = compare(run, heads, methods, args.trust_sample, args.av_per_kind)
         print_table(rows, methods, f"{run.manifest['model']['id']}, {run.n_tokens} tokens")
         for method in ATTENTION_METHODS:
             if method in methods:
