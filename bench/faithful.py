@@ -15,8 +15,15 @@ Measured per head, for every layout (``--methods``): pca, tsne, umap (qkviz's de
   own neighbour graph, or the attention graph: the exact corpus-wide top-k both ways), one process, one
   thread pool as the machine gives it; the alignment (shared by all) and UMAP's numba compilation (done
   once before timing) are not counted;
-* on sink heads, ``sink-near``: the share of a sample of queries whose nearest key in the layout is a
-  first-token key (how much the picture is one blob around the sink).
+* ``beyond-first``: the same recall with every sentence's first-token key left out of the partners and of
+  the layout's neighbours (what the picture shows of a head's attention besides its sink);
+* ``sink-near``: the share of a sample of 1,000 queries whose nearest key in the layout is a first-token key
+  (how much of the picture gathers around the sink).
+
+``attn-tsne-hide1`` is a prototype measured here only (not a qkviz method): attn-tsne with the first-token
+keys left out of the queries' candidate keys (top-k over the other keys, renormalised, like AttentionViz's
+"hide first token"); the first-token keys keep their own top-k queries and the same-kind term.
+``--av-per-kind N`` runs the AttentionViz recipe (1-2 minutes a head) on only N heads of each kind.
 
 Heads (``--heads``, else chosen from the run): the ``--sinks`` heads with the largest share of attention on
 the first token (recomputed over a seeded sample of sentences), the ``--hardest`` heads whose aligned space
@@ -24,9 +31,9 @@ keeps the fewest attention partners among its cosine neighbours (what t-SNE and 
 with the lowest recall today), and ``--ordinary`` heads of median fidelity that are not sinks.
 
 ``--sweep`` instead varies the attention graph's parameters one at a time around the defaults (k, alpha,
-temperature, key_cap, same_kind_k) plus a k x alpha grid for the trade-off curve, on ``--heads`` (default:
-the two strongest sink heads and the two hardest heads), and prints recall, trustworthiness and seconds per
-setting, averaged over the heads. ``--json PATH`` writes every measurement.
+temperature, key_cap) plus a k x alpha grid for the trade-off curve (``--settings`` names the settings
+instead), on ``--heads`` (default: the two strongest sink heads and the two hardest heads), and prints
+recall, trustworthiness and seconds per setting, averaged over the heads. ``--json PATH`` writes every measurement.
 """
 
 from __future__ import annotations
@@ -313,7 +320,8 @@ def goals(rows: list[dict], method: str) -> None:
 
 # -- the parameter sweep ----------------------------------------------------------------------------
 def sweep_settings(grid: bool) -> list[dict]:
-    """One factor at a time around the defaults, then (``grid``) the k x alpha grid at the other defaults."""
+    """One factor at a time around the defaults, then (``grid``) the k x alpha grid at the other defaults.
+    (The defaults were chosen from this sweep run around the earlier ones, key_cap 5: see the README.)"""
     settings = [{}]
     for name, values in (("k", (5, 20)), ("alpha", (0.0, 0.25, 1.0)), ("temperature", (3.0, 10.0)),
                          ("key_cap", (2.0, 5.0, 50.0))):
