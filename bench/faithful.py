@@ -1,0 +1,439 @@
+"""How faithful each 2D layout is to the attention: ``python bench/faithful.py --run RUN [--sweep]``.
+
+Measured per head, for every layout (``--methods``): pca, tsne, umap (qkviz's defaults), ``av-tsne``
+(t-SNE as AttentionViz computes it: ``bench/project.py``'s recipe, scikit-learn TSNE, perplexity 50,
+300 iterations, cosine), and the attention-faithful ``attn-tsne`` and ``attn-umap`` at their defaults:
+
+* **partner recall@10**, as the app measures it (``qkviz.search.head_layout_overlap``): of a point's 10
+  strongest partners over the whole corpus by ``scale * q . k``, the share among its 10 nearest points
+  of the other kind in the layout, over a seeded sample of 200 queries (``q->k``) and 200 keys (``k->q``);
+  ``recall`` is their mean, chance is 10 / n_tokens;
+* **trustworthiness** (k = 10, ``sklearn.manifold.trustworthiness``, Euclidean, against the aligned
+  points) on a seeded subsample of ``--trust-sample`` points (3,000 of 10,000 by default, the same points
+  for every layout: the full matrix of distances would cost 0.8 GB and minutes per layout);
+* **seconds** for the head's layout from the aligned points, everything the method needs included (its
+  own neighbour graph, or the attention graph: the exact corpus-wide top-k both ways), one process, one
+  thread pool as the machine gives it; the alignment (shared by all) and UMAP's numba compilation (done
+  once before timing) are not counted;
+* ``beyond-first``: the same recall with every sentence's first-token key left out of the partners and of
+  the layout's neighbours (what the picture shows of a head's attention besides its sink);
+* ``sink-near``: the share of a sample of 1,000 queries whose nearest key in the layout is a first-token key
+  (how much of the picture gathers around the sink).
+
+``attn-tsne-hide1`` is a prototype measured here only (not a qkviz method): attn-tsne with the first-token
+keys left out of the queries' candidate keys (top-k over the other keys, renormalised, like AttentionViz's
+"hide first token"); the first-token keys keep their own top-k queries and the same-kind term.
+``--av-per-kind N`` runs the AttentionViz recipe (1-2 minutes a head) on only N heads of each kind.
+
+Heads (``--heads``, else chosen from the run): the ``--sinks`` heads with the largest share of attention on
+the first token (recomputed over a seeded sample of sentences), the ``--hardest`` heads whose aligned space
+keeps the fewest attention partners among its cosine neighbours (what t-SNE and UMAP preserve: the heads
+with the lowest recall today), and ``--ordinary`` heads of median fidelity that are not sinks.
+
+``--sweep`` instead varies the attention graph's parameters one at a time around the defaults (k, alpha,
+temperature, key_cap) plus a k x alpha grid for the trade-off curve (``--settings`` names the settings
+instead), on ``--heads`` (default: the two strongest sink heads and the two hardest heads), and prints
+recall, trustworthiness and seconds per setting, averaged over the heads. ``--json PATH`` writes every measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+warnings.filterwarnings("ignore")
+
+import qkviz  # noqa: E402
+from qkviz.core.alignment import align_head  # noqa: E402
+from qkviz.core.attention import attention_probs  # noqa: E402
+from qkviz.projection.attention_graph import GRAPH_PARAMS, attention_graph  # noqa: E402
+from qkviz.projection.methods import project_points  # noqa: E402
+from qkviz.search.partner_index import PartnerIndexes, head_layout_overlap  # noqa: E402
+from qkviz.store.projections import ATTENTION_METHODS, resolve_params  # noqa: E402
+
+from project import attentionviz_layout  # noqa: E402
+
+METHODS = ("pca", "tsne", "umap", "av-tsne", "attn-tsne", "attn-umap", "attn-tsne-hide1")
+K = 10
+SAMPLE = 200
+
+
+# -- choosing heads ---------------------------------------------------------------------------------
+def first_token_share(run, layer: int, head: int, sentences: list[int]) -> float:
+    """Mean attention on the sentence's first token, over the queries of ``sentences`` (first query left out)."""
+    queries, keys = run.queries(layer, head), run.keys(layer, head)
+    shares = []
+    for sentence in sentences:
+        rows = run.sentence_tokens(sentence)
+        probs = attention_probs(queries[rows], keys[rows], run.scale(layer), causal=run.is_causal,
+                                sliding_window=run.sliding_window(layer), softcap=run.softcap(layer))
+        shares.append(probs[1:, 0])
+    return float(np.concatenate(shares).mean())
+
+
+def cosine_fidelity(run, layer: int, head: int, seed: int = 0) -> float:
+    """Partner recall@10 of the aligned space itself under cosine (mean of both sides, seeded sample):
+    the ceiling of what a layout preserving cosine neighbourhoods (tsne, umap) can keep."""
+    queries, keys = run.queries(layer, head), run.keys(layer, head)
+    points = align_head(queries, keys).points
+    n = len(queries)
+    unit = points / np.maximum(np.linalg.norm(points, axis=1, keepdims=True), 1e-12)
+    chosen = np.random.default_rng(seed).choice(n, min(SAMPLE, n), replace=False)
+    shares = []
+    for own, other, own_unit, other_unit in ((queries, keys, unit[:n], unit[n:]), (keys, queries, unit[n:], unit[:n])):
+        partners = np.argpartition(-(own[chosen] @ other.T), K - 1, axis=1)[:, :K]
+        near = np.argpartition(-(own_unit[chosen] @ other_unit.T), K - 1, axis=1)[:, :K]
+        shares.append(np.mean([len(np.intersect1d(a, b)) / K for a, b in zip(partners, near)]))
+    return float(np.mean(shares))
+
+
+def survey_heads(run, n_sentences: int = 40, seed: int = 0) -> list[dict]:
+    """Every head's first-token share and cosine fidelity."""
+    rng = np.random.default_rng(seed)
+    sentences = sorted(rng.choice(len(run.sentences), min(n_sentences, len(run.sentences)), replace=False).tolist())
+    return [{"layer": layer, "head": head, "first_token": first_token_share(run, layer, head, sentences),
+             "cosine_fidelity": cosine_fidelity(run, layer, head)}
+            for layer in range(run.n_layers) for head in range(run.n_heads)]
+
+
+def choose_heads(survey: list[dict], sinks: int, hardest: int, ordinary: int) -> list[tuple[int, int, str]]:
+    chosen: dict[tuple[int, int], str] = {}
+    for row in sorted(survey, key=lambda row: -row["first_token"])[:sinks]:
+        chosen[row["layer"], row["head"]] = "sink"
+    for row in [row for row in sorted(survey, key=lambda row: row["cosine_fidelity"])
+                if (row["layer"], row["head"]) not in chosen][:hardest]:
+        chosen[row["layer"], row["head"]] = "hard"
+    rest = sorted([row for row in survey if row["first_token"] < 0.5 and (row["layer"], row["head"]) not in chosen],
+                  key=lambda row: row["cosine_fidelity"])
+    if len(rest) < ordinary:
+        rest = sorted([row for row in survey if (row["layer"], row["head"]) not in chosen],
+                      key=lambda row: row["first_token"])[:max(ordinary * 2, 1)]
+    middle = len(rest) // 2
+    for row in rest[max(0, middle - ordinary // 2):][:ordinary]:
+        chosen[row["layer"], row["head"]] = "ordinary"
+    return [(layer, head, kind) for (layer, head), kind in chosen.items()]
+
+
+# -- one layout -------------------------------------------------------------------------------------
+def layout(run, layer: int, head: int, points: np.ndarray, method: str, **params) -> tuple[np.ndarray, float, dict]:
+    """``(coordinates, seconds, extra)`` of one 2D layout of the head's aligned ``points``."""
+    started = time.perf_counter()
+    extra: dict = {}
+    if method == "av-tsne":
+        coordinates = attentionviz_layout(points, "tsne", 2)
+    elif method in ATTENTION_METHODS or method == "attn-tsne-hide1":
+        base = "attn-tsne" if method == "attn-tsne-hide1" else method
+        params = resolve_params(base, params, 2)
+        graph_params = {name: params.pop(name) for name in GRAPH_PARAMS}
+        if method == "attn-tsne-hide1":
+            graph = hide_first_graph(run, layer, head, points, **graph_params)
+            method = base
+        else:
+            graph = attention_graph(run.queries(layer, head), run.keys(layer, head), points, run.scale(layer),
+                                    softcap=run.softcap(layer), **graph_params)
+        extra["capped_keys"] = int(len(graph.sinks))
+        coordinates = project_points(points, method, 2, attention=graph, **params).coordinates
+    else:
+        coordinates = project_points(points, method, 2, **params).coordinates
+    return np.asarray(coordinates, dtype=np.float32), time.perf_counter() - started, extra
+
+
+def hide_first_graph(run, layer: int, head: int, points: np.ndarray, k: int, alpha: float, temperature: float,
+                     same_kind_k: int, key_cap: float):
+    """Prototype (not in qkviz): the attention graph with every sentence's first-token key left out of the
+    queries' candidates (their top-k is over the other keys, renormalised, as AttentionViz's "hide first
+    token"); first-token keys keep their own top-k queries and the same-kind term, the cap applies to the rest."""
+    import scipy.sparse as sp
+
+    from qkviz.projection.attention_graph import AttentionGraph, softmax_rows, top_partners
+    from qkviz.projection.neighbors import neighbor_graph
+
+    queries, keys = run.queries(layer, head), run.keys(layer, head)
+    n = len(queries)
+    kept = np.flatnonzero(run.tokens["position"].to_numpy() != 0)
+    found, logits = top_partners(queries, keys[kept], k, run.scale(layer), run.softcap(layer))
+    key_of_query, query_weights = kept[found], softmax_rows(logits, temperature)
+    query_of_key, key_logits = top_partners(keys, queries, k, run.scale(layer), run.softcap(layer))
+    key_weights = softmax_rows(key_logits, temperature)
+    incoming = np.bincount(key_of_query.ravel(), weights=query_weights.ravel(), minlength=n)
+    cap = key_cap * incoming.mean()
+    capped = np.flatnonzero(incoming > cap)
+    factor = np.ones(n)
+    factor[capped] = cap / incoming[capped]
+    query_weights = query_weights * factor[key_of_query]
+    rows = [np.repeat(np.arange(n), k), np.repeat(np.arange(n, 2 * n), k)]
+    columns = [n + key_of_query.ravel(), query_of_key.ravel()]
+    values = [query_weights.ravel(), key_weights.ravel()]
+    if alpha > 0:
+        for offset, part in ((0, points[:n]), (n, points[n:])):
+            graph = neighbor_graph(part, same_kind_k + 1, "cosine")
+            rows.append(offset + np.repeat(np.arange(n), same_kind_k))
+            columns.append(offset + graph.indices[:, 1:].ravel())
+            values.append(np.full(n * same_kind_k, alpha / same_kind_k))
+    matrix = sp.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))), shape=(2 * n, 2 * n))
+    matrix = (matrix + matrix.T) / 2
+    return AttentionGraph(sp.csr_matrix(matrix / matrix.sum()), capped, n)
+
+
+def recall_beyond_first(run, indexes, layer: int, head: int, coordinates: np.ndarray, seed: int = 0) -> float:
+    """Partner recall@10 with every first-token key left out (of the partners and of the layout's
+    neighbours): what the picture shows of the attention besides the sink; mean of both sides."""
+    n = run.n_tokens
+    first = run.tokens["position"].to_numpy() == 0
+    rng = np.random.default_rng(seed)
+    shares = []
+    for side in ("query", "key"):
+        pool = np.arange(n) if side == "query" else np.flatnonzero(~first)
+        for token in rng.choice(pool, min(SAMPLE, len(pool)), replace=False):
+            point = int(token) + (0 if side == "query" else n)
+            partners = indexes.partners(layer, head, point, K, exclude=first if side == "query" else None)
+            if side == "query":
+                candidates = n + np.flatnonzero(~first)
+            else:
+                candidates = np.arange(n)
+            distances = np.sum((coordinates[candidates] - coordinates[point]) ** 2, axis=1)
+            near = candidates[np.argpartition(distances, K - 1)[:K]]
+            shares.append(len(np.intersect1d(near, partners.points)) / K)
+    return float(np.mean(shares))
+
+
+def sink_near(run, coordinates: np.ndarray, seed: int = 0) -> float:
+    """Share of a seeded sample of queries whose nearest key in the layout is a sentence's first token."""
+    n = run.n_tokens
+    first = (run.tokens["position"].to_numpy() == 0)
+    chosen = np.random.default_rng(seed).choice(n, min(1000, n), replace=False)
+    keys = coordinates[n:]
+    nearest = [int(np.argmin(np.sum((keys - coordinates[t]) ** 2, axis=1))) for t in chosen]
+    return float(first[nearest].mean())
+
+
+SAVE: Path | None = None
+
+
+def measure(run, indexes, layer: int, head: int, points: np.ndarray, trust_sample: np.ndarray, method: str,
+            **params) -> dict:
+    from sklearn.manifold import trustworthiness
+
+    coordinates, seconds, extra = layout(run, layer, head, points, method, **params)
+    if SAVE is not None:
+        label = "_".join(f"{name}={value}" for name, value in sorted(params.items())) or "defaults"
+        np.save(SAVE / f"l{layer}h{head}_{method}_{label}.npy", coordinates)
+    overlap = head_layout_overlap(indexes, layer, head, coordinates, k=K, sample=SAMPLE)
+    return {"layer": layer, "head": head, "method": method, "params": params, "seconds": seconds,
+            "recall_q": overlap["query"], "recall_k": overlap["key"],
+            "recall": (overlap["query"] + overlap["key"]) / 2, "chance": overlap["chance"],
+            "trust": float(trustworthiness(points[trust_sample], coordinates[trust_sample], n_neighbors=K)),
+            "sink_near": sink_near(run, coordinates),
+            "recall_beyond_first": recall_beyond_first(run, indexes, layer, head, coordinates), **extra}
+
+
+def warm_up() -> None:
+    """Compile UMAP's numba code (both UMAP paths) before anything is timed."""
+    rng = np.random.default_rng(0)
+    warm = rng.normal(size=(600, 8)).astype(np.float32)
+    project_points(warm, "umap", 2)
+    graph = attention_graph(warm[:300], warm[300:], warm, 1.0, k=5, same_kind_k=5)
+    project_points(warm, "attn-umap", 2, attention=graph)
+
+
+# -- the comparison table ---------------------------------------------------------------------------
+def compare(run, heads, methods, trust_points: int, av_per_kind: int | None = None) -> list[dict]:
+    indexes = PartnerIndexes(run)
+    rows = []
+    av_done: dict[str, int] = {}
+    for layer, head, kind in heads:
+        points = align_head(run.queries(layer, head), run.keys(layer, head)).points.astype(np.float32)
+        trust_sample = np.random.default_rng(0).choice(len(points), min(trust_points, len(points)), replace=False)
+        for method in methods:
+            if method == "av-tsne" and av_per_kind is not None:
+                if av_done.get(kind, 0) >= av_per_kind:
+                    continue
+                av_done[kind] = av_done.get(kind, 0) + 1
+            row = measure(run, indexes, layer, head, points, trust_sample, method)
+            row["kind"] = kind
+            rows.append(row)
+            print(f"  L{layer} H{head} ({kind}) {method:15s} recall q->k {row['recall_q']:.3f} k->q {row['recall_k']:.3f}"
+                  f"  trust {row['trust']:.3f}  {row['seconds']:6.1f} s  beyond-first {row['recall_beyond_first']:.3f}"
+                  f"  sink-near {row['sink_near']:.2f}", flush=True)
+    return rows
+
+
+def print_table(rows: list[dict], methods, title: str) -> None:
+    heads = list(dict.fromkeys((row["layer"], row["head"], row["kind"]) for row in rows))
+    by = {(row["layer"], row["head"], row["method"]): row for row in rows}
+    print(f"\n{title}: partner recall@10 (mean of q->k and k->q) / trustworthiness / seconds per head")
+    print("| head | " + " | ".join(methods) + " |")
+    print("|---|" + "---|" * len(methods))
+    for layer, head, kind in heads:
+        cells = [f"{by[layer, head, m]['recall']:.3f} / {by[layer, head, m]['trust']:.3f} / {by[layer, head, m]['seconds']:.1f}"
+                 if (layer, head, m) in by else "-" for m in methods]
+        print(f"| L{layer} H{head} ({kind}) | " + " | ".join(cells) + " |")
+    means = []
+    for m in methods:
+        chosen = [row for row in rows if row["method"] == m]
+        means.append(f"**{np.mean([r['recall'] for r in chosen]):.3f} / {np.mean([r['trust'] for r in chosen]):.3f} / "
+                     f"{np.mean([r['seconds'] for r in chosen]):.1f}**" + ("" if len(chosen) == len(heads) else f" ({len(chosen)} heads)"))
+    print("| mean | " + " | ".join(means) + " |")
+    print("\nmean per method: recall q->k, k->q; min recall over heads; min trustworthiness; recall beyond the "
+          "first token; sink-near on sink heads")
+    for m in methods:
+        chosen = [row for row in rows if row["method"] == m]
+        sinks = [row["sink_near"] for row in chosen if row["kind"] == "sink"]
+        print(f"  {m:15s} q->k {np.mean([r['recall_q'] for r in chosen]):.3f}  k->q {np.mean([r['recall_k'] for r in chosen]):.3f}"
+              f"  min recall {min(r['recall'] for r in chosen):.3f}  min trust {min(r['trust'] for r in chosen):.3f}"
+              f"  beyond-first {np.mean([r['recall_beyond_first'] for r in chosen]):.3f}"
+              f"  sink-near {np.mean(sinks) if sinks else float('nan'):.2f}")
+
+
+def goals(rows: list[dict], method: str) -> None:
+    """The issue's goals for ``method``, head by head, against today's t-SNE."""
+    by = {(row["layer"], row["head"], row["method"]): row for row in rows}
+    heads = list(dict.fromkeys((row["layer"], row["head"]) for row in rows))
+    if not all((l, h, method) in by and (l, h, "tsne") in by for l, h in heads):
+        return
+    ours = [by[l, h, method] for l, h in heads]
+    today = [by[l, h, "tsne"] for l, h in heads]
+    print(f"\ngoals for {method} (every measured head):")
+    recall_ok = sum(o["recall"] >= 0.30 for o in ours)
+    ratio = [o["recall"] / max(t["recall"], 1e-9) for o, t in zip(ours, today)]
+    print(f"  recall >= 0.30: {recall_ok}/{len(ours)} heads (min {min(o['recall'] for o in ours):.3f}, "
+          f"mean {np.mean([o['recall'] for o in ours]):.3f})")
+    print(f"  recall >= 3x tsne: {sum(r >= 3 for r in ratio)}/{len(ours)} heads (min ratio {min(ratio):.1f}x, "
+          f"median {np.median(ratio):.1f}x)")
+    print(f"  trustworthiness >= 0.90: {sum(o['trust'] >= 0.9 for o in ours)}/{len(ours)} heads "
+          f"(min {min(o['trust'] for o in ours):.3f}, mean {np.mean([o['trust'] for o in ours]):.3f})")
+    faster = [o["seconds"] <= t["seconds"] for o, t in zip(ours, today)]
+    print(f"  seconds <= tsne: {sum(faster)}/{len(ours)} heads (mean {np.mean([o['seconds'] for o in ours]):.1f} s "
+          f"vs {np.mean([t['seconds'] for t in today]):.1f} s)")
+
+
+# -- the parameter sweep ----------------------------------------------------------------------------
+def sweep_settings(grid: bool) -> list[dict]:
+    """One factor at a time around the defaults, then (``grid``) the k x alpha grid at the other defaults.
+    (The defaults were chosen from this sweep run around the earlier ones, key_cap 5: see the README.)"""
+    settings = [{}]
+    for name, values in (("k", (5, 20)), ("alpha", (0.0, 0.25, 1.0)), ("temperature", (3.0, 10.0)),
+                         ("key_cap", (2.0, 5.0, 50.0))):
+        settings += [{name: value} for value in values]
+    if grid:
+        settings += [{"k": k, "alpha": alpha} for k in (5, 20) for alpha in (0.0, 1.0)]
+    return settings
+
+
+def parse_setting(text: str) -> dict:
+    """``"key_cap=inf,alpha=0.25"`` -> ``{"key_cap": inf, "alpha": 0.25}``; ``"defaults"`` -> ``{}``."""
+    setting = {}
+    for part in text.split(","):
+        if part.strip() and part.strip() != "defaults":
+            name, value = part.split("=")
+            setting[name.strip()] = int(value) if name.strip() in ("k", "same_kind_k") else float(value)
+    return setting
+
+
+def sweep(run, heads, methods, trust_points: int, grid: bool, settings: list[dict] | None = None) -> list[dict]:
+    indexes = PartnerIndexes(run)
+    rows = []
+    prepared = []
+    for layer, head, kind in heads:
+        points = align_head(run.queries(layer, head), run.keys(layer, head)).points.astype(np.float32)
+        trust_sample = np.random.default_rng(0).choice(len(points), min(trust_points, len(points)), replace=False)
+        prepared.append((layer, head, kind, points, trust_sample))
+    for method in methods:
+        for setting in settings if settings is not None else sweep_settings(grid and method == "attn-tsne"):
+            found = []
+            for layer, head, kind, points, trust_sample in prepared:
+                row = measure(run, indexes, layer, head, points, trust_sample, method, **setting)
+                row["kind"] = kind
+                found.append(row)
+            rows += found
+            label = ", ".join(f"{name}={value}" for name, value in setting.items()) or "defaults"
+            sinks = [r for r in found if r["kind"] == "sink"]
+            print(f"  {method:9s} {label:24s} recall {np.mean([r['recall'] for r in found]):.3f} "
+                  f"(q->k {np.mean([r['recall_q'] for r in found]):.3f}, k->q {np.mean([r['recall_k'] for r in found]):.3f}, "
+                  f"min {min(r['recall'] for r in found):.3f})  trust {np.mean([r['trust'] for r in found]):.3f} "
+                  f"(min {min(r['trust'] for r in found):.3f})  {np.mean([r['seconds'] for r in found]):5.1f} s"
+                  + f"  beyond-first {np.mean([r['recall_beyond_first'] for r in found]):.3f}"
+                  + (f"  sink-near {np.mean([r['sink_near'] for r in sinks]):.2f}" if sinks else ""), flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", required=True, help="a run directory (qkviz extract --out ...)")
+    parser.add_argument("--heads", nargs="*", help="layer,head pairs, each optionally with :kind (e.g. 4,5:sink); "
+                        "default: chosen from the run, see above")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {', '.join(METHODS)}")
+    parser.add_argument("--sinks", type=int, default=3)
+    parser.add_argument("--hardest", type=int, default=3)
+    parser.add_argument("--ordinary", type=int, default=2)
+    parser.add_argument("--trust-sample", type=int, default=3000, help="points for trustworthiness (same for all)")
+    parser.add_argument("--av-per-kind", type=int, help="run the AttentionViz recipe (1.5-2 min a head) on only this "
+                        "many heads of each kind (sink, hard, ordinary)")
+    parser.add_argument("--sweep", action="store_true", help="sweep the attention graph's parameters instead")
+    parser.add_argument("--settings", nargs="*", help="sweep only these settings, e.g. key_cap=inf,alpha=0.25 defaults")
+    parser.add_argument("--no-grid", action="store_true", help="sweep: leave out the k x alpha grid")
+    parser.add_argument("--json", type=Path, help="write every measurement here")
+    parser.add_argument("--save-layouts", type=Path, help="save every layout here as .npy")
+    args = parser.parse_args()
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = set(methods) - set(METHODS)
+    if unknown:
+        parser.error(f"unknown methods {', '.join(sorted(unknown))}")
+    started = time.perf_counter()
+    if args.save_layouts:
+        global SAVE
+        SAVE = args.save_layouts
+        SAVE.mkdir(parents=True, exist_ok=True)
+    run = qkviz.open_run(args.run)
+    print(f"{run.manifest['model']['id']}: {run.n_tokens} tokens, {run.n_layers} x {run.n_heads} heads", flush=True)
+    survey = None
+    if args.heads:
+        heads = [(int(pair.split(":")[0].split(",")[0]), int(pair.split(":")[0].split(",")[1]),
+                  pair.split(":")[1] if ":" in pair else "given") for pair in args.heads]
+    else:
+        survey_started = time.perf_counter()
+        survey = survey_heads(run)
+        sink_heads = sum(row["first_token"] >= 0.5 for row in survey)
+        print(f"survey of {len(survey)} heads in {time.perf_counter() - survey_started:.1f} s: {sink_heads} put half "
+              f"their attention or more on the first token; cosine fidelity median "
+              f"{np.median([r['cosine_fidelity'] for r in survey]):.3f}, min {min(r['cosine_fidelity'] for r in survey):.3f}")
+        if args.sweep:
+            heads = choose_heads(survey, 2, 2, 0)
+        else:
+            heads = choose_heads(survey, args.sinks, args.hardest, args.ordinary)
+        by = {(r["layer"], r["head"]): r for r in survey}
+        for layer, head, kind in heads:
+            print(f"  L{layer} H{head}: {kind}, first-token share {by[layer, head]['first_token']:.2f}, "
+                  f"cosine fidelity {by[layer, head]['cosine_fidelity']:.3f}")
+    warm_up()
+    if args.sweep:
+        settings = [parse_setting(text) for text in args.settings] if args.settings else None
+        rows = sweep(run, heads, [m for m in methods if m in ATTENTION_METHODS or m == "attn-tsne-hide1"],
+                     args.trust_sample, not args.no_grid, settings)
+    else:
+        rows = compare(run, heads, methods, args.trust_sample, args.av_per_kind)
+        print_table(rows, methods, f"{run.manifest['model']['id']}, {run.n_tokens} tokens")
+        for method in ATTENTION_METHODS:
+            if method in methods:
+                goals(rows, method)
+    total = time.perf_counter() - started
+    print(f"\nbench wall time {total / 60:.1f} min", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"run": str(args.run), "model": run.manifest["model"]["id"],
+                                         "n_tokens": run.n_tokens, "survey": survey, "rows": rows,
+                                         "seconds": total}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
