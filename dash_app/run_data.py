@@ -29,7 +29,7 @@ from qkviz.store import DIMENSIONS, METHODS, ProjectionCache, ProjectionSpec, St
 logger = logging.getLogger(__name__)
 
 #: preferred projection when the URL names none: the first of these with every head cached.
-METHOD_PREFERENCE = ("tsne", "umap", "pca")
+METHOD_PREFERENCE = ("attn-tsne", "tsne", "attn-umap", "umap", "pca")
 #: points drawn per head in the matrix view: at most this many tokens (each a query and a key) ...
 MATRIX_TOKENS_PER_HEAD = 500
 #: ... and at most this many points over all heads (one WebGL canvas draws them all).

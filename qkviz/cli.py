@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "about doubles t-SNE's time, so by default t-SNE is projected in 2D only; --dim 2,3 or "
                     "--tsne-3d adds its 3D layout.")
     project.add_argument("--run", required=True, type=Path, help="run directory")
-    project.add_argument("--method", default="pca,umap,tsne",
+    project.add_argument("--method", default="pca,attn-tsne",
                          help="comma-separated: pca, umap, tsne, attn-tsne, attn-umap (the last two lay out the "
                               "head's attention: each token's strongest partners over the corpus)")
     project.add_argument("--dim", help="comma-separated: 2, 3 (default: 2 and 3, but 2 only for the t-SNE "
@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="attn-*: softmax temperature over a token's partner logits (default 1: the head's own)")
     project.add_argument("--same-kind-k", type=int, help="attn-*: nearest same-kind neighbours (default 10)")
     project.add_argument("--key-cap", type=float,
-                         help="attn-*: cap on a key's incoming attention weight, in times the mean (default 5)")
+                         help="attn-*: cap on a key's incoming attention weight, in times the mean (default: none; "
+                              "bench/faithful.py found that a cap costs recall)")
     project.set_defaults(handler=_project)
 
     report = commands.add_parser(
