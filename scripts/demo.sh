@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up, then run qkviz on the bundled default: MiniLM over the bundled corpus, every head projected
-# (PCA and UMAP in 2D and 3D, t-SNE in 2D; about 15 minutes on 2 cores by the figures of bench/project.py),
-# the head atlas, related heads, the report and the search indexes, then serve the app on 127.0.0.1:8050.
+# (PCA in 2D and 3D, attention t-SNE in 2D; 3.5 to 6 minutes on 2 cores), the head atlas, related heads,
+# the report and the search indexes (about 9 minutes in all after set-up), then serve the app on 127.0.0.1:8050.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
