@@ -29,9 +29,11 @@ def test_project_caches_layouts_and_skips_them_next_time(small_run, capsys):
     assert main(["project", "--run", str(small_run.path), "--method", "pca,tsne",
                  "--layers", "1", "--heads", "0-2"]) == 0
     assert [entry.stat().st_mtime_ns for entry in entries] == mtimes  # nothing recomputed
-    assert main(["-q", "project", "--run", str(small_run.path), "--method", "tsne", "--dim", "3",
-                 "--layers", "1", "--heads", "2"]) == 0                 # asked for: made
-    assert small_run.projection(1, 2, "tsne", 3).shape == (2 * small_run.n_tokens, 3)
+    short = {"--early-exaggeration-iter": 10, "--n-iter": 10, "--n-iter-3d": 5}   # quick: only its existence counts
+    assert main(["-q", "project", "--run", str(small_run.path), "--method", "tsne", "--dim", "3", "--layers", "1",
+                 "--heads", "2", *(str(part) for pair in short.items() for part in pair)]) == 0   # asked for: made
+    assert small_run.projection(1, 2, "tsne", 3, early_exaggeration_iter=10, n_iter=10,
+                                n_iter_3d=5).shape == (2 * small_run.n_tokens, 3)
 
 
 def test_bad_project_requests_are_one_line_errors(small_run, capsys):
