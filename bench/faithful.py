@@ -154,36 +154,12 @@ def hide_first_graph(run, layer: int, head: int, points: np.ndarray, k: int, alp
     """Prototype (not in qkviz): the attention graph with every sentence's first-token key left out of the
     queries' candidates (their top-k is over the other keys, renormalised, as AttentionViz's "hide first
     token"); first-token keys keep their own top-k queries and the same-kind term, the cap applies to the rest."""
-    import scipy.sparse as sp
+    from qkviz.projection.attention_graph import attention_graph
 
-    from qkviz.projection.attention_graph import AttentionGraph, softmax_rows, top_partners
-    from qkviz.projection.neighbors import neighbor_graph
-
-    queries, keys = run.queries(layer, head), run.keys(layer, head)
-    n = len(queries)
     kept = np.flatnonzero(run.tokens["position"].to_numpy() != 0)
-    found, logits = top_partners(queries, keys[kept], k, run.scale(layer), run.softcap(layer))
-    key_of_query, query_weights = kept[found], softmax_rows(logits, temperature)
-    query_of_key, key_logits = top_partners(keys, queries, k, run.scale(layer), run.softcap(layer))
-    key_weights = softmax_rows(key_logits, temperature)
-    incoming = np.bincount(key_of_query.ravel(), weights=query_weights.ravel(), minlength=n)
-    cap = key_cap * incoming.mean()
-    capped = np.flatnonzero(incoming > cap)
-    factor = np.ones(n)
-    factor[capped] = cap / incoming[capped]
-    query_weights = query_weights * factor[key_of_query]
-    rows = [np.repeat(np.arange(n), k), np.repeat(np.arange(n, 2 * n), k)]
-    columns = [n + key_of_query.ravel(), query_of_key.ravel()]
-    values = [query_weights.ravel(), key_weights.ravel()]
-    if alpha > 0:
-        for offset, part in ((0, points[:n]), (n, points[n:])):
-            graph = neighbor_graph(part, same_kind_k + 1, "cosine")
-            rows.append(offset + np.repeat(np.arange(n), same_kind_k))
-            columns.append(offset + graph.indices[:, 1:].ravel())
-            values.append(np.full(n * same_kind_k, alpha / same_kind_k))
-    matrix = sp.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))), shape=(2 * n, 2 * n))
-    matrix = (matrix + matrix.T) / 2
-    return AttentionGraph(sp.csr_matrix(matrix / matrix.sum()), capped, n)
+    return attention_graph(run.queries(layer, head), run.keys(layer, head), points, run.scale(layer), k=k,
+                           alpha=alpha, temperature=temperature, same_kind_k=same_kind_k, key_cap=key_cap,
+                           softcap=run.softcap(layer), candidate_keys=kept)
 
 
 def recall_beyond_first(run, indexes, layer: int, head: int, coordinates: np.ndarray, seed: int = 0) -> float:

@@ -69,14 +69,20 @@ def check_graph_params(n_tokens: int, k: int, alpha: float, temperature: float, 
 
 def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, scale: float, *, k: int = 10,
                     alpha: float = 0.5, temperature: float = 1.0, same_kind_k: int = 10, key_cap: float = float("inf"),
-                    softcap: float | None = None) -> AttentionGraph:
+                    softcap: float | None = None, candidate_keys: np.ndarray | None = None) -> AttentionGraph:
     """The attention-faithful affinities of one head (see the module docstring).
 
     ``queries`` and ``keys`` ``[n, d_head]`` are the head's vectors as they enter ``q . k`` (the logits
-    come from them); ``aligned`` ``[2n, d_head]`` is the joint aligned cloud (the same-kind term's space)."""
+    come from them); ``aligned`` ``[2n, d_head]`` is the joint aligned cloud (the same-kind term's space).
+    ``candidate_keys`` (int64 token indices), when given, are the only keys a query links to (e.g. all but
+    each sentence's first token, as AttentionViz's "hide first token"); every key still links to its queries."""
     n = len(queries)
     check_graph_params(n, k, alpha, temperature, same_kind_k, key_cap)
-    key_of_query, query_logits = top_partners(queries, keys, k, scale, softcap)
+    if candidate_keys is not None and k > len(candidate_keys):
+        raise QkvizError(f"k must be at most the {len(candidate_keys)} keys queries may link to, got {k}")
+    candidates = np.arange(n) if candidate_keys is None else np.asarray(candidate_keys, dtype=np.int64)
+    found, query_logits = top_partners(queries, keys[candidates], k, scale, softcap)
+    key_of_query = candidates[found]
     query_of_key, key_logits = top_partners(keys, queries, k, scale, softcap)
     query_weights = softmax_rows(query_logits, temperature)          # [n, k], each row sums to 1
     key_weights = softmax_rows(key_logits, temperature)

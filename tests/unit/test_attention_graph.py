@@ -11,13 +11,15 @@ from qkviz.core.partners import top_partners
 from qkviz.projection.attention_graph import attention_graph
 
 
-def dense_reference(queries, keys, scale, k, temperature):
+def dense_reference(queries, keys, scale, k, temperature, candidates=None):
     """The attention term by brute force: every logit, the k best per row, a softmax over them."""
     n = len(queries)
     logits = scale * queries @ keys.T
     matrix = np.zeros((2 * n, 2 * n))
+    allowed = np.full(n, -np.inf)
+    allowed[np.arange(n) if candidates is None else candidates] = 0.0
     for i in range(n):
-        best = np.argsort(-logits[i])[:k]
+        best = np.argsort(-(logits[i] + allowed))[:k]
         weights = np.exp((logits[i, best] - logits[i, best].max()) / temperature)
         matrix[i, n + best] += weights / weights.sum()
     for j in range(n):
@@ -35,6 +37,18 @@ def test_the_attention_term_is_each_points_top_partners_softmaxed():
     graph = attention_graph(queries, keys, aligned, 0.7, k=5, alpha=0.0, temperature=0.5, key_cap=1e9)
     np.testing.assert_allclose(graph.matrix.toarray(), dense_reference(queries, keys, 0.7, 5, 0.5), rtol=1e-5, atol=1e-9)
     assert len(graph.sinks) == 0
+
+
+def test_queries_link_only_to_candidate_keys():
+    rng = np.random.default_rng(6)
+    queries, keys = rng.normal(size=(30, 6)), rng.normal(size=(30, 6))
+    aligned = align_head(queries, keys, Alignment()).points
+    candidates = np.setdiff1d(np.arange(30), [0, 7, 12])       # e.g. every sentence's first token left out
+    graph = attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, candidate_keys=candidates)
+    np.testing.assert_allclose(graph.matrix.toarray(), dense_reference(queries, keys, 1.0, 4, 1.0, candidates),
+                               rtol=1e-5, atol=1e-9)
+    with pytest.raises(QkvizError, match="at most the 2 keys"):
+        attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, candidate_keys=np.array([1, 2]))
 
 
 def test_top_partners_are_exact_across_blocks(monkeypatch):
