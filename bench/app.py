@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from browser import CHROMIUM_ARGS, CHROMIUM, free_port  # noqa: E402
+from support.browser import CHROMIUM_ARGS, CHROMIUM, free_port  # noqa: E402
 
 SEARCHES = ("the", "and", "of", "to", "in", "a", "is", "was")
 ATLAS_SORT = "entropy_normalised"

@@ -22,11 +22,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import qkviz  # noqa: E402
-from attention_check import max_attention_error  # noqa: E402
+from support.attention_check import max_attention_error  # noqa: E402
 from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
 from qkviz.extraction.forward import pad_token_id  # noqa: E402
 from qkviz.extraction.models import load_model, model_directory  # noqa: E402
-from tiny_models import FAMILIES, build_tiny_model  # noqa: E402
+from support.tiny_models import FAMILIES, build_tiny_model  # noqa: E402
 
 
 def spread(run, count: int) -> list[int]:
