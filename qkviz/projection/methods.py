@@ -65,7 +65,7 @@ def project_points(points: np.ndarray, method: str, dim: int, seed: int = 0, gra
             raise ValueError(f"{method} needs the attention graph of these {len(points)} points")
         if method == "attn-umap":
             return _attention_umap(points, dim, seed, params, attention)
-        return _tsne(points, dim, seed, params, _precomputed(attention), tsne_2d)
+        return Projection(_tsne(points, dim, seed, params, _precomputed(attention), tsne_2d), params, {})
     needed = neighbors_needed(method, params, len(points))
     if graph is None or graph.k < needed or graph.metric != params["metric"]:
         graph = neighbor_graph(points, needed, params["metric"])
@@ -73,8 +73,7 @@ def project_points(points: np.ndarray, method: str, dim: int, seed: int = 0, gra
         return _umap(points, dim, seed, params, graph.first(needed))
     used = dict(params)
     affinities, adjusted = _perplexity_affinities(graph.first(needed), used, len(points), seed)
-    projection = _tsne(points, dim, seed, used, affinities, tsne_2d)
-    return Projection(projection.coordinates, used, adjusted)
+    return Projection(_tsne(points, dim, seed, used, affinities, tsne_2d), used, adjusted)
 
 
 def _pca(points, dim, seed, params) -> Projection:
@@ -134,14 +133,13 @@ def _attention_umap(points, dim, seed, params, attention: AttentionGraph) -> Pro
     return Projection(np.asarray(coordinates, dtype=np.float32), dict(params), {})
 
 
-def _tsne(points, dim, seed, used: dict, affinities, tsne_2d: np.ndarray | None) -> Projection:
+def _tsne(points, dim, seed, used: dict, affinities, tsne_2d: np.ndarray | None) -> np.ndarray:
     """2D: openTSNE with FFT gradients (early exaggeration, then the rest). 3D: the 2D layout lifted
     by a small third coordinate (the points' third principal component) and refined for
     ``n_iter_3d`` Barnes-Hut iterations, openTSNE having no FFT path in 3D; a full 3D run from
     scratch costs five times as much for the same trustworthiness."""
     from openTSNE import TSNEEmbedding, initialization
 
-    adjusted: dict = {}
     if tsne_2d is None or dim == 2:
         start = initialization.pca(points, n_components=2, random_state=seed)  # rescaled to std 1e-4
         embedding = TSNEEmbedding(start, affinities, negative_gradient_method="fft", n_jobs=1, random_state=seed)
@@ -149,12 +147,12 @@ def _tsne(points, dim, seed, used: dict, affinities, tsne_2d: np.ndarray | None)
         embedding = embedding.optimize(n_iter=used["n_iter"], momentum=0.8)
         tsne_2d = np.asarray(embedding, dtype=np.float32)
     if dim == 2:
-        return Projection(tsne_2d, used, adjusted)
+        return tsne_2d
     third = initialization.pca(points, n_components=3, random_state=seed)[:, 2:]
     lifted = np.hstack([tsne_2d, third / (third.std() or 1.0) * tsne_2d.std() * LIFT_SCALE]).astype(np.float64)
     embedding = TSNEEmbedding(lifted, affinities, negative_gradient_method="bh", theta=1.0, n_jobs=1,
                               random_state=seed).optimize(n_iter=used["n_iter_3d"], momentum=0.8)
-    return Projection(np.asarray(embedding, dtype=np.float32), used, adjusted)
+    return np.asarray(embedding, dtype=np.float32)
 
 
 #: The third coordinate of a lifted 3D t-SNE starts at this fraction of the 2D layout's spread.
