@@ -8,6 +8,7 @@ stored correlations, corpus-wide partners and the status of the run.
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -63,7 +64,14 @@ class Run(StoredRun):
         exact_limit
             Exact search up to this many tokens; past it, the approximate index ``qkviz index`` built.
         """
-        return PartnerIndexes(self, exact_limit=exact_limit).partners(layer, head, point, k)
+        if exact_limit != EXACT_LIMIT:
+            return PartnerIndexes(self, exact_limit=exact_limit).partners(layer, head, point, k)
+        return self._partner_indexes.partners(layer, head, point, k)
+
+    @cached_property
+    def _partner_indexes(self) -> PartnerIndexes:
+        """One set of partner indexes per opened run: an index read or built once serves every later query."""
+        return PartnerIndexes(self)
 
     def status(self) -> str:
         """What the run holds: extraction, cached projections, indexes (what ``qkviz status`` prints)."""
