@@ -17,20 +17,19 @@ from pathlib import Path
 import dash
 from dash import Input, Output, State, dcc, html, no_update
 
-from dash_app import ids
+from dash_app import ids, progress
 from dash_app.events import clicked, exemplar_target, partner_target, related_target
-from dash_app.run_data import RunData, unique_names
+from dash_app.run_data import METHOD_LABELS, RunData, unique_names
 from dash_app.search import TokenSearch
 from dash_app.state import (ViewState, open_exemplar, open_head, select_point, select_run, select_sentence, step_head,
                             step_layer, validate)
 from dash_app.url_state import parse_url, to_url
 from dash_app.views import heads, matrix, positions, sentence, single
 from qkviz import QkvizError, open_run
-from qkviz.store import DIMENSIONS, METHODS
+from qkviz.store import DIMENSIONS
 
 logger = logging.getLogger(__name__)
 
-METHOD_LABELS = {"tsne": "t-SNE", "umap": "UMAP", "pca": "PCA", "attn-tsne": "attention t-SNE", "attn-umap": "attention UMAP"}
 TAB_STYLE = {"padding": "8px 4px"}
 #: the stores the shell holds: each view's last drawn key, and the events the state callback reads
 STORES = (ids.MATRIX_RENDERED, ids.SINGLE_RENDERED, ids.POSITIONS_RENDERED, ids.EXEMPLAR_CLICK, ids.PARTNER_CLICK,
@@ -60,6 +59,7 @@ def build_app(runs: list[RunData]) -> dash.Dash:
     app.layout = shell_layout(runs)
     register_state_callback(app, runs)
     register_search_count(app, searches)
+    progress.register(app, runs)
     matrix.register(app, runs, searches)
     single.register(app, runs, searches)
     sentence.register(app, runs)
@@ -92,6 +92,7 @@ def shell_layout(runs: list[RunData]) -> html.Div:
                           value=[], inline=True),
             html.Span(id=ids.SEARCH_COUNT),
         ]),
+        *progress.layout(runs),
         html.Div(id=ids.NOTICE),
         html.Div(id=ids.RUN_INFO, className="info"),
         matrix.layout(),
@@ -183,17 +184,24 @@ def next_state(trigger: str | None, value, current: dict | None, url_search: str
 
 
 def method_options(data: RunData) -> list[dict]:
-    """``"t-SNE (72/72 heads, recall 4%)"`` per method: how many heads have its 2D layout cached, and, when the
-    correlation report covers it, the layout's mean partner recall@10 over heads (how faithfully it shows who
-    attends to whom)."""
+    """``"t-SNE (72/72 heads, recall 4%)"`` per method offered (some head has its 2D layout, or it is being
+    made): how many heads have it, and, when the correlation report covers it, the layout's mean partner
+    recall@10 over heads (how faithfully it shows who attends to whom)."""
     available, total = data.available(), data.n_total_heads
     options = []
-    for method in METHODS:
+    for method in data.offered_methods():
         recall = data.mean_recall(f"{method}-2d")
         shown = "" if recall is None else f", recall {recall:.0%}"
-        options.append({"label": f"{METHOD_LABELS[method]} ({available[(method, 2)]}/{total} heads{shown})",
+        making = ", being made" if data.in_background(method) else ""
+        options.append({"label": f"{METHOD_LABELS[method]} ({available[(method, 2)]}/{total} heads{making}{shown})",
                         "value": method})
     return options
+
+
+def dim_options(data: RunData, method: str) -> list[dict]:
+    """2D and 3D, each disabled when no head has ``method``'s layout in it."""
+    offered = data.offered_layouts()
+    return [{"label": f"{dim}D", "value": dim, "disabled": (method, dim) not in offered} for dim in DIMENSIONS]
 
 
 def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
@@ -209,7 +217,8 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         Output(ids.STATE, "data"), Output(ids.URL, "search"), Output(ids.NOTICE, "children"),
         *(Output(control, prop) for control, prop in value_controls),
         Output(ids.LAYER_SELECT, "options"), Output(ids.HEAD_SELECT, "options"),
-        Output(ids.SENTENCE_SELECT, "options"), Output(ids.METHOD_SELECT, "options"), Output(ids.RUN_INFO, "children"),
+        Output(ids.SENTENCE_SELECT, "options"), Output(ids.METHOD_SELECT, "options"), Output(ids.DIM_SELECT, "options"),
+        Output(ids.RUN_INFO, "children"),
         Output(ids.MATRIX_SORT, "options"),
         *(Output(view, "style") for view in VIEW_IDS.values()),
         Input(ids.URL, "search"),
@@ -235,8 +244,9 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         run_changed = previous is None or previous.run != state.run
         options = [[{"label": str(i), "value": i} for i in range(data.run.n_layers)],
                    [{"label": str(i), "value": i} for i in range(data.run.n_heads)],
-                   sentence.sentence_options(data), method_options(data), run_summary(data)]
-        options = options if run_changed else [no_update] * 3 + options[3:4] + [no_update]
+                   sentence.sentence_options(data), method_options(data), dim_options(data, state.method),
+                   run_summary(data)]
+        options = options if run_changed else [no_update] * 3 + options[3:5] + [no_update]
         # the sort control offers the atlas's columns, which may appear while the app runs: sent when the run
         # changes or the matrix view opens, not on every action
         opened_matrix = state.view == "matrix" and (previous is None or previous.view != "matrix")

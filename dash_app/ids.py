@@ -18,6 +18,10 @@ DIM_SELECT = "dim-select"
 COLOUR_SELECT = "colour-select"
 SEARCH_SUBSTRING = "search-substring"
 RUN_INFO = "run-info"
+#: background layouts (qkviz serve): the top bar's progress line, its poll, and the count of heads landed
+LAYOUT_PROGRESS = "layout-progress"
+LAYOUT_POLL = "layout-poll"
+LAYOUT_STAMP = "layout-stamp"
 
 # {curve, customdata, timestamp} of the last click / hover on a graph (relayed by pointEvent, see dash_app.events)
 MATRIX_CLICK = "matrix-click"

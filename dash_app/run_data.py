@@ -22,12 +22,15 @@ from dash_app.atlas_columns import LABEL_SORT, label_codes, sortable_columns
 from dash_app.attention_maps import aggregate_attention
 from dash_app.features import token_features
 from dash_app.figures import plotly_texts
+from qkviz.projection import LayoutWorker
 from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
 from qkviz.search import PartnerIndexes, Partners, head_layout_overlap, run_token_index
 from qkviz.store import DIMENSIONS, METHODS, ProjectionCache, ProjectionSpec, StoredRun, resolve_params
 
 logger = logging.getLogger(__name__)
 
+#: each projection method's name in the app
+METHOD_LABELS = {"tsne": "t-SNE", "umap": "UMAP", "pca": "PCA", "attn-tsne": "attention t-SNE", "attn-umap": "attention UMAP"}
 #: preferred projection when the URL names none: the first of these with every head cached.
 METHOD_PREFERENCE = ("attn-tsne", "tsne", "attn-umap", "umap", "pca")
 #: points drawn per head in the matrix view: at most this many tokens (each a query and a key) ...
@@ -52,18 +55,22 @@ class RunShape:
     default_method: str
     #: the matrix orders the head atlas offers (its label and numeric columns); empty without an atlas
     atlas_sorts: tuple[str, ...] = ()
+    #: the ``(method, dim)`` layouts offered (some head has them, or they are being made); None: all
+    layouts: tuple[tuple[str, int], ...] | None = None
 
 
 @dataclass(frozen=True)
 class HeadLayouts:
     """Every head's 2D layout of one method, each normalised into the unit square.
 
-    ``points`` is float32 ``[layer * n_heads + head, 2 * n_tokens, 2]`` (queries first, then keys),
-    NaN for heads whose layout is not cached; ``missing`` lists those ``(layer, head)``."""
+    ``points`` is float32 ``[layer * n_heads + head, 2 * n_tokens, 2]`` (queries first, then keys);
+    ``missing`` lists the ``(layer, head)`` whose layout is not cached: NaN, or, for those in ``stand_in``
+    (still being made in the background), the head's PCA layout until its own lands."""
 
     method: str
     points: np.ndarray
     missing: tuple[tuple[int, int], ...]
+    stand_in: tuple[tuple[int, int], ...] = ()
 
 
 def normalise_layout(coordinates: np.ndarray, low: float = 0.5, high: float = 99.5) -> np.ndarray:
@@ -121,6 +128,8 @@ class RunData:
         self.partner_indexes = PartnerIndexes(run)
         self.partners = lru_cache(maxsize=64)(self._partners)
         self.layout_overlap = lru_cache(maxsize=32)(self._layout_overlap)
+        #: the worker making this run's default layouts while the app runs (set by ``qkviz serve``), or None
+        self.worker: LayoutWorker | None = None
 
     @property
     def n_total_heads(self) -> int:
@@ -129,7 +138,7 @@ class RunData:
     @property
     def shape(self) -> RunShape:
         return RunShape(self.name, self.run.n_layers, self.run.n_heads, self.run.n_tokens, self.run.n_sentences,
-                        self.default_method(), self.atlas_sorts())
+                        self.default_method(), self.atlas_sorts(), self.offered_layouts())
 
     # -- what is cached -------------------------------------------------------------------
     def spec(self, layer: int, head: int, method: str, dim: int) -> ProjectionSpec:
@@ -153,7 +162,42 @@ class RunData:
                                    for layer in range(self.run.n_layers) for head in range(self.run.n_heads))
                 for method in METHODS for dim in DIMENSIONS}
 
+    def in_background(self, method: str) -> bool:
+        """Whether ``method``'s 2D layouts are being made in the background now."""
+        return self.worker is not None and self.worker.method == method and self.worker.progress().running
+
+    def pending(self, layer: int, head: int, method: str) -> bool:
+        """Whether this head's ``method`` 2D layout is still to come from the background worker."""
+        return self.worker is not None and self.worker.method == method and self.worker.pending(layer, head)
+
+    def offered_layouts(self) -> tuple[tuple[str, int], ...]:
+        """The ``(method, dim)`` of which some head has a layout, or which are being made now; PCA 2D when
+        none (the app then says how to make layouts)."""
+        available = self.available()
+        offered = tuple((method, dim) for method in METHODS for dim in DIMENSIONS
+                        if available[(method, dim)] or (dim == 2 and self.in_background(method)))
+        return offered or (("pca", 2),)
+
+    def offered_methods(self) -> list[str]:
+        """The methods of :meth:`offered_layouts` (those with a 2D layout or being made)."""
+        return [method for method in METHODS if (method, 2) in self.offered_layouts()]
+
+    def layout_failure(self, layer: int, head: int, method: str, dim: int) -> str | None:
+        """Why this head's layout could not be made (in the background now, or by an earlier ``qkviz project``)."""
+        if self.worker is not None and self.worker.method == method and dim == 2:
+            failure = self.worker.failure(layer, head)
+            if failure is not None:
+                return failure
+        for spec, error in self._cache.failures():
+            if spec == self.spec(layer, head, method, dim):
+                return error
+        return None
+
     def default_method(self) -> str:
+        """The first of :data:`METHOD_PREFERENCE` with every head's 2D layout, else the one being made in the
+        background (its missing heads drawn in PCA), else the one with the most heads."""
+        if self.worker is not None and self.in_background(self.worker.method):
+            return self.worker.method
         available = self.available()
         for method in METHOD_PREFERENCE:
             if available[(method, 2)] == self.n_total_heads:
@@ -189,19 +233,31 @@ class RunData:
                                np.linalg.norm(self.run.keys(layer, head), axis=1)]).astype(np.float32)
 
     def all_layouts(self, method: str) -> HeadLayouts:
-        """Every head's normalised 2D layout of ``method`` (read once, then kept)."""
+        """Every head's normalised 2D layout of ``method``: read once, then only the heads that land later."""
         known = self._all_layouts.get(method)
-        if known is None or any(self.is_cached(layer, head, method, 2) for layer, head in known.missing):
+        if known is not None and not any(self.is_cached(layer, head, method, 2) or
+                                         ((layer, head) in known.stand_in) != self.pending(layer, head, method)
+                                         for layer, head in known.missing):
+            return known
+        n_heads = self.run.n_heads
+        if known is None:
             points = np.full((self.n_total_heads, 2 * self.run.n_tokens, 2), np.nan, dtype=np.float32)
-            missing = []
-            for layer in range(self.run.n_layers):
-                for head in range(self.run.n_heads):
-                    if not self.is_cached(layer, head, method, 2):
-                        missing.append((layer, head))
-                        continue
-                    points[layer * self.run.n_heads + head] = normalise_layout(self.run.projection(layer, head, method, 2))
-            self._all_layouts[method] = HeadLayouts(method, points, tuple(missing))
-            logger.info("%s: read %s 2D layouts of %d heads", self.name, method, self.n_total_heads - len(missing))
+            unread = [(layer, head) for layer in range(self.run.n_layers) for head in range(n_heads)]
+        else:
+            points, unread = known.points.copy(), list(known.missing)
+        missing, stand_in = [], []
+        for layer, head in unread:
+            if self.is_cached(layer, head, method, 2):
+                points[layer * n_heads + head] = normalise_layout(self.run.projection(layer, head, method, 2))
+                continue
+            missing.append((layer, head))
+            points[layer * n_heads + head] = np.nan
+            if method != "pca" and self.pending(layer, head, method) and self.is_cached(layer, head, "pca", 2):
+                points[layer * n_heads + head] = self.all_layouts("pca").points[layer * n_heads + head]
+                stand_in.append((layer, head))
+        self._all_layouts[method] = HeadLayouts(method, points, tuple(missing), tuple(stand_in))
+        logger.info("%s: %d of %d heads have their %s 2D layout", self.name, self.n_total_heads - len(missing),
+                    self.n_total_heads, method)
         return self._all_layouts[method]
 
     def matrix_sample(self) -> np.ndarray:

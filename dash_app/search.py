@@ -88,6 +88,7 @@ class TokenSearch:
     def _find(self, query: str, substring: bool) -> SearchResult:
         return SearchResult(query, substring, self._token_index.find(query, substring))
 
-    def _clusters(self, query: str, substring: bool, method: str) -> np.ndarray:
-        """int64 ``[layer * n_heads + head]`` cluster counts of the matches in ``method``'s 2D layouts."""
+    def _clusters(self, query: str, substring: bool, method: str, version: int = 0) -> np.ndarray:
+        """int64 ``[layer * n_heads + head]`` cluster counts of the matches in ``method``'s 2D layouts
+        (``version`` tells layouts apart that changed while the app runs, e.g. the count of heads missing)."""
         return cluster_counts(self._layouts(method), self.find(query, substring).tokens)

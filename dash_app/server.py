@@ -1,4 +1,11 @@
-"""``qkviz serve``: open the runs, build the app, serve it (debug off, localhost by default)."""
+"""``qkviz serve``: open the runs, make what the first picture needs, build the app, serve it (debug off,
+localhost by default), and make the default layouts in the background meanwhile.
+
+A run without layouts is served at once: its PCA layouts (a few seconds for every head) are made before
+the server starts -- never inside a request -- and the missing layouts of ``background`` (the faithful
+``attn-tsne`` by default) are made by a :class:`qkviz.projection.LayoutWorker` while the app runs; the
+app shows each head's PCA layout until its own lands, and the progress per head.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +15,14 @@ from pathlib import Path
 
 from dash_app.app import build_app, open_runs
 from dash_app.run_data import RunData
+from qkviz import QkvizError, project
+from qkviz.projection import LayoutWorker
+from qkviz.store import METHODS
 
 logger = logging.getLogger(__name__)
+
+#: the layouts made in the background when ``qkviz serve`` finds them missing
+DEFAULT_BACKGROUND = "attn-tsne"
 
 
 def warm(data: RunData) -> None:
@@ -20,10 +33,53 @@ def warm(data: RunData) -> None:
         logger.exception("could not read the layouts of %s ahead of time", data.name)
 
 
-def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050) -> None:
-    """Serve the app until interrupted. Runs are opened first: a bad one raises QkvizError."""
+def make_pca(data: RunData, progress: bool = True) -> None:
+    """Every head's PCA layout in 2D and 3D where missing (seconds), before the app serves the run."""
+    summary = project(data.run, methods=["pca"], dims=[2, 3], progress=progress)
+    if summary.computed:
+        logger.info("%s: made %d PCA layouts for the first picture", data.name, summary.computed)
+
+
+def attach_workers(runs: list[RunData], method: str, jobs: int = 1) -> list[LayoutWorker]:
+    """A :class:`LayoutWorker` for each run missing some of ``method``'s 2D layouts, attached as ``data.worker``
+    (before the app is built, so that it polls their progress); not started."""
+    workers = []
+    for data in runs:
+        worker = LayoutWorker(data.run, method, 2, jobs)
+        if worker.progress().total:
+            data.worker = worker
+            workers.append(worker)
+    return workers
+
+
+def start_in_turn(workers: list[LayoutWorker]) -> threading.Thread:
+    """Run the workers one after another (each with its own pool of processes) in a daemon thread."""
+
+    def run_in_turn():
+        for worker in workers:
+            worker.run_all()
+
+    thread = threading.Thread(target=run_in_turn, name="background-layouts", daemon=True)
+    thread.start()
+    return thread
+
+
+def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, background: str | None = DEFAULT_BACKGROUND,
+          jobs: int = 1) -> None:
+    """Serve the app until interrupted. Runs are opened first: a bad one raises QkvizError.
+
+    ``background`` names the method whose missing 2D layouts are made while the app runs (None: none
+    are), in ``jobs`` worker processes."""
+    if background is not None and background not in METHODS:
+        raise QkvizError(f"unknown background method {background!r}; choose from {', '.join(METHODS)} or none")
+    if jobs < 1:
+        raise QkvizError(f"--jobs must be at least 1, got {jobs}")
     runs = open_runs(run_paths)
+    for data in runs:
+        make_pca(data)
+    workers = attach_workers(runs, background, jobs) if background is not None else []
     app = build_app(runs)
+    start_in_turn(workers)
     threading.Thread(target=warm, args=(runs[0],), daemon=True).start()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     logger.info("serving %s at http://%s:%d/ (Ctrl-C stops)", ", ".join(data.name for data in runs), host, port)

@@ -161,10 +161,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="serve the web app (matrix, single-head and sentence views)",
                                 description="Serve the Dash app over one or more runs. Listens on 127.0.0.1 "
-                                            "unless --host says otherwise; debug mode is off.")
+                                            "unless --host says otherwise; debug mode is off. A run without "
+                                            "layouts is served at once with PCA, and its default layouts are "
+                                            "made in the background.")
     serve.add_argument("--run", required=True, type=Path, action="append", help="run directory (repeatable)")
     serve.add_argument("--port", type=int, default=8050, help="port (default 8050)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--background", default="attn-tsne", metavar="METHOD",
+                       help="make this method's missing 2D layouts while the app runs, each head's appearing as "
+                            "it lands (default attn-tsne; 'none' makes none)")
+    serve.add_argument("--jobs", type=int, default=1, help="worker processes for the background layouts (default 1)")
     serve.set_defaults(handler=_serve)
 
     models = commands.add_parser("models", help="list the bundled models and the supported families")
@@ -220,10 +226,16 @@ def _project(args: argparse.Namespace) -> int:
              "attn-tsne": {**graph, **schedule},
              "attn-umap": {**graph, "min_dist": args.min_dist, "n_epochs": args.n_epochs}}
     params = {method: {k: v for k, v in values.items() if v is not None} for method, values in given.items()}
-    qkviz.project(run, methods, dims, layers=parse_indices(args.layers, run.n_layers, "layers"),
-                  heads=parse_indices(args.heads, run.n_heads, "heads"), jobs=args.jobs, seed=args.seed,
-                  translate_keys=not args.no_translate, scale_norms=not args.no_scale, params=params,
-                  progress=not args.quiet)
+    summary = qkviz.project(run, methods, dims, layers=parse_indices(args.layers, run.n_layers, "layers"),
+                            heads=parse_indices(args.heads, run.n_heads, "heads"), jobs=args.jobs, seed=args.seed,
+                            translate_keys=not args.no_translate, scale_norms=not args.no_scale, params=params,
+                            progress=not args.quiet)
+    for layer, head, method, dim, error in summary.failed:
+        sys.stderr.write(f"qkviz: layer {layer} head {head} {method} {dim}D failed: {error}\n")
+    if summary.failed:
+        sys.stderr.write(f"qkviz: {len(summary.failed)} layouts failed, the others were made; "
+                         f"'qkviz status --run {run.path}' lists the failures\n")
+        return 1
     return 0
 
 
@@ -279,7 +291,8 @@ def _serve(args: argparse.Namespace) -> int:
         raise QkvizError(f"the app needs its optional dependencies ({error.name} is missing): "
                          "pip install 'qkviz[app]'") from None
 
-    serve(args.run, host=args.host, port=args.port)
+    background = None if args.background.lower() == "none" else args.background
+    serve(args.run, host=args.host, port=args.port, background=background, jobs=args.jobs)
     return 0
 
 

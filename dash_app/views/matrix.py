@@ -24,7 +24,7 @@ from dash_app.atlas_columns import LABEL_SORT, column_name, format_value, label_
 from dash_app.events import relay_point_events
 from dash_app.figures import KEY_COLOUR, KEY_MATCH_COLOUR, QUERY_COLOUR, QUERY_MATCH_COLOUR
 from dash_app.panels.related import missing_related_message
-from dash_app.run_data import RunData
+from dash_app.run_data import METHOD_LABELS, HeadLayouts, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState
 from qkviz.report import LABEL_COLOURS
@@ -215,16 +215,33 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
     return figure
 
 
-def matrix_message(data: RunData, method: str, dim: int, missing: tuple) -> str:
+def matrix_message(data: RunData, method: str, dim: int, layouts: HeadLayouts) -> str:
     """What the figure does not show, and the command that makes the missing layouts."""
     parts = []
     if dim == 3:
         parts.append(f"The matrix shows the 2D {method} layouts; 3D is in the single-head view.")
-    if missing:
-        total = data.n_total_heads
-        parts.append(f"{len(missing)} of {total} heads have no {method} 2D layout (drawn empty): make them with "
+    total, name = data.n_total_heads, METHOD_LABELS[method]
+    if layouts.stand_in:
+        parts.append(f"{len(layouts.stand_in)} of {total} heads are drawn in PCA (marked 'PCA, waiting') until their "
+                     f"{name} layout, being made in the background, lands.")
+    empty = len(layouts.missing) - len(layouts.stand_in)
+    if empty:
+        parts.append(f"{empty} of {total} heads have no {name} 2D layout (drawn empty): make them with "
                      f"'qkviz project --run {data.run.path} --method {method} --dim 2'.")
     return " ".join(parts)
+
+
+def waiting_badges(data: RunData, method: str, layouts: HeadLayouts, badges: list[str] | None) -> list[str] | None:
+    """``badges`` with "PCA, waiting" on heads drawn in PCA meanwhile and "failed" on heads whose layout failed."""
+    failed = [(layer, head) for layer, head in layouts.missing if data.layout_failure(layer, head, method, 2)]
+    if not layouts.stand_in and not failed:
+        return badges
+    badges = list(badges) if badges is not None else [""] * data.n_total_heads
+    for note, heads in (("PCA, waiting", layouts.stand_in), ("layout failed", failed)):
+        for layer, head in heads:
+            flat = layer * data.run.n_heads + head
+            badges[flat] = f"{note} · {badges[flat]}" if badges[flat] else note
+    return badges
 
 
 def head_figures(data: RunData, state: ViewState, clusters: np.ndarray | None
@@ -249,6 +266,7 @@ def head_figures(data: RunData, state: ViewState, clusters: np.ndarray | None
         badges = atlas_badges(data, state.sort)
     else:
         order = np.arange(data.n_total_heads)
+    badges = waiting_badges(data, state.method, data.all_layouts(state.method), badges)
     labels = head_labels(data.run.n_layers, data.run.n_heads, clusters,
                          correlations if state.sort == "correlation" else None, badges)
     return order, labels, correlations, cell_values
@@ -271,7 +289,7 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
              if cell_values is not None else None)
     figure = matrix_figure(layouts.points, data.matrix_sample(), data.run.n_layers, data.run.n_heads, order,
                            labels, drawn_matches(data, matches), cells)
-    message = matrix_message(data, state.method, state.dim, layouts.missing)
+    message = matrix_message(data, state.method, state.dim, layouts)
     if state.sort == "correlation" and correlations is None:
         message += (" No correlation report for this run yet: make it with "
                     f"'qkviz report --run {data.run.path} --out reports/{data.name}'.")
@@ -303,18 +321,23 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
     """Draw the matrix when the view opens or its run, projection, search or order changes; relay a click."""
 
     @app.callback(Output(ids.MATRIX_GRAPH, "figure"), Output(ids.MATRIX_MESSAGE, "children"),
-                  Output(ids.MATRIX_RENDERED, "data"), Input(ids.STATE, "data"), State(ids.MATRIX_RENDERED, "data"))
-    def draw_matrix(current, rendered):
+                  Output(ids.MATRIX_RENDERED, "data"), Input(ids.STATE, "data"), Input(ids.LAYOUT_STAMP, "data"),
+                  State(ids.MATRIX_RENDERED, "data"))
+    def draw_matrix(current, _landed, rendered):
         state = ViewState.from_dict(current)
+        if state.view != "matrix":
+            raise PreventUpdate
         data = runs[state.run]
+        layouts = data.all_layouts(state.method)      # heads that landed since the last drawing are read here
         key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort,
                data.atlas_stamp() if state.sort in data.atlas_sorts() else
-               data.related_stamp() if state.sort == "related" else None]
-        if state.view != "matrix" or key == rendered:
+               data.related_stamp() if state.sort == "related" else None, [len(layouts.missing), len(layouts.stand_in)]]
+        if key == rendered:
             raise PreventUpdate
         search = searches[state.run]
         matches = search.matches(state.search, state.substring)
-        clusters = search.clusters(state.search, state.substring, state.method) if matches is not None else None
+        clusters = (search.clusters(state.search, state.substring, state.method, len(layouts.missing))
+                    if matches is not None else None)
         if rendered and rendered[:3] + rendered[5:] == key[:3] + key[5:] and state.sort != "clusters":
             # only the search changed: send the matches and badges, not every head's points again
             return search_patch(data, state, clusters, matches), no_update, key

@@ -31,7 +31,7 @@ from dash_app.figures import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLO
 from dash_app.panels import atlas as atlas_panel
 from dash_app.panels import partners as partners_panel
 from dash_app.panels import related as related_panel
-from dash_app.run_data import RunData
+from dash_app.run_data import METHOD_LABELS, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState
 from qkviz import QkvizError
@@ -223,15 +223,43 @@ def single_figure(base: list, overlays: list[dict], dim: int, title: str, revisi
 
 
 # -- the callback's work --------------------------------------------------------------------
+def standing_in(data: RunData, state: ViewState) -> bool:
+    """Whether the head is drawn in PCA while its own 2D layout is being made in the background."""
+    return (state.dim == 2 and not data.is_cached(state.layer, state.head, state.method, 2)
+            and data.pending(state.layer, state.head, state.method) and data.is_cached(state.layer, state.head, "pca", 2))
+
+
+def shown_layout(data: RunData, state: ViewState) -> np.ndarray:
+    """The head's layout (its PCA layout while its own is being made); QkvizError saying why it is missing:
+    it failed (and how), or the command that makes it."""
+    if standing_in(data, state):
+        return data.layout(state.layer, state.head, "pca", 2)
+    if not data.is_cached(state.layer, state.head, state.method, state.dim):
+        failure = data.layout_failure(state.layer, state.head, state.method, state.dim)
+        if failure is not None:
+            raise QkvizError(f"The {METHOD_LABELS[state.method]} {state.dim}D layout of layer {state.layer} head "
+                             f"{state.head} could not be made: {failure}")
+    return data.layout(state.layer, state.head, state.method, state.dim)
+
+
+def layout_note(data: RunData, state: ViewState) -> str:
+    """What the message line says of a head drawn in PCA meanwhile ("" otherwise)."""
+    if not standing_in(data, state):
+        return ""
+    return (f"This head's {METHOD_LABELS[state.method]} layout is being made in the background; its PCA layout is "
+            "shown until it lands (it then switches in by itself).")
+
+
 def render_single(data: RunData, state: ViewState, options: list[str], matches: np.ndarray, top_k: int,
                   threshold: float, partners: np.ndarray | None = None) -> go.Figure:
     """The whole single-head figure for ``state``; the run's QkvizError when the layout is not cached."""
-    coordinates = data.layout(state.layer, state.head, state.method, state.dim)
+    coordinates = shown_layout(data, state)
     values = colour_array(data, state.colour, state.layer, state.head)
     sizes = norm_sizes(data.norms(state.layer, state.head)) if "size" in options else None
     base = base_traces(coordinates, data.display_text, values, state.colour, sizes, "labels" in options, matches)
     overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners)
-    title = f"{data.name} · layer {state.layer} head {state.head} · {state.method.upper()} {state.dim}D"
+    shown = f"PCA (waiting for {METHOD_LABELS[state.method]})" if standing_in(data, state) else METHOD_LABELS[state.method]
+    title = f"{data.name} · layer {state.layer} head {state.head} · {shown} {state.dim}D"
     revision = f"{state.run}-{state.layer}-{state.head}-{state.method}-{state.dim}"
     return single_figure(base, overlays, state.dim, title, revision)
 
@@ -287,7 +315,7 @@ def _percent(value) -> str:
 
 def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float, partners: np.ndarray) -> Patch:
     """Only the overlay slots of a drawn figure, for a new clicked point or line settings."""
-    coordinates = data.layout(state.layer, state.head, state.method, state.dim)
+    coordinates = shown_layout(data, state)
     patch = Patch()
     overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners)
     for slot, trace in zip(range(OVERLAY_SLOTS.start, OVERLAY_SLOTS.stop), overlays):
@@ -305,8 +333,8 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
                   Output(ids.SINGLE_RELATED, "children"),
                   Input(ids.STATE, "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
                   Input(ids.THRESHOLD, "value"), Input(ids.PARTNER_K, "value"), Input(ids.PARTNER_OPTIONS, "value"),
-                  State(ids.SINGLE_RENDERED, "data"))
-    def draw_single(current, options, top_k, threshold, partner_k, partner_options, rendered):
+                  Input(ids.LAYOUT_STAMP, "data"), State(ids.SINGLE_RENDERED, "data"))
+    def draw_single(current, options, top_k, threshold, partner_k, partner_options, _landed, rendered):
         state = ViewState.from_dict(current)
         if state.view != "single":
             raise PreventUpdate
@@ -314,7 +342,8 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
         top_k = DEFAULT_TOP_K if top_k is None else int(top_k)
         threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
         base_key = [state.run, state.layer, state.head, state.method, state.dim, state.colour,
-                    state.search.strip().lower(), state.substring, sorted(options or [])]
+                    state.search.strip().lower(), state.substring, sorted(options or []), standing_in(data, state),
+                    data.is_cached(state.layer, state.head, state.method, state.dim)]
         overlay_key = [state.point, top_k, threshold, partner_k, sorted(partner_options or [])]
         partners = partners_panel.partner_points(data, state, partner_k, partner_options)
         key = {"base": base_key, "overlay": overlay_key}
@@ -332,7 +361,7 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
                                    top_k, threshold, partners)
         except QkvizError as error:
             return message_figure(), info_line(data), str(error), correlations, atlas, {**key, "ok": False}, related
-        return figure, info_line(data), "", correlations, atlas, {**key, "ok": True}, related
+        return figure, info_line(data), layout_note(data, state), correlations, atlas, {**key, "ok": True}, related
 
     @app.callback(Output(ids.SINGLE_HOVER, "children"), Input(ids.SINGLE_HOVER_POINT, "data"), State(ids.STATE, "data"))
     def show_hover(hover, current):

@@ -26,14 +26,16 @@ DEFAULT_DIMS = {"pca": (2, 3), "umap": (2, 3), "tsne": (2,), "attn-tsne": (2,), 
 
 @dataclass
 class ProjectionSummary:
-    """What :func:`project` did: layouts computed and found cached, and parameters it had to reduce.
+    """What :func:`project` did: layouts computed, found cached and failed, and parameters it had to reduce.
 
     ``adjusted`` holds one ``(layer, head, method, parameter, asked, used)`` per reduced parameter
-    (a perplexity or neighbour count too large for the head's number of points)."""
+    (a perplexity or neighbour count too large for the head's number of points); ``failed`` one
+    ``(layer, head, method, dim, error)`` per layout that could not be computed (the others went on)."""
 
     computed: int = 0
     cached: int = 0
     adjusted: list[tuple[int, int, str, str, object, object]] = field(default_factory=list)
+    failed: list[tuple[int, int, str, int, str]] = field(default_factory=list)
 
 
 def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHODS, dims: Sequence[int] | None = None,
@@ -70,7 +72,8 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     Returns
     -------
     ProjectionSummary
-        How many layouts were computed and how many were already cached.
+        How many layouts were computed, how many were already cached, and which failed (each failure is
+        also recorded in the run, for ``qkviz status`` and the app, until the layout is made).
     """
     run = as_run(run)
     if jobs < 1:
@@ -93,12 +96,16 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
         finally:
             if executor is not None:
                 executor.shutdown(wait=False, cancel_futures=True)
-    logger.info("%s: %d layouts computed, %d already cached", run.path, summary.computed, summary.cached)
+    logger.info("%s: %d layouts computed, %d already cached, %d failed", run.path, summary.computed, summary.cached,
+                len(summary.failed))
     return summary
 
 
 def _count(summary: ProjectionSummary, outcome: dict, run: StoredRun) -> None:
     spec = outcome["spec"]
+    if "error" in outcome:
+        summary.failed.append((spec.layer, spec.head, spec.method, spec.dim, outcome["error"]))
+        return
     if outcome["cached"]:
         summary.cached += 1
         return

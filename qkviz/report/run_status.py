@@ -1,5 +1,5 @@
 """What a run directory holds, as the lines ``qkviz status`` prints: the extraction, the cached
-projections per method and dimension, and the search indexes."""
+projections per method and dimension, the layouts that failed, and the search indexes."""
 
 from __future__ import annotations
 
@@ -22,13 +22,24 @@ def describe_run(run: StoredRun) -> list[str]:
         f"({counts['n_truncated_sentences']} truncated), stored as {run.dtype}, {manifest['created_at']}",
         f"corpus     {manifest['corpus']['source']} (sha256 {manifest['corpus']['sha256'][:12]})",
     ]
-    projections = ProjectionCache(run.path, manifest["fingerprint"]).summary()
+    cache = ProjectionCache(run.path, manifest["fingerprint"])
+    projections = cache.summary()
     all_heads = run.n_layers * run.n_heads
     if not projections:
         lines.append(f"projected  nothing yet: 'qkviz project --run {run.path}'")
     for (method, dim, settings), count in sorted(projections.items()):
         lines.append(f"projected  {method} {dim}D: {count}/{all_heads} heads ({settings})")
+    lines += failure_lines(cache.failures())
     lines.append(index_status(run))
+    return lines
+
+
+def failure_lines(failures: list, shown: int = 5) -> list[str]:
+    """One line per failed layout (the first ``shown``), then how many more."""
+    lines = [f"failed     layer {spec.layer} head {spec.head} {spec.method} {spec.dim}D: {error}"
+             for spec, error in failures[:shown]]
+    if len(failures) > shown:
+        lines.append(f"failed     ... and {len(failures) - shown} more layouts")
     return lines
 
 

@@ -15,12 +15,16 @@ from typing import Iterator
 from qkviz.core.errors import QkvizError
 
 
+class LockBusy(QkvizError):
+    """The lock is held by another process (raised only when not waiting)."""
+
+
 @contextlib.contextmanager
 def exclusive_lock(path: str | Path, wait: bool = True, busy_message: str = "") -> Iterator[None]:
     """Hold an exclusive lock on the file ``path`` (created if missing) while the block runs.
 
     With ``wait=False`` a lock held by another process is a :class:`QkvizError` carrying ``busy_message``
-    instead of a wait."""
+    instead of a wait (a :class:`LockBusy`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -28,7 +32,7 @@ def exclusive_lock(path: str | Path, wait: bool = True, busy_message: str = "") 
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
-            raise QkvizError(busy_message or f"{path} is locked by another process") from None
+            raise LockBusy(busy_message or f"{path} is locked by another process") from None
         yield
     finally:
         os.close(descriptor)   # closing releases the lock

@@ -9,6 +9,10 @@ first) and ``<key>.json`` (what it is, and the sha256 of the array file). The ke
 run's fingerprint, the entry's settings and :data:`CACHE_SCHEMA_VERSION`. Both files are written
 through a temporary file and renamed, the JSON last, so an entry exists only when complete; an
 entry whose array is missing, truncated or altered is treated as absent and recomputed.
+
+A layout whose computation failed leaves ``failures/<key>.json`` (what and why), removed when the
+entry is stored; ``locks/l<L>-h<H>.lock`` is the per-head lock two processes projecting the same run
+take, so that each head is computed once (see :mod:`qkviz.projection.tasks`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from qkviz.store import files as run_files
 logger = logging.getLogger(__name__)
 
 CACHE_SCHEMA_VERSION = 1
+FAILURES_DIRECTORY = "failures"
+LOCKS_DIRECTORY = "locks"
 
 
 # -- what identifies a layout: the methods, their dimensions and default parameters ----------
@@ -174,4 +180,36 @@ class ProjectionCache:
                    "shape": list(coordinates.shape), "sha256": hashlib.sha256(array_path.read_bytes()).hexdigest(),
                    **({"details": details} if details else {})}
         run_files.write_json_atomic(sidecar_path, sidecar)
+        self._failure_path(spec).unlink(missing_ok=True)
         return array_path
+
+    # -- failures and locks ---------------------------------------------------------------
+    def _failure_path(self, spec: ProjectionSpec) -> Path:
+        return self.directory / FAILURES_DIRECTORY / f"{self.key(spec)}.json"
+
+    def record_failure(self, spec: ProjectionSpec, error: str) -> None:
+        """Remember that ``spec`` could not be computed, and why (until it is stored)."""
+        path = self._failure_path(spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        run_files.write_json_atomic(path, {"schema": CACHE_SCHEMA_VERSION, "run": self.run_fingerprint,
+                                           "spec": spec.as_dict(), "error": error})
+
+    def failures(self) -> list[tuple[ProjectionSpec, str]]:
+        """``(spec, error)`` of every layout of this run whose last attempt failed, in layer / head order."""
+        found = []
+        directory = self.directory / FAILURES_DIRECTORY
+        for path in sorted(directory.glob("*.json")) if directory.exists() else []:
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+                if record.get("run") != self.run_fingerprint:
+                    continue
+                described = dict(record["spec"])
+                params = described.pop("params")
+                found.append((ProjectionSpec.of(**described, **params), str(record["error"])))
+            except (OSError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError):
+                continue
+        return sorted(found, key=lambda item: (item[0].layer, item[0].head, item[0].method, item[0].dim))
+
+    def head_lock(self, layer: int, head: int) -> Path:
+        """The lock file of one head (see :func:`qkviz.store.locks.exclusive_lock`)."""
+        return self.directory / LOCKS_DIRECTORY / f"l{layer}-h{head}.lock"

@@ -14,7 +14,7 @@ from dash_app.features import token_features
 from dash_app.run_data import RunData, normalise_layout
 from dash_app.search import TokenSearch
 from qkviz.search.token_index import normalise
-from dash_app.state import ViewState
+from dash_app.state import ViewState, validate
 from qkviz.cli import main
 from qkviz.core.errors import QkvizError
 from qkviz.store.files import CACHE_DIRECTORY
@@ -115,7 +115,7 @@ def test_a_missing_projection_is_a_message_naming_the_command_never_computed(dat
     with pytest.raises(QkvizError, match=r"qkviz project --run .* --method umap --dim 2 --layers 0 --heads 1"):
         single_view.render_single(data, ViewState(view="single", head=1, method="umap"), [], np.zeros(0, int), 5, 0.0)
     figure, message = matrix_view.render_matrix(data, ViewState(method="tsne", dim=3), None, None)
-    assert "8 of 8 heads have no tsne 2D layout" in message and "--method tsne --dim 2" in message
+    assert "8 of 8 heads have no t-SNE 2D layout" in message and "--method tsne --dim 2" in message
     assert "3D is in the single-head view" in message
     assert sorted(p.name for p in (data.run.path / CACHE_DIRECTORY).iterdir()) == before
 
@@ -178,8 +178,10 @@ def test_hover_details_and_correlations(data, tmp_path):
     expected = (table[table.space == "pca-2d"].recall_query + table[table.space == "pca-2d"].recall_key).mean() / 2
     assert recall == pytest.approx(expected) and "recall q→k" in panel
     labels = {option["value"]: option["label"] for option in method_options(data)}
-    assert labels["pca"].endswith(f"heads, recall {recall:.0%})") and "recall" not in labels["tsne"]
-    assert set(labels) == {"pca", "umap", "tsne", "attn-tsne", "attn-umap"}
+    assert labels["pca"].endswith(f"heads, recall {recall:.0%})")
+    assert set(labels) == {"pca"}                     # only the layouts the run has are offered
+    assert data.offered_layouts() == (("pca", 2), ("pca", 3))
+    assert validate(ViewState(method="tsne", dim=3), data.shape, ViewState(method="pca")).method == "pca"
 
 
 def test_hiding_tokens_and_weighting_by_value_norm_renormalise():

@@ -1,0 +1,65 @@
+"""The top bar's line on the layouts being made in the background (``qkviz serve`` on a run without its
+default layouts), and the poll that lets the views switch each head in as its layout lands.
+
+Every :data:`POLL_MS` the line is redrawn from the run's :class:`qkviz.projection.LayoutProgress`, and
+``LAYOUT_STAMP`` takes the number of layouts landed; the matrix and single-head views take it as an
+input and redraw when it changes (no reload). The poll stops once every run's worker is done.
+"""
+
+from __future__ import annotations
+
+import dash
+from dash import Input, Output, State, dcc, html, no_update
+
+from dash_app import ids
+from dash_app.run_data import METHOD_LABELS, RunData
+from dash_app.state import ViewState
+from qkviz.projection import describe_seconds
+
+POLL_MS = 2000
+#: failures named in the line (the rest are counted)
+FAILURES_SHOWN = 3
+
+
+def layout(runs: list[RunData]) -> list:
+    """The line and its poll (polling only when some run has a worker)."""
+    working = any(data.worker is not None for data in runs)
+    return [html.Div(id=ids.LAYOUT_PROGRESS, className="progress-line"),
+            dcc.Interval(id=ids.LAYOUT_POLL, interval=POLL_MS, disabled=not working),
+            dcc.Store(id=ids.LAYOUT_STAMP, data=None)]
+
+
+def progress_text(data: RunData) -> list | str:
+    """``"attention t-SNE layouts: 23/72 heads · about 3 min left · PCA shown until each lands"``, or ``""``."""
+    if data.worker is None:
+        return ""
+    progress = data.worker.progress()
+    name = METHOD_LABELS[progress.method]
+    total_heads = data.n_total_heads
+    have = total_heads - progress.total + progress.done
+    parts = [html.B(f"{name} layouts: {have}/{total_heads} heads")]
+    if progress.running:
+        left = (f"about {describe_seconds(progress.remaining_seconds)} left" if progress.remaining_seconds is not None
+                else "estimating the time left")
+        parts.append(f" · being made in the background, {left}; heads still waiting are drawn in PCA")
+    else:
+        parts.append(f" · made in {describe_seconds(progress.elapsed_seconds)}")
+    if progress.failed:
+        named = [f"L{layer} H{head}: {error}" for (layer, head), error in sorted(progress.failed.items())[:FAILURES_SHOWN]]
+        more = len(progress.failed) - FAILURES_SHOWN
+        parts.append(html.Span(f" · {len(progress.failed)} failed ({'; '.join(named)}"
+                               f"{f'; {more} more' if more > 0 else ''})", className="failed"))
+    return parts
+
+
+def register(app: dash.Dash, runs: list[RunData]) -> None:
+    @app.callback(Output(ids.LAYOUT_PROGRESS, "children"), Output(ids.LAYOUT_STAMP, "data"),
+                  Output(ids.LAYOUT_POLL, "disabled"),
+                  Input(ids.LAYOUT_POLL, "n_intervals"), Input(ids.STATE, "data"), State(ids.LAYOUT_STAMP, "data"))
+    def show_progress(_, current, stamp):
+        run = ViewState.from_dict(current).run
+        data = runs[run] if isinstance(run, int) and 0 <= run < len(runs) else runs[0]
+        landed = [None if data.worker is None else
+                  [data.worker.progress().done, len(data.worker.progress().failed)] for data in runs]
+        running = any(data.worker is not None and data.worker.progress().running for data in runs)
+        return progress_text(data), landed if landed != stamp else no_update, not running

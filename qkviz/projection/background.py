@@ -1,0 +1,146 @@
+"""Layouts made in the background while something else (the app) goes on: :class:`LayoutWorker`.
+
+``qkviz serve`` on a run without its default layouts starts at once with PCA and hands the missing
+layouts of one method to a worker: a thread that feeds the per-head tasks of :mod:`qkviz.projection.tasks`
+to a pool of worker processes (so the serving process keeps its CPU and its interpreter lock), and
+records what has landed. Each layout is written to the run's cache the moment it is made, exactly as
+``qkviz project`` writes it (and under the same per-head locks, so a ``qkviz project`` on the same
+run at the same time shares the work instead of repeating it); a layout that fails is recorded in the
+run and the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from qkviz.projection.tasks import plan_specs, run_tasks, start_worker
+from qkviz.store.projections import ProjectionCache, ProjectionSpec
+from qkviz.store.run import StoredRun
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LayoutProgress:
+    """A snapshot of a :class:`LayoutWorker`: ``total`` layouts it was given (those not cached when it
+    started), ``done`` of them made, ``failed`` ``{(layer, head): error}``, and the estimated seconds
+    until the rest are made (None until two have landed, or when finished)."""
+
+    method: str
+    dim: int
+    total: int
+    done: int
+    failed: dict[tuple[int, int], str]
+    running: bool
+    elapsed_seconds: float
+    remaining_seconds: float | None
+
+    @property
+    def finished(self) -> bool:
+        return not self.running and self.done + len(self.failed) >= self.total
+
+
+class LayoutWorker:
+    """Makes the missing ``method`` ``dim``-D layouts of every head of ``run`` (the default parameters, as
+    the app reads them), in ``jobs`` worker processes, in layer / head order.
+
+    :meth:`start` returns at once; :meth:`progress` and :meth:`pending` may be called from any thread."""
+
+    def __init__(self, run: StoredRun, method: str, dim: int = 2, jobs: int = 1, seed: int = 0):
+        self.run, self.method, self.dim, self.jobs = run, method, dim, max(1, jobs)
+        specs = plan_specs(run, [method], [dim], range(run.n_layers), range(run.n_heads), seed=seed)
+        cache = ProjectionCache(run.path, run.manifest["fingerprint"])
+        self._todo: list[ProjectionSpec] = [spec for spec in specs if not cache.contains(spec)]
+        self._waiting = {(spec.layer, spec.head) for spec in self._todo}
+        self._failed: dict[tuple[int, int], str] = {}
+        self._landed_at: list[float] = []
+        self._lock = threading.Lock()
+        self._started: float | None = None
+        self._finished: float | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "LayoutWorker":
+        """Begin in a daemon thread (nothing to do: finished at once)."""
+        self._thread = threading.Thread(target=self.run_all, name=f"layouts-{self.method}", daemon=True)
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run_all(self) -> None:
+        """Make every layout (blocking); what fails is recorded, and the rest go on."""
+        self._started = time.monotonic()
+        if not self._todo:
+            self._finished = self._started
+            return
+        logger.info("%s: making the %s %dD layouts of %d heads in the background (%d worker process%s)",
+                    self.run.path, self.method, self.dim, len(self._todo), self.jobs, "" if self.jobs == 1 else "es")
+        executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                       initializer=start_worker, initargs=("umap" in self.method,))
+        try:
+            for outcome in run_tasks(self.run, self._todo, executor):
+                self._land(outcome)
+        except Exception as error:  # noqa: BLE001 -- the pool broke (a worker killed): shown on every head left
+            logger.exception("%s: background layouts stopped", self.run.path)
+            with self._lock:
+                for head in self._waiting:
+                    self._failed.setdefault(head, f"the background worker stopped: {type(error).__name__}: {error}")
+                self._waiting.clear()
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
+            self._finished = time.monotonic()
+            progress = self.progress()
+            logger.info("%s: %s layouts made for %d of %d heads in %.0f s (%d failed)", self.run.path, self.method,
+                        progress.done, progress.total, progress.elapsed_seconds, len(progress.failed))
+
+    def _land(self, outcome: dict) -> None:
+        spec = outcome["spec"]
+        head = (spec.layer, spec.head)
+        with self._lock:
+            self._waiting.discard(head)
+            if "error" in outcome:
+                self._failed[head] = outcome["error"]
+            else:
+                self._landed_at.append(time.monotonic())
+        if len(self._landed_at) == 2 and not outcome.get("error"):
+            remaining = self.progress().remaining_seconds
+            if remaining is not None:
+                logger.info("%s: the other %d %s layouts will take about %s", self.run.path, len(self._waiting),
+                            self.method, describe_seconds(remaining))
+
+    def pending(self, layer: int, head: int) -> bool:
+        """Whether this head's layout is still to come (not made, not failed)."""
+        with self._lock:
+            return (layer, head) in self._waiting
+
+    def failure(self, layer: int, head: int) -> str | None:
+        with self._lock:
+            return self._failed.get((layer, head))
+
+    def progress(self) -> LayoutProgress:
+        now = time.monotonic()
+        with self._lock:
+            done, failed, waiting = len(self._landed_at), dict(self._failed), len(self._waiting)
+            landed = list(self._landed_at)
+        running = self._finished is None
+        remaining = None
+        if running and len(landed) >= 2 and waiting:
+            per_layout = (landed[-1] - landed[0]) / (len(landed) - 1)    # the pace since the first one landed
+            remaining = max(0.0, per_layout * waiting - (now - landed[-1]))
+        elapsed = ((self._finished or now) - self._started) if self._started is not None else 0.0
+        return LayoutProgress(self.method, self.dim, len(self._todo), done, failed, running, elapsed, remaining)
+
+
+def describe_seconds(seconds: float) -> str:
+    """``"40 s"``, ``"3 min"``, ``"1 h 5 min"``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
