@@ -22,8 +22,8 @@ from dash_app.atlas_columns import LABEL_SORT, label_codes, sortable_columns
 from dash_app.attention_maps import aggregate_attention
 from dash_app.features import token_features
 from dash_app.figures import plotly_texts
-from qkviz.projection import LayoutWorker
 from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
+from qkviz.projection import LayoutWorker
 from qkviz.search import PartnerIndexes, Partners, head_layout_overlap, run_token_index
 from qkviz.store import DIMENSIONS, METHODS, ProjectionCache, ProjectionSpec, StoredRun, resolve_params
 

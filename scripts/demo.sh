@@ -1,17 +1,42 @@
 #!/usr/bin/env bash
-# Set up, then run qkviz on the bundled default: MiniLM over the bundled corpus, every head projected
-# (PCA in 2D and 3D, attention t-SNE in 2D; 3.5 to 6 minutes on 2 cores), the head atlas, related heads,
-# the report and the search indexes (about 9 minutes in all after set-up), then serve the app on 127.0.0.1:8050.
+# Set up, then run qkviz on the bundled default, MiniLM over the bundled corpus, with the app up as early as
+# possible: extract 5,000 tokens, serve at once (every head in PCA; the attention t-SNE layouts are made in the
+# background and switch in as they land), and meanwhile project the rest (sharing the heads with the server),
+# the head atlas, related heads, the search indexes and the report, which the app shows as they appear.
+# Ctrl-C stops it all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1
-.venv/bin/qkviz extract --model minilm --out runs/minilm --max-tokens 5000 --head-update
-.venv/bin/qkviz project --run runs/minilm --jobs 2
-.venv/bin/qkviz stats --run runs/minilm --syntax
-.venv/bin/qkviz related --run runs/minilm
-.venv/bin/qkviz report --run runs/minilm --out reports/minilm --overwrite
-.venv/bin/qkviz index --run runs/minilm
-.venv/bin/qkviz status --run runs/minilm
-echo "report: reports/minilm/index.html and atlas.html; the app: http://127.0.0.1:8050/ (Ctrl-C stops it)"
-exec .venv/bin/qkviz serve --run runs/minilm
+QKVIZ=.venv/bin/qkviz
+PORT=${QKVIZ_PORT:-8050}
+started=$SECONDS
+$QKVIZ extract --model minilm --out runs/minilm --max-tokens 5000 --head-update
+$QKVIZ serve --run runs/minilm --port "$PORT" &
+server=$!
+trap 'kill "$server" 2>/dev/null || true' EXIT
+.venv/bin/python - "$PORT" "$server" <<'EOF'
+import os, sys, time, urllib.request
+port, server = sys.argv[1], int(sys.argv[2])
+while True:
+    try:
+        os.kill(server, 0)                      # the server is still starting
+    except OSError:
+        sys.exit("qkviz serve stopped; its message is above")
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).close()
+        break
+    except OSError:
+        time.sleep(0.5)
+EOF
+echo "qkviz: the app is up at http://127.0.0.1:$PORT/ ($((SECONDS - started)) s after set-up); the attention t-SNE layouts" \
+     "land while it runs (the app shows how many are left)"
+$QKVIZ project --run runs/minilm
+$QKVIZ stats --run runs/minilm --syntax
+$QKVIZ related --run runs/minilm
+$QKVIZ index --run runs/minilm
+$QKVIZ report --run runs/minilm --out reports/minilm --overwrite
+$QKVIZ status --run runs/minilm
+echo "qkviz: all done $((SECONDS - started)) s after set-up. Report: reports/minilm/index.html and atlas.html;" \
+     "the app: http://127.0.0.1:$PORT/ (Ctrl-C stops it)"
+wait "$server"

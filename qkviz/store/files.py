@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -108,9 +109,14 @@ def partner_index_files(stem: str) -> tuple[str, str]:
     return f"{stem}.faiss", f"{stem}.json"
 
 
+def temporary_name(path: Path) -> Path:
+    """A temporary file beside ``path``, unique to this process and call (two writers never share one)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
 def write_json_atomic(path: Path, payload: dict) -> None:
     """Write JSON to ``path`` through a temporary file, fsync and rename."""
-    temporary = path.with_name(path.name + ".tmp")
+    temporary = temporary_name(path)
     with open(temporary, "w", encoding="utf-8") as handle:
         json.dump(payload, handle, indent=2, sort_keys=True)
         handle.write("\n")
@@ -120,7 +126,7 @@ def write_json_atomic(path: Path, payload: dict) -> None:
 
 
 def save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    temporary = path.with_name(path.name + ".tmp")
+    temporary = temporary_name(path)
     with open(temporary, "wb") as handle:
         np.save(handle, array, allow_pickle=False)
         handle.flush()
@@ -129,7 +135,7 @@ def save_npy_atomic(path: Path, array: np.ndarray) -> None:
 
 
 def write_parquet_atomic(frame, path: Path) -> None:
-    temporary = path.with_name(path.name + ".tmp")
+    temporary = temporary_name(path)
     frame.to_parquet(temporary, index=False)
     os.replace(temporary, path)
 

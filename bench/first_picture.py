@@ -1,0 +1,97 @@
+"""How soon the demo shows its first picture: ``python bench/first_picture.py [--out DIR] [--keep-run]``.
+
+Runs the steps of ``scripts/demo.sh`` after set-up, as the demo runs them, on a fresh run directory, and
+drives Debian's headless Chromium to the app as soon as it answers:
+
+* ``extract``: ``qkviz extract --model minilm --max-tokens 5000 --head-update``;
+* ``server answers``: ``qkviz serve`` started (it makes every head's PCA layout first) until its page answers;
+* ``matrix drawn``: the page opened until the matrix view shows every head (in PCA, marked as waiting)
+  with no callback pending -- the first interactive picture; all times are counted from the start;
+* the server's own estimate of the time the remaining attention t-SNE layouts take (its log line);
+* ``all layouts``: until the app's progress line says every head's attention t-SNE layout has landed,
+  with ``qkviz project`` running beside the server as the demo runs it (``--no-project``: the server alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+from support.browser import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
+
+QKVIZ = [sys.executable, "-m", "qkviz"]
+MATRIX_READY = """(heads) => { const g = document.querySelector('#matrix-graph .js-plotly-plot');
+  return g && g.data && g.data.length >= 5 && g.data[4].text.length === heads
+         && !document.querySelector('[data-dash-is-loading="true"]'); }"""
+
+
+def wait_answer(url: str, server: subprocess.Popen) -> None:
+    while server.poll() is None:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"qkviz serve stopped: {server.stdout.read()}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="run directory to make (default: a temporary one)")
+    parser.add_argument("--no-project", action="store_true", help="leave the layouts to the server alone")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for every layout")
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    scratch = Path(tempfile.mkdtemp(prefix="qkviz-first-"))
+    run = args.out or scratch / "minilm"
+    times: dict[str, float] = {}
+    start = time.monotonic()
+    subprocess.run([*QKVIZ, "-q", "extract", "--model", "minilm", "--out", str(run), "--max-tokens", "5000",
+                    "--head-update"], check=True)
+    times["extract"] = time.monotonic() - start
+    port = free_port()
+    server = subprocess.Popen([*QKVIZ, "serve", "--run", str(run), "--port", str(port)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    log: list[str] = []
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_answer(url, server)
+        times["server answers"] = time.monotonic() - start
+        threading.Thread(target=lambda: log.extend(server.stdout), daemon=True).start()
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(url)
+            page.wait_for_function(MATRIX_READY, arg=72, timeout=120_000)
+            times["matrix drawn"] = time.monotonic() - start
+            project = None if args.no_project else subprocess.Popen([*QKVIZ, "-q", "project", "--run", str(run)])
+            page.wait_for_function("() => /72\\/72 heads · made in/.test(document.getElementById('layout-progress')"
+                                   ".innerText)", timeout=args.timeout * 1000, polling=1000)
+            times["all layouts"] = time.monotonic() - start
+            if project is not None:
+                project.wait()
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        shutil.rmtree(scratch, ignore_errors=True)
+    estimate = next((match.group(1) for line in log for match in [re.search(r"will take about (.+)$", line)] if match),
+                    "not logged")
+    for name, seconds in times.items():
+        print(f"{name:<15} {seconds:6.1f} s after the start")
+    print(f"server's estimate after its first two heads: {estimate}")
+
+
+if __name__ == "__main__":
+    main()
