@@ -31,7 +31,9 @@ while True:
 EOF
 echo "qkviz: the app is up at http://127.0.0.1:$PORT/ ($((SECONDS - started)) s after set-up); the attention t-SNE layouts" \
      "land while it runs (the app shows how many are left)"
-$QKVIZ project --run runs/minilm
+# beside the server's worker: one BLAS thread (more threads than free cores make OpenBLAS spin) and a lower
+# priority than the app's
+OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 $QKVIZ project --run runs/minilm
 $QKVIZ stats --run runs/minilm --syntax
 $QKVIZ related --run runs/minilm
 $QKVIZ index --run runs/minilm

@@ -24,12 +24,17 @@ from qkviz.store.run import StoredRun
 
 logger = logging.getLogger(__name__)
 
+#: how much lower the background processes' priority is than the app's (which answers the browser meanwhile)
+BACKGROUND_NICENESS = 10
+#: the server logs its estimate of the time left once this many layouts have landed
+ESTIMATE_AFTER = 3
+
 
 @dataclass(frozen=True)
 class LayoutProgress:
     """A snapshot of a :class:`LayoutWorker`: ``total`` layouts it was given (those not cached when it
     started), ``done`` of them made, ``failed`` ``{(layer, head): error}``, and the estimated seconds
-    until the rest are made (None until two have landed, or when finished)."""
+    until the rest are made, at the pace so far (None until one has landed, or when finished)."""
 
     method: str
     dim: int
@@ -83,7 +88,7 @@ class LayoutWorker:
         logger.info("%s: making the %s %dD layouts of %d heads in the background (%d worker process%s)",
                     self.run.path, self.method, self.dim, len(self._todo), self.jobs, "" if self.jobs == 1 else "es")
         executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                       initializer=start_worker, initargs=("umap" in self.method,))
+                                       initializer=start_worker, initargs=("umap" in self.method, BACKGROUND_NICENESS))
         try:
             for outcome in run_tasks(self.run, self._todo, executor):
                 self._land(outcome)
@@ -109,7 +114,7 @@ class LayoutWorker:
                 self._failed[head] = outcome["error"]
             else:
                 self._landed_at.append(time.monotonic())
-        if len(self._landed_at) == 2 and not outcome.get("error"):
+        if len(self._landed_at) == ESTIMATE_AFTER and "error" not in outcome:
             remaining = self.progress().remaining_seconds
             if remaining is not None:
                 logger.info("%s: the other %d %s layouts will take about %s", self.run.path, len(self._waiting),
@@ -131,9 +136,9 @@ class LayoutWorker:
             landed = list(self._landed_at)
         running = self._finished is None
         remaining = None
-        if running and len(landed) >= 2 and waiting:
-            per_layout = (landed[-1] - landed[0]) / (len(landed) - 1)    # the pace since the first one landed
-            remaining = max(0.0, per_layout * waiting - (now - landed[-1]))
+        if running and landed and waiting and self._started is not None:
+            # the pace since the start (worker start-up included; heads another process made count as landed)
+            remaining = (now - self._started) / len(landed) * waiting
         elapsed = ((self._finished or now) - self._started) if self._started is not None else 0.0
         return LayoutProgress(self.method, self.dim, len(self._todo), done, failed, running, elapsed, remaining)
 

@@ -78,8 +78,10 @@ def project_points(points: np.ndarray, method: str, dim: int, seed: int = 0, gra
 
 def _pca(points, dim, seed, params) -> Projection:
     from sklearn.decomposition import PCA
+    from threadpoolctl import threadpool_limits
 
-    return Projection(PCA(n_components=dim, random_state=seed).fit_transform(points).astype(np.float32), params, {})
+    with threadpool_limits(1):     # milliseconds on one thread; two threads beside other work spin for 0.5 s
+        return Projection(PCA(n_components=dim, random_state=seed).fit_transform(points).astype(np.float32), params, {})
 
 
 def _umap(points, dim, seed, params, graph: NeighborGraph) -> Projection:
