@@ -82,5 +82,6 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
     start_in_turn(workers)
     threading.Thread(target=warm, args=(runs[0],), daemon=True).start()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    logging.getLogger("dash.dash").setLevel(logging.WARNING)    # its "Dash is running on" twice: ours below says it
     logger.info("serving %s at http://%s:%d/ (Ctrl-C stops)", ", ".join(data.name for data in runs), host, port)
     app.run(host=host, port=port, debug=False)
