@@ -65,8 +65,12 @@ def write_report(report: Report, out: str | Path, *, overwrite: bool = False) ->
     return out
 
 
+#: everything a report directory holds; one holding anything else is never replaced
+REPORT_FILES = (CSV_NAME, HTML_NAME, ATLAS_HTML_NAME, SUMMARY_NAME)
+
+
 def check_destination(out: Path, overwrite: bool) -> None:
-    """Refuse an ``out`` that exists, unless ``overwrite`` and it is a qkviz report (or empty)."""
+    """Refuse an ``out`` that exists, unless ``overwrite`` and it is a qkviz report and nothing else (or empty)."""
     out = Path(out)
     if not out.exists():
         return
@@ -74,8 +78,13 @@ def check_destination(out: Path, overwrite: bool) -> None:
         raise QkvizError(f"{out} exists and is not a directory; choose another --out")
     if not overwrite:
         raise QkvizError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
-    if any(out.iterdir()) and not _is_report(out):
+    entries = sorted(entry.name for entry in out.iterdir())
+    if entries and not _is_report(out):
         raise QkvizError(f"{out} is not a qkviz report directory; refusing to replace it: choose another --out")
+    others = [name for name in entries if name not in REPORT_FILES]
+    if others:       # a run, or the user's own files, inside a report directory: never deleted
+        raise QkvizError(f"{out} holds more than a qkviz report ({', '.join(others[:3])}); refusing to replace it: "
+                         "move those out or choose another --out")
 
 
 def _is_report(directory: Path) -> bool:

@@ -99,6 +99,30 @@ INDEX_DIRECTORY = "indexes"                  # qkviz.search
 TOKEN_INDEX_FILE = "tokens.parquet"
 
 
+#: Every name qkviz writes directly in a run directory (files, and the directories of derived results);
+#: ``--overwrite`` removes these and nothing else.
+RUN_FILES = (MANIFEST, PROGRESS, TOKENS, SENTENCES, *ARRAY_FILES, HEAD_UPDATES, *LOGIT_PART_FILES, CORRELATION_TABLE)
+RUN_DIRECTORIES = (CACHE_DIRECTORY, ATLAS_DIRECTORY, RELATED_DIRECTORY, INDEX_DIRECTORY)
+
+
+def is_run_entry(name: str) -> bool:
+    """Whether ``name``, an entry of a run directory, is one qkviz writes (a temporary file included)."""
+    if name.startswith(".") and name.endswith(".tmp"):        # see temporary_name: .<name>.<pid>.<hex>.tmp
+        parts = name[1:-len(".tmp")].rsplit(".", 2)
+        name = parts[0] if len(parts) == 3 else name
+    return name in RUN_FILES or name.removesuffix(PARTIAL_SUFFIX) in RUN_FILES or name in RUN_DIRECTORIES
+
+
+def is_run_marker(path: Path) -> bool:
+    """Whether ``path`` (a manifest or progress file) is a qkviz run's: JSON naming this schema and a fingerprint."""
+    try:
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(content, dict) and content.get("schema_version") == SCHEMA_VERSION
+            and isinstance(content.get("fingerprint"), str) and len(content["fingerprint"]) > 0)
+
+
 #: The file written last of each derived result, whose change says the result was made again.
 RESULT_MARKERS = {"atlas": f"{ATLAS_DIRECTORY}/{ATLAS_MARKER}", "related": f"{RELATED_DIRECTORY}/{RELATED_MARKER}",
                   "correlations": CORRELATION_TABLE}

@@ -38,8 +38,12 @@ def plan_directory(directory: Path, fingerprint: str, overwrite: bool) -> Direct
     directory = Path(directory)
     if not directory.exists() or not any(directory.iterdir()):
         return DirectoryPlan.FRESH
-    if not any((directory / marker).exists() for marker in run_files.RUN_MARKERS):
+    markers = [directory / marker for marker in run_files.RUN_MARKERS if (directory / marker).exists()]
+    if not markers:
         raise QkvizError(f"{directory} exists and is not a qkviz run; choose a new or empty --out directory")
+    if not all(run_files.is_run_marker(marker) for marker in markers):
+        raise QkvizError(f"{directory} holds a {markers[0].name} that is not a qkviz run's; nothing was replaced: "
+                         "choose a new or empty --out directory")
     previous = _read_fingerprint(directory)
     if previous == fingerprint:
         if not (directory / run_files.MANIFEST).exists():
@@ -55,9 +59,24 @@ def plan_directory(directory: Path, fingerprint: str, overwrite: bool) -> Direct
     elif not overwrite:
         raise QkvizError(f"{directory} holds a run made with different settings; pass --overwrite to replace it "
                          "or choose another --out directory")
-    logger.info("removing the previous run in %s (--overwrite)", directory)
-    shutil.rmtree(directory)
+    remove_run(directory)
     return DirectoryPlan.FRESH
+
+
+def remove_run(directory: Path) -> None:
+    """Remove what qkviz wrote in the run ``directory`` (``--overwrite``): the files and result directories the
+    run format names, nothing else; anything else there is left (and logged)."""
+    logger.info("removing the previous run in %s (--overwrite)", directory)
+    kept = []
+    for entry in sorted(directory.iterdir()):
+        if not run_files.is_run_entry(entry.name):
+            kept.append(entry.name)
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    if kept:
+        logger.warning("%s: left %d entries that are not part of a run: %s", directory, len(kept), ", ".join(kept[:5]))
 
 
 def _read_fingerprint(directory: Path) -> str | None:
