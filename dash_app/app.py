@@ -18,6 +18,7 @@ import dash
 from dash import Input, Output, State, dcc, html, no_update
 
 from dash_app import ids, progress
+from dash_app.guard import allowed_hosts, guard
 from dash_app.events import clicked, exemplar_target, partner_target, related_target
 from dash_app.run_data import METHOD_LABELS, RunData, unique_names
 from dash_app.search import TokenSearch
@@ -52,10 +53,12 @@ def create_app(run_paths: list[Path]) -> dash.Dash:
     return build_app(open_runs(run_paths))
 
 
-def build_app(runs: list[RunData]) -> dash.Dash:
+def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts()) -> dash.Dash:
+    """The app over opened runs, answering only for ``hosts`` (see :mod:`dash_app.guard`)."""
     searches = [TokenSearch(data.token_index, lambda method, data=data: data.all_layouts(method).points)
                 for data in runs]
     app = dash.Dash(__name__, title="qkviz", update_title=None, serve_locally=True, assets_folder=str(ASSETS))
+    guard(app.server, hosts)
     app.layout = shell_layout(runs)
     register_state_callback(app, runs)
     register_search_count(app, searches)

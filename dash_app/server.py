@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from dash_app.app import build_app, open_runs
+from dash_app.guard import allowed_hosts
 from dash_app.run_data import RunData
 from qkviz import QkvizError, project
 from qkviz.projection import LayoutWorker
@@ -65,11 +66,12 @@ def start_in_turn(workers: list[LayoutWorker]) -> threading.Thread:
 
 
 def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, background: str | None = DEFAULT_BACKGROUND,
-          jobs: int = 1) -> None:
+          jobs: int = 1, allow_hosts: tuple[str, ...] = ()) -> None:
     """Serve the app until interrupted. Runs are opened first: a bad one raises QkvizError.
 
     ``background`` names the method whose missing 2D layouts are made while the app runs (None: none
-    are), in ``jobs`` worker processes."""
+    are), in ``jobs`` worker processes. The server answers only for the loopback names, ``host`` and
+    ``allow_hosts`` (see :func:`dash_app.guard.allowed_hosts`)."""
     if background is not None and background not in METHODS:
         raise QkvizError(f"unknown background method {background!r}; choose from {', '.join(METHODS)} or none")
     if jobs < 1:
@@ -78,7 +80,7 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
     for data in runs:
         make_pca(data)
     workers = attach_workers(runs, background, jobs) if background is not None else []
-    app = build_app(runs)
+    app = build_app(runs, allowed_hosts(host, tuple(allow_hosts)))
     start_in_turn(workers)
     threading.Thread(target=warm, args=(runs[0],), daemon=True).start()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)

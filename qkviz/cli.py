@@ -171,6 +171,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="make this method's missing 2D layouts while the app runs, each head's appearing as "
                             "it lands (default attn-tsne; 'none' makes none)")
     serve.add_argument("--jobs", type=int, default=1, help="worker processes for the background layouts (default 1)")
+    serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                       help="also answer requests for this host name (repeatable; e.g. behind a proxy). By default "
+                            "only the loopback names and --host are answered (against DNS rebinding)")
     serve.set_defaults(handler=_serve)
 
     models = commands.add_parser("models", help="list the bundled models and the supported families")
@@ -292,7 +295,8 @@ def _serve(args: argparse.Namespace) -> int:
                          "pip install 'qkviz[app]'") from None
 
     background = None if args.background.lower() == "none" else args.background
-    serve(args.run, host=args.host, port=args.port, background=background, jobs=args.jobs)
+    serve(args.run, host=args.host, port=args.port, background=background, jobs=args.jobs,
+          allow_hosts=tuple(args.allow_host))
     return 0
 
 
