@@ -133,3 +133,52 @@ def test_allowed_hosts_follow_the_listen_address():
 def test_a_garbled_callback_request_is_a_400_not_a_500_with_a_stack_trace(local_server, body):
     status, text = request(local_server, "POST", "/_dash-update-component", body=body)
     assert 400 <= status < 500 and b"Traceback" not in text, (status, text)
+
+
+# -- resources ------------------------------------------------------------------------------------
+def children_of(pid: int) -> set[int]:
+    from pathlib import Path
+
+    found = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found |= {int(child) for child in (task / "children").read_text().split()}
+        except OSError:
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] not in "ZX"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGTERM"])
+def test_killing_project_jobs_2_ends_its_workers_within_seconds(tiny_run, tmp_path, signal_name):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run_path = tmp_path / "run"
+    shutil.copytree(tiny_run("llama").path, run_path)
+    parent = subprocess.Popen([sys.executable, "-m", "qkviz", "-q", "project", "--run", str(run_path), "--method",
+                               "tsne,umap", "--jobs", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(workers := children_of(parent.pid)) < 2 and time.monotonic() < deadline and parent.poll() is None:
+        time.sleep(0.1)
+    assert len(workers) >= 2, "the pool did not start"
+    os.kill(parent.pid, getattr(signal, signal_name))
+    parent.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while any(alive(worker) for worker in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [worker for worker in workers if alive(worker)]
+    for worker in left:
+        os.kill(worker, signal.SIGKILL)
+    assert not left, f"workers {left} outlived their parent by 10 s"
