@@ -17,6 +17,8 @@ from qkviz.core.errors import QkvizError
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "sentences.txt"
 TABULAR_SUFFIXES = {".jsonl", ".csv", ".parquet"}
 FILE_SUFFIXES = TABULAR_SUFFIXES | {".txt", ".text", ".json", ".tsv"}
+#: the largest corpus file read (a run holds at most millions of tokens: a few hundred MB of text)
+MAX_CORPUS_BYTES = 2_000_000_000
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,12 @@ def load_corpus(source: str | Path, text_column: str = "text") -> Corpus:
     path = Path(source)
     if path.is_dir():
         raise QkvizError(f"corpus {path} is a directory; give a text, JSONL, CSV or Parquet file")
+    if path.exists() and not path.is_file():
+        raise QkvizError(f"corpus {path} is not a regular file (a device or a pipe); give a text, JSONL, CSV or "
+                         "Parquet file")
+    if path.exists() and path.stat().st_size > MAX_CORPUS_BYTES:
+        raise QkvizError(f"corpus {path} is {path.stat().st_size / 1e9:.1f} GB, more than qkviz reads "
+                         f"({MAX_CORPUS_BYTES / 1e9:.0f} GB); give a sample of it")
     if path.exists():
         if path.suffix.lower() in TABULAR_SUFFIXES:
             sentences = _read_tabular(path, text_column)
@@ -57,9 +65,10 @@ def load_corpus(source: str | Path, text_column: str = "text") -> Corpus:
 
 
 def _read_text_lines(path: Path) -> list[str]:
-    raw = path.read_bytes()
     sentences = []
-    for number, line in enumerate(raw.splitlines(), start=1):
+    with open(path, "rb") as handle:
+        lines = [line.rstrip(b"\r\n") for line in handle]
+    for number, line in enumerate(lines, start=1):
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError as error:
@@ -77,8 +86,8 @@ def _read_tabular(path: Path, text_column: str) -> list[str]:
     suffix = path.suffix.lower()
     try:
         if suffix == ".jsonl":
-            frame = pd.DataFrame(_read_jsonl(path))
-        elif suffix == ".csv":
+            return _read_jsonl(path, text_column)
+        if suffix == ".csv":
             frame = pd.read_csv(path, encoding="utf-8", dtype=str, keep_default_na=False)
         else:
             frame = pd.read_parquet(path)
@@ -89,11 +98,22 @@ def _read_tabular(path: Path, text_column: str) -> list[str]:
     if text_column not in frame.columns:
         columns = ", ".join(map(str, frame.columns)) or "none"
         raise QkvizError(f"corpus {path} has no column {text_column!r} (columns: {columns}); choose one with --text-column")
-    return [str(value).strip() for value in frame[text_column] if value is not None and str(value).strip()]
+    return [_text_of(value, path, f"row {number}", text_column) for number, value in
+            enumerate(frame[text_column], start=2 if suffix == ".csv" else 1)
+            if not (isinstance(value, str) and not value.strip())]
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
+def _text_of(value, path: Path, where: str, text_column: str) -> str:
+    """The text of one row, stripped; a row whose text is missing, null, a number or a list is refused in one
+    line (storing ``"nan"`` or ``"[1, 2]"`` as a sentence would be a silently wrong run)."""
+    if not isinstance(value, str):
+        shown = "missing" if value is None or value != value else f"{type(value).__name__} {str(value)[:40]!r}"
+        raise QkvizError(f"corpus {path} {where}: {text_column!r} is {shown}, not text; fix or remove the row")
+    return value.strip()
+
+
+def _read_jsonl(path: Path, text_column: str) -> list[str]:
+    sentences, seen_column = [], False
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
@@ -104,8 +124,17 @@ def _read_jsonl(path: Path) -> list[dict]:
                 raise QkvizError(f"corpus {path} line {number} is not valid JSON ({error.msg})") from None
             if not isinstance(row, dict):
                 raise QkvizError(f"corpus {path} line {number} is not a JSON object")
-            rows.append(row)
-    return rows
+            if text_column not in row:
+                if not seen_column and not sentences:
+                    raise QkvizError(f"corpus {path} has no column {text_column!r} (columns: "
+                                     f"{', '.join(map(str, row)) or 'none'}); choose one with --text-column")
+                raise QkvizError(f"corpus {path} line {number}: {text_column!r} is missing, not text; fix or remove "
+                                 "the row")
+            seen_column = True
+            text = _text_of(row[text_column], path, f"line {number}", text_column)
+            if text:
+                sentences.append(text)
+    return sentences
 
 
 def _read_hub_dataset(name: str, text_column: str) -> list[str]:

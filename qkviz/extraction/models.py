@@ -87,6 +87,12 @@ def model_directory(spec: str, progress: bool = False) -> tuple[Path, str]:
     return Path(spec), spec
 
 
+#: the files one of which a model directory's tokenizer is read from (a directory without any is refused:
+#: transformers would otherwise fall back to a tokenizer that maps every word to one id)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model",
+                   "spiece.model")
+
+
 def load_model(spec: str, device: str = "cpu", progress: bool = False) -> LoadedModel:
     """Load ``spec`` for extraction, checking its family is supported before the weights load."""
     import torch
@@ -102,6 +108,9 @@ def load_model(spec: str, device: str = "cpu", progress: bool = False) -> Loaded
     except (OSError, ValueError) as error:
         raise QkvizError(_unreachable_message(spec, error)) from None
     adapter_for(config)
+    if Path(directory).is_dir() and not any((Path(directory) / name).exists() for name in TOKENIZER_FILES):
+        raise QkvizError(f"model directory {directory} has no tokenizer ({', '.join(TOKENIZER_FILES)}); save the "
+                         "model's tokenizer there too (tokenizer.save_pretrained) and extract again")
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory)
         model = AutoModel.from_pretrained(directory, config=config, dtype=torch.float32, attn_implementation="sdpa")

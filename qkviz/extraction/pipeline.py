@@ -76,6 +76,7 @@ def _extract(model: str, corpus: str | Path, out: Path, *, max_tokens: int | Non
     adapter = adapter_for(config)
     shape = adapter.shape(config)
     length_limit = _length_limit(adapter.max_tokens_per_sequence(config), max_length)
+    _check_room_for_text(loaded.tokenizer, length_limit)
     sentences = select_sentences(corpus_data.sentences, loaded.tokenizer, length_limit, max_tokens,
                                  max_sentences, seed)
     if not sentences:
@@ -164,6 +165,15 @@ def _length_limit(model_limit: int | None, requested: int | None) -> int | None:
     if requested is not None and model_limit is not None and requested > model_limit:
         raise QkvizError(f"--max-length {requested} is longer than the model allows ({model_limit})")
     return requested if requested is not None else model_limit
+
+
+def _check_room_for_text(tokenizer, length_limit: int | None) -> None:
+    """A ``--max-length`` that leaves no token for text after the model's special tokens is refused (a
+    tokenizer cannot truncate below them, and would silently ignore the limit)."""
+    special = tokenizer.num_special_tokens_to_add(pair=False)
+    if length_limit is not None and length_limit <= special:
+        raise QkvizError(f"--max-length {length_limit} leaves no room for text: the tokenizer adds {special} special "
+                         f"tokens to every sentence; use at least {special + 1}")
 
 
 def _model_identity(loaded, family: str) -> dict:

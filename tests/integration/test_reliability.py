@@ -182,3 +182,53 @@ def test_killing_project_jobs_2_ends_its_workers_within_seconds(tiny_run, tmp_pa
     for worker in left:
         os.kill(worker, signal.SIGKILL)
     assert not left, f"workers {left} outlived their parent by 10 s"
+
+
+# -- silent wrong results -----------------------------------------------------------------------------
+@pytest.mark.parametrize("row, shown", [('{"text": null}', "missing"), ('{"text": 3.5}', "float '3.5'"),
+                                        ('{"text": ["a", "b"]}', "list"), ('{"id": 4}', "missing")])
+def test_jsonl_rows_whose_text_is_missing_null_a_number_or_a_list_are_refused_naming_the_row(tmp_path, row, shown):
+    from qkviz.core.errors import QkvizError
+    from qkviz.extraction.corpus import load_corpus
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"text": "A fine sentence."}\n' + row + '\n{"text": "Another one."}\n')
+    with pytest.raises(QkvizError, match=f"line 2: 'text' is {shown}"):
+        load_corpus(path)
+
+
+def test_parquet_rows_whose_text_is_not_text_are_refused_naming_the_row(tmp_path):
+    import pandas as pd
+
+    from qkviz.core.errors import QkvizError
+    from qkviz.extraction.corpus import load_corpus
+
+    path = tmp_path / "corpus.parquet"
+    pd.DataFrame({"text": ["A fine sentence.", None, "Another one."]}).to_parquet(path)
+    with pytest.raises(QkvizError, match="row 2: 'text' is missing, not text"):
+        load_corpus(path)
+
+
+def test_a_corpus_that_is_a_device_is_refused_not_read_until_memory_runs_out(tiny_model, tmp_path):
+    result = run_main("extract", "--model", tiny_model("llama"), "--corpus", "/dev/zero", "--out", tmp_path / "run")
+    one_line_error(result, "/dev/zero is not a regular file")
+
+
+def test_a_model_directory_without_a_tokenizer_is_refused(tiny_model, tiny_corpus, tmp_path):
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model("bert"), model)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        (model / name).unlink(missing_ok=True)
+    result = run_main("extract", "--model", model, "--corpus", tiny_corpus, "--out", tmp_path / "run")
+    one_line_error(result, "has no tokenizer", "save_pretrained")
+
+
+@pytest.mark.parametrize("family, special", [("bert", 2), ("llama", 1)])
+def test_max_length_that_leaves_no_room_for_text_is_refused_and_others_are_honoured(tiny_model, tiny_corpus, tmp_path,
+                                                                                   family, special):
+    result = run_main("extract", "--model", tiny_model(family), "--corpus", tiny_corpus, "--out", tmp_path / "run",
+                      "--max-length", str(special))
+    one_line_error(result, f"--max-length {special} leaves no room for text", f"at least {special + 1}")
+    run = qkviz.extract(str(tiny_model(family)), tiny_corpus, tmp_path / "short", max_sentences=6, max_length=special + 1)
+    lengths = run.sentences.n_tokens if "n_tokens" in run.sentences else run.tokens.groupby("sentence").size()
+    assert int(lengths.max()) == special + 1
