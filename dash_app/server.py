@@ -10,6 +10,7 @@ app shows each head's PCA layout until its own lands, and the progress per head.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -74,8 +75,8 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
     ``allow_hosts`` (see :func:`dash_app.guard.allowed_hosts`)."""
     if background is not None and background not in METHODS:
         raise QkvizError(f"unknown background method {background!r}; choose from {', '.join(METHODS)} or none")
-    if jobs < 1:
-        raise QkvizError(f"--jobs must be at least 1, got {jobs}")
+    if not 1 <= jobs <= (os.cpu_count() or 1):
+        raise QkvizError(f"--jobs must be between 1 and this machine's {os.cpu_count()} CPUs, got {jobs}")
     runs = open_runs(run_paths)
     for data in runs:
         make_pca(data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,9 @@ from qkviz.projection.tasks import local_executor, plan_specs, run_tasks
 from qkviz.store.run import StoredRun, as_run
 
 logger = logging.getLogger(__name__)
+
+#: the most worker processes :func:`project` starts: one per CPU
+MAX_JOBS = os.cpu_count() or 1
 
 #: PCA (seconds for every head) and the attention-faithful t-SNE, which bench/faithful.py found keeps 5-40x more
 #: of each token's attention partners than t-SNE, in less time per head.
@@ -76,8 +80,10 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
         also recorded in the run, for ``qkviz status`` and the app, until the layout is made).
     """
     run = as_run(run)
-    if jobs < 1:
-        raise QkvizError(f"jobs must be a positive number, got {jobs}")
+    if not 1 <= jobs <= MAX_JOBS:
+        raise QkvizError(f"jobs must be between 1 and {MAX_JOBS} (this machine's {os.cpu_count()} CPUs): more "
+                         f"processes than cores are slower, not faster; got {jobs}")
+    run.check_files()
     layers = range(run.n_layers) if layers is None else layers
     heads = range(run.n_heads) if heads is None else heads
     alignment = Alignment(translate_keys=translate_keys, scale_norms=scale_norms)

@@ -115,8 +115,11 @@ class PartnerIndexes:
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             return None
         if (sidecar.get("schema") != PARTNER_INDEX_SCHEMA_VERSION or sidecar.get("run") != self.run.manifest["fingerprint"]
-                or sidecar.get("bytes") != size):
-            logger.warning("partner index %s is stale or damaged and is not used; build it again with qkviz index", index_path.name)
+                or sidecar.get("bytes") != size or not isinstance(sidecar.get("sha256"), str)
+                or not run_files.matches_checksum(index_path, sidecar["sha256"])):
+            logger.warning("partner index %s is stale or damaged and is not used (exact search is built in its place "
+                           "where the run is small enough); build it again with 'qkviz index --run %s'", index_path.name,
+                           self.run.path)
             return None
         return IndexInfo.from_dict(sidecar["info"])
 
@@ -152,7 +155,8 @@ class PartnerIndexes:
         size = write_index(index, index_path)
         run_files.write_json_atomic(sidecar_path, {
             "schema": PARTNER_INDEX_SCHEMA_VERSION, "run": self.run.manifest["fingerprint"], "side": target.side,
-            "layer": target.layer, "head": target.head, "bytes": size, "info": index.info.as_dict()})
+            "layer": target.layer, "head": target.head, "bytes": size, "sha256": run_files.file_sha256(index_path),
+            "info": index.info.as_dict()})
         self._open.pop(target, None)
         return index.info, size
 

@@ -140,8 +140,15 @@ def load_token_index(run) -> TokenIndex | None:
         logger.warning("token index %s belongs to another run or qkviz version; it is rebuilt in memory", path)
         return None
     lists = table.column("tokens").combine_chunks()
-    return TokenIndex(np.asarray(table.column("text").to_pylist(), dtype=str),
-                      np.asarray(lists.offsets, dtype=np.int64), np.asarray(lists.values, dtype=np.int64))
+    vocabulary = np.asarray(table.column("text").to_pylist(), dtype=str)
+    offsets, postings = np.asarray(lists.offsets, dtype=np.int64), np.asarray(lists.values, dtype=np.int64)
+    intact = (len(offsets) == len(vocabulary) + 1 and offsets[0] == 0 and offsets[-1] == len(postings)
+              and bool(np.all(np.diff(offsets) >= 0)) and (len(postings) == 0 or (postings.min() >= 0
+                                                                                 and postings.max() < run.n_tokens)))
+    if not intact:     # a file changed in place: its postings would point outside the run
+        logger.warning("token index %s is damaged; it is rebuilt in memory (make it again with 'qkviz index')", path)
+        return None
+    return TokenIndex(vocabulary, offsets, postings)
 
 
 def run_token_index(run) -> TokenIndex:

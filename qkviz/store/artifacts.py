@@ -4,7 +4,9 @@
 (names in :mod:`qkviz.store.files`). The marker -- a JSON file naming the schema version and the
 fingerprint of the extraction the result was computed from -- is removed before the data files are
 replaced and written again only after all of them, so a directory without a marker is never read as
-a finished result, and a result of another extraction or qkviz version is recognised and refused.
+a finished result, and a result of another extraction or qkviz version is recognised and refused. The
+marker holds the sha256 of every file, checked when the result is read (once per file and process): a
+file changed since is reported and the result treated as absent.
 """
 
 from __future__ import annotations
@@ -46,8 +48,10 @@ class ArtifactDirectory:
                 run_files.save_npy_atomic(self.directory / name, np.ascontiguousarray(array))
         for name, table in tables.items():
             run_files.write_parquet_atomic(table, self.directory / name)
+        written = [name for name, array in arrays.items() if array is not None] + list(tables)
         run_files.write_json_atomic(self.marker_path, {
-            "schema_version": self.schema_version, "run_fingerprint": self.run.manifest["fingerprint"], **marker})
+            "schema_version": self.schema_version, "run_fingerprint": self.run.manifest["fingerprint"], **marker,
+            "sha256": {name: run_files.file_sha256(self.directory / name) for name in written}})
         return self.directory
 
     def read_marker(self) -> dict | None:
@@ -64,6 +68,12 @@ class ArtifactDirectory:
             logger.warning("%s was made by another qkviz version or extraction; run '%s --run %s' again",
                            self.directory, self.remake, self.run.path)
             return None
+        for name, expected in marker.get("sha256", {}).items():      # each file once per process
+            path = self.directory / name
+            if not path.exists() or not run_files.matches_checksum(path, expected):
+                logger.warning("%s is damaged (%s does not match its checksum) and is not used; run '%s --run %s' again",
+                               self.directory, name, self.remake, self.run.path)
+                return None
         return marker
 
     def array(self, name: str) -> np.ndarray:

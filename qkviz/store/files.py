@@ -39,6 +39,7 @@ last (see :mod:`qkviz.store.artifacts`) or as entries with a JSON sidecar writte
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -131,6 +132,32 @@ RESULT_MARKERS = {"atlas": f"{ATLAS_DIRECTORY}/{ATLAS_MARKER}", "related": f"{RE
 def partner_index_files(stem: str) -> tuple[str, str]:
     """The index file and its JSON sidecar (written last) of one partner index, e.g. ``keys-l3-h1``."""
     return f"{stem}.faiss", f"{stem}.json"
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file, read in 4 MB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(4 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+#: ``(path, size, mtime_ns, expected sha256)`` of every file found intact in this process
+_VERIFIED: set[tuple[str, int, int, str]] = set()
+
+
+def matches_checksum(path: Path, expected: str) -> bool:
+    """Whether ``path`` has the sha256 ``expected``; each file is hashed once per process (again only when
+    its size or modification time changes)."""
+    status = Path(path).stat()
+    key = (str(Path(path).resolve()), status.st_size, status.st_mtime_ns, expected)
+    if key in _VERIFIED:
+        return True
+    if file_sha256(path) != expected:
+        return False
+    _VERIFIED.add(key)
+    return True
 
 
 def temporary_name(path: Path) -> Path:

@@ -92,15 +92,31 @@ class StoredRun:
                 f"kv_heads={self.n_kv_heads}, tokens={self.n_tokens})")
 
     # -- tables -------------------------------------------------------------------------------
+    def verified(self, name: str) -> Path:
+        """The path of the run's file ``name``, checked against the manifest's sha256 (once per file and process;
+        runs made before checksums were recorded are read unchecked); damage is an IncompleteRunError."""
+        path = self.path / name
+        expected = self.manifest.get("sha256", {}).get(name)
+        if expected is not None and not run_files.matches_checksum(path, expected):
+            raise IncompleteRunError(f"{self.path} is damaged: {name} does not match its checksum (changed after "
+                                     "extraction); extract the run again with --overwrite")
+        return path
+
+    def check_files(self) -> None:
+        """Check every file of the run against its checksum now (commands call it before their work, so that
+        damage is one line up front rather than a failure per head)."""
+        for name in self.manifest.get("sha256", {}):
+            self.verified(name)
+
     @cached_property
     def tokens(self) -> pd.DataFrame:
         """One row per token, in storage order: ``TOKEN_COLUMNS``."""
-        return pd.read_parquet(self.path / run_files.TOKENS)
+        return pd.read_parquet(self.verified(run_files.TOKENS))
 
     @cached_property
     def sentences(self) -> pd.DataFrame:
         """One row per sentence: ``SENTENCE_COLUMNS``; a sentence's tokens are contiguous."""
-        return pd.read_parquet(self.path / run_files.SENTENCES)
+        return pd.read_parquet(self.verified(run_files.SENTENCES))
 
     def sentence_tokens(self, sentence: int) -> slice:
         """The token rows of ``sentence`` (for indexing ``queries``, ``keys`` and ``tokens``)."""
@@ -112,7 +128,7 @@ class StoredRun:
     # -- vectors ------------------------------------------------------------------------------
     @cached_property
     def _arrays(self) -> dict[str, np.ndarray]:
-        return {name: np.load(self.path / name, mmap_mode="r") for name in run_files.ARRAY_FILES}
+        return {name: np.load(self.verified(name), mmap_mode="r") for name in run_files.ARRAY_FILES}
 
     def queries(self, layer: int, head: int) -> np.ndarray:
         """``[token, d_head]`` float32: the head's queries as they enter ``q . k``."""
@@ -148,7 +164,7 @@ class StoredRun:
 
     def part(self, name: str) -> np.ndarray | None:
         """The optional array file ``name`` (memory-mapped), or ``None`` when the run lacks it."""
-        return np.load(self.path / name, mmap_mode="r") if self.has_part(name) else None
+        return np.load(self.verified(name), mmap_mode="r") if self.has_part(name) else None
 
     def query_bias(self, layer: int, head: int) -> np.ndarray | None:
         """``[d_head]`` float32: the bias the model adds to this head's queries, or ``None``."""

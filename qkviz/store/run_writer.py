@@ -221,7 +221,8 @@ class RunWriter:
             os.replace(self._partial(name), self.directory / name)
         names = (*self.layout.array_files(), *(extra_arrays or {}), run_files.TOKENS, run_files.SENTENCES)
         manifest = {**manifest, "fingerprint": self.fingerprint,
-                    "files": {name: (self.directory / name).stat().st_size for name in names}}
+                    "files": {name: (self.directory / name).stat().st_size for name in names},
+                    "sha256": {name: run_files.file_sha256(self.directory / name) for name in names}}
         run_files.write_json_atomic(self.directory / run_files.MANIFEST, manifest)
         (self.directory / run_files.PROGRESS).unlink(missing_ok=True)
         return manifest

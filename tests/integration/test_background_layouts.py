@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from support.browser import copy_run, start_server, stop_server
 from support.cli import run_main
+from support.runs import reseal
 
 import qkviz
 from dash_app.run_data import RunData
@@ -39,6 +40,7 @@ def damage_queries(run, layer: int, head: int) -> np.ndarray:
     original = np.array(stored[layer, head])
     stored[layer, head] = np.nan
     stored.flush()
+    reseal(run.path)
     return original
 
 
@@ -67,6 +69,7 @@ def test_worker_makes_the_missing_layouts_and_records_a_failing_head(small_run, 
     stored = np.load(run.path / "queries.npy", mmap_mode="r+")
     stored[BROKEN] = original
     stored.flush()
+    reseal(run.path)
     assert run_main("-q", "project", "--run", str(run.path), "--method", "pca", "--dim", "2").returncode == 0
     assert cache.failures() == [] and cache.contains(default_spec(run, *BROKEN, "pca"))
     assert not any(line.startswith("failed") for line in describe_run(run))

@@ -14,6 +14,7 @@ from qkviz.core.alignment import align_head
 from qkviz.analysis.head_similarity import (classical_mds, cluster_order, compute_head_similarity,
                                    load_head_similarity, related_heads, sample_sentences, store_head_similarity)
 from qkviz.store.run import open_run
+from support.runs import reseal
 
 
 def direct_js(run, sentences, first, second) -> float:
@@ -81,6 +82,7 @@ def with_copies(run, directory):
     queries[1, 2], keys[1, 2] = queries[0, 0], keys[0, 0]
     queries.flush()
     keys.flush()
+    reseal(copy)
     return open_run(copy)
 
 

@@ -11,6 +11,7 @@ from qkviz.analysis.head_atlas import load_atlas
 from qkviz.analysis.head_labels import LabelThresholds, head_label
 from qkviz.analysis.head_stats import head_statistics, is_punctuation
 from qkviz.store.run import open_run
+from support.runs import reseal
 
 
 def with_head(run, tmp_path, queries, keys, layer=0, head=0):
@@ -23,6 +24,7 @@ def with_head(run, tmp_path, queries, keys, layer=0, head=0):
     stored_keys[layer, run.kv_head(head)] = keys
     stored_queries.flush()
     stored_keys.flush()
+    reseal(copy)
     return open_run(copy)
 
 

@@ -232,3 +232,65 @@ def test_max_length_that_leaves_no_room_for_text_is_refused_and_others_are_honou
     run = qkviz.extract(str(tiny_model(family)), tiny_corpus, tmp_path / "short", max_sentences=6, max_length=special + 1)
     lengths = run.sentences.n_tokens if "n_tokens" in run.sentences else run.tokens.groupby("sentence").size()
     assert int(lengths.max()) == special + 1
+
+
+def corrupt_in_place(path, offset: int = -64) -> None:
+    """Overwrite bytes of a file without changing its size (what a bad disk or a stray write leaves)."""
+    with open(path, "r+b") as handle:
+        handle.seek(offset, 2)
+        handle.write(b"\x7f\xff" * 8)
+
+
+def test_a_run_array_corrupted_in_place_is_one_line_not_read(tiny_run, tmp_path):
+    from qkviz.core.errors import IncompleteRunError
+
+    copy = tmp_path / "run"
+    shutil.copytree(tiny_run("llama").path, copy)
+    corrupt_in_place(copy / "keys.npy")
+    run = qkviz.open_run(copy)                       # the sizes still match: opening is cheap and succeeds
+    with pytest.raises(IncompleteRunError, match="keys.npy does not match its checksum"):
+        run.keys(0, 0)
+    one_line_error(run_main("project", "--run", copy, "--method", "pca"), "keys.npy does not match its checksum",
+                   "extract the run again")
+
+
+def test_a_search_index_corrupted_in_place_is_not_trusted(tiny_run, tmp_path):
+    import numpy as np
+
+    from qkviz.search import PartnerIndexes
+
+    copy = tmp_path / "run"
+    shutil.copytree(tiny_run("llama").path, copy)
+    assert run_main("-q", "index", "--run", copy).returncode == 0
+    run = qkviz.open_run(copy)
+    expected = PartnerIndexes(run).partners(0, 1, 3, 5)
+    index_file = copy / "indexes" / "keys-l0-h0.faiss"
+    size = index_file.stat().st_size
+    corrupt_in_place(index_file, offset=-(size // 2))
+    assert index_file.stat().st_size == size
+    found = PartnerIndexes(qkviz.open_run(copy)).partners(0, 1, 3, 5)   # exact, rebuilt in memory: the same answer
+    assert np.isfinite(found.logits).all() and np.array_equal(found.points, expected.points)
+    assert "11/12 partner indexes" in describe(copy)                       # the damaged one is not counted
+
+
+def describe(path) -> str:
+    from qkviz.report.run_status import describe_run
+
+    return "\n".join(describe_run(qkviz.open_run(path)))
+
+
+def test_a_stored_result_changed_since_it_was_made_is_not_read(tiny_run, tmp_path, caplog):
+    from qkviz.analysis import load_atlas
+
+    copy = tmp_path / "run"
+    shutil.copytree(tiny_run("llama").path, copy)
+    assert run_main("-q", "stats", "--run", copy).returncode == 0
+    assert load_atlas(qkviz.open_run(copy)) is not None
+    corrupt_in_place(copy / "stats" / "relative_position.npy")
+    assert load_atlas(qkviz.open_run(copy)) is None
+    assert "relative_position.npy does not match its checksum" in caplog.text and "qkviz stats" in caplog.text
+
+
+@pytest.mark.parametrize("jobs", ["0", "100000"])
+def test_jobs_is_capped_at_the_cpus(tiny_run, jobs):
+    one_line_error(run_main("project", "--run", tiny_run("llama").path, "--jobs", jobs), "jobs must be")
