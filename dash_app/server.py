@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from pathlib import Path
 
@@ -66,6 +67,17 @@ def start_in_turn(workers: list[LayoutWorker]) -> threading.Thread:
     return thread
 
 
+def check_port(host: str, port: int) -> None:
+    """A port another program holds is a one-line QkvizError now, not Flask's exit after the work."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)     # as the server's own socket
+            probe.bind((host, port))
+    except OSError as error:
+        raise QkvizError(f"cannot listen on {host}:{port} ({error.strerror}): choose another --port, or stop the "
+                         "program that holds it") from None
+
+
 def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, background: str | None = DEFAULT_BACKGROUND,
           jobs: int = 1, allow_hosts: tuple[str, ...] = ()) -> None:
     """Serve the app until interrupted. Runs are opened first: a bad one raises QkvizError.
@@ -77,6 +89,7 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
         raise QkvizError(f"unknown background method {background!r}; choose from {', '.join(METHODS)} or none")
     if not 1 <= jobs <= (os.cpu_count() or 1):
         raise QkvizError(f"--jobs must be between 1 and this machine's {os.cpu_count()} CPUs, got {jobs}")
+    check_port(host, port)
     runs = open_runs(run_paths)
     for data in runs:
         make_pca(data)

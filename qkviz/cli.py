@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
 import qkviz
+from qkviz.cli_options import describe_os_error, device, integer
 from qkviz.core import QkvizError
 from qkviz.extraction.corpus import DEFAULT_CORPUS
 from qkviz.search import EXACT_LIMIT
@@ -42,13 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
                               "Hugging Face dataset name[:split]; default: the bundled corpus")
     extract.add_argument("--out", required=True, type=Path, help="run directory to write")
     extract.add_argument("--text-column", default="text", help="column holding the text in tabular corpora")
-    extract.add_argument("--max-tokens", type=int, help="stop before this many tokens (special tokens included)")
-    extract.add_argument("--max-sentences", type=int, help="take at most this many sentences")
-    extract.add_argument("--seed", type=int, default=0, help="seed of the sentence sampling (default 0)")
+    extract.add_argument("--max-tokens", type=integer(1), help="stop before this many tokens (special tokens included)")
+    extract.add_argument("--max-sentences", type=integer(1), help="take at most this many sentences")
+    extract.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the sentence sampling (default 0)")
     extract.add_argument("--dtype", choices=("float16", "float32"), default="float32", help="stored precision")
-    extract.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    extract.add_argument("--batch-size", type=int, default=16, help="sentences per forward pass")
-    extract.add_argument("--max-length", type=int,
+    extract.add_argument("--device", type=device, default="cpu", help="cpu, cuda, cuda:N or mps")
+    extract.add_argument("--batch-size", type=integer(1, 4096), default=16, help="sentences per forward pass")
+    extract.add_argument("--max-length", type=integer(1),
                          help="truncate sentences to this many tokens (default: what the model allows)")
     extract.add_argument("--overwrite", action="store_true", help="replace a run made with other settings")
     extract.add_argument("--head-update", action="store_true",
@@ -165,12 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
                                             "layouts is served at once with PCA, and its default layouts are "
                                             "made in the background.")
     serve.add_argument("--run", required=True, type=Path, action="append", help="run directory (repeatable)")
-    serve.add_argument("--port", type=int, default=8050, help="port (default 8050)")
+    serve.add_argument("--port", type=integer(1, 65535), default=8050, help="port (default 8050)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--background", default="attn-tsne", metavar="METHOD",
                        help="make this method's missing 2D layouts while the app runs, each head's appearing as "
                             "it lands (default attn-tsne; 'none' makes none)")
-    serve.add_argument("--jobs", type=int, default=1, help="worker processes for the background layouts (default 1)")
+    serve.add_argument("--jobs", type=integer(1, os.cpu_count() or 1), default=1,
+                       help="worker processes for the background layouts (default 1)")
     serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                        help="also answer requests for this host name (repeatable; e.g. behind a proxy). By default "
                             "only the loopback names and --host are answered (against DNS rebinding)")
@@ -333,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except QkvizError as error:
         sys.stderr.write(f"qkviz: error: {error}\n")
+        return 2
+    except OSError as error:       # permission, a full disk, a port in use: what to do, not a traceback
+        sys.stderr.write(f"qkviz: error: {describe_os_error(error)}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("qkviz: interrupted; finished work is kept: run the same command again to resume\n")

@@ -64,7 +64,8 @@ def project_head(run_path: str, specs: list[ProjectionSpec], wait: bool = True) 
     The head's lock is held meanwhile, so two processes projecting the same run compute each head once;
     with ``wait=False`` a head another process holds is reported ``busy`` instead (to be tried again
     later). A layout that fails is recorded in the cache (shown by ``qkviz status`` and the app) and
-    reported with its ``error``; the head's other layouts go on."""
+    reported with its ``error``; the head's other layouts go on. An ``OSError`` (permission, a full disk)
+    is raised instead: it is the file system's, and every head would meet it."""
     run = open_run(run_path)
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
     try:
@@ -94,12 +95,16 @@ def _project_head(run: StoredRun, cache: ProjectionCache, specs: list[Projection
             needed = max(neighbors_needed(spec.method, dict(spec.params), len(aligned.points))
                          for spec in todo if dict(spec.params).get("metric") == metric)
             graphs[metric] = neighbor_graph(aligned.points, needed, metric)
+    except OSError:            # the file system (permission, a full disk): every head would fail alike
+        raise
     except Exception as error:  # noqa: BLE001 -- recorded on the head's layouts; the other heads go on
         return outcomes + [_failed(cache, spec, error) for spec in todo]
     attention_graphs: dict[tuple, AttentionGraph] = {}
     for spec in sorted(todo, key=lambda spec: spec.dim):  # a 2D t-SNE first: the 3D one starts from it
         try:
             outcomes.append(_project_one(run, cache, spec, aligned, graphs, attention_graphs))
+        except OSError:
+            raise
         except Exception as error:  # noqa: BLE001 -- as above
             outcomes.append(_failed(cache, spec, error))
     return outcomes

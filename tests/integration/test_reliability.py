@@ -294,3 +294,55 @@ def test_a_stored_result_changed_since_it_was_made_is_not_read(tiny_run, tmp_pat
 @pytest.mark.parametrize("jobs", ["0", "100000"])
 def test_jobs_is_capped_at_the_cpus(tiny_run, jobs):
     one_line_error(run_main("project", "--run", tiny_run("llama").path, "--jobs", jobs), "jobs must be")
+
+
+# -- one line, exit 2 ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, fragment", [
+    (["extract", "--model", "minilm", "--out", "x", "--device", "nonsense"], "argument --device: 'nonsense' is not a device"),
+    (["extract", "--model", "minilm", "--out", "x", "--seed", "-1"], "argument --seed: -1 is out of range"),
+    (["extract", "--model", "minilm", "--out", "x", "--max-tokens", "0"], "argument --max-tokens: 0 is out of range"),
+    (["extract", "--model", "minilm", "--out", "x", "--batch-size", "ten"], "'ten' is not a whole number"),
+    (["serve", "--run", "x", "--port", "99999"], "argument --port: 99999 is out of range"),
+    (["serve", "--run", "x", "--jobs", "100000"], "argument --jobs: 100000 is out of range"),
+])
+def test_bad_option_values_are_one_line_where_they_are_parsed(argv, fragment):
+    one_line_error(run_main(*argv), fragment)
+
+
+def test_a_port_in_use_is_one_line(app_run):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        one_line_error(run_main("serve", "--run", app_run.path, "--port", str(port)), f"127.0.0.1:{port}",
+                       "choose another --port")
+
+
+@pytest.mark.parametrize("code, fragment", [("EACCES", "use a directory you may write to"),
+                                            ("EROFS", "copy a read-only run elsewhere"),
+                                            ("ENOSPC", "the disk is full")])
+def test_a_read_only_run_or_a_full_disk_is_one_line_saying_what_to_do(tiny_run, tmp_path, monkeypatch, code, fragment):
+    """The file system refusing every write (as root, a read-only directory cannot be made, so the refusal
+    is the operating system's error raised where qkviz writes)."""
+    import errno
+    import os
+
+    from qkviz.store import files
+
+    def refuse(path, *args, **kwargs):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), str(path))
+
+    copy = tmp_path / "run"
+    shutil.copytree(tiny_run("llama").path, copy)
+    monkeypatch.setattr(files, "save_npy_atomic", refuse)
+    monkeypatch.setattr(files, "write_json_atomic", refuse)
+    one_line_error(run_main("-q", "project", "--run", copy, "--method", "pca"), fragment, str(copy))
+
+
+def test_an_existing_file_as_report_out_is_one_line(tiny_run, tmp_path):
+    afile = tmp_path / "a-file"
+    afile.write_text("mine")
+    one_line_error(run_main("-q", "report", "--run", tiny_run("llama").path, "--out", afile), "is not a directory")
+    assert afile.read_text() == "mine"
