@@ -22,8 +22,8 @@ from dash_app.guard import allowed_hosts, guard
 from dash_app.events import clicked, exemplar_target, partner_target, related_target
 from dash_app.run_data import METHOD_LABELS, RunData, unique_names
 from dash_app.search import TokenSearch
-from dash_app.state import (ViewState, open_exemplar, open_head, select_point, select_run, select_sentence, step_head,
-                            step_layer, validate)
+from dash_app.state import (ViewState, checked_state, open_exemplar, open_head, select_point, select_run, select_sentence,
+                            step_head, step_layer, validate)
 from dash_app.url_state import parse_url, to_url
 from dash_app.views import heads, matrix, positions, sentence, single
 from qkviz import QkvizError, open_run
@@ -61,7 +61,7 @@ def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts()) -> d
     guard(app.server, hosts)
     app.layout = shell_layout(runs)
     register_state_callback(app, runs)
-    register_search_count(app, searches)
+    register_search_count(app, runs, searches)
     progress.register(app, runs)
     matrix.register(app, runs, searches)
     single.register(app, runs, searches)
@@ -127,7 +127,7 @@ def with_controls(state: ViewState, controls: dict, shape) -> ViewState:
     later answer; the controls still show the first action's change, so reading them keeps it."""
     changes = {name: controls[control] for control, name in FIELD_CONTROLS.items() if controls.get(control) is not None}
     if ids.SEARCH_SUBSTRING in controls:
-        changes["substring"] = "substring" in (controls[ids.SEARCH_SUBSTRING] or [])
+        changes["substring"] = isinstance(controls[ids.SEARCH_SUBSTRING], list) and "substring" in controls[ids.SEARCH_SUBSTRING]
     merged = validate(replace(state, **changes), shape, state)
     sentence = controls.get(ids.SENTENCE_SELECT)
     return select_sentence(merged, sentence, shape) if isinstance(sentence, int) else merged
@@ -142,7 +142,7 @@ def next_state(trigger: str | None, value, current: dict | None, url_search: str
     shapes = [data.shape for data in runs]
     if trigger in (None, ids.URL) or current is None:
         return parse_url(url_search, shapes)
-    state = ViewState.from_dict(current)
+    state = checked_state(current, runs)
     data, shape = runs[state.run], shapes[state.run]
     if trigger != ids.RUN_SELECT:
         state = with_controls(state, controls or {}, shape)
@@ -152,7 +152,7 @@ def next_state(trigger: str | None, value, current: dict | None, url_search: str
     elif trigger in FIELD_CONTROLS and value is not None:
         state = replace(state, **{FIELD_CONTROLS[trigger]: value})
     elif trigger == ids.SEARCH_SUBSTRING:
-        state = replace(state, substring="substring" in (value or []))
+        state = replace(state, substring=isinstance(value, list) and "substring" in value)
     elif trigger in STEPS:
         step, delta = STEPS[trigger]
         state = step(state, delta, shape)
@@ -235,7 +235,7 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         trigger = dash.ctx.triggered_id
         controls = {control: inputs[control] for control, _ in value_controls}
         state, notices = next_state(trigger, inputs.get(trigger), current, url_search, runs, controls)
-        previous = ViewState.from_dict(current) if current else None
+        previous = checked_state(current, runs) if current else None
         data = runs[state.run]
         controls = {ids.RUN_SELECT: state.run, **{control: getattr(state, name)
                                                   for control, name in FIELD_CONTROLS.items()},
@@ -265,10 +265,10 @@ def run_summary(data: RunData) -> str:
             f"{run.n_layers} layers × {run.n_heads} heads, {run.n_tokens:,} tokens, {run.n_sentences:,} sentences")
 
 
-def register_search_count(app: dash.Dash, searches: list[TokenSearch]) -> None:
+def register_search_count(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -> None:
     """The top bar's count of the tokens the search matches."""
 
     @app.callback(Output(ids.SEARCH_COUNT, "children"), Input(ids.STATE, "data"))
     def show_search_count(current):
-        state = ViewState.from_dict(current)
+        state = checked_state(current, runs)
         return searches[state.run].count_text(state.search, state.substring)

@@ -13,7 +13,7 @@ from dash import Input, Output, State, dcc, html, no_update
 
 from dash_app import ids
 from dash_app.run_data import METHOD_LABELS, RunData
-from dash_app.state import ViewState
+from dash_app.state import checked_state
 from qkviz.projection import describe_seconds
 
 POLL_MS = 2000
@@ -57,8 +57,7 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
                   Output(ids.LAYOUT_POLL, "disabled"),
                   Input(ids.LAYOUT_POLL, "n_intervals"), Input(ids.STATE, "data"), State(ids.LAYOUT_STAMP, "data"))
     def show_progress(_, current, stamp):
-        run = ViewState.from_dict(current).run
-        data = runs[run] if isinstance(run, int) and 0 <= run < len(runs) else runs[0]
+        data = runs[checked_state(current, runs).run]
         landed = [None if data.worker is None else
                   [data.worker.progress().done, len(data.worker.progress().failed)] for data in runs]
         running = any(data.worker is not None and data.worker.progress().running for data in runs)

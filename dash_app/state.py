@@ -17,6 +17,8 @@ VIEWS = ("matrix", "single", "sentence", "positions", "heads")
 #: matrix-view orders: model order, by the report's distance-dot correlation, by search clusters, by the
 #: clustering of ``qkviz related``; a run with a head atlas adds its columns (``RunShape.atlas_sorts``)
 SORTS = ("order", "correlation", "clusters", "related")
+#: the longest search the server takes (the input box stops at 100 characters)
+MAX_SEARCH = 100
 
 
 @dataclass(frozen=True)
@@ -46,22 +48,44 @@ class ViewState:
         return cls(**{key: value for key, value in (data or {}).items() if key in names})
 
 
+def _index(value, count: int) -> bool:
+    """Whether ``value`` is an int (not a bool) in ``[0, count)``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < count
+
+
 def validate(state: ViewState, shape: RunShape, defaults: ViewState) -> ViewState:
     """``state`` with every field that does not fit ``shape`` (or a known choice) set from ``defaults``."""
     checks = {
-        "view": state.view in VIEWS,
-        "layer": isinstance(state.layer, int) and 0 <= state.layer < shape.n_layers,
-        "head": isinstance(state.head, int) and 0 <= state.head < shape.n_heads,
-        "method": state.method in METHODS and (shape.layouts is None or (state.method, 2) in shape.layouts),
-        "dim": state.dim in DIMENSIONS and (shape.layouts is None or (state.method, state.dim) in shape.layouts),
-        "colour": state.colour in COLOURS,
-        "search": isinstance(state.search, str),
+        "view": isinstance(state.view, str) and state.view in VIEWS,
+        "layer": _index(state.layer, shape.n_layers),
+        "head": _index(state.head, shape.n_heads),
+        "method": isinstance(state.method, str) and state.method in METHODS
+                  and (shape.layouts is None or (state.method, 2) in shape.layouts),
+        "dim": _index(state.dim, 4) and state.dim in DIMENSIONS and (shape.layouts is None or (state.method, state.dim) in shape.layouts),
+        "colour": isinstance(state.colour, str) and state.colour in COLOURS,
+        "search": isinstance(state.search, str) and len(state.search) <= MAX_SEARCH,
         "substring": isinstance(state.substring, bool),
-        "sort": state.sort in SORTS or state.sort in shape.atlas_sorts,
-        "sentence": isinstance(state.sentence, int) and 0 <= state.sentence < shape.n_sentences,
-        "point": state.point is None or (isinstance(state.point, int) and 0 <= state.point < 2 * shape.n_tokens),
+        "sort": isinstance(state.sort, str) and (state.sort in SORTS or state.sort in shape.atlas_sorts),
+        "sentence": _index(state.sentence, shape.n_sentences),
+        "point": state.point is None or _index(state.point, 2 * shape.n_tokens),
     }
     return replace(state, **{name: getattr(defaults, name) for name, ok in checks.items() if not ok})
+
+
+def checked_state(current, runs: list) -> ViewState:
+    """The view state a callback received, validated on the server against its run (``runs``: the app's
+    :class:`~dash_app.run_data.RunData`): whatever a forged request holds -- another type, an index out of
+    range, a search of megabytes -- becomes the nearest valid state, never an error."""
+    fields_given = current if isinstance(current, dict) else {}
+    try:
+        state = ViewState.from_dict(fields_given)
+    except TypeError:
+        state = ViewState()
+    run = state.run if _index(state.run, len(runs)) else 0
+    shape = runs[run].shape
+    if isinstance(state.search, str) and len(state.search) > MAX_SEARCH:
+        state = replace(state, search=state.search[:MAX_SEARCH])
+    return validate(replace(state, run=run), shape, ViewState(run=run, method=shape.default_method))
 
 
 def initial_state(shape: RunShape, run: int = 0) -> ViewState:
@@ -117,3 +141,17 @@ def open_exemplar(state: ViewState, layer: int, head: int, sentence: int, point:
     if not valid:
         return state
     return replace(state, view="sentence", layer=layer, head=head, sentence=sentence, point=point)
+
+
+def bounded_number(value, default: float, low: float, high: float, whole: bool = False) -> float:
+    """A control's number as the server takes it: ``default`` for anything not a finite number, else clipped
+    to ``[low, high]`` (and rounded when ``whole``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
+        return default
+    value = min(max(value, low), high)
+    return int(round(value)) if whole else float(value)
+
+
+def string_list(value, limit: int = 16) -> list[str]:
+    """A checklist's value as the server takes it: its strings (at most ``limit``); anything else is empty."""
+    return [item for item in value[:limit] if isinstance(item, str)] if isinstance(value, list) else []

@@ -21,9 +21,13 @@ MATCH_MODES = {"whole": False, "substring": True}
 PARAMS = ("run", "view", "layer", "head", "method", "dim", "colour", "search", "match", "sort", "sentence", "point")
 
 
+#: the longest query string read (a shared link is a few hundred characters)
+MAX_QUERY = 4096
+
+
 def parse_url(search: str | None, shapes: list[RunShape]) -> tuple[ViewState, list[str]]:
     """The state a query string asks for, and one notice per parameter that was ignored."""
-    query = parse_qs((search or "").lstrip("?"), keep_blank_values=True)
+    query = parse_qs((search if isinstance(search, str) else "")[:MAX_QUERY].lstrip("?"), keep_blank_values=True)
     notices = [f"Ignored the unknown URL parameter '{name}'." for name in query if name not in PARAMS]
     values = {name: query[name][0] for name in PARAMS if name in query}
     notices += [f"URL parameter '{name}' was given {len(query[name])} times; used the first."

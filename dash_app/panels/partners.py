@@ -11,6 +11,8 @@ Everything is Dash components with plain-text children: no token text is rendere
 
 from __future__ import annotations
 
+import math
+
 import dash
 import numpy as np
 from dash import ALL, Input, Output, dcc, html
@@ -20,7 +22,7 @@ from dash_app import ids
 from dash_app.events import relay_button_clicks
 from dash_app.panels.atlas import marked_tokens
 from dash_app.run_data import RunData
-from dash_app.state import ViewState
+from dash_app.state import ViewState, checked_state, string_list
 from qkviz import QkvizError
 from qkviz.search import LayoutOverlap, Partners, layout_overlap
 
@@ -49,14 +51,14 @@ def controls() -> list:
 
 def partner_count(value) -> int | None:
     """The number of partners asked for, or None when the box holds no whole number in 1..MAX_PARTNERS."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
         return None
     return int(value) if 1 <= value <= MAX_PARTNERS else None
 
 
 def find_partners(data: RunData, state: ViewState, k: int, options: list[str] | None) -> Partners:
     """The clicked point's partners (cached); the run's QkvizError when its index cannot be had."""
-    options = options or []
+    options = string_list(options)
     return data.partners(state.layer, state.head, state.point, k, SKIP_SPECIAL in options, SKIP_FIRST in options)
 
 
@@ -146,7 +148,7 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
     @app.callback(Output(ids.SINGLE_PARTNERS, "children"), Input(ids.STATE, "data"), Input(ids.PARTNER_K, "value"),
                   Input(ids.PARTNER_OPTIONS, "value"))
     def list_partners(current, partner_k, partner_options):
-        state = ViewState.from_dict(current)
+        state = checked_state(current, runs)
         if state.view != "single":
             raise PreventUpdate
         return render_partners(runs[state.run], state, partner_k, partner_options)

@@ -22,7 +22,7 @@ from dash_app.figures import message_figure
 from dash_app.panels.atlas import missing_atlas_message
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import RunData
-from dash_app.state import ViewState
+from dash_app.state import ViewState, checked_state
 from qkviz.report import LABEL_COLOURS
 from qkviz.analysis import LABELS
 from qkviz.analysis import HeadSimilarity
@@ -143,7 +143,7 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
                   Output(ids.HEADS_COLOUR, "options"), Output(ids.HEADS_RENDERED, "data"),
                   Input(ids.STATE, "data"), Input(ids.HEADS_COLOUR, "value"), State(ids.HEADS_RENDERED, "data"))
     def draw_heads(current, colour, rendered):
-        state = ViewState.from_dict(current)
+        state = checked_state(current, runs)
         if state.view != "heads":
             raise PreventUpdate
         data = runs[state.run]

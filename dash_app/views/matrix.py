@@ -26,7 +26,7 @@ from dash_app.figures import KEY_COLOUR, KEY_MATCH_COLOUR, QUERY_COLOUR, QUERY_M
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import METHOD_LABELS, HeadLayouts, RunData
 from dash_app.search import TokenSearch
-from dash_app.state import ViewState
+from dash_app.state import ViewState, checked_state
 from qkviz.report import LABEL_COLOURS
 from qkviz.analysis import LABELS
 
@@ -324,7 +324,7 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
                   Output(ids.MATRIX_RENDERED, "data"), Input(ids.STATE, "data"), Input(ids.LAYOUT_STAMP, "data"),
                   State(ids.MATRIX_RENDERED, "data"))
     def draw_matrix(current, _landed, rendered):
-        state = ViewState.from_dict(current)
+        state = checked_state(current, runs)
         if state.view != "matrix":
             raise PreventUpdate
         data = runs[state.run]
@@ -332,6 +332,7 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
         key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort,
                data.atlas_stamp() if state.sort in data.atlas_sorts() else
                data.related_stamp() if state.sort == "related" else None, [len(layouts.missing), len(layouts.stand_in)]]
+        rendered = rendered if isinstance(rendered, list) and len(rendered) == len(key) else None   # ours, or nothing
         if key == rendered:
             raise PreventUpdate
         search = searches[state.run]

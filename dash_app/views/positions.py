@@ -18,7 +18,7 @@ from dash_app.events import relay_graph_event
 from dash_app.figures import message_figure
 from dash_app.panels.atlas import missing_atlas_message
 from dash_app.run_data import RunData
-from dash_app.state import ViewState
+from dash_app.state import checked_state
 from qkviz.report import relative_position_figure
 
 
@@ -54,7 +54,7 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
                   Output(ids.POSITIONS_RENDERED, "data"), Input(ids.STATE, "data"),
                   State(ids.POSITIONS_RENDERED, "data"))
     def draw_positions(current, rendered):
-        state = ViewState.from_dict(current)
+        state = checked_state(current, runs)
         if state.view != "positions":
             raise PreventUpdate
         data = runs[state.run]

@@ -20,7 +20,7 @@ from dash_app.attention_maps import AGGREGATE_POSITIONS, adjusted_attention, hid
 from dash_app.events import relay_graph_event, relay_point_events
 from dash_app.figures import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
 from dash_app.run_data import RunData
-from dash_app.state import ViewState
+from dash_app.state import ViewState, checked_state, string_list
 
 OPTIONS = [{"label": "hide the first token", "value": "first"},
            {"label": "hide special tokens ([CLS], [SEP], BOS ...)", "value": "special"},
@@ -139,10 +139,10 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
                   Output(ids.SENTENCE_MESSAGE, "children"),
                   Input(ids.STATE, "data"), Input(ids.SENTENCE_OPTIONS, "value"))
     def draw_sentence(current, options):
-        state = ViewState.from_dict(current)
+        state = checked_state(current, runs)
         if state.view != "sentence":
             raise PreventUpdate
-        data, options = runs[state.run], options or []
+        data, options = runs[state.run], string_list(options)
         figure, message = render_sentence(data, state, options)
         average = data.aggregate(state.layer, state.head, "first" in options, "special" in options,
                                  "value_norm" in options)

@@ -33,13 +33,14 @@ from dash_app.panels import partners as partners_panel
 from dash_app.panels import related as related_panel
 from dash_app.run_data import METHOD_LABELS, RunData
 from dash_app.search import TokenSearch
-from dash_app.state import ViewState
+from dash_app.state import ViewState, bounded_number, checked_state, string_list
 from qkviz import QkvizError
 
 OVERLAY_SLOTS = slice(4, 4 + 2 + OPACITY_STEPS + 2)
 PARTNER_COLOUR = "#ff7f00"
 OPTIONS = [{"label": "size by norm", "value": "size"}, {"label": "token labels", "value": "labels"}]
 DEFAULT_TOP_K = 5
+MAX_TOP_K = 50
 DEFAULT_THRESHOLD = 0.02
 EXCERPT_CHARS = 60
 KIND = ("query", "key")
@@ -64,7 +65,7 @@ def layout() -> html.Div:
                          options=[{"label": label, "value": value} for value, label in COLOURS.items()]),
             dcc.Checklist(id=ids.SINGLE_OPTIONS, options=OPTIONS, value=[], inline=True),
             html.Label("lines: top"),
-            dcc.Input(id=ids.TOP_K, type="number", min=1, max=50, step=1, value=DEFAULT_TOP_K, style={"width": "55px"}),
+            dcc.Input(id=ids.TOP_K, type="number", min=1, max=MAX_TOP_K, step=1, value=DEFAULT_TOP_K, style={"width": "55px"}),
             html.Label("weight ≥"),
             dcc.Input(id=ids.THRESHOLD, type="number", min=0, max=1, step=0.01, value=DEFAULT_THRESHOLD,
                       style={"width": "70px"}),
@@ -335,18 +336,20 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
                   Input(ids.THRESHOLD, "value"), Input(ids.PARTNER_K, "value"), Input(ids.PARTNER_OPTIONS, "value"),
                   Input(ids.LAYOUT_STAMP, "data"), State(ids.SINGLE_RENDERED, "data"))
     def draw_single(current, options, top_k, threshold, partner_k, partner_options, _landed, rendered):
-        state = ViewState.from_dict(current)
+        state = checked_state(current, runs)
         if state.view != "single":
             raise PreventUpdate
         data = runs[state.run]
-        top_k = DEFAULT_TOP_K if top_k is None else int(top_k)
-        threshold = DEFAULT_THRESHOLD if threshold is None else float(threshold)
+        top_k = bounded_number(top_k, DEFAULT_TOP_K, 0, MAX_TOP_K, whole=True)
+        threshold = bounded_number(threshold, DEFAULT_THRESHOLD, 0.0, 1.0)
+        options, partner_options = string_list(options), string_list(partner_options)
         base_key = [state.run, state.layer, state.head, state.method, state.dim, state.colour,
                     state.search.strip().lower(), state.substring, sorted(options or []), standing_in(data, state),
                     data.is_cached(state.layer, state.head, state.method, state.dim)]
         overlay_key = [state.point, top_k, threshold, partner_k, sorted(partner_options or [])]
         partners = partners_panel.partner_points(data, state, partner_k, partner_options)
         key = {"base": base_key, "overlay": overlay_key}
+        rendered = rendered if isinstance(rendered, dict) else None           # ours, or nothing
         if rendered == key:
             raise PreventUpdate
         if rendered and rendered.get("base") == base_key and rendered.get("ok"):
@@ -368,7 +371,7 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
         target = clicked(hover)
         if target is None:
             raise PreventUpdate
-        state = ViewState.from_dict(current)
+        state = checked_state(current, runs)
         return hover_details(runs[state.run], state, target[1])
 
     relay_point_events(app, POINT_EVENTS)
