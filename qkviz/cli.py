@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--key-cap", type=float,
                          help="attn-*: cap on a key's incoming attention weight, in times the mean (default: none; "
                               "bench/faithful.py found that a cap costs recall)")
+    project.add_argument("--hide-first-token", action=argparse.BooleanOptionalAction,
+                         help="attn-*: leave every sentence's first-token key out of the keys a query links to, so "
+                              "a sink head's queries are placed by what they attend to besides the sink "
+                              "(default: off)")
     project.set_defaults(handler=_project)
 
     report = commands.add_parser(
@@ -213,7 +217,7 @@ def _project(args: argparse.Namespace) -> int:
     schedule = {"early_exaggeration_iter": args.early_exaggeration_iter, "n_iter": args.n_iter,
                 "n_iter_3d": args.n_iter_3d}
     graph = {"k": args.k, "alpha": args.alpha, "temperature": args.temperature, "same_kind_k": args.same_kind_k,
-             "key_cap": args.key_cap}
+             "key_cap": args.key_cap, "hide_first_token": args.hide_first_token}
     given = {"tsne": {"perplexity": args.perplexity, "metric": args.metric, **schedule},
              "umap": {"n_neighbors": args.n_neighbors, "min_dist": args.min_dist, "n_epochs": args.n_epochs,
                       "metric": args.metric},

@@ -46,9 +46,9 @@ DEFAULT_PARAMS: dict[str, dict] = {
     # recall (q->k 0.26 uncapped, 0.10 at 5, 0.05 at 2) for at most +0.016 trustworthiness, which alpha
     # buys more cheaply; temperatures above 1 and k = 20 lower recall; k = 5 is no better than 10.
     "attn-tsne": {"k": 10, "alpha": 0.5, "temperature": 1.0, "same_kind_k": 10, "key_cap": float("inf"),
-                  "early_exaggeration_iter": 125, "n_iter": 125, "n_iter_3d": 50},
+                  "hide_first_token": False, "early_exaggeration_iter": 125, "n_iter": 125, "n_iter_3d": 50},
     "attn-umap": {"k": 10, "alpha": 1.0, "temperature": 1.0, "same_kind_k": 10, "key_cap": float("inf"),
-                  "min_dist": 0.0, "n_epochs": 200},
+                  "hide_first_token": False, "min_dist": 0.0, "n_epochs": 200},
 }
 #: Parameters that only a 3D layout reads (left out of 2D specs, so they do not split the cache).
 ONLY_3D = {"tsne": ("n_iter_3d",), "attn-tsne": ("n_iter_3d",)}
@@ -68,6 +68,11 @@ def resolve_params(method: str, params: dict, dim: int = 3) -> dict:
         raise QkvizError(f"{method} has no parameter {', '.join(sorted(unknown))}; "
                          f"it takes {', '.join(DEFAULT_PARAMS[method]) or 'none'}")
     resolved = {**DEFAULT_PARAMS[method], **params}
+    for name, default in DEFAULT_PARAMS[method].items():
+        if isinstance(default, bool):   # one spelling per value in the cache key: a Python bool
+            if not isinstance(resolved[name], (bool, np.bool_)):
+                raise QkvizError(f"{method}'s {name} must be true or false, got {resolved[name]!r}")
+            resolved[name] = bool(resolved[name])
     if dim == 2:
         for name in ONLY_3D.get(method, ()):
             resolved.pop(name, None)
