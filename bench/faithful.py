@@ -309,6 +309,8 @@ def parse_setting(text: str) -> dict:
                 setting[name] = value.lower() == "true"
             elif name in INTEGER_PARAMS:
                 setting[name] = int(value)
+            elif name in TEXT_PARAMS:
+                setting[name] = value
             else:
                 setting[name] = float(value)
     return setting
@@ -316,6 +318,7 @@ def parse_setting(text: str) -> dict:
 
 #: Parameters the sweep reads as integers (the rest: floats, or true / false).
 INTEGER_PARAMS = ("k", "same_kind_k", "n_neighbors", "n_epochs", "n_iter", "early_exaggeration_iter")
+TEXT_PARAMS = ("init", "metric")
 
 
 def sweep(run, heads, methods, trust_points: int, grid: bool, settings: list[dict] | None = None) -> list[dict]:
@@ -397,8 +400,8 @@ def main() -> None:
     warm_up()
     if args.sweep:
         settings = [parse_setting(text) for text in args.settings] if args.settings else None
-        rows = sweep(run, heads, [m for m in methods if m in ATTENTION_METHODS or m in VARIANTS],
-                     args.trust_sample, not args.no_grid, settings)
+        swept = [m for m in methods if m in ATTENTION_METHODS or m in VARIANTS or (settings and m in ("tsne", "umap"))]
+        rows = sweep(run, heads, swept, args.trust_sample, not args.no_grid, settings)
     else:
         rows = compare(run, heads, methods, args.trust_sample, args.av_per_kind)
         print_table(rows, methods, f"{run.manifest['model']['id']}, {run.n_tokens} tokens")

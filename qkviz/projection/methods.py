@@ -90,7 +90,7 @@ def _umap(points, dim, seed, params, graph: NeighborGraph) -> Projection:
         used["n_neighbors"] = graph.k - 1
         adjusted["n_neighbors"] = (params["n_neighbors"], used["n_neighbors"])
     reducer = umap.UMAP(n_components=dim, n_neighbors=used["n_neighbors"], min_dist=used["min_dist"],
-                        n_epochs=used["n_epochs"], metric=used["metric"], random_state=seed, n_jobs=1,
+                        n_epochs=used["n_epochs"], metric=used["metric"], init=used["init"], random_state=seed, n_jobs=1,
                         precomputed_knn=(graph.indices, graph.distances, None))
     return Projection(reducer.fit_transform(points).astype(np.float32), used, adjusted)
 

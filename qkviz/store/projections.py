@@ -36,10 +36,13 @@ METHODS = ("pca", "umap", "tsne", "attn-tsne", "attn-umap")
 ATTENTION_METHODS = ("attn-tsne", "attn-umap")
 #: Neighbour distances UMAP and t-SNE can use.
 METRICS = ("euclidean", "cosine")
+#: UMAP's starting layouts: ``pca`` (the points' principal components, scaled as UMAP scales its own), or
+#: ``spectral`` (UMAP's own default, the graph Laplacian's eigenvectors; it can fail and fall back to random).
+UMAP_INITS = ("pca", "spectral")
 DIMENSIONS = (2, 3)
 DEFAULT_PARAMS: dict[str, dict] = {
     "pca": {},
-    "umap": {"n_neighbors": 15, "min_dist": 0.0, "n_epochs": 200, "metric": "cosine"},
+    "umap": {"n_neighbors": 15, "min_dist": 0.0, "n_epochs": 200, "metric": "cosine", "init": "spectral"},
     "tsne": {"perplexity": 30.0, "early_exaggeration_iter": 125, "n_iter": 125, "metric": "cosine",
              "n_iter_3d": 50},
     # From bench/faithful.py's sweep (4 MiniLM heads, 2 of them sink heads): any key_cap lowers partner
@@ -78,6 +81,8 @@ def resolve_params(method: str, params: dict, dim: int = 3) -> dict:
             resolved.pop(name, None)
     if "metric" in resolved and resolved["metric"] not in METRICS:
         raise QkvizError(f"metric {resolved['metric']!r} is not one of {', '.join(METRICS)}")
+    if "init" in resolved and resolved["init"] not in UMAP_INITS:
+        raise QkvizError(f"init {resolved['init']!r} is not one of {', '.join(UMAP_INITS)}")
     return resolved
 
 
