@@ -317,7 +317,7 @@ def parse_setting(text: str) -> dict:
 
 
 #: Parameters the sweep reads as integers (the rest: floats, or true / false).
-INTEGER_PARAMS = ("k", "same_kind_k", "n_neighbors", "n_epochs", "n_iter", "early_exaggeration_iter")
+INTEGER_PARAMS = ("k", "same_kind_k", "n_neighbors", "n_epochs", "n_iter", "early_exaggeration_iter", "negative_sample_rate")
 TEXT_PARAMS = ("init", "metric")
 
 
