@@ -20,9 +20,9 @@ Measured per head, for every layout (``--methods``): pca, tsne, umap (qkviz's de
 * ``sink-near``: the share of a sample of 1,000 queries whose nearest key in the layout is a first-token key
   (how much of the picture gathers around the sink).
 
-``attn-tsne-hide1`` is a prototype measured here only (not a qkviz method): attn-tsne with the first-token
-keys left out of the queries' candidate keys (top-k over the other keys, renormalised, like AttentionViz's
-"hide first token"); the first-token keys keep their own top-k queries and the same-kind term.
+``attn-tsne-hide1`` / ``attn-umap-hide1`` are the attention methods with ``hide_first_token`` on (every
+sentence's first-token key left out of the queries' candidate keys), ``attn-tsne-keep1`` / ``attn-umap-keep1``
+with it off, whatever the defaults; in ``--sweep``, ``--settings hide_first_token=true`` does the same.
 ``--av-per-kind N`` runs the AttentionViz recipe (1-2 minutes a head) on only N heads of each kind.
 
 Heads (``--heads``, else chosen from the run): the ``--sinks`` heads with the largest share of attention on
@@ -64,7 +64,11 @@ from qkviz.store.projections import ATTENTION_METHODS, resolve_params  # noqa: E
 
 from project import attentionviz_layout  # noqa: E402
 
-METHODS = ("pca", "tsne", "umap", "av-tsne", "attn-tsne", "attn-umap", "attn-tsne-hide1")
+#: Labels measured as an attention method with one parameter set: (method, params).
+VARIANTS = {f"{method}-{label}": (method, {"hide_first_token": hide}) for method in ATTENTION_METHODS
+            for label, hide in (("hide1", True), ("keep1", False))}
+METHODS = ("pca", "tsne", "umap", "av-tsne", "attn-tsne", "attn-umap", *VARIANTS)
+DEFAULT_METHODS = ("pca", "tsne", "umap", "av-tsne", "attn-tsne", "attn-umap", "attn-tsne-hide1", "attn-umap-hide1")
 K = 10
 SAMPLE = 200
 
@@ -132,16 +136,12 @@ def layout(run, layer: int, head: int, points: np.ndarray, method: str, **params
     extra: dict = {}
     if method == "av-tsne":
         coordinates = attentionviz_layout(points, "tsne", 2)
-    elif method in ATTENTION_METHODS or method == "attn-tsne-hide1":
-        base = "attn-tsne" if method == "attn-tsne-hide1" else method
-        params = resolve_params(base, params, 2)
+    elif method in ATTENTION_METHODS or method in VARIANTS:
+        method, fixed = VARIANTS.get(method, (method, {}))
+        params = resolve_params(method, {**params, **fixed}, 2)
         graph_params = {name: params.pop(name) for name in GRAPH_PARAMS}
-        if method == "attn-tsne-hide1":
-            graph = hide_first_graph(run, layer, head, points, **graph_params)
-            method = base
-        else:
-            graph = attention_graph(run.queries(layer, head), run.keys(layer, head), points, run.scale(layer),
-                                    softcap=run.softcap(layer), **graph_params)
+        graph = attention_graph(run.queries(layer, head), run.keys(layer, head), points, run.scale(layer),
+                                softcap=run.softcap(layer), first_tokens=first_tokens(run), **graph_params)
         extra["capped_keys"] = int(len(graph.sinks))
         coordinates = project_points(points, method, 2, attention=graph, **params).coordinates
     else:
@@ -149,17 +149,9 @@ def layout(run, layer: int, head: int, points: np.ndarray, method: str, **params
     return np.asarray(coordinates, dtype=np.float32), time.perf_counter() - started, extra
 
 
-def hide_first_graph(run, layer: int, head: int, points: np.ndarray, k: int, alpha: float, temperature: float,
-                     same_kind_k: int, key_cap: float):
-    """Prototype (not in qkviz): the attention graph with every sentence's first-token key left out of the
-    queries' candidates (their top-k is over the other keys, renormalised, as AttentionViz's "hide first
-    token"); first-token keys keep their own top-k queries and the same-kind term, the cap applies to the rest."""
-    from qkviz.projection.attention_graph import attention_graph
-
-    kept = np.flatnonzero(run.tokens["position"].to_numpy() != 0)
-    return attention_graph(run.queries(layer, head), run.keys(layer, head), points, run.scale(layer), k=k,
-                           alpha=alpha, temperature=temperature, same_kind_k=same_kind_k, key_cap=key_cap,
-                           softcap=run.softcap(layer), candidate_keys=kept)
+def first_tokens(run) -> np.ndarray:
+    """Token indices of every sentence's first token (what ``hide_first_token`` leaves out)."""
+    return np.flatnonzero(run.tokens["position"].to_numpy() == 0)
 
 
 def recall_beyond_first(run, indexes, layer: int, head: int, coordinates: np.ndarray, seed: int = 0) -> float:
@@ -309,12 +301,24 @@ def sweep_settings(grid: bool) -> list[dict]:
 
 def parse_setting(text: str) -> dict:
     """``"key_cap=inf,alpha=0.25"`` -> ``{"key_cap": inf, "alpha": 0.25}``; ``"defaults"`` -> ``{}``."""
-    setting = {}
+    setting: dict = {}
     for part in text.split(","):
         if part.strip() and part.strip() != "defaults":
-            name, value = part.split("=")
-            setting[name.strip()] = int(value) if name.strip() in ("k", "same_kind_k") else float(value)
+            name, value = (item.strip() for item in part.split("="))
+            if value.lower() in ("true", "false"):
+                setting[name] = value.lower() == "true"
+            elif name in INTEGER_PARAMS:
+                setting[name] = int(value)
+            elif name in TEXT_PARAMS:
+                setting[name] = value
+            else:
+                setting[name] = float(value)
     return setting
+
+
+#: Parameters the sweep reads as integers (the rest: floats, or true / false).
+INTEGER_PARAMS = ("k", "same_kind_k", "n_neighbors", "n_epochs", "n_iter", "early_exaggeration_iter", "negative_sample_rate")
+TEXT_PARAMS = ("init", "metric")
 
 
 def sweep(run, heads, methods, trust_points: int, grid: bool, settings: list[dict] | None = None) -> list[dict]:
@@ -349,7 +353,8 @@ def main() -> None:
     parser.add_argument("--run", required=True, help="a run directory (qkviz extract --out ...)")
     parser.add_argument("--heads", nargs="*", help="layer,head pairs, each optionally with :kind (e.g. 4,5:sink); "
                         "default: chosen from the run, see above")
-    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, from {', '.join(METHODS)}")
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                        help=f"comma-separated, from {', '.join(METHODS)}")
     parser.add_argument("--sinks", type=int, default=3)
     parser.add_argument("--hardest", type=int, default=3)
     parser.add_argument("--ordinary", type=int, default=2)
@@ -395,8 +400,8 @@ def main() -> None:
     warm_up()
     if args.sweep:
         settings = [parse_setting(text) for text in args.settings] if args.settings else None
-        rows = sweep(run, heads, [m for m in methods if m in ATTENTION_METHODS or m == "attn-tsne-hide1"],
-                     args.trust_sample, not args.no_grid, settings)
+        swept = [m for m in methods if m in ATTENTION_METHODS or m in VARIANTS or (settings and m in ("tsne", "umap"))]
+        rows = sweep(run, heads, swept, args.trust_sample, not args.no_grid, settings)
     else:
         rows = compare(run, heads, methods, args.trust_sample, args.av_per_kind)
         print_table(rows, methods, f"{run.manifest['model']['id']}, {run.n_tokens} tokens")

@@ -87,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--n-neighbors", type=int, help="UMAP neighbours (default 15)")
     project.add_argument("--min-dist", type=float, help="UMAP minimum distance (default 0.0)")
     project.add_argument("--n-epochs", type=int, help="UMAP epochs (default 200)")
+    project.add_argument("--negative-sample-rate", type=int,
+                         help="UMAP negative samples per edge and epoch (default 20; umap's own 5 keeps fewer neighbourhoods)")
+    project.add_argument("--init", choices=("pca", "spectral"),
+                         help="UMAP's starting layout (default pca; spectral, umap's own, fails on some heads and "
+                              "falls back to random)")
     project.add_argument("--metric", choices=("cosine", "euclidean"),
                          help="neighbour distance for UMAP and t-SNE (default cosine)")
     project.add_argument("--k", type=int, help="attn-*: strongest partners per token in the graph (default 10)")
@@ -98,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--key-cap", type=float,
                          help="attn-*: cap on a key's incoming attention weight, in times the mean (default: none; "
                               "bench/faithful.py found that a cap costs recall)")
+    project.add_argument("--hide-first-token", action=argparse.BooleanOptionalAction,
+                         help="attn-*: leave every sentence's first-token key out of the keys a query links to, so "
+                              "a sink head's queries are placed by what they attend to besides the sink "
+                              "(default: off)")
     project.set_defaults(handler=_project)
 
     report = commands.add_parser(
@@ -225,10 +234,10 @@ def _project(args: argparse.Namespace) -> int:
     schedule = {"early_exaggeration_iter": args.early_exaggeration_iter, "n_iter": args.n_iter,
                 "n_iter_3d": args.n_iter_3d}
     graph = {"k": args.k, "alpha": args.alpha, "temperature": args.temperature, "same_kind_k": args.same_kind_k,
-             "key_cap": args.key_cap}
+             "key_cap": args.key_cap, "hide_first_token": args.hide_first_token}
     given = {"tsne": {"perplexity": args.perplexity, "metric": args.metric, **schedule},
              "umap": {"n_neighbors": args.n_neighbors, "min_dist": args.min_dist, "n_epochs": args.n_epochs,
-                      "metric": args.metric},
+                      "metric": args.metric, "init": args.init, "negative_sample_rate": args.negative_sample_rate},
              "attn-tsne": {**graph, **schedule},
              "attn-umap": {**graph, "min_dist": args.min_dist, "n_epochs": args.n_epochs}}
     params = {method: {k: v for k, v in values.items() if v is not None} for method, values in given.items()}

@@ -15,6 +15,11 @@ whole corpus as ``2n`` points (query ``t`` is point ``t``, key ``t`` is point ``
   recall (0.31 -> 0.24 at ``key_cap`` 5 on four MiniLM heads) and buys little trustworthiness, so the
   default keeps the sinks: on a sink head the queries gather around the first-token keys, which is
   what the head does.
+* **hide first token** (``hide_first_token``, off by default) -- every sentence's first-token key is left
+  out of the queries' candidate keys: each query's top ``k`` (and its softmax) is over the other keys,
+  so a sink head's queries are placed by the keys they attend to besides the sink. The first-token keys
+  keep their own links (their top ``k`` queries, their nearest keys). See ``docs/methods.md`` for what
+  this does to a sink head's picture, measured.
 * **same-kind term** -- with weight ``alpha``, each query links to its ``same_kind_k`` nearest
   queries and each key to its nearest keys in the aligned space (cosine), uniformly, so that similar
   tokens stay together where the attention alone says little.
@@ -34,7 +39,7 @@ from qkviz.core.partners import top_partners
 from qkviz.projection.neighbors import neighbor_graph
 
 #: The parameters of :func:`attention_graph` that a layout method takes.
-GRAPH_PARAMS = ("k", "alpha", "temperature", "same_kind_k", "key_cap")
+GRAPH_PARAMS = ("k", "alpha", "temperature", "same_kind_k", "key_cap", "hide_first_token")
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,7 @@ def softmax_rows(logits: np.ndarray, temperature: float) -> np.ndarray:
 
 
 def check_graph_params(n_tokens: int, k: int, alpha: float, temperature: float, same_kind_k: int,
-                       key_cap: float) -> None:
+                       key_cap: float, hide_first_token: bool = False) -> None:
     """One-line errors for parameters the graph cannot use."""
     if not 1 <= k <= n_tokens:
         raise QkvizError(f"k must be between 1 and the head's {n_tokens} tokens, got {k}")
@@ -65,22 +70,34 @@ def check_graph_params(n_tokens: int, k: int, alpha: float, temperature: float, 
         raise QkvizError(f"same_kind_k must be between 1 and {n_tokens - 1}, got {same_kind_k}")
     if not key_cap >= 1:
         raise QkvizError(f"key_cap must be at least 1 (times the mean), got {key_cap}")
+    if not isinstance(hide_first_token, (bool, np.bool_)):
+        raise QkvizError(f"hide_first_token must be true or false, got {hide_first_token!r}")
 
 
 def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, scale: float, *, k: int = 10,
                     alpha: float = 0.5, temperature: float = 1.0, same_kind_k: int = 10, key_cap: float = float("inf"),
-                    softcap: float | None = None, candidate_keys: np.ndarray | None = None) -> AttentionGraph:
+                    hide_first_token: bool = False, softcap: float | None = None,
+                    first_tokens: np.ndarray | None = None) -> AttentionGraph:
     """The attention-faithful affinities of one head (see the module docstring).
 
     ``queries`` and ``keys`` ``[n, d_head]`` are the head's vectors as they enter ``q . k`` (the logits
     come from them); ``aligned`` ``[2n, d_head]`` is the joint aligned cloud (the same-kind term's space).
-    ``candidate_keys`` (int64 token indices), when given, are the only keys a query links to (e.g. all but
-    each sentence's first token, as AttentionViz's "hide first token"); every key still links to its queries."""
+    ``first_tokens`` (token indices: each sentence's first token, the token table's ``position == 0``) is
+    needed only with ``hide_first_token``: those keys are then left out of every query's candidate keys
+    (its top ``k`` and their softmax are over the other keys, as AttentionViz's "hide first token"); they
+    still link to their own top queries and to their nearest keys."""
     n = len(queries)
-    check_graph_params(n, k, alpha, temperature, same_kind_k, key_cap)
-    if candidate_keys is not None and k > len(candidate_keys):
-        raise QkvizError(f"k must be at most the {len(candidate_keys)} keys queries may link to, got {k}")
-    candidates = np.arange(n) if candidate_keys is None else np.asarray(candidate_keys, dtype=np.int64)
+    check_graph_params(n, k, alpha, temperature, same_kind_k, key_cap, hide_first_token)
+    candidates = np.arange(n)
+    if hide_first_token:
+        if first_tokens is None:
+            raise ValueError("hide_first_token needs first_tokens, the token indices of each sentence's first token")
+        first = np.asarray(first_tokens, dtype=np.int64)
+        if first.ndim != 1 or (len(first) and (first.min() < 0 or first.max() >= n)):
+            raise ValueError(f"first_tokens must be token indices in [0, {n}), got shape {first.shape}")
+        candidates = np.setdiff1d(candidates, first)
+        if k > len(candidates):
+            raise QkvizError(f"k must be at most the {len(candidates)} keys left once first tokens are hidden, got {k}")
     found, query_logits = top_partners(queries, keys[candidates], k, scale, softcap)
     key_of_query = candidates[found]
     query_of_key, key_logits = top_partners(keys, queries, k, scale, softcap)

@@ -42,19 +42,25 @@ METHODS = ("pca", "umap", "tsne", "attn-tsne", "attn-umap")
 ATTENTION_METHODS = ("attn-tsne", "attn-umap")
 #: Neighbour distances UMAP and t-SNE can use.
 METRICS = ("euclidean", "cosine")
+#: UMAP's starting layouts: ``pca`` (the points' principal components, scaled as UMAP scales its own), or
+#: ``spectral`` (UMAP's own default, the graph Laplacian's eigenvectors; it can fail and fall back to random).
+UMAP_INITS = ("pca", "spectral")
 DIMENSIONS = (2, 3)
 DEFAULT_PARAMS: dict[str, dict] = {
     "pca": {},
-    "umap": {"n_neighbors": 15, "min_dist": 0.0, "n_epochs": 200, "metric": "cosine"},
+    # init pca: umap's spectral start fails on layer-0 heads; 20 negative samples (umap: 5) raised
+    # trustworthiness on bench/faithful.py's heads, 0.889 -> 0.910 (MiniLM), 0.929 -> 0.945 (SmolLM2).
+    "umap": {"n_neighbors": 15, "min_dist": 0.0, "n_epochs": 200, "metric": "cosine", "init": "pca",
+             "negative_sample_rate": 20},
     "tsne": {"perplexity": 30.0, "early_exaggeration_iter": 125, "n_iter": 125, "metric": "cosine",
              "n_iter_3d": 50},
     # From bench/faithful.py's sweep (4 MiniLM heads, 2 of them sink heads): any key_cap lowers partner
     # recall (q->k 0.26 uncapped, 0.10 at 5, 0.05 at 2) for at most +0.016 trustworthiness, which alpha
     # buys more cheaply; temperatures above 1 and k = 20 lower recall; k = 5 is no better than 10.
     "attn-tsne": {"k": 10, "alpha": 0.5, "temperature": 1.0, "same_kind_k": 10, "key_cap": float("inf"),
-                  "early_exaggeration_iter": 125, "n_iter": 125, "n_iter_3d": 50},
+                  "hide_first_token": False, "early_exaggeration_iter": 125, "n_iter": 125, "n_iter_3d": 50},
     "attn-umap": {"k": 10, "alpha": 1.0, "temperature": 1.0, "same_kind_k": 10, "key_cap": float("inf"),
-                  "min_dist": 0.0, "n_epochs": 200},
+                  "hide_first_token": False, "min_dist": 0.0, "n_epochs": 200},
 }
 #: Parameters that only a 3D layout reads (left out of 2D specs, so they do not split the cache).
 ONLY_3D = {"tsne": ("n_iter_3d",), "attn-tsne": ("n_iter_3d",)}
@@ -74,11 +80,21 @@ def resolve_params(method: str, params: dict, dim: int = 3) -> dict:
         raise QkvizError(f"{method} has no parameter {', '.join(sorted(unknown))}; "
                          f"it takes {', '.join(DEFAULT_PARAMS[method]) or 'none'}")
     resolved = {**DEFAULT_PARAMS[method], **params}
+    for name, default in DEFAULT_PARAMS[method].items():
+        if isinstance(default, bool):   # one spelling per value in the cache key: a Python bool
+            if not isinstance(resolved[name], (bool, np.bool_)):
+                raise QkvizError(f"{method}'s {name} must be true or false, got {resolved[name]!r}")
+            resolved[name] = bool(resolved[name])
     if dim == 2:
         for name in ONLY_3D.get(method, ()):
             resolved.pop(name, None)
     if "metric" in resolved and resolved["metric"] not in METRICS:
         raise QkvizError(f"metric {resolved['metric']!r} is not one of {', '.join(METRICS)}")
+    if "init" in resolved and resolved["init"] not in UMAP_INITS:
+        raise QkvizError(f"init {resolved['init']!r} is not one of {', '.join(UMAP_INITS)}")
+    rate = resolved.get("negative_sample_rate", 1)
+    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate < 1:
+        raise QkvizError(f"negative_sample_rate must be a whole number >= 1, got {rate!r}")
     return resolved
 
 

@@ -92,3 +92,12 @@ def test_ctrl_c_keeps_the_cache_consistent_and_the_next_run_resumes(small_run, t
         for head in range(run.n_heads):
             assert run.projection(layer, head, "tsne", 2, n_iter=10, early_exaggeration_iter=10).shape == (
                 2 * run.n_tokens, 2)
+
+
+@pytest.mark.parametrize("flag, expected", [([], None), (["--hide-first-token"], True), (["--no-hide-first-token"], False)])
+def test_hide_first_token_reaches_the_attention_methods(small_run, monkeypatch, flag, expected):
+    asked = {}
+    monkeypatch.setattr(qkviz, "project", lambda run, methods, dims, **options: asked.update(options))
+    assert main(["-q", "project", "--run", str(small_run.path), "--method", "attn-tsne,attn-umap", *flag]) == 0
+    for method in ("attn-tsne", "attn-umap"):
+        assert asked["params"][method].get("hide_first_token") is expected

@@ -39,16 +39,65 @@ def test_the_attention_term_is_each_points_top_partners_softmaxed():
     assert len(graph.sinks) == 0
 
 
-def test_queries_link_only_to_candidate_keys():
-    rng = np.random.default_rng(6)
-    queries, keys = rng.normal(size=(30, 6)), rng.normal(size=(30, 6))
+def planted_sink_head(n_sentences: int = 12, length: int = 10, d: int = 8, seed: int = 6):
+    """Sentences of ``length`` tokens whose first-token key is every query's strongest key (a first-token
+    sink, as in most of MiniLM's heads); returns queries, keys and the first tokens' indices."""
+    rng = np.random.default_rng(seed)
+    n = n_sentences * length
+    queries, keys = rng.normal(size=(n, d)), rng.normal(size=(n, d))
+    sink = np.zeros(d)
+    sink[0] = 1.0
+    first = np.arange(0, n, length)
+    queries += 4 * sink
+    keys[first] += 6 * sink
+    return queries, keys, first
+
+
+def test_hide_first_token_leaves_the_sink_out_of_the_queries_keys():
+    queries, keys, first = planted_sink_head()
+    n = len(queries)
     aligned = align_head(queries, keys, Alignment()).points
-    candidates = np.setdiff1d(np.arange(30), [0, 7, 12])       # e.g. every sentence's first token left out
-    graph = attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, candidate_keys=candidates)
-    np.testing.assert_allclose(graph.matrix.toarray(), dense_reference(queries, keys, 1.0, 4, 1.0, candidates),
+    kept = attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, first_tokens=first)
+    hidden = attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, hide_first_token=True, first_tokens=first)
+
+    def first_share(graph):      # of the query-key weight, the share on first-token keys
+        block = graph.matrix[:n, n:]
+        return block[:, first].sum() / block.sum()
+
+    assert first_share(kept) > 0.5 and first_share(hidden) < 0.1, (first_share(kept), first_share(hidden))
+    rest = np.setdiff1d(np.arange(n), first)   # hidden: top 4 over the other keys, renormalised, exactly
+    np.testing.assert_allclose(hidden.matrix.toarray(), dense_reference(queries, keys, 1.0, 4, 1.0, rest),
                                rtol=1e-5, atol=1e-9)
-    with pytest.raises(QkvizError, match="at most the 2 keys"):
-        attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, candidate_keys=np.array([1, 2]))
+    reference_with_sink = dense_reference(queries, keys, 1.0, 4, 1.0)
+    assert not np.allclose(hidden.matrix.toarray(), reference_with_sink, atol=1e-6)
+    # the first-token keys keep their own links to their strongest queries
+    assert (hidden.matrix[n + first, :n].sum(axis=1) > 0).all()
+
+
+def test_hide_first_token_needs_the_first_tokens_and_enough_other_keys():
+    queries, keys, first = planted_sink_head(n_sentences=3, length=4)
+    aligned = align_head(queries, keys, Alignment()).points
+    with pytest.raises(ValueError, match="first_tokens"):
+        attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, hide_first_token=True)
+    with pytest.raises(QkvizError, match="at most the 9 keys left") as error:
+        attention_graph(queries, keys, aligned, 1.0, k=10, alpha=0.0, hide_first_token=True, first_tokens=first)
+    assert "\n" not in str(error.value)
+
+
+def test_with_first_tokens_hidden_a_sink_heads_queries_no_longer_gather_on_the_sink():
+    """The layout: without the option many queries have a first-token key nearest; with it, no more than chance."""
+    queries, keys, first = planted_sink_head(n_sentences=30, length=10, d=16, seed=7)
+    n = len(queries)
+    aligned = align_head(queries, keys, Alignment()).points
+
+    def sink_near(hide):
+        graph = attention_graph(queries, keys, aligned, 1.0, hide_first_token=hide, first_tokens=first)
+        layout = project_points(aligned, "attn-tsne", 2, attention=graph, hide_first_token=hide).coordinates
+        nearest = np.argmin(((layout[:n, None] - layout[None, n:]) ** 2).sum(-1), axis=1)
+        return np.isin(nearest, first).mean()
+
+    kept, hidden = sink_near(False), sink_near(True)
+    assert kept > 0.3 and hidden < 0.1, (kept, hidden)   # chance: 0.1 (30 of the 300 keys)
 
 
 def test_top_partners_are_exact_across_blocks(monkeypatch):
@@ -104,7 +153,7 @@ def test_a_planted_head_is_shown_by_attn_tsne_and_not_by_tsne():
 @pytest.mark.parametrize("option, value, fragment", [
     ("k", 0, "k must be between 1"), ("k", 41, "k must be between 1"), ("alpha", -0.1, "alpha"),
     ("alpha", float("nan"), "alpha"), ("temperature", 0.0, "temperature"), ("same_kind_k", 40, "same_kind_k"),
-    ("key_cap", 0.5, "key_cap")])
+    ("key_cap", 0.5, "key_cap"), ("hide_first_token", "yes", "hide_first_token")])
 def test_bad_graph_parameters_are_one_line_errors(option, value, fragment):
     rng = np.random.default_rng(4)
     queries, keys = rng.normal(size=(40, 4)), rng.normal(size=(40, 4))

@@ -1,6 +1,8 @@
 """Layouts keep neighbourhoods (trustworthiness) on structured data (on a real MiniLM head:
 tests/integration/test_bundled_models.py)."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.manifold import trustworthiness
@@ -57,6 +59,8 @@ def test_bad_requests_are_clear_errors():
         project(blobs(50), "pca", 4)
     with pytest.raises(QkvizError, match="tsne has no parameter min_dist"):
         project(blobs(50), "tsne", 2, min_dist=0.3)
+    with pytest.raises(QkvizError, match="negative_sample_rate must be a whole number >= 1, got 0"):
+        project(blobs(50), "umap", 2, negative_sample_rate=0)
 
 
 def test_3d_tsne_starts_from_the_2d_layout_whether_given_or_recomputed():
@@ -67,3 +71,30 @@ def test_3d_tsne_starts_from_the_2d_layout_whether_given_or_recomputed():
     np.testing.assert_allclose(given, recomputed, atol=1e-4)
     assert trustworthiness(points, given, n_neighbors=10) >= 0.9
     assert given[:, 2].std() > 0.1 * given[:, :2].std()  # a real third axis, not a flat lift
+
+
+def duplicated_groups(seed: int = 2, d: int = 16) -> np.ndarray:
+    """A cloud and, far from it, groups of 5 identical points (as layer-0 heads have: the same token at the
+    same position in every sentence). Each group is its own component of UMAP's graph, a 5-clique of
+    equal weights on which the spectral initialisation's eigensolver fails."""
+    rng = np.random.default_rng(seed)
+    away = np.zeros(d)
+    away[0] = 6.0
+    groups = [np.repeat(rng.normal(size=(1, d)) - away, 5, axis=0) for _ in range(6)]
+    return np.concatenate([rng.normal(size=(300, d)) + away, *groups]).astype(np.float32)
+
+
+def spectral_failures(points: np.ndarray, **params) -> int:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        project(points, "umap", 2, n_epochs=20, **params)
+    return sum("Spectral initialisation failed" in str(warning.message) for warning in caught)
+
+
+def test_umap_starts_from_pca_and_never_warns_of_a_failed_spectral_initialisation():
+    points = duplicated_groups()
+    assert spectral_failures(points, init="spectral") >= 1     # umap's own default fails on this head
+    assert spectral_failures(points) == 0
+    assert project(points, "umap", 2, n_epochs=20).params["init"] == "pca"
+    with pytest.raises(QkvizError, match="init 'random' is not one of pca, spectral"):
+        project(points, "umap", 2, init="random")
