@@ -123,7 +123,8 @@ def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, a
         if key not in attention_graphs:
             attention_graphs[key] = attention_graph(
                 run.queries(spec.layer, spec.head), run.keys(spec.layer, spec.head), aligned.points,
-                run.scale(spec.layer), softcap=run.softcap(spec.layer), **graph_params)
+                run.scale(spec.layer), softcap=run.softcap(spec.layer),
+                first_tokens=run.sentences["first_token"].to_numpy(), **graph_params)
         attention = attention_graphs[key]
     projection = project_points(aligned.points, spec.method, spec.dim, seed=seed,
                                 graph=graphs.get(params.get("metric")), tsne_2d=tsne_2d, attention=attention,

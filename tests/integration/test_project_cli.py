@@ -94,10 +94,12 @@ def test_ctrl_c_keeps_the_cache_consistent_and_the_next_run_resumes(small_run, t
                 2 * run.n_tokens, 2)
 
 
-@pytest.mark.parametrize("flag, expected", [([], None), (["--hide-first-token"], True), (["--no-hide-first-token"], False)])
-def test_hide_first_token_reaches_the_attention_methods(small_run, monkeypatch, flag, expected):
-    asked = {}
-    monkeypatch.setattr(qkviz, "project", lambda run, methods, dims, **options: asked.update(options))
-    assert main(["-q", "project", "--run", str(small_run.path), "--method", "attn-tsne,attn-umap", *flag]) == 0
-    for method in ("attn-tsne", "attn-umap"):
-        assert asked["params"][method].get("hide_first_token") is expected
+def test_hide_first_token_makes_its_own_layout_through_the_command_line(small_run):
+    """``--hide-first-token`` reaches the attention graph in the worker: its layout is cached apart from the
+    default one and differs from it (first-token keys are no query's candidates)."""
+    head = ["--layers", "0", "--heads", "1", "--dim", "2", "--method", "attn-tsne"]
+    assert main(["-q", "project", "--run", str(small_run.path), *head]) == 0
+    assert main(["-q", "project", "--run", str(small_run.path), *head, "--hide-first-token"]) == 0
+    default = small_run.projection(0, 1, "attn-tsne", 2)
+    hidden = small_run.projection(0, 1, "attn-tsne", 2, hide_first_token=True)
+    assert default.shape == hidden.shape and not np.allclose(default, hidden)
