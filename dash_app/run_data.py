@@ -256,7 +256,7 @@ class RunData:
                 points[layer * n_heads + head] = self.all_layouts("pca").points[layer * n_heads + head]
                 stand_in.append((layer, head))
         self._all_layouts[method] = HeadLayouts(method, points, tuple(missing), tuple(stand_in))
-        logger.info("%s: %d of %d heads have their %s 2D layout", self.name, self.n_total_heads - len(missing),
+        logger.debug("%s: %d of %d heads have their %s 2D layout", self.name, self.n_total_heads - len(missing),
                     self.n_total_heads, method)
         return self._all_layouts[method]
 

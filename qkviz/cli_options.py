@@ -31,15 +31,16 @@ def integer(low: int | None = None, high: int | None = None) -> Callable[[str], 
     return parse
 
 
-def real(low: float | None = None, high: float | None = None, low_open: bool = False) -> Callable[[str], float]:
-    """A finite number in ``[low, high]`` (``(low, high]`` with ``low_open``); ``inf`` only where ``high`` is None."""
+def real(low: float | None = None, high: float | None = None, low_open: bool = False,
+         infinite: bool = False) -> Callable[[str], float]:
+    """A finite number in ``[low, high]`` (``(low, high]`` with ``low_open``); ``inf`` too when ``infinite``."""
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if math.isnan(value) or (math.isinf(value) and (value < 0 or high is not None)):
+        if math.isnan(value) or (math.isinf(value) and not (infinite and value > 0)):
             raise argparse.ArgumentTypeError(f"{text} is not a finite number")
         below = low is not None and (value <= low if low_open else value < low)
         if below or (high is not None and value > high):

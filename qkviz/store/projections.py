@@ -92,10 +92,29 @@ def resolve_params(method: str, params: dict, dim: int = 3) -> dict:
         raise QkvizError(f"metric {resolved['metric']!r} is not one of {', '.join(METRICS)}")
     if "init" in resolved and resolved["init"] not in UMAP_INITS:
         raise QkvizError(f"init {resolved['init']!r} is not one of {', '.join(UMAP_INITS)}")
-    rate = resolved.get("negative_sample_rate", 1)
-    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate < 1:
-        raise QkvizError(f"negative_sample_rate must be a whole number >= 1, got {rate!r}")
+    for name, value in resolved.items():
+        if name in PARAM_RANGES:
+            _check_range(method, name, value, *PARAM_RANGES[name])
     return resolved
+
+
+#: ``name: (kind, lowest, lowest excluded)`` of the numeric parameters (the attention graph's own are checked
+#: against the head's size by :func:`qkviz.projection.attention_graph.check_graph_params`)
+PARAM_RANGES = {
+    "perplexity": ("real", 0.0, True), "early_exaggeration_iter": ("whole", 0, False), "n_iter": ("whole", 1, False),
+    "n_iter_3d": ("whole", 1, False), "n_neighbors": ("whole", 2, False), "min_dist": ("real", 0.0, False),
+    "n_epochs": ("whole", 1, False), "negative_sample_rate": ("whole", 1, False),
+}
+
+
+def _check_range(method: str, name: str, value, kind: str, lowest, excluded: bool) -> None:
+    """A one-line QkvizError for a value of the wrong kind, not finite, or below its range."""
+    whole = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    number = whole or (isinstance(value, (float, np.floating)) and np.isfinite(value))
+    if (kind == "whole" and not whole) or not number or value < lowest or (excluded and value == lowest):
+        wanted = "a whole number" if kind == "whole" else "a finite number"
+        bound = f"above {lowest}" if excluded else f">= {lowest}"
+        raise QkvizError(f"{method}'s {name} must be {wanted} {bound}, got {value!r}")
 
 
 @dataclass(frozen=True)

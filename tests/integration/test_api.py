@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import qkviz
+from support.cli import run_main
 from qkviz.cli import main
 
 COMMAND_FUNCTIONS = ("extract", "project", "build_indexes", "compute_stats", "relate_heads", "correlation_report",
@@ -117,13 +118,12 @@ def test_the_cli_makes_what_the_api_makes(api_run, tmp_path, capsys):
 
 def test_attention_layouts_refuse_bad_graph_parameters_before_any_work(api_run, capsys):
     before = sorted(path.name for path in (api_run.path / "projections").iterdir())
-    for option, value, fragment in (("--k", "0", "k must be between 1"), ("--k", str(api_run.n_tokens + 1), "k must"),
-                                    ("--alpha", "-1", "alpha must be"), ("--alpha", "nan", "alpha must be"),
-                                    ("--temperature", "0", "temperature")):
-        assert main(["-q", "project", "--run", str(api_run.path), "--method", "attn-tsne", "--dim", "2",
-                     option, value]) == 2
-        error = capsys.readouterr().err
-        assert fragment in error and error.count("\n") == 1
+    for option, value, fragment in (("--k", "0", "argument --k: 0 is out of range"),
+                                    ("--k", str(api_run.n_tokens + 1), "k must be between 1"),
+                                    ("--alpha", "-1", "argument --alpha"), ("--alpha", "nan", "not a finite number"),
+                                    ("--temperature", "0", "argument --temperature")):
+        result = run_main("-q", "project", "--run", api_run.path, "--method", "attn-tsne", "--dim", "2", option, value)
+        assert result.returncode == 2 and fragment in result.stderr and result.stderr.count("\n") == 1, result.stderr
     assert sorted(path.name for path in (api_run.path / "projections").iterdir()) == before
 
 

@@ -73,7 +73,7 @@ def test_usage_mistakes_are_one_line(tmp_path):
     assert_one_line_error(qkviz("extract", "--model", "minilm", "--out", str(tmp_path), "--dtype", "int8",
                                 process=True), "--dtype", "invalid choice")
     assert_one_line_error(qkviz("extract", "--model", "minilm", "--out", str(tmp_path), "--batch-size", "0"),
-                          "--batch-size must be a positive number")
+                          "argument --batch-size: 0 is out of range")
 
 
 def test_long_sentences_are_truncated_counted_and_reported(tiny_model, tiny_corpus, tmp_path):

@@ -293,7 +293,11 @@ def test_a_stored_result_changed_since_it_was_made_is_not_read(tiny_run, tmp_pat
 
 @pytest.mark.parametrize("jobs", ["0", "100000"])
 def test_jobs_is_capped_at_the_cpus(tiny_run, jobs):
-    one_line_error(run_main("project", "--run", tiny_run("llama").path, "--jobs", jobs), "jobs must be")
+    one_line_error(run_main("project", "--run", tiny_run("llama").path, "--jobs", jobs), "argument --jobs", "out of range")
+    from qkviz.core.errors import QkvizError
+
+    with pytest.raises(QkvizError, match="jobs must be between 1 and"):
+        qkviz.project(tiny_run("llama"), methods=["pca"], jobs=int(jobs), progress=False)
 
 
 # -- one line, exit 2 ----------------------------------------------------------------------------------
@@ -346,3 +350,62 @@ def test_an_existing_file_as_report_out_is_one_line(tiny_run, tmp_path):
     afile.write_text("mine")
     one_line_error(run_main("-q", "report", "--run", tiny_run("llama").path, "--out", afile), "is not a directory")
     assert afile.read_text() == "mine"
+
+
+PROJECT_OPTIONS = [("--n-iter", "-1"), ("--n-iter", "0"), ("--n-epochs", "0"), ("--perplexity", "0"),
+                   ("--perplexity", "nan"), ("--perplexity", "inf"), ("--n-neighbors", "0"), ("--n-neighbors", "1"),
+                   ("--min-dist", "nan"), ("--min-dist", "-0.5"), ("--alpha", "-1"), ("--alpha", "inf"),
+                   ("--temperature", "0"), ("--key-cap", "0.5"), ("--k", "0"), ("--seed", "-1"), ("--jobs", "0")]
+
+
+@pytest.mark.parametrize("option, value", PROJECT_OPTIONS)
+def test_project_option_values_out_of_range_are_one_line_and_cache_nothing(tiny_run, option, value):
+    from qkviz.store.files import CACHE_DIRECTORY
+
+    run = tiny_run("llama")
+    before = sorted((run.path / CACHE_DIRECTORY).glob("*")) if (run.path / CACHE_DIRECTORY).exists() else []
+    one_line_error(run_main("project", "--run", run.path, "--method", "tsne,umap,attn-tsne", option, value),
+                   f"argument {option}")
+    after = sorted((run.path / CACHE_DIRECTORY).glob("*")) if (run.path / CACHE_DIRECTORY).exists() else []
+    assert after == before
+
+
+@pytest.mark.parametrize("method, params, fragment", [
+    ("tsne", {"n_iter": -1}, "n_iter must be a whole number >= 1"), ("umap", {"n_epochs": 0}, "n_epochs"),
+    ("tsne", {"perplexity": float("nan")}, "perplexity must be a finite number above 0"),
+    ("umap", {"n_neighbors": 1.5}, "n_neighbors must be a whole number"), ("umap", {"min_dist": float("inf")}, "min_dist")])
+def test_the_python_api_refuses_the_same_values(tiny_run, method, params, fragment):
+    from qkviz.core.errors import QkvizError
+
+    with pytest.raises(QkvizError, match=fragment):
+        qkviz.project(tiny_run("llama"), methods=[method], dims=[2], params={method: params}, progress=False)
+
+
+def test_hypothesis_every_integer_option_accepts_its_range_and_refuses_the_rest():
+    import argparse
+
+    from hypothesis import given, strategies as st
+
+    from qkviz.cli_options import integer, real
+
+    @given(st.integers(-10**6, 10**6), st.integers(-100, 100), st.integers(0, 200))
+    def check_integer(value, low, width):
+        parse = integer(low, low + width)
+        if low <= value <= low + width:
+            assert parse(str(value)) == value
+        else:
+            with pytest.raises(argparse.ArgumentTypeError):
+                parse(str(value))
+
+    @given(st.floats(allow_nan=True, allow_infinity=True), st.booleans())
+    def check_real(value, low_open):
+        parse = real(0.0, 10.0, low_open=low_open)
+        inside = value == value and abs(value) != float("inf") and (0 < value if low_open else 0 <= value) and value <= 10
+        if inside:
+            assert parse(repr(value)) == value
+        else:
+            with pytest.raises(argparse.ArgumentTypeError):
+                parse(repr(value))
+
+    check_integer()
+    check_real()
