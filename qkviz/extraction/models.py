@@ -113,9 +113,16 @@ def load_model(spec: str, device: str = "cpu", progress: bool = False) -> Loaded
                          "model's tokenizer there too (tokenizer.save_pretrained) and extract again")
     try:
         tokenizer = AutoTokenizer.from_pretrained(directory)
+    except (OSError, ValueError) as error:
+        raise QkvizError(_unreachable_message(spec, error)) from None
+    try:
         model = AutoModel.from_pretrained(directory, config=config, dtype=torch.float32, attn_implementation="sdpa")
     except (OSError, ValueError) as error:
         raise QkvizError(_unreachable_message(spec, error)) from None
+    except Exception as error:  # noqa: BLE001 -- truncated safetensors, a pickle that is not plain tensors, ...
+        detail = (str(error).strip().splitlines() or [""])[0][:200]
+        raise QkvizError(f"the weights of model {spec} cannot be read ({type(error).__name__}: {detail}); they are "
+                         "damaged or not plain tensors: download or save them again (safetensors)") from None
     if not getattr(tokenizer, "is_fast", False):
         raise QkvizError(f"model {spec} has no fast tokenizer; qkviz needs one for character offsets")
     return LoadedModel(model=model.to(device).eval(), tokenizer=tokenizer, model_id=spec, source=source)

@@ -409,3 +409,32 @@ def test_hypothesis_every_integer_option_accepts_its_range_and_refuses_the_rest(
 
     check_integer()
     check_real()
+
+
+class _Payload:
+    """A pickle that runs code when loaded (what a hostile 'pytorch_model.bin' carries)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "hostile pickle"])
+def test_truncated_or_hostile_weights_are_one_line_and_never_run_code(tiny_model, tiny_corpus, tmp_path, damage):
+    import torch
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model("bert"), model)
+    marker = tmp_path / "code-ran"
+    weights = model / "model.safetensors"
+    if damage == "truncated":
+        with open(weights, "r+b") as handle:
+            handle.truncate(weights.stat().st_size // 2)
+    else:
+        weights.unlink()
+        torch.save({"embeddings.word_embeddings.weight": _Payload(marker)}, model / "pytorch_model.bin")
+    result = run_main("extract", "--model", model, "--corpus", tiny_corpus, "--out", tmp_path / "run")
+    one_line_error(result, "cannot be read", "save them again")
+    assert not marker.exists()
