@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from qkviz.store import files as run_files
+from qkviz.store.locks import exclusive_lock
 from qkviz.store.run import StoredRun
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,10 @@ class ArtifactDirectory:
         """Replace the result: the marker goes first, then every file is written (an array of ``None``
         removes that optional file), then the marker with the schema and fingerprint."""
         self.directory.mkdir(exist_ok=True)
+        with exclusive_lock(self.directory.with_name(f".{self.directory.name}.lock")):   # two writers: one at a time
+            return self._write(arrays, tables, marker)
+
+    def _write(self, arrays: dict[str, np.ndarray | None], tables: dict[str, pd.DataFrame], marker: dict) -> Path:
         self.marker_path.unlink(missing_ok=True)
         for name, array in arrays.items():
             (self.directory / name).unlink(missing_ok=True)

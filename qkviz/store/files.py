@@ -111,6 +111,8 @@ def is_run_entry(name: str) -> bool:
     if name.startswith(".") and name.endswith(".tmp"):        # see temporary_name: .<name>.<pid>.<hex>.tmp
         parts = name[1:-len(".tmp")].rsplit(".", 2)
         name = parts[0] if len(parts) == 3 else name
+    elif name.startswith(".") and name.endswith(".lock"):    # a result directory's writer lock: .<directory>.lock
+        name = name[1:-len(".lock")]
     return name in RUN_FILES or name.removesuffix(PARTIAL_SUFFIX) in RUN_FILES or name in RUN_DIRECTORIES
 
 
