@@ -161,7 +161,7 @@ def test_cli_related_stores_and_bad_input_is_one_line(tiny_run, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "closest heads in different layers" in result.stderr and "8 heads over" in result.stderr
     assert load_head_similarity(open_run(copy)).max_queries == 50
-    for args, fragment in ((["--run", str(copy), "--max-queries", "0"], "--max-queries must be at least 1"),
+    for args, fragment in ((["--run", str(copy), "--max-queries", "0"], "argument --max-queries: 0 is out of range"),
                            (["--run", str(tmp_path / "nothing")], "no run at")):
         bad = qkviz("-q", "related", *args)
         lines = [line for line in bad.stderr.splitlines() if line.strip()]

@@ -11,6 +11,7 @@ from qkviz.analysis.head_atlas import load_atlas
 from qkviz.analysis.head_labels import LabelThresholds, head_label
 from qkviz.analysis.head_stats import head_statistics, is_punctuation
 from qkviz.store.run import open_run
+from support.cli import run_main
 from support.runs import reseal
 
 
@@ -128,8 +129,8 @@ def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(tiny_run, tmp
     marker = copy / "stats" / "atlas.json"
     marker.write_text(marker.read_text().replace('"schema_version": 2', '"schema_version": 1'))
     assert load_atlas(run) is None            # an atlas of an older layout is not read as this one
-    assert main(["-q", "stats", "--run", str(copy), "--argmax-share", "1.5"]) == 2
-    assert "--argmax-share must be in (0, 1]" in capsys.readouterr().err
+    result = run_main("-q", "stats", "--run", copy, "--argmax-share", "1.5")
+    assert result.returncode == 2 and "argument --argmax-share: 1.5 is out of range" in result.stderr
 
 
 def test_syntax_statistics_of_a_previous_token_head_match_a_direct_count(tiny_run, tmp_path):
