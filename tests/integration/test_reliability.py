@@ -308,6 +308,7 @@ def test_jobs_is_capped_at_the_cpus(tiny_run, jobs):
     (["extract", "--model", "minilm", "--out", "x", "--batch-size", "ten"], "'ten' is not a whole number"),
     (["serve", "--run", "x", "--port", "99999"], "argument --port: 99999 is out of range"),
     (["serve", "--run", "x", "--jobs", "100000"], "argument --jobs: 100000 is out of range"),
+    (["serve", "--run", "x", "--background", "nonsense"], "unknown background method 'nonsense'"),
 ])
 def test_bad_option_values_are_one_line_where_they_are_parsed(argv, fragment):
     one_line_error(run_main(*argv), fragment)
