@@ -36,6 +36,8 @@ class DirectoryPlan(Enum):
 def plan_directory(directory: Path, fingerprint: str, overwrite: bool) -> DirectoryPlan:
     """What to do with ``directory`` for a run identified by ``fingerprint``."""
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise QkvizError(f"{directory} is a file, not a directory; choose another --out")
     if not directory.exists() or not any(directory.iterdir()):
         return DirectoryPlan.FRESH
     markers = [directory / marker for marker in run_files.RUN_MARKERS if (directory / marker).exists()]

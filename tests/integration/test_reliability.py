@@ -346,10 +346,12 @@ def test_a_read_only_run_or_a_full_disk_is_one_line_saying_what_to_do(tiny_run, 
     one_line_error(run_main("-q", "project", "--run", copy, "--method", "pca"), fragment, str(copy))
 
 
-def test_an_existing_file_as_report_out_is_one_line(tiny_run, tmp_path):
+def test_an_existing_file_as_out_is_one_line(tiny_model, tiny_corpus, tiny_run, tmp_path):
     afile = tmp_path / "a-file"
     afile.write_text("mine")
     one_line_error(run_main("-q", "report", "--run", tiny_run("llama").path, "--out", afile), "is not a directory")
+    one_line_error(run_main("-q", "extract", "--model", tiny_model("llama"), "--corpus", tiny_corpus, "--out", afile),
+                   "is a file, not a directory")
     assert afile.read_text() == "mine"
 
 
