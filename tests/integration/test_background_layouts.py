@@ -61,7 +61,18 @@ def test_worker_makes_the_missing_layouts_and_records_a_failing_head(small_run, 
     assert [(spec.layer, spec.head, spec.method) for spec, _ in cache.failures()] == [(1, 2, "pca")]
     assert any(line.startswith("failed     layer 1 head 2 pca 2D: the head's stored queries")
                for line in describe_run(run))
-    assert "not all finite" in RunData(run, "run").layout_failure(*BROKEN, "pca", 2)
+    data = RunData(run, "run")
+    assert "not all finite" in data.layout_failure(*BROKEN, "pca", 2)
+    # the app shows it on that head: a badge in the matrix, the error in the single view
+    from dash_app.state import ViewState
+    from dash_app.views import matrix as matrix_view, single as single_view
+    from qkviz.core.errors import QkvizError
+
+    labels = list(matrix_view.render_matrix(data, ViewState(method="pca"), None, None)[0].data[4].text)
+    assert [flat for flat, label in enumerate(labels) if "layout failed" in label] == [BROKEN[0] * 4 + BROKEN[1]]
+    with pytest.raises(QkvizError, match="could not be made: the head's stored queries"):
+        single_view.render_single(data, ViewState(view="single", layer=1, head=2, method="pca"), [], np.zeros(0, int),
+                                  5, 0.0)
 
     # qkviz project says which failed, makes the rest, exits 1; repaired, the layout is made and the record goes
     result = run_main("-q", "project", "--run", str(run.path), "--method", "pca", "--dim", "2")
