@@ -6,7 +6,7 @@ from qkviz.analysis.head_similarity import related_heads
 
 
 def test_in_chromium_a_heads_map_click_opens_the_head_and_a_related_button_opens_another(related_data):
-    from support.browser import click_point, launch_chromium, start_server, stop_server, wait_idle
+    from support.browser import click_point, launch_chromium, new_page, start_server, stop_server, wait_idle
     from playwright.sync_api import sync_playwright
 
     expected = related_heads(related_data.related(), 1, 2, 1)[0]
@@ -14,9 +14,7 @@ def test_in_chromium_a_heads_map_click_opens_the_head_and_a_related_button_opens
     try:
         with sync_playwright() as playwright:
             browser = launch_chromium(playwright)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            errors = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
+            page, errors = new_page(browser)
             page.goto(url + "?view=heads&method=pca")
             page.wait_for_function("""() => { const g = document.querySelector('#heads-graph .js-plotly-plot');
                                       return g && g.offsetParent !== null && g.data && g.data.length == 2; }""",

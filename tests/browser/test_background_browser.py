@@ -4,7 +4,7 @@ switches in as it lands -- with no reload of the page."""
 
 import threading
 
-from support.browser import copy_run, free_port, launch_chromium, wait_idle
+from support.browser import copy_run, free_port, launch_chromium, new_page, wait_idle
 
 from dash_app import ids
 from dash_app.app import build_app
@@ -29,9 +29,7 @@ def test_pca_first_then_each_head_switches_to_its_layout_without_a_reload(tiny_r
     try:
         with sync_playwright() as playwright:
             browser = launch_chromium(playwright)
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            errors = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
+            page, errors = new_page(browser)
             page.goto(f"http://127.0.0.1:{server.server_port}/")
             page.wait_for_function(f"() => ({LABELS_JS})() !== null", timeout=30_000)
             wait_idle(page)

@@ -115,6 +115,14 @@ def launch_chromium(playwright):
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
 
 
+def new_page(browser) -> tuple[object, list[str]]:
+    """A 1400 x 1000 page, and the list its uncaught JavaScript errors are collected in."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    return page, errors
+
+
 def wait_idle(page, timeout_ms: int = 20_000) -> None:
     page.wait_for_function(IDLE_JS, timeout=timeout_ms)
 
