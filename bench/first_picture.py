@@ -7,7 +7,8 @@ drives Debian's headless Chromium to the app as soon as it answers:
 * ``server answers``: ``qkviz serve`` started (it makes every head's PCA layout first) until its page answers;
 * ``matrix drawn``: the page opened until the matrix view shows every head (in PCA, marked as waiting)
   with no callback pending -- the first interactive picture; all times are counted from the start;
-* the server's own estimate of the time the remaining attention t-SNE layouts take (its log line);
+* the server's own estimate of the time its worker alone would take for the remaining attention t-SNE
+  layouts (its log line, after its first three);
 * ``all layouts``: until the app's progress line says every head's attention t-SNE layout has landed,
   with ``qkviz project`` running beside the server as the demo runs it (``--no-project``: the server alone).
 """
@@ -86,11 +87,11 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
         shutil.rmtree(scratch, ignore_errors=True)
-    estimate = next((match.group(1) for line in log for match in [re.search(r"will take about (.+)$", line)] if match),
+    estimate = next((match.group(1) for line in log for match in [re.search(r"will take about (.+?) here", line)] if match),
                     "not logged")
     for name, seconds in times.items():
         print(f"{name:<15} {seconds:6.1f} s after the start")
-    print(f"server's estimate after its first two heads: {estimate}")
+    print(f"server's estimate of the rest, alone, after its first three layouts: {estimate}")
 
 
 if __name__ == "__main__":

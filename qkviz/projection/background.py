@@ -34,7 +34,8 @@ ESTIMATE_AFTER = 3
 class LayoutProgress:
     """A snapshot of a :class:`LayoutWorker`: ``total`` layouts it was given (those not cached when it
     started), ``done`` of them made, ``failed`` ``{(layer, head): error}``, and the estimated seconds
-    until the rest are made, at the pace so far (None until one has landed, or when finished)."""
+    until the rest are made by this worker alone, from what its layouts took so far (None until it has
+    made one, or when finished)."""
 
     method: str
     dim: int
@@ -64,6 +65,7 @@ class LayoutWorker:
         self._waiting = {(spec.layer, spec.head) for spec in self._todo}
         self._failed: dict[tuple[int, int], str] = {}
         self._landed_at: list[float] = []
+        self._seconds: list[float] = []        # what each layout this worker made took
         self._lock = threading.Lock()
         self._started: float | None = None
         self._finished: float | None = None
@@ -114,11 +116,14 @@ class LayoutWorker:
                 self._failed[head] = outcome["error"]
             else:
                 self._landed_at.append(time.monotonic())
+                if not outcome.get("cached"):
+                    self._seconds.append(outcome["seconds"])
         if len(self._landed_at) == ESTIMATE_AFTER and "error" not in outcome:
             remaining = self.progress().remaining_seconds
             if remaining is not None:
-                logger.info("%s: the other %d %s layouts will take about %s", self.run.path, len(self._waiting),
-                            self.method, describe_seconds(remaining))
+                logger.info("%s: the other %d %s layouts will take about %s here (less if a 'qkviz project' on "
+                            "the run shares the heads)", self.run.path, len(self._waiting), self.method,
+                            describe_seconds(remaining))
 
     def pending(self, layer: int, head: int) -> bool:
         """Whether this head's layout is still to come (not made, not failed)."""
@@ -133,12 +138,13 @@ class LayoutWorker:
         now = time.monotonic()
         with self._lock:
             done, failed, waiting = len(self._landed_at), dict(self._failed), len(self._waiting)
-            landed = list(self._landed_at)
+            seconds = list(self._seconds)
         running = self._finished is None
         remaining = None
-        if running and landed and waiting and self._started is not None:
-            # the pace since the start (worker start-up included; heads another process made count as landed)
-            remaining = (now - self._started) / len(landed) * waiting
+        if running and seconds and waiting:
+            # what this worker's layouts took so far, for each one still waiting (another process sharing the
+            # run's heads only shortens it)
+            remaining = sum(seconds) / len(seconds) * waiting / self.jobs
         elapsed = ((self._finished or now) - self._started) if self._started is not None else 0.0
         return LayoutProgress(self.method, self.dim, len(self._todo), done, failed, running, elapsed, remaining)
 
