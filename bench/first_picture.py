@@ -7,8 +7,8 @@ drives Debian's headless Chromium to the app as soon as it answers:
 * ``server answers``: ``qkviz serve`` started (it makes every head's PCA layout first) until its page answers;
 * ``matrix drawn``: the page opened until the matrix view shows every head (in PCA, marked as waiting)
   with no callback pending -- the first interactive picture; all times are counted from the start;
-* the server's own estimate of the time its worker alone would take for the remaining attention t-SNE
-  layouts (its log line, after its first three);
+* the server's own estimate of the time the remaining attention t-SNE layouts take (its log line, once a
+  tenth of them have landed), and the time they then took;
 * ``all layouts``: until the app's progress line says every head's attention t-SNE layout has landed,
   with ``qkviz project`` running beside the server as the demo runs it (``--no-project``: the server alone).
 """
@@ -64,12 +64,13 @@ def main() -> None:
     port = free_port()
     server = subprocess.Popen([*QKVIZ, "serve", "--run", str(run), "--port", str(port)], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
-    log: list[str] = []
+    log: list[tuple[float, str]] = []
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_answer(url, server)
         times["server answers"] = time.monotonic() - start
-        threading.Thread(target=lambda: log.extend(server.stdout), daemon=True).start()
+        threading.Thread(target=lambda: log.extend((time.monotonic() - start, line) for line in server.stdout),
+                         daemon=True).start()
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -87,11 +88,11 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
         shutil.rmtree(scratch, ignore_errors=True)
-    estimate = next((match.group(1) for line in log for match in [re.search(r"will take about (.+?) here", line)] if match),
-                    "not logged")
+    estimate = next((f"{match.group(1)}, logged {seconds:.0f} s after the start" for seconds, line in log
+                     for match in [re.search(r"will take about (.+?) at this pace", line)] if match), "not logged")
     for name, seconds in times.items():
         print(f"{name:<15} {seconds:6.1f} s after the start")
-    print(f"server's estimate of the rest, alone, after its first three layouts: {estimate}")
+    print(f"server's estimate of the rest, once a tenth had landed: {estimate}")
 
 
 if __name__ == "__main__":

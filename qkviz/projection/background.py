@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 #: how much lower the background processes' priority is than the app's (which answers the browser meanwhile)
 BACKGROUND_NICENESS = 10
-#: the server logs its estimate of the time left once this many layouts have landed
+#: the server logs its estimate of the time left once this many layouts (or a tenth of them) have landed
 ESTIMATE_AFTER = 3
 
 
@@ -34,8 +34,8 @@ ESTIMATE_AFTER = 3
 class LayoutProgress:
     """A snapshot of a :class:`LayoutWorker`: ``total`` layouts it was given (those not cached when it
     started), ``done`` of them made, ``failed`` ``{(layer, head): error}``, and the estimated seconds
-    until the rest are made by this worker alone, from what its layouts took so far (None until it has
-    made one, or when finished)."""
+    until the rest are made, at the pace since the first one landed (None until two have, or when
+    finished)."""
 
     method: str
     dim: int
@@ -65,7 +65,6 @@ class LayoutWorker:
         self._waiting = {(spec.layer, spec.head) for spec in self._todo}
         self._failed: dict[tuple[int, int], str] = {}
         self._landed_at: list[float] = []
-        self._seconds: list[float] = []        # what each layout this worker made took
         self._lock = threading.Lock()
         self._started: float | None = None
         self._finished: float | None = None
@@ -116,14 +115,11 @@ class LayoutWorker:
                 self._failed[head] = outcome["error"]
             else:
                 self._landed_at.append(time.monotonic())
-                if not outcome.get("cached"):
-                    self._seconds.append(outcome["seconds"])
-        if len(self._landed_at) == ESTIMATE_AFTER and "error" not in outcome:
+        if len(self._landed_at) == max(ESTIMATE_AFTER, len(self._todo) // 10) and "error" not in outcome:
             remaining = self.progress().remaining_seconds
             if remaining is not None:
-                logger.info("%s: the other %d %s layouts will take about %s here (less if a 'qkviz project' on "
-                            "the run shares the heads)", self.run.path, len(self._waiting), self.method,
-                            describe_seconds(remaining))
+                logger.info("%s: the other %d %s layouts will take about %s at this pace", self.run.path,
+                            len(self._waiting), self.method, describe_seconds(remaining))
 
     def pending(self, layer: int, head: int) -> bool:
         """Whether this head's layout is still to come (not made, not failed)."""
@@ -138,13 +134,13 @@ class LayoutWorker:
         now = time.monotonic()
         with self._lock:
             done, failed, waiting = len(self._landed_at), dict(self._failed), len(self._waiting)
-            seconds = list(self._seconds)
+            landed = list(self._landed_at)
         running = self._finished is None
         remaining = None
-        if running and seconds and waiting:
-            # what this worker's layouts took so far, for each one still waiting (another process sharing the
-            # run's heads only shortens it)
-            remaining = sum(seconds) / len(seconds) * waiting / self.jobs
+        if running and waiting and len(landed) >= 2:
+            # the pace since the first layout landed (worker start-up left out; heads another process made
+            # count, since they are done too)
+            remaining = (landed[-1] - landed[0]) / (len(landed) - 1) * waiting
         elapsed = ((self._finished or now) - self._started) if self._started is not None else 0.0
         return LayoutProgress(self.method, self.dim, len(self._todo), done, failed, running, elapsed, remaining)
 
