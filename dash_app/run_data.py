@@ -147,7 +147,7 @@ class RunData:
 
     def is_cached(self, layer: int, head: int, method: str, dim: int) -> bool:
         """Whether the default layout's entry exists (its integrity is checked when it is loaded)."""
-        return (self._cache.directory / f"{self._cache.key(self.spec(layer, head, method, dim))}.json").exists()
+        return self._cache.exists(self.spec(layer, head, method, dim))
 
     def available(self) -> dict[tuple[str, int], int]:
         """``{(method, dim): number of heads cached}`` for every method and dimension.

@@ -60,8 +60,10 @@ class LayoutWorker:
     def __init__(self, run: StoredRun, method: str, dim: int = 2, jobs: int = 1, seed: int = 0):
         self.run, self.method, self.dim, self.jobs = run, method, dim, max(1, jobs)
         specs = plan_specs(run, [method], [dim], range(run.n_layers), range(run.n_heads), seed=seed)
-        cache = ProjectionCache(run.path, run.manifest["fingerprint"])
+        self._cache = cache = ProjectionCache(run.path, run.manifest["fingerprint"])
         self._todo: list[ProjectionSpec] = [spec for spec in specs if not cache.contains(spec)]
+        self._absorbed_at = -float("inf")
+        self._estimated = False
         self._waiting = {(spec.layer, spec.head) for spec in self._todo}
         self._failed: dict[tuple[int, int], str] = {}
         self._landed_at: list[float] = []
@@ -110,16 +112,34 @@ class LayoutWorker:
         spec = outcome["spec"]
         head = (spec.layer, spec.head)
         with self._lock:
-            self._waiting.discard(head)
-            if "error" in outcome:
+            if head in self._waiting and "error" in outcome:
                 self._failed[head] = outcome["error"]
-            else:
+            elif head in self._waiting:
                 self._landed_at.append(time.monotonic())
-        if len(self._landed_at) == max(ESTIMATE_AFTER, len(self._todo) // 10) and "error" not in outcome:
+            self._waiting.discard(head)
+        self._absorb_made_elsewhere()
+        if not self._estimated and len(self._landed_at) >= max(ESTIMATE_AFTER, len(self._todo) // 10):
+            self._estimated = True
             remaining = self.progress().remaining_seconds
             if remaining is not None:
                 logger.info("%s: the other %d %s layouts will take about %s at this pace", self.run.path,
                             len(self._waiting), self.method, describe_seconds(remaining))
+
+    def _absorb_made_elsewhere(self, every: float = 1.0) -> None:
+        """Count as landed the waiting heads whose layout is in the cache already: another process (a
+        ``qkviz project`` on the same run) made it; checked at most every ``every`` seconds."""
+        now = time.monotonic()
+        if now - self._absorbed_at < every:
+            return
+        self._absorbed_at = now
+        with self._lock:
+            waiting = [spec for spec in self._todo if (spec.layer, spec.head) in self._waiting]
+        made = [spec for spec in waiting if self._cache.exists(spec)]
+        with self._lock:
+            for spec in made:
+                if (spec.layer, spec.head) in self._waiting:
+                    self._waiting.discard((spec.layer, spec.head))
+                    self._landed_at.append(now)
 
     def pending(self, layer: int, head: int) -> bool:
         """Whether this head's layout is still to come (not made, not failed)."""
@@ -131,6 +151,8 @@ class LayoutWorker:
             return self._failed.get((layer, head))
 
     def progress(self) -> LayoutProgress:
+        if self._finished is None and self._started is not None:
+            self._absorb_made_elsewhere()
         now = time.monotonic()
         with self._lock:
             done, failed, waiting = len(self._landed_at), dict(self._failed), len(self._waiting)
@@ -139,7 +161,7 @@ class LayoutWorker:
         remaining = None
         if running and waiting and len(landed) >= 2:
             # the pace since the first layout landed (worker start-up left out; heads another process made
-            # count, since they are done too)
+            # count as they land, see _absorb_made_elsewhere)
             remaining = (landed[-1] - landed[0]) / (len(landed) - 1) * waiting
         elapsed = ((self._finished or now) - self._started) if self._started is not None else 0.0
         return LayoutProgress(self.method, self.dim, len(self._todo), done, failed, running, elapsed, remaining)

@@ -203,6 +203,10 @@ class ProjectionCache:
     def contains(self, spec: ProjectionSpec) -> bool:
         return self.load(spec) is not None
 
+    def exists(self, spec: ProjectionSpec) -> bool:
+        """Whether the entry's sidecar (written last) is there: cheap; :meth:`load` checks its integrity."""
+        return self._paths(spec)[1].exists()
+
     def store(self, spec: ProjectionSpec, coordinates: np.ndarray, details: dict | None = None) -> Path:
         """Write one entry: the array first, then the JSON that makes it visible."""
         coordinates = np.ascontiguousarray(coordinates, dtype=np.float32)
