@@ -325,7 +325,11 @@ def _quiet_transformers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; returns its exit status (2 for a user mistake, with one line on stderr)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit:           # --help (0) or a usage mistake (2), already printed by argparse
+        return exit.code if isinstance(exit.code, int) else 2
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="qkviz: %(message)s")
     _quiet_transformers()
     try:
