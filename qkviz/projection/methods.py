@@ -21,6 +21,8 @@ draws 20 negative samples per edge, not 5: ``bench/faithful.py``'s sweep raised 
 
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +100,9 @@ def _umap(points, dim, seed, params, graph: NeighborGraph) -> Projection:
                         n_epochs=used["n_epochs"], metric=used["metric"], init=used["init"],
                         negative_sample_rate=used["negative_sample_rate"], random_state=seed, n_jobs=1,
                         precomputed_knn=(graph.indices, graph.distances, None))
-    return Projection(reducer.fit_transform(points).astype(np.float32), used, adjusted)
+    with warnings.catch_warnings():   # no search index comes with our neighbours: umap's transform() is not used
+        warnings.filterwarnings("ignore", message=r"precomputed_knn\[2\]", category=UserWarning)
+        return Projection(reducer.fit_transform(points).astype(np.float32), used, adjusted)
 
 
 def _fitting_perplexity(perplexity: float, n_points: int) -> float:
