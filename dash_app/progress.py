@@ -57,8 +57,8 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
                   Output(ids.LAYOUT_POLL, "disabled"),
                   Input(ids.LAYOUT_POLL, "n_intervals"), Input(ids.STATE, "data"), State(ids.LAYOUT_STAMP, "data"))
     def show_progress(_, current, stamp):
-        data = runs[checked_state(current, runs).run]
-        landed = [None if data.worker is None else
-                  [data.worker.progress().done, len(data.worker.progress().failed)] for data in runs]
-        running = any(data.worker is not None and data.worker.progress().running for data in runs)
-        return progress_text(data), landed if landed != stamp else no_update, not running
+        shown = runs[checked_state(current, runs).run]
+        progresses = [None if data.worker is None else data.worker.progress() for data in runs]
+        landed = [None if progress is None else [progress.done, len(progress.failed)] for progress in progresses]
+        running = any(progress is not None and progress.running for progress in progresses)
+        return progress_text(shown), landed if landed != stamp else no_update, not running
