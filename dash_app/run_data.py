@@ -120,6 +120,7 @@ class RunData:
         self._atlas: tuple[int, HeadAtlas | None] | None = None
         self._related: tuple[int, HeadSimilarity | None] | None = None
         self._available: tuple[float, dict[tuple[str, int], int]] = (-np.inf, {})
+        self._failures: tuple[float, dict[ProjectionSpec, str]] = (-np.inf, {})
         self.layout = lru_cache(maxsize=32)(self._layout)
         self.norms = lru_cache(maxsize=32)(self._norms)
         #: ``aggregate(layer, head, hide_first, hide_special, by_value_norm)``, see :func:`aggregate_attention`
@@ -188,10 +189,13 @@ class RunData:
             failure = self.worker.failure(layer, head)
             if failure is not None:
                 return failure
-        for spec, error in self._cache.failures():
-            if spec == self.spec(layer, head, method, dim):
-                return error
-        return None
+        return self._recorded_failures().get(self.spec(layer, head, method, dim))
+
+    def _recorded_failures(self) -> dict[ProjectionSpec, str]:
+        """``{spec: error}`` of the run's recorded failures, re-read at most every :data:`AVAILABLE_TTL` seconds."""
+        if time.monotonic() - self._failures[0] > AVAILABLE_TTL:
+            self._failures = (time.monotonic(), dict(self._cache.failures()))
+        return self._failures[1]
 
     def default_method(self) -> str:
         """The first of :data:`METHOD_PREFERENCE` with every head's 2D layout, else the one being made in the

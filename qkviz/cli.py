@@ -17,6 +17,7 @@ from qkviz.cli_options import describe_os_error, device, integer, real
 from qkviz.core import QkvizError
 from qkviz.extraction.corpus import DEFAULT_CORPUS
 from qkviz.search import EXACT_LIMIT
+from qkviz.store.projections import PARAM_RANGES
 
 logger = logging.getLogger("qkviz")
 
@@ -26,6 +27,13 @@ class _OneLineErrors(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _parameter(name: str):
+    """The option type of a projection parameter, from the range the library itself checks (one definition:
+    :data:`qkviz.store.projections.PARAM_RANGES`)."""
+    kind, lowest, excluded = PARAM_RANGES[name]
+    return integer(lowest) if kind == "whole" else real(lowest, low_open=excluded)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,16 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--seed", type=integer(0, 2**32 - 1), default=0)
     project.add_argument("--no-translate", action="store_true", help="do not translate keys to the query centroid")
     project.add_argument("--no-scale", action="store_true", help="do not scale query and key norms to match")
-    project.add_argument("--perplexity", type=real(0.0, low_open=True), help="t-SNE perplexity (default 30)")
-    project.add_argument("--early-exaggeration-iter", type=integer(0),
+    project.add_argument("--perplexity", type=_parameter("perplexity"), help="t-SNE perplexity (default 30)")
+    project.add_argument("--early-exaggeration-iter", type=_parameter("early_exaggeration_iter"),
                          help="t-SNE iterations with early exaggeration (default 125)")
-    project.add_argument("--n-iter", type=integer(1), help="t-SNE iterations after early exaggeration (default 125)")
-    project.add_argument("--n-iter-3d", type=integer(1),
+    project.add_argument("--n-iter", type=_parameter("n_iter"), help="t-SNE iterations after early exaggeration (default 125)")
+    project.add_argument("--n-iter-3d", type=_parameter("n_iter_3d"),
                          help="3D t-SNE: Barnes-Hut iterations refining the lifted 2D layout (default 50)")
-    project.add_argument("--n-neighbors", type=integer(2), help="UMAP neighbours (default 15)")
-    project.add_argument("--min-dist", type=real(0.0), help="UMAP minimum distance (default 0.0)")
-    project.add_argument("--n-epochs", type=integer(1), help="UMAP epochs (default 200)")
-    project.add_argument("--negative-sample-rate", type=integer(1),
+    project.add_argument("--n-neighbors", type=_parameter("n_neighbors"), help="UMAP neighbours (default 15)")
+    project.add_argument("--min-dist", type=_parameter("min_dist"), help="UMAP minimum distance (default 0.0)")
+    project.add_argument("--n-epochs", type=_parameter("n_epochs"), help="UMAP epochs (default 200)")
+    project.add_argument("--negative-sample-rate", type=_parameter("negative_sample_rate"),
                          help="UMAP negative samples per edge and epoch (default 20; umap's own 5 keeps fewer neighbourhoods)")
     project.add_argument("--init", choices=("pca", "spectral"),
                          help="UMAP's starting layout (default pca; spectral, umap's own, fails on some heads and "

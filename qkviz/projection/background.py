@@ -55,7 +55,8 @@ class LayoutWorker:
     """Makes the missing ``method`` ``dim``-D layouts of every head of ``run`` (the default parameters, as
     the app reads them), in ``jobs`` worker processes, in layer / head order.
 
-    :meth:`start` returns at once; :meth:`progress` and :meth:`pending` may be called from any thread."""
+    :meth:`run_all` blocks (``qkviz serve`` runs it in a daemon thread); :meth:`progress` and :meth:`pending` may be
+    called from any thread meanwhile."""
 
     def __init__(self, run: StoredRun, method: str, dim: int = 2, jobs: int = 1, seed: int = 0):
         self.run, self.method, self.dim, self.jobs = run, method, dim, max(1, jobs)
@@ -70,17 +71,6 @@ class LayoutWorker:
         self._lock = threading.Lock()
         self._started: float | None = None
         self._finished: float | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> "LayoutWorker":
-        """Begin in a daemon thread (nothing to do: finished at once)."""
-        self._thread = threading.Thread(target=self.run_all, name=f"layouts-{self.method}", daemon=True)
-        self._thread.start()
-        return self
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def run_all(self) -> None:
         """Make every layout (blocking); what fails is recorded, and the rest go on."""

@@ -157,16 +157,7 @@ class ProjectionCache:
 
     def load(self, spec: ProjectionSpec) -> np.ndarray | None:
         """The cached layout, or ``None`` when there is no complete, intact entry."""
-        array_path, sidecar_path = self._paths(spec)
-        try:
-            sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
-            data = array_path.read_bytes()
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-            return None
-        if sidecar.get("sha256") != hashlib.sha256(data).hexdigest():
-            logger.warning("projection cache entry %s is damaged; it will be recomputed", array_path.name)
-            return None
-        return np.load(array_path, allow_pickle=False)
+        return np.load(self._paths(spec)[0], allow_pickle=False) if self.contains(spec) else None
 
     def sidecar(self, spec: ProjectionSpec) -> dict | None:
         try:
@@ -201,7 +192,17 @@ class ProjectionCache:
         return counts
 
     def contains(self, spec: ProjectionSpec) -> bool:
-        return self.load(spec) is not None
+        """Whether a complete entry is there whose array matches the sha256 in its sidecar (hashed once per
+        file and process, see :func:`qkviz.store.files.matches_checksum`)."""
+        array_path, sidecar_path = self._paths(spec)
+        try:
+            expected = json.loads(sidecar_path.read_text(encoding="utf-8")).get("sha256")
+            intact = isinstance(expected, str) and run_files.matches_checksum(array_path, expected)
+        except (OSError, AttributeError, json.JSONDecodeError, UnicodeDecodeError):
+            return False
+        if not intact:
+            logger.warning("projection cache entry %s is damaged; it will be recomputed", array_path.name)
+        return intact
 
     def exists(self, spec: ProjectionSpec) -> bool:
         """Whether the entry's sidecar (written last) is there: cheap; :meth:`load` checks its integrity."""
@@ -216,7 +217,7 @@ class ProjectionCache:
         array_path, sidecar_path = self._paths(spec)
         run_files.save_npy_atomic(array_path, coordinates)
         sidecar = {"schema": CACHE_SCHEMA_VERSION, "run": self.run_fingerprint, "spec": spec.as_dict(),
-                   "shape": list(coordinates.shape), "sha256": hashlib.sha256(array_path.read_bytes()).hexdigest(),
+                   "shape": list(coordinates.shape), "sha256": run_files.file_sha256(array_path),
                    **({"details": details} if details else {})}
         run_files.write_json_atomic(sidecar_path, sidecar)
         self._failure_path(spec).unlink(missing_ok=True)
