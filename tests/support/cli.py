@@ -74,3 +74,13 @@ def run_process(*args: str, entry_point: bool = False, timeout: float = 300) -> 
     env = {name: value for name, value in os.environ.items() if name not in _set_here}
     return subprocess.run([*command, *map(str, args)], capture_output=True, text=True, timeout=timeout,
                           env=dict(env, HF_HUB_OFFLINE="1"))
+
+
+def one_line_error(result, *fragments: str) -> str:
+    """The single error line of a refused command (exit 2), checked to contain ``fragments``."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
