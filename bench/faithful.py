@@ -25,7 +25,7 @@ sentence's first-token key left out of the queries' candidate keys), ``attn-tsne
 with it off, whatever the defaults; in ``--sweep``, ``--settings hide_first_token=true`` does the same.
 ``--av-per-kind N`` runs the AttentionViz recipe (1-2 minutes a head) on only N heads of each kind.
 
-Heads (``--heads``, else chosen from the run): the ``--sinks`` heads with the largest share of attention on
+Heads (``--heads``, else chosen from the run by ``bench/head_survey.py``): the ``--sinks`` heads with the largest share of attention on
 the first token (recomputed over a seeded sample of sentences), the ``--hardest`` heads whose aligned space
 keeps the fewest attention partners among its cosine neighbours (what t-SNE and UMAP preserve: the heads
 with the lowest recall today), and ``--ordinary`` heads of median fidelity that are not sinks.
@@ -56,12 +56,12 @@ warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
 from qkviz.core.alignment import align_head  # noqa: E402
-from qkviz.core.attention import attention_probs  # noqa: E402
 from qkviz.projection.attention_graph import GRAPH_PARAMS, attention_graph  # noqa: E402
 from qkviz.projection.methods import project_points  # noqa: E402
 from qkviz.search.partner_index import PartnerIndexes, head_layout_overlap  # noqa: E402
 from qkviz.store.projections import ATTENTION_METHODS, resolve_params  # noqa: E402
 
+from head_survey import K, SAMPLE, choose_heads, survey_heads  # noqa: E402
 from project import attentionviz_layout  # noqa: E402
 
 #: Labels measured as an attention method with one parameter set: (method, params).
@@ -69,64 +69,6 @@ VARIANTS = {f"{method}-{label}": (method, {"hide_first_token": hide}) for method
             for label, hide in (("hide1", True), ("keep1", False))}
 METHODS = ("pca", "tsne", "umap", "av-tsne", "attn-tsne", "attn-umap", *VARIANTS)
 DEFAULT_METHODS = ("pca", "tsne", "umap", "av-tsne", "attn-tsne", "attn-umap", "attn-tsne-hide1", "attn-umap-hide1")
-K = 10
-SAMPLE = 200
-
-
-# -- choosing heads ---------------------------------------------------------------------------------
-def first_token_share(run, layer: int, head: int, sentences: list[int]) -> float:
-    """Mean attention on the sentence's first token, over the queries of ``sentences`` (first query left out)."""
-    queries, keys = run.queries(layer, head), run.keys(layer, head)
-    shares = []
-    for sentence in sentences:
-        rows = run.sentence_tokens(sentence)
-        probs = attention_probs(queries[rows], keys[rows], run.scale(layer), causal=run.is_causal,
-                                sliding_window=run.sliding_window(layer), softcap=run.softcap(layer))
-        shares.append(probs[1:, 0])
-    return float(np.concatenate(shares).mean())
-
-
-def cosine_fidelity(run, layer: int, head: int, seed: int = 0) -> float:
-    """Partner recall@10 of the aligned space itself under cosine (mean of both sides, seeded sample):
-    the ceiling of what a layout preserving cosine neighbourhoods (tsne, umap) can keep."""
-    queries, keys = run.queries(layer, head), run.keys(layer, head)
-    points = align_head(queries, keys).points
-    n = len(queries)
-    unit = points / np.maximum(np.linalg.norm(points, axis=1, keepdims=True), 1e-12)
-    chosen = np.random.default_rng(seed).choice(n, min(SAMPLE, n), replace=False)
-    shares = []
-    for own, other, own_unit, other_unit in ((queries, keys, unit[:n], unit[n:]), (keys, queries, unit[n:], unit[:n])):
-        partners = np.argpartition(-(own[chosen] @ other.T), K - 1, axis=1)[:, :K]
-        near = np.argpartition(-(own_unit[chosen] @ other_unit.T), K - 1, axis=1)[:, :K]
-        shares.append(np.mean([len(np.intersect1d(a, b)) / K for a, b in zip(partners, near)]))
-    return float(np.mean(shares))
-
-
-def survey_heads(run, n_sentences: int = 40, seed: int = 0) -> list[dict]:
-    """Every head's first-token share and cosine fidelity."""
-    rng = np.random.default_rng(seed)
-    sentences = sorted(rng.choice(len(run.sentences), min(n_sentences, len(run.sentences)), replace=False).tolist())
-    return [{"layer": layer, "head": head, "first_token": first_token_share(run, layer, head, sentences),
-             "cosine_fidelity": cosine_fidelity(run, layer, head)}
-            for layer in range(run.n_layers) for head in range(run.n_heads)]
-
-
-def choose_heads(survey: list[dict], sinks: int, hardest: int, ordinary: int) -> list[tuple[int, int, str]]:
-    chosen: dict[tuple[int, int], str] = {}
-    for row in sorted(survey, key=lambda row: -row["first_token"])[:sinks]:
-        chosen[row["layer"], row["head"]] = "sink"
-    for row in [row for row in sorted(survey, key=lambda row: row["cosine_fidelity"])
-                if (row["layer"], row["head"]) not in chosen][:hardest]:
-        chosen[row["layer"], row["head"]] = "hard"
-    rest = sorted([row for row in survey if row["first_token"] < 0.5 and (row["layer"], row["head"]) not in chosen],
-                  key=lambda row: row["cosine_fidelity"])
-    if len(rest) < ordinary:
-        rest = sorted([row for row in survey if (row["layer"], row["head"]) not in chosen],
-                      key=lambda row: row["first_token"])[:max(ordinary * 2, 1)]
-    middle = len(rest) // 2
-    for row in rest[max(0, middle - ordinary // 2):][:ordinary]:
-        chosen[row["layer"], row["head"]] = "ordinary"
-    return [(layer, head, kind) for (layer, head), kind in chosen.items()]
 
 
 # -- one layout -------------------------------------------------------------------------------------
