@@ -6,9 +6,10 @@ from scipy.stats import pearsonr, spearmanr
 
 from qkviz.core.alignment import Alignment, align_head
 from qkviz.core.attention import allowed_pairs
-from qkviz.analysis.correlation import (PairSet, QueryGroups, correlations, head_space_figures, key_ranges,
-                               mean_query_spearman, pair_distances, pair_dots, projection_space_name,
-                               rank_values, sampling_error_bound)
+from qkviz.analysis.correlation import (PairSet, head_space_figures, key_ranges, pair_distances, pair_dots,
+                               projection_space_name)
+from qkviz.analysis.rank_correlation import (QueryGroups, correlations, mean_query_spearman, rank_values,
+                                          sampling_error_bound)
 from qkviz.store.projections import ProjectionSpec
 
 LENGTHS = np.array([1, 4, 9, 2, 13, 7])
