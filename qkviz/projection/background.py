@@ -147,13 +147,15 @@ class LayoutWorker:
         with self._lock:
             done, failed, waiting = len(self._landed_at), dict(self._failed), len(self._waiting)
             landed = list(self._landed_at)
-        running = self._finished is None
+        # running until nothing is waiting: the pool's shutdown after the last layout lands is not "being made"
+        running = self._finished is None and waiting > 0
         remaining = None
         if running and waiting and len(landed) >= 2:
             # the pace since the first layout landed (worker start-up left out; heads another process made
             # count as they land, see _absorb_made_elsewhere)
             remaining = (landed[-1] - landed[0]) / (len(landed) - 1) * waiting
-        elapsed = ((self._finished or now) - self._started) if self._started is not None else 0.0
+        end = self._finished or (now if running or not landed else landed[-1])
+        elapsed = end - self._started if self._started is not None else 0.0
         return LayoutProgress(self.method, self.dim, len(self._todo), done, failed, running, elapsed, remaining)
 
 
