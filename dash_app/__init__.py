@@ -17,7 +17,7 @@ Layout:
 * ``ids.py`` (every component id), ``state.py`` (the view state and its transitions), ``url_state.py``
   (the URL <-> state), ``events.py`` (the browser's events: relayed into stores, read back);
 * ``run_data.py`` (one run as the app reads it) and the helpers it and the views share: ``figures.py``
-  (colours, safe text, empty figures), ``features.py`` (token colour features), ``search.py`` (token
+  (colours, safe text, empty figures; the token colour features are ``qkviz.analysis``'s), ``search.py`` (token
   search and clusters), ``attention_maps.py`` (the sentence view's attention), ``atlas_columns.py``
   (the head atlas's columns as shown).
 """

@@ -20,7 +20,7 @@ import pandas as pd
 
 from dash_app.atlas_columns import LABEL_SORT, label_codes, sortable_columns
 from dash_app.attention_maps import aggregate_attention
-from dash_app.features import token_features
+from qkviz.report import token_features
 from dash_app.figures import plotly_texts
 from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
 from qkviz.projection import LayoutWorker

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-from dash_app.features import COLOURS
+from qkviz.report import COLOURS
 from dash_app.run_data import RunShape
 from qkviz.store import DIMENSIONS, METHODS
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from urllib.parse import parse_qs, urlencode
 
-from dash_app.features import COLOURS
+from qkviz.report import COLOURS
 from dash_app.run_data import RunShape
 from dash_app.state import SORTS, VIEWS, ViewState, initial_state
 from qkviz.store import DIMENSIONS, METHODS

@@ -25,7 +25,7 @@ from dash.exceptions import PreventUpdate
 
 from dash_app import ids
 from dash_app.events import clicked, relay_point_events
-from dash_app.features import COLOURS, PUNCTUATION_CLASSES, colour_values, describe_value
+from qkviz.report import COLOURS, PUNCTUATION_CLASSES, colour_values, describe_value
 from dash_app.figures import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLOUR, OPACITY_STEPS, QUERY_COLOUR,
                               QUERY_MATCH_COLOUR, QUERY_SCALE, message_figure, opacity_step, step_opacity)
 from dash_app.panels import atlas as atlas_panel

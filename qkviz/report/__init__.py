@@ -1,5 +1,5 @@
 """Reports: the correlation report's model (no plotly) and its self-contained HTML pages, the head
-atlas page, the figures the app shares with them, and the status of a run.
+atlas page, the figures and token colours the app shares with them, and the status of a run.
 """
 
 from qkviz.report.colours import LABEL_COLOURS
@@ -7,6 +7,8 @@ from qkviz.report.model import Report, correlation_report
 from qkviz.report.position_heatmap import relative_position_figure
 from qkviz.report.report_directory import write_report
 from qkviz.report.run_status import describe_run
+from qkviz.report.token_colours import COLOURS, LOG_SCALE, PUNCTUATION_CLASSES, colour_values, describe_value, token_features
 
-__all__ = ["LABEL_COLOURS", "Report", "correlation_report", "describe_run", "relative_position_figure",
+__all__ = ["COLOURS", "LABEL_COLOURS", "LOG_SCALE", "PUNCTUATION_CLASSES", "Report", "colour_values",
+           "correlation_report", "describe_run", "describe_value", "relative_position_figure", "token_features",
            "write_report"]

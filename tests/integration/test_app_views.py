@@ -10,7 +10,7 @@ from dash_app import ids
 from dash_app.views import matrix as matrix_view, sentence as sentence_view, single as single_view
 from dash_app.app import build_app, method_options, next_state, open_runs
 from dash_app.attention_maps import adjusted_attention, aggregate_attention, hidden_tokens
-from dash_app.features import token_features
+from qkviz.report import token_features
 from dash_app.run_data import RunData, normalise_layout
 from dash_app.search import TokenSearch
 from qkviz.search.token_index import normalise

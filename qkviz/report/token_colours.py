@@ -2,7 +2,8 @@
 
 Every feature is one float32 value per token (``[token]``); a point of the joint layout takes its
 token's value, queries and keys alike. The vector norm is per head and comes from the run's
-vectors instead (see :meth:`dash_app.run_data.RunData.norms`).
+vectors instead (the app's ``RunData.norms``, or :meth:`qkviz.Run.plot`). The app colours its views with these,
+and ``Run.plot`` its figures.
 """
 
 from __future__ import annotations
