@@ -3,7 +3,8 @@ the head atlas (statistics, pattern labels, logit decomposition, syntax), relate
 each head's attention changed between two runs over the same tokens.
 """
 
-from qkviz.analysis.attention_change import attention_change, check_comparable, most_changed, token_difference
+from qkviz.analysis.attention_change import (attention_change, check_comparable, most_changed, shape_difference,
+                                            token_difference)
 from qkviz.analysis.correlation import COLUMNS as CORRELATION_COLUMNS
 from qkviz.analysis.correlation import correlation_table, stored_correlations
 from qkviz.analysis.head_atlas import UPDATE_STATISTICS, HeadAtlas, compute_stats, load_atlas
@@ -13,5 +14,5 @@ from qkviz.analysis.head_stats import STATISTICS
 
 __all__ = ["CORRELATION_COLUMNS", "LABELS", "STATISTICS", "UPDATE_STATISTICS", "HeadAtlas", "HeadSimilarity",
            "LabelThresholds", "RelatedHead", "attention_change", "check_comparable", "compute_stats", "correlation_table", "load_atlas",
-           "load_head_similarity", "most_changed", "related_heads", "relate_heads", "stored_correlations",
-           "token_difference"]
+           "load_head_similarity", "most_changed", "related_heads", "relate_heads", "shape_difference",
+           "stored_correlations", "token_difference"]
