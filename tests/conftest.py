@@ -147,6 +147,7 @@ XDIST_GROUPS = (
     *((f"tests/{module}::", f"tests/{module}") for module in (
         "browser/test_app_browser.py",
         "browser/test_selection_compare_browser.py", "integration/test_app_atlas.py", "integration/test_app_partners.py",
+        "integration/test_app_selection_compare.py",
         "integration/test_app_views.py", "integration/test_api.py", "integration/test_project_cli.py", "integration/test_report.py",
         "integration/test_store.py")),
 )
