@@ -1,4 +1,4 @@
-"""In headless Chromium: a box selection in the single view lists exactly the points inside the box, in the
+"""In headless Chromium: a box or lasso selection in the single view lists exactly the points inside it, in the
 table and in the CSV download; the compare view of two runs over the same tokens shows qkviz.attention_change's
 values, links hover and selection between its two figures, and opens a head from a heatmap cell."""
 
@@ -35,6 +35,32 @@ IN_BOX_JS = """([graphId, box, margin]) => {
       const depth = Math.min(x - box[0], box[2] - x, y - box[1], box[3] - y);
       if (depth >= margin) { inside.push(Number(data.customdata[i])); }
       else if (depth > -margin) { edge.push(Number(data.customdata[i])); }
+    }
+  });
+  return {inside: inside, edge: edge};
+}"""
+
+#: as IN_BOX_JS for a polygon [[x, y], ...] (ray casting; the edge: within `margin` pixels of a side)
+IN_POLYGON_JS = """([graphId, polygon, margin]) => {
+  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
+  const layout = graph._fullLayout, rect = graph.getBoundingClientRect();
+  const nearSide = (x, y) => polygon.some((a, i) => {
+    const b = polygon[(i + 1) % polygon.length], dx = b[0] - a[0], dy = b[1] - a[1];
+    const t = Math.max(0, Math.min(1, ((x - a[0]) * dx + (y - a[1]) * dy) / (dx * dx + dy * dy)));
+    return Math.hypot(x - a[0] - t * dx, y - a[1] - t * dy) < margin;
+  });
+  const contains = (x, y) => polygon.reduce((inside, a, i) => {
+    const b = polygon[(i + 1) % polygon.length];
+    return ((a[1] > y) !== (b[1] > y)) && x < (b[0] - a[0]) * (y - a[1]) / (b[1] - a[1]) + a[0] ? !inside : inside;
+  }, false);
+  const inside = [], edge = [];
+  [0, 1].forEach((trace) => {
+    const data = graph._fullData[trace];
+    for (let i = 0; i < data.x.length; i++) {
+      const x = rect.left + layout._size.l + layout.xaxis.l2p(data.x[i]);
+      const y = rect.top + layout._size.t + layout.yaxis.l2p(data.y[i]);
+      if (nearSide(x, y)) { edge.push(Number(data.customdata[i])); }
+      else if (contains(x, y)) { inside.push(Number(data.customdata[i])); }
     }
   });
   return {inside: inside, edge: edge};
@@ -94,6 +120,22 @@ def box_select(page, graph_id: str, fractions: tuple[float, float, float, float]
     return box
 
 
+def lasso_select(page, graph_id: str, fractions: list[tuple[float, float]]) -> list[list[int]]:
+    """Draw a lasso through the plot area's points ``fractions`` (of its width and height) in lasso mode;
+    returns the polygon in page pixels."""
+    page.evaluate("(id) => document.getElementById(id).scrollIntoView({block: 'start'})", graph_id)
+    left, top, width, height = page.evaluate(PLOT_AREA_JS, graph_id)
+    polygon = [[round(left + x * width), round(top + y * height)] for x, y in fractions]
+    page.mouse.move(polygon[0][0] - 5, polygon[0][1] - 5)
+    page.click(f"#{graph_id} .modebar-btn[data-attr='dragmode'][data-val='lasso']")
+    page.mouse.move(*polygon[0])
+    page.mouse.down()
+    for corner in polygon[1:] + polygon[:1]:
+        page.mouse.move(*corner, steps=8)
+    page.mouse.up()
+    return polygon
+
+
 def expected_in_box(page, graph_id: str, box: list[int]) -> tuple[set[int], set[int]]:
     """The points surely inside the box, and those within a pixel of its border (either way is right)."""
     found = page.evaluate(IN_BOX_JS, [graph_id, box, 1.0])
@@ -110,7 +152,7 @@ def shown_points(page) -> list[int]:
         "#selection-table tbody tr", "rows => rows.map(row => row.lastElementChild.innerText)")]
 
 
-def test_box_selection_lists_the_points_inside_and_downloads_them(browser_page, served, runs):
+def test_box_and_lasso_selections_list_the_points_inside_and_download_them(browser_page, served, runs):
     page, run = browser_page, runs[0]
     page.goto(served + "?view=single&layer=1&head=2&method=pca&dim=2")
     page.wait_for_function(GRAPH_DRAWN, arg=["single-graph", 12], timeout=30_000)
@@ -121,6 +163,9 @@ def test_box_selection_lists_the_points_inside_and_downloads_them(browser_page, 
                            timeout=20_000)
     wait_idle(page)
 
+    page.hover("#single-graph .js-plotly-plot")
+    for tool in ("select", "lasso"):                       # the toolbar offers both tools, once each
+        assert page.locator(f"#single-graph .modebar-btn[data-attr='dragmode'][data-val='{tool}']").count() == 1
     box = box_select(page, "single-graph", (0.3, 0.3, 0.7, 0.7))
     page.wait_for_function("() => document.getElementById('selection-table').innerText.includes('points selected')",
                            timeout=20_000)
@@ -146,6 +191,17 @@ def test_box_selection_lists_the_points_inside_and_downloads_them(browser_page, 
     norms = np.concatenate([np.linalg.norm(run.queries(1, 2), axis=1), np.linalg.norm(run.keys(1, 2), axis=1)])
     assert np.allclose(csv.norm, norms[csv.point], rtol=1e-5)
     assert all("«" in text and "»" in text for text in csv.in_sentence)
+
+    # a lasso: a triangle over the middle of the plot (started outside the box, which a drag inside would move)
+    polygon = lasso_select(page, "single-graph", [(0.2, 0.25), (0.8, 0.4), (0.35, 0.8)])
+    found = page.evaluate(IN_POLYGON_JS, ["single-graph", polygon, 1.0])
+    inside, edge = set(found["inside"]), set(found["edge"])
+    page.wait_for_function("(n) => !document.getElementById('selection-table').innerText.startsWith(n + ' points')",
+                           arg=f"{count:,}", timeout=20_000)
+    assert 0 < len(inside) < 2 * run.n_tokens
+    with page.expect_download() as download:
+        page.click("#selection-csv-button")
+    check_selected(set(pd.read_csv(download.value.path(), keep_default_na=False).point), inside, edge)
 
     # the whole plot: every query and key, the table shows the first 100, the CSV holds them all
     box = box_select(page, "single-graph", (0.005, 0.005, 0.995, 0.995))
