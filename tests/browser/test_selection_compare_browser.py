@@ -2,12 +2,10 @@
 table and in the CSV download; the compare view of two runs over the same tokens shows qkviz.attention_change's
 values, links hover and selection between its two figures, and opens a head from a heatmap cell."""
 
-import threading
-
 import numpy as np
 import pandas as pd
 import pytest
-from support.browser import POINT_JS, click_point, copy_run, launch_chromium, new_page, wait_idle
+from support.browser import POINT_JS, click_point, copy_run, launch_chromium, new_page, served_in_thread, wait_idle
 
 import qkviz
 
@@ -21,49 +19,18 @@ PLOT_AREA_JS = """(graphId) => {
   const box = graph.getBoundingClientRect(), size = graph._fullLayout._size;
   return [box.left + size.l, box.top + size.t, size.w, size.h];
 }"""
-#: customdata of the points of traces 0 and 1 whose page coordinates lie in a box [x0, y0, x1, y1], as
-#: {inside: points at least `margin` pixels inside, edge: points within `margin` pixels of its border}
-IN_BOX_JS = """([graphId, box, margin]) => {
+#: [customdata, page x, page y] of every point of traces 0 and 1 (queries and keys) of a 2D graph
+POINTS_JS = """(graphId) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
-  const layout = graph._fullLayout, rect = graph.getBoundingClientRect();
-  const inside = [], edge = [];
+  const layout = graph._fullLayout, rect = graph.getBoundingClientRect(), points = [];
   [0, 1].forEach((trace) => {
     const data = graph._fullData[trace];
     for (let i = 0; i < data.x.length; i++) {
-      const x = rect.left + layout._size.l + layout.xaxis.l2p(data.x[i]);
-      const y = rect.top + layout._size.t + layout.yaxis.l2p(data.y[i]);
-      const depth = Math.min(x - box[0], box[2] - x, y - box[1], box[3] - y);
-      if (depth >= margin) { inside.push(Number(data.customdata[i])); }
-      else if (depth > -margin) { edge.push(Number(data.customdata[i])); }
+      points.push([Number(data.customdata[i]), rect.left + layout._size.l + layout.xaxis.l2p(data.x[i]),
+                   rect.top + layout._size.t + layout.yaxis.l2p(data.y[i])]);
     }
   });
-  return {inside: inside, edge: edge};
-}"""
-
-#: as IN_BOX_JS for a polygon [[x, y], ...] (ray casting; the edge: within `margin` pixels of a side)
-IN_POLYGON_JS = """([graphId, polygon, margin]) => {
-  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
-  const layout = graph._fullLayout, rect = graph.getBoundingClientRect();
-  const nearSide = (x, y) => polygon.some((a, i) => {
-    const b = polygon[(i + 1) % polygon.length], dx = b[0] - a[0], dy = b[1] - a[1];
-    const t = Math.max(0, Math.min(1, ((x - a[0]) * dx + (y - a[1]) * dy) / (dx * dx + dy * dy)));
-    return Math.hypot(x - a[0] - t * dx, y - a[1] - t * dy) < margin;
-  });
-  const contains = (x, y) => polygon.reduce((inside, a, i) => {
-    const b = polygon[(i + 1) % polygon.length];
-    return ((a[1] > y) !== (b[1] > y)) && x < (b[0] - a[0]) * (y - a[1]) / (b[1] - a[1]) + a[0] ? !inside : inside;
-  }, false);
-  const inside = [], edge = [];
-  [0, 1].forEach((trace) => {
-    const data = graph._fullData[trace];
-    for (let i = 0; i < data.x.length; i++) {
-      const x = rect.left + layout._size.l + layout.xaxis.l2p(data.x[i]);
-      const y = rect.top + layout._size.t + layout.yaxis.l2p(data.y[i]);
-      if (nearSide(x, y)) { edge.push(Number(data.customdata[i])); }
-      else if (contains(x, y)) { inside.push(Number(data.customdata[i])); }
-    }
-  });
-  return {inside: inside, edge: edge};
+  return points;
 }"""
 
 
@@ -80,15 +47,10 @@ def runs(app_run, reseeded_run, tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(runs):
     """The app over both runs, served in this process (no background layouts)."""
-    from werkzeug.serving import make_server
-
     from dash_app.app import create_app
 
-    app = create_app([run.path for run in runs])
-    server = make_server("127.0.0.1", 0, app.server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/"
-    server.shutdown()
+    with served_in_thread(create_app([run.path for run in runs])) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -136,10 +98,26 @@ def lasso_select(page, graph_id: str, fractions: list[tuple[float, float]]) -> l
     return polygon
 
 
+def expected_in_polygon(page, graph_id: str, polygon: list[list[int]], margin: float = 1.0) -> tuple[set[int], set[int]]:
+    """The points surely inside a polygon of page pixels (ray casting), and those within ``margin`` pixels of one
+    of its sides (either way is right)."""
+    points = np.array(page.evaluate(POINTS_JS, graph_id))
+    ids, xy = points[:, 0].astype(int), points[:, 1:]
+    corners = np.array(polygon, dtype=float)
+    starts, ends = corners, np.roll(corners, -1, axis=0)
+    sides = ends - starts                                                          # [side, 2]
+    along = np.clip(((xy[:, None] - starts) * sides).sum(-1) / (sides ** 2).sum(-1), 0, 1)   # [point, side]
+    near = (np.hypot(*np.moveaxis(xy[:, None] - starts - along[..., None] * sides, -1, 0)) < margin).any(axis=1)
+    crosses = ((starts[:, 1] > xy[:, 1:2]) != (ends[:, 1] > xy[:, 1:2])) & (
+        xy[:, 0:1] < sides[:, 0] * (xy[:, 1:2] - starts[:, 1]) / np.where(sides[:, 1] == 0, 1, sides[:, 1]) + starts[:, 0])
+    inside = crosses.sum(axis=1) % 2 == 1
+    return set(ids[inside & ~near]), set(ids[near])
+
+
 def expected_in_box(page, graph_id: str, box: list[int]) -> tuple[set[int], set[int]]:
-    """The points surely inside the box, and those within a pixel of its border (either way is right)."""
-    found = page.evaluate(IN_BOX_JS, [graph_id, box, 1.0])
-    return set(found["inside"]), set(found["edge"])
+    """:func:`expected_in_polygon` of a box ``[x0, y0, x1, y1]``."""
+    x0, y0, x1, y1 = box
+    return expected_in_polygon(page, graph_id, [[x0, y0], [x1, y0], [x1, y1], [x0, y1]])
 
 
 def check_selected(selected: set[int], inside: set[int], edge: set[int]) -> None:
@@ -194,8 +172,7 @@ def test_box_and_lasso_selections_list_the_points_inside_and_download_them(brows
 
     # a lasso: a triangle over the middle of the plot (started outside the box, which a drag inside would move)
     polygon = lasso_select(page, "single-graph", [(0.2, 0.25), (0.8, 0.4), (0.35, 0.8)])
-    found = page.evaluate(IN_POLYGON_JS, ["single-graph", polygon, 1.0])
-    inside, edge = set(found["inside"]), set(found["edge"])
+    inside, edge = expected_in_polygon(page, "single-graph", polygon)
     page.wait_for_function("(n) => !document.getElementById('selection-table').innerText.startsWith(n + ' points')",
                            arg=f"{count:,}", timeout=20_000)
     assert 0 < len(inside) < 2 * run.n_tokens

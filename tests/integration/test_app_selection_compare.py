@@ -2,11 +2,11 @@
 the selection's table, the runs found comparable, the attention change made at start-up (not in a request),
 and the compare and selection callbacks of a served two-run app fed hostile values."""
 
-import threading
 import time
 
 import numpy as np
 import pytest
+from support.browser import served_in_thread
 from test_hostile_requests import HOSTILE, post, request_for
 
 from dash_app import ids
@@ -76,13 +76,9 @@ def test_only_runs_over_the_same_tokens_and_heads_are_compared_and_off_the_reque
 
 @pytest.fixture(scope="module")
 def served(two_runs):
-    from werkzeug.serving import make_server
-
     app = build_app(two_runs)
-    server = make_server("127.0.0.1", 0, app.server, threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield app, server.server_port
-    server.shutdown()
+    with served_in_thread(app) as url:
+        yield app, int(url.rstrip("/").rsplit(":", 1)[1])
 
 
 def test_selection_and_compare_callbacks_take_hostile_values(served, two_runs):
