@@ -82,7 +82,9 @@ def view_tabs(changes: AttentionChanges) -> list[tuple[str, str]]:
     return tabs + [("compare", "Compare")] if changes.pairs else tabs
 
 
-def shell_layout(runs: list[RunData], changes: AttentionChanges) -> html.Div:
+def shell_layout(runs: list[RunData], changes: AttentionChanges | None = None) -> html.Div:
+    """The page: the top bar and every view; ``changes``: the runs' comparisons (found anew when not given)."""
+    changes = AttentionChanges(runs) if changes is None else changes
     return html.Div([
         dcc.Location(id=ids.URL, refresh=False),
         dcc.Store(id=ids.STATE),

@@ -195,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Serve the Dash app over one or more runs. Listens on 127.0.0.1 "
                                             "unless --host says otherwise; debug mode is off. A run without "
                                             "layouts is served at once with PCA, and its default layouts are "
-                                            "made in the background.")
+                                            "made in the background. Two runs over the same tokens "
+                                            "(checkpoints, a fine-tune) add a Compare tab.")
     serve.add_argument("--run", required=True, type=Path, action="append", help="run directory (repeatable)")
     serve.add_argument("--port", type=integer(1, 65535), default=8050, help="port (default 8050)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
