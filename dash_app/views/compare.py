@@ -17,7 +17,7 @@ from __future__ import annotations
 import dash
 import numpy as np
 import plotly.graph_objects as go
-from dash import ClientsideFunction, Input, Output, State, dcc, html
+from dash import ClientsideFunction, Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
@@ -139,6 +139,32 @@ def clicked_cell(click, n_layers: int, n_heads: int) -> tuple[int, int] | None:
     return (layer, head) if valid and 0 <= layer < n_layers and 0 <= head < n_heads else None
 
 
+def change_outputs(runs: list[RunData], changes: AttentionChanges, run_a, run_b) -> tuple[str, go.Figure, object, bool]:
+    """What the top of the view shows for the runs the dropdowns name (client values, checked here): the status
+    line, the heatmap, the table (None until computed), and whether polling may stop (every pair is done)."""
+    if not changes.pairs:
+        return ("Comparing needs two runs over the same tokens with the same heads: 'qkviz serve --run A --run B'.",
+                message_figure(), None, True)
+    finished = all(changes.table(*pair) is not None or changes.error(*pair) is not None for pair in changes.pairs)
+    pair = chosen_pair(run_a, run_b, changes)
+    if pair is None:
+        names = ", ".join(f"{runs[a].name} and {runs[b].name}" for a, b in changes.pairs)
+        return f"Choose two runs over the same tokens: {names}.", message_figure(), None, finished
+    error = changes.error(*pair)
+    if error is not None:
+        return f"The attention change could not be computed: {error}", message_figure(), None, finished
+    table = changes.table(*pair)
+    data_a, data_b = runs[pair[0]], runs[pair[1]]
+    if table is None:
+        return f"Attention change of {data_a.name} and {data_b.name} being computed…", message_figure(), None, False
+    status = (f"How much each head's attention changed from {data_a.name} to {data_b.name}: the Jensen-Shannon "
+              f"distance (base 2, 0 to 1) between the two runs' attention of each of the {data_a.run.n_tokens:,} "
+              "queries, averaged per head. Click a cell to open that head below.")
+    title = f"mean JS distance, {data_a.name} → {data_b.name}"
+    return (status, change_heatmap(table, data_a.run.n_layers, data_a.run.n_heads, title), change_table(table),
+            finished)
+
+
 def register(app: dash.Dash, runs: list[RunData], changes: AttentionChanges) -> None:
     """The change table and heatmap (polled until computed), a cell's click, the two figures, and the
     clientside links of hover and selection."""
@@ -146,30 +172,12 @@ def register(app: dash.Dash, runs: list[RunData], changes: AttentionChanges) -> 
     @app.callback(Output(ids.COMPARE_STATUS, "children"), Output(ids.COMPARE_HEATMAP, "figure"),
                   Output(ids.COMPARE_TABLE, "children"), Output(ids.COMPARE_POLL, "disabled"),
                   Input(ids.COMPARE_POLL, "n_intervals"), Input(ids.COMPARE_RUN_A, "value"),
-                  Input(ids.COMPARE_RUN_B, "value"))
-    def show_change(_tick, run_a, run_b):
-        if not changes.pairs:
-            return ("Comparing needs two runs over the same tokens with the same heads: 'qkviz serve --run A "
-                    "--run B'.", message_figure(), None, True)
-        pair = chosen_pair(run_a, run_b, changes)
-        if pair is None:
-            names = ", ".join(f"{runs[a].name} and {runs[b].name}" for a, b in changes.pairs)
-            return f"Choose two runs over the same tokens: {names}.", message_figure(), None, False
-        error = changes.error(*pair)
-        if error is not None:
-            return f"The attention change could not be computed: {error}", message_figure(), None, True
-        table = changes.table(*pair)
-        data_a, data_b = runs[pair[0]], runs[pair[1]]
-        if table is None:
-            return (f"Attention change of {data_a.name} and {data_b.name} being computed…", message_figure(), None,
-                    False)
-        status = (f"How much each head's attention changed from {data_a.name} to {data_b.name}: the Jensen-Shannon "
-                  f"distance (base 2, 0 to 1) between the two runs' attention of each of the {data_a.run.n_tokens:,} "
-                  "queries, averaged per head. Click a cell to open that head below.")
-        title = f"mean JS distance, {data_a.name} → {data_b.name}"
-        finished = all(changes.table(*other) is not None or changes.error(*other) is not None
-                       for other in changes.pairs)
-        return status, change_heatmap(table, data_a.run.n_layers, data_a.run.n_heads, title), change_table(table), finished
+                  Input(ids.COMPARE_RUN_B, "value"), State(ids.COMPARE_TABLE, "children"))
+    def show_change(_tick, run_a, run_b, shown_table):
+        status, heatmap, table, finished = change_outputs(runs, changes, run_a, run_b)
+        if dash.ctx.triggered_id == ids.COMPARE_POLL and table is not None and shown_table:
+            return no_update, no_update, no_update, finished     # drawn already: a poll for other pairs redraws nothing
+        return status, heatmap, table, finished
 
     @app.callback(Output(ids.COMPARE_LAYER, "options"), Output(ids.COMPARE_HEAD, "options"),
                   Input(ids.COMPARE_RUN_A, "value"), Input(ids.COMPARE_RUN_B, "value"), prevent_initial_call=True)

@@ -13,7 +13,7 @@ from dash_app import ids
 from dash_app.app import build_app, open_runs
 from dash_app.attention_changes import AttentionChanges, comparable_pairs
 from dash_app.panels.selection import marked_sentence, selected_points, selection_frame
-from dash_app.views.compare import clicked_cell
+from dash_app.views.compare import change_outputs, clicked_cell
 
 import qkviz
 
@@ -65,13 +65,21 @@ def two_runs(tiny_run, reseeded_run):
 def test_only_runs_over_the_same_tokens_and_heads_are_compared_and_off_the_request_path(two_runs):
     assert comparable_pairs(two_runs) == [(0, 1)]
     changes = AttentionChanges(two_runs)
-    assert changes.table(1, 0) is None                   # nothing computed before start
+    assert changes.table(1, 0) is None                   # nothing computed before start, nor by the view
+    status, _, table, finished = change_outputs(two_runs, changes, 0, 1)
+    assert "being computed" in status and table is None and not finished
+    assert changes.table(1, 0) is None
     changes.start()
     deadline = time.monotonic() + 60
     while changes.table(1, 0) is None and time.monotonic() < deadline:
         time.sleep(0.1)
     expected = qkviz.attention_change(two_runs[0].run, two_runs[1].run, progress=False)
     assert changes.table(1, 0).equals(expected) and changes.comparable(0, 1) and not changes.comparable(0, 2)
+    status, heatmap, table, finished = change_outputs(two_runs, changes, 1, 0)
+    assert "Click a cell" in status and table is not None and finished
+    assert np.allclose(heatmap.data[0].z, expected.mean_js.to_numpy().reshape(2, 4))
+    for forged in ((0, 2), (0, 0), ("0", 1), (True, 1), (None, None)):   # not a comparable pair: no table
+        assert change_outputs(two_runs, changes, *forged)[2] is None
 
 
 @pytest.fixture(scope="module")
