@@ -33,12 +33,13 @@ from qkviz.analysis import most_changed
 TABLE_ROWS = 20
 #: the heatmap's colour scale, white (unchanged) to dark red
 CHANGE_SCALE = [[0.0, "#fff5f0"], [0.5, "#fb6a4a"], [1.0, "#67000d"]]
-#: traces of a comparison figure: 0 queries, 1 keys, 2 the ring of the token hovered in either figure
-RING_SLOT = 2
+#: how often the page asks whether the attention change is computed, until it is
 POLL_MS = 1000
 
 
 def layout(runs: list[RunData], changes: AttentionChanges) -> html.Div:
+    """The view's container (hidden unless the state shows it): the pair and head pickers, the change heatmap
+    and table, the two figures; the first comparable pair chosen."""
     first = changes.pairs[0] if changes.pairs else (0, 0)
     run_options = [{"label": data.name, "value": index} for index, data in enumerate(runs)]
     dropdown = lambda id_, value, options, width: dcc.Dropdown(  # noqa: E731
@@ -106,7 +107,8 @@ def shown_method(pair: list[RunData], layer: int, head: int, method: str) -> str
 
 
 def pair_figure(data: RunData, layer: int, head: int, method: str) -> go.Figure:
-    """One run's 2D layout of the head: queries, keys (``customdata``: joint-layout index) and an empty ring."""
+    """One run's 2D layout of the head: traces 0 queries and 1 keys (``customdata``: joint-layout index), 2 the
+    ring of the token hovered in either figure (empty; drawn clientside by ``linkHover``)."""
     coordinates = data.layout(layer, head, method, 2)
     n_tokens = data.run.n_tokens
     traces = [go.Scattergl(x=coordinates[rows, 0], y=coordinates[rows, 1], mode="markers", name=name,
