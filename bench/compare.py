@@ -52,7 +52,7 @@ def time_selection(run, count: int) -> None:
     start = time.perf_counter()
     chosen = selected_points(payload, n_tokens)
     frame = selection_frame(data, 0, 0, chosen)
-    selection_table(frame)
+    selection_table(data, frame)
     table_seconds = time.perf_counter() - start
     start = time.perf_counter()
     csv = frame.to_csv(index=False)

@@ -73,13 +73,18 @@ def selected_points(payload, n_tokens: int) -> np.ndarray | None:
     return np.unique(points[in_range])
 
 
-def marked_sentence(text: str, start: int, end: int, position: int, token: str) -> str:
-    """``text`` with characters ``start:end`` between :data:`MARK_OPEN` and :data:`MARK_CLOSE`; a token without
-    characters (a special token, ``start < 0``) is marked before the text at position 0, after it elsewhere."""
+def sentence_parts(text: str, start: int, end: int, position: int, token: str) -> tuple[str, str, str]:
+    """``(before, token, after)``: ``text`` cut around characters ``start:end``; a token without characters (a
+    special token, ``start < 0``) goes before the text at position 0, after it elsewhere."""
     if start < 0:
-        marked = f"{MARK_OPEN}{token}{MARK_CLOSE}"
-        return f"{marked} {text}" if position == 0 else f"{text} {marked}"
-    return f"{text[:start]}{MARK_OPEN}{text[start:end]}{MARK_CLOSE}{text[end:]}"
+        return ("", token, f" {text}") if position == 0 else (f"{text} ", token, "")
+    return text[:start], text[start:end], text[end:]
+
+
+def marked_sentence(text: str, start: int, end: int, position: int, token: str) -> str:
+    """``text`` with the token between :data:`MARK_OPEN` and :data:`MARK_CLOSE` (see :func:`sentence_parts`)."""
+    before, marked, after = sentence_parts(text, start, end, position, token)
+    return f"{before}{MARK_OPEN}{marked}{MARK_CLOSE}{after}"
 
 
 def selection_frame(data: RunData, layer: int, head: int, points: np.ndarray) -> pd.DataFrame:
@@ -100,21 +105,22 @@ def selection_frame(data: RunData, layer: int, head: int, points: np.ndarray) ->
         "point": points, "layer": layer, "head": head}, columns=list(COLUMNS))
 
 
-def marked_cell(text: str) -> html.Td:
-    """A table cell of a marked sentence with the token in bold (plain text children only)."""
-    before, _, rest = text.partition(MARK_OPEN)
-    token, _, after = rest.partition(MARK_CLOSE)
-    return html.Td([before, html.B(token), after], className="in-sentence")
+def marked_cell(data: RunData, token: int) -> html.Td:
+    """A table cell of the token's sentence with the token in bold (plain text children only)."""
+    row = data.tokens.iloc[token]
+    before, marked, after = sentence_parts(data.sentences.text.iat[int(row.sentence)], int(row.char_start),
+                                           int(row.char_end), int(row.position), str(row.token))
+    return html.Td([before, html.B(marked), after], className="in-sentence")
 
 
-def selection_table(frame: pd.DataFrame) -> list:
+def selection_table(data: RunData, frame: pd.DataFrame) -> list:
     """The panel's children: how many points are selected, and the first :data:`SHOWN_ROWS` rows."""
     count = len(frame)
     if count == 0:
         return [html.Div("No query or key in the selection.")]
     shown = frame.head(SHOWN_ROWS)
     header = html.Tr([html.Th(name) for name in ("token", "in its sentence", "", "norm", "pos", "sent", "point")])
-    body = [html.Tr([html.Td(str(row.token)), marked_cell(row.in_sentence), html.Td(row.kind[0]),
+    body = [html.Tr([html.Td(str(row.token)), marked_cell(data, row.point % data.run.n_tokens), html.Td(row.kind[0]),
                      html.Td(f"{row.norm:.2f}"), html.Td(str(row.position)), html.Td(str(row.sentence)),
                      html.Td(str(row.point))], className=f"selected-{row.kind}")
             for row in shown.itertuples()]
@@ -166,7 +172,7 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
             return ("The selection could not be read." if points is None else EMPTY_MESSAGE), None, True
         frame = selection_frame(data, state.layer, state.head, points)
         data.selection = frame
-        return selection_table(frame), {**key, "count": len(frame)}, False
+        return selection_table(data, frame), {**key, "count": len(frame)}, False
 
     @app.callback(Output(ids.SELECTION_DOWNLOAD, "data"), Input(ids.SELECTION_CSV_BUTTON, "n_clicks"),
                   State(ids.SELECTION_SHOWN, "data"), State(ids.SINGLE_SELECTION, "data"), prevent_initial_call=True)

@@ -12,7 +12,10 @@ from test_hostile_requests import HOSTILE, post, request_for
 from dash_app import ids
 from dash_app.app import build_app, open_runs
 from dash_app.attention_changes import AttentionChanges, comparable_pairs
-from dash_app.panels.selection import marked_sentence, selected_points, selection_frame
+from dash import html
+from support.component_tree import find, texts
+
+from dash_app.panels.selection import marked_sentence, selected_points, selection_frame, selection_table
 from dash_app.views.compare import change_outputs, clicked_cell
 
 import qkviz
@@ -46,6 +49,12 @@ def test_the_selection_table_marks_each_token_in_its_sentence(tiny_run):
     norms = np.linalg.norm(run.keys(1, 2)[3])
     assert frame.norm[2] == pytest.approx(norms, rel=1e-6)
     assert marked_sentence("a b", 2, 3, 1, "b") == "a «b»"
+    assert marked_sentence("« x »", 2, 3, 1, "x") == "« «x» »"
+    # the page's rows: the token bold in its sentence, as the frame marks it
+    table = selection_table(data, frame)
+    bold = [texts(cell)[0] for cell in find(table[1], html.B)]
+    assert bold == ["[CLS]", text[row.char_start:row.char_end], text[row.char_start:row.char_end], "[SEP]"]
+    assert texts(table[0])[0].startswith("4 points selected (2 queries, 2 keys)")
 
 
 def test_clicked_heatmap_cell_is_checked():
