@@ -7,7 +7,9 @@ end to end in a child process (wall time and peak memory) between the run and ``
 of the run itself: the work does not depend on the values, only on the tokens and heads (and the result is then
 0 for every head, which the script checks). Then times what the app's server does for a lasso selection of
 ``--points`` points (at most all of the run's queries and keys): checking the relayed payload, building the
-selection's table (every row, for the CSV) and the page's first rows, and writing the CSV.
+selection's table (every row, for the CSV) and the page's first rows, and writing the CSV. With ``--browser``,
+also in headless Chromium (the run served in this process): a box over the whole of the single view's PCA
+layout of layer 0 head 0 (every query and key selected), from the mouse's release to the table drawn.
 """
 
 from __future__ import annotations
@@ -61,12 +63,50 @@ def time_selection(run, count: int) -> None:
           f"CSV ({len(csv) / 1e6:.1f} MB) in {csv_seconds * 1000:.0f} ms")
 
 
+PLOT_AREA_JS = """() => {
+  const graph = document.querySelector('#single-graph .js-plotly-plot');
+  const box = graph.getBoundingClientRect(), size = graph._fullLayout._size;
+  return [box.left + size.l, box.top + size.t, size.w, size.h];
+}"""
+
+
+def time_browser_selection(run) -> None:
+    """Seconds from releasing a box over every point of the single view to the selection's table drawn."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from playwright.sync_api import sync_playwright
+    from support.browser import launch_chromium, new_page, served_in_thread, wait_idle
+
+    from dash_app.app import create_app
+
+    with served_in_thread(create_app([run.path])) as url, sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        page, _ = new_page(browser)
+        page.goto(url + "?view=single&layer=0&head=0&method=pca&dim=2")
+        page.wait_for_function("() => { const g = document.querySelector('#single-graph .js-plotly-plot');"
+                               " return g && g.data && g.data.length > 4; }", timeout=120_000)
+        wait_idle(page, 120_000)
+        left, top, width, height = page.evaluate(PLOT_AREA_JS)
+        page.mouse.move(left + 10, top + 10)
+        page.click("#single-graph .modebar-btn[data-attr='dragmode'][data-val='select']")
+        page.mouse.move(left + 2, top + 2)
+        page.mouse.down()
+        page.mouse.move(left + width - 2, top + height - 2, steps=10)
+        start = time.perf_counter()
+        page.mouse.up()
+        page.wait_for_function("(n) => document.getElementById('selection-table').innerText.startsWith(n + ' points')",
+                               arg=f"{2 * run.n_tokens:,}", timeout=120_000)
+        seconds = time.perf_counter() - start
+        browser.close()
+    print(f"in the browser: a box over all {2 * run.n_tokens:,} points to its table drawn in {seconds:.2f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
     parser.add_argument("--tokens", type=int, default=5000)
     parser.add_argument("--other", type=Path, help="the run to compare with (default: a copy of --run)")
     parser.add_argument("--points", type=int, default=10_000)
+    parser.add_argument("--browser", action="store_true", help="also time a whole-layout selection in Chromium")
     args = parser.parse_args()
     if not args.run.exists():
         qkviz.extract("minilm", REPO / "data" / "sentences.txt", args.run, max_tokens=args.tokens)
@@ -83,6 +123,8 @@ def main() -> None:
     if args.other is None:
         assert (table.mean_js == 0).all(), "a run compared with its copy must give 0"
     time_selection(run, args.points)
+    if args.browser:
+        time_browser_selection(run)
 
 
 if __name__ == "__main__":
