@@ -25,7 +25,9 @@ def direct_change(run_a, run_b) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["layer", "head", "mean_js", "median_js", "n_queries"])
 
 
-@pytest.mark.parametrize("family", ["bert", "mistral"])   # an encoder; a decoder with grouped keys and a window
+# an encoder; a decoder with grouped keys and a sliding window; one with a window on some layers only and its
+# own query scale
+@pytest.mark.parametrize("family", ["bert", "mistral", "gemma3"])
 def test_attention_change_equals_scipy_on_every_head(tiny_run, reseeded_run, family):
     run_a, run_b = tiny_run(family), reseeded_run(family)
     # small batches: several per head, so that batching and padding are exercised
