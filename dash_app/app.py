@@ -18,6 +18,7 @@ import dash
 from dash import Input, Output, State, dcc, html, no_update
 
 from dash_app import ids, progress
+from dash_app.attention_changes import AttentionChanges
 from dash_app.guard import allowed_hosts, guard
 from dash_app.events import clicked, exemplar_target, partner_target, related_target
 from dash_app.run_data import METHOD_LABELS, RunData, unique_names
@@ -25,7 +26,7 @@ from dash_app.search import TokenSearch
 from dash_app.state import (ViewState, checked_state, open_exemplar, open_head, select_point, select_run, select_sentence,
                             step_head, step_layer, validate)
 from dash_app.url_state import parse_url, to_url
-from dash_app.views import heads, matrix, positions, sentence, single
+from dash_app.views import compare, heads, matrix, positions, sentence, single
 from qkviz import QkvizError, open_run
 from qkviz.store import DIMENSIONS
 
@@ -59,7 +60,8 @@ def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts()) -> d
                 for data in runs]
     app = dash.Dash(__name__, title="qkviz", update_title=None, serve_locally=True, assets_folder=str(ASSETS))
     guard(app.server, hosts)
-    app.layout = shell_layout(runs)
+    changes = AttentionChanges(runs)      # every comparable pair's attention change, computed in the background
+    app.layout = shell_layout(runs, changes)
     register_state_callback(app, runs)
     register_search_count(app, runs, searches)
     progress.register(app, runs)
@@ -68,10 +70,21 @@ def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts()) -> d
     sentence.register(app, runs)
     positions.register(app, runs)
     heads.register(app, runs)
+    compare.register(app, runs, changes)
+    changes.start()
     return app
 
 
-def shell_layout(runs: list[RunData]) -> html.Div:
+def view_tabs(changes: AttentionChanges) -> list[tuple[str, str]]:
+    """``(value, label)`` of the views offered: the five, and Compare when two runs are comparable."""
+    tabs = [("matrix", "Matrix"), ("single", "Single head"), ("sentence", "Sentence"), ("positions", "Positions"),
+            ("heads", "Heads")]
+    return tabs + [("compare", "Compare")] if changes.pairs else tabs
+
+
+def shell_layout(runs: list[RunData], changes: AttentionChanges | None = None) -> html.Div:
+    """The page: the top bar and every view; ``changes``: the runs' comparisons (found anew when not given)."""
+    changes = AttentionChanges(runs) if changes is None else changes
     return html.Div([
         dcc.Location(id=ids.URL, refresh=False),
         dcc.Store(id=ids.STATE),
@@ -83,9 +96,8 @@ def shell_layout(runs: list[RunData]) -> html.Div:
                          value=0, clearable=False, style={"width": "180px"}),
             dcc.Tabs(id=ids.VIEW_TABS, value="matrix", children=[
                 dcc.Tab(label=label, value=value, style=TAB_STYLE, selected_style=TAB_STYLE)
-                for value, label in (("matrix", "Matrix"), ("single", "Single head"), ("sentence", "Sentence"),
-                                     ("positions", "Positions"), ("heads", "Heads"))],
-                     style={"width": "540px", "height": "40px"}),
+                for value, label in view_tabs(changes)],
+                     style={"width": f"{108 * len(view_tabs(changes))}px", "height": "40px"}),
             dcc.Dropdown(id=ids.METHOD_SELECT, clearable=False, style={"width": "210px"}),
             dcc.RadioItems(id=ids.DIM_SELECT, options=[{"label": f"{dim}D", "value": dim} for dim in DIMENSIONS],
                            value=2, inline=True),
@@ -103,6 +115,7 @@ def shell_layout(runs: list[RunData]) -> html.Div:
         sentence.layout(),
         positions.layout(),
         heads.layout(),
+        compare.layout(runs, changes),
     ])
 
 
@@ -117,7 +130,7 @@ STEPS = {ids.PREV_HEAD: (step_head, -1), ids.NEXT_HEAD: (step_head, 1),
 
 #: view (``ViewState.view``) -> the id of its container, shown only for that view
 VIEW_IDS = {"matrix": ids.MATRIX_VIEW, "single": ids.SINGLE_VIEW, "sentence": ids.SENTENCE_VIEW,
-            "positions": ids.POSITIONS_VIEW, "heads": ids.HEADS_VIEW}
+            "positions": ids.POSITIONS_VIEW, "heads": ids.HEADS_VIEW, "compare": ids.COMPARE_VIEW}
 
 
 def with_controls(state: ViewState, controls: dict, shape) -> ViewState:

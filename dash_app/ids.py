@@ -95,3 +95,26 @@ SINGLE_RELATED = "single-related"
 RELATED_HEAD = "related-head"
 #: {layer, head, timestamp} of the last related-head button clicked
 RELATED_CLICK = "related-click"
+
+# lasso / box selection in the single view (dash_app.panels.selection)
+#: {curves, points, timestamp} of the last selection on the single graph (relayed by selectionEvent)
+SINGLE_SELECTION = "single-selection"
+#: {run, layer, head, count} of the selection the table shows (None: no table)
+SELECTION_SHOWN = "selection-shown"
+SELECTION_TABLE = "selection-table"
+SELECTION_CSV_BUTTON = "selection-csv-button"
+SELECTION_DOWNLOAD = "selection-download"
+
+# compare view (dash_app.views.compare): the same head of two runs over the same tokens
+COMPARE_VIEW = "compare-view"
+COMPARE_RUN_A = "compare-run-a"
+COMPARE_RUN_B = "compare-run-b"
+COMPARE_LAYER = "compare-layer"
+COMPARE_HEAD = "compare-head"
+COMPARE_STATUS = "compare-status"
+COMPARE_POLL = "compare-poll"
+COMPARE_HEATMAP = "compare-heatmap"
+COMPARE_TABLE = "compare-table"
+COMPARE_GRAPH_A = "compare-graph-a"
+COMPARE_GRAPH_B = "compare-graph-b"
+COMPARE_LINK_SINK = "compare-link-sink"

@@ -131,6 +131,9 @@ class RunData:
         self.layout_overlap = lru_cache(maxsize=32)(self._layout_overlap)
         #: the worker making this run's default layouts while the app runs (set by ``qkviz serve``), or None
         self.worker: LayoutWorker | None = None
+        #: the last lasso / box selection in the single view, one row per selected point (see
+        #: :func:`dash_app.panels.selection.selection_frame`), or None before any; ``Run.selection`` reads it
+        self.selection: pd.DataFrame | None = None
 
     @property
     def n_total_heads(self) -> int:

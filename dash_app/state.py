@@ -13,7 +13,7 @@ from qkviz.report import COLOURS
 from dash_app.run_data import RunShape
 from qkviz.store import DIMENSIONS, METHODS
 
-VIEWS = ("matrix", "single", "sentence", "positions", "heads")
+VIEWS = ("matrix", "single", "sentence", "positions", "heads", "compare")
 #: matrix-view orders: model order, by the report's distance-dot correlation, by search clusters, by the
 #: clustering of ``qkviz related``; a run with a head atlas adds its columns (``RunShape.atlas_sorts``)
 SORTS = ("order", "correlation", "clusters", "related")

@@ -7,6 +7,7 @@ Every command is a function first::
     qkviz.project(run, methods=["tsne", "pca"], dims=[2], jobs=2)
     qkviz.build_indexes(run); qkviz.compute_stats(run); qkviz.relate_heads(run)
     qkviz.write_report(qkviz.correlation_report(run), "reports/minilm")
+    qkviz.attention_change(run, "runs/minilm-finetuned")   # per head: JS distance of its attention
     run.projection(3, 4, method="tsne"); run.atlas.table; run.partners(3, 4, point=17, k=10)
 
 The subpackages are layered (each imports only those below it): ``report`` > ``analysis`` |
@@ -14,7 +15,7 @@ The subpackages are layered (each imports only those below it): ``report`` > ``a
 torch: extraction imports it when called.
 """
 
-from qkviz.analysis import compute_stats, correlation_table, relate_heads
+from qkviz.analysis import attention_change, compute_stats, correlation_table, relate_heads
 from qkviz.api import Run, extract, open_run
 from qkviz.core import IncompleteRunError, QkvizError
 from qkviz.projection import project
@@ -23,5 +24,5 @@ from qkviz.search import build_indexes
 
 __version__ = "0.1.0"
 
-__all__ = ["IncompleteRunError", "QkvizError", "Run", "__version__", "build_indexes", "compute_stats",
+__all__ = ["IncompleteRunError", "QkvizError", "Run", "__version__", "attention_change", "build_indexes", "compute_stats",
            "correlation_report", "correlation_table", "extract", "open_run", "project", "relate_heads", "write_report"]

@@ -161,6 +161,18 @@ def build_parser() -> argparse.ArgumentParser:
     related.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the sentence sample (default 0)")
     related.set_defaults(handler=_related)
 
+    compare = commands.add_parser(
+        "compare", help="how much each head's attention changed between two runs over the same tokens",
+        description="For every head, the Jensen-Shannon distance (base 2, in [0, 1]) between its attention "
+                    "distributions in two runs of the same architecture over the same corpus and tokenizer (two "
+                    "checkpoints, or a model and its fine-tune), for every query of every sentence; prints the "
+                    "most changed heads and writes the whole table with --out.")
+    compare.add_argument("--run", required=True, type=Path, action="append",
+                         help="run directory: give it twice, run A then run B")
+    compare.add_argument("--out", type=Path, help="write the per-head table here (CSV)")
+    compare.add_argument("--top", type=integer(1), default=10, help="most changed heads printed (default 10)")
+    compare.set_defaults(handler=_compare)
+
     status = commands.add_parser("status", help="what a run directory holds")
     status.add_argument("--run", required=True, type=Path, help="run directory")
     status.set_defaults(handler=_status)
@@ -183,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="Serve the Dash app over one or more runs. Listens on 127.0.0.1 "
                                             "unless --host says otherwise; debug mode is off. A run without "
                                             "layouts is served at once with PCA, and its default layouts are "
-                                            "made in the background.")
+                                            "made in the background. Two runs over the same tokens "
+                                            "(checkpoints, a fine-tune) add a Compare tab.")
     serve.add_argument("--run", required=True, type=Path, action="append", help="run directory (repeatable)")
     serve.add_argument("--port", type=integer(1, 65535), default=8050, help="port (default 8050)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
@@ -278,6 +291,28 @@ def _stats(args: argparse.Namespace) -> int:
 def _related(args: argparse.Namespace) -> int:
     qkviz.relate_heads(qkviz.open_run(args.run), max_queries=args.max_queries, seed=args.seed,
                        progress=not args.quiet)
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from qkviz.analysis import most_changed
+
+    if len(args.run) != 2:
+        raise QkvizError(f"give exactly two runs to compare (--run A --run B), got {len(args.run)}")
+    if args.out is not None and args.out.suffix.lower() != ".csv":
+        raise QkvizError(f"--out {args.out} must name a .csv file")
+    run_a, run_b = (qkviz.open_run(path) for path in args.run)
+    table = qkviz.attention_change(run_a, run_b, progress=not args.quiet)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out, index=False)
+    lines = [f"Most changed heads, {run_a.path} -> {run_b.path} (JS distance of each query's attention, "
+             f"over {run_a.n_tokens:,} queries):", "  layer  head  mean_js  median_js"]
+    lines += [f"  {row.layer:>5}  {row.head:>4}  {row.mean_js:7.4f}  {row.median_js:9.4f}"
+              for row in most_changed(table, args.top).itertuples()]
+    if args.out is not None:
+        lines.append(f"all {len(table)} heads: {args.out}")
+    sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
 

@@ -79,6 +79,27 @@ def tiny_run(tiny_model, tiny_corpus, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def reseeded_run(tmp_path_factory, tiny_model, tiny_corpus):
+    """``reseeded_run(family, seed=1, max_sentences=12)``: a run over the same sentences as ``tiny_run(family,
+    max_sentences)`` of the tiny ``family`` model with seeded noise added to its weights (its tokenizer and
+    config as they are: a stand-in for another checkpoint or a fine-tune); extracted once per arguments."""
+    import qkviz
+    from support.tiny_models import perturbed_model
+
+    made = {}
+
+    def get(family: str, seed: int = 1, max_sentences: int = 12):
+        key = (family, seed, max_sentences)
+        if key not in made:
+            model = perturbed_model(tiny_model(family), tmp_path_factory.mktemp(f"tiny-{family}-seed{seed}"), seed)
+            made[key] = qkviz.extract(str(model), tiny_corpus, tmp_path_factory.mktemp(f"{family}-seed{seed}") / "run",
+                                      max_sentences=max_sentences)
+        return made[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def related_data(app_run, tmp_path_factory):
     """The tiny Llama run (2 layers x 4 heads) copied, with its head atlas and its head similarity
     (shared, read-only, by the app's related-head tests with and without a browser)."""
@@ -124,7 +145,9 @@ XDIST_GROUPS = (
     # Modules with module-scoped fixtures (a server and a browser, runs, app data): built once, not once per
     # worker, nor again each time a worker came back to the module.
     *((f"tests/{module}::", f"tests/{module}") for module in (
-        "browser/test_app_browser.py", "integration/test_app_atlas.py", "integration/test_app_partners.py",
+        "browser/test_app_browser.py",
+        "browser/test_selection_compare_browser.py", "integration/test_app_atlas.py", "integration/test_app_partners.py",
+        "integration/test_app_selection_compare.py",
         "integration/test_app_views.py", "integration/test_api.py", "integration/test_project_cli.py", "integration/test_report.py",
         "integration/test_store.py")),
 )

@@ -31,6 +31,7 @@ from dash_app.figures import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLO
 from dash_app.panels import atlas as atlas_panel
 from dash_app.panels import partners as partners_panel
 from dash_app.panels import related as related_panel
+from dash_app.panels import selection as selection_panel
 from dash_app.run_data import METHOD_LABELS, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, bounded_number, checked_state, string_list
@@ -74,7 +75,8 @@ def layout() -> html.Div:
         html.Div(id=ids.SINGLE_INFO, className="info"),
         html.Div(id=ids.SINGLE_MESSAGE, className="message"),
         html.Div(className="single-body", children=[
-            dcc.Graph(id=ids.SINGLE_GRAPH, config={"displaylogo": False}, clear_on_unhover=True,
+            dcc.Graph(id=ids.SINGLE_GRAPH, config={"displaylogo": False, **selection_panel.SELECT_TOOLS},
+                      clear_on_unhover=True,
                       style={"flex": "1 1 auto", "minWidth": "0"}, figure={"data": [], "layout": {"height": 650}}),
             html.Div(className="side-panel", children=[
                 html.H4("Head atlas"), html.Div(id=ids.SINGLE_ATLAS),
@@ -83,6 +85,7 @@ def layout() -> html.Div:
                 *partners_panel.controls(),
                 html.H4("Distance-dot correlation, partner recall@10"), html.Div(id=ids.SINGLE_CORRELATION),
                 html.H4("Related heads"), html.Div(id=ids.SINGLE_RELATED),
+                *selection_panel.controls(),
             ]),
         ]),
     ])
@@ -378,3 +381,4 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
     atlas_panel.register(app)
     partners_panel.register(app, runs)
     related_panel.register(app)
+    selection_panel.register(app, runs)

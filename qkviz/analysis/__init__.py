@@ -1,7 +1,10 @@
 """What heads do, measured over the whole corpus: the distance-dot-product correlation of every head,
-the head atlas (statistics, pattern labels, logit decomposition, syntax) and related heads.
+the head atlas (statistics, pattern labels, logit decomposition, syntax), related heads, and how much
+each head's attention changed between two runs over the same tokens.
 """
 
+from qkviz.analysis.attention_change import (attention_change, check_comparable, most_changed, shape_difference,
+                                            token_difference)
 from qkviz.analysis.correlation import COLUMNS as CORRELATION_COLUMNS
 from qkviz.analysis.correlation import correlation_table, stored_correlations
 from qkviz.analysis.head_atlas import UPDATE_STATISTICS, HeadAtlas, compute_stats, load_atlas
@@ -10,5 +13,6 @@ from qkviz.analysis.head_similarity import HeadSimilarity, RelatedHead, load_hea
 from qkviz.analysis.head_stats import STATISTICS
 
 __all__ = ["CORRELATION_COLUMNS", "LABELS", "STATISTICS", "UPDATE_STATISTICS", "HeadAtlas", "HeadSimilarity",
-           "LabelThresholds", "RelatedHead", "compute_stats", "correlation_table", "load_atlas",
-           "load_head_similarity", "related_heads", "relate_heads", "stored_correlations"]
+           "LabelThresholds", "RelatedHead", "attention_change", "check_comparable", "compute_stats", "correlation_table", "load_atlas",
+           "load_head_similarity", "most_changed", "related_heads", "relate_heads", "shape_difference",
+           "stored_correlations", "token_difference"]

@@ -8,6 +8,7 @@ browser tests (it is never a skip).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -133,3 +134,18 @@ def click_point(page, graph_id: str, trace: int, index: int) -> None:
     page.mouse.move(x - 3, y)
     page.mouse.move(x, y)
     page.mouse.click(x, y)
+
+
+@contextlib.contextmanager
+def served_in_thread(app):
+    """Serve a built Dash ``app`` in this process (a thread; no background layouts): yields its URL."""
+    import threading
+
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, app.server, threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/"
+    finally:
+        server.shutdown()

@@ -108,3 +108,17 @@ def build_tiny_model(family: str, directory: Path, sentences: list[str], seed: i
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     return directory
+
+
+def perturbed_model(source: Path, directory: Path, seed: int, scale: float = 0.5) -> Path:
+    """The model of ``source`` with seeded Gaussian noise of ``scale`` times each weight's spread added to
+    every weight, saved with ``source``'s tokenizer in ``directory`` (another checkpoint of the same model)."""
+    model = transformers.AutoModel.from_pretrained(source)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            spread = parameter.std() if parameter.numel() > 1 else parameter.abs().mean()
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * scale * float(spread))
+    model.save_pretrained(directory)
+    transformers.AutoTokenizer.from_pretrained(source).save_pretrained(directory)
+    return directory

@@ -1,0 +1,131 @@
+"""Compare and selection benchmark: ``qkviz compare`` on every head, and the server's work for a large selection.
+
+    python bench/compare.py [--run runs/minilm] [--tokens 5000] [--other RUN] [--points 10000]
+
+Makes the MiniLM run when it is missing (the bundled corpus, ``--tokens`` tokens). Times ``qkviz -q compare``
+end to end in a child process (wall time and peak memory) between the run and ``--other`` -- by default a copy
+of the run itself: the work does not depend on the values, only on the tokens and heads (and the result is then
+0 for every head, which the script checks). Then times what the app's server does for a lasso selection of
+``--points`` points (at most all of the run's queries and keys): checking the relayed payload, building the
+selection's table (every row, for the CSV) and the page's first rows, and writing the CSV. With ``--browser``,
+also in headless Chromium (the run served in this process): a box over the whole of the single view's PCA
+layout of layer 0 head 0 (every query and key selected), from the mouse's release to the table drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+import qkviz  # noqa: E402
+from dash_app.panels.selection import selected_points, selection_frame, selection_table  # noqa: E402
+from dash_app.run_data import RunData  # noqa: E402
+
+QKVIZ = [sys.executable, "-m", "qkviz"]
+
+
+def time_compare(run: Path, other: Path, table: Path) -> tuple[float, float]:
+    start = time.perf_counter()
+    subprocess.run([*QKVIZ, "-q", "compare", "--run", str(run), "--run", str(other), "--out", str(table)],
+                   check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def time_selection(run, count: int) -> None:
+    data = RunData(run, run.path.name)
+    n_tokens = run.n_tokens
+    points = np.random.default_rng(0).choice(2 * n_tokens, size=min(count, 2 * n_tokens), replace=False)
+    payload = {"curves": (points >= n_tokens).astype(int).tolist(), "points": points.tolist()}
+    data.norms(0, 0)                                     # read once, as the drawn figure already has
+    start = time.perf_counter()
+    chosen = selected_points(payload, n_tokens)
+    frame = selection_frame(data, 0, 0, chosen)
+    selection_table(data, frame)
+    table_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    csv = frame.to_csv(index=False)
+    csv_seconds = time.perf_counter() - start
+    print(f"selection of {len(chosen):,} points: checked, tabled and first rows drawn in {table_seconds * 1000:.0f} ms; "
+          f"CSV ({len(csv) / 1e6:.1f} MB) in {csv_seconds * 1000:.0f} ms")
+
+
+PLOT_AREA_JS = """() => {
+  const graph = document.querySelector('#single-graph .js-plotly-plot');
+  const box = graph.getBoundingClientRect(), size = graph._fullLayout._size;
+  return [box.left + size.l, box.top + size.t, size.w, size.h];
+}"""
+
+
+def time_browser_selection(run) -> None:
+    """Seconds from releasing a box over every point of the single view to the selection's table drawn."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from playwright.sync_api import sync_playwright
+    from support.browser import launch_chromium, new_page, served_in_thread, wait_idle
+
+    from dash_app.app import create_app
+
+    with served_in_thread(create_app([run.path])) as url, sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        page, _ = new_page(browser)
+        page.goto(url + "?view=single&layer=0&head=0&method=pca&dim=2")
+        page.wait_for_function("() => { const g = document.querySelector('#single-graph .js-plotly-plot');"
+                               " return g && g.data && g.data.length > 4; }", timeout=120_000)
+        wait_idle(page, 120_000)
+        left, top, width, height = page.evaluate(PLOT_AREA_JS)
+        page.mouse.move(left + 10, top + 10)
+        page.click("#single-graph .modebar-btn[data-attr='dragmode'][data-val='select']")
+        page.mouse.move(left + 2, top + 2)
+        page.mouse.down()
+        page.mouse.move(left + width - 2, top + height - 2, steps=10)
+        start = time.perf_counter()
+        page.mouse.up()
+        page.wait_for_function("(n) => document.getElementById('selection-table').innerText.startsWith(n + ' points')",
+                               arg=f"{2 * run.n_tokens:,}", timeout=120_000)
+        seconds = time.perf_counter() - start
+        browser.close()
+    print(f"in the browser: a box over all {2 * run.n_tokens:,} points to its table drawn in {seconds:.2f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
+    parser.add_argument("--tokens", type=int, default=5000)
+    parser.add_argument("--other", type=Path, help="the run to compare with (default: a copy of --run)")
+    parser.add_argument("--points", type=int, default=10_000)
+    parser.add_argument("--browser", action="store_true", help="also time a whole-layout selection in Chromium")
+    args = parser.parse_args()
+    if not args.run.exists():
+        qkviz.extract("minilm", REPO / "data" / "sentences.txt", args.run, max_tokens=args.tokens)
+    run = qkviz.open_run(args.run)
+    with tempfile.TemporaryDirectory() as scratch:
+        other = args.other
+        if other is None:
+            other = Path(scratch) / "copy"
+            shutil.copytree(args.run, other, ignore=shutil.ignore_patterns("projections", "indexes", "stats", "related"))
+        seconds, peak_mb = time_compare(args.run, other, Path(scratch) / "change.csv")
+        table = pd.read_csv(Path(scratch) / "change.csv")
+    print(f"qkviz compare: {len(table)} heads of {run.model_id} over {run.n_tokens:,} tokens in {seconds:.1f} s "
+          f"(peak {peak_mb:.0f} MB); mean JS distance {table.mean_js.mean():.4f} (max {table.mean_js.max():.4f})")
+    if args.other is None:
+        assert (table.mean_js == 0).all(), "a run compared with its copy must give 0"
+    time_selection(run, args.points)
+    if args.browser:
+        time_browser_selection(run)
+
+
+if __name__ == "__main__":
+    main()
