@@ -1,4 +1,4 @@
-"""The report's ``index.html``: one self-contained page (plotly.js inlined once, no network).
+"""The report's ``index.html``: one page, with the report's shared plotly.js beside it (no network).
 
 Figures are built from the report's table and summary only; every piece of text that comes
 from the run (model name, paths) is HTML-escaped.
@@ -9,14 +9,13 @@ from __future__ import annotations
 import html
 import math
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from qkviz.report.html_page import figure_html, page
-
 from qkviz.report.model import ATTENTIONVIZ_MEANS, Report
-
 
 
 def render_html(report: Report) -> str:
@@ -93,6 +92,7 @@ def _extremes_section(report: Report) -> str:
     best_projection = [row["space"] for row in report.summary["projections"]][:1]
     figures = []
     for name, kept in report.extremes.items():
+        figures.append(_shown_pairs(report.summary.get("extreme_pairs", {}).get(name), report.summary["pairs"]["seed"]))
         spaces = ["translated+scaled"] + [space for space in best_projection if space in kept.figures]
         figure = make_subplots(rows=1, cols=len(spaces), subplot_titles=spaces)
         for column, space in enumerate(spaces, start=1):
@@ -101,9 +101,19 @@ def _extremes_section(report: Report) -> str:
                                           name=space, showlegend=False), row=1, col=column)
             figure.update_xaxes(title_text="dot product", row=1, col=column)
             figure.update_yaxes(title_text="distance", row=1, col=column)
-        figure.update_layout(title=f"{name} head: L{kept.layer} H{kept.head} (sampled pairs)", height=360)
+        figure.update_layout(title=f"{name} head: L{kept.layer} H{kept.head}", height=360)
         figures.append(figure_html(figure))
     return "<h2>Distance vs dot product, best and worst head</h2>" + "".join(figures)
+
+
+def _shown_pairs(counts: dict | None, seed: int) -> str:
+    """How many of the head's attending pairs its scatter shows, and how they were chosen."""
+    if counts is None:
+        return ""
+    how = ("every attending pair" if counts["shown"] == counts["attending"] else
+           f"{counts['shown']:,} of the {counts['attending']:,} attending pairs of layer {counts['layer']}, "
+           f"drawn uniformly at random (with replacement, seed {seed})")
+    return f'<p class="note">L{counts["layer"]} H{counts["head"]}: {how}.</p>'
 
 
 def _heatmap(table: pd.DataFrame, space: str) -> go.Figure:
@@ -122,8 +132,8 @@ def _distribution(table: pd.DataFrame) -> go.Figure:
     figure = go.Figure()
     for space, rows in table.groupby("space", sort=False):
         figure.add_trace(go.Box(y=rows.pearson, name=space, boxpoints="all", jitter=0.4, pointpos=0,
-                                text=[f"L{l} H{h}" for l, h in zip(rows.layer, rows["head"])],
-                                hovertemplate="%{text}: %{y:.3f}<extra></extra>"))
+                                customdata=rows[["layer", "head"]].to_numpy(np.int16),
+                                hovertemplate="L%{customdata[0]} H%{customdata[1]}: %{y:.3f}<extra></extra>"))
     figure.update_layout(yaxis_title="Pearson (distance, dot product)", showlegend=False, height=420)
     return figure
 
@@ -135,7 +145,6 @@ def _layer_means(summary: dict) -> go.Figure:
                                     mode="lines+markers", name=space))
     figure.update_layout(xaxis_title="layer", yaxis_title="mean Pearson (distance, dot product)", height=380)
     return figure
-
 
 
 def _cell(value, form: str = "{:+.3f}") -> str:
