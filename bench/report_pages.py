@@ -11,10 +11,14 @@ counted). Per page it prints:
 * the time to open, from the start of navigation: to the load event, and to every Plotly graph on the
   page drawn (each ``Plotly.newPlot`` promise resolved, then two animation frames), the median of
   ``--repeats`` cold opens (a fresh browser context each);
-* graphs drawn / graphs on the page, refused network requests and console errors (all must be 0).
+* the CPU time of the page's main thread until then (``ThreadTime`` of the DevTools Performance
+  metrics): on a machine other work keeps busy, the figure to compare pages by;
+* graphs drawn / graphs on the page, refused network requests and console errors (both must be 0).
 
-Goal (issue 17): at most 1.5 MB per page and 2 s to open. ``--report DIR`` measures a report directory
-that is already written (e.g. one written by an older qkviz) instead of writing one.
+The first row, ``floor/floor.html``, is a page with the shared plotly.js and one 2 x 2 heatmap: what loading
+plotly.js alone takes in the same browser. Goal (issue 17): at most 1.5 MB per page and 2 s to open.
+``--report DIR`` (repeatable) also measures a report directory already written (e.g. by an older qkviz),
+its pages opened in turn with the new ones.
 """
 
 from __future__ import annotations
@@ -94,45 +98,71 @@ def open_page(browser, page_path: Path) -> dict:
     page = context.new_page()
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    devtools = context.new_cdp_session(page)
+    devtools.send("Performance.enable")
     page.goto(page_path.resolve().as_uri(), wait_until="load", timeout=120_000)
     opened = page.evaluate(OPENED_JS)
+    metrics = {metric["name"]: metric["value"] for metric in devtools.send("Performance.getMetrics")["metrics"]}
     context.close()
-    return {**opened, "refused": len(refused), "errors": errors}
+    return {**opened, "cpu": metrics["ThreadTime"] * 1e3, "refused": len(refused), "errors": errors}
 
 
-def measure(report: Path, repeats: int) -> list[dict]:
+def floor_page(directory: Path) -> Path:
+    """A page with the shared plotly.js and one 2 x 2 heatmap: what loading plotly.js alone takes."""
+    import plotly.graph_objects as go
+
+    from qkviz.report.html_page import figure_html, page, shared_assets
+
+    for name, content in shared_assets().items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_bytes(content)
+    path = directory / "floor.html"
+    path.write_text(page("floor", [figure_html(go.Figure(go.Heatmap(z=[[0, 1], [1, 0]])))]), encoding="utf-8")
+    return path
+
+
+def measure(pages: list[Path], repeats: int) -> list[dict]:
+    """Each page's bytes and its medians over ``repeats`` cold opens, the pages taken in turn each round (so a
+    machine busy for a while slows all alike)."""
     from playwright.sync_api import sync_playwright
 
-    rows = []
+    opens: dict[Path, list[dict]] = {path: [] for path in pages}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        for page_path in sorted(report.glob("*.html")):
-            own, scripts = page_bytes(page_path)
-            opens = [open_page(browser, page_path) for _ in range(repeats)]
-            rows.append({"page": page_path.name, "own": own, "scripts": scripts,
-                         "load": statistics.median(o["load"] for o in opens),
-                         "drawn": statistics.median(max(o["load"], o["painted"]) for o in opens),
-                         "graphs": opens[0]["graphs"], "drawn_graphs": min(o["drawn"] for o in opens),
-                         "refused": sum(o["refused"] for o in opens),
-                         "errors": sorted({error for o in opens for error in o["errors"]})})
+        for _ in range(repeats):
+            for path in pages:
+                opens[path].append(open_page(browser, path))
         browser.close()
+    rows = []
+    for path, runs in opens.items():
+        own, scripts = page_bytes(path)
+        rows.append({"page": f"{path.parent.name}/{path.name}", "own": own, "scripts": scripts,
+                     "load": statistics.median(o["load"] for o in runs),
+                     "drawn": statistics.median(max(o["load"], o["painted"]) for o in runs),
+                     "cpu": statistics.median(o["cpu"] for o in runs),
+                     "graphs": runs[0]["graphs"], "drawn_graphs": min(o["drawn"] for o in runs),
+                     "refused": sum(o["refused"] for o in runs),
+                     "errors": sorted({error for o in runs for error in o["errors"]})})
     return rows
 
 
-def print_table(report: Path, rows: list[dict]) -> None:
-    shared = {source: size for row in rows for source, size in row["scripts"].items()}
-    print(f"report: {report}")
-    print(f"{'page':<12} {'page MB':>8} {'+ scripts MB':>12} {'cold read MB':>12} {'load s':>7} "
-          f"{'drawn s':>8} {'graphs':>7} {'refused':>7} {'errors':>6}")
+def print_table(rows: list[dict]) -> None:
+    print(f"{'page':<24} {'page MB':>8} {'+ scripts MB':>12} {'cold read MB':>12} {'load s':>7} "
+          f"{'drawn s':>8} {'cpu s':>6} {'graphs':>7} {'refused':>7} {'errors':>6}")
     for row in rows:
         scripts = sum(row["scripts"].values())
-        print(f"{row['page']:<12} {row['own'] / 1e6:>8.2f} {scripts / 1e6:>12.2f} {(row['own'] + scripts) / 1e6:>12.2f} "
-              f"{row['load'] / 1e3:>7.2f} {row['drawn'] / 1e3:>8.2f} {row['drawn_graphs']:>3}/{row['graphs']:<3} "
+        print(f"{row['page']:<24} {row['own'] / 1e6:>8.2f} {scripts / 1e6:>12.2f} {(row['own'] + scripts) / 1e6:>12.2f} "
+              f"{row['load'] / 1e3:>7.2f} {row['drawn'] / 1e3:>8.2f} {row['cpu'] / 1e3:>6.2f} {row['drawn_graphs']:>3}/{row['graphs']:<3} "
               f"{row['refused']:>7} {len(row['errors']):>6}")
-    pages = sum(row["own"] for row in rows)
-    print(f"all pages: {pages / 1e6:.2f} MB, shared scripts (once): {sum(shared.values()) / 1e6:.2f} MB "
-          f"({', '.join(shared) or 'none'}); per page with the shared scripts' share: "
-          f"{(pages + sum(shared.values())) / max(len(rows), 1) / 1e6:.2f} MB")
+    for report in dict.fromkeys(row["page"].split("/")[0] for row in rows):
+        mine = [row for row in rows if row["page"].startswith(report + "/") and not row["page"].endswith("floor.html")]
+        if not mine:
+            continue
+        shared = {source: size for row in mine for source, size in row["scripts"].items()}
+        pages = sum(row["own"] for row in mine)
+        print(f"{report}: pages {pages / 1e6:.2f} MB, shared scripts (once): {sum(shared.values()) / 1e6:.2f} MB "
+              f"({', '.join(shared) or 'none'}); per page with its share of the shared scripts: "
+              f"{(pages + sum(shared.values())) / len(mine) / 1e6:.2f} MB")
     for row in rows:
         for error in row["errors"]:
             print(f"console error on {row['page']}: {error}")
@@ -142,17 +172,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
     parser.add_argument("--tokens", type=int, default=5000)
-    parser.add_argument("--report", type=Path, help="measure this report directory instead of writing one")
+    parser.add_argument("--report", type=Path, action="append", default=[],
+                        help="also measure this report directory (already written, e.g. by an older qkviz)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    if args.report is not None:
-        print_table(args.report, measure(args.report, args.repeats))
-        return
     ensure_run(args.run, args.tokens)
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report"
         subprocess.run([*QKVIZ, "-q", "report", "--run", str(args.run), "--out", str(report)], check=True)
-        print_table(report, measure(report, args.repeats))
+        floor_directory = Path(scratch) / "floor"
+        floor_directory.mkdir()
+        pages = [floor_page(floor_directory), *sorted(report.glob("*.html")),
+                 *(path for directory in args.report for path in sorted(directory.glob("*.html")))]
+        print_table(measure(pages, args.repeats))
 
 
 if __name__ == "__main__":

@@ -118,10 +118,14 @@ def check_destination(out: Path, overwrite: bool) -> None:
 
 
 def _report_entries(directory: Path) -> list[str]:
-    """Every file and folder under ``directory`` by its relative path, except the assets folder itself
-    (its files are listed)."""
-    return sorted(path.relative_to(directory).as_posix() for path in directory.rglob("*")
-                  if not (path.is_dir() and path.relative_to(directory).as_posix() == ASSETS_DIR))
+    """What ``directory`` holds by relative path: its entries, with the assets folder's in place of the folder."""
+    entries = []
+    for entry in directory.iterdir():
+        if entry.name == ASSETS_DIR and entry.is_dir():
+            entries += [f"{ASSETS_DIR}/{inside.name}" for inside in entry.iterdir()]
+        else:
+            entries.append(entry.name)
+    return sorted(entries)
 
 
 def _summary(directory: Path) -> dict | None:
