@@ -17,7 +17,6 @@ import uuid
 
 import numpy as np
 import plotly.graph_objects as go
-import plotly.io as pio
 from plotly.io.json import to_json_plotly
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
@@ -25,7 +24,7 @@ from plotly.offline import get_plotlyjs, get_plotlyjs_version
 ASSETS_DIR = "assets"
 #: plotly.js of the installed plotly package, by its path relative to the report directory
 PLOTLY_ASSET = f"{ASSETS_DIR}/plotly-{get_plotlyjs_version()}.min.js"
-#: what every figure of a page is drawn with (the Plotly template of its layout, unless it names another)
+#: the config every figure of a page is drawn with
 CONFIG = {"displaylogo": False, "responsive": True}
 
 STYLE = """
@@ -34,7 +33,6 @@ table { border-collapse: collapse; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.7em; text-align: right; vertical-align: top; }
 th:first-child, td:first-child { text-align: left; }
 .note { color: #555; max-width: 60em; }
-.grid { display: grid; grid-template-columns: repeat(auto-fill, minmax(360px, 1fr)); gap: 0.5em; }
 code { background: #f4f4f4; padding: 0 0.2em; }
 """
 #: after plotly.js: the page's template and config, and ``qkvizPlot`` that draws a figure with them
@@ -91,4 +89,4 @@ def thin(content):
 
 def _default_template() -> dict:
     """The layout template a figure gets when it names none (Plotly's default), as ``to_dict`` writes it."""
-    return go.Figure().to_dict()["layout"].get("template", {}) if pio.templates.default else {}
+    return go.Figure().to_dict()["layout"].get("template", {})
