@@ -122,7 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="distance-dot-product correlation of every head, in every space (HTML, CSV, JSON)",
         description="For every head, correlate query-key distance with the dot product over the pairs that "
                     "can attend, in the original space, after key translation, after norm scaling, and in every "
-                    "cached projection; write correlation.csv, summary.json and a self-contained index.html.")
+                    "cached projection; write correlation.csv, summary.json and index.html (with plotly.js "
+                    "in assets/ beside it: no network).")
     report.add_argument("--run", required=True, type=Path, help="run directory")
     report.add_argument("--out", required=True, type=Path, help="report directory to write")
     report.add_argument("--overwrite", action="store_true", help="replace an existing report directory")

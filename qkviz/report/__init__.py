@@ -1,5 +1,6 @@
-"""Reports: the correlation report's model (no plotly) and its self-contained HTML pages, the head
-atlas page, the figures and token colours the app shares with them, and the status of a run.
+"""Reports: the correlation report's model (no plotly) and its HTML pages, the head atlas page (the pages
+open offline, with one copy of plotly.js beside them), the figures and token colours the app shares with
+them, and the status of a run.
 """
 
 from qkviz.report.colours import LABEL_COLOURS

@@ -1,4 +1,4 @@
-"""The report's head-atlas page ``atlas.html``: self-contained like ``index.html``.
+"""The report's head-atlas page ``atlas.html``: like ``index.html``, it loads the report's shared plotly.js.
 
 Label grid, a layer x head heatmap per statistic, the average attention by relative position of
 every head (heads grouped by layer), and each head's strongest exemplar with its pair marked.
@@ -18,6 +18,7 @@ from qkviz.analysis.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_ST
 from qkviz.analysis.head_labels import LABELS
 from qkviz.analysis.head_stats import STATISTICS
 from qkviz.report.colours import LABEL_COLOURS
+from qkviz.report.figure_grid import heatmap_grid
 from qkviz.report.position_heatmap import head_names, log_weights, relative_position_figure
 from qkviz.analysis.syntax import POS_TAGS
 
@@ -39,8 +40,7 @@ def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
         "<h2>Average attention by relative position</h2>"
         '<p class="note">Mean weight at key position &minus; query position, per head; colour on a log scale.</p>'
         + figure_html(relative_position_figure(atlas.relative_position, atlas.offsets)),
-        "<h2>Statistics, layer &times; head</h2>"
-        f'<div class="grid">{"".join(figure_html(_statistic_heatmap(atlas, name)) for name in shown)}</div>',
+        "<h2>Statistics, layer &times; head</h2>" + _statistics_grid(atlas, shown),
         _syntax_section(atlas),
         _decomposition_section(atlas),
         _update_section(atlas),
@@ -93,7 +93,7 @@ def _decomposition_section(atlas: HeadAtlas) -> str:
     if atlas.term_profiles is None or len(atlas.terms) < 2:
         return ('<p class="note">No logit decomposition: the run holds no query / key biases or rotary tables '
                 "(runs extracted before they were captured: extract again with --overwrite).</p>")
-    shares = "".join(figure_html(_statistic_heatmap(atlas, f"share_{term}")) for term in atlas.terms)
+    shares = _statistics_grid(atlas, [f"share_{term}" for term in atlas.terms])
     n_layers, n_heads = atlas.term_profiles.shape[:2]
     profiles = _term_profiles(atlas.term_profiles.reshape(n_layers * n_heads, len(atlas.terms), -1),
                               head_names(n_layers, n_heads), atlas.terms, atlas.offsets)
@@ -101,7 +101,7 @@ def _decomposition_section(atlas: HeadAtlas) -> str:
             '<p class="note">Each term\'s share of the logit\'s variation across a query\'s keys (shares add up to 1; '
             "a term constant for a query gets 0), and the attention the term alone would pay by relative position "
             "(log scale).</p>"
-            f'<div class="grid">{shares}</div><div class="grid">{profiles}</div>' + _embedding_section(atlas))
+            f"{shares}{profiles}" + _embedding_section(atlas))
 
 
 def _embedding_section(atlas: HeadAtlas) -> str:
@@ -120,21 +120,21 @@ def _embedding_section(atlas: HeadAtlas) -> str:
             '<p class="note">The first layer\'s input is the normalised sum of token and position embeddings, so each '
             "logit splits exactly into token&middot;token, token&middot;position, position&middot;token, "
             "position&middot;position and the rest (token type, norm bias, biases).</p>"
-            f'<div class="grid">{figure_html(shares)}'
-            f"{_term_profiles(atlas.embedding_profiles, names, terms, atlas.offsets)}</div>")
+            f"{figure_html(shares)}{_term_profiles(atlas.embedding_profiles, names, terms, atlas.offsets)}")
 
 
 def _term_profiles(profiles: np.ndarray, names: list[str], terms, offsets: np.ndarray) -> str:
-    """One heatmap per term of ``profiles`` ``[row, term, offset]``: the attention of the term alone."""
-    figures = []
+    """One heatmap per term of ``profiles`` ``[row, term, offset]``: the attention of the term alone (one
+    figure, one colour scale)."""
+    panels = {}
     for number, term in enumerate(terms):
         values, seen = log_weights(profiles[None, :, number], offsets)
-        figure = go.Figure(go.Heatmap(z=values, x=seen, y=names, colorscale="Viridis", zmin=-4, zmax=0,
-                                      showscale=False, hovertemplate="%{y}, offset %{x}: 10^%{z:.2f}<extra></extra>"))
-        figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 24)
-        figure.update_layout(title=f"{term} alone", height=420, margin={"l": 20, "r": 10, "t": 40, "b": 30})
-        figures.append(figure_html(figure))
-    return "".join(figures)
+        panels[f"{term} alone"] = go.Heatmap(z=values, x=seen, y=names, colorscale="Viridis", zmin=-4, zmax=0,
+                                             colorbar={"title": {"text": "log10 weight", "side": "right"}},
+                                             hovertemplate="%{y}, offset %{x}: 10^%{z:.2f}<extra></extra>")
+    figure = heatmap_grid(panels, columns=3, panel_height=340, shared_scale=True)
+    figure.update_yaxes(showticklabels=len(names) <= 24)
+    return figure_html(figure)
 
 
 def _update_section(atlas: HeadAtlas) -> str:
@@ -146,29 +146,28 @@ def _update_section(atlas: HeadAtlas) -> str:
     low, high = UPDATE_RATIO_RANGE
     axes = {0: ("log10 |update| / |hidden state|", np.linspace(low, high, UPDATE_BINS + 1)),
             1: ("cosine(update, hidden state)", np.linspace(-1, 1, UPDATE_BINS + 1))}
-    figures = []
-    for index, (title, edges) in axes.items():
-        rows = atlas.update_histograms[:, :, index].reshape(n_layers * n_heads, -1)
-        figure = go.Figure(go.Heatmap(z=rows, x=(edges[:-1] + edges[1:]) / 2, y=names, colorscale="Viridis",
-                                      hovertemplate="%{y} at %{x:.2f}: %{z:.1%} of tokens<extra></extra>"))
-        figure.update_yaxes(autorange="reversed", showticklabels=len(names) <= 120)
-        figure.update_layout(title=title, height=min(200 + 8 * len(names), 1600),
-                             margin={"l": 70, "r": 10, "t": 40, "b": 30})
-        figures.append(figure_html(figure))
+    panels = {title: go.Heatmap(z=atlas.update_histograms[:, :, index].reshape(n_layers * n_heads, -1),
+                                x=(edges[:-1] + edges[1:]) / 2, y=names, colorscale="Viridis",
+                                hovertemplate="%{y} at %{x:.2f}: %{z:.1%} of tokens<extra></extra>")
+              for index, (title, edges) in axes.items()}
+    figure = heatmap_grid(panels, columns=2, panel_height=min(130 + 8 * len(names), 1530))
+    figure.update_yaxes(showticklabels=len(names) <= 120)
     return ("<h2>Each head's update to the hidden state</h2>"
             '<p class="note">Per token: the head\'s output through its slice of the output projection, against the '
             "layer's input (the residual stream): its norm ratio and cosine, as histograms per head.</p>"
-            f'<div class="grid">{"".join(figures)}</div>')
+            + figure_html(figure))
 
 
-def _statistic_heatmap(atlas: HeadAtlas, name: str) -> go.Figure:
-    grid = _grid(atlas.table, name)
-    figure = go.Figure(go.Heatmap(z=grid, x=[f"H{h}" for h in range(grid.shape[1])],
+def _statistics_grid(atlas: HeadAtlas, names: list[str]) -> str:
+    """A layer x head heatmap per statistic of ``names``, each on its own scale, as one figure."""
+    panels = {}
+    for name in names:
+        grid = _grid(atlas.table, name)
+        panels[name] = go.Heatmap(z=grid, x=[f"H{h}" for h in range(grid.shape[1])],
                                   y=[f"L{l}" for l in range(grid.shape[0])], colorscale="Viridis",
-                                  hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>"))
-    figure.update_yaxes(autorange="reversed")
-    figure.update_layout(title=name, height=120 + 22 * grid.shape[0], margin={"l": 40, "r": 10, "t": 40, "b": 30})
-    return figure
+                                  hovertemplate="%{y} %{x}: %{z:.3f}<extra></extra>")
+    n_layers = int(atlas.table.layer.max()) + 1
+    return figure_html(heatmap_grid(panels, columns=3, panel_height=50 + 22 * n_layers))
 
 
 def _exemplar_table(atlas: HeadAtlas) -> str:

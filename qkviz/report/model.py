@@ -3,7 +3,8 @@
 :func:`build_report` computes it; :func:`qkviz.report.report_directory.write_report` writes it. A report
 directory holds ``correlation.csv`` (one row per layer, head and space; see
 :mod:`qkviz.analysis.correlation`), ``summary.json`` (model and per-layer means, the best projection,
-how pairs were chosen) and ``index.html`` (self-contained: plotly.js is inlined, no network).
+how pairs were chosen, the sha256 of every other file) and ``index.html`` (with plotly.js once in ``assets/``
+beside the pages: no network).
 It is written into a temporary sibling directory and renamed into place, so a directory named
 like the report is always a complete one. The table is also kept in the run directory, where
 ``qkviz serve`` shows each head's figures.
@@ -101,7 +102,7 @@ def build_report(run: StoredRun, max_pairs: int = correlation.DEFAULT_MAX_PAIRS,
     table = correlation.correlation_table(run, max_pairs=max_pairs, seed=seed, progress=progress,
                                           projections=projections)
     summary = summarise(run, table, max_pairs, seed)
-    extremes = _extreme_heads(run, table, max_pairs, seed, projections)
+    extremes, summary["extreme_pairs"] = _extreme_heads(run, table, max_pairs, seed, projections)
     atlas = load_atlas(run)
     if atlas is None:
         summary["missing_atlas"] = f"qkviz stats --run {run.path}"
@@ -167,20 +168,22 @@ def projection_ranking(means: pd.DataFrame, projected: list[str]) -> list[dict]:
 
 
 def _extreme_heads(run: StoredRun, table: pd.DataFrame, max_pairs: int, seed: int,
-                   projections: dict[tuple[int, int], dict]) -> dict[str, correlation.HeadPairs]:
-    """The per-pair figures (a sample of :data:`SCATTER_PAIRS`) of the best and the worst head."""
+                   projections: dict[tuple[int, int], dict]) -> tuple[dict[str, correlation.HeadPairs], dict]:
+    """The per-pair figures (a sample of :data:`SCATTER_PAIRS`) of the best and the worst head, and per head
+    how many pairs they show out of how many attend (``{"best": {"layer", "head", "shown", "attending"}}``)."""
     scored = table[table.space == "translated+scaled"].dropna(subset=["pearson"])
     if scored.empty:
-        return {}
+        return {}, {}
     chosen = {"best": scored.loc[scored.pearson.idxmin()], "worst": scored.loc[scored.pearson.idxmax()]}
-    extremes = {}
+    extremes, counts = {}, {}
     for name, row in chosen.items():
         layer, head = int(row["layer"]), int(row["head"])
         pairs = correlation.attending_pairs(run, layer, min(max_pairs, SCATTER_PAIRS), seed)
         _, kept = correlation.head_correlation_rows(run, layer, head, pairs, projections.get((layer, head)),
                                                     keep_pairs=True)
         extremes[name] = kept
-    return extremes
+        counts[name] = {"layer": layer, "head": head, "shown": len(pairs.query_index), "attending": pairs.n_all}
+    return extremes, counts
 
 
 def _float(value) -> float | None:

@@ -1,4 +1,4 @@
-"""The report's ``index.html``: one self-contained page (plotly.js inlined once, no network).
+"""The report's ``index.html``: one page, with the report's shared plotly.js beside it (no network).
 
 Figures are built from the report's table and summary only; every piece of text that comes
 from the run (model name, paths) is HTML-escaped.
@@ -9,14 +9,14 @@ from __future__ import annotations
 import html
 import math
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from qkviz.report.figure_grid import heatmap_grid
 from qkviz.report.html_page import figure_html, page
-
 from qkviz.report.model import ATTENTIONVIZ_MEANS, Report
-
 
 
 def render_html(report: Report) -> str:
@@ -27,7 +27,8 @@ def render_html(report: Report) -> str:
         _projection_section(summary),
         "<h2>Per head: Pearson correlation, layer &times; head</h2>"
         '<p class="note">Blue: near means a high dot product (the picture is faithful); red: the opposite.</p>'
-        f'<div class="grid">{"".join(figure_html(_heatmap(table, space)) for space in summary["spaces"])}</div>',
+        + figure_html(heatmap_grid({space: _heatmap(table, space) for space in summary["spaces"]}, columns=3,
+                                   panel_height=50 + 22 * summary["n_layers"], shared_scale=True)),
         "<h2>Distribution of per-head correlations</h2>" + figure_html(_distribution(table)),
         "<h2>Mean by layer</h2>" + figure_html(_layer_means(summary)),
         _extremes_section(report),
@@ -88,42 +89,52 @@ def _projection_section(summary: dict) -> str:
 
 
 def _extremes_section(report: Report) -> str:
+    """The sampled pairs of the best and the worst head, one row each, in one figure (one WebGL context)."""
     if not report.extremes:
         return ""
     best_projection = [row["space"] for row in report.summary["projections"]][:1]
-    figures = []
-    for name, kept in report.extremes.items():
-        spaces = ["translated+scaled"] + [space for space in best_projection if space in kept.figures]
-        figure = make_subplots(rows=1, cols=len(spaces), subplot_titles=spaces)
+    spaces = ["translated+scaled"] + [space for space in best_projection
+                                      if all(space in kept.figures for kept in report.extremes.values())]
+    titles = [f"{name} head L{kept.layer} H{kept.head}: {space}" for name, kept in report.extremes.items()
+              for space in spaces]
+    figure = make_subplots(rows=len(report.extremes), cols=len(spaces), subplot_titles=titles,
+                           vertical_spacing=0.12)
+    for row, kept in enumerate(report.extremes.values(), start=1):
         for column, space in enumerate(spaces, start=1):
             distances, dots = kept.figures[space]
             figure.add_trace(go.Scattergl(x=dots, y=distances, mode="markers", marker={"size": 3, "opacity": 0.4},
-                                          name=space, showlegend=False), row=1, col=column)
-            figure.update_xaxes(title_text="dot product", row=1, col=column)
-            figure.update_yaxes(title_text="distance", row=1, col=column)
-        figure.update_layout(title=f"{name} head: L{kept.layer} H{kept.head} (sampled pairs)", height=360)
-        figures.append(figure_html(figure))
-    return "<h2>Distance vs dot product, best and worst head</h2>" + "".join(figures)
+                                          name=space, showlegend=False), row=row, col=column)
+            figure.update_xaxes(title_text="dot product", row=row, col=column)
+            figure.update_yaxes(title_text="distance", row=row, col=column)
+    figure.update_layout(height=360 * len(report.extremes))
+    notes = "".join(_shown_pairs(name, report.summary.get("extreme_pairs", {}).get(name),
+                                 report.summary["pairs"]["seed"]) for name in report.extremes)
+    return "<h2>Distance vs dot product, best and worst head</h2>" + notes + figure_html(figure)
 
 
-def _heatmap(table: pd.DataFrame, space: str) -> go.Figure:
+def _shown_pairs(name: str, counts: dict | None, seed: int) -> str:
+    """How many of the ``name`` head's attending pairs its scatter shows, and how they were chosen."""
+    if counts is None:
+        return ""
+    how = ("every attending pair" if counts["shown"] == counts["attending"] else
+           f"{counts['shown']:,} of the {counts['attending']:,} attending pairs of layer {counts['layer']}, "
+           f"drawn uniformly at random (with replacement, seed {seed})")
+    return f'<p class="note">{name} head, L{counts["layer"]} H{counts["head"]}: {how}.</p>'
+
+
+def _heatmap(table: pd.DataFrame, space: str) -> go.Heatmap:
     rows = table[table.space == space]
     grid = rows.pivot(index="layer", columns="head", values="pearson")
-    figure = go.Figure(go.Heatmap(
-        z=grid.to_numpy(), x=[f"H{h}" for h in grid.columns], y=[f"L{l}" for l in grid.index],
-        zmin=-1, zmax=1, colorscale="RdBu_r",
-        hovertemplate="%{y} %{x}: Pearson %{z:.3f}<extra></extra>"))
-    figure.update_yaxes(autorange="reversed")
-    figure.update_layout(title=space, height=120 + 22 * len(grid.index), margin={"l": 40, "r": 10, "t": 40, "b": 30})
-    return figure
+    return go.Heatmap(z=grid.to_numpy(), x=[f"H{h}" for h in grid.columns], y=[f"L{l}" for l in grid.index],
+                      zmin=-1, zmax=1, colorscale="RdBu_r", hovertemplate="%{y} %{x}: Pearson %{z:.3f}<extra></extra>")
 
 
 def _distribution(table: pd.DataFrame) -> go.Figure:
     figure = go.Figure()
     for space, rows in table.groupby("space", sort=False):
         figure.add_trace(go.Box(y=rows.pearson, name=space, boxpoints="all", jitter=0.4, pointpos=0,
-                                text=[f"L{l} H{h}" for l, h in zip(rows.layer, rows["head"])],
-                                hovertemplate="%{text}: %{y:.3f}<extra></extra>"))
+                                customdata=rows[["layer", "head"]].to_numpy(np.int16),
+                                hovertemplate="L%{customdata[0]} H%{customdata[1]}: %{y:.3f}<extra></extra>"))
     figure.update_layout(yaxis_title="Pearson (distance, dot product)", showlegend=False, height=420)
     return figure
 
@@ -135,7 +146,6 @@ def _layer_means(summary: dict) -> go.Figure:
                                     mode="lines+markers", name=space))
     figure.update_layout(xaxis_title="layer", yaxis_title="mean Pearson (distance, dot product)", height=380)
     return figure
-
 
 
 def _cell(value, form: str = "{:+.3f}") -> str:

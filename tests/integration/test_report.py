@@ -9,8 +9,12 @@ import pandas as pd
 import pytest
 
 import qkviz
+from plotly.offline import get_plotlyjs
 from qkviz.analysis import correlation
 from qkviz.cli import main
+from qkviz.report.html_page import PLOTLY_ASSET
+from qkviz.report.report_directory import report_problems
+from qkviz.store.files import file_sha256
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +40,16 @@ def test_report_without_projections_covers_the_head_spaces_and_names_the_command
     assert summary["pairs"]["exact"] and summary["projections"] == []
     page = (out / "index.html").read_text()
     assert "No projections are cached yet" in page
-    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", page)   # self-contained: nothing to fetch
-    assert "Plotly.newPlot" in page
+    # nothing fetched from the network: the one script the page loads is plotly.js, stored once beside it
+    assert re.findall(r"<(?:script|link|img)[^>]+(?:src|href)=\"([^\"]*)\"", page) == [PLOTLY_ASSET]
+    assert (out / PLOTLY_ASSET).read_text(encoding="utf-8") == get_plotlyjs()
+    assert "Plotly.newPlot" in page and "qkvizPlot(" in page
+    # ... so the page holds its own data only (plotly.js inlined again would be 4.8 MB of it)
+    assert (out / "index.html").stat().st_size < min(250_000, len(get_plotlyjs()) // 10)
+    assert '"dtype":"f8"' not in page and '"template":' not in page.split("QKVIZ_TEMPLATE", 2)[2]
+    assert summary["files"] == {name: file_sha256(out / name) for name in
+                                ("correlation.csv", "index.html", PLOTLY_ASSET)}
+    assert report_problems(out) == []
 
 
 def test_report_covers_every_cached_projection_and_keeps_the_table_for_the_app(causal_run, tmp_path):
@@ -55,6 +67,14 @@ def test_report_covers_every_cached_projection_and_keeps_the_table_for_the_app(c
     assert sum(labels.values()) == causal_run.n_layers * causal_run.n_heads
     atlas_page = (out / "atlas.html").read_text()
     assert "Pattern labels" in atlas_page and all(label in atlas_page for label in labels)
+    assert f'<script src="{PLOTLY_ASSET}">' in atlas_page and (out / "atlas.html").stat().st_size < 1_000_000
+    assert set(summary["files"]) == {"correlation.csv", "index.html", "atlas.html", PLOTLY_ASSET}
+    extremes = summary["extreme_pairs"]
+    page = (out / "index.html").read_text()
+    for counts in extremes.values():   # the scatters say how many pairs they show, of how many
+        assert counts["shown"] == min(counts["attending"], 3000) and counts["attending"] > 3000
+        assert (f"L{counts['layer']} H{counts['head']}: 3,000 of the {counts['attending']:,} attending pairs of "
+                f"layer {counts['layer']}, drawn uniformly at random") in page
     means = table.groupby("space").pearson.mean()
     assert summary["model_means"]["pca-3d"]["pearson"] == pytest.approx(means["pca-3d"], abs=1e-6)
     stored = correlation.stored_correlations(causal_run)
@@ -85,6 +105,19 @@ def test_bad_report_requests_are_one_line_errors(causal_run, tmp_path, capsys):
     assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(out), "--overwrite"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exists"]   # no staging directory left behind
 
+    # the shared plotly.js is checked like every file, and the report's folder of it holds nothing else
+    asset = out / PLOTLY_ASSET
+    asset.write_text(asset.read_text(encoding="utf-8").replace("plotly", "PLOTLY", 1), encoding="utf-8")
+    assert report_problems(out) == [f"{PLOTLY_ASSET} does not match its sha256"]
+    asset.unlink()
+    assert report_problems(out) == [f"{PLOTLY_ASSET} is missing"]
+    (out / "assets" / "mine.js").write_text("keep me")
+    assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(out), "--overwrite"]) == 2
+    assert "holds more than a qkviz report (assets/mine.js)" in capsys.readouterr().err
+    (out / "assets" / "mine.js").unlink()
+    assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(out), "--overwrite"]) == 0
+    assert report_problems(out) == []
+
     foreign = tmp_path / "notes"
     foreign.mkdir()
     (foreign / "thesis.tex").write_text("keep me")
@@ -113,6 +146,7 @@ def test_minilm_mean_correlation_after_translation_is_negative_and_reported(mini
         assert summary["model_means"][space]["query_spearman"] < 0
     page = (out / "index.html").read_text()
     assert "-0.938" in page and "translated+scaled" in page
+    assert len(page.encode()) < 1_500_000     # issue 17's bound on a page; plotly.js is shared, in assets/
 
 
 def test_the_table_carries_each_spaces_partner_recall(causal_run):
