@@ -83,9 +83,9 @@ def open_run(path: str | Path) -> Run:
     return Run(path)
 
 
-def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int | None = None,
+def extract(model, corpus, out: str | Path, *, tokenizer=None, max_tokens: int | None = None,
             max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
-            max_length: int | None = None, device: str = "cpu", text_column: str = "text",
+            max_length: int | None = None, device: str | None = None, text_column: str = "text",
             overwrite: bool = False, head_update: bool = False, progress: bool = True) -> Run:
     """Extract every head's queries, keys and value norms over a corpus into the run directory ``out``.
 
@@ -96,12 +96,19 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
     ----------
     model
         A bundled name (``"minilm"``, ``"smollm2"``; see ``qkviz models``), a local Hugging Face model
-        directory, or a hub id.
+        directory, a hub id, or a transformers model object already in memory (a base model or one with a
+        head; of a supported family). An object is borrowed: its training mode, attention implementation
+        and device are as they were afterwards, its weights and dtype untouched.
     corpus
-        A text file (one sentence per line), JSONL / CSV / Parquet (see ``text_column``), or a
-        Hugging Face dataset name[:split].
+        A text file (one sentence per line), JSONL / CSV / Parquet (see ``text_column``), a Hugging Face
+        dataset name[:split], or in memory: any iterable of strings (list, generator, pandas Series, a
+        ``datasets`` column), or a DataFrame / ``datasets.Dataset`` with ``text_column``. The same
+        sentences from a file or a list give the same run.
     out
         The run directory to write.
+    tokenizer
+        With a model object: its fast tokenizer (default: the one saved in the model's ``name_or_path``
+        directory). The model's manifest records its class, ``name_or_path``, config and weights hashes.
     max_tokens, max_sentences
         Stop before this many tokens (special tokens included) / take at most this many sentences.
     seed
@@ -113,7 +120,7 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
     max_length
         Truncate sentences to this many tokens (default: what the model allows).
     device
-        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; default ``"cpu"`` for a named model, and where a model object is.
     text_column
         The column holding the text in tabular corpora.
     overwrite
@@ -127,10 +134,16 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
     -------
     Run
         The finished run.
+
+    Examples
+    --------
+    >>> model = AutoModel.from_pretrained(path); tok = AutoTokenizer.from_pretrained(path)   # doctest: +SKIP
+    >>> run = qkviz.extract(model, ["The cat sat.", "It rained."], "runs/mine", tokenizer=tok)   # doctest: +SKIP
     """
     from qkviz.extraction import extract_run   # torch and transformers are imported here, not by 'import qkviz'
 
-    result = extract_run(model, corpus, out, max_tokens=max_tokens, max_sentences=max_sentences, seed=seed,
-                         dtype=dtype, batch_size=batch_size, max_length=max_length, device=device,
-                         text_column=text_column, overwrite=overwrite, head_update=head_update, progress=progress)
+    result = extract_run(model, corpus, out, tokenizer=tokenizer, max_tokens=max_tokens,
+                         max_sentences=max_sentences, seed=seed, dtype=dtype, batch_size=batch_size,
+                         max_length=max_length, device=device, text_column=text_column, overwrite=overwrite,
+                         head_update=head_update, progress=progress)
     return Run(result.run.path)
