@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
 
 import pandas as pd
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
 from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
 from qkviz.report import describe_run
+from qkviz.report.head_figure import head_figure
 from qkviz.search import EXACT_LIMIT, PartnerIndexes, Partners
 from qkviz.store import StoredRun
 
@@ -73,6 +78,19 @@ class Run(StoredRun):
         """One set of partner indexes per opened run: an index read or built once serves every later query."""
         return PartnerIndexes(self)
 
+    def plot(self, layer: int, head: int, colour: str = "position", method: str | None = None, dim: int = 2,
+             **options) -> "go.Figure":
+        """One head's joint query+key layout as a Plotly figure: queries circles, keys diamonds, coloured by
+        ``colour`` (one of :data:`qkviz.report.COLOURS`: ``"type"``, ``"position"``, ``"punctuation"``,
+        ``"norm"``, ...), the token on hover.
+
+        ``method`` None takes the best layout the run has cached (``attn-tsne``, then ``tsne``, ``umap``,
+        ``pca``); make one with :func:`qkviz.project`. ``options``: ``marker_size``, ``width``, ``height``,
+        ``title``. ``fig.write_image("head.svg")`` needs the ``kaleido`` package (see
+        :mod:`qkviz.report.head_figure`).
+        """
+        return head_figure(self, layer, head, colour=colour, method=method, dim=dim, **options)
+
     def status(self) -> str:
         """What the run holds: extraction, cached projections, indexes (what ``qkviz status`` prints)."""
         return "\n".join(describe_run(self))
@@ -83,7 +101,8 @@ def open_run(path: str | Path) -> Run:
     return Run(path)
 
 
-def extract(model, corpus, out: str | Path, *, tokenizer=None, max_tokens: int | None = None,
+def extract(model: str | Path | object, corpus: str | Path | Iterable[str], out: str | Path, *,
+            tokenizer: object | None = None, max_tokens: int | None = None,
             max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
             max_length: int | None = None, device: str | None = None, text_column: str = "text",
             overwrite: bool = False, head_update: bool = False, progress: bool = True) -> Run:
