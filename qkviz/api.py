@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
+from qkviz.core import QkvizError
 from qkviz.report import describe_run
 from qkviz.report.head_figure import head_figure
 from qkviz.search import EXACT_LIMIT, PartnerIndexes, Partners
@@ -90,6 +91,25 @@ class Run(StoredRun):
         :mod:`qkviz.report.head_figure`).
         """
         return head_figure(self, layer, head, colour=colour, method=method, dim=dim, **options)
+
+    def show(self, mode: str = "inline", port: int | None = None, height: int = 900, **options) -> None:
+        """The whole app over this run, in the notebook (``mode="inline"``), as a link (``"external"``) or in a
+        new browser tab (``"tab"``), served from this process on 127.0.0.1 (see :mod:`dash_app.notebook`:
+        every head's PCA first, the attention t-SNE layouts in the background). ``options``: ``width``,
+        ``background``, ``jobs``, ``progress``. Needs the app's extra (``pip install 'qkviz[app]'``)."""
+        try:
+            from dash_app import notebook   # the app is an optional extra: imported only here
+        except ImportError as error:
+            raise QkvizError(f"run.show() needs the app's optional dependencies ({error.name} is missing): "
+                             "pip install 'qkviz[app]'") from None
+        self._shown = notebook.show(self, mode=mode, port=port, height=height, **options)
+
+    @property
+    def selection(self) -> pd.DataFrame | None:
+        """The last lasso / box selection made in the single-head view of the app :meth:`show` showed (one
+        row per selected point), or ``None`` before one is made."""
+        shown = getattr(self, "_shown", None)
+        return None if shown is None else getattr(shown.data, "selection", None)
 
     def status(self) -> str:
         """What the run holds: extraction, cached projections, indexes (what ``qkviz status`` prints)."""
