@@ -57,8 +57,8 @@ def head_figure(run: StoredRun, layer: int, head: int, colour: str = "position",
     model = run.manifest.get("model", {}).get("id", "")
     figure.update_layout(
         title=title if title is not None else f"{model}: layer {layer} head {head}, {method} {dim}D, coloured by {label}",
-        template="plotly_white", width=width, height=height, legend=dict(itemsizing="constant"),
-        margin=dict(l=20, r=20, t=60, b=20), hoverlabel=dict(namelength=-1))
+        template="plotly_white", width=width, height=height, legend_itemsizing="constant",
+        margin=dict(l=20, r=20, t=80, b=20), hoverlabel=dict(namelength=-1))
     if dim == 2:
         figure.update_xaxes(showticklabels=False, title=f"{method} 1", zeroline=False)
         figure.update_yaxes(showticklabels=False, title=f"{method} 2", zeroline=False, scaleanchor="x")
@@ -101,7 +101,9 @@ def _add_continuous(figure: go.Figure, run: StoredRun, layer: int, head: int, co
                                   hovertemplate=f"%{{hovertext}}<br>{label}: %{{marker.color:.3g}}<extra>{kind}</extra>",
                                   marker=dict(symbol=symbol, size=size, color=values[rows], coloraxis="coloraxis",
                                               line=dict(width=0))))
-    figure.update_layout(coloraxis=dict(colorscale=CONTINUOUS_SCALE, colorbar=dict(title=dict(text=label, side="right"))))
+    figure.update_layout(coloraxis=dict(colorscale=CONTINUOUS_SCALE, colorbar=dict(title=dict(text=label, side="right"))),
+                         # the query / key legend above the plot, clear of the colour bar
+                         legend=dict(orientation="h", x=0, xanchor="left", y=1.0, yanchor="bottom"))
 
 
 def _add_categories(figure: go.Figure, run: StoredRun, layer: int, head: int, colour: str, points: np.ndarray,

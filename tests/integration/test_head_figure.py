@@ -10,11 +10,12 @@ from qkviz.report.token_colours import token_features
 LAYER, HEAD = 1, 2
 
 
-@pytest.fixture(scope="module")
-def plot_run(tiny_model, tiny_corpus, tmp_path_factory):
-    """A tiny Llama run with the PCA layouts (2D and 3D) of one head only."""
-    run = qkviz.extract(str(tiny_model("llama")), tiny_corpus, tmp_path_factory.mktemp("plot") / "run",
-                        max_sentences=12, progress=False)
+@pytest.fixture
+def plot_run(tiny_run, tmp_path):
+    """A copy of the tiny Llama run with the PCA layouts (2D and 3D) of one head only."""
+    from support.browser import copy_run
+
+    run = qkviz.open_run(copy_run(tiny_run("llama"), tmp_path / "run", atlas=False).path)
     qkviz.project(run, methods=["pca"], dims=[2, 3], layers=[LAYER], heads=[HEAD], progress=False)
     return run
 
