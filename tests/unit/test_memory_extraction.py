@@ -134,3 +134,24 @@ def test_bad_models_and_tokenizers_are_one_line_errors(tiny_model, tmp_path):
             qkviz.extract(corpus=sentences, out=tmp_path / f"run{number}", progress=False, **arguments)
         assert message in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
         assert not (tmp_path / f"run{number}").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_model_moved_for_the_extraction_goes_back(tiny_model, tmp_path):
+    model_dir = tiny_model("llama")
+    model = AutoModel.from_pretrained(model_dir)
+    run = qkviz.extract(model, ["The cat sat.", "A dog ran far away."], tmp_path / "run", device="cuda",
+                        progress=False)
+    assert next(model.parameters()).device.type == "cpu"
+    assert run.manifest["extraction"]["device"].startswith("cuda")
+    on_cpu = qkviz.extract(model, ["The cat sat.", "A dog ran far away."], tmp_path / "cpu", progress=False)
+    np.testing.assert_allclose(run.queries(1, 0), on_cpu.queries(1, 0), atol=1e-4)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_asking_for_cuda_without_one_is_a_one_line_error(tiny_model, tmp_path):
+    model = AutoModel.from_pretrained(tiny_model("bert"))
+    with pytest.raises(qkviz.QkvizError, match="^device cuda was asked for but no CUDA device is available; use "
+                                               "device='cpu'$"):
+        qkviz.extract(model, ["The cat sat."], tmp_path / "run", device="cuda", progress=False)
+    assert next(model.parameters()).device.type == "cpu"
