@@ -95,14 +95,22 @@ class Run(StoredRun):
     def show(self, mode: str = "inline", port: int | None = None, height: int = 900, **options) -> None:
         """The whole app over this run, in the notebook (``mode="inline"``), as a link (``"external"``) or in a
         new browser tab (``"tab"``), served from this process on 127.0.0.1 (see :mod:`dash_app.notebook`:
-        every head's PCA first, the attention t-SNE layouts in the background). ``options``: ``width``,
-        ``background``, ``jobs``, ``progress``. Needs the app's extra (``pip install 'qkviz[app]'``)."""
+        every head's PCA first, the attention t-SNE layouts in the background). Outside Jupyter the server
+        runs in a background thread and :attr:`app_url` says where. ``options``: ``width``, ``background``
+        (the method made in the background, or None), ``jobs``, ``progress``. Needs the app's extra
+        (``pip install 'qkviz[app]'``)."""
         try:
             from dash_app import notebook   # the app is an optional extra: imported only here
         except ImportError as error:
             raise QkvizError(f"run.show() needs the app's optional dependencies ({error.name} is missing): "
                              "pip install 'qkviz[app]'") from None
         self._shown = notebook.show(self, mode=mode, port=port, height=height, **options)
+
+    @property
+    def app_url(self) -> str | None:
+        """Where the app :meth:`show` started answers (``http://127.0.0.1:PORT/``), or ``None`` before."""
+        shown = getattr(self, "_shown", None)
+        return None if shown is None else shown.url
 
     @property
     def selection(self) -> pd.DataFrame | None:

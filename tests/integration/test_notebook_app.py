@@ -34,11 +34,11 @@ def fresh_run(tiny_run, tmp_path):
 
 def test_external_mode_serves_the_app_to_its_own_host_only(fresh_run):
     run = fresh_run
-    assert run.selection is None
+    assert run.selection is None and run.app_url is None
     run.show(mode="external", background=None, progress=False)
     shown = run._shown
     try:
-        assert shown.url == f"http://127.0.0.1:{shown.port}/"
+        assert run.app_url == shown.url == f"http://127.0.0.1:{shown.port}/"
         for layer in range(run.n_layers):        # every head's PCA was made before serving
             for head in range(run.n_heads):
                 assert run.projection(layer, head, method="pca").shape == (2 * run.n_tokens, 2)
