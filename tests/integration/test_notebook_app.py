@@ -59,7 +59,7 @@ def test_external_mode_serves_the_app_to_its_own_host_only(fresh_run):
         assert get(shown.port)[0] == 200 and run.selection is None
     finally:
         run._shown.stop()
-    with pytest.raises(ConnectionRefusedError):
+    with pytest.raises(OSError):     # refused, or reset where a forked process still holds the closed socket
         get(shown.port)
 
 
