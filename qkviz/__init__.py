@@ -10,6 +10,10 @@ Every command is a function first::
     qkviz.attention_change(run, "runs/minilm-finetuned")   # per head: JS distance of its attention
     run.projection(3, 4, method="tsne"); run.atlas.table; run.partners(3, 4, point=17, k=10)
 
+In a notebook, a model and tokenizer in memory and any iterable of strings extract the same way
+(``qkviz.extract(model, sentences, "runs/mine", tokenizer=tok)``); ``run.plot(3, 4, colour="position")`` is
+one head as a Plotly figure and ``run.show()`` the whole app inline (``examples/notebook.ipynb``).
+
 The subpackages are layered (each imports only those below it): ``report`` > ``analysis`` |
 ``search`` | ``projection`` | ``extraction`` > ``store`` > ``core``. ``import qkviz`` does not import
 torch: extraction imports it when called.

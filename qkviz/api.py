@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
 
 import pandas as pd
 
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
 from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
+from qkviz.core import QkvizError
 from qkviz.report import describe_run
+from qkviz.report.head_figure import head_figure
 from qkviz.search import EXACT_LIMIT, PartnerIndexes, Partners
 from qkviz.store import StoredRun
 
@@ -73,6 +79,46 @@ class Run(StoredRun):
         """One set of partner indexes per opened run: an index read or built once serves every later query."""
         return PartnerIndexes(self)
 
+    def plot(self, layer: int, head: int, colour: str = "position", method: str | None = None, dim: int = 2,
+             **options) -> "go.Figure":
+        """One head's joint query+key layout as a Plotly figure: queries circles, keys diamonds, coloured by
+        ``colour`` (one of :data:`qkviz.report.COLOURS`: ``"type"``, ``"position"``, ``"punctuation"``,
+        ``"norm"``, ...), the token on hover.
+
+        ``method`` None takes the best layout the run has cached (``attn-tsne``, then ``tsne``, ``umap``,
+        ``pca``); make one with :func:`qkviz.project`. ``options``: ``marker_size``, ``width``, ``height``,
+        ``title``. ``fig.write_image("head.svg")`` needs the ``kaleido`` package (see
+        :mod:`qkviz.report.head_figure`).
+        """
+        return head_figure(self, layer, head, colour=colour, method=method, dim=dim, **options)
+
+    def show(self, mode: str = "inline", port: int | None = None, height: int = 900, **options) -> None:
+        """The whole app over this run, in the notebook (``mode="inline"``), as a link (``"external"``) or in a
+        new browser tab (``"tab"``), served from this process on 127.0.0.1 (see :mod:`dash_app.notebook`:
+        every head's PCA first, the attention t-SNE layouts in the background). Outside Jupyter the server
+        runs in a background thread and :attr:`app_url` says where. ``options``: ``width``, ``background``
+        (the method made in the background, or None), ``jobs``, ``progress``. Needs the app's extra
+        (``pip install 'qkviz[app]'``)."""
+        try:
+            from dash_app import notebook   # the app is an optional extra: imported only here
+        except ImportError as error:
+            raise QkvizError(f"run.show() needs the app's optional dependencies ({error.name} is missing): "
+                             "pip install 'qkviz[app]'") from None
+        self._shown = notebook.show(self, mode=mode, port=port, height=height, **options)
+
+    @property
+    def app_url(self) -> str | None:
+        """Where the app :meth:`show` started answers (``http://127.0.0.1:PORT/``), or ``None`` before."""
+        shown = getattr(self, "_shown", None)
+        return None if shown is None else shown.url
+
+    @property
+    def selection(self) -> pd.DataFrame | None:
+        """The last lasso / box selection made in the single-head view of the app :meth:`show` showed (one
+        row per selected point), or ``None`` before one is made."""
+        shown = getattr(self, "_shown", None)
+        return None if shown is None else getattr(shown.data, "selection", None)
+
     def status(self) -> str:
         """What the run holds: extraction, cached projections, indexes (what ``qkviz status`` prints)."""
         return "\n".join(describe_run(self))
@@ -83,9 +129,10 @@ def open_run(path: str | Path) -> Run:
     return Run(path)
 
 
-def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int | None = None,
+def extract(model: str | Path | object, corpus: str | Path | Iterable[str], out: str | Path, *,
+            tokenizer: object | None = None, max_tokens: int | None = None,
             max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
-            max_length: int | None = None, device: str = "cpu", text_column: str = "text",
+            max_length: int | None = None, device: str | None = None, text_column: str = "text",
             overwrite: bool = False, head_update: bool = False, progress: bool = True) -> Run:
     """Extract every head's queries, keys and value norms over a corpus into the run directory ``out``.
 
@@ -96,12 +143,19 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
     ----------
     model
         A bundled name (``"minilm"``, ``"smollm2"``; see ``qkviz models``), a local Hugging Face model
-        directory, or a hub id.
+        directory, a hub id, or a transformers model object already in memory (a base model or one with a
+        head; of a supported family). An object is borrowed: its training mode, attention implementation
+        and device are as they were afterwards, its weights and dtype untouched.
     corpus
-        A text file (one sentence per line), JSONL / CSV / Parquet (see ``text_column``), or a
-        Hugging Face dataset name[:split].
+        A text file (one sentence per line), JSONL / CSV / Parquet (see ``text_column``), a Hugging Face
+        dataset name[:split], or in memory: any iterable of strings (list, generator, pandas Series, a
+        ``datasets`` column), or a DataFrame / ``datasets.Dataset`` with ``text_column``. The same
+        sentences from a file or a list give the same run.
     out
         The run directory to write.
+    tokenizer
+        With a model object: its fast tokenizer (default: the one saved in the model's ``name_or_path``
+        directory). The model's manifest records its class, ``name_or_path``, config and weights hashes.
     max_tokens, max_sentences
         Stop before this many tokens (special tokens included) / take at most this many sentences.
     seed
@@ -113,7 +167,7 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
     max_length
         Truncate sentences to this many tokens (default: what the model allows).
     device
-        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; default ``"cpu"`` for a named model, and where a model object is.
     text_column
         The column holding the text in tabular corpora.
     overwrite
@@ -127,10 +181,16 @@ def extract(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int 
     -------
     Run
         The finished run.
+
+    Examples
+    --------
+    >>> model = AutoModel.from_pretrained(path); tok = AutoTokenizer.from_pretrained(path)   # doctest: +SKIP
+    >>> run = qkviz.extract(model, ["The cat sat.", "It rained."], "runs/mine", tokenizer=tok)   # doctest: +SKIP
     """
     from qkviz.extraction import extract_run   # torch and transformers are imported here, not by 'import qkviz'
 
-    result = extract_run(model, corpus, out, max_tokens=max_tokens, max_sentences=max_sentences, seed=seed,
-                         dtype=dtype, batch_size=batch_size, max_length=max_length, device=device,
-                         text_column=text_column, overwrite=overwrite, head_update=head_update, progress=progress)
+    result = extract_run(model, corpus, out, tokenizer=tokenizer, max_tokens=max_tokens,
+                         max_sentences=max_sentences, seed=seed, dtype=dtype, batch_size=batch_size,
+                         max_length=max_length, device=device, text_column=text_column, overwrite=overwrite,
+                         head_update=head_update, progress=progress)
     return Run(result.run.path)

@@ -1,14 +1,19 @@
-"""Reading a corpus of sentences: text, JSONL, CSV, Parquet, or a Hugging Face dataset.
+"""Reading a corpus of sentences: text, JSONL, CSV, Parquet, a Hugging Face dataset, or strings in memory.
 
 A text file holds one sentence per line (blank lines skipped); tabular files need the column
-that holds the text (``text_column``, default ``"text"``). The corpus hash covers the sentences
-as read, so the same sentences from another file format give the same run fingerprint.
+that holds the text (``text_column``, default ``"text"``). In memory, any iterable of strings is a
+corpus (a list, a generator, a pandas Series, a ``datasets`` column), and so are a pandas DataFrame or
+a Hugging Face ``datasets.Dataset`` with a ``text_column``. Sentences are stripped and blank ones
+skipped, whatever the source. The corpus hash covers the sentences as read, so the same sentences from
+another file format, or from a list, give the same run fingerprint.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +41,11 @@ class Corpus:
         return digest.hexdigest()
 
 
-def load_corpus(source: str | Path, text_column: str = "text") -> Corpus:
-    """Read sentences from ``source``; every failure is a one-line :class:`QkvizError`."""
+def load_corpus(source, text_column: str = "text") -> Corpus:
+    """Read sentences from ``source`` (a path or dataset name, or strings in memory: see the module); every
+    failure is a one-line :class:`QkvizError`."""
+    if not isinstance(source, (str, os.PathLike)):
+        return corpus_in_memory(source, text_column)
     path = Path(source)
     if path.is_dir():
         raise QkvizError(f"corpus {path} is a directory; give a text, JSONL, CSV or Parquet file")
@@ -154,3 +162,33 @@ def _read_hub_dataset(name: str, text_column: str) -> list[str]:
         raise QkvizError(f"dataset {name} has no column {text_column!r} (columns: {', '.join(dataset.column_names)}); "
                          "choose one with --text-column")
     return [text.strip() for text in dataset[text_column] if isinstance(text, str) and text.strip()]
+
+
+def corpus_in_memory(source, text_column: str = "text") -> Corpus:
+    """The sentences of an iterable of strings, or of a DataFrame's / ``datasets.Dataset``'s ``text_column``."""
+    kind = type(source).__name__
+    column = None
+    if isinstance(source, bytes | bytearray):
+        raise QkvizError("corpus is bytes; decode it to text (a str is read as a file path or dataset name)")
+    if hasattr(source, "column_names") or hasattr(source, "columns"):   # a datasets.Dataset / pandas DataFrame
+        names = list(getattr(source, "column_names", None) or getattr(source, "columns", []))
+        if text_column not in names:
+            raise QkvizError(f"corpus {kind} has no column {text_column!r} (columns: "
+                             f"{', '.join(map(str, names)) or 'none'}); choose one with text_column=")
+        source, column, kind = source[text_column], text_column, f"{kind} column {text_column!r}"
+    elif isinstance(source, Mapping):
+        raise QkvizError(f"corpus is a {kind}; give an iterable of strings (e.g. list(corpus.values()))")
+    if not isinstance(source, Iterable):
+        raise QkvizError(f"corpus is of type {kind}: give a file path, a dataset name, or an iterable of strings")
+    sentences = []
+    for index, item in enumerate(source):
+        if not isinstance(item, str):
+            missing = item is None or (isinstance(item, float) and item != item)
+            shown = "missing" if missing else f"{type(item).__name__} {str(item)[:40]!r}"
+            raise QkvizError(f"corpus item {index} is {shown}, not text; give strings only")
+        if item.strip():
+            sentences.append(item.strip())
+    if not sentences:
+        raise QkvizError(f"corpus ({kind}) has no sentences: it is empty or every item is blank")
+    return Corpus(source=f"{kind} of {len(sentences)} sentences in memory", sentences=tuple(sentences),
+                  text_column=column)

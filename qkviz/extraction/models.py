@@ -11,7 +11,7 @@ import importlib.util
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qkviz.core.errors import QkvizError
@@ -55,6 +55,9 @@ class LoadedModel:
     tokenizer: object    # a fast tokenizer (offsets are needed)
     model_id: str        # what the user named
     source: str          # where the weights came from
+    #: what else is known of the model's identity, recorded in the manifest (an in-memory model's class,
+    #: ``name_or_path`` and dtype)
+    origin: dict = field(default_factory=dict)
 
 
 def cache_dir() -> Path:

@@ -26,7 +26,8 @@ from qkviz.extraction.corpus import Corpus, load_corpus
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.forward import capture_run, pad_token_id
 from qkviz.extraction.logit_parts_capture import capture_logit_parts
-from qkviz.extraction.models import LoadedModel, load_model
+from qkviz.extraction.memory_model import check_token_ids, model_for_extraction
+from qkviz.extraction.models import LoadedModel
 from qkviz.store.locks import exclusive_lock
 from qkviz.store.run import StoredRun, open_run
 from qkviz.store.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory
@@ -49,29 +50,33 @@ class ExtractionResult:
         return int(self.run.manifest["counts"]["n_truncated_sentences"])
 
 
-def extract_run(model: str, corpus: str | Path, out: str | Path, *, max_tokens: int | None = None,
+def extract_run(model, corpus, out: str | Path, *, tokenizer=None, max_tokens: int | None = None,
             max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
-            max_length: int | None = None, device: str = "cpu", text_column: str = "text",
+            max_length: int | None = None, device: str | None = None, text_column: str = "text",
             overwrite: bool = False, head_update: bool = False, progress: bool = False) -> ExtractionResult:
     """Extract every head's queries, keys and value norms over ``corpus`` into the run ``out``;
     with ``head_update``, also each head's update relative to the hidden state per token
-    (:mod:`qkviz.extraction.head_update_capture`). One extraction writes a run directory at a time:
-    a second one into the same ``out`` is refused while the first runs."""
+    (:mod:`qkviz.extraction.head_update_capture`). ``model`` is a name or directory, or a model object with
+    ``tokenizer`` (:mod:`qkviz.extraction.memory_model`); ``corpus`` a file or dataset name, or an iterable of
+    strings (:func:`qkviz.extraction.corpus.load_corpus`). ``device`` None: ``"cpu"`` for a name, where the
+    model object is for an object. One extraction writes a run directory at a time: a second one into the
+    same ``out`` is refused while the first runs."""
     out = Path(out)
-    with exclusive_lock(out.parent / f".{out.name}.lock", wait=False,
-                        busy_message=f"another qkviz extract is writing {out}; wait for it to finish"):
-        return _extract(model, corpus, out, max_tokens=max_tokens, max_sentences=max_sentences, seed=seed,
-                        dtype=dtype, batch_size=batch_size, max_length=max_length, device=device,
-                        text_column=text_column, overwrite=overwrite, head_update=head_update, progress=progress)
-
-
-def _extract(model: str, corpus: str | Path, out: Path, *, max_tokens: int | None, max_sentences: int | None,
-             seed: int, dtype: str, batch_size: int, max_length: int | None, device: str, text_column: str,
-             overwrite: bool, head_update: bool, progress: bool) -> ExtractionResult:
     started = time.perf_counter()
     _check_options(dtype, batch_size, max_tokens, max_sentences, max_length)
     corpus_data = load_corpus(corpus, text_column)
-    loaded = load_model(model, device=device, progress=progress)
+    with exclusive_lock(out.parent / f".{out.name}.lock", wait=False,
+                        busy_message=f"another qkviz extract is writing {out}; wait for it to finish"), \
+            model_for_extraction(model, tokenizer, device, progress) as loaded:
+        return _extract(loaded, corpus_data, out, started, max_tokens=max_tokens, max_sentences=max_sentences,
+                        seed=seed, dtype=dtype, batch_size=batch_size, max_length=max_length,
+                        head_update=head_update, overwrite=overwrite, progress=progress)
+
+
+def _extract(loaded: LoadedModel, corpus_data: Corpus, out: Path, started: float, *, max_tokens: int | None,
+             max_sentences: int | None, seed: int, dtype: str, batch_size: int, max_length: int | None,
+             overwrite: bool, head_update: bool, progress: bool) -> ExtractionResult:
+    device = str(next(loaded.model.parameters()).device)
     config = loaded.model.config
     adapter = adapter_for(config)
     shape = adapter.shape(config)
@@ -80,7 +85,8 @@ def _extract(model: str, corpus: str | Path, out: Path, *, max_tokens: int | Non
     sentences = select_sentences(corpus_data.sentences, loaded.tokenizer, length_limit, max_tokens,
                                  max_sentences, seed)
     if not sentences:
-        raise QkvizError(f"no sentence of {corpus} fits in --max-tokens {max_tokens}; raise it")
+        raise QkvizError(f"no sentence of {corpus_data.source} fits in --max-tokens {max_tokens}; raise it")
+    check_token_ids(sentences, loaded.model)
     n_tokens = sum(len(s) for s in sentences)
     identity = {
         "schema_version": run_files.SCHEMA_VERSION,
@@ -134,7 +140,7 @@ def _manifest(identity: dict, loaded: LoadedModel, adapter: FamilyAdapter, shape
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": _versions(),
         "model": {**identity["model"], "id": loaded.model_id, "source": loaded.source,
-                  "description": adapter.description},
+                  "description": adapter.description, **loaded.origin},
         "shape": {"n_layers": shape.n_layers, "n_heads": shape.n_heads, "n_kv_heads": shape.n_kv_heads,
                   "head_dim": shape.head_dim},
         "attention": {
