@@ -102,8 +102,8 @@ def _extremes_section(report: Report) -> str:
     for row, kept in enumerate(report.extremes.values(), start=1):
         for column, space in enumerate(spaces, start=1):
             distances, dots = kept.figures[space]
-            figure.add_trace(go.Scattergl(x=dots, y=distances, mode="markers", marker={"size": 3, "opacity": 0.4},
-                                          name=space, showlegend=False), row=row, col=column)
+            figure.add_trace(go.Scatter(x=dots, y=distances, mode="markers", marker={"size": 3, "opacity": 0.4},
+                                        name=space, showlegend=False), row=row, col=column)
             figure.update_xaxes(title_text="dot product", row=row, col=column)
             figure.update_yaxes(title_text="distance", row=row, col=column)
     figure.update_layout(height=360 * len(report.extremes))

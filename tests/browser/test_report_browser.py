@@ -38,7 +38,7 @@ def test_report_pages_open_from_file_and_draw_every_graph_with_no_network(app_ru
                                    timeout=60_000)
             total, drawn = page.evaluate(GRAPHS_JS)
             assert drawn == total >= 4, (name, drawn, total)
-            assert [url.rsplit("/", 2)[-2:] for url in scripts] == [["assets", f"plotly-{_plotly_js_version()}.min.js"]]
+            assert [url.rsplit("/", 2)[-2:] for url in scripts] == [["assets", f"plotly-cartesian-{_plotly_js_version()}.min.js"]]
             assert page.evaluate("() => typeof Plotly.newPlot") == "function"
             if name == "index.html":      # per-point head names come from an index pair, decoded from a typed array
                 heads = page.evaluate(BOX_HEADS_JS)
