@@ -1,0 +1,144 @@
+"""Screenshots of every view of the app over one run, for docs/views.md's before / after pairs.
+
+    python scripts/screenshots.py runs/minilm docs/screenshots after
+
+serves the run (``qkviz serve --background none``), opens each view of :data:`SHOTS` in headless Chromium
+(Debian's ``/usr/bin/chromium``, as the browser tests) at a 1400 x 900 window and writes
+``<out>/<label>/<name>.png``, reduced to a 256-colour palette (the 255 commonest colours, every other pixel
+mapped to its nearest) so that each stays a few hundred KB. Chromium decodes its own screenshot into pixels
+(a canvas), so nothing beyond numpy and Playwright is needed.
+
+The shots assume a MiniLM run as ``scripts/demo.sh`` makes it (PCA 2D and 3D, attention t-SNE 2D, stats and
+related heads); query 1666 at layer 3 head 4 is the point of issue 17.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import base64
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+WINDOW = {"width": 1400, "height": 900}
+#: name -> the URL's query string of the view shot
+SHOTS = {
+    "matrix": "view=matrix&method=attn-tsne&dim=2",
+    "single-2d": "view=single&layer=3&head=4&method=attn-tsne&dim=2&colour=frequency&sentence=75&point=1666",
+    "single-3d": "view=single&layer=3&head=4&method=pca&dim=3&colour=punctuation",
+    "sentence": "view=sentence&layer=3&head=4&method=attn-tsne&dim=2&sentence=75",
+    "positions": "view=positions&layer=3&head=4&method=attn-tsne&dim=2",
+    "heads": "view=heads&layer=3&head=4&method=attn-tsne&dim=2",
+}
+CHROMIUM = os.environ.get("QKVIZ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+#: a PNG (base64) -> [width, height, its RGBA pixels in base64], decoded by the page's own canvas
+DECODE_JS = """async (encoded) => {
+  const image = new Image();
+  image.src = 'data:image/png;base64,' + encoded;
+  await image.decode();
+  const canvas = document.createElement('canvas');
+  canvas.width = image.width; canvas.height = image.height;
+  const context = canvas.getContext('2d');
+  context.drawImage(image, 0, 0);
+  const bytes = context.getImageData(0, 0, image.width, image.height).data;
+  let text = '';
+  for (let i = 0; i < bytes.length; i += 32768) { text += String.fromCharCode.apply(null, bytes.subarray(i, i + 32768)); }
+  return [image.width, image.height, btoa(text)];
+}"""
+IDLE_JS = """() => !document.querySelector('[data-dash-is-loading="true"]')"""
+
+
+def start(run: Path, port: int) -> subprocess.Popen:
+    """``qkviz serve`` of ``run`` on ``port``, once it answers."""
+    server = subprocess.Popen([sys.executable, "-m", "qkviz", "serve", "--run", str(run), "--port", str(port),
+                               "--background", "none"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            sys.exit(f"qkviz serve exited with {server.returncode}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2).close()
+            return server
+        except OSError:
+            time.sleep(0.5)
+    server.terminate()
+    sys.exit("qkviz serve did not answer within 120 s")
+
+
+def pixels(page, png: bytes) -> np.ndarray:
+    """uint8 ``[height, width, 3]``: the screenshot ``png`` decoded by the browser (a canvas)."""
+    encoded = base64.b64encode(png).decode()
+    width, height, data = page.evaluate(DECODE_JS, encoded)
+    return np.frombuffer(base64.b64decode(data), dtype=np.uint8).reshape(height, width, 4)[..., :3]
+
+
+def palette_png(image: np.ndarray) -> bytes:
+    """``image`` ``[height, width, 3]`` as an 8-bit palette PNG: the 256 commonest colours, the rest mapped to
+    the nearest of them."""
+    packed = (image.astype(np.uint32) << np.array([16, 8, 0], dtype=np.uint32)).sum(axis=2)
+    colours, inverse, counts = np.unique(packed.ravel(), return_inverse=True, return_counts=True)
+    palette = colours[np.argsort(-counts, kind="stable")[:256]]
+    rgb = lambda packed_: np.stack([(packed_ >> 16) & 255, (packed_ >> 8) & 255, packed_ & 255], -1).astype(np.int32)  # noqa: E731
+    nearest = np.empty(len(colours), dtype=np.uint8)
+    for start in range(0, len(colours), 4096):
+        chunk = rgb(colours[start:start + 4096])
+        nearest[start:start + 4096] = np.argmin(((chunk[:, None] - rgb(palette)[None]) ** 2).sum(-1), axis=1)
+    indices = nearest[inverse].reshape(image.shape[:2])
+    rows = np.concatenate([np.zeros((len(indices), 1), dtype=np.uint8), indices], axis=1)     # filter 0 per row
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    header = struct.pack(">IIBBBBB", image.shape[1], image.shape[0], 8, 3, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"PLTE", rgb(palette).astype(np.uint8).tobytes())
+            + chunk(b"IDAT", zlib.compress(rows.tobytes(), 9)) + chunk(b"IEND", b""))
+
+
+def shoot(url: str, out: Path, names: list[str]) -> None:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        for name in names:
+            page = browser.new_page(viewport=WINDOW)
+            page.goto(f"{url}?{SHOTS[name]}")
+            page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length > 0", timeout=60_000)
+            page.wait_for_timeout(1500)
+            page.wait_for_function(IDLE_JS, timeout=120_000)
+            page.wait_for_timeout(2500)                                  # WebGL draws after the callbacks
+            path = out / f"{name}.png"
+            path.write_bytes(palette_png(pixels(page, page.screenshot())))
+            print(f"{path}: {path.stat().st_size / 1000:.0f} KB")
+            page.close()
+        browser.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path)
+    parser.add_argument("out", type=Path, help="the screenshots' folder (docs/screenshots)")
+    parser.add_argument("label", help="the set's name, a subfolder of out (before, after)")
+    parser.add_argument("--port", type=int, default=8071)
+    parser.add_argument("--only", nargs="*", choices=list(SHOTS), help="only these shots")
+    args = parser.parse_args()
+    out = args.out / args.label
+    out.mkdir(parents=True, exist_ok=True)
+    server = start(args.run, args.port)
+    try:
+        shoot(f"http://127.0.0.1:{args.port}/", out, args.only or list(SHOTS))
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+if __name__ == "__main__":
+    main()
