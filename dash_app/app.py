@@ -17,7 +17,7 @@ from pathlib import Path
 import dash
 from dash import Input, Output, State, dcc, html, no_update
 
-from dash_app import ids, progress
+from dash_app import export, ids, progress
 from dash_app.guard import allowed_hosts, guard
 from dash_app.events import clicked, exemplar_target, partner_target, related_target
 from dash_app.run_data import METHOD_LABELS, RunData, unique_names
@@ -35,7 +35,7 @@ TAB_STYLE = {"padding": "8px 4px"}
 #: the stores the shell holds: each view's last drawn key, and the events the state callback reads
 STORES = (ids.MATRIX_RENDERED, ids.SINGLE_RENDERED, ids.POSITIONS_RENDERED, ids.EXEMPLAR_CLICK, ids.PARTNER_CLICK,
           *matrix.POINT_EVENTS, *single.POINT_EVENTS, *sentence.POINT_EVENTS, *heads.POINT_EVENTS,
-          ids.POSITIONS_CLICK, ids.RELATED_CLICK, ids.HEADS_RENDERED)
+          ids.POSITIONS_CLICK, ids.RELATED_CLICK, ids.HEADS_RENDERED, ids.EXPORT_SINK)
 #: where the app's CSS and clientside JavaScript lie (Dash serves and links every file in it)
 ASSETS = Path(__file__).parent / "assets"
 
@@ -68,6 +68,7 @@ def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts()) -> d
     sentence.register(app, runs)
     positions.register(app, runs)
     heads.register(app, runs)
+    export.register(app)
     return app
 
 
@@ -110,7 +111,10 @@ def shell_layout(runs: list[RunData]) -> html.Div:
 #: controls whose value is a state field as is
 FIELD_CONTROLS = {ids.VIEW_TABS: "view", ids.METHOD_SELECT: "method", ids.DIM_SELECT: "dim",
                   ids.COLOUR_SELECT: "colour", ids.SEARCH_INPUT: "search", ids.MATRIX_SORT: "sort",
-                  ids.LAYER_SELECT: "layer", ids.HEAD_SELECT: "head"}
+                  ids.LAYER_SELECT: "layer", ids.HEAD_SELECT: "head",
+                  ids.SENTENCE_LAYER: "layer", ids.SENTENCE_HEAD: "head", ids.MATRIX_COLOUR: "colour"}
+#: controls repeating a field in the view named (read instead of the field's other control while it shows)
+VIEW_CONTROLS = {ids.SENTENCE_LAYER: "sentence", ids.SENTENCE_HEAD: "sentence", ids.MATRIX_COLOUR: "matrix"}
 STEPS = {ids.PREV_HEAD: (step_head, -1), ids.NEXT_HEAD: (step_head, 1),
          ids.LAYER_UP: (step_layer, -1), ids.LAYER_DOWN: (step_layer, 1)}
 
@@ -125,12 +129,22 @@ def with_controls(state: ViewState, controls: dict, shape) -> ViewState:
 
     Two actions in quick succession can both start from the stored state, and Dash keeps only the
     later answer; the controls still show the first action's change, so reading them keeps it."""
-    changes = {name: controls[control] for control, name in FIELD_CONTROLS.items() if controls.get(control) is not None}
+    changes = {name: controls[control] for control, name in FIELD_CONTROLS.items()
+               if controls.get(control) is not None and reads_control(control, state.view)}
     if ids.SEARCH_SUBSTRING in controls:
         changes["substring"] = isinstance(controls[ids.SEARCH_SUBSTRING], list) and "substring" in controls[ids.SEARCH_SUBSTRING]
     merged = validate(replace(state, **changes), shape, state)
     sentence = controls.get(ids.SENTENCE_SELECT)
     return select_sentence(merged, sentence, shape) if isinstance(sentence, int) else merged
+
+
+def reads_control(control: str, view: str) -> bool:
+    """Whether ``control`` gives its field's value while ``view`` shows: a view's own repeat of a field
+    (:data:`VIEW_CONTROLS`) while it shows, the field's other control otherwise."""
+    if control in VIEW_CONTROLS:
+        return VIEW_CONTROLS[control] == view
+    name = FIELD_CONTROLS[control]
+    return not any(FIELD_CONTROLS[other] == name and shown == view for other, shown in VIEW_CONTROLS.items())
 
 
 def next_state(trigger: str | None, value, current: dict | None, url_search: str | None,

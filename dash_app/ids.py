@@ -95,3 +95,18 @@ SINGLE_RELATED = "single-related"
 RELATED_HEAD = "related-head"
 #: {layer, head, timestamp} of the last related-head button clicked
 RELATED_CLICK = "related-click"
+
+# views, fixed (issue 17)
+#: the single view's Clicked point panel (the state's point), and its line naming the point under the mouse
+SINGLE_POINT = "single-point"
+#: written by the single view's labelsOnZoom (token labels only when zoomed in); read by nothing
+SINGLE_LABELS_SINK = "single-labels-sink"
+#: the sentence view's own layer and head selectors (the state's layer and head, as the single view's)
+SENTENCE_LAYER = "sentence-layer"
+SENTENCE_HEAD = "sentence-head"
+#: the matrix view's colour control (the state's colour, as the single view's)
+MATRIX_COLOUR = "matrix-colour"
+#: pattern-matching id type of an export button: {"type": EXPORT, "graph", "format", "name"}
+EXPORT = "export"
+#: {graph, format, timestamp} of the last export (written by exportFigure)
+EXPORT_SINK = "export-sink"

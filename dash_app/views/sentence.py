@@ -3,7 +3,8 @@
 Each line joins a query and a key; its opacity is the (adjusted) attention weight. Lines are
 separate traces carrying ``meta = [query position, key position]``, so hovering a token shows
 only its lines in the browser (``showHoveredLines`` in ``assets/clientside.js`` restyles their
-visibility; no round trip). Below it, the head's attention averaged over the corpus by (query
+visibility; no round trip). Its own layer and head selectors set the same state as the single view's.
+Below it, the head's attention averaged over the corpus by (query
 position, key position). :func:`register` adds the callback that draws both and the clientside relays.
 """
 
@@ -18,6 +19,7 @@ from dash.exceptions import PreventUpdate
 from dash_app import ids
 from dash_app.attention_maps import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens
 from dash_app.events import relay_graph_event, relay_point_events
+from dash_app.export import export_buttons, image_config
 from dash_app.figures import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
 from dash_app.run_data import RunData
 from dash_app.state import ViewState, checked_state, string_list
@@ -35,14 +37,17 @@ POINT_EVENTS = {ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")}
 def layout() -> html.Div:
     return html.Div(id=ids.SENTENCE_VIEW, style={"display": "none"}, children=[
         html.Div(className="controls", children=[
-            html.Label("Sentence"), dcc.Dropdown(id=ids.SENTENCE_SELECT, clearable=False, style={"width": "560px"}),
+            html.Label("Layer"), dcc.Dropdown(id=ids.SENTENCE_LAYER, clearable=False, style={"width": "80px"}),
+            html.Label("Head"), dcc.Dropdown(id=ids.SENTENCE_HEAD, clearable=False, style={"width": "80px"}),
+            html.Label("Sentence"), dcc.Dropdown(id=ids.SENTENCE_SELECT, clearable=False, style={"width": "520px"}),
             dcc.Checklist(id=ids.SENTENCE_OPTIONS, options=OPTIONS, value=[], inline=True),
+            export_buttons(ids.SENTENCE_GRAPH, "sentence"),
         ]),
         html.Div(id=ids.SENTENCE_MESSAGE, className="info"),
         html.Div(className="sentence-body", children=[
             dcc.Graph(id=ids.SENTENCE_GRAPH, config={"displayModeBar": False}, clear_on_unhover=True,
                       figure={"data": [], "layout": {"height": 100}}),
-            dcc.Graph(id=ids.AGGREGATE_GRAPH, config={"displaylogo": False},
+            dcc.Graph(id=ids.AGGREGATE_GRAPH, config=image_config("mean-attention"),
                       figure={"data": [], "layout": {"height": 100}}),
         ]),
         dcc.Store(id=ids.SENTENCE_HOVER_SINK),
@@ -147,6 +152,17 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
         average = data.aggregate(state.layer, state.head, "first" in options, "special" in options,
                                  "value_norm" in options)
         return figure, aggregate_figure(average, state.layer, state.head), message
+
+    @app.callback(Output(ids.SENTENCE_LAYER, "options"), Output(ids.SENTENCE_HEAD, "options"),
+                  Input(ids.STATE, "data"))
+    def head_options(current):
+        # the run's layers and heads, as the single view's selectors offer them
+        state = checked_state(current, runs)
+        if state.view != "sentence":
+            raise PreventUpdate
+        run = runs[state.run].run
+        return ([{"label": str(layer), "value": layer} for layer in range(run.n_layers)],
+                [{"label": str(head), "value": head} for head in range(run.n_heads)])
 
     relay_point_events(app, POINT_EVENTS)
     relay_graph_event(app, "showHoveredLines", ids.SENTENCE_GRAPH, "hoverData", ids.SENTENCE_HOVER_SINK)

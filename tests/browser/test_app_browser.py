@@ -85,7 +85,7 @@ def test_views_clicks_search_and_reload(page, served, app_run):
     highlighted = page.evaluate("""() => Array.from(document.querySelector('#single-graph .js-plotly-plot')
                                    ._fullData[4 + (%d >= %d ? 1 : 0)].customdata)""" % (point, app_run.n_tokens))
     assert point in highlighted
-    assert re.search(r"\((query|key)\)", page.inner_text("#single-hover"))
+    assert re.search(r"\((query|key)\)", page.inner_text("#single-point"))
 
     # its corpus partners: ten buttons in the panel and ten stars in the layout; a partner click selects it
     page.wait_for_function("""() => document.querySelectorAll('#single-partners button').length === 10 &&
@@ -126,7 +126,7 @@ def test_views_clicks_search_and_reload(page, served, app_run):
     assert expected == app_run.n_sentences
     page.fill("#search-input", "<b>the</b>")
     page.press("#search-input", "Enter")
-    page.wait_for_function("() => document.getElementById('search-count').innerText === '0 results'", timeout=10_000)
+    page.wait_for_function("() => document.getElementById('search-count').innerText === '0 tokens'", timeout=10_000)
     assert page.locator("#search-count b").count() == 0
 
     # back to the matrix: matches highlighted in every head; the URL restores the view on reload

@@ -20,6 +20,7 @@ from dash_app.state import ViewState
 from dash_app.url_state import parse_url, to_url
 from qkviz.cli import main
 from qkviz.analysis.head_labels import LABELS
+from qkviz.report import LABEL_COLOURS
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +152,9 @@ def test_the_matrix_is_grouped_and_coloured_by_label(atlas_data, tmp_path):
     assert np.all(np.diff(codes_in_grid_order) >= 0)                         # grouped in the rules' order
     assert [LABELS[int(code)] for code in codes_in_grid_order] == list(labels[order])
     cells = figure.data[5]
-    assert cells.colorbar.ticktext == LABELS and (cells.zmin, cells.zmax) == (-0.5, len(LABELS) - 0.5)
+    assert cells.showscale is False and (cells.zmin, cells.zmax) == (-0.5, len(LABELS) - 0.5)
+    legend = {trace.name: trace.marker.color for trace in figure.data[6:]}     # labels are named in a legend, no bar
+    assert legend == {label: LABEL_COLOURS[label] for label in LABELS if label in set(labels)}
     assert all(text.split("<br>")[1] in {atlas_panel_tag(row) for row in data.atlas().table.itertuples()}
                for text in figure.data[4].text)
 
