@@ -121,7 +121,7 @@ def test_views_clicks_search_and_reload(page, served, app_run):
         page.fill("#search-input", query)
         page.press("#search-input", "Enter")
         expected = int((tokens == query.lower()).sum())
-        page.wait_for_function("(n) => document.getElementById('search-count').innerText.startsWith(n + ' result')",
+        page.wait_for_function("(n) => document.getElementById('search-count').innerText.startsWith(n + ' token')",
                                arg=expected, timeout=10_000)
     assert expected == app_run.n_sentences
     page.fill("#search-input", "<b>the</b>")
@@ -142,7 +142,7 @@ def test_views_clicks_search_and_reload(page, served, app_run):
     page.wait_for_function(GRAPH_DRAWN, arg=["matrix-graph", 5], timeout=20_000)
     wait_idle(page)
     assert page.url == url and page.input_value("#search-input") == "the"
-    assert page.inner_text("#search-count").startswith(f"{int((tokens == 'the').sum())} result")
+    assert page.inner_text("#search-count").startswith(f"{int((tokens == 'the').sum())} token")
 
 
 def test_bad_url_parameters_show_a_notice(page, served):

@@ -34,6 +34,22 @@ POINT_JS = """([graphId, trace, index]) => {
 }"""
 
 
+#: a PNG (base64) -> [width, height, its RGBA pixels in base64], decoded by the page's own canvas
+DECODE_PNG_JS = """async (encoded) => {
+  const image = new Image();
+  image.src = 'data:image/png;base64,' + encoded;
+  await image.decode();
+  const canvas = document.createElement('canvas');
+  canvas.width = image.width; canvas.height = image.height;
+  const context = canvas.getContext('2d');
+  context.drawImage(image, 0, 0);
+  const bytes = context.getImageData(0, 0, image.width, image.height).data;
+  let text = '';
+  for (let i = 0; i < bytes.length; i += 32768) { text += String.fromCharCode.apply(null, bytes.subarray(i, i + 32768)); }
+  return [image.width, image.height, btoa(text)];
+}"""
+
+
 def make_app_run(model: Path, corpus: Path, directory: Path, max_sentences: int = 20):
     """A run of ``model`` over ``corpus`` with every head's PCA layout in 2D and 3D (UMAP / t-SNE left out)."""
     import qkviz
@@ -133,3 +149,15 @@ def click_point(page, graph_id: str, trace: int, index: int) -> None:
     page.mouse.move(x - 3, y)
     page.mouse.move(x, y)
     page.mouse.click(x, y)
+
+
+def screenshot_pixels(page, clip: dict | None = None):
+    """uint8 ``[height, width, 3]``: what the page shows (inside ``clip``: x, y, width, height), decoded by the
+    browser itself (WebGL canvases cannot be read back, a screenshot can)."""
+    import base64
+
+    import numpy as np
+
+    png = page.screenshot(clip=clip) if clip else page.screenshot()
+    width, height, data = page.evaluate(DECODE_PNG_JS, base64.b64encode(png).decode())
+    return np.frombuffer(base64.b64decode(data), dtype=np.uint8).reshape(height, width, 4)[..., :3]
