@@ -37,6 +37,12 @@ SHOTS = {
     "positions": "view=positions&layer=3&head=4&method=attn-tsne&dim=2",
     "heads": "view=heads&layer=3&head=4&method=attn-tsne&dim=2",
 }
+#: name -> the id of the view's (main) graph, whose share of the window is printed
+GRAPHS = {"matrix": "matrix-graph", "single-2d": "single-graph", "single-3d": "single-graph",
+          "sentence": "sentence-graph", "positions": "positions-graph", "heads": "heads-graph"}
+#: the share of the window's area a graph's box covers
+SHARE_JS = """(id) => { const box = document.getElementById(id).getBoundingClientRect();
+  return box.width * box.height / (window.innerWidth * window.innerHeight); }"""
 CHROMIUM = os.environ.get("QKVIZ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -117,7 +123,8 @@ def shoot(url: str, out: Path, names: list[str]) -> None:
             page.wait_for_timeout(2500)                                  # WebGL draws after the callbacks
             path = out / f"{name}.png"
             path.write_bytes(palette_png(pixels(page, page.screenshot())))
-            print(f"{path}: {path.stat().st_size / 1000:.0f} KB")
+            share = page.evaluate(SHARE_JS, GRAPHS[name])
+            print(f"{path}: {path.stat().st_size / 1000:.0f} KB; its graph covers {share:.0%} of the window")
             page.close()
         browser.close()
 

@@ -195,3 +195,21 @@ def test_the_app_has_the_positions_view(atlas_data):
 
     layout = str(build_app(open_runs([atlas_data.run.path])).layout)
     assert f"id='{ids.POSITIONS_VIEW}'" in layout and "value='positions'" in layout
+
+
+def test_the_label_share_is_rounded_as_the_statistics_are():
+    import pandas as pd
+
+    from qkviz.analysis.head_labels import head_label
+
+    shares = {"argmax_previous": 0.0, "argmax_next": 0.0, "argmax_self": 0.0, "argmax_offset": 0.0,
+              "argmax_first": 0.9994, "argmax_delimiter": 0.0, "entropy_normalised": 0.3, "offset": 0.0}
+    label, detail = head_label(shares)
+    assert (label, detail) == ("first-token", "99.9% of queries")
+    assert format_value("argmax_first", 0.9994) == "99.9%"
+    # an atlas made before the rule kept whole percents: the panel writes the share as the table does
+    row = pd.Series({**shares, "label": label, "label_detail": "100% of queries"})
+    assert atlas_panel.label_detail(row) == "99.9% of queries"
+    row = pd.Series({**shares, "argmax_offset": 0.9996, "argmax_first": 0.1, "offset": -4.0, "label": "fixed-offset",
+                     "label_detail": "offset -4: 100% of queries"})
+    assert atlas_panel.label_detail(row) == "offset -4: 100.0% of queries"
