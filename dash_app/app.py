@@ -234,6 +234,7 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         Output(ids.STATE, "data"), Output(ids.URL, "search"), Output(ids.NOTICE, "children"),
         *(Output(control, prop) for control, prop in value_controls),
         Output(ids.LAYER_SELECT, "options"), Output(ids.HEAD_SELECT, "options"),
+        Output(ids.SENTENCE_LAYER, "options"), Output(ids.SENTENCE_HEAD, "options"),
         Output(ids.SENTENCE_SELECT, "options"), Output(ids.METHOD_SELECT, "options"), Output(ids.DIM_SELECT, "options"),
         Output(ids.RUN_INFO, "children"),
         Output(ids.MATRIX_SORT, "options"),
@@ -259,11 +260,11 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         control_outputs = [no_update if inputs[control] == controls[control] else controls[control]
                            for control, _ in value_controls]
         run_changed = previous is None or previous.run != state.run
-        options = [[{"label": str(i), "value": i} for i in range(data.run.n_layers)],
-                   [{"label": str(i), "value": i} for i in range(data.run.n_heads)],
-                   sentence.sentence_options(data), method_options(data), dim_options(data, state.method),
-                   run_summary(data)]
-        options = options if run_changed else [no_update] * 3 + options[3:5] + [no_update]
+        layers = [{"label": str(i), "value": i} for i in range(data.run.n_layers)]
+        head_choices = [{"label": str(i), "value": i} for i in range(data.run.n_heads)]
+        options = [layers, head_choices, layers, head_choices, sentence.sentence_options(data), method_options(data),
+                   dim_options(data, state.method), run_summary(data)]
+        options = options if run_changed else [no_update] * 5 + options[5:7] + [no_update]
         # the sort control offers the atlas's columns, which may appear while the app runs: sent when the run
         # changes or the matrix view opens, not on every action
         opened_matrix = state.view == "matrix" and (previous is None or previous.view != "matrix")

@@ -153,16 +153,5 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
                                  "value_norm" in options)
         return figure, aggregate_figure(average, state.layer, state.head), message
 
-    @app.callback(Output(ids.SENTENCE_LAYER, "options"), Output(ids.SENTENCE_HEAD, "options"),
-                  Input(ids.STATE, "data"))
-    def head_options(current):
-        # the run's layers and heads, as the single view's selectors offer them
-        state = checked_state(current, runs)
-        if state.view != "sentence":
-            raise PreventUpdate
-        run = runs[state.run].run
-        return ([{"label": str(layer), "value": layer} for layer in range(run.n_layers)],
-                [{"label": str(head), "value": head} for head in range(run.n_heads)])
-
     relay_point_events(app, POINT_EVENTS)
     relay_graph_event(app, "showHoveredLines", ids.SENTENCE_GRAPH, "hoverData", ids.SENTENCE_HOVER_SINK)
