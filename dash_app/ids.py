@@ -40,7 +40,6 @@ MATRIX_RENDERED = "matrix-rendered"
 
 # single-head view
 SINGLE_GRAPH = "single-graph"
-SINGLE_TITLE = "single-title"
 SINGLE_INFO = "single-info"
 SINGLE_MESSAGE = "single-message"
 SINGLE_HOVER = "single-hover"

@@ -4,8 +4,8 @@
 
 serves the run (``qkviz serve --background none``), opens each view of :data:`SHOTS` in headless Chromium
 (Debian's ``/usr/bin/chromium``, as the browser tests) at a 1400 x 900 window and writes
-``<out>/<label>/<name>.png``, reduced to a 256-colour palette (the 255 commonest colours, every other pixel
-mapped to its nearest) so that each stays a few hundred KB. Chromium decodes its own screenshot into pixels
+``<out>/<label>/<name>.png``, reduced to a 256-colour palette (the commonest colours exactly, the rest
+fitted by k-means) so that each stays a few hundred KB. Chromium decodes its own screenshot into pixels
 (a canvas), so nothing beyond numpy and Playwright is needed.
 
 The shots assume a MiniLM run as ``scripts/demo.sh`` makes it (PCA 2D and 3D, attention t-SNE 2D, stats and
@@ -36,13 +36,24 @@ SHOTS = {
     "sentence": "view=sentence&layer=3&head=4&method=attn-tsne&dim=2&sentence=75",
     "positions": "view=positions&layer=3&head=4&method=attn-tsne&dim=2",
     "heads": "view=heads&layer=3&head=4&method=attn-tsne&dim=2",
+    # views that did not exist before issue 17: every head coloured by one setting, a rare token's match ringed
+    "matrix-position-search": "view=matrix&method=attn-tsne&dim=2&colour=position&search=vaccine",
+    "single-search": "view=single&layer=3&head=4&method=attn-tsne&dim=2&colour=position&search=vaccine",
 }
 #: name -> the id of the view's (main) graph, whose share of the window is printed
 GRAPHS = {"matrix": "matrix-graph", "single-2d": "single-graph", "single-3d": "single-graph",
-          "sentence": "sentence-graph", "positions": "positions-graph", "heads": "heads-graph"}
-#: the share of the window's area a graph's box covers
-SHARE_JS = """(id) => { const box = document.getElementById(id).getBoundingClientRect();
-  return box.width * box.height / (window.innerWidth * window.innerHeight); }"""
+          "sentence": "sentence-graph", "positions": "positions-graph", "heads": "heads-graph",
+          "matrix-position-search": "matrix-graph", "single-search": "single-graph"}
+#: the shares of the window's area that a graph's figure (its part in view) and its plot area cover
+SHARE_JS = """(id) => {
+  const graph = document.querySelector('#' + id + ' .js-plotly-plot'), box = graph.querySelector('.main-svg')
+    .getBoundingClientRect(), layout = graph._fullLayout, area = window.innerWidth * window.innerHeight;
+  const clipped = Math.max(0, Math.min(box.right, window.innerWidth) - Math.max(box.left, 0)) *
+                  Math.max(0, Math.min(box.bottom, window.innerHeight) - Math.max(box.top, 0));
+  const plot = layout.xaxis && layout.xaxis.visible !== undefined ? layout.xaxis._length * layout.yaxis._length
+               : layout._size.w * layout._size.h;
+  return [clipped / area, plot / area];
+}"""
 CHROMIUM = os.environ.get("QKVIZ_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -87,25 +98,46 @@ def pixels(page, png: bytes) -> np.ndarray:
     return np.frombuffer(base64.b64decode(data), dtype=np.uint8).reshape(height, width, 4)[..., :3]
 
 
-def palette_png(image: np.ndarray) -> bytes:
-    """``image`` ``[height, width, 3]`` as an 8-bit palette PNG: the 256 commonest colours, the rest mapped to
-    the nearest of them."""
+def rgb(packed: np.ndarray) -> np.ndarray:
+    """int32 ``[n, 3]`` of colours packed as ``0xRRGGBB``."""
+    return np.stack([(packed >> 16) & 255, (packed >> 8) & 255, packed & 255], -1).astype(np.int32)
+
+
+def nearest(colours: np.ndarray, palette: np.ndarray) -> np.ndarray:
+    """The index of the nearest of ``palette`` ``[m, 3]`` for each of ``colours`` ``[n, 3]`` (squared RGB distance)."""
+    found = np.empty(len(colours), dtype=np.int64)
+    for start in range(0, len(colours), 4096):
+        found[start:start + 4096] = np.argmin(((colours[start:start + 4096, None] - palette[None]) ** 2).sum(-1), 1)
+    return found
+
+
+def palette_png(image: np.ndarray, exact: int = 128, fitted: int = 128, rounds: int = 8) -> bytes:
+    """``image`` ``[height, width, 3]`` as an 8-bit palette PNG: its ``exact`` commonest colours (page, text,
+    flat fills) and ``fitted`` more by weighted k-means over the rest (gradients, blended points), every pixel
+    mapped to its nearest."""
     packed = (image.astype(np.uint32) << np.array([16, 8, 0], dtype=np.uint32)).sum(axis=2)
     colours, inverse, counts = np.unique(packed.ravel(), return_inverse=True, return_counts=True)
-    palette = colours[np.argsort(-counts, kind="stable")[:256]]
-    rgb = lambda packed_: np.stack([(packed_ >> 16) & 255, (packed_ >> 8) & 255, packed_ & 255], -1).astype(np.int32)  # noqa: E731
-    nearest = np.empty(len(colours), dtype=np.uint8)
-    for start in range(0, len(colours), 4096):
-        chunk = rgb(colours[start:start + 4096])
-        nearest[start:start + 4096] = np.argmin(((chunk[:, None] - rgb(palette)[None]) ** 2).sum(-1), axis=1)
-    indices = nearest[inverse].reshape(image.shape[:2])
+    order = np.argsort(-counts, kind="stable")
+    palette = rgb(colours[order[:exact]])
+    rest, weights = rgb(colours[order[exact:]]).astype(np.float64), counts[order[exact:]].astype(np.float64)
+    if len(rest) > fitted:
+        centres = rest[np.random.default_rng(0).choice(len(rest), fitted, replace=False, p=weights / weights.sum())]
+        for _ in range(rounds):
+            members = nearest(rest, centres)
+            totals = np.bincount(members, weights, minlength=fitted)
+            sums = np.stack([np.bincount(members, weights * rest[:, axis], minlength=fitted) for axis in range(3)], 1)
+            centres = np.where(totals[:, None] > 0, sums / np.maximum(totals, 1)[:, None], centres)
+        palette = np.concatenate([palette, np.rint(centres).astype(np.int32)])
+    elif len(rest):
+        palette = np.concatenate([palette, rest.astype(np.int32)])
+    indices = nearest(rgb(colours), palette).astype(np.uint8)[inverse].reshape(image.shape[:2])
     rows = np.concatenate([np.zeros((len(indices), 1), dtype=np.uint8), indices], axis=1)     # filter 0 per row
 
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
     header = struct.pack(">IIBBBBB", image.shape[1], image.shape[0], 8, 3, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"PLTE", rgb(palette).astype(np.uint8).tobytes())
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"PLTE", palette.astype(np.uint8).tobytes())
             + chunk(b"IDAT", zlib.compress(rows.tobytes(), 9)) + chunk(b"IEND", b""))
 
 
@@ -123,8 +155,9 @@ def shoot(url: str, out: Path, names: list[str]) -> None:
             page.wait_for_timeout(2500)                                  # WebGL draws after the callbacks
             path = out / f"{name}.png"
             path.write_bytes(palette_png(pixels(page, page.screenshot())))
-            share = page.evaluate(SHARE_JS, GRAPHS[name])
-            print(f"{path}: {path.stat().st_size / 1000:.0f} KB; its graph covers {share:.0%} of the window")
+            figure, plot = page.evaluate(SHARE_JS, GRAPHS[name])
+            print(f"{path}: {path.stat().st_size / 1000:.0f} KB; its figure covers {figure:.0%} of the window, "
+                  f"its plot area {plot:.0%}")
             page.close()
         browser.close()
 

@@ -44,7 +44,7 @@ OPTIONS = [{"label": "size by norm", "value": "size"}, {"label": "token labels (
 #: token labels are drawn only while at most this many points are in view (zoom in to see them)
 LABEL_LIMIT = 300
 #: the figure's height: the window's, less the bars above it (at least MIN_HEIGHT_PX)
-GRAPH_HEIGHT = "calc(100vh - 215px)"
+GRAPH_HEIGHT = "calc(100vh - 195px)"
 MIN_HEIGHT_PX = 480
 #: the part of the cloud the 3D axes' range spans (quantiles of each axis, then a margin); the few points
 #: beyond (outliers that would shrink the cloud to a corner of its box) are left out of view, never dropped
@@ -85,7 +85,6 @@ def layout() -> html.Div:
             dcc.Input(id=ids.THRESHOLD, type="number", min=0, max=1, step=0.01, value=DEFAULT_THRESHOLD,
                       style={"width": "70px"}),
         ]),
-        html.H3(id=ids.SINGLE_TITLE),
         html.Div(id=ids.SINGLE_INFO, className="info"),
         html.Div(id=ids.SINGLE_MESSAGE, className="message"),
         html.Div(className="single-body", children=[
@@ -260,9 +259,11 @@ def cloud_ranges(coordinates: np.ndarray) -> list[list[float]]:
 
 
 def single_figure(base: list, overlays: list[dict], dim: int, title: str, revision: str,
-                  coordinates: np.ndarray | None = None, legend: list | None = None) -> go.Figure:
+                  coordinates: np.ndarray | None = None, legend: list | None = None,
+                  axis_names: tuple[str, ...] = ("x", "y", "z")) -> go.Figure:
     """The figure: ``base`` (slots 0-3), ``overlays`` (slots 4 on), then ``legend`` (legend-only entries); it
-    fills its graph's box. In 3D, axes with a grid whose range fits the cloud of ``coordinates``."""
+    fills its graph's box. In 3D, axes named ``axis_names`` with a grid whose range fits the cloud of
+    ``coordinates``."""
     figure = go.Figure(base + overlays + (legend or []))
     figure.update_layout(autosize=True, margin=dict(l=10, r=10, t=40, b=10), uirevision=revision, plot_bgcolor="white",
                          title=dict(text=title, font=dict(size=14)), hovermode="closest",
@@ -276,9 +277,8 @@ def single_figure(base: list, overlays: list[dict], dim: int, title: str, revisi
                     zeroline=False, showticklabels=False, showspikes=False)
         figure.update_scenes(aspectmode="cube", domain=dict(x=[0, 0.82]),
                              camera=dict(eye=dict(x=1.3, y=1.3, z=0.9)),
-                             **{f"{name}axis": dict(axis, range=span, title=dict(text=f"PC{index + 1}" if "PCA" in title
-                                                                                 else name))
-                                for index, (name, span) in enumerate(zip("xyz", ranges))})
+                             **{f"{axis_id}axis": dict(axis, range=span, title=dict(text=name))
+                                for axis_id, span, name in zip("xyz", ranges, axis_names)})
     return figure
 
 
@@ -322,7 +322,9 @@ def render_single(data: RunData, state: ViewState, options: list[str], matches: 
     shown = f"PCA (waiting for {METHOD_LABELS[state.method]})" if standing_in(data, state) else METHOD_LABELS[state.method]
     title = f"{data.name} · layer {state.layer} head {state.head} · {shown} {state.dim}D"
     revision = f"{state.run}-{state.layer}-{state.head}-{state.method}-{state.dim}"
-    return single_figure(base, overlays, state.dim, title, revision, coordinates, legend)
+    pca = standing_in(data, state) or state.method == "pca"
+    return single_figure(base, overlays, state.dim, title, revision, coordinates, legend,
+                         ("PC1", "PC2", "PC3") if pca else ("x", "y", "z"))
 
 
 def info_line(data: RunData) -> str:

@@ -182,7 +182,7 @@ def test_positions_row_opens_its_head_whose_exemplar_opens_its_sentence(page, se
     heights = page.evaluate("""() => [document.getElementById('single-graph').getBoundingClientRect().height,
                                       document.querySelector('.side-panel').getBoundingClientRect().height,
                                       window.innerHeight]""")
-    assert heights[0] == heights[2] - 215 < heights[1], heights
+    assert heights[0] == heights[2] - 195 < heights[1], heights
 
     exemplar = atlas.exemplars.query("layer == 1 and head == 3 and rank == 0").iloc[0]
     page.click("#single-atlas button.exemplar >> nth=0")
