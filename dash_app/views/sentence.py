@@ -30,6 +30,8 @@ OPTIONS = [{"label": "hide the first token", "value": "first"},
 MIN_WEIGHT = 0.02
 MAX_LINES = 400
 ROW_PX = 22
+#: mean attention, light (low) to dark blue: the low end a clear tint, not lost in the white page
+WEIGHT_SCALE = [[0.0, "#d6e6f4"], [0.5, "#4a98c9"], [1.0, "#08306b"]]
 #: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
 POINT_EVENTS = {ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")}
 
@@ -112,7 +114,7 @@ def aggregate_figure(average: np.ndarray, layer: int, head: int) -> go.Figure:
     """Heatmap of ``average`` ``[query position, key position]`` (NaN cells left blank)."""
     visible = np.flatnonzero(~np.all(np.isnan(average), axis=1))
     size = int(visible.max()) + 1 if len(visible) else 1
-    figure = go.Figure(go.Heatmap(z=average[:size, :size], colorscale="Blues", zmin=0,
+    figure = go.Figure(go.Heatmap(z=average[:size, :size], colorscale=WEIGHT_SCALE, zmin=0,
                                   colorbar=dict(title=dict(text="mean weight", side="right")),
                                   hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"))
     figure.update_layout(height=560, width=620, margin=dict(l=50, r=10, t=50, b=50),

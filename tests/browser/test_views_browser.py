@@ -202,6 +202,8 @@ def test_colour_bars_read_as_counts_categories_get_a_legend_and_no_scale_starts_
 def test_the_sentence_view_has_its_layer_and_head_and_the_heads_map_is_labelled(page, served):
     open_view(page, served, "view=sentence&layer=0&head=1&method=pca&dim=2&sentence=2", ids.SENTENCE_GRAPH, 3)
     assert "layer 0 head 1" in page.inner_text(f"#{ids.SENTENCE_MESSAGE}")
+    low = page.evaluate("() => document.querySelector('#aggregate-graph .js-plotly-plot')._fullData[0].colorscale[0][1]")
+    assert lightness(low) < 0.9                                  # the mean-attention map's low end is not white
     for control, option, expected in ((ids.SENTENCE_HEAD, "3", "head=3"), (ids.SENTENCE_LAYER, "1", "layer=1&head=3")):
         choose(page, control, option)
         page.wait_for_function("(text) => location.search.includes(text)", arg=expected, timeout=10_000)
