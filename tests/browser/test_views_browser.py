@@ -8,7 +8,8 @@ import re
 
 import numpy as np
 import pytest
-from support.browser import click_point, launch_chromium, screenshot_pixels, start_server, stop_server, wait_idle
+from support.browser import (click_point, copy_run, launch_chromium, screenshot_pixels, start_server, stop_server,
+                             wait_idle)
 
 from dash_app import ids
 from dash_app.figures import MATCH_RING
@@ -38,10 +39,12 @@ POINT_AT_JS = """([graphId, trace, index]) => {
 
 
 @pytest.fixture(scope="module")
-def served(related_data):
-    """The app over the tiny run with its head atlas and related heads; what the server printed is checked
-    when the module ends (one start-up line, no Dash / Flask banner, no traceback)."""
-    server, url = start_server([related_data.run.path])
+def served(related_data, tmp_path_factory):
+    """The app over a copy of the tiny run with its head atlas and related heads (the server makes layouts
+    in it); what the server printed is checked when the module ends (one start-up line, no Dash / Flask
+    banner, no traceback)."""
+    run = copy_run(related_data.run, tmp_path_factory.mktemp("views") / "tiny-views", atlas=False)
+    server, url = start_server([run.path])
     yield url
     output = stop_server(server)
     assert "Traceback" not in output, output
@@ -93,6 +96,8 @@ def test_the_clicked_point_panel_the_url_and_the_ring_agree(page, served, relate
         open_view(page, served, f"view=single&layer={layer}&head={head}&method=pca&dim=2", ids.SINGLE_GRAPH, 13)
         click_point(page, ids.SINGLE_GRAPH, trace, index)
         page.wait_for_function("() => /point=\\d+/.test(location.search)", timeout=20_000)
+        page.wait_for_function("() => document.querySelector('#single-graph .js-plotly-plot')._fullData[11].x.length === 1",
+                               timeout=20_000)
         wait_idle(page)
         point, sentence = url_point(page)
         row = run.tokens.iloc[point % run.n_tokens]
