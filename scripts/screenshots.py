@@ -6,7 +6,8 @@ serves the run (``qkviz serve --background none``), opens each view of :data:`SH
 (Debian's ``/usr/bin/chromium``, as the browser tests) at a 1400 x 900 window and writes
 ``<out>/<label>/<name>.png``, reduced to a 256-colour palette (the commonest colours exactly, the rest
 fitted by k-means) so that each stays a few hundred KB. Chromium decodes its own screenshot into pixels
-(a canvas), so nothing beyond numpy and Playwright is needed.
+(a canvas; the browser tests' helpers, tests/support/browser.py), so nothing beyond numpy and Playwright is
+needed.
 
 The shots assume a MiniLM run as ``scripts/demo.sh`` makes it (PCA 2D and 3D, attention t-SNE 2D, stats and
 related heads); query 1666 at layer 3 head 4 is the point of issue 17.
@@ -15,8 +16,6 @@ related heads); query 1666 at layer 3 head 4 is the point of issue 17.
 from __future__ import annotations
 
 import argparse
-import os
-import base64
 import struct
 import subprocess
 import sys
@@ -26,6 +25,9 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.browser import CHROMIUM, CHROMIUM_ARGS, IDLE_JS, WINDOW_SHARE_JS, screenshot_pixels  # noqa: E402
 
 WINDOW = {"width": 1400, "height": 900}
 #: name -> the URL's query string of the view shot
@@ -44,34 +46,6 @@ SHOTS = {
 GRAPHS = {"matrix": "matrix-graph", "single-2d": "single-graph", "single-3d": "single-graph",
           "sentence": "sentence-graph", "positions": "positions-graph", "heads": "heads-graph",
           "matrix-position-search": "matrix-graph", "single-search": "single-graph"}
-#: the shares of the window's area that a graph's figure (its part in view) and its plot area cover
-SHARE_JS = """(id) => {
-  const graph = document.querySelector('#' + id + ' .js-plotly-plot'), box = graph.querySelector('.main-svg')
-    .getBoundingClientRect(), layout = graph._fullLayout, area = window.innerWidth * window.innerHeight;
-  const clipped = Math.max(0, Math.min(box.right, window.innerWidth) - Math.max(box.left, 0)) *
-                  Math.max(0, Math.min(box.bottom, window.innerHeight) - Math.max(box.top, 0));
-  const plot = layout.xaxis && layout.xaxis.visible !== undefined ? layout.xaxis._length * layout.yaxis._length
-               : layout._size.w * layout._size.h;
-  return [clipped / area, plot / area];
-}"""
-CHROMIUM = os.environ.get("QKVIZ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-#: a PNG (base64) -> [width, height, its RGBA pixels in base64], decoded by the page's own canvas
-DECODE_JS = """async (encoded) => {
-  const image = new Image();
-  image.src = 'data:image/png;base64,' + encoded;
-  await image.decode();
-  const canvas = document.createElement('canvas');
-  canvas.width = image.width; canvas.height = image.height;
-  const context = canvas.getContext('2d');
-  context.drawImage(image, 0, 0);
-  const bytes = context.getImageData(0, 0, image.width, image.height).data;
-  let text = '';
-  for (let i = 0; i < bytes.length; i += 32768) { text += String.fromCharCode.apply(null, bytes.subarray(i, i + 32768)); }
-  return [image.width, image.height, btoa(text)];
-}"""
-IDLE_JS = """() => !document.querySelector('[data-dash-is-loading="true"]')"""
 
 
 def start(run: Path, port: int) -> subprocess.Popen:
@@ -89,13 +63,6 @@ def start(run: Path, port: int) -> subprocess.Popen:
             time.sleep(0.5)
     server.terminate()
     sys.exit("qkviz serve did not answer within 120 s")
-
-
-def pixels(page, png: bytes) -> np.ndarray:
-    """uint8 ``[height, width, 3]``: the screenshot ``png`` decoded by the browser (a canvas)."""
-    encoded = base64.b64encode(png).decode()
-    width, height, data = page.evaluate(DECODE_JS, encoded)
-    return np.frombuffer(base64.b64decode(data), dtype=np.uint8).reshape(height, width, 4)[..., :3]
 
 
 def rgb(packed: np.ndarray) -> np.ndarray:
@@ -145,7 +112,7 @@ def shoot(url: str, out: Path, names: list[str]) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         for name in names:
             page = browser.new_page(viewport=WINDOW)
             page.goto(f"{url}?{SHOTS[name]}")
@@ -154,8 +121,8 @@ def shoot(url: str, out: Path, names: list[str]) -> None:
             page.wait_for_function(IDLE_JS, timeout=120_000)
             page.wait_for_timeout(2500)                                  # WebGL draws after the callbacks
             path = out / f"{name}.png"
-            path.write_bytes(palette_png(pixels(page, page.screenshot())))
-            figure, plot = page.evaluate(SHARE_JS, GRAPHS[name])
+            path.write_bytes(palette_png(screenshot_pixels(page)))
+            figure, plot = page.evaluate(WINDOW_SHARE_JS, GRAPHS[name])
             print(f"{path}: {path.stat().st_size / 1000:.0f} KB; its figure covers {figure:.0%} of the window, "
                   f"its plot area {plot:.0%}")
             page.close()

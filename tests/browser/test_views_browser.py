@@ -8,8 +8,8 @@ import re
 
 import numpy as np
 import pytest
-from support.browser import (click_point, copy_run, launch_chromium, screenshot_pixels, start_server, stop_server,
-                             wait_idle)
+from support.browser import (WINDOW_SHARE_JS, click_point, copy_run, launch_chromium, screenshot_pixels, start_server,
+                             stop_server, wait_idle)
 
 from dash_app import ids
 from dash_app.figures import MATCH_RING
@@ -18,16 +18,6 @@ WINDOW = {"width": 1400, "height": 900}
 DRAWN = """([graphId, traces]) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
   return graph && graph.offsetParent !== null && graph._fullData && graph._fullData.length >= traces;
-}"""
-#: the shares of the window's area that a graph's figure (its part in view) and its plot area cover
-SHARE_JS = """(id) => {
-  const graph = document.querySelector('#' + id + ' .js-plotly-plot'), box = graph.querySelector('.main-svg')
-    .getBoundingClientRect(), layout = graph._fullLayout, area = window.innerWidth * window.innerHeight;
-  const clipped = Math.max(0, Math.min(box.right, window.innerWidth) - Math.max(box.left, 0)) *
-                  Math.max(0, Math.min(box.bottom, window.innerHeight) - Math.max(box.top, 0));
-  const plot = layout.xaxis && layout.xaxis.visible !== undefined ? layout.xaxis._length * layout.yaxis._length
-               : layout._size.w * layout._size.h;
-  return [clipped / area, plot / area];
 }"""
 #: page coordinates and [x, y] of point `index` of trace `trace` of a 2D graph
 POINT_AT_JS = """([graphId, trace, index]) => {
@@ -129,7 +119,7 @@ def test_the_views_fill_the_window_and_3d_fits_its_cloud(page, served):
     for view, graph, traces in (("matrix", ids.MATRIX_GRAPH, 5), ("single", ids.SINGLE_GRAPH, 13),
                                 ("heads", ids.HEADS_GRAPH, 2)):
         open_view(page, served, f"view={view}&method=pca&dim=2", graph, traces)
-        shares[view] = page.evaluate(SHARE_JS, graph)
+        shares[view] = page.evaluate(WINDOW_SHARE_JS, graph)
     # [figure, plot area] shares of the window; before issue 17, on the MiniLM run: matrix [0.66, 0.57], single
     # [0.54, 0.41], heads [0.69, 0.54] (scripts/screenshots.py prints them)
     assert shares["matrix"][0] >= 0.75 and shares["matrix"][1] >= 0.6, shares

@@ -34,6 +34,16 @@ POINT_JS = """([graphId, trace, index]) => {
 }"""
 
 
+#: the shares of the window's area that a graph's figure (its part in view) and its plot area cover
+WINDOW_SHARE_JS = """(id) => {
+  const graph = document.querySelector('#' + id + ' .js-plotly-plot'), box = graph.querySelector('.main-svg')
+    .getBoundingClientRect(), layout = graph._fullLayout, area = window.innerWidth * window.innerHeight;
+  const clipped = Math.max(0, Math.min(box.right, window.innerWidth) - Math.max(box.left, 0)) *
+                  Math.max(0, Math.min(box.bottom, window.innerHeight) - Math.max(box.top, 0));
+  const plot = layout.xaxis && layout.xaxis.visible !== undefined ? layout.xaxis._length * layout.yaxis._length
+               : layout._size.w * layout._size.h;
+  return [clipped / area, plot / area];
+}"""
 #: a PNG (base64) -> [width, height, its RGBA pixels in base64], decoded by the page's own canvas
 DECODE_PNG_JS = """async (encoded) => {
   const image = new Image();
