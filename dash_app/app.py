@@ -17,7 +17,7 @@ from pathlib import Path
 import dash
 from dash import Input, Output, State, dcc, html, no_update
 
-from dash_app import ids, progress
+from dash_app import export, ids, progress
 from dash_app.attention_changes import AttentionChanges
 from dash_app.guard import allowed_hosts, guard
 from dash_app.events import clicked, exemplar_target, partner_target, related_target
@@ -36,7 +36,7 @@ TAB_STYLE = {"padding": "8px 4px"}
 #: the stores the shell holds: each view's last drawn key, and the events the state callback reads
 STORES = (ids.MATRIX_RENDERED, ids.SINGLE_RENDERED, ids.POSITIONS_RENDERED, ids.EXEMPLAR_CLICK, ids.PARTNER_CLICK,
           *matrix.POINT_EVENTS, *single.POINT_EVENTS, *sentence.POINT_EVENTS, *heads.POINT_EVENTS,
-          ids.POSITIONS_CLICK, ids.RELATED_CLICK, ids.HEADS_RENDERED)
+          ids.POSITIONS_CLICK, ids.RELATED_CLICK, ids.HEADS_RENDERED, ids.EXPORT_SINK)
 #: where the app's CSS and clientside JavaScript lie (Dash serves and links every file in it)
 ASSETS = Path(__file__).parent / "assets"
 
@@ -71,6 +71,7 @@ def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts()) -> d
     positions.register(app, runs)
     heads.register(app, runs)
     compare.register(app, runs, changes)
+    export.register(app)
     changes.start()
     return app
 
@@ -123,7 +124,10 @@ def shell_layout(runs: list[RunData], changes: AttentionChanges | None = None) -
 #: controls whose value is a state field as is
 FIELD_CONTROLS = {ids.VIEW_TABS: "view", ids.METHOD_SELECT: "method", ids.DIM_SELECT: "dim",
                   ids.COLOUR_SELECT: "colour", ids.SEARCH_INPUT: "search", ids.MATRIX_SORT: "sort",
-                  ids.LAYER_SELECT: "layer", ids.HEAD_SELECT: "head"}
+                  ids.LAYER_SELECT: "layer", ids.HEAD_SELECT: "head",
+                  ids.SENTENCE_LAYER: "layer", ids.SENTENCE_HEAD: "head", ids.MATRIX_COLOUR: "colour"}
+#: controls repeating a field in the view named (read instead of the field's other control while it shows)
+VIEW_CONTROLS = {ids.SENTENCE_LAYER: "sentence", ids.SENTENCE_HEAD: "sentence", ids.MATRIX_COLOUR: "matrix"}
 STEPS = {ids.PREV_HEAD: (step_head, -1), ids.NEXT_HEAD: (step_head, 1),
          ids.LAYER_UP: (step_layer, -1), ids.LAYER_DOWN: (step_layer, 1)}
 
@@ -138,12 +142,22 @@ def with_controls(state: ViewState, controls: dict, shape) -> ViewState:
 
     Two actions in quick succession can both start from the stored state, and Dash keeps only the
     later answer; the controls still show the first action's change, so reading them keeps it."""
-    changes = {name: controls[control] for control, name in FIELD_CONTROLS.items() if controls.get(control) is not None}
+    changes = {name: controls[control] for control, name in FIELD_CONTROLS.items()
+               if controls.get(control) is not None and reads_control(control, state.view)}
     if ids.SEARCH_SUBSTRING in controls:
         changes["substring"] = isinstance(controls[ids.SEARCH_SUBSTRING], list) and "substring" in controls[ids.SEARCH_SUBSTRING]
     merged = validate(replace(state, **changes), shape, state)
     sentence = controls.get(ids.SENTENCE_SELECT)
     return select_sentence(merged, sentence, shape) if isinstance(sentence, int) else merged
+
+
+def reads_control(control: str, view: str) -> bool:
+    """Whether ``control`` gives its field's value while ``view`` shows: a view's own repeat of a field
+    (:data:`VIEW_CONTROLS`) while it shows, the field's other control otherwise."""
+    if control in VIEW_CONTROLS:
+        return VIEW_CONTROLS[control] == view
+    name = FIELD_CONTROLS[control]
+    return not any(FIELD_CONTROLS[other] == name and shown == view for other, shown in VIEW_CONTROLS.items())
 
 
 def next_state(trigger: str | None, value, current: dict | None, url_search: str | None,
@@ -233,6 +247,7 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         Output(ids.STATE, "data"), Output(ids.URL, "search"), Output(ids.NOTICE, "children"),
         *(Output(control, prop) for control, prop in value_controls),
         Output(ids.LAYER_SELECT, "options"), Output(ids.HEAD_SELECT, "options"),
+        Output(ids.SENTENCE_LAYER, "options"), Output(ids.SENTENCE_HEAD, "options"),
         Output(ids.SENTENCE_SELECT, "options"), Output(ids.METHOD_SELECT, "options"), Output(ids.DIM_SELECT, "options"),
         Output(ids.RUN_INFO, "children"),
         Output(ids.MATRIX_SORT, "options"),
@@ -258,11 +273,11 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         control_outputs = [no_update if inputs[control] == controls[control] else controls[control]
                            for control, _ in value_controls]
         run_changed = previous is None or previous.run != state.run
-        options = [[{"label": str(i), "value": i} for i in range(data.run.n_layers)],
-                   [{"label": str(i), "value": i} for i in range(data.run.n_heads)],
-                   sentence.sentence_options(data), method_options(data), dim_options(data, state.method),
-                   run_summary(data)]
-        options = options if run_changed else [no_update] * 3 + options[3:5] + [no_update]
+        layers = [{"label": str(i), "value": i} for i in range(data.run.n_layers)]
+        head_choices = [{"label": str(i), "value": i} for i in range(data.run.n_heads)]
+        options = [layers, head_choices, layers, head_choices, sentence.sentence_options(data), method_options(data),
+                   dim_options(data, state.method), run_summary(data)]
+        options = options if run_changed else [no_update] * 5 + options[5:7] + [no_update]
         # the sort control offers the atlas's columns, which may appear while the app runs: sent when the run
         # changes or the matrix view opens, not on every action
         opened_matrix = state.view == "matrix" and (previous is None or previous.view != "matrix")

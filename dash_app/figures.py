@@ -10,9 +10,14 @@ KEY_COLOUR = "#e7298a"
 QUERY_MATCH_COLOUR = "#00441b"
 KEY_MATCH_COLOUR = "#67001f"
 LINE_COLOUR = "#3f4f8f"
-#: queries and keys in two hues of one sequential scale, light (low) to dark (high)
-QUERY_SCALE = [[0.0, "#d5efe3"], [0.5, "#41ae76"], [1.0, "#00441b"]]
-KEY_SCALE = [[0.0, "#fde0ef"], [0.5, "#de77ae"], [1.0, "#67001f"]]
+#: queries and keys in two hues of one sequential scale, light (low) to dark (high); the light end is still
+#: a clear tint, never near-white, so low values stay visible on the white background
+QUERY_SCALE = [[0.0, "#8fd4b0"], [0.5, "#2f9e63"], [1.0, "#00441b"]]
+KEY_SCALE = [[0.0, "#f4a3cb"], [0.5, "#d0408c"], [1.0, "#67001f"]]
+#: one colour per category of a categorical colouring (Okabe-Ito: told apart with colour-blindness too)
+CATEGORY_COLOURS = ("#0072b2", "#e69f00", "#009e73", "#cc79a7", "#d55e00", "#56b4e9", "#f0e442")
+#: a search match: drawn on top, enlarged, ringed in a colour no scale uses
+MATCH_RING = "#ffb000"
 #: line opacity is drawn in this many steps (one trace per step; Plotly has one opacity per trace)
 OPACITY_STEPS = 5
 
@@ -45,3 +50,30 @@ def opacity_step(weights: np.ndarray) -> np.ndarray:
 def step_opacity(step: int) -> float:
     """The opacity a step is drawn with: its upper bound, so a weight of 0.1 is still visible."""
     return (step + 1) / OPACITY_STEPS
+
+
+def category_scale(n: int) -> list[list]:
+    """A stepped colour scale mapping category ``i`` of ``n`` (values ``0 .. n - 1``, with ``cmin = -0.5`` and
+    ``cmax = n - 0.5``) to :data:`CATEGORY_COLOURS` ``[i]``."""
+    scale = []
+    for index in range(n):
+        colour = CATEGORY_COLOURS[index % len(CATEGORY_COLOURS)]
+        scale += [[index / n, colour], [(index + 1) / n, colour]]
+    return scale
+
+
+def category_marker(n: int) -> dict:
+    """The marker fields that colour values ``0 .. n - 1`` by category, with no colour bar."""
+    return dict(colorscale=category_scale(n), cmin=-0.5, cmax=n - 0.5, showscale=False)
+
+
+def legend_entries(names, colours, trace=go.Scatter, legendgroup: str = "colours", title: str | None = None) -> list:
+    """One legend-only trace per category (no points: ``x = [None]``), named and coloured, for a colouring
+    whose points carry their colour as values on a stepped scale (:func:`category_marker`)."""
+    entries = []
+    for index, (name, colour) in enumerate(zip(names, colours)):
+        extra = {"z": [None]} if trace is go.Scatter3d else {}
+        entries.append(trace(x=[None], y=[None], **extra, mode="markers", name=str(name), hoverinfo="skip",
+                             legendgroup=legendgroup, marker=dict(color=colour, size=9),
+                             legendgrouptitle=dict(text=title) if title and index == 0 else None))
+    return entries

@@ -40,10 +40,9 @@ MATRIX_RENDERED = "matrix-rendered"
 
 # single-head view
 SINGLE_GRAPH = "single-graph"
-SINGLE_TITLE = "single-title"
 SINGLE_INFO = "single-info"
 SINGLE_MESSAGE = "single-message"
-SINGLE_HOVER = "single-hover"
+SINGLE_HOVER = "single-hover"          # the line naming the point under the mouse (under SINGLE_POINT)
 SINGLE_CORRELATION = "single-correlation"
 SINGLE_OPTIONS = "single-options"
 SINGLE_RENDERED = "single-rendered"
@@ -118,3 +117,18 @@ COMPARE_TABLE = "compare-table"
 COMPARE_GRAPH_A = "compare-graph-a"
 COMPARE_GRAPH_B = "compare-graph-b"
 COMPARE_LINK_SINK = "compare-link-sink"
+
+# views, fixed (issue 17)
+#: the single view's Clicked point panel (the state's point), and its line naming the point under the mouse
+SINGLE_POINT = "single-point"
+#: written by the single view's labelsOnZoom (token labels only when zoomed in); read by nothing
+SINGLE_LABELS_SINK = "single-labels-sink"
+#: the sentence view's own layer and head selectors (the state's layer and head, as the single view's)
+SENTENCE_LAYER = "sentence-layer"
+SENTENCE_HEAD = "sentence-head"
+#: the matrix view's colour control (the state's colour, as the single view's)
+MATRIX_COLOUR = "matrix-colour"
+#: pattern-matching id type of an export button: {"type": EXPORT, "graph", "format", "name"}
+EXPORT = "export"
+#: {graph, format, timestamp} of the last export (written by exportFigure)
+EXPORT_SINK = "export-sink"

@@ -79,11 +79,12 @@ class TokenSearch:
         return self.find(query, substring).tokens if query.strip() else None
 
     def count_text(self, query: str, substring: bool) -> str:
-        """``"3 results"`` (``"1 result"``) for the search box, ``""`` when ``query`` is blank."""
+        """``"3 tokens"`` (``"1 token"``) matched, for the search box; ``""`` when ``query`` is blank. (Each
+        token is two points of a head, its query and its key: the matrix's cluster counts count both.)"""
         if not query.strip():
             return ""
         count = self.find(query, substring).count
-        return f"{count} result" if count == 1 else f"{count} results"
+        return f"{count:,} token" if count == 1 else f"{count:,} tokens"
 
     def _find(self, query: str, substring: bool) -> SearchResult:
         return SearchResult(query, substring, self._token_index.find(query, substring))

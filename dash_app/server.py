@@ -78,6 +78,16 @@ def check_port(host: str, port: int) -> None:
                          "program that holds it") from None
 
 
+def quiet_banners() -> None:
+    """One start-up line, ours: Dash's "Dash is running on ..." (logged, and printed when it has no handler)
+    and Flask's "* Serving Flask app" / "* Debug mode" banner are silenced, with werkzeug's request log."""
+    import flask.cli
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    logging.getLogger("dash.dash").setLevel(logging.WARNING)
+    flask.cli.show_server_banner = lambda *args, **kwargs: None
+
+
 def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, background: str | None = DEFAULT_BACKGROUND,
           jobs: int = 1, allow_hosts: tuple[str, ...] = ()) -> None:
     """Serve the app until interrupted. Runs are opened first: a bad one raises QkvizError.
@@ -97,7 +107,6 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
     app = build_app(runs, allowed_hosts(host, tuple(allow_hosts)))
     start_in_turn(workers)
     threading.Thread(target=warm, args=(runs[0],), daemon=True).start()
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    logging.getLogger("dash.dash").setLevel(logging.WARNING)    # its "Dash is running on" twice: ours below says it
+    quiet_banners()
     logger.info("serving %s at http://%s:%d/ (Ctrl-C stops)", ", ".join(data.name for data in runs), host, port)
     app.run(host=host, port=port, debug=False)

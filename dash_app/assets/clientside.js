@@ -64,6 +64,52 @@ window.dash_clientside = window.dash_clientside || {};
         /* A corpus partner's button -> {point, timestamp}. */
         partnerClick: function () { return buttonClick(['point']); },
 
+        /* An export button -> Plotly.downloadImage of its graph's figure as it is shown (dash_app/export.py):
+         * one image of the whole figure, PNG at twice the screen's resolution or SVG. Returns
+         * {graph, format, timestamp}, or no_update for a button being drawn. */
+        exportFigure: function () {
+            const context = window.dash_clientside.callback_context;
+            const target = context.triggered_id;
+            const value = context.triggered.length ? context.triggered[0].value : null;
+            if (!target || typeof target !== 'object' || !value) { return window.dash_clientside.no_update; }
+            const graph = plotlyGraph(target.graph);
+            if (!graph || !graph._fullLayout) { return window.dash_clientside.no_update; }
+            Plotly.downloadImage(graph, {format: target.format, filename: 'qkviz-' + target.name,
+                                         width: graph._fullLayout.width, height: graph._fullLayout.height,
+                                         scale: target.format === 'png' ? 2 : 1});
+            return {graph: target.graph, format: target.format, timestamp: Date.now()};
+        },
+
+        /* The single view's token labels, when its "token labels" option is on: drawn only while at most
+         * LABEL_LIMIT queries and keys lie in the 2D view (zooming in shows them, zooming out hides them),
+         * by restyling the mode of traces 0 and 1 (the count in view is the graph's data-labels-in-view); 3D
+         * figures are left as the server drew them. Writes nothing to its store. */
+        labelsOnZoom: function (relayoutData, figure, options, graphId) {
+            const LABEL_LIMIT = 300;
+            const wanted = Array.isArray(options) && options.indexOf('labels') >= 0;
+            /* after the graph has drawn the figure this callback may have been called for */
+            setTimeout(function () {
+                const graph = plotlyGraph(graphId);
+                if (!graph || !graph._fullLayout || !graph._fullLayout.xaxis || !graph._fullData ||
+                    graph._fullData.length < 2 || graph._fullData[0].type !== 'scattergl') { return; }
+                const xRange = graph._fullLayout.xaxis.range, yRange = graph._fullLayout.yaxis.range;
+                let inView = 0;
+                [0, 1].forEach(function (index) {
+                    const trace = graph._fullData[index];
+                    for (let i = 0; i < trace.x.length; i++) {
+                        if (trace.x[i] >= xRange[0] && trace.x[i] <= xRange[1] &&
+                            trace.y[i] >= yRange[0] && trace.y[i] <= yRange[1]) { inView++; }
+                    }
+                });
+                const mode = wanted && inView <= LABEL_LIMIT ? 'markers+text' : 'markers';
+                graph.dataset.labelsInView = String(inView);
+                if (graph.data[0].mode !== mode || graph.data[1].mode !== mode) {
+                    Plotly.restyle(graph, {mode: mode, textposition: 'top center'}, [0, 1]);
+                }
+            }, 150);
+            return window.dash_clientside.no_update;
+        },
+
         /* The sentence view's hover: hovering a token shows only its lines, leaving shows them all again.
          * Line traces carry meta = [query position, key position] (dash_app/views/sentence.py); their
          * visibility is restyled here, with no round trip to the server. Writes nothing to its store. */

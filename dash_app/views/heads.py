@@ -18,6 +18,7 @@ from dash.exceptions import PreventUpdate
 
 from dash_app import ids
 from dash_app.events import relay_point_events
+from dash_app.export import export_buttons, image_config
 from dash_app.figures import message_figure
 from dash_app.panels.atlas import missing_atlas_message
 from dash_app.panels.related import missing_related_message
@@ -29,7 +30,9 @@ from qkviz.analysis import HeadSimilarity
 
 COLOURINGS = {"layer": "layer", "label": "pattern label (head atlas)"}
 NO_LABEL = "no atlas row"
-HEIGHT = 640
+#: the figure's height: the window's, less the bars above it
+GRAPH_HEIGHT = "calc(100vh - 190px)"
+MIN_HEIGHT_PX = 480
 #: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
 POINT_EVENTS = {ids.HEADS_CLICK: (ids.HEADS_GRAPH, "clickData")}
 
@@ -41,10 +44,11 @@ def layout() -> html.Div:
             dcc.RadioItems(id=ids.HEADS_COLOUR, options=colour_options(True), value="layer", inline=True),
             html.Span("One point per head; heads that attend alike (low Jensen-Shannon distance on the same "
                       "queries) lie close. Click a head to open it.", className="hint"),
+            export_buttons(ids.HEADS_GRAPH, "heads"),
         ]),
         html.Div(id=ids.HEADS_MESSAGE, className="message"),
-        dcc.Graph(id=ids.HEADS_GRAPH, config={"displaylogo": False},
-                  figure={"data": [], "layout": {"height": 100}}),
+        dcc.Graph(id=ids.HEADS_GRAPH, config=image_config("heads"),
+                  style={"height": GRAPH_HEIGHT, "minHeight": f"{MIN_HEIGHT_PX}px"}, figure={"data": [], "layout": {}}),
     ])
 
 
@@ -84,26 +88,29 @@ def hover_texts(similarity: HeadSimilarity, names: list[str], labels: list[str] 
 
 def heads_figure(similarity: HeadSimilarity, names: list[str], hover: list[str], labels: list[str] | None,
                  current: int) -> go.Figure:
-    """The map: one trace coloured by layer (``labels`` None), or one trace per pattern label; then the
-    ring around the ``current`` flat head."""
+    """The map: one trace coloured by layer (``labels`` None), or one trace per pattern label (named in the
+    legend, above the map, clear of the layer's colour bar); every head named beside its point; then the ring
+    around the ``current`` flat head."""
     xy = similarity.map_xy
     flat = np.arange(len(xy))
     marker = dict(size=11, line=dict(color="white", width=1))
+    named = dict(mode="markers+text", textposition="top center", textfont=dict(size=9, color="#444"), hoverinfo="text")
     traces = []
     if labels is None:
         layer = flat // similarity.n_heads
         traces.append(go.Scatter(
-            x=xy[:, 0], y=xy[:, 1], mode="markers", customdata=flat, hovertext=hover, hoverinfo="text", name="heads",
+            x=xy[:, 0], y=xy[:, 1], customdata=flat, text=names, hovertext=hover, name="heads", **named,
             showlegend=False, marker=dict(marker, color=layer, colorscale="Viridis", cmin=0,
                                           cmax=max(similarity.n_layers - 1, 1), showscale=True,
-                                          colorbar=dict(title=dict(text="layer", side="right"), thickness=12))))
+                                          colorbar=dict(title=dict(text="layer", side="right"), thickness=12,
+                                                        dtick=1, x=1.0, xanchor="left"))))
     else:
         present = [label for label in (*LABELS, NO_LABEL) if label in labels]
         for label in present:
             chosen = flat[np.asarray(labels) == label]
             traces.append(go.Scatter(
-                x=xy[chosen, 0], y=xy[chosen, 1], mode="markers", customdata=chosen, name=label,
-                hovertext=[hover[i] for i in chosen], hoverinfo="text",
+                x=xy[chosen, 0], y=xy[chosen, 1], customdata=chosen, name=label, text=[names[i] for i in chosen],
+                hovertext=[hover[i] for i in chosen], **named,
                 marker=dict(marker, color=LABEL_COLOURS.get(label, "#999"))))
     traces.append(go.Scatter(x=xy[[current], 0], y=xy[[current], 1], mode="markers", customdata=[current],
                              hovertext=[hover[current]], hoverinfo="text", name=f"open: {names[current]}",
@@ -111,11 +118,11 @@ def heads_figure(similarity: HeadSimilarity, names: list[str], hover: list[str],
     figure = go.Figure(traces)
     axis = dict(showticklabels=False, showgrid=False, zeroline=False, title=None)
     figure.update_layout(
-        height=HEIGHT, plot_bgcolor="white", hovermode="closest", margin=dict(l=20, r=20, t=50, b=20),
+        autosize=True, plot_bgcolor="white", hovermode="closest", margin=dict(l=20, r=20, t=80, b=20),
         title={"text": "Heads by attention similarity (classical MDS of the mean Jensen-Shannon distance)",
                "font": {"size": 14}},
-        xaxis=axis, yaxis=dict(axis, scaleanchor="x", scaleratio=1), legend=dict(itemclick=False),
-        uirevision="heads")
+        xaxis=axis, yaxis=dict(axis, scaleanchor="x", scaleratio=1),
+        legend=dict(itemclick=False, orientation="h", x=0, y=1.0, yanchor="bottom"), uirevision="heads")
     return figure
 
 

@@ -22,12 +22,14 @@ from dash.exceptions import PreventUpdate
 from dash_app import ids
 from dash_app.atlas_columns import LABEL_SORT, column_name, format_value, label_tag, sort_options
 from dash_app.events import relay_point_events
-from dash_app.figures import KEY_COLOUR, KEY_MATCH_COLOUR, QUERY_COLOUR, QUERY_MATCH_COLOUR
+from dash_app.export import export_buttons
+from dash_app.figures import (CATEGORY_COLOURS, KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, MATCH_RING, QUERY_COLOUR,
+                              QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker, legend_entries)
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import METHOD_LABELS, HeadLayouts, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, checked_state
-from qkviz.report import LABEL_COLOURS
+from qkviz.report import CATEGORIES, COLOURS, LABEL_COLOURS, colour_ticks, colour_title, colour_values
 from qkviz.analysis import LABELS
 
 CELL = 1000                 # grid units per cell
@@ -37,12 +39,16 @@ CANVAS_PIXELS = 900_000     # screen area the whole grid aims at (see cell_pixel
 SORT_OPTIONS = [
     {"label": "layer / head order", "value": "order"},
     {"label": "distance-dot correlation (report)", "value": "correlation"},
-    {"label": "search clusters (fewest first)", "value": "clusters"},
+    {"label": "clusters of the matches' queries and keys (fewest first)", "value": "clusters"},
     {"label": "related heads (attention clusters)", "value": "related"},
 ]
 CELL_OPACITY = 0.45         # the cells' background under the points
 STATISTIC_SCALE = "Blues"   # a hue apart from the green queries and pink keys
 COLOUR_BAR_PX = 110         # extra width for the colour bar when cells are coloured
+POINT_BARS_PX = 70          # extra height under the grid for the points' colour bars (a continuous colouring)
+#: the figure's height: the window's, less the bars above it (the grid keeps square cells inside it)
+GRAPH_HEIGHT = "calc(100vh - 170px)"
+MIN_HEIGHT_PX = 420
 #: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
 POINT_EVENTS = {ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData")}
 
@@ -53,11 +59,15 @@ def layout() -> html.Div:
             html.Label("Order heads by"),
             dcc.Dropdown(id=ids.MATRIX_SORT, options=SORT_OPTIONS, value="order", clearable=False,
                          style={"width": "320px"}),
+            html.Label("Colour"),
+            dcc.Dropdown(id=ids.MATRIX_COLOUR, clearable=False, style={"width": "250px"},
+                         options=[{"label": label, "value": value} for value, label in COLOURS.items()]),
             html.Span("Click a head to open it.", className="hint"),
+            export_buttons(ids.MATRIX_GRAPH, "matrix"),
         ]),
         html.Div(id=ids.MATRIX_MESSAGE, className="message"),
-        dcc.Graph(id=ids.MATRIX_GRAPH, config={"displayModeBar": False, "scrollZoom": False},
-                  figure={"data": [], "layout": {"height": 100}}),
+        dcc.Graph(id=ids.MATRIX_GRAPH, config={"displayModeBar": False, "scrollZoom": False, "responsive": True},
+                  style={"height": GRAPH_HEIGHT, "minHeight": f"{MIN_HEIGHT_PX}px"}, figure={"data": [], "layout": {}}),
     ])
 
 
@@ -75,13 +85,13 @@ def sort_control_options(data: RunData) -> list[dict]:
 
 def head_labels(n_layers: int, n_heads: int, clusters: np.ndarray | None = None,
                 correlations: np.ndarray | None = None, badges: list[str] | None = None) -> list[str]:
-    """``"L{l} H{h}"`` per flat head, with the cluster count (``"· 3 cl"``) and correlation (``"r -0.84"``)
+    """``"L{l} H{h}"`` per flat head, with the cluster count (``"· 3 clusters"``) and correlation (``"r -0.84"``)
     when given, and a second line with the head's badge from ``badges`` ``[flat head]`` when not empty."""
     labels = []
     for flat in range(n_layers * n_heads):
         label = f"L{flat // n_heads} H{flat % n_heads}"
         if clusters is not None and clusters[flat] >= 0:
-            label += f" · {clusters[flat]} cl"
+            label += f" · {clusters[flat]} cluster{'' if clusters[flat] == 1 else 's'}"
         if correlations is not None and not np.isnan(correlations[flat]):
             label += f" · r {correlations[flat]:+.2f}"
         if badges is not None and badges[flat]:
@@ -121,15 +131,20 @@ def cell_heatmap(values: np.ndarray, order: np.ndarray, n_rows: int, n_cols: int
     grid = values[order].reshape(n_rows, n_cols)[::-1]                    # y grows upwards: bottom row first
     centres = dict(x=(np.arange(n_cols) + 0.5) * CELL, y=(np.arange(n_rows) + 0.5) * CELL)
     bar = dict(thickness=12, len=0.9, x=1.0, xanchor="left", xpad=8)
-    if column == LABEL_SORT:
-        scale = dict(colorscale=label_colourscale(), zmin=-0.5, zmax=len(LABELS) - 0.5,
-                     colorbar=dict(tickvals=list(range(len(LABELS))), ticktext=list(LABELS), **bar))
+    if column == LABEL_SORT:                    # categories: named in the legend (label_legend), no bar
+        scale = dict(colorscale=label_colourscale(), zmin=-0.5, zmax=len(LABELS) - 0.5, showscale=False)
     else:
         finite = values[~np.isnan(values)]
         low, high = (float(finite.min()), float(finite.max())) if len(finite) else (0.0, 1.0)
         scale = dict(colorscale=STATISTIC_SCALE, zmin=low, zmax=high if high > low else low + 1,
                      colorbar=dict(title=dict(text=column_name(column), side="right"), **bar))
     return go.Heatmap(z=grid, **centres, **scale, opacity=CELL_OPACITY, hoverinfo="skip", name="cells", xgap=1, ygap=1)
+
+
+def label_legend(values: np.ndarray) -> list:
+    """Legend entries of the pattern labels the cells show (``values`` ``[flat head]`` label indices)."""
+    shown = [label for index, label in enumerate(LABELS) if np.any(values == index)]
+    return legend_entries(shown, [LABEL_COLOURS[label] for label in shown], legendgroup="cells", title="cells:")
 
 
 def cell_origins(order: np.ndarray, n_rows: int, n_cols: int) -> np.ndarray:
@@ -156,8 +171,51 @@ def place(points: np.ndarray, origins: np.ndarray, tokens: np.ndarray, keys: boo
     return np.rint(flat[keep, 0]).astype(dtype), np.rint(flat[keep, 1]).astype(dtype), head[keep]
 
 
+def head_colours(data: RunData, colour: str) -> np.ndarray | None:
+    """float32 ``[flat head, 2 * n_tokens]``: the value each head's queries and keys are coloured by (the
+    token's feature, the same in every head, or the head's own vector norm); None for query vs key."""
+    if colour == "type":
+        return None
+    if colour == "norm":
+        return np.stack([data.norms(flat // data.run.n_heads, flat % data.run.n_heads)
+                         for flat in range(data.n_total_heads)])
+    values = colour_values(data.features[colour].to_numpy(), colour)
+    return np.broadcast_to(np.concatenate([values, values])[None], (data.n_total_heads, 2 * data.run.n_tokens))
+
+
+def placed_values(points: np.ndarray, values: np.ndarray, tokens: np.ndarray, keys: bool) -> np.ndarray:
+    """float32 values of the points :func:`place` returns, in its order: ``values`` ``[head, 2 * n_tokens]``
+    at the given tokens' queries (or keys), heads without a layout dropped."""
+    columns = tokens + (points.shape[1] // 2 if keys else 0)
+    keep = ~np.isnan(points[:, columns, 0]).ravel()
+    return np.ascontiguousarray(values[:, columns]).reshape(-1)[keep].astype(np.float32)
+
+
+def colour_markers(points: np.ndarray, sample: np.ndarray, values: np.ndarray | None, colour: str) -> list[dict]:
+    """The queries' and keys' marker colour fields: solid green and pink (``values`` None), one colour per
+    category, or two sequential scales over one range with their bars side by side under the grid."""
+    if values is None:
+        return [dict(color=QUERY_COLOUR), dict(color=KEY_COLOUR)]
+    columns = np.concatenate([sample, sample + points.shape[1] // 2])
+    drawn = values[:, columns]
+    markers = []
+    for side, (name, scale) in enumerate((("queries", QUERY_SCALE), ("keys", KEY_SCALE))):
+        placed = placed_values(points, values, sample, keys=side == 1)
+        if colour in CATEGORIES:
+            markers.append(dict(color=placed, **category_marker(len(CATEGORIES[colour]))))
+            continue
+        low, high = float(np.nanmin(drawn)), float(np.nanmax(drawn))
+        high = high if high > low else low + 1
+        bar = dict(orientation="h", x=0.25 + 0.5 * side, xanchor="center", y=0, yanchor="top", ypad=10, len=0.42,
+                   thickness=10, title=dict(text=f"{name}: {colour_title(colour)}", side="top"),
+                   **colour_ticks(colour, low, high))
+        markers.append(dict(color=placed, colorscale=scale, cmin=low, cmax=high, colorbar=bar))
+    return markers
+
+
 def cell_pixels(n_rows: int, n_cols: int) -> int:
-    """Screen pixels per cell: the canvas is kept near :data:`CANVAS_PIXELS` in area, since software
+    """Screen pixels per cell of a grid near :data:`CANVAS_PIXELS` in area (the label font is chosen by it; the
+    figure itself fills its graph's box). The area is that of a 1400 x 900 window's grid, since software
     WebGL (and a browser on a laptop) spends its time filling pixels more than drawing points."""
     return int(np.clip(np.sqrt(CANVAS_PIXELS / (n_rows * n_cols)), 56, 100))
 
@@ -172,27 +230,32 @@ def match_traces(points: np.ndarray, origins: np.ndarray, matches: np.ndarray | 
     for name, colour, keys in (("query matches", QUERY_MATCH_COLOUR, False), ("key matches", KEY_MATCH_COLOUR, True)):
         x, y, head = place(points, origins, matches if matches is not None else np.zeros(0, np.int64), keys, fits)
         traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
-                                   marker=dict(color=colour, size=4, symbol="circle" if not keys else "diamond",
-                                               line=dict(color="white", width=0.5))))
+                                   marker=dict(color=colour, size=8, symbol="circle" if not keys else "diamond",
+                                               line=dict(color=MATCH_RING, width=2))))
     return traces
 
 
 def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads: int, order: np.ndarray,
-                  labels: list[str], matches: np.ndarray | None = None, cells: go.Heatmap | None = None) -> go.Figure:
+                  labels: list[str], matches: np.ndarray | None = None, cells: go.Heatmap | None = None,
+                  values: np.ndarray | None = None, colour: str = "type", legend: list | None = None) -> go.Figure:
     """The matrix figure: traces queries, keys, query matches, key matches (all ``scattergl``), labels,
-    and the cells' background when ``cells`` is given (drawn under the points whatever its slot).
+    the cells' background when ``cells`` is given (drawn under the points whatever its slot), then
+    ``legend`` (legend-only entries). It fills its graph's box, cells kept square.
 
     ``points`` ``[flat head, 2 * n_tokens, 2]`` normalised layouts; ``sample`` the token indices
-    drawn per head; ``order`` the flat head at each grid position; ``matches`` matched token indices."""
+    drawn per head; ``order`` the flat head at each grid position; ``matches`` matched token indices;
+    ``values`` ``[flat head, 2 * n_tokens]`` what every head's points are coloured by (:func:`head_colours`,
+    None: queries green, keys pink), ``colour`` its name."""
     n_cols, n_rows = n_heads, n_layers
     origins = cell_origins(order, n_rows, n_cols)
     fits = _fits_uint16(n_rows, n_cols)
     searching = matches is not None and len(matches) > 0
     traces = []
-    for name, colour, keys in (("queries", QUERY_COLOUR, False), ("keys", KEY_COLOUR, True)):
+    markers = colour_markers(points, sample, values, colour)
+    for (name, keys), marker in zip((("queries", False), ("keys", True)), markers):
         x, y, head = place(points, origins, sample, keys, fits)
         traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
-                                   marker=dict(color=colour, size=2.5, opacity=0.25 if searching else 0.6)))
+                                   marker=dict(marker, size=2.5, opacity=0.25 if searching else 0.6)))
     traces += match_traces(points, origins, matches, fits)
     cell_px = cell_pixels(n_rows, n_cols)
     label_x = origins[:, 0] + INNER[0] - 80
@@ -203,15 +266,18 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
                              hoverinfo="none", showlegend=False, name="heads"))
     if cells is not None:
         traces.append(cells)
-    figure = go.Figure(traces)
+    figure = go.Figure(traces + (legend or []))
     axis = dict(showgrid=True, gridcolor="#d0d0d0", dtick=CELL, tick0=0, showticklabels=False, zeroline=False,
                 fixedrange=True)
+    bars = values is not None and colour not in CATEGORIES
+    cell_bar = cells is not None and cells.showscale is not False
     figure.update_layout(
-        width=cell_px * n_cols + 40 + (COLOUR_BAR_PX if cells is not None else 0), height=cell_px * n_rows + 70,
-        margin=dict(l=20, r=20 + (COLOUR_BAR_PX if cells is not None else 0), t=50, b=20),
-        xaxis=dict(range=[0, n_cols * CELL], **axis), yaxis=dict(range=[0, n_rows * CELL], **axis),
-        plot_bgcolor="white", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0), hovermode="closest",
-        uirevision="matrix")
+        autosize=True, margin=dict(l=20, r=20 + (COLOUR_BAR_PX if cell_bar else 0), t=50,
+                                   b=20 + (POINT_BARS_PX if bars else 0)),
+        xaxis=dict(range=[0, n_cols * CELL], constrain="domain", **axis),
+        yaxis=dict(range=[0, n_rows * CELL], scaleanchor="x", scaleratio=1, constrain="domain", **axis),
+        plot_bgcolor="white", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, groupclick="toggleitem"),
+        hovermode="closest", uirevision="matrix")
     return figure
 
 
@@ -287,8 +353,15 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
     order, labels, correlations, cell_values = head_figures(data, state, clusters)
     cells = (cell_heatmap(cell_values, order, data.run.n_layers, data.run.n_heads, state.sort)
              if cell_values is not None else None)
+    legend = []
+    if state.colour in CATEGORIES:
+        names = CATEGORIES[state.colour]
+        legend += legend_entries(names, CATEGORY_COLOURS[:len(names)], go.Scattergl, title=f"{COLOURS[state.colour]}:")
+    if cells is not None and state.sort == LABEL_SORT:
+        legend += label_legend(cell_values)
     figure = matrix_figure(layouts.points, data.matrix_sample(), data.run.n_layers, data.run.n_heads, order,
-                           labels, drawn_matches(data, matches), cells)
+                           labels, drawn_matches(data, matches), cells, head_colours(data, state.colour),
+                           state.colour, legend)
     message = matrix_message(data, state.method, state.dim, layouts)
     if state.sort == "correlation" and correlations is None:
         message += (" No correlation report for this run yet: make it with "
@@ -329,7 +402,7 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
             raise PreventUpdate
         data = runs[state.run]
         layouts = data.all_layouts(state.method)      # heads that landed since the last drawing are read here
-        key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort,
+        key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort, state.colour,
                data.atlas_stamp() if state.sort in data.atlas_sorts() else
                data.related_stamp() if state.sort == "related" else None, [len(layouts.missing), len(layouts.stand_in)]]
         rendered = rendered if isinstance(rendered, list) and len(rendered) == len(key) else None   # ours, or nothing

@@ -15,6 +15,7 @@ from dash.exceptions import PreventUpdate
 
 from dash_app import ids
 from dash_app.events import relay_graph_event
+from dash_app.export import export_buttons, image_config
 from dash_app.figures import message_figure
 from dash_app.panels.atlas import missing_atlas_message
 from dash_app.run_data import RunData
@@ -28,9 +29,10 @@ def layout() -> html.Div:
             html.Span("Mean attention at each offset (key position − query position) over the corpus, one row per "
                       "head, grouped by layer; colour on a log scale. Click a row to open that head.",
                       className="hint"),
+            export_buttons(ids.POSITIONS_GRAPH, "positions"),
         ]),
         html.Div(id=ids.POSITIONS_MESSAGE, className="message"),
-        dcc.Graph(id=ids.POSITIONS_GRAPH, config={"displaylogo": False},
+        dcc.Graph(id=ids.POSITIONS_GRAPH, config=image_config("positions", responsive=False),
                   figure={"data": [], "layout": {"height": 100}}),
     ])
 

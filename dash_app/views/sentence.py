@@ -3,7 +3,8 @@
 Each line joins a query and a key; its opacity is the (adjusted) attention weight. Lines are
 separate traces carrying ``meta = [query position, key position]``, so hovering a token shows
 only its lines in the browser (``showHoveredLines`` in ``assets/clientside.js`` restyles their
-visibility; no round trip). Below it, the head's attention averaged over the corpus by (query
+visibility; no round trip). Its own layer and head selectors set the same state as the single view's.
+Below it, the head's attention averaged over the corpus by (query
 position, key position). :func:`register` adds the callback that draws both and the clientside relays.
 """
 
@@ -18,6 +19,7 @@ from dash.exceptions import PreventUpdate
 from dash_app import ids
 from dash_app.attention_maps import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens
 from dash_app.events import relay_graph_event, relay_point_events
+from dash_app.export import export_buttons, image_config
 from dash_app.figures import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
 from dash_app.run_data import RunData
 from dash_app.state import ViewState, checked_state, string_list
@@ -28,6 +30,8 @@ OPTIONS = [{"label": "hide the first token", "value": "first"},
 MIN_WEIGHT = 0.02
 MAX_LINES = 400
 ROW_PX = 22
+#: mean attention, light (low) to dark blue: the low end a clear tint, not lost in the white page
+WEIGHT_SCALE = [[0.0, "#d6e6f4"], [0.5, "#4a98c9"], [1.0, "#08306b"]]
 #: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
 POINT_EVENTS = {ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")}
 
@@ -35,14 +39,17 @@ POINT_EVENTS = {ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")}
 def layout() -> html.Div:
     return html.Div(id=ids.SENTENCE_VIEW, style={"display": "none"}, children=[
         html.Div(className="controls", children=[
-            html.Label("Sentence"), dcc.Dropdown(id=ids.SENTENCE_SELECT, clearable=False, style={"width": "560px"}),
+            html.Label("Layer"), dcc.Dropdown(id=ids.SENTENCE_LAYER, clearable=False, style={"width": "80px"}),
+            html.Label("Head"), dcc.Dropdown(id=ids.SENTENCE_HEAD, clearable=False, style={"width": "80px"}),
+            html.Label("Sentence"), dcc.Dropdown(id=ids.SENTENCE_SELECT, clearable=False, style={"width": "520px"}),
             dcc.Checklist(id=ids.SENTENCE_OPTIONS, options=OPTIONS, value=[], inline=True),
+            export_buttons(ids.SENTENCE_GRAPH, "sentence"),
         ]),
         html.Div(id=ids.SENTENCE_MESSAGE, className="info"),
         html.Div(className="sentence-body", children=[
             dcc.Graph(id=ids.SENTENCE_GRAPH, config={"displayModeBar": False}, clear_on_unhover=True,
                       figure={"data": [], "layout": {"height": 100}}),
-            dcc.Graph(id=ids.AGGREGATE_GRAPH, config={"displaylogo": False},
+            dcc.Graph(id=ids.AGGREGATE_GRAPH, config=image_config("mean-attention"),
                       figure={"data": [], "layout": {"height": 100}}),
         ]),
         dcc.Store(id=ids.SENTENCE_HOVER_SINK),
@@ -107,7 +114,7 @@ def aggregate_figure(average: np.ndarray, layer: int, head: int) -> go.Figure:
     """Heatmap of ``average`` ``[query position, key position]`` (NaN cells left blank)."""
     visible = np.flatnonzero(~np.all(np.isnan(average), axis=1))
     size = int(visible.max()) + 1 if len(visible) else 1
-    figure = go.Figure(go.Heatmap(z=average[:size, :size], colorscale="Blues", zmin=0,
+    figure = go.Figure(go.Heatmap(z=average[:size, :size], colorscale=WEIGHT_SCALE, zmin=0,
                                   colorbar=dict(title=dict(text="mean weight", side="right")),
                                   hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"))
     figure.update_layout(height=560, width=620, margin=dict(l=50, r=10, t=50, b=50),

@@ -20,14 +20,16 @@ from __future__ import annotations
 import dash
 import numpy as np
 import plotly.graph_objects as go
-from dash import Input, Output, Patch, State, dcc, html, no_update
+from dash import ClientsideFunction, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.events import clicked, relay_point_events
-from qkviz.report import COLOURS, PUNCTUATION_CLASSES, colour_values, describe_value
-from dash_app.figures import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLOUR, OPACITY_STEPS, QUERY_COLOUR,
-                              QUERY_MATCH_COLOUR, QUERY_SCALE, message_figure, opacity_step, step_opacity)
+from dash_app.events import NAMESPACE, clicked, relay_point_events
+from qkviz.report import CATEGORIES, COLOURS, colour_ticks, colour_title, colour_values, describe_value
+from dash_app.export import export_buttons, image_config
+from dash_app.figures import (CATEGORY_COLOURS, KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLOUR, MATCH_RING,
+                              OPACITY_STEPS, QUERY_COLOUR, QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker,
+                              legend_entries, message_figure, opacity_step, step_opacity)
 from dash_app.panels import atlas as atlas_panel
 from dash_app.panels import partners as partners_panel
 from dash_app.panels import related as related_panel
@@ -39,14 +41,26 @@ from qkviz import QkvizError
 
 OVERLAY_SLOTS = slice(4, 4 + 2 + OPACITY_STEPS + 2)
 PARTNER_COLOUR = "#ff7f00"
-OPTIONS = [{"label": "size by norm", "value": "size"}, {"label": "token labels", "value": "labels"}]
+OPTIONS = [{"label": "size by norm", "value": "size"}, {"label": "token labels (when zoomed in)", "value": "labels"}]
+#: token labels are drawn only while at most this many points are in view (zoom in to see them)
+LABEL_LIMIT = 300
+#: the figure's height: the window's, less the bars above it (at least MIN_HEIGHT_PX)
+GRAPH_HEIGHT = "calc(100vh - 195px)"
+MIN_HEIGHT_PX = 480
+#: the part of the cloud the 3D axes' range spans (quantiles of each axis, then a margin); the few points
+#: beyond (outliers that would shrink the cloud to a corner of its box) are left out of view, never dropped
+CLOUD_QUANTILES = (0.005, 0.995)
+CLOUD_MARGIN = 0.08
 DEFAULT_TOP_K = 5
 MAX_TOP_K = 50
 DEFAULT_THRESHOLD = 0.02
 EXCERPT_CHARS = 60
 KIND = ("query", "key")
-#: colour features whose scale is fixed (categories keep their colour from head to head and run to run)
-FIXED_RANGES = {"position": (0.0, 1.0), "position_mod5": (0.0, 4.0), "punctuation": (0.0, 2.0)}
+NO_POINT = "Click a point: its token, sentence and attention show here."
+#: colour features whose scale is fixed (the same colour means the same value from head to head, run to run)
+FIXED_RANGES = {"position": (0.0, 1.0)}
+#: marker symbols of queries and keys when colour tells categories apart
+SYMBOLS = ("circle", "diamond")
 NO_MATCHES = np.zeros(0, dtype=np.int64)
 #: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
 POINT_EVENTS = {ids.SINGLE_CLICK: (ids.SINGLE_GRAPH, "clickData"),
@@ -61,6 +75,7 @@ def layout() -> html.Div:
             html.Label("Head"), dcc.Dropdown(id=ids.HEAD_SELECT, clearable=False, style={"width": "90px"}),
             button(ids.PREV_HEAD, "◀ head", "previous head"), button(ids.NEXT_HEAD, "head ▶", "next head"),
             button(ids.LAYER_UP, "▲ layer", "one layer up"), button(ids.LAYER_DOWN, "layer ▼", "one layer down"),
+            export_buttons(ids.SINGLE_GRAPH, "single-head"),
             html.Label("Colour"),
             dcc.Dropdown(id=ids.COLOUR_SELECT, clearable=False, style={"width": "250px"},
                          options=[{"label": label, "value": value} for value, label in COLOURS.items()]),
@@ -71,16 +86,18 @@ def layout() -> html.Div:
             dcc.Input(id=ids.THRESHOLD, type="number", min=0, max=1, step=0.01, value=DEFAULT_THRESHOLD,
                       style={"width": "70px"}),
         ]),
-        html.H3(id=ids.SINGLE_TITLE),
         html.Div(id=ids.SINGLE_INFO, className="info"),
         html.Div(id=ids.SINGLE_MESSAGE, className="message"),
         html.Div(className="single-body", children=[
-            dcc.Graph(id=ids.SINGLE_GRAPH, config={"displaylogo": False, **selection_panel.SELECT_TOOLS},
+            dcc.Graph(id=ids.SINGLE_GRAPH, config=image_config("single-head", **selection_panel.SELECT_TOOLS),
                       clear_on_unhover=True,
-                      style={"flex": "1 1 auto", "minWidth": "0"}, figure={"data": [], "layout": {"height": 650}}),
+                      style={"flex": "1 1 auto", "minWidth": "0", "height": GRAPH_HEIGHT, "minHeight": f"{MIN_HEIGHT_PX}px"},
+                      figure={"data": [], "layout": {}}),
+            dcc.Store(id=ids.SINGLE_LABELS_SINK),
             html.Div(className="side-panel", children=[
+                html.H4("Clicked point"), html.Div(id=ids.SINGLE_POINT, children=NO_POINT),
+                html.Div(id=ids.SINGLE_HOVER, className="hovered"),
                 html.H4("Head atlas"), html.Div(id=ids.SINGLE_ATLAS),
-                html.H4("Point"), html.Div(id=ids.SINGLE_HOVER, children="Hover a point for details."),
                 html.Button("Open its sentence ▶", id=ids.OPEN_SENTENCE, n_clicks=0),
                 *partners_panel.controls(),
                 html.H4("Distance-dot correlation, partner recall@10"), html.Div(id=ids.SINGLE_CORRELATION),
@@ -109,11 +126,28 @@ def norm_sizes(norms: np.ndarray, smallest: float = 2.0, largest: float = 10.0) 
     return (smallest + scaled * (largest - smallest)).astype(np.float32)
 
 
-def _colour_bar(colour: str, title: str, x: float) -> dict:
-    bar = dict(title=dict(text=title, side="right"), x=x, thickness=12, len=0.8)
-    if colour == "punctuation":
-        bar.update(tickvals=[0, 1, 2], ticktext=list(PUNCTUATION_CLASSES))
-    return bar
+def colour_bar(colour: str, title: str, x: float, low: float, high: float) -> dict:
+    """A continuous colour's bar at ``x`` (paper units); a log-scale feature's ticks read as counts."""
+    return dict(title=dict(text=title, side="right"), x=x, thickness=12, len=0.8, **colour_ticks(colour, low, high))
+
+
+def colour_marker(values: np.ndarray, colour: str, scale: list, title: str, bar_x: float) -> dict:
+    """The marker fields colouring ``values`` (one side's ``[n]``): by category (a stepped scale, no bar; the
+    legend names the categories) or on ``scale`` with its bar (range fixed for :data:`FIXED_RANGES`)."""
+    if colour in CATEGORIES:
+        return dict(color=values, **category_marker(len(CATEGORIES[colour])))
+    low, high = FIXED_RANGES.get(colour, (float(np.nanmin(values)), float(np.nanmax(values))))
+    high = high if high > low else low + 1
+    return dict(color=values, colorscale=scale, cmin=low, cmax=high, colorbar=colour_bar(colour, title, bar_x, low, high))
+
+
+def category_legend(colour: str, dim: int) -> list:
+    """The legend of a categorical colouring (one entry per category), or none."""
+    if colour not in CATEGORIES:
+        return []
+    names = CATEGORIES[colour]
+    return legend_entries(names, CATEGORY_COLOURS[:len(names)], go.Scatter3d if dim == 3 else go.Scattergl,
+                          title=f"{COLOURS[colour]} (queries ●, keys ◆)")
 
 
 # -- traces ---------------------------------------------------------------------------------
@@ -140,7 +174,8 @@ def base_traces(coordinates: np.ndarray, texts: np.ndarray, values: np.ndarray |
     ``coordinates`` ``[2 * n_tokens, dim]``; ``texts`` ``[n_tokens]`` escaped token labels; ``values``
     ``[2 * n_tokens]`` colour values or None; ``sizes`` ``[2 * n_tokens]`` or None; ``matches`` token indices."""
     n_tokens, dim = len(coordinates) // 2, coordinates.shape[1]
-    mode = "markers+text" if labels else "markers"
+    # labels only when few points are drawn; with more, the browser adds them once zoomed in (labelsOnZoom)
+    mode = "markers+text" if labels and 2 * n_tokens <= LABEL_LIMIT else "markers"
     traces = []
     for side, name, solid, scale, bar_x in ((0, "queries", QUERY_COLOUR, QUERY_SCALE, 1.02),
                                             (1, "keys", KEY_COLOUR, KEY_SCALE, 1.12)):
@@ -149,18 +184,20 @@ def base_traces(coordinates: np.ndarray, texts: np.ndarray, values: np.ndarray |
         if values is None:
             marker["color"] = solid
         else:
-            low, high = FIXED_RANGES.get(colour, (float(np.nanmin(values)), float(np.nanmax(values))))
-            marker.update(color=values[rows], colorscale=scale, cmin=low, cmax=high if high > low else low + 1,
-                          colorbar=_colour_bar(colour, f"{name}: {COLOURS[colour]}", bar_x))
+            if colour in CATEGORIES:
+                marker["symbol"] = SYMBOLS[side]
+            marker.update(colour_marker(values[rows], colour, scale, f"{name}: {colour_title(colour)}", bar_x))
         traces.append(_trace(dim, coordinates[rows], name=name, mode=mode, marker=marker, text=texts,
                              customdata=np.arange(rows.start, rows.stop, dtype=np.int32),
                              hovertemplate=f"%{{text}}<extra>{KIND[side]}</extra>", textfont=dict(size=9)))
+    # the matches above the cloud, enlarged and ringed so that a rare token's one or two points stand out
     for side, name, colour_, symbol in ((0, "query matches", QUERY_MATCH_COLOUR, "circle"),
                                         (1, "key matches", KEY_MATCH_COLOUR, "diamond")):
         points = (matches + side * n_tokens).astype(np.int32)
+        ring = dict(color=MATCH_RING, width=3 if dim == 2 else 2)
         traces.append(_trace(dim, coordinates[points], name=name, mode="markers", text=texts[matches],
                              customdata=points, hovertemplate=f"%{{text}}<extra>{KIND[side]}</extra>",
-                             marker=dict(color=colour_, size=7, symbol=symbol, line=dict(color="white", width=1)),
+                             marker=dict(color=colour_, size=12 if dim == 2 else 6, symbol=symbol, line=ring),
                              showlegend=len(points) > 0))
     return traces
 
@@ -213,16 +250,38 @@ def overlay_traces(data: RunData, coordinates: np.ndarray, layer: int, head: int
     return [trace.to_plotly_json() for trace in traces]
 
 
-def single_figure(base: list, overlays: list[dict], dim: int, title: str, revision: str) -> go.Figure:
-    figure = go.Figure(base + overlays)
-    figure.update_layout(height=650, margin=dict(l=10, r=10, t=40, b=10), uirevision=revision, plot_bgcolor="white",
+def cloud_ranges(coordinates: np.ndarray) -> list[list[float]]:
+    """``[low, high]`` per axis of ``coordinates`` ``[n, dim]``: the :data:`CLOUD_QUANTILES` of the points, widened
+    by :data:`CLOUD_MARGIN` and made equally long (a cube, so that distances read alike on every axis)."""
+    finite = coordinates[np.isfinite(coordinates).all(axis=1)]
+    if not len(finite):
+        return [[-1.0, 1.0]] * coordinates.shape[1]
+    low, high = np.quantile(finite, CLOUD_QUANTILES, axis=0)
+    centre, half = (low + high) / 2, float(np.max(high - low)) / 2 * (1 + 2 * CLOUD_MARGIN) or 1.0
+    return [[float(c - half), float(c + half)] for c in centre]
+
+
+def single_figure(base: list, overlays: list[dict], dim: int, title: str, revision: str,
+                  coordinates: np.ndarray | None = None, legend: list | None = None,
+                  axis_names: tuple[str, ...] = ("x", "y", "z")) -> go.Figure:
+    """The figure: ``base`` (slots 0-3), ``overlays`` (slots 4 on), then ``legend`` (legend-only entries); it
+    fills its graph's box. In 3D, axes named ``axis_names`` with a grid whose range fits the cloud of
+    ``coordinates``."""
+    figure = go.Figure(base + overlays + (legend or []))
+    figure.update_layout(autosize=True, margin=dict(l=10, r=10, t=40, b=10), uirevision=revision, plot_bgcolor="white",
                          title=dict(text=title, font=dict(size=14)), hovermode="closest",
-                         legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0.35))
+                         legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0.35, groupclick="toggleitem"))
     if dim == 2:
         figure.update_xaxes(visible=False)
         figure.update_yaxes(visible=False, scaleanchor="x")
     else:
-        figure.update_scenes(aspectmode="data", xaxis_visible=False, yaxis_visible=False, zaxis_visible=False)
+        ranges = cloud_ranges(coordinates) if coordinates is not None else [None] * 3
+        axis = dict(showgrid=True, gridcolor="#d8d8d8", showbackground=True, backgroundcolor="#fafafa",
+                    zeroline=False, showticklabels=False, showspikes=False)
+        figure.update_scenes(aspectmode="cube", domain=dict(x=[0, 0.82]),
+                             camera=dict(eye=dict(x=1.3, y=1.3, z=0.9)),
+                             **{f"{axis_id}axis": dict(axis, range=span, title=dict(text=name))
+                                for axis_id, span, name in zip("xyz", ranges, axis_names)})
     return figure
 
 
@@ -262,10 +321,13 @@ def render_single(data: RunData, state: ViewState, options: list[str], matches: 
     sizes = norm_sizes(data.norms(state.layer, state.head)) if "size" in options else None
     base = base_traces(coordinates, data.display_text, values, state.colour, sizes, "labels" in options, matches)
     overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners)
+    legend = category_legend(state.colour, state.dim)
     shown = f"PCA (waiting for {METHOD_LABELS[state.method]})" if standing_in(data, state) else METHOD_LABELS[state.method]
     title = f"{data.name} · layer {state.layer} head {state.head} · {shown} {state.dim}D"
     revision = f"{state.run}-{state.layer}-{state.head}-{state.method}-{state.dim}"
-    return single_figure(base, overlays, state.dim, title, revision)
+    pca = standing_in(data, state) or state.method == "pca"
+    return single_figure(base, overlays, state.dim, title, revision, coordinates, legend,
+                         ("PC1", "PC2", "PC3") if pca else ("x", "y", "z"))
 
 
 def info_line(data: RunData) -> str:
@@ -273,11 +335,12 @@ def info_line(data: RunData) -> str:
             "queries green, keys pink.")
 
 
-def hover_details(data: RunData, state: ViewState, point: int) -> list:
-    """The detail panel for a hovered point: token, query or key, sentence excerpt, position, colour value."""
+def point_details(data: RunData, state: ViewState, point: int | None) -> list:
+    """The Clicked point panel: token, query or key, sentence excerpt, position, colour value of ``point``
+    (a joint-layout index, the state's selected point, the one the URL names and the figure rings)."""
     n_tokens = data.run.n_tokens
-    if not 0 <= point < 2 * n_tokens:
-        return ["Hover a point for details."]
+    if point is None or not 0 <= point < 2 * n_tokens:
+        return [NO_POINT]
     token = point % n_tokens
     row = data.tokens.iloc[token]
     sentence_text = data.sentences.text.iat[int(row.sentence)]
@@ -296,6 +359,16 @@ def hover_details(data: RunData, state: ViewState, point: int) -> list:
                  else data.features[state.colour].iat[token])
         details.append(html.Div(f"{COLOURS[state.colour]}: {describe_value(state.colour, float(value))}"))
     return details
+
+
+def hovered_line(data: RunData, point: int | None, selected: int | None) -> str:
+    """The line under the panel naming the point under the mouse, when it is not the clicked one."""
+    n_tokens = data.run.n_tokens
+    if point is None or point == selected or not 0 <= point < 2 * n_tokens:
+        return ""
+    row = data.tokens.iloc[point % n_tokens]
+    return (f"under the mouse: {row.token} ({KIND[int(point >= n_tokens)]}), sentence {int(row.sentence)}, "
+            f"position {int(row.position)}")
 
 
 def correlation_panel(data: RunData, layer: int, head: int):
@@ -369,13 +442,23 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
             return message_figure(), info_line(data), str(error), correlations, atlas, {**key, "ok": False}, related
         return figure, info_line(data), layout_note(data, state), correlations, atlas, {**key, "ok": True}, related
 
+    @app.callback(Output(ids.SINGLE_POINT, "children"), Input(ids.STATE, "data"))
+    def show_point(current):
+        # the state's point: the one the URL names and the figure rings (never the last point hovered)
+        state = checked_state(current, runs)
+        if state.view != "single":
+            raise PreventUpdate
+        return point_details(runs[state.run], state, state.point)
+
     @app.callback(Output(ids.SINGLE_HOVER, "children"), Input(ids.SINGLE_HOVER_POINT, "data"), State(ids.STATE, "data"))
     def show_hover(hover, current):
-        target = clicked(hover)
-        if target is None:
-            raise PreventUpdate
         state = checked_state(current, runs)
-        return hover_details(runs[state.run], state, target[1])
+        target = clicked(hover)
+        return hovered_line(runs[state.run], None if target is None else target[1], state.point)
+
+    app.clientside_callback(ClientsideFunction(NAMESPACE, "labelsOnZoom"), Output(ids.SINGLE_LABELS_SINK, "data"),
+                            Input(ids.SINGLE_GRAPH, "relayoutData"), Input(ids.SINGLE_GRAPH, "figure"),
+                            State(ids.SINGLE_OPTIONS, "value"), State(ids.SINGLE_GRAPH, "id"))
 
     relay_point_events(app, POINT_EVENTS)
     atlas_panel.register(app)

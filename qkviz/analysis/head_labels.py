@@ -33,8 +33,8 @@ def head_label(statistics: dict[str, float], thresholds: LabelThresholds = Label
     label, share = max(shares, key=lambda item: item[1])   # max keeps the first of equal shares
     if share >= thresholds.argmax_share:
         if label == "fixed-offset":
-            return label, f"offset {int(statistics['offset']):+d}: {share:.0%} of queries"
-        return label, f"{share:.0%} of queries"
+            return label, f"offset {int(statistics['offset']):+d}: {share:.1%} of queries"
+        return label, f"{share:.1%} of queries"
     if statistics["entropy_normalised"] >= thresholds.broad_entropy:
         return "broad", f"normalised entropy {statistics['entropy_normalised']:.2f}"
-    return "content", f"strongest share {share:.0%} ({label}), normalised entropy {statistics['entropy_normalised']:.2f}"
+    return "content", f"strongest share {share:.1%} ({label}), normalised entropy {statistics['entropy_normalised']:.2f}"

@@ -27,6 +27,8 @@ COLOURS = {
 #: features drawn on a log10 scale (their values span orders of magnitude).
 LOG_SCALE = {"frequency"}
 PUNCTUATION_CLASSES = ("word", "punctuation", "special token")
+#: features whose values are categories (value ``i`` is category ``i``): a legend, never a continuous scale
+CATEGORIES = {"punctuation": PUNCTUATION_CLASSES, "position_mod5": ("0", "1", "2", "3", "4")}
 _PUNCTUATION = r"^[^\w\s]+$"
 
 
@@ -64,3 +66,20 @@ def describe_value(colour: str, value: float) -> str:
     if colour in ("position_mod5", "token_length", "sentence_length", "frequency"):
         return str(int(value))
     return f"{value:.3g}"
+
+
+def colour_title(colour: str) -> str:
+    """The colour bar's title: the feature's name, with the unit of a log-scale feature's ticks."""
+    return f"{COLOURS[colour]} (count, log scale)" if colour in LOG_SCALE else COLOURS[colour]
+
+
+def colour_ticks(colour: str, low: float, high: float) -> dict:
+    """``tickvals`` / ``ticktext`` of a colour bar over ``[low, high]`` (in :func:`colour_values`' units):
+    the counts 1, 10, 100, ... at their log10 for a :data:`LOG_SCALE` feature, with 2 and 5 between
+    them when the range spans less than three decades; ``{}`` (Plotly's own ticks) for any other."""
+    if colour not in LOG_SCALE:
+        return {}
+    steps = (1, 2, 5) if high - low < 3 else (1,)
+    counts = [step * 10 ** decade for decade in range(int(np.floor(low)), int(np.ceil(high)) + 1) for step in steps]
+    shown = [count for count in counts if low - 1e-6 <= np.log10(count) <= high + 1e-6] or [round(10 ** low)]
+    return {"tickvals": [float(np.log10(count)) for count in shown], "ticktext": [f"{count:,}" for count in shown]}

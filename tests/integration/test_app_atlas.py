@@ -20,6 +20,7 @@ from dash_app.state import ViewState
 from dash_app.url_state import parse_url, to_url
 from qkviz.cli import main
 from qkviz.analysis.head_labels import LABELS
+from qkviz.report import LABEL_COLOURS
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +152,9 @@ def test_the_matrix_is_grouped_and_coloured_by_label(atlas_data, tmp_path):
     assert np.all(np.diff(codes_in_grid_order) >= 0)                         # grouped in the rules' order
     assert [LABELS[int(code)] for code in codes_in_grid_order] == list(labels[order])
     cells = figure.data[5]
-    assert cells.colorbar.ticktext == LABELS and (cells.zmin, cells.zmax) == (-0.5, len(LABELS) - 0.5)
+    assert cells.showscale is False and (cells.zmin, cells.zmax) == (-0.5, len(LABELS) - 0.5)
+    legend = {trace.name: trace.marker.color for trace in figure.data[6:]}     # labels are named in a legend, no bar
+    assert legend == {label: LABEL_COLOURS[label] for label in LABELS if label in set(labels)}
     assert all(text.split("<br>")[1] in {atlas_panel_tag(row) for row in data.atlas().table.itertuples()}
                for text in figure.data[4].text)
 
@@ -192,3 +195,21 @@ def test_the_app_has_the_positions_view(atlas_data):
 
     layout = str(build_app(open_runs([atlas_data.run.path])).layout)
     assert f"id='{ids.POSITIONS_VIEW}'" in layout and "value='positions'" in layout
+
+
+def test_the_label_share_is_rounded_as_the_statistics_are():
+    import pandas as pd
+
+    from qkviz.analysis.head_labels import head_label
+
+    shares = {"argmax_previous": 0.0, "argmax_next": 0.0, "argmax_self": 0.0, "argmax_offset": 0.0,
+              "argmax_first": 0.9994, "argmax_delimiter": 0.0, "entropy_normalised": 0.3, "offset": 0.0}
+    label, detail = head_label(shares)
+    assert (label, detail) == ("first-token", "99.9% of queries")
+    assert format_value("argmax_first", 0.9994) == "99.9%"
+    # an atlas made before the rule kept whole percents: the panel writes the share as the table does
+    row = pd.Series({**shares, "label": label, "label_detail": "100% of queries"})
+    assert atlas_panel.label_detail(row) == "99.9% of queries"
+    row = pd.Series({**shares, "argmax_offset": 0.9996, "argmax_first": 0.1, "offset": -4.0, "label": "fixed-offset",
+                     "label_detail": "offset -4: 100% of queries"})
+    assert atlas_panel.label_detail(row) == "offset -4: 100.0% of queries"

@@ -80,7 +80,7 @@ def test_sorting_moves_heads_and_their_labels_together(data):
     assert origins[5].tolist() == [0, matrix_view.CELL]                    # fewest clusters: top left
     assert origins[4].tolist() == [3 * matrix_view.CELL, 0]                # most: bottom right
     labels = matrix_view.head_labels(2, 4, clusters, np.full(8, -0.5))
-    assert labels[5] == "L1 H1 · 0 cl · r -0.50"
+    assert labels[5] == "L1 H1 · 0 clusters · r -0.50" and labels[1].startswith("L0 H1 · 1 cluster ·")
     assert matrix_view.head_order(np.array([np.nan, 2.0, 1.0])).tolist() == [2, 1, 0]   # NaN last
 
 
@@ -93,7 +93,7 @@ def test_search_matches_are_drawn_in_every_head(data):
     payload = json.loads(to_json_plotly(figure))
     matched_heads = decoded(payload["data"][2]["customdata"])
     assert np.bincount(matched_heads).tolist() == [min(result.count, len(data.matrix_sample()))] * 8
-    assert payload["data"][4]["text"][int(np.argmin(clusters))].endswith(f"{clusters.min()} cl")
+    assert payload["data"][4]["text"][int(np.argmin(clusters))].endswith(f"{clusters.min()} cluster{'' if clusters.min() == 1 else 's'}")
 
 
 def test_a_new_search_patches_only_matches_badges_and_opacity(data):
@@ -160,9 +160,9 @@ def test_clicking_a_query_draws_lines_to_its_strongest_keys(data):
     assert all(len(trace["x"]) == 0 for trace in nothing)
 
 
-def test_hover_details_and_correlations(data, tmp_path):
+def test_point_details_and_correlations(data, tmp_path):
     point = int(data.sentence_rows(2)[3]) + data.run.n_tokens
-    details = single_view.hover_details(data, ViewState(colour="punctuation"), point)
+    details = single_view.point_details(data, ViewState(colour="punctuation"), point)
     text = str(details)
     assert "(key)" in text and "sentence 2, position 3" in text and "punctuation / special token: " in text
     assert "qkviz report --run" in str(single_view.correlation_panel(data, 0, 0))

@@ -56,7 +56,7 @@ def test_a_previous_token_head(tiny_run, tmp_path):
     assert found.values["entropy"] == pytest.approx(0, abs=1e-6)
     assert found.values["variability"] == pytest.approx(0, abs=1e-6)   # position alone decides it
     assert found.relative_position[found.relative_position.size // 2 - 1] == pytest.approx(1, abs=1e-6)
-    assert head_label(found.values) == ("previous-token", f"{later:.0%} of queries")
+    assert head_label(found.values) == ("previous-token", f"{later:.1%} of queries")
 
 
 def test_equal_logits_are_uniform_maximal_entropy_and_broad(tiny_run, tmp_path):

@@ -35,6 +35,32 @@ POINT_JS = """([graphId, trace, index]) => {
 }"""
 
 
+#: the shares of the window's area that a graph's figure (its part in view) and its plot area cover
+WINDOW_SHARE_JS = """(id) => {
+  const graph = document.querySelector('#' + id + ' .js-plotly-plot'), box = graph.querySelector('.main-svg')
+    .getBoundingClientRect(), layout = graph._fullLayout, area = window.innerWidth * window.innerHeight;
+  const clipped = Math.max(0, Math.min(box.right, window.innerWidth) - Math.max(box.left, 0)) *
+                  Math.max(0, Math.min(box.bottom, window.innerHeight) - Math.max(box.top, 0));
+  const plot = layout.xaxis && layout.xaxis.visible !== undefined ? layout.xaxis._length * layout.yaxis._length
+               : layout._size.w * layout._size.h;
+  return [clipped / area, plot / area];
+}"""
+#: a PNG (base64) -> [width, height, its RGBA pixels in base64], decoded by the page's own canvas
+DECODE_PNG_JS = """async (encoded) => {
+  const image = new Image();
+  image.src = 'data:image/png;base64,' + encoded;
+  await image.decode();
+  const canvas = document.createElement('canvas');
+  canvas.width = image.width; canvas.height = image.height;
+  const context = canvas.getContext('2d');
+  context.drawImage(image, 0, 0);
+  const bytes = context.getImageData(0, 0, image.width, image.height).data;
+  let text = '';
+  for (let i = 0; i < bytes.length; i += 32768) { text += String.fromCharCode.apply(null, bytes.subarray(i, i + 32768)); }
+  return [image.width, image.height, btoa(text)];
+}"""
+
+
 def make_app_run(model: Path, corpus: Path, directory: Path, max_sentences: int = 20):
     """A run of ``model`` over ``corpus`` with every head's PCA layout in 2D and 3D (UMAP / t-SNE left out)."""
     import qkviz
@@ -149,3 +175,15 @@ def served_in_thread(app):
         yield f"http://127.0.0.1:{server.server_port}/"
     finally:
         server.shutdown()
+
+
+def screenshot_pixels(page, clip: dict | None = None):
+    """uint8 ``[height, width, 3]``: what the page shows (inside ``clip``: x, y, width, height), decoded by the
+    browser itself (WebGL canvases cannot be read back, a screenshot can)."""
+    import base64
+
+    import numpy as np
+
+    png = page.screenshot(clip=clip) if clip else page.screenshot()
+    width, height, data = page.evaluate(DECODE_PNG_JS, base64.b64encode(png).decode())
+    return np.frombuffer(base64.b64decode(data), dtype=np.uint8).reshape(height, width, 4)[..., :3]
