@@ -110,7 +110,7 @@ def test_serve_makes_pca_before_answering_and_the_default_layouts_in_the_backgro
     run = copy_run(small_run, tmp_path / "bare", atlas=False)
     shutil.rmtree(run.path / CACHE_DIRECTORY, ignore_errors=True)   # no layouts at all
     heads = [(layer, head) for layer in range(2) for head in range(4)]
-    server, _ = start_server([run.path])
+    server, _ = start_server([run.path], background="attn-tsne")
     try:
         cache = ProjectionCache(run.path, run.manifest["fingerprint"])
         # the server answered: every head's PCA (2D and 3D) was made before it did

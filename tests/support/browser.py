@@ -91,14 +91,17 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server(run_paths: list[Path], timeout: float = 60.0, attempts: int = 3) -> tuple[subprocess.Popen, str]:
-    """``qkviz serve`` on a free port, once it answers; returns the process and the app's URL.
+def start_server(run_paths: list[Path], timeout: float = 60.0, attempts: int = 3,
+                 background: str = "none") -> tuple[subprocess.Popen, str]:
+    """``qkviz serve`` on a free port, once it answers; returns the process and the app's URL. ``background``:
+    serve's ``--background`` (default none: the runs are shared by other tests, which would see layouts made in
+    the background appear in them).
 
     The port is free when chosen, but another process (a second xdist worker, say) may take it before the
     server binds it; a server that exits at once is then started again on another port."""
     for attempt in range(attempts):
         port = free_port()
-        command = [sys.executable, "-m", "qkviz", "serve", "--port", str(port)]
+        command = [sys.executable, "-m", "qkviz", "serve", "--port", str(port), "--background", background]
         for path in run_paths:
             command += ["--run", str(path)]
         server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
