@@ -44,7 +44,7 @@ class NotebookApp:
     @property
     def selection(self):
         """The last lasso / box selection made in the app's single-head view (a DataFrame), or None."""
-        return getattr(self.data, "selection", None)
+        return self.data.selection
 
     def stop(self) -> None:
         """Stop the server (the background layouts finish on their own)."""

@@ -117,7 +117,7 @@ class Run(StoredRun):
         """The last lasso / box selection made in the single-head view of the app :meth:`show` showed (one
         row per selected point), or ``None`` before one is made."""
         shown = getattr(self, "_shown", None)
-        return None if shown is None else getattr(shown.data, "selection", None)
+        return None if shown is None else shown.selection
 
     def status(self) -> str:
         """What the run holds: extraction, cached projections, indexes (what ``qkviz status`` prints)."""

@@ -7,9 +7,9 @@ pages draw only cartesian traces (heatmaps, scatters, boxes), so where plotly's 
 (1.5 MB, npm's ``plotly.js-cartesian-dist-min`` of the same version as the ``plotly`` package's plotly.js;
 ``scripts/setup.sh`` puts it in ``<venv>/share/qkviz/``, or name it in ``$QKVIZ_PLOTLY_JS``) that is the one
 written: it opens in half the time of the full 4.8 MB bundle from the ``plotly`` package, used otherwise.
-A page holds its figures' data only, thinned: every float
-array is a float32 typed array (base64, not a JSON list), and the Plotly template is written once per page
-instead of once per figure. Tables are HTML, with their figures as computed.
+A page holds its figures' data only, thinned: every float array is a float32 typed array (base64, not a JSON
+list), and the Plotly template is written once per page instead of once per figure. Tables are HTML, with
+their figures as computed.
 """
 
 from __future__ import annotations
