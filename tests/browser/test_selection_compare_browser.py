@@ -133,7 +133,10 @@ def test_compare_view_shows_the_change_links_hover_and_selection_and_opens_a_hea
     top = expected.sort_values("mean_js", ascending=False, kind="stable")
     assert [(int(r[0]), int(r[1]), r[2], r[3]) for r in rows] == [
         (row.layer, row.head, f"{row.mean_js:.4f}", f"{row.median_js:.4f}") for row in top.itertuples()]
-    grid = np.array(page.evaluate("() => document.querySelector('#compare-heatmap .js-plotly-plot')._fullData[0].z"),
+    heatmap_js = "() => document.querySelector('#compare-heatmap .js-plotly-plot')"
+    page.wait_for_function(f"() => {{ const g = ({heatmap_js})(); return g && g._fullData && g._fullData.length > 0; }}",
+                           timeout=20_000)       # the table can come before the graph's component has drawn
+    grid = np.array(page.evaluate(f"() => ({heatmap_js})()._fullData[0].z"),
                     dtype=float)
     assert np.allclose(grid, expected.mean_js.to_numpy().reshape(runs[0].n_layers, runs[0].n_heads), atol=1e-12)
 
