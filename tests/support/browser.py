@@ -157,9 +157,18 @@ def wait_idle(page, timeout_ms: int = 20_000) -> None:
     page.wait_for_function(IDLE_JS, timeout=timeout_ms)
 
 
-def click_point(page, graph_id: str, trace: int, index: int) -> None:
-    """Hover, then click, point ``index`` of ``trace`` in a 2D graph (Plotly picks points on hover)."""
+def click_point(page, graph_id: str, trace: int, index: int, settle_s: float = 5.0) -> None:
+    """Hover, then click, point ``index`` of ``trace`` in a 2D graph (Plotly picks points on hover), once the
+    point has stopped moving (a responsive graph may still be resizing to its container: a click on where the
+    point was a moment ago misses it)."""
     x, y = page.evaluate(POINT_JS, [graph_id, trace, index])
+    deadline = time.monotonic() + settle_s
+    while time.monotonic() < deadline:
+        page.wait_for_timeout(150)
+        now = page.evaluate(POINT_JS, [graph_id, trace, index])
+        if abs(now[0] - x) < 0.5 and abs(now[1] - y) < 0.5:
+            break
+        x, y = now
     page.mouse.move(x - 3, y)
     page.mouse.move(x, y)
     page.mouse.click(x, y)
