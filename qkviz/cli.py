@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--key-cap", type=real(1.0, infinite=True),
                          help="attn-*: cap on a key's incoming attention weight, in times the mean (default: none; "
                               "bench/faithful.py found that a cap costs recall)")
+    project.add_argument("--sample", type=_parameter("sample"),
+                         help="t-SNE and UMAP methods: fit each head on a stratified sample of this many tokens (every "
+                              "position and token kind represented) and place the others on that picture (default "
+                              "20000; 0 fits every token)")
     project.add_argument("--hide-first-token", action=argparse.BooleanOptionalAction,
                          help="attn-*: leave every sentence's first-token key out of the keys a query links to, so "
                               "a sink head's queries are placed by what they attend to besides the sink "
@@ -249,14 +253,15 @@ def _project(args: argparse.Namespace) -> int:
     except ValueError:
         raise QkvizError(f"--dim {args.dim!r} must be 2, 3 or 2,3") from None
     schedule = {"early_exaggeration_iter": args.early_exaggeration_iter, "n_iter": args.n_iter,
-                "n_iter_3d": args.n_iter_3d}
+                "n_iter_3d": args.n_iter_3d, "sample": args.sample}
     graph = {"k": args.k, "alpha": args.alpha, "temperature": args.temperature, "same_kind_k": args.same_kind_k,
              "key_cap": args.key_cap, "hide_first_token": args.hide_first_token}
     given = {"tsne": {"perplexity": args.perplexity, "metric": args.metric, **schedule},
              "umap": {"n_neighbors": args.n_neighbors, "min_dist": args.min_dist, "n_epochs": args.n_epochs,
-                      "metric": args.metric, "init": args.init, "negative_sample_rate": args.negative_sample_rate},
+                      "metric": args.metric, "init": args.init, "negative_sample_rate": args.negative_sample_rate,
+                      "sample": args.sample},
              "attn-tsne": {**graph, **schedule},
-             "attn-umap": {**graph, "min_dist": args.min_dist, "n_epochs": args.n_epochs}}
+             "attn-umap": {**graph, "min_dist": args.min_dist, "n_epochs": args.n_epochs, "sample": args.sample}}
     params = {method: {k: v for k, v in values.items() if v is not None} for method, values in given.items()}
     summary = qkviz.project(run, methods, dims, layers=parse_indices(args.layers, run.n_layers, "layers"),
                             heads=parse_indices(args.heads, run.n_heads, "heads"), jobs=args.jobs, seed=args.seed,

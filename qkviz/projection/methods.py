@@ -38,6 +38,7 @@ class Projection:
     coordinates: np.ndarray   # float32 [n_points, dim]
     params: dict              # the parameters used, after any adjustment
     adjusted: dict            # {name: (asked, used)} for parameters reduced to fit the data
+    reference: object = None  # t-SNE: openTSNE's embedding of these points, for placing others on it
 
 
 def neighbors_needed(method: str, params: dict, n_points: int) -> int:
@@ -70,7 +71,8 @@ def project_points(points: np.ndarray, method: str, dim: int, seed: int = 0, gra
             raise ValueError(f"{method} needs the attention graph of these {len(points)} points")
         if method == "attn-umap":
             return _attention_umap(points, dim, seed, params, attention)
-        return Projection(_tsne(points, dim, seed, params, _precomputed(attention), tsne_2d), params, {})
+        coordinates, reference = _tsne(points, dim, seed, params, _precomputed(attention), tsne_2d)
+        return Projection(coordinates, params, {}, reference)
     needed = neighbors_needed(method, params, len(points))
     if graph is None or graph.k < needed or graph.metric != params["metric"]:
         graph = neighbor_graph(points, needed, params["metric"])
@@ -78,7 +80,8 @@ def project_points(points: np.ndarray, method: str, dim: int, seed: int = 0, gra
         return _umap(points, dim, seed, params, graph.first(needed))
     used = dict(params)
     affinities, adjusted = _perplexity_affinities(graph.first(needed), used, len(points), seed)
-    return Projection(_tsne(points, dim, seed, used, affinities, tsne_2d), used, adjusted)
+    coordinates, reference = _tsne(points, dim, seed, used, affinities, tsne_2d)
+    return Projection(coordinates, used, adjusted, reference)
 
 
 def _pca(points, dim, seed, params) -> Projection:
@@ -143,11 +146,12 @@ def _attention_umap(points, dim, seed, params, attention: AttentionGraph) -> Pro
     return Projection(np.asarray(coordinates, dtype=np.float32), dict(params), {})
 
 
-def _tsne(points, dim, seed, used: dict, affinities, tsne_2d: np.ndarray | None) -> np.ndarray:
+def _tsne(points, dim, seed, used: dict, affinities, tsne_2d: np.ndarray | None):
     """2D: openTSNE with FFT gradients (early exaggeration, then the rest). 3D: the 2D layout lifted
     by a small third coordinate (the points' third principal component) and refined for
     ``n_iter_3d`` Barnes-Hut iterations, openTSNE having no FFT path in 3D; a full 3D run from
-    scratch costs five times as much for the same trustworthiness."""
+    scratch costs five times as much for the same trustworthiness. Returns the float32 coordinates and
+    openTSNE's embedding (which can place new points)."""
     from openTSNE import TSNEEmbedding, initialization
 
     if tsne_2d is None or dim == 2:
@@ -156,13 +160,13 @@ def _tsne(points, dim, seed, used: dict, affinities, tsne_2d: np.ndarray | None)
         embedding = embedding.optimize(n_iter=used["early_exaggeration_iter"], exaggeration=12, momentum=0.5)
         embedding = embedding.optimize(n_iter=used["n_iter"], momentum=0.8)
         tsne_2d = np.asarray(embedding, dtype=np.float32)
-    if dim == 2:
-        return tsne_2d
+        if dim == 2:
+            return tsne_2d, embedding
     third = initialization.pca(points, n_components=3, random_state=seed)[:, 2:]
     lifted = np.hstack([tsne_2d, third / (third.std() or 1.0) * tsne_2d.std() * LIFT_SCALE]).astype(np.float64)
     embedding = TSNEEmbedding(lifted, affinities, negative_gradient_method="bh", theta=1.0, n_jobs=1,
                               random_state=seed).optimize(n_iter=used["n_iter_3d"], momentum=0.8)
-    return np.asarray(embedding, dtype=np.float32)
+    return np.asarray(embedding, dtype=np.float32), embedding
 
 
 #: The third coordinate of a lifted 3D t-SNE starts at this fraction of the 2D layout's spread.

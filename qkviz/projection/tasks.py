@@ -15,6 +15,7 @@ import multiprocessing
 import signal
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -26,6 +27,8 @@ from qkviz.store.projections import ATTENTION_METHODS, ONLY_3D, ProjectionCache,
 from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
 from qkviz.projection.attention_graph import GRAPH_PARAMS, AttentionGraph, attention_graph, check_graph_params
 from qkviz.projection.methods import neighbors_needed, project_points
+from qkviz.projection.sampling import (assemble, attention_affinities, perplexity_affinities, place, refine_tsne,
+                                       sample_points, stratified_sample)
 from qkviz.store.run import StoredRun, open_run
 
 logger = logging.getLogger(__name__)
@@ -39,9 +42,14 @@ def plan_specs(run: StoredRun, methods: Iterable[str], dims: Iterable[int], laye
     for method in methods:
         for dim in dims:
             check_method(method, dim)
-            used = {**resolve_params(method, (params or {}).get(method, {}), dim), "seed": seed}
+            asked = (params or {}).get(method, {})
+            used = {**resolve_params(method, asked, dim), "seed": seed}
+            if asked.get("sample", 0) > run.n_tokens:   # the default may exceed a small run: it then fits all
+                raise QkvizError(f"a sample of {asked['sample']} tokens is more than the run's {run.n_tokens}; "
+                                 f"ask for at most {run.n_tokens}, or 0 to fit every token")
+            fitted = used["sample"] if 0 < used.get("sample", 0) < run.n_tokens else run.n_tokens
             if method in ATTENTION_METHODS:   # refused before any work starts, not inside a worker
-                check_graph_params(run.n_tokens, **{name: used[name] for name in GRAPH_PARAMS})
+                check_graph_params(fitted, **{name: used[name] for name in GRAPH_PARAMS})
             for layer in layers:
                 for head in heads:
                     run.check_head(layer, head)
@@ -76,8 +84,8 @@ def project_head(run_path: str, specs: list[ProjectionSpec], wait: bool = True) 
 
 
 def _project_head(run: StoredRun, cache: ProjectionCache, specs: list[ProjectionSpec]) -> list[dict]:
-    """The work of :func:`project_head` (the head is aligned once, and one neighbour graph per metric
-    serves all its UMAP and t-SNE layouts)."""
+    """The work of :func:`project_head` (the head is aligned once; the layouts fitted on the same tokens share
+    them, and one neighbour graph per metric serves all their UMAP and t-SNE layouts)."""
     cached = {spec for spec in specs if cache.contains(spec)}
     todo = [spec for spec in specs if spec not in cached]
     outcomes = [{"spec": spec, "cached": True, "seconds": 0.0} for spec in cached]
@@ -90,50 +98,114 @@ def _project_head(run: StoredRun, cache: ProjectionCache, specs: list[Projection
             raise QkvizError("the head's stored queries or keys are not all finite (overflow or damage); extract "
                              "the run again, with --dtype float32 if it was float16")
         aligned = align_head(queries, keys, Alignment(first.translate_keys, first.scale_norms))
-        graphs: dict[str, NeighborGraph] = {}
-        for metric in {dict(spec.params).get("metric") for spec in todo} - {None}:
-            needed = max(neighbors_needed(spec.method, dict(spec.params), len(aligned.points))
-                         for spec in todo if dict(spec.params).get("metric") == metric)
-            graphs[metric] = neighbor_graph(aligned.points, needed, metric)
     except OSError:            # the file system (permission, a full disk): every head would fail alike
         raise
     except Exception as error:  # noqa: BLE001 -- recorded on the head's layouts; the other heads go on
         return outcomes + [_failed(cache, spec, error) for spec in todo]
-    attention_graphs: dict[tuple, AttentionGraph] = {}
-    for spec in sorted(todo, key=lambda spec: spec.dim):  # a 2D t-SNE first: the 3D one starts from it
+    by_fit: dict[tuple[int, int], list[ProjectionSpec]] = {}
+    for spec in todo:
+        by_fit.setdefault(_fitted_on(spec, run.n_tokens), []).append(spec)
+    for (sample, seed), group in by_fit.items():
         try:
-            outcomes.append(_project_one(run, cache, spec, aligned, graphs, attention_graphs))
+            fit = FitPoints.of(run, queries, keys, aligned.points, sample, seed)
+            graphs: dict[str, NeighborGraph] = {}
+            for metric in {dict(spec.params).get("metric") for spec in group} - {None}:
+                needed = max(neighbors_needed(spec.method, dict(spec.params), len(fit.points))
+                             for spec in group if dict(spec.params).get("metric") == metric)
+                graphs[metric] = neighbor_graph(fit.points, needed, metric)
         except OSError:
             raise
         except Exception as error:  # noqa: BLE001 -- as above
-            outcomes.append(_failed(cache, spec, error))
+            outcomes += [_failed(cache, spec, error) for spec in group]
+            continue
+        attention_graphs: dict[tuple, AttentionGraph] = {}
+        for spec in sorted(group, key=lambda spec: spec.dim):  # a 2D t-SNE first: the 3D one starts from it
+            try:
+                outcomes.append(_project_one(run, cache, spec, fit, aligned, graphs, attention_graphs))
+            except OSError:
+                raise
+            except Exception as error:  # noqa: BLE001 -- as above
+                outcomes.append(_failed(cache, spec, error))
     return outcomes
 
 
-def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, aligned, graphs: dict,
-                 attention_graphs: dict) -> dict:
+def _fitted_on(spec: ProjectionSpec, n_tokens: int) -> tuple[int, int]:
+    """(tokens sampled, seed) of the points ``spec``'s layout is fitted on; (0, 0): every token."""
+    params = dict(spec.params)
+    sample = int(params.get("sample", 0))
+    return (sample, int(params["seed"])) if 0 < sample < n_tokens else (0, 0)
+
+
+@dataclass(frozen=True)
+class FitPoints:
+    """The tokens a head's layout is fitted on: all of them, or a stratified sample (``chosen``)."""
+
+    queries: np.ndarray
+    keys: np.ndarray
+    points: np.ndarray              # aligned [2s, d]: the chosen queries, then their keys
+    first_tokens: np.ndarray        # fit-point token indices of the sentences' first tokens
+    chosen: np.ndarray | None       # int64 token indices of the sample; None: every token
+
+    @classmethod
+    def of(cls, run: StoredRun, queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, sample: int,
+           seed: int) -> "FitPoints":
+        positions = run.tokens["position"].to_numpy()
+        if not sample:
+            return cls(queries, keys, aligned, np.flatnonzero(positions == 0), None)
+        chosen = stratified_sample(run.tokens, sample, seed)
+        return cls(np.asarray(queries[chosen]), np.asarray(keys[chosen]), aligned[sample_points(chosen, len(queries))],
+                   np.flatnonzero(positions[chosen] == 0), chosen)
+
+
+def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, fit: FitPoints, aligned,
+                 graphs: dict, attention_graphs: dict) -> dict:
     started = time.perf_counter()
     params = dict(spec.params)
     seed = params.pop("seed")
     tsne_2d = cache.load(_tsne_2d_spec(spec)) if spec.method in ONLY_3D and spec.dim == 3 else None
+    if tsne_2d is not None and fit.chosen is not None:
+        tsne_2d = tsne_2d[sample_points(fit.chosen, run.n_tokens)]
     attention = None
     if spec.method in ATTENTION_METHODS:
         graph_params = {name: params[name] for name in GRAPH_PARAMS}
         key = tuple(sorted(graph_params.items()))
         if key not in attention_graphs:
             attention_graphs[key] = attention_graph(
-                run.queries(spec.layer, spec.head), run.keys(spec.layer, spec.head), aligned.points,
-                run.scale(spec.layer), softcap=run.softcap(spec.layer),
-                first_tokens=run.sentences["first_token"].to_numpy(), **graph_params)
+                fit.queries, fit.keys, fit.points, run.scale(spec.layer), softcap=run.softcap(spec.layer),
+                first_tokens=fit.first_tokens, **graph_params)
         attention = attention_graphs[key]
-    projection = project_points(aligned.points, spec.method, spec.dim, seed=seed,
+    projection = project_points(fit.points, spec.method, spec.dim, seed=seed,
                                 graph=graphs.get(params.get("metric")), tsne_2d=tsne_2d, attention=attention,
                                 **params)
+    coordinates = projection.coordinates
+    if fit.chosen is not None:
+        coordinates = _place_rest(run, spec, params, fit, aligned.points, projection)
     seconds = time.perf_counter() - started
-    cache.store(spec, projection.coordinates, details={
+    cache.store(spec, coordinates, details={
         "seconds": round(seconds, 3), "norm_scale": aligned.norm_scale,
+        "fitted_tokens": run.n_tokens if fit.chosen is None else len(fit.chosen),
         "adjusted": {name: list(pair) for name, pair in projection.adjusted.items()}})
     return {"spec": spec, "cached": False, "seconds": seconds, "adjusted": projection.adjusted}
+
+
+def _place_rest(run: StoredRun, spec: ProjectionSpec, params: dict, fit: FitPoints, aligned: np.ndarray,
+                projection) -> np.ndarray:
+    """The whole head's coordinates: the fitted sample's, and every other point placed by its affinities to the
+    sample (:mod:`qkviz.projection.sampling`)."""
+    n = run.n_tokens
+    rest = np.setdiff1d(np.arange(n), fit.chosen)
+    if spec.method in ATTENTION_METHODS:
+        affinities = attention_affinities(
+            run.queries(spec.layer, spec.head), run.keys(spec.layer, spec.head), aligned, fit.chosen,
+            run.scale(spec.layer), softcap=run.softcap(spec.layer),
+            hidden_keys=fit.first_tokens if params["hide_first_token"] else None,
+            **{name: params[name] for name in ("k", "alpha", "temperature", "same_kind_k")})
+    else:
+        affinities = perplexity_affinities(aligned[np.concatenate([rest, n + rest])], fit.points)
+    placed = place(affinities, projection.coordinates)
+    if projection.reference is not None:
+        placed = refine_tsne(projection.reference, affinities, placed)
+    return assemble(projection.coordinates, placed, fit.chosen, n)
 
 
 def _failed(cache: ProjectionCache, spec: ProjectionSpec, error: Exception) -> dict:

@@ -46,21 +46,25 @@ METRICS = ("euclidean", "cosine")
 #: ``spectral`` (UMAP's own default, the graph Laplacian's eigenvectors; it can fail and fall back to random).
 UMAP_INITS = ("pca", "spectral")
 DIMENSIONS = (2, 3)
+#: Tokens a t-SNE or UMAP layout is fitted on when a head has more: the others are placed on the fitted
+#: picture (qkviz.projection.sampling; what it costs in faithfulness: bench/scale.py). 0 fits every token.
+DEFAULT_SAMPLE = 20_000
 DEFAULT_PARAMS: dict[str, dict] = {
     "pca": {},
     # init pca: umap's spectral start fails on layer-0 heads; 20 negative samples (umap: 5) raised
     # trustworthiness on bench/faithful.py's heads, 0.889 -> 0.910 (MiniLM), 0.929 -> 0.945 (SmolLM2).
     "umap": {"n_neighbors": 15, "min_dist": 0.0, "n_epochs": 200, "metric": "cosine", "init": "pca",
-             "negative_sample_rate": 20},
+             "negative_sample_rate": 20, "sample": DEFAULT_SAMPLE},
     "tsne": {"perplexity": 30.0, "early_exaggeration_iter": 125, "n_iter": 125, "metric": "cosine",
-             "n_iter_3d": 50},
+             "n_iter_3d": 50, "sample": DEFAULT_SAMPLE},
     # From bench/faithful.py's sweep (4 MiniLM heads, 2 of them sink heads): any key_cap lowers partner
     # recall (q->k 0.26 uncapped, 0.10 at 5, 0.05 at 2) for at most +0.016 trustworthiness, which alpha
     # buys more cheaply; temperatures above 1 and k = 20 lower recall; k = 5 is no better than 10.
     "attn-tsne": {"k": 10, "alpha": 0.5, "temperature": 1.0, "same_kind_k": 10, "key_cap": float("inf"),
-                  "hide_first_token": False, "early_exaggeration_iter": 125, "n_iter": 125, "n_iter_3d": 50},
+                  "hide_first_token": False, "early_exaggeration_iter": 125, "n_iter": 125, "n_iter_3d": 50,
+                  "sample": DEFAULT_SAMPLE},
     "attn-umap": {"k": 10, "alpha": 1.0, "temperature": 1.0, "same_kind_k": 10, "key_cap": float("inf"),
-                  "hide_first_token": False, "min_dist": 0.0, "n_epochs": 200},
+                  "hide_first_token": False, "min_dist": 0.0, "n_epochs": 200, "sample": DEFAULT_SAMPLE},
 }
 #: Parameters that only a 3D layout reads (left out of 2D specs, so they do not split the cache).
 ONLY_3D = {"tsne": ("n_iter_3d",), "attn-tsne": ("n_iter_3d",)}
@@ -103,7 +107,7 @@ def resolve_params(method: str, params: dict, dim: int = 3) -> dict:
 PARAM_RANGES = {
     "perplexity": ("real", 0.0, True), "early_exaggeration_iter": ("whole", 0, False), "n_iter": ("whole", 1, False),
     "n_iter_3d": ("whole", 1, False), "n_neighbors": ("whole", 2, False), "min_dist": ("real", 0.0, False),
-    "n_epochs": ("whole", 1, False), "negative_sample_rate": ("whole", 1, False),
+    "n_epochs": ("whole", 1, False), "negative_sample_rate": ("whole", 1, False), "sample": ("whole", 0, False),
 }
 
 

@@ -1,0 +1,206 @@
+"""Layouts of large heads: fit on a stratified sample of the tokens, then place every other point by its
+affinities to the sample.
+
+t-SNE and UMAP cost grows with the points: a head of 100,000 tokens is 200,000 points, minutes per head
+on one core. Past ``sample`` tokens (a layout parameter, ``qkviz.store.projections.DEFAULT_SAMPLE`` by default;
+0 fits every token) a layout is fitted on a seeded sample of tokens (each sampled token brings its query and its key)
+drawn from every stratum of (position in the sentence, token kind), so that first tokens, delimiters,
+word pieces and late positions are all represented however rare. The other points are then placed on the
+fitted picture, which does not move:
+
+* **t-SNE** -- openTSNE's own transform: each new point's perplexity affinities to its nearest sampled
+  points (cosine), a start at their weighted mean, and a short optimisation against the fixed reference
+  (:data:`TRANSFORM_ITER` iterations, :data:`TRANSFORM_SETTINGS`).
+* **attn-tsne** -- the same transform over the head's own affinities: a new query's ``k`` strongest sampled
+  keys (softmax weights over their logits) and, with weight ``alpha``, its ``same_kind_k`` nearest sampled
+  queries; a new key likewise with the sampled queries that score it highest. Near still means attention.
+* **UMAP / attn-umap** -- the weighted mean of the same neighbours (UMAP's transform starts there), with no
+  optimisation after.
+
+What the sample size costs in trustworthiness and partner recall, against a full fit, is measured by
+``bench/scale.py`` (README, ``docs/scale.md``).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+import scipy.sparse as sp
+
+from qkviz.projection.attention_graph import softmax_rows
+
+#: Sentence positions are stratified in these buckets (a bucket runs up to the next bound).
+POSITION_BOUNDS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256)
+#: Token kinds, the other stratum.
+KINDS = ("special", "punctuation", "word", "word piece")
+#: Every non-empty stratum gets at least this many tokens (or all it has).
+MIN_PER_STRATUM = 5
+#: The placed points' optimisation against the fixed sample (openTSNE's transform, with its learning rate 0.1
+#: and exaggeration 1.5 raised to 1 and 1: on MiniLM layer 3 head 4, half its 5,000 tokens sampled, 100 such
+#: iterations lifted trustworthiness from 0.70 (the weighted mean alone) to 0.76 and partner recall from 0.13 to
+#: 0.16, where openTSNE's settings reached 0.71 and 0.14 in 50 iterations; a full fit scores 0.85 and 0.24)
+TRANSFORM_ITER = 100
+TRANSFORM_SETTINGS = {"learning_rate": 1.0, "exaggeration": 1.0, "momentum": 0.8, "max_grad_norm": 0.25}
+#: Nearest sampled points whose perplexity affinities place a new point in a plain t-SNE (openTSNE's transform
+#: uses perplexity 5 over 15 neighbours)
+TRANSFORM_PERPLEXITY = 5.0
+
+
+def token_kinds(tokens) -> np.ndarray:
+    """int8 ``[n_tokens]`` index into :data:`KINDS` from a run's token table: special tokens; tokens of
+    punctuation or symbols only; tokens starting a word; tokens continuing one (no space before them)."""
+    texts = tokens["token"].to_numpy(dtype=object)
+    special = tokens["is_special"].to_numpy(dtype=bool)
+    punctuation = np.fromiter((bool(text) and all(unicodedata.category(c)[0] in "PS" for c in text)
+                               for text in texts), dtype=bool, count=len(texts))
+    start, end = tokens["char_start"].to_numpy(), tokens["char_end"].to_numpy()
+    sentence = tokens["sentence"].to_numpy()
+    continues = np.zeros(len(texts), dtype=bool)
+    continues[1:] = (sentence[1:] == sentence[:-1]) & (start[1:] == end[:-1]) & (start[1:] > 0)
+    kinds = np.full(len(texts), KINDS.index("word"), dtype=np.int8)
+    kinds[continues] = KINDS.index("word piece")
+    kinds[punctuation] = KINDS.index("punctuation")
+    kinds[special] = KINDS.index("special")
+    return kinds
+
+
+def stratified_sample(tokens, size: int, seed: int = 0) -> np.ndarray:
+    """Sorted int64 token indices: ``size`` tokens drawn at random (seeded) within each stratum of (position
+    bucket, token kind), in proportion to its size but at least :data:`MIN_PER_STRATUM` from each (all the
+    tokens of a smaller one). All tokens when ``size`` is 0 or at least their number."""
+    n = len(tokens)
+    if size <= 0 or size >= n:
+        return np.arange(n, dtype=np.int64)
+    buckets = np.searchsorted(POSITION_BOUNDS, tokens["position"].to_numpy(), side="right") - 1
+    strata = buckets.astype(np.int64) * len(KINDS) + token_kinds(tokens)
+    labels, inverse, counts = np.unique(strata, return_inverse=True, return_counts=True)
+    quotas = np.minimum(counts, np.maximum(MIN_PER_STRATUM, np.floor(size * counts / n).astype(np.int64)))
+    _fit_total(quotas, counts, size)
+    rng = np.random.default_rng(seed)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    chosen = [rng.choice(order[bounds[s]:bounds[s + 1]], size=int(quotas[s]), replace=False)
+              for s in range(len(labels)) if quotas[s]]
+    return np.sort(np.concatenate(chosen)).astype(np.int64)
+
+
+def _fit_total(quotas: np.ndarray, counts: np.ndarray, size: int) -> None:
+    """Adjust ``quotas`` in place to sum to ``size``: the largest strata give or take one token at a time in
+    turn, never below :data:`MIN_PER_STRATUM` (or their size) nor above their size."""
+    floor = np.minimum(counts, MIN_PER_STRATUM)
+    by_size = np.argsort(-counts, kind="stable")
+    while (excess := int(quotas.sum()) - size) != 0:
+        step = -1 if excess > 0 else 1
+        movable = [s for s in by_size if (quotas[s] > floor[s] if step < 0 else quotas[s] < counts[s])]
+        for stratum in movable[:abs(excess)]:
+            quotas[stratum] += step
+
+
+def sample_points(chosen: np.ndarray, n_tokens: int) -> np.ndarray:
+    """Point indices (queries ``0..n-1``, keys ``n..2n-1``) of the sampled tokens: their queries, then keys."""
+    return np.concatenate([chosen, n_tokens + chosen])
+
+
+def attention_affinities(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, chosen: np.ndarray,
+                         scale: float, *, k: int, alpha: float, temperature: float, same_kind_k: int,
+                         softcap: float | None = None, hidden_keys: np.ndarray | None = None) -> sp.csr_matrix:
+    """``[2m, 2s]`` affinities (rows summing to 1) of the ``m`` unsampled tokens' points (queries, then keys)
+    to the sampled points (their queries, then keys, as :func:`sample_points` orders them): the head's
+    attention to the sampled tokens, and with weight ``alpha`` the nearest sampled points of the same kind.
+    ``hidden_keys`` (sample positions) are left out of the queries' candidate keys (``hide_first_token``)."""
+    n, s = len(queries), len(chosen)
+    rest = np.setdiff1d(np.arange(n), chosen)
+    m = len(rest)
+    candidates = np.setdiff1d(np.arange(s), hidden_keys) if hidden_keys is not None else np.arange(s)
+    found, logits = top_logits(queries[rest], keys[chosen][candidates], k, scale, softcap)
+    to_keys = s + candidates[found]
+    to_queries, key_logits = top_logits(keys[rest], queries[chosen], k, scale, softcap)
+    rows = [np.repeat(np.arange(m), found.shape[1]), m + np.repeat(np.arange(m), to_queries.shape[1])]
+    columns = [to_keys.ravel(), to_queries.ravel()]
+    values = [softmax_rows(logits, temperature).ravel(), softmax_rows(key_logits, temperature).ravel()]
+    if alpha > 0:
+        for offset, own, reference in ((0, aligned[rest], aligned[chosen]),
+                                       (s, aligned[n + rest], aligned[n + chosen])):
+            near = nearest_cosine(own, reference, same_kind_k)
+            rows.append((m if offset else 0) + np.repeat(np.arange(m), near.shape[1]))
+            columns.append(offset + near.ravel())
+            values.append(np.full(near.size, alpha / near.shape[1]))
+    matrix = sp.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))),
+                           shape=(2 * m, 2 * s))
+    return _rows_to_one(matrix)
+
+
+def perplexity_affinities(rest_points: np.ndarray, sample_points_: np.ndarray, perplexity: float = TRANSFORM_PERPLEXITY
+                          ) -> sp.csr_matrix:
+    """``[m, s]`` affinities (rows summing to 1) of new points to their ``3 * perplexity`` nearest sampled
+    points (cosine), at ``perplexity``: what openTSNE's transform computes for a new point."""
+    from openTSNE.affinity import joint_probabilities_nn
+
+    k = min(len(sample_points_), int(3 * perplexity))
+    near = nearest_cosine(rest_points, sample_points_, k)
+    unit_rest, unit_sample = _unit(rest_points), _unit(sample_points_)
+    distances = 1.0 - np.einsum("md,mkd->mk", unit_rest, unit_sample[near])
+    matrix = joint_probabilities_nn(near, np.maximum(distances, 0.0), [min(perplexity, (k - 1) / 3 or 1.0)],
+                                    symmetrize=False, normalization="point-wise", n_reference_samples=len(sample_points_),
+                                    n_jobs=1)
+    return _rows_to_one(sp.csr_matrix(matrix))
+
+
+def top_logits(rows: np.ndarray, columns: np.ndarray, k: int, scale: float, softcap: float | None = None):
+    """``(indices [n_rows, k] int64, logits [n_rows, k] float64)``: each row's ``k`` columns of highest
+    ``scale * row . column`` (soft-capped), best first -- :func:`qkviz.core.partners.top_partners`, by faiss's
+    exact search (BLAS and a heap: 2.5x faster than numpy's partition at 20,000 x 5,000)."""
+    import faiss
+
+    k = min(k, len(columns))
+    products, found = faiss.knn(np.ascontiguousarray(rows, dtype=np.float32),
+                                np.ascontiguousarray(columns, dtype=np.float32), k, metric=faiss.METRIC_INNER_PRODUCT)
+    logits = products.astype(np.float64) * scale
+    if softcap:
+        logits = softcap * np.tanh(logits / softcap)
+    return found.astype(np.int64), logits
+
+
+def nearest_cosine(rows: np.ndarray, reference: np.ndarray, k: int) -> np.ndarray:
+    """int64 ``[n_rows, k]``: each row's ``k`` nearest ``reference`` points by cosine, nearest first."""
+    return top_logits(_unit(rows), _unit(reference), k, 1.0)[0]
+
+
+def place(affinities: sp.csr_matrix, reference: np.ndarray) -> np.ndarray:
+    """Each new point at the affinity-weighted mean of the reference coordinates."""
+    return np.asarray(affinities @ reference.astype(np.float64), dtype=np.float64)
+
+
+def refine_tsne(reference, affinities: sp.csr_matrix, start: np.ndarray, n_iter: int = TRANSFORM_ITER) -> np.ndarray:
+    """openTSNE's transform optimisation of new points ``start`` against the fixed ``reference``
+    (a ``TSNEEmbedding``) with ``affinities`` ``[m, s]`` to it."""
+    from openTSNE import PartialTSNEEmbedding
+
+    if n_iter == 0 or len(start) == 0:
+        return start
+    partial = PartialTSNEEmbedding(start, reference, P=affinities, **reference.gradient_descent_params)
+    partial = partial.optimize(n_iter=n_iter, **TRANSFORM_SETTINGS)
+    return np.asarray(partial, dtype=np.float64)
+
+
+def assemble(sample_coordinates: np.ndarray, rest_coordinates: np.ndarray, chosen: np.ndarray,
+             n_tokens: int) -> np.ndarray:
+    """float32 ``[2n, dim]``: the sampled tokens' points and the placed ones back in point order."""
+    rest = np.setdiff1d(np.arange(n_tokens), chosen)
+    coordinates = np.empty((2 * n_tokens, sample_coordinates.shape[1]), dtype=np.float32)
+    coordinates[sample_points(chosen, n_tokens)] = sample_coordinates
+    coordinates[np.concatenate([rest, n_tokens + rest])] = rest_coordinates
+    return coordinates
+
+
+def _unit(points: np.ndarray) -> np.ndarray:
+    points = np.asarray(points, dtype=np.float32)
+    norms = np.linalg.norm(points, axis=1, keepdims=True)
+    return points / np.where(norms > 0, norms, 1.0)
+
+
+def _rows_to_one(matrix: sp.csr_matrix) -> sp.csr_matrix:
+    sums = np.asarray(matrix.sum(axis=1)).ravel()
+    return sp.csr_matrix(sp.diags(1.0 / np.where(sums > 0, sums, 1.0)) @ matrix)
+
