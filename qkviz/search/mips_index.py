@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qkviz.search.exact_search import MappedVectors, as_vectors, exact_top_k, ordered, tie_aware_recall
+from qkviz.search.exact_search import MappedVectors, as_vectors, best_of, exact_top_k, ordered, tie_aware_recall
 
 logger = logging.getLogger(__name__)
 
@@ -100,38 +100,63 @@ class InvertedLists:
         info = IndexInfo(**{**self.info.as_dict(), "nprobe": int(nprobe)})
         return InvertedLists(self.centroids, self.rows, self.starts, info, self.vectors)
 
-    def candidates(self, query: np.ndarray) -> np.ndarray:
-        """Sorted row numbers in the ``nprobe`` lists whose centroids score highest with ``query``."""
-        scores = self.centroids @ query
-        nprobe = min(self.info.nprobe, len(scores))
-        lists = np.argpartition(-scores, nprobe - 1)[:nprobe] if nprobe < len(scores) else np.arange(len(scores))
-        return np.sort(np.concatenate([self.rows[self.starts[i]:self.starts[i + 1]] for i in lists]))
-
     def search(self, queries: np.ndarray, k: int, exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, ids)`` ``[n_queries, k]``, best first; fewer found than ``k`` are padded with id -1
-        and score -inf."""
+        """``(scores, ids)`` ``[n_queries, k]``, best first, from the ``nprobe`` lists whose centroids score
+        highest with each query; fewer found than ``k`` are padded with id -1 and score -inf. Each probed
+        list's vectors are read once for all the queries that probe it."""
         queries = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
-        k = min(int(k), self.info.n_vectors)
-        scores = np.full((len(queries), k), -np.inf, dtype=np.float32)
-        ids = np.full((len(queries), k), -1, dtype=np.int64)
-        for number, query in enumerate(queries):
-            rows = self.candidates(query)
+        m, k = len(queries), min(int(k), self.info.n_vectors)
+        nlist = len(self.centroids)
+        nprobe = min(max(self.info.nprobe, 1), nlist)
+        centroid_scores = queries @ self.centroids.T                                     # [m, nlist]
+        probed = (np.argpartition(-centroid_scores, nprobe - 1, axis=1)[:, :nprobe] if nprobe < nlist
+                  else np.broadcast_to(np.arange(nlist), (m, nlist)))
+        found_scores = np.full((m, nprobe, k), -np.inf, dtype=np.float32)
+        found_ids = np.full((m, nprobe, k), -1, dtype=np.int64)
+        pairs = np.argsort(probed.ravel(), kind="stable")                                 # (query, slot) by list
+        lists = probed.ravel()[pairs]
+        bounds = np.flatnonzero(np.diff(lists)) + 1
+        for group in np.split(pairs, bounds):
+            number = int(probed.ravel()[group[0]])
+            rows = self.rows[self.starts[number]:self.starts[number + 1]]
             if exclude is not None:
                 rows = rows[~exclude[rows]]
             if not len(rows):
                 continue
-            found_scores, found_ids = exact_top_k(self.vectors.read(rows), query, k)
-            found_scores, found_ids = ordered(found_scores, rows[found_ids].astype(np.int64))
-            scores[number, :found_ids.shape[1]], ids[number, :found_ids.shape[1]] = found_scores[0], found_ids[0]
-        return scores, ids
+            who, slot = np.divmod(group, nprobe)
+            scores = queries[who] @ self.vectors.read(rows).T
+            best_scores, best_rows = best_of(scores, np.broadcast_to(rows.astype(np.int64), scores.shape), k)
+            found_scores[who, slot, :best_rows.shape[1]] = best_scores
+            found_ids[who, slot, :best_rows.shape[1]] = best_rows
+        scores, ids = best_of(found_scores.reshape(m, -1), found_ids.reshape(m, -1), k)
+        return ordered(scores, ids)
+
+
+#: k-means work (training vectors x lists) below which faiss trains on one thread: OpenMP's threads
+#: spin for seconds on a machine whose cores are busy, for work of a fraction of a second on one core
+SINGLE_THREAD_WORK = 10**9
+
+
+def train_centroids(training: np.ndarray, nlist: int, seed: int) -> np.ndarray:
+    """float32 ``[nlist, d]``: seeded k-means centroids of ``training``, vectors assigned by inner product."""
+    import faiss
+
+    clustering = faiss.Clustering(training.shape[1], nlist)
+    clustering.seed = seed
+    threads = faiss.omp_get_max_threads()
+    if len(training) * nlist < SINGLE_THREAD_WORK:
+        faiss.omp_set_num_threads(1)
+    try:
+        clustering.train(training, faiss.IndexFlatIP(training.shape[1]))
+    finally:
+        faiss.omp_set_num_threads(threads)
+    return faiss.vector_to_array(clustering.centroids).reshape(nlist, training.shape[1]).astype(np.float32)
 
 
 def build_inverted_lists(vectors: np.ndarray | MappedVectors, probe_queries: np.ndarray | None = None,
                          target_recall: float = TARGET_RECALL, seed: int = 0) -> InvertedLists:
     """An inverted file over ``vectors`` (``[n, d]``, read block by block) whose ``nprobe`` is tuned on
     ``probe_queries`` ``[m, d]`` (the vectors that will search it; a sample of ``vectors`` when None)."""
-    import faiss
-
     started = time.perf_counter()
     source = as_vectors(vectors)
     n, dim = source.n, source.dim
@@ -141,11 +166,7 @@ def build_inverted_lists(vectors: np.ndarray | MappedVectors, probe_queries: np.
     nlist = int(min(max(4 * np.sqrt(n), 1), n // 39 or 1))
     training_size = min(n, TRAINING_PER_LIST * nlist)
     training = source.read(np.sort(rng.choice(n, training_size, replace=False)) if training_size < n else slice(None))
-    clustering = faiss.Clustering(dim, nlist)
-    clustering.seed = seed
-    quantizer = faiss.IndexFlatIP(dim)
-    clustering.train(np.ascontiguousarray(training, dtype=np.float32), quantizer)    # assigns by inner product
-    centroids = faiss.vector_to_array(clustering.centroids).reshape(nlist, dim).astype(np.float32)
+    centroids = train_centroids(np.ascontiguousarray(training, dtype=np.float32), nlist, seed)
     assignment = np.empty(n, dtype=np.int64)
     for start, block in source.blocks():
         assignment[start:start + len(block)] = np.argmax(block @ centroids.T, axis=1)
