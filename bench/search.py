@@ -70,7 +70,7 @@ def ensure_run(path: Path, tokens: int) -> None:
     subprocess.run([*QKVIZ, "-q", "project", "--run", str(path), "--method", "pca", "--dim", "2"], check=True)
 
 
-def bench_build(run) -> None:
+def bench_build(run, approximate_count: int) -> None:
     command = [*QKVIZ, "-q", "index", "--run", str(run.path)]
     start = time.perf_counter()
     measured = subprocess.run(["/usr/bin/time", "-v", *command], check=True, capture_output=True, text=True).stderr
@@ -84,8 +84,10 @@ def bench_build(run) -> None:
     approximate = PartnerIndexes(run, exact_limit=run.n_tokens // 4)
     targets = index_targets(run, list(range(run.n_layers)), list(range(run.n_heads)))
     recalls, nprobes, times, sizes = [], [], [], []
+    if not approximate_count:
+        return
     directory = Path(tempfile.mkdtemp())
-    for target in targets[::12]:
+    for target in targets[::max(1, len(targets) // approximate_count)][:approximate_count]:
         start = time.perf_counter()
         index = build_inverted_lists(approximate.mapped(target), approximate.probe_queries(target))
         times.append(time.perf_counter() - start)
@@ -241,6 +243,7 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=20, help="partner queries per head after the first")
     parser.add_argument("--overlap-run", type=Path, help="a run with cached layouts to measure their overlap on")
     parser.add_argument("--large", default="", help="comma-separated sizes of a synthetic head (e.g. 100000,1000000)")
+    parser.add_argument("--approximate", type=int, default=12, help="inverted files built to measure them (0: none)")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: build,partners,panel,tokens")
     args = parser.parse_args()
     ensure_run(args.run, args.tokens)
@@ -249,7 +252,7 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
     if "build" not in skip:
         shutil.rmtree(args.run / "indexes", ignore_errors=True)
-        bench_build(run)
+        bench_build(run, args.approximate)
     if "partners" not in skip:
         bench_partners(run, args.points)
     if "panel" not in skip:

@@ -74,8 +74,11 @@ def build_indexes(run: StoredRun | str | Path, *, layers: Sequence[int] | None =
                 summary.recalls.append(info.recall_at_10)
             bar.update()
     summary.seconds = time.perf_counter() - started
-    kind = (f"approximate, recall@10 {min(summary.recalls):.3f} to {max(summary.recalls):.3f}" if summary.recalls
-            else f"exact search on the stored vectors, nothing stored ({run.n_tokens:,} tokens <= exact limit)")
-    logger.info("%s: token index and %d partner indexes (%s), %.1f MB, in %.1f s", summary.directory,
-                summary.n_indexes, kind, summary.n_bytes / 1e6, summary.seconds)
+    if summary.recalls:
+        described = (f"token index and {summary.n_indexes} approximate partner indexes, recall@10 "
+                     f"{min(summary.recalls):.3f} to {max(summary.recalls):.3f}")
+    else:
+        described = (f"token index; the {summary.n_indexes} partner searches are exact on the run's arrays, nothing stored "
+                     f"for them ({run.n_tokens:,} tokens <= exact limit {exact_limit:,})")
+    logger.info("%s: %s, %.1f MB, in %.1f s", summary.directory, described, summary.n_bytes / 1e6, summary.seconds)
     return summary
