@@ -2,30 +2,32 @@
 
 Reports, on one run (extracted and PCA-projected first when missing):
 
-* index build (``qkviz index``'s work): seconds and bytes per head index, flat (exact) and -- with
-  the exact limit lowered below the run's size -- inverted file, with its tuned ``nprobe`` and
-  measured recall@10 against exact;
-* partner queries per head (one clicked point's top 10 over the whole corpus): the first query of
-  a head (its index memory-mapped from disk, or built in memory when not stored) and the next ones,
-  p50 / p95 over every head; next to numpy's brute force (``K @ q`` and a partial sort) on the
-  same points, as a ratio;
+* ``qkviz index`` as a command: seconds, peak RSS, and the bytes its ``indexes/`` folder holds per
+  token (exact heads store nothing; only the token index is written);
+* the inverted file (forced with the exact limit lowered below the run's size): build seconds, bytes
+  per token, tuned ``nprobe`` and measured recall@10 against exact;
+* partner queries per head (one clicked point's top 10 over the whole corpus), exact on the run's
+  memory-mapped arrays read in blocks: the first query of a head and the next ones, p50 / p95 over
+  every head; next to the previous way (a faiss ``IndexFlatIP`` copy of the head's vectors, held in
+  memory) and numpy's brute force on the decoded head, on the same points;
 * the app's whole partner panel for a clicked point (search, list, the layout's overlap with it);
 * all-head token search: the token index's answer plus the cluster count in every head's 2D
   layout, p50 / p95 over common words, whole-token and substring; next to a scan of the tokens;
 * with ``--overlap-run`` (a run with t-SNE / UMAP / PCA layouts): how much of each head's top-10
   partners its layouts keep near each point, mean over heads;
-* with ``--large N``: one real head's keys grown to N by jittered resampling (past the exact
-  limit), searched by its real queries: flat query time, inverted-file build time, nprobe, recall@10.
+* with ``--large N,N,...``: one real head's keys grown to each N by jittered resampling and stored as a
+  memory-mapped array, searched by its real queries: blocked exact query time against the inverted
+  file's (build time, nprobe, recall@10, bytes per vector) -- where an approximate index starts to pay.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +42,8 @@ from dash_app.run_data import RunData  # noqa: E402
 from dash_app.search import TokenSearch  # noqa: E402
 from dash_app.state import ViewState  # noqa: E402
 from qkviz import open_run  # noqa: E402
-from qkviz.search.mips_index import build_index, exact_top_k, tie_aware_recall  # noqa: E402
+from qkviz.search.exact_search import MappedVectors, exact_top_k, tie_aware_recall  # noqa: E402
+from qkviz.search.mips_index import build_inverted_lists, write_inverted_lists  # noqa: E402
 from qkviz.search.partner_index import PartnerIndexes, head_layout_overlap, index_targets  # noqa: E402
 from qkviz.search.token_index import TokenIndex, normalise  # noqa: E402
 
@@ -67,54 +70,69 @@ def ensure_run(path: Path, tokens: int) -> None:
     subprocess.run([*QKVIZ, "-q", "project", "--run", str(path), "--method", "pca", "--dim", "2"], check=True)
 
 
-def bench_build(run) -> None:
-    indexes = PartnerIndexes(run)
-    targets = index_targets(run, list(range(run.n_layers)), list(range(run.n_heads)))
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    seconds, sizes = [], []
-    for target in targets:
-        start = time.perf_counter()
-        _, size = indexes.build(target)
-        seconds.append(time.perf_counter() - start)
-        sizes.append(size)
-    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before
-    print(f"build, exact (flat): {len(targets)} indexes ({run.n_layers * run.n_heads} heads, keys and queries) in "
-          f"{sum(seconds):.2f} s, {1e3 * np.median(seconds):.1f} ms median per index (vectors read and decoded, "
-          f"written); {np.median(sizes) / 1e6:.2f} MB per index, {sum(sizes) / 1e6:.0f} MB in all; "
-          f"peak RSS grew {grown:.0f} MB")
+def bench_build(run, approximate_count: int) -> None:
+    command = [*QKVIZ, "-q", "index", "--run", str(run.path)]
+    start = time.perf_counter()
+    measured = subprocess.run(["/usr/bin/time", "-v", *command], check=True, capture_output=True, text=True).stderr
+    seconds = time.perf_counter() - start
+    peak = next((int(line.split()[-1]) / 1024 for line in measured.splitlines() if "Maximum resident" in line), float("nan"))
+    stored = sum(path.stat().st_size for path in (run.path / "indexes").iterdir())
+    vectors = sum((run.path / name).stat().st_size for name in ("queries.npy", "keys.npy"))
+    print(f"qkviz index: {seconds:.1f} s, peak RSS {peak:.0f} MB; indexes/ holds {stored / 1e6:.2f} MB = "
+          f"{stored / run.n_tokens:.1f} bytes/token (the stored queries and keys: {vectors / run.n_tokens:,.0f} bytes/token; "
+          f"files: {sorted(path.name for path in (run.path / 'indexes').iterdir())})")
     approximate = PartnerIndexes(run, exact_limit=run.n_tokens // 4)
-    recalls, nprobes, times = [], [], []
-    for target in targets[::4]:
+    targets = index_targets(run, list(range(run.n_layers)), list(range(run.n_heads)))
+    recalls, nprobes, times, sizes = [], [], [], []
+    if not approximate_count:
+        return
+    directory = Path(tempfile.mkdtemp())
+    for target in targets[::max(1, len(targets) // approximate_count)][:approximate_count]:
         start = time.perf_counter()
-        index = build_index(approximate.vectors(target), approximate.probe_queries(target), approximate.exact_limit)
+        index = build_inverted_lists(approximate.mapped(target), approximate.probe_queries(target))
         times.append(time.perf_counter() - start)
+        sizes.append(write_inverted_lists(index, directory / f"{target.stem}.ivf.npz"))
         recalls.append(index.info.recall_at_10)
         nprobes.append(f"{index.info.nprobe}/{index.info.nlist}")
-    print(f"build, approximate (inverted file, forced with exact limit {run.n_tokens // 4}) on {len(times)} indexes: "
-          f"{1e3 * np.median(times):.0f} ms median per index; recall@10 {min(recalls):.3f} to {max(recalls):.3f} "
-          f"(mean {np.mean(recalls):.3f}); nprobe/nlist {sorted(set(nprobes))}")
+    shutil.rmtree(directory)
+    print(f"build, approximate (inverted file, forced) on {len(times)} indexes: {1e3 * np.median(times):.0f} ms median "
+          f"per index, {np.median(sizes) / run.n_tokens:.2f} bytes/token per index ({len(targets)} indexes: "
+          f"{len(targets) * np.median(sizes) / run.n_tokens:.0f} bytes/token); recall@10 {min(recalls):.3f} to "
+          f"{max(recalls):.3f} (mean {np.mean(recalls):.3f}); nprobe/nlist {sorted(set(nprobes))}")
 
 
 def bench_partners(run, points_per_head: int) -> None:
     rng = np.random.default_rng(0)
-    first = {True: [], False: []}          # the first query of a head, with and without a stored index
-    later, numpy_later = [], []
-    for stored in (True, False):
-        for layer in range(run.n_layers):
-            for head in range(run.n_heads):
-                indexes = PartnerIndexes(open_run(run.path))
-                if not stored:
-                    indexes.stored_info = lambda target: None         # as if 'qkviz index' had not run
-                points = rng.choice(2 * run.n_tokens, size=points_per_head + 1, replace=False)
-                first[stored].append(timed(indexes.partners, layer, head, int(points[0]), K)[0])
-                if stored:
-                    for point in points[1:]:
-                        later.append(timed(indexes.partners, layer, head, int(point), K)[0])
-                        numpy_later.append(timed(numpy_top_k, run, layer, head, int(point))[0])
-    print(f"partner query, first of a head (index memory-mapped from disk): {percentiles(first[True])}")
-    print(f"partner query, first of a head (no stored index: exact one built in memory): {percentiles(first[False])}")
-    print(f"partner query, next ones: {percentiles(later)}; numpy brute force on the same points: "
-          f"{percentiles(numpy_later)}; faiss {np.median(numpy_later) / np.median(later):.1f}x faster (median)")
+    first, later, flat_later, numpy_later = [], [], [], []
+    for layer in range(run.n_layers):
+        for head in range(run.n_heads):
+            indexes = PartnerIndexes(open_run(run.path))
+            points = rng.choice(2 * run.n_tokens, size=points_per_head + 1, replace=False)
+            first.append(timed(indexes.partners, layer, head, int(points[0]), K)[0])
+            flat = {side: flat_index(run, side, layer, head) for side in ("keys", "queries")}
+            for point in points[1:]:
+                later.append(timed(indexes.partners, layer, head, int(point), K)[0])
+                flat_later.append(timed(flat_top_k, run, flat, layer, head, int(point))[0])
+                numpy_later.append(timed(numpy_top_k, run, layer, head, int(point))[0])
+    print(f"partner query, exact on the memory-mapped arrays, first of a head: {percentiles(first)}")
+    print(f"partner query, exact on the memory-mapped arrays, next ones: {percentiles(later)}")
+    print(f"  the previous way, a faiss IndexFlatIP copy held in memory (built before timing): {percentiles(flat_later)}; "
+          f"numpy on the decoded head (decoding included): {percentiles(numpy_later)}")
+
+
+def flat_index(run, side, layer, head):
+    import faiss
+
+    vectors = run.keys(layer, head) if side == "keys" else run.queries(layer, head)
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(np.ascontiguousarray(vectors))
+    return index
+
+
+def flat_top_k(run, flat, layer, head, point):
+    if point < run.n_tokens:
+        return flat["keys"].search(run.queries(layer, head)[point:point + 1], K)
+    return flat["queries"].search(run.keys(layer, head)[point - run.n_tokens:point - run.n_tokens + 1], K)
 
 
 def numpy_top_k(run, layer, head, point):
@@ -183,27 +201,39 @@ def bench_overlap(path: Path) -> None:
                   f"{100 * shares[best]['query']:.0f}%")
 
 
-def bench_large(run, n: int, layer: int = 3, head: int = 4) -> None:
-    """One head grown to ``n`` keys: the run's keys of ``(layer, head)`` resampled with Gaussian jitter
-    (a quarter of each dimension's spread), searched by the head's real queries."""
+def bench_large(run, sizes: list[int], layer: int = 3, head: int = 4) -> None:
+    """One head grown to each of ``sizes`` keys: the run's keys of ``(layer, head)`` resampled with Gaussian
+    jitter (a quarter of each dimension's spread), stored as a memory-mapped .npy file, searched by the
+    head's real queries, exactly in blocks and by an inverted file over the same mapped array."""
     rng = np.random.default_rng(0)
     keys, queries = run.keys(layer, head), run.queries(layer, head)
-    jitter = rng.normal(0, 0.25, size=(n, keys.shape[1])) * keys.std(axis=0)
-    vectors = (keys[rng.integers(0, len(keys), n)] + jitter).astype(np.float32)
     probes = queries[rng.choice(len(queries), 750, replace=False)]
-    flat = build_index(vectors, exact_limit=n)
-    flat_ms = [timed(flat.search, probes[500 + i], K)[0] for i in range(50)]
-    start = time.perf_counter()
-    approximate = build_index(vectors, probes[:500], exact_limit=n - 1)
-    build_s = time.perf_counter() - start
-    ivf_ms = [timed(approximate.search, probes[500 + i], K)[0] for i in range(50)]
-    exact_scores, _ = exact_top_k(vectors, probes[500:], K)
-    recall = tie_aware_recall(approximate.search(probes[500:], K)[1], vectors, probes[500:], exact_scores)
-    info = approximate.info
-    print(f"L{layer} H{head} grown to {n:,} keys (d {keys.shape[1]}): flat query {percentiles(flat_ms)}; inverted "
-          f"file built in {build_s:.0f} s ({info.nlist} lists, nprobe {info.nprobe}), query {percentiles(ivf_ms)}, "
-          f"recall@10 {info.recall_at_10:.3f} at build, {recall:.3f} on 250 other queries; "
-          f"{info.n_vectors * info.dim * 4 / 1e6:.0f} MB of vectors")
+    directory = Path(tempfile.mkdtemp())
+    for n in sizes:
+        path = directory / f"keys-{n}.npy"
+        stored = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, keys.shape[1]))
+        for start in range(0, n, 1_000_000):
+            count = min(1_000_000, n - start)
+            jitter = rng.normal(0, 0.25, size=(count, keys.shape[1])) * keys.std(axis=0)
+            stored[start:start + count] = keys[rng.integers(0, len(keys), count)] + jitter
+        stored.flush()
+        del stored
+        mapped = MappedVectors.of_array(np.load(path, mmap_mode="r"))
+        exact_ms = [timed(exact_top_k, mapped, probes[500 + i], K)[0] for i in range(50)]
+        start = time.perf_counter()
+        approximate = build_inverted_lists(mapped, probes[:500])
+        build_s = time.perf_counter() - start
+        ivf_ms = [timed(approximate.search, probes[500 + i], K)[0] for i in range(50)]
+        exact_scores, _ = exact_top_k(mapped, probes[500:], K)
+        recall = tie_aware_recall(approximate.search(probes[500:], K)[1], mapped, probes[500:], exact_scores)
+        size = write_inverted_lists(approximate, directory / "lists.npz")
+        info = approximate.info
+        print(f"L{layer} H{head} grown to {n:,} keys (d {keys.shape[1]}, {n * keys.shape[1] * 4 / 1e6:.0f} MB mapped): "
+              f"exact in blocks {percentiles(exact_ms)}; inverted file built in {build_s:.0f} s ({info.nlist} lists, "
+              f"nprobe {info.nprobe}, {size / n:.1f} bytes/vector), query {percentiles(ivf_ms)}, recall@10 "
+              f"{info.recall_at_10:.3f} at build, {recall:.3f} on 250 other queries")
+        path.unlink()
+    shutil.rmtree(directory)
 
 
 def main() -> None:
@@ -212,20 +242,27 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=10_000)
     parser.add_argument("--points", type=int, default=20, help="partner queries per head after the first")
     parser.add_argument("--overlap-run", type=Path, help="a run with cached layouts to measure their overlap on")
-    parser.add_argument("--large", type=int, default=0, help="vectors of a synthetic head past the exact limit")
+    parser.add_argument("--large", default="", help="comma-separated sizes of a synthetic head (e.g. 100000,1000000)")
+    parser.add_argument("--approximate", type=int, default=12, help="inverted files built to measure them (0: none)")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: build,partners,panel,tokens")
     args = parser.parse_args()
     ensure_run(args.run, args.tokens)
     run = open_run(args.run)
     print(f"{run.model_id}: {run.n_layers} x {run.n_heads} heads, {run.n_tokens} tokens, d_head {run.head_dim}")
-    shutil.rmtree(args.run / "indexes", ignore_errors=True)
-    bench_build(run)
-    bench_partners(run, args.points)
-    bench_panel(run)
-    bench_token_search(run)
+    skip = set(filter(None, args.skip.split(",")))
+    if "build" not in skip:
+        shutil.rmtree(args.run / "indexes", ignore_errors=True)
+        bench_build(run, args.approximate)
+    if "partners" not in skip:
+        bench_partners(run, args.points)
+    if "panel" not in skip:
+        bench_panel(run)
+    if "tokens" not in skip:
+        bench_token_search(run)
     if args.overlap_run:
         bench_overlap(args.overlap_run)
     if args.large:
-        bench_large(run, args.large)
+        bench_large(run, [int(n) for n in args.large.split(",")])
 
 
 if __name__ == "__main__":

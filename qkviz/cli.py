@@ -183,16 +183,17 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(handler=_status)
 
     index = commands.add_parser(
-        "index", help="search indexes: every head's attention partners (faiss) and the token index",
-        description="Build the indexes the app's corpus-wide searches answer from, into <run>/indexes/: for every "
-                    "head, a maximum inner product index over its keys (which keys a query seeks) and over its "
-                    "queries (which queries seek a key) -- exact up to --exact-limit tokens, an inverted file "
-                    "with measured recall@10 past it -- and the token index of the global search.")
+        "index", help="search indexes: the token index and, past the exact limit, every head's partner indexes",
+        description="Build the indexes the app's corpus-wide searches answer from, into <run>/indexes/: the token "
+                    "index of the global search and, for every head, what its partner search needs: nothing up to "
+                    "--exact-limit tokens (exact search reads the run's own arrays; older index files are deleted), "
+                    "past it an inverted file over its keys (which keys a query seeks) and over its queries (which "
+                    "queries seek a key) with measured recall@10, holding row numbers, not copies of the vectors.")
     index.add_argument("--run", required=True, type=Path, help="run directory")
     index.add_argument("--layers", help="e.g. 0-2 or 0,3,5 (default: all)")
     index.add_argument("--heads", help="e.g. 0,5 or 0-8 (default: all)")
     index.add_argument("--exact-limit", type=integer(1), default=EXACT_LIMIT,
-                       help=f"exact (flat) indexes up to this many tokens, approximate past it (default {EXACT_LIMIT:,})")
+                       help=f"exact search (no index) up to this many tokens, approximate indexes past it (default {EXACT_LIMIT:,})")
     index.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the approximate indexes' k-means (default 0)")
     index.set_defaults(handler=_index)
 

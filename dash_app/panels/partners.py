@@ -1,8 +1,8 @@
 """The single view's "corpus partners" panel: the keys a clicked query scores highest anywhere in the
 corpus (or the queries that score a clicked key highest), and how many of them the layout keeps near it.
 
-The partners come from the run's faiss indexes (:class:`qkviz.search.partner_index.PartnerIndexes`, built
-by ``qkviz index`` or, when exact, in memory on first use); the panel lists each with its logit and
+The partners come from :class:`qkviz.search.partner_index.PartnerIndexes` (exact search on the run's
+memory-mapped arrays, or past the exact limit the inverted files ``qkviz index`` built); the panel lists each with its logit and
 its sentence (the token marked), and each is a button that selects that point. The same partners
 are drawn as stars in the layout (the last overlay slot of :mod:`dash_app.views.single`).
 Everything is Dash components with plain-text children: no token text is rendered as HTML.

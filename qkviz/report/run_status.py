@@ -3,6 +3,7 @@ projections per method and dimension, the layouts that failed, and the search in
 
 from __future__ import annotations
 
+from qkviz.search.mips_index import EXACT_LIMIT
 from qkviz.search.partner_index import PartnerIndexes
 from qkviz.store.projections import ProjectionCache
 from qkviz.store.run import StoredRun
@@ -45,11 +46,15 @@ def failure_lines(failures: list, shown: int = 5) -> list[str]:
 
 def index_status(run: StoredRun) -> str:
     """The status line of the run's search indexes."""
-    kinds = PartnerIndexes(run).summary()
+    approximate = PartnerIndexes(run).summary().get("ivf", 0)
     token_index = load_token_index(run) is not None
-    if not kinds and not token_index:
-        return f"indexed    nothing yet (exact search works without): 'qkviz index --run {run.path}'"
+    exact = run.n_tokens <= EXACT_LIMIT
+    if not approximate and not token_index:
+        return (f"indexed    nothing yet (partner search is exact without: {run.n_tokens:,} tokens <= {EXACT_LIMIT:,}): "
+                f"'qkviz index --run {run.path}'" if exact else
+                f"indexed    nothing yet ({run.n_tokens:,} tokens need approximate partner indexes): "
+                f"'qkviz index --run {run.path}'")
     needed = run.n_layers * (run.n_heads + run.n_kv_heads)
-    described = ", ".join(f"{count} {'exact' if kind == 'flat' else 'approximate'}" for kind, count in kinds.items())
-    return (f"indexed    {sum(kinds.values())}/{needed} partner indexes ({described or 'none'}), token index "
-            f"{'stored' if token_index else 'not stored'}")
+    partners = (f"{approximate}/{needed} approximate partner indexes" if approximate or not exact else
+                "partner search exact on the stored vectors (no index needed)")
+    return f"indexed    {partners}, token index {'stored' if token_index else 'not stored'}"

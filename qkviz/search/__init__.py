@@ -1,4 +1,5 @@
-"""Corpus-wide search: every head's attention partners by maximum inner product (faiss), the token
+"""Corpus-wide search: every head's attention partners by maximum inner product (exact on the run's arrays,
+or an inverted file past a size), the token
 index of the global search, and how many partners a layout keeps near.
 """
 

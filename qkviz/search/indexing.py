@@ -1,4 +1,4 @@
-"""``qkviz.build_indexes``: the token index and every chosen head's partner indexes, stored in the run."""
+"""``qkviz.build_indexes``: the token index and, past the exact limit, every chosen head's partner indexes."""
 
 from __future__ import annotations
 
@@ -35,9 +35,10 @@ def build_indexes(run: StoredRun | str | Path, *, layers: Sequence[int] | None =
                   progress: bool = True) -> IndexSummary:
     """Build the indexes the corpus-wide searches answer from, into ``<run>/indexes/``.
 
-    For every chosen head: a maximum inner product index over its keys (which keys a query seeks) and
-    over its queries (which queries seek a key) -- exact up to ``exact_limit`` tokens, an inverted
-    file with measured recall@10 past it -- and the token index of the global search.
+    The token index of the global search and, for every chosen head, what its partner searches need:
+    up to ``exact_limit`` tokens nothing (exact search reads the run's own arrays; older index files
+    of those heads are deleted), past it an inverted file with measured recall@10 over its keys (which
+    keys a query seeks) and over its queries (which queries seek a key), holding row numbers, not vectors.
 
     Parameters
     ----------
@@ -46,7 +47,7 @@ def build_indexes(run: StoredRun | str | Path, *, layers: Sequence[int] | None =
     layers, heads
         The heads to index (default: all).
     exact_limit
-        Exact (flat) indexes up to this many tokens, approximate past it.
+        Exact search (no index) up to this many tokens, approximate indexes past it.
     seed
         Seed of the approximate indexes' k-means.
     progress
@@ -73,8 +74,11 @@ def build_indexes(run: StoredRun | str | Path, *, layers: Sequence[int] | None =
                 summary.recalls.append(info.recall_at_10)
             bar.update()
     summary.seconds = time.perf_counter() - started
-    kind = (f"approximate, recall@10 {min(summary.recalls):.3f} to {max(summary.recalls):.3f}" if summary.recalls
-            else f"exact ({run.n_tokens:,} tokens <= exact limit)")
-    logger.info("%s: token index and %d partner indexes (%s), %.1f MB, in %.1f s", summary.directory,
-                summary.n_indexes, kind, summary.n_bytes / 1e6, summary.seconds)
+    if summary.recalls:
+        described = (f"token index and {summary.n_indexes} approximate partner indexes, recall@10 "
+                     f"{min(summary.recalls):.3f} to {max(summary.recalls):.3f}")
+    else:
+        described = (f"token index; the {summary.n_indexes} partner searches are exact on the run's arrays, nothing stored "
+                     f"for them ({run.n_tokens:,} tokens <= exact limit {exact_limit:,})")
+    logger.info("%s: %s, %.1f MB, in %.1f s", summary.directory, described, summary.n_bytes / 1e6, summary.seconds)
     return summary

@@ -1,17 +1,18 @@
-"""Maximum inner product search over one set of vectors with faiss: exact, or approximate past a limit.
+"""Maximum inner product search over one head's vectors: exact, or an approximate inverted file past a limit.
 
-Up to :data:`EXACT_LIMIT` vectors the index is flat (``IndexFlatIP``): every search computes every
-dot product, exactly, in float32 -- one query against a million 64-dimensional vectors takes about
-15 ms on 2 cores. Past it the index is an inverted file (``IndexIVFFlat``, inner-product metric,
-``4 * sqrt(n)`` lists trained by seeded k-means on up to 64 vectors a list): a search visits only the ``nprobe`` lists whose
-centroids score highest, so it may miss partners. Its ``nprobe`` is tuned when it is built: doubled
-until the measured recall@10 on a sample of the vectors that will query it reaches
-:data:`TARGET_RECALL`, and that recall is kept with the index.
+Neither kind keeps a copy of the vectors. Up to :data:`EXACT_LIMIT` vectors the search is exact
+(:func:`qkviz.search.exact_search.exact_top_k`: every dot product, in float32, read block by block
+from the run's memory-mapped arrays), and nothing is stored. Past it the index is an inverted file
+that holds only its lists: ``4 * sqrt(n)`` centroids, trained by seeded k-means (faiss, inner-product
+assignment) on up to 64 vectors a list, and each vector's row number sorted by list -- 4 bytes a
+vector where a faiss ``IndexIVFFlat`` stores the vectors again. A search scores the centroids, then
+reads from the run only the rows of the ``nprobe`` lists whose centroids score highest, so it may
+miss partners. Its ``nprobe`` is tuned when it is built: doubled until the measured recall@10 on a
+sample of the vectors that will query it reaches :data:`TARGET_RECALL`, and that recall is kept with
+the index.
 
-Recall@10 is tie-aware: a returned vector counts when its true score is at least the exact tenth
-best score (within float32 rounding), because attention ties are common -- a decoder's queries
-score the hundreds of sentence-start tokens almost equally -- and which of the tied vectors an
-index returns is arbitrary.
+Recall@10 is tie-aware (:func:`~qkviz.search.exact_search.tie_aware_recall`), because attention ties
+are common -- a decoder's queries score the hundreds of sentence-start tokens almost equally.
 """
 
 from __future__ import annotations
@@ -21,17 +22,15 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:   # faiss is imported where an index is made or read, not by the status of a run
-    import faiss
+from qkviz.search.exact_search import MappedVectors, as_vectors, best_of, exact_top_k, ordered, tie_aware_recall
 
 logger = logging.getLogger(__name__)
 
-#: vectors up to which the index is exact (flat); an inverted file past it
-EXACT_LIMIT = 1_000_000
+#: vectors up to which search is exact (every vector scanned, nothing stored); an inverted file past it
+EXACT_LIMIT = 500_000
 #: recall@10 the approximate index's ``nprobe`` is tuned to reach
 TARGET_RECALL = 0.95
 #: held-out queries the recall is measured on
@@ -43,9 +42,9 @@ TRAINING_PER_LIST = 64
 
 @dataclass(frozen=True)
 class IndexInfo:
-    """What kind of index it is and how good: ``recall_at_10`` is 1.0 for an exact index."""
+    """What kind of search it is and how good: ``recall_at_10`` is 1.0 for exact search."""
 
-    kind: str              # "flat" or "ivf"
+    kind: str              # "exact" or "ivf"
     n_vectors: int
     dim: int
     nlist: int = 0
@@ -55,7 +54,7 @@ class IndexInfo:
 
     @property
     def exact(self) -> bool:
-        return self.kind == "flat"
+        return self.kind == "exact"
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "n_vectors": self.n_vectors, "dim": self.dim, "nlist": self.nlist,
@@ -67,96 +66,144 @@ class IndexInfo:
 
 
 @dataclass
-class MipsIndex:
-    """A faiss index and its :class:`IndexInfo`."""
+class ExactSearch:
+    """Exact search over vectors read where they are stored; nothing of its own."""
 
-    index: faiss.Index
+    vectors: MappedVectors
+
+    @property
+    def info(self) -> IndexInfo:
+        return IndexInfo("exact", self.vectors.n, self.vectors.dim)
+
+    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)`` ``[n_queries, k']``, best first, ``k' = min(k, vectors not excluded)``."""
+        return exact_top_k(self.vectors, queries, k, exclude)
+
+
+@dataclass
+class InvertedLists:
+    """An inverted file over vectors read where they are stored: ``centroids`` float32 ``[nlist, d]``,
+    ``rows`` int32/int64 ``[n]`` the vectors' row numbers grouped by list (ascending in each), list
+    ``l`` holding ``rows[starts[l]:starts[l + 1]]``."""
+
+    centroids: np.ndarray
+    rows: np.ndarray
+    starts: np.ndarray
     info: IndexInfo
+    vectors: MappedVectors | None = None
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, ids)`` ``[n_queries, k']`` with ``k' = min(k, n_vectors)``, best first (scores are
-        float32 dot products; an approximate index may return fewer, padded with id -1)."""
+    def attach(self, vectors: MappedVectors) -> "InvertedLists":
+        self.vectors = vectors
+        return self
+
+    def with_nprobe(self, nprobe: int) -> "InvertedLists":
+        info = IndexInfo(**{**self.info.as_dict(), "nprobe": int(nprobe)})
+        return InvertedLists(self.centroids, self.rows, self.starts, info, self.vectors)
+
+    def search(self, queries: np.ndarray, k: int, exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, ids)`` ``[n_queries, k]``, best first, from the ``nprobe`` lists whose centroids score
+        highest with each query; fewer found than ``k`` are padded with id -1 and score -inf. Each probed
+        list's vectors are read once for all the queries that probe it."""
         queries = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
-        k = min(int(k), self.info.n_vectors)
-        scores, found = self.index.search(queries, k)
-        return scores, found.astype(np.int64)
+        m, k = len(queries), min(int(k), self.info.n_vectors)
+        nlist = len(self.centroids)
+        nprobe = min(max(self.info.nprobe, 1), nlist)
+        centroid_scores = queries @ self.centroids.T                                     # [m, nlist]
+        probed = (np.argpartition(-centroid_scores, nprobe - 1, axis=1)[:, :nprobe] if nprobe < nlist
+                  else np.broadcast_to(np.arange(nlist), (m, nlist)))
+        found_scores = np.full((m, nprobe, k), -np.inf, dtype=np.float32)
+        found_ids = np.full((m, nprobe, k), -1, dtype=np.int64)
+        pairs = np.argsort(probed.ravel(), kind="stable")                                 # (query, slot) by list
+        lists = probed.ravel()[pairs]
+        bounds = np.flatnonzero(np.diff(lists)) + 1
+        for group in np.split(pairs, bounds):
+            number = int(probed.ravel()[group[0]])
+            rows = self.rows[self.starts[number]:self.starts[number + 1]]
+            if exclude is not None:
+                rows = rows[~exclude[rows]]
+            if not len(rows):
+                continue
+            who, slot = np.divmod(group, nprobe)
+            scores = queries[who] @ self.vectors.read(rows).T
+            best_scores, best_rows = best_of(scores, np.broadcast_to(rows.astype(np.int64), scores.shape), k)
+            found_scores[who, slot, :best_rows.shape[1]] = best_scores
+            found_ids[who, slot, :best_rows.shape[1]] = best_rows
+        scores, ids = best_of(found_scores.reshape(m, -1), found_ids.reshape(m, -1), k)
+        return ordered(scores, ids)
 
 
-def exact_top_k(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The exact ``(scores, ids)`` of :meth:`MipsIndex.search`, by a flat faiss index (no copy kept)."""
-
-    return build_index(vectors, exact_limit=len(vectors)).search(queries, k)
-
-
-def tie_aware_recall(approximate_ids: np.ndarray, vectors: np.ndarray, queries: np.ndarray,
-                     exact_scores: np.ndarray) -> float:
-    """Mean share of the ``k`` returned ids whose true score reaches the exact ``k``-th best score."""
-    k = exact_scores.shape[1]
-    found = np.where(approximate_ids >= 0, approximate_ids, 0)
-    true_scores = np.einsum("qd,qkd->qk", queries.astype(np.float64), vectors[found].astype(np.float64))
-    threshold = exact_scores[:, -1:].astype(np.float64)
-    tolerance = 1e-5 * np.maximum(np.abs(threshold), 1.0)
-    hits = (true_scores >= threshold - tolerance) & (approximate_ids >= 0)
-    return float(hits.sum() / (k * len(queries)))
+#: k-means work (training vectors x lists) below which faiss trains on one thread: OpenMP's threads
+#: spin for seconds on a machine whose cores are busy, for work of a fraction of a second on one core
+SINGLE_THREAD_WORK = 10**9
 
 
-def build_index(vectors: np.ndarray, probe_queries: np.ndarray | None = None, exact_limit: int = EXACT_LIMIT,
-                target_recall: float = TARGET_RECALL, seed: int = 0) -> MipsIndex:
-    """An inner-product index over ``vectors`` ``[n, d]`` (float32): flat up to ``exact_limit`` vectors,
-    else an inverted file whose ``nprobe`` is tuned on ``probe_queries`` ``[m, d]`` (the vectors that
-    will search it; a sample of ``vectors`` when None)."""
+def train_centroids(training: np.ndarray, nlist: int, seed: int) -> np.ndarray:
+    """float32 ``[nlist, d]``: seeded k-means centroids of ``training``, vectors assigned by inner product."""
     import faiss
 
+    clustering = faiss.Clustering(training.shape[1], nlist)
+    clustering.seed = seed
+    threads = faiss.omp_get_max_threads()
+    if len(training) * nlist < SINGLE_THREAD_WORK:
+        faiss.omp_set_num_threads(1)
+    try:
+        clustering.train(training, faiss.IndexFlatIP(training.shape[1]))
+    finally:
+        faiss.omp_set_num_threads(threads)
+    return faiss.vector_to_array(clustering.centroids).reshape(nlist, training.shape[1]).astype(np.float32)
+
+
+def build_inverted_lists(vectors: np.ndarray | MappedVectors, probe_queries: np.ndarray | None = None,
+                         target_recall: float = TARGET_RECALL, seed: int = 0) -> InvertedLists:
+    """An inverted file over ``vectors`` (``[n, d]``, read block by block) whose ``nprobe`` is tuned on
+    ``probe_queries`` ``[m, d]`` (the vectors that will search it; a sample of ``vectors`` when None)."""
     started = time.perf_counter()
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    n, dim = vectors.shape
+    source = as_vectors(vectors)
+    n, dim = source.n, source.dim
     if n == 0:
         raise ValueError("cannot index zero vectors")
-    if n <= exact_limit:
-        index = faiss.IndexFlatIP(dim)
-        index.add(vectors)
-        return MipsIndex(index, IndexInfo("flat", n, dim, build_seconds=time.perf_counter() - started))
     rng = np.random.default_rng(seed)
     nlist = int(min(max(4 * np.sqrt(n), 1), n // 39 or 1))
-    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
-    index.cp.seed = seed
-    training_size = TRAINING_PER_LIST * nlist
-    training = vectors if n <= training_size else vectors[np.sort(rng.choice(n, training_size, replace=False))]
-    index.train(training)
-    index.add(vectors)
+    training_size = min(n, TRAINING_PER_LIST * nlist)
+    training = source.read(np.sort(rng.choice(n, training_size, replace=False)) if training_size < n else slice(None))
+    centroids = train_centroids(np.ascontiguousarray(training, dtype=np.float32), nlist, seed)
+    assignment = np.empty(n, dtype=np.int64)
+    for start, block in source.blocks():
+        assignment[start:start + len(block)] = np.argmax(block @ centroids.T, axis=1)
+    rows = np.argsort(assignment, kind="stable").astype(np.int32 if n < 2**31 else np.int64)
+    starts = np.concatenate([[0], np.cumsum(np.bincount(assignment, minlength=nlist))]).astype(np.int64)
     if probe_queries is None or not len(probe_queries):
-        probe_queries = vectors
+        probe_queries = source.read(np.sort(rng.choice(n, min(RECALL_SAMPLE, n), replace=False)))
     sample = np.ascontiguousarray(probe_queries[rng.choice(len(probe_queries), min(RECALL_SAMPLE, len(probe_queries)),
                                                            replace=False)], dtype=np.float32)
     k = min(RECALL_K, n)
-    exact_scores, _ = exact_top_k(vectors, sample, k)
-    nprobe, recall = 1, 0.0
+    exact_scores, _ = exact_top_k(source, sample, k)
+    index = InvertedLists(centroids, rows, starts, IndexInfo("ivf", n, dim, nlist, 1), source)
     while True:
-        index.nprobe = nprobe
-        recall = tie_aware_recall(index.search(sample, k)[1], vectors, sample, exact_scores)
-        if recall >= target_recall or nprobe >= nlist:
+        recall = tie_aware_recall(index.search(sample, k)[1], source, sample, exact_scores)
+        if recall >= target_recall or index.info.nprobe >= nlist:
             break
-        nprobe = min(2 * nprobe, nlist)
-    info = IndexInfo("ivf", n, dim, nlist, nprobe, recall, time.perf_counter() - started)
-    logger.info("inverted-file index of %d vectors: %d lists, nprobe %d, recall@10 %.3f", n, nlist, nprobe, recall)
-    return MipsIndex(index, info)
+        index = index.with_nprobe(min(2 * index.info.nprobe, nlist))
+    info = IndexInfo("ivf", n, dim, nlist, index.info.nprobe, recall, time.perf_counter() - started)
+    logger.info("inverted-file index of %d vectors: %d lists, nprobe %d, recall@10 %.3f", n, nlist, info.nprobe, recall)
+    return InvertedLists(centroids, rows, starts, info, source)
 
 
-def write_index(index: MipsIndex, path: Path) -> int:
-    """Write the faiss index to ``path`` through a temporary file; returns its size in bytes."""
-    import faiss
-
+def write_inverted_lists(index: InvertedLists, path: Path) -> int:
+    """Write the index's lists (not the vectors) to ``path`` through a temporary file; its size in bytes."""
     partial = Path(path).with_name(Path(path).name + ".partial")
-    faiss.write_index(index.index, str(partial))
+    with open(partial, "wb") as file:
+        np.savez(file, centroids=index.centroids, rows=index.rows, starts=index.starts)
     os.replace(partial, path)
     return Path(path).stat().st_size
 
 
-def read_index(path: Path, info: IndexInfo) -> MipsIndex:
-    """The index at ``path``, memory-mapped (read-only), its search settings restored from ``info``."""
-    import faiss
-
-    index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
-    if info.kind == "ivf":
-        faiss.extract_index_ivf(index).nprobe = info.nprobe
-    return MipsIndex(index, info)
+def read_inverted_lists(path: Path, info: IndexInfo, vectors: MappedVectors) -> InvertedLists:
+    """The lists at ``path`` over ``vectors``, searched with the ``nprobe`` of ``info``; ValueError when the
+    file does not hold lists of ``info``'s shape."""
+    with np.load(path, allow_pickle=False) as stored:
+        centroids, rows, starts = stored["centroids"], stored["rows"], stored["starts"]
+    if (centroids.shape != (info.nlist, info.dim) or rows.shape != (info.n_vectors,) or starts.shape != (info.nlist + 1,)
+            or starts[-1] != info.n_vectors or info.n_vectors != vectors.n or info.dim != vectors.dim):
+        raise ValueError(f"{path} does not hold an inverted file of {info.n_vectors} vectors of dimension {info.dim}")
+    return InvertedLists(centroids, rows, starts, info, vectors)

@@ -9,11 +9,13 @@ tokens stood where they stood in their own sentences (with rotary positions, at 
 
 Each head's partner search is a maximum inner product search (:mod:`qkviz.search.mips_index`) over one
 side: ``keys`` of a key-value head (shared by the query heads of its group) and ``queries`` of a
-query head. ``qkviz index`` builds them ahead of time into ``<run>/indexes/`` -- ``<side>-l<L>-h<H>.faiss``
-and its JSON sidecar, written last, so only complete indexes are read -- where they are
-memory-mapped when used. A missing exact index is built in memory on first use (milliseconds for
-ten thousand tokens); a missing approximate one (past :data:`~qkviz.search.mips_index.EXACT_LIMIT` tokens)
-is a :class:`QkvizError` naming the command.
+query head. Up to ``exact_limit`` tokens it is exact and reads the run's memory-mapped arrays
+block by block: there is no index, nothing to build, nothing stored. Past it ``qkviz index`` builds
+an inverted file per side into ``<run>/indexes/`` -- ``<side>-l<L>-h<H>.ivf.npz`` (its lists: row
+numbers, not vectors) and its JSON sidecar, written last, so only complete indexes are read; a
+missing one is a :class:`QkvizError` naming the command. Index files of an older qkviz (faiss
+``.faiss`` files, sidecar schema 1, which copied the vectors) are never read, and ``qkviz index``
+deletes them.
 
 How much of this neighbourhood a 2D layout keeps is :func:`layout_overlap`: of the ``k`` true
 partners, how many are among the ``k`` points of the other kind nearest in the layout.
@@ -32,11 +34,15 @@ import numpy as np
 from qkviz.store import files as run_files
 from qkviz.core.errors import QkvizError
 from qkviz.core.partners import partner_recall
-from qkviz.search.mips_index import EXACT_LIMIT, IndexInfo, MipsIndex, build_index, read_index, write_index
+from qkviz.search.exact_search import MappedVectors
+from qkviz.search.mips_index import (EXACT_LIMIT, RECALL_SAMPLE, ExactSearch, IndexInfo, InvertedLists,
+                                     build_inverted_lists, read_inverted_lists, write_inverted_lists)
 
 logger = logging.getLogger(__name__)
 
-PARTNER_INDEX_SCHEMA_VERSION = 1
+PARTNER_INDEX_SCHEMA_VERSION = 2
+#: index files of qkviz before schema 2 (faiss indexes holding a copy of the vectors)
+LEGACY_INDEX_SUFFIX = ".faiss"
 SIDES = ("keys", "queries")
 #: indexes kept open at once per run (each a memory map)
 OPEN_INDEXES = 32
@@ -93,13 +99,14 @@ class Partners:
 
 
 class PartnerIndexes:
-    """The partner indexes of one run: read from ``<run>/indexes/`` when built, else built in memory."""
+    """The partner searches of one run: exact on the run's arrays up to ``exact_limit`` tokens, else the
+    inverted files ``qkviz index`` stored in ``<run>/indexes/``."""
 
     def __init__(self, run, exact_limit: int = EXACT_LIMIT):
         self.run = run
         self.exact_limit = exact_limit
         self.directory = Path(run.path) / run_files.INDEX_DIRECTORY
-        self._open: OrderedDict[IndexTarget, MipsIndex] = OrderedDict()
+        self._open: OrderedDict[IndexTarget, ExactSearch | InvertedLists] = OrderedDict()
 
     # -- files ------------------------------------------------------------------------------
     def paths(self, target: IndexTarget) -> tuple[Path, Path]:
@@ -107,24 +114,31 @@ class PartnerIndexes:
         return self.directory / index_file, self.directory / sidecar
 
     def stored_info(self, target: IndexTarget) -> IndexInfo | None:
-        """The stored index's :class:`IndexInfo`, or None unless a complete index of this run is on disk."""
+        """The stored index's :class:`IndexInfo`, or None unless a complete index of this run (and of this
+        qkviz's format) is on disk."""
         index_path, sidecar_path = self.paths(target)
         try:
             sidecar = json.loads(sidecar_path.read_text(encoding="utf-8"))
-            size = index_path.stat().st_size
         except (OSError, json.JSONDecodeError, UnicodeDecodeError):
             return None
-        if (sidecar.get("schema") != PARTNER_INDEX_SCHEMA_VERSION or sidecar.get("run") != self.run.manifest["fingerprint"]
-                or sidecar.get("bytes") != size or not isinstance(sidecar.get("sha256"), str)
-                or not run_files.matches_checksum(index_path, sidecar["sha256"])):
-            logger.warning("partner index %s is stale or damaged and is not used (exact search is built in its place "
+        if not isinstance(sidecar, dict) or sidecar.get("schema") != PARTNER_INDEX_SCHEMA_VERSION:
+            logger.warning("partner index %s is from an older qkviz and is not used; 'qkviz index --run %s' replaces "
+                           "it", sidecar_path.name, self.run.path)
+            return None
+        try:
+            size = index_path.stat().st_size
+        except OSError:
+            return None
+        if (sidecar.get("run") != self.run.manifest["fingerprint"] or sidecar.get("bytes") != size
+                or not isinstance(sidecar.get("sha256"), str) or not run_files.matches_checksum(index_path, sidecar["sha256"])):
+            logger.warning("partner index %s is stale or damaged and is not used (exact search is used in its place "
                            "where the run is small enough); build it again with 'qkviz index --run %s'", index_path.name,
                            self.run.path)
             return None
         return IndexInfo.from_dict(sidecar["info"])
 
     def summary(self) -> dict[str, int]:
-        """``{kind: number of stored indexes}`` over this run's complete indexes (``"flat"``, ``"ivf"``)."""
+        """``{kind: number of stored indexes}`` over this run's complete indexes (``"ivf"``)."""
         counts: dict[str, int] = {}
         for sidecar_path in sorted(self.directory.glob("*.json")) if self.directory.exists() else []:
             side, layer, head = sidecar_path.stem.split("-") if sidecar_path.stem.count("-") == 2 else ("", "", "")
@@ -134,47 +148,72 @@ class PartnerIndexes:
                     counts[info.kind] = counts.get(info.kind, 0) + 1
         return counts
 
-    def vectors(self, target: IndexTarget) -> np.ndarray:
-        """float32 ``[token, d_head]``: the vectors the target indexes."""
-        if target.side == "keys":
-            return self.run.keys(target.layer, target.head * (self.run.n_heads // self.run.n_kv_heads))
-        return self.run.queries(target.layer, target.head)
+    def mapped(self, target: IndexTarget) -> MappedVectors:
+        """The vectors the target searches, read from the run's memory-mapped arrays."""
+        return MappedVectors.of_run(self.run, target.side, target.layer, self.query_head(target))
 
-    def probe_queries(self, target: IndexTarget) -> np.ndarray:
-        """float32 ``[m, d_head]``: the vectors that will search the target (its opposite side)."""
+    def query_head(self, target: IndexTarget) -> int:
+        """A query head whose vectors of ``target.side`` are the target's (a key-value head's first query head)."""
+        return target.head * (self.run.n_heads // self.run.n_kv_heads) if target.side == "keys" else target.head
+
+    def vectors(self, target: IndexTarget) -> np.ndarray:
+        """float32 ``[token, d_head]``: the vectors the target searches, decoded whole (for measurements)."""
+        return self.mapped(target).read(slice(None))
+
+    def probe_queries(self, target: IndexTarget, seed: int = 0) -> np.ndarray:
+        """float32 ``[m, d_head]``: a seeded sample of up to :data:`RECALL_SAMPLE` of the vectors that will
+        search the target (its opposite side: a key-value head's group's queries, a query head's keys)."""
+        run = self.run
         if target.side == "keys":
-            group = self.run.n_heads // self.run.n_kv_heads
-            return np.concatenate([self.run.queries(target.layer, target.head * group + member) for member in range(group)])
-        return self.run.keys(target.layer, target.head)
+            group = run.n_heads // run.n_kv_heads
+            sources = [MappedVectors.of_run(run, "queries", target.layer, target.head * group + member)
+                       for member in range(group)]
+        else:
+            sources = [MappedVectors.of_run(run, "keys", target.layer, target.head)]
+        rng = np.random.default_rng(seed)
+        picks = np.sort(rng.choice(len(sources) * run.n_tokens, min(RECALL_SAMPLE, len(sources) * run.n_tokens),
+                                   replace=False))
+        return np.concatenate([source.read(picks[picks // run.n_tokens == number] % run.n_tokens)
+                               for number, source in enumerate(sources)])
 
     def build(self, target: IndexTarget, seed: int = 0) -> tuple[IndexInfo, int]:
-        """Build ``target``'s index and store it (the index, then its sidecar); ``(info, bytes on disk)``."""
-        index = build_index(self.vectors(target), self.probe_queries(target), self.exact_limit, seed=seed)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Make ``target`` searchable; ``(info, bytes on disk)``. Up to ``exact_limit`` tokens that stores
+        nothing (and deletes the target's older files); past it an inverted file is built and stored
+        (the lists, then their sidecar)."""
         index_path, sidecar_path = self.paths(target)
-        size = write_index(index, index_path)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / (target.stem + LEGACY_INDEX_SUFFIX)).unlink(missing_ok=True)
+        self._open.pop(target, None)
+        if self.run.n_tokens <= self.exact_limit:
+            sidecar_path.unlink(missing_ok=True)
+            index_path.unlink(missing_ok=True)
+            return ExactSearch(self.mapped(target)).info, 0
+        index = build_inverted_lists(self.mapped(target), self.probe_queries(target, seed), seed=seed)
+        sidecar_path.unlink(missing_ok=True)                # the old sidecar never vouches for the new file
+        size = write_inverted_lists(index, index_path)
         run_files.write_json_atomic(sidecar_path, {
             "schema": PARTNER_INDEX_SCHEMA_VERSION, "run": self.run.manifest["fingerprint"], "side": target.side,
             "layer": target.layer, "head": target.head, "bytes": size, "sha256": run_files.file_sha256(index_path),
             "info": index.info.as_dict()})
-        self._open.pop(target, None)
         return index.info, size
 
     # -- use ----------------------------------------------------------------------------------
-    def index(self, target: IndexTarget) -> MipsIndex:
-        """``target``'s index: the stored one (memory-mapped), else exact in memory; QkvizError when only an
-        approximate index would do and none is stored."""
+    def index(self, target: IndexTarget) -> ExactSearch | InvertedLists:
+        """``target``'s search: the stored inverted file when there is one, else exact on the run's arrays;
+        QkvizError when only an approximate index would do and none is stored."""
         if target in self._open:
             self._open.move_to_end(target)
             return self._open[target]
         info = self.stored_info(target)
+        index: ExactSearch | InvertedLists | None = None
         if info is not None:
-            index = read_index(self.paths(target)[0], info)
-        elif self.run.n_tokens <= self.exact_limit:
-            index = build_index(self.vectors(target), exact_limit=self.exact_limit)
-            logger.info("built the exact %s index of layer %d head %d in memory (%.0f ms)", target.side, target.layer,
-                        target.head, 1e3 * index.info.build_seconds)
-        else:
+            try:
+                index = read_inverted_lists(self.paths(target)[0], info, self.mapped(target))
+            except (OSError, ValueError, KeyError) as error:
+                logger.warning("partner index %s is not used: %s", self.paths(target)[0].name, error)
+        if index is None and self.run.n_tokens <= self.exact_limit:
+            index = ExactSearch(self.mapped(target))
+        elif index is None:
             raise QkvizError(f"layer {target.layer} has no {target.side} index yet and {self.run.n_tokens:,} tokens are "
                              f"too many to search exactly: build it with 'qkviz index --run {self.run.path} "
                              f"--layers {target.layer}'")
@@ -194,20 +233,18 @@ class PartnerIndexes:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise QkvizError(f"the number of partners must be a whole number of at least 1, got {k!r}")
         token, from_query = point % run.n_tokens, point < run.n_tokens
+        rows = slice(token, token + 1)
         if from_query:
-            vector = run.queries(layer, head)[token]
+            vector = run.vector_rows("queries", layer, head, rows)[0]
             target = IndexTarget("keys", layer, run.kv_head(head))
         else:
-            vector = run.keys(layer, head)[token]
+            vector = run.vector_rows("keys", layer, head, rows)[0]
             target = IndexTarget("queries", layer, head)
         index = self.index(target)
         if k > run.n_tokens:
             logger.info("asked for %d partners of a corpus of %d tokens; returning all %d", k, run.n_tokens, run.n_tokens)
-        skipped = int(np.count_nonzero(exclude)) if exclude is not None else 0
-        scores, found = index.search(vector, k + skipped)
+        scores, found = index.search(vector, k, exclude)
         kept = found[0] >= 0
-        if skipped:
-            kept &= ~exclude[np.maximum(found[0], 0)]
         tokens, logits = found[0][kept][:k], self.logits(layer, scores[0][kept][:k])
         points = tokens + (run.n_tokens if from_query else 0)
         return Partners(layer, head, int(point), tokens, points, logits, index.info, int(k))

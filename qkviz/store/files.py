@@ -34,7 +34,7 @@ last (see :mod:`qkviz.store.artifacts`) or as entries with a JSON sidecar writte
                term_profiles.npy, update_histograms.npy, embedding_profiles.npy     qkviz stats
     related/   related.json (marker), js_distance.npy, geometry_similarity.npy, order.npy, map_xy.npy,
                sentences.npy                                                        qkviz related
-    indexes/   tokens.parquet; <side>-l<L>-h<H>.faiss with <side>-l<L>-h<H>.json    qkviz index
+    indexes/   tokens.parquet; <side>-l<L>-h<H>.ivf.npz with <side>-l<L>-h<H>.json  qkviz index
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ RESULT_MARKERS = {"atlas": f"{ATLAS_DIRECTORY}/{ATLAS_MARKER}", "related": f"{RE
 
 def partner_index_files(stem: str) -> tuple[str, str]:
     """The index file and its JSON sidecar (written last) of one partner index, e.g. ``keys-l3-h1``."""
-    return f"{stem}.faiss", f"{stem}.json"
+    return f"{stem}.ivf.npz", f"{stem}.json"
 
 
 def file_sha256(path: Path) -> str:

@@ -145,13 +145,24 @@ class StoredRun:
         self.check_head(layer, head)
         return np.asarray(self._arrays[run_files.VALUE_NORMS][layer, self.kv_head(head)], dtype=np.float32)
 
-    def _decode(self, vectors: str, offsets: str, layer: int, head: int) -> np.ndarray:
-        """Stored vectors plus their offsets, as a plain float32 array (see :mod:`qkviz.store.files`)."""
+    def vector_rows(self, side: str, layer: int, head: int, rows: slice | np.ndarray) -> np.ndarray:
+        """float32 ``[len(rows), d_head]``: only ``rows`` (token numbers) of the head's ``"queries"`` or
+        ``"keys"`` (as :meth:`queries` / :meth:`keys` give them), decoded from the memory-mapped arrays --
+        what a search reads block by block without holding a head's whole array."""
+        self.check_head(layer, head)
+        if side == "queries":
+            return self._decode(run_files.QUERIES, run_files.QUERY_OFFSETS, layer, head, rows)
+        if side == "keys":
+            return self._decode(run_files.KEYS, run_files.KEY_OFFSETS, layer, self.kv_head(head), rows)
+        raise ValueError(f"side must be 'queries' or 'keys', got {side!r}")
+
+    def _decode(self, vectors: str, offsets: str, layer: int, head: int, rows: slice | np.ndarray = slice(None)) -> np.ndarray:
+        """Stored vectors (of token ``rows``) plus their offsets, as a plain float32 array (see :mod:`qkviz.store.files`)."""
         head_offsets = self._arrays[offsets][layer, head]
         if len(head_offsets) == 1:
-            return np.add(self._arrays[vectors][layer, head], head_offsets[0], dtype=np.float32).view(np.ndarray)
-        rows = np.minimum(self.tokens.position.to_numpy(), len(head_offsets) - 1)
-        return np.add(self._arrays[vectors][layer, head], head_offsets[rows], dtype=np.float32)
+            return np.add(self._arrays[vectors][layer, head, rows], head_offsets[0], dtype=np.float32).view(np.ndarray)
+        positions = np.minimum(self.tokens.position.to_numpy()[rows], len(head_offsets) - 1)
+        return np.add(self._arrays[vectors][layer, head, rows], head_offsets[positions], dtype=np.float32)
 
     def kv_head(self, head: int) -> int:
         """The key-value head that serves query head ``head`` (equal to ``head`` without grouping)."""

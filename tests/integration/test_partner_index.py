@@ -1,4 +1,5 @@
-"""Corpus-wide attention partners: faiss against brute force, approximate recall, storage, bad input."""
+"""Corpus-wide attention partners: exact search on the run's arrays and inverted files against brute force,
+approximate recall, what is (not) stored, old index files, bad input."""
 
 import json
 import shutil
@@ -8,9 +9,11 @@ import pytest
 
 from qkviz.cli import main
 from qkviz.core.errors import QkvizError
-from qkviz.search.mips_index import build_index, exact_top_k, tie_aware_recall
+from qkviz.search import exact_search
+from qkviz.search.exact_search import MappedVectors, exact_top_k, tie_aware_recall
+from qkviz.search.mips_index import build_inverted_lists
 from qkviz.search.partner_index import (IndexTarget, PartnerIndexes, layout_neighbours, layout_overlap, head_layout_overlap,
-                                 index_targets)
+                                        index_targets)
 from qkviz.store.run import open_run
 
 
@@ -90,44 +93,117 @@ def clustered(n, dim, seed):
 
 def test_approximate_index_reaches_its_recall_target_and_measures_it_truthfully():
     vectors, queries = clustered(20_000, 32, 0), clustered(300, 32, 1)
-    index = build_index(vectors, queries, exact_limit=10_000, target_recall=0.9)
+    index = build_inverted_lists(vectors, queries, target_recall=0.9)
     assert index.info.kind == "ivf" and not index.info.exact
     assert 0.9 <= index.info.recall_at_10 <= 1.0 and 1 <= index.info.nprobe <= index.info.nlist
+    # the lists hold every row once, each in the list of its best-scoring centroid, and no vector
+    assert np.array_equal(np.sort(index.rows), np.arange(len(vectors))) and index.rows.dtype == np.int32
+    first_list = index.rows[index.starts[0]:index.starts[1]]
+    assert (np.argmax(vectors[first_list] @ index.centroids.T, axis=1) == 0).all()
     # recall re-measured on other queries of the same distribution agrees with the recorded one
     exact_scores, exact_ids = exact_top_k(vectors, queries, 10)
     recall = tie_aware_recall(index.search(queries, 10)[1], vectors, queries, exact_scores)
     assert abs(recall - index.info.recall_at_10) < 0.08
     assert tie_aware_recall(exact_ids, vectors, queries, exact_scores) == 1.0
     # one probe visits a single list: it must miss partners, which the measure has to show
-    index.index.nprobe = 1
-    assert tie_aware_recall(index.search(queries, 10)[1], vectors, queries, exact_scores) < recall
+    assert tie_aware_recall(index.with_nprobe(1).search(queries, 10)[1], vectors, queries, exact_scores) < recall
+    # every list probed is exact
+    everything = index.with_nprobe(index.info.nlist).search(queries, 10)
+    np.testing.assert_allclose(everything[0], exact_scores, rtol=1e-5, atol=1e-4)
 
 
-def test_flat_index_equals_numpy_on_random_data():
+@pytest.mark.parametrize("block_rows", [64, 1000, 5000])
+def test_blocked_exact_search_equals_numpy_on_random_data(block_rows):
     vectors, queries = clustered(3_000, 16, 2), clustered(20, 16, 3)
-    scores, ids = build_index(vectors).search(queries, 5)
+    exclude = np.zeros(len(vectors), dtype=bool)
+    exclude[np.random.default_rng(4).choice(len(vectors), 700, replace=False)] = True
     expected = queries.astype(np.float64) @ vectors.astype(np.float64).T
-    np.testing.assert_allclose(scores, np.sort(expected, axis=1)[:, ::-1][:, :5], rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(np.take_along_axis(expected, ids, axis=1), scores, rtol=1e-5, atol=1e-4)
+    for excluded in (None, exclude):
+        scores, ids = exact_top_k(MappedVectors.of_array(vectors), queries, 5, excluded, block_rows=block_rows)
+        allowed = expected if excluded is None else np.where(excluded, -np.inf, expected)
+        np.testing.assert_allclose(scores, np.sort(allowed, axis=1)[:, ::-1][:, :5], rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(np.take_along_axis(expected, ids, axis=1), scores, rtol=1e-5, atol=1e-4)
+        assert excluded is None or not excluded[ids].any()
+    # more than there are: every vector not excluded, best first
+    scores, ids = exact_top_k(vectors, queries[:2], 10_000, exclude, block_rows=block_rows)
+    assert ids.shape == (2, 2_300) and sorted(ids[0].tolist()) == np.flatnonzero(~exclude).tolist()
+    assert (np.diff(scores, axis=1) <= 0).all()
 
 
-def test_index_command_stores_memory_mapped_indexes_that_answer_like_the_in_memory_ones(tiny_run, tmp_path, capsys):
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_exact_partners_read_the_runs_arrays_in_blocks_and_equal_brute_force(tiny_run, monkeypatch, dtype):
+    """A float16 llama run decodes per-position offsets block by block; blocks of 64 rows split the corpus."""
+    run = tiny_run("llama", dtype=dtype)
+    assert run.n_tokens > 2 * 64
+    monkeypatch.setattr(exact_search, "BLOCK_BYTES", 4 * run.head_dim)      # the smallest block: 64 rows
+    reads = []
+    original = run.vector_rows
+    monkeypatch.setattr(run, "vector_rows", lambda *args: reads.append(args[-1]) or original(*args))
+    indexes = PartnerIndexes(run)
+    for point in (0, 70, run.n_tokens - 1, run.n_tokens + 3, 2 * run.n_tokens - 1):
+        reads.clear()
+        partners = indexes.partners(1, 1, point, k=9)
+        expected_tokens, expected_logits = brute_force(run, 1, 1, point)
+        assert_same_top_k(partners.tokens, partners.logits, expected_tokens, expected_logits)
+        blocks = [rows for rows in reads if isinstance(rows, slice) and rows.stop - rows.start > 1]
+        assert len(blocks) == -(-run.n_tokens // 64) and max(b.stop - b.start for b in blocks) == 64
+
+
+def test_index_command_stores_nothing_for_exact_heads_and_deletes_old_index_files(tiny_run, tmp_path, capsys):
     run = open_run(shutil.copytree(tiny_run("llama").path, tmp_path / "run"))
+    directory = run.path / "indexes"
+    directory.mkdir()
+    # an index of the previous qkviz: a faiss flat copy of *other* vectors with its schema-1 sidecar
+    import faiss
+
+    target = IndexTarget("keys", 1, run.kv_head(3))
+    old = faiss.IndexFlatIP(run.head_dim)
+    old.add(np.random.default_rng(0).normal(size=(run.n_tokens, run.head_dim)).astype(np.float32))
+    faiss.write_index(old, str(directory / f"{target.stem}.faiss"))
+    size = (directory / f"{target.stem}.faiss").stat().st_size
+    (directory / f"{target.stem}.json").write_text(json.dumps({
+        "schema": 1, "run": run.manifest["fingerprint"], "side": "keys", "layer": 1, "head": target.head, "bytes": size,
+        "sha256": "0" * 64, "info": {"kind": "flat", "n_vectors": run.n_tokens, "dim": run.head_dim, "nlist": 0,
+                                     "nprobe": 0, "recall_at_10": 1.0, "build_seconds": 0.0}}))
+    assert PartnerIndexes(run).stored_info(target) is None                # never read
+    for point in (0, 17):
+        partners = PartnerIndexes(run).partners(1, 3, point, 5)
+        assert partners.info.exact
+        assert_same_top_k(partners.tokens, partners.logits, *brute_force(run, 1, 3, point))
     assert main(["index", "--run", str(run.path), "--layers", "1"]) == 0
+    assert sorted(path.name for path in directory.iterdir()) == ["tokens.parquet"]      # no copy of any vector
+    assert main(["status", "--run", str(run.path)]) == 0
+    assert "partner search exact on the stored vectors (no index needed), token index stored" in capsys.readouterr().out
+
+
+def test_index_command_stores_inverted_files_of_row_numbers_past_the_exact_limit(tiny_run, tmp_path, capsys):
+    run = open_run(shutil.copytree(tiny_run("llama").path, tmp_path / "run"))
+    limit = run.n_tokens - 1
+    assert main(["index", "--run", str(run.path), "--layers", "1", "--exact-limit", str(limit)]) == 0
     targets = index_targets(run, [1], list(range(run.n_heads)))
     assert len(targets) == run.n_kv_heads + run.n_heads
-    stored = PartnerIndexes(run)
+    stored = PartnerIndexes(run, exact_limit=limit)
     for target in targets:
-        assert stored.stored_info(target) is not None
+        info = stored.stored_info(target)
+        assert info is not None and info.kind == "ivf"
+        assert info.recall_at_10 >= 0.95 or info.nprobe == info.nlist
+        index_path, _ = stored.paths(target)
+        assert index_path.name.endswith(".ivf.npz")
+        assert index_path.stat().st_size < run.n_tokens * run.head_dim * 4      # smaller than the vectors
     assert stored.stored_info(IndexTarget("keys", 0, 0)) is None      # layer 0 was not asked for
     assert main(["status", "--run", str(run.path)]) == 0
     needed = run.n_layers * (run.n_heads + run.n_kv_heads)
-    assert f"indexed    {len(targets)}/{needed} partner indexes ({len(targets)} exact), token index stored" in \
-        capsys.readouterr().out
-    fresh = PartnerIndexes(open_run(run.path))
+    assert f"indexed    {len(targets)}/{needed} approximate partner indexes, token index stored" in capsys.readouterr().out
     for point in (0, 17, run.n_tokens + 4):
-        a, b = stored.partners(1, 3, point, 5), fresh.partners(1, 3, point, 5)
-        assert np.array_equal(a.tokens, b.tokens) and np.allclose(a.logits, b.logits)
+        partners = stored.partners(1, 3, point, 5)
+        assert partners.info.kind == "ivf"
+        expected_tokens, expected_logits = brute_force(run, 1, 3, point)
+        found = partners.logits
+        np.testing.assert_allclose(found, brute_force_logits(run, 1, 3, point, partners.tokens), rtol=1e-5, atol=1e-5)
+        assert (np.diff(found) <= 1e-6).all() and found[0] <= expected_logits[0] + 1e-5
+    # the default limit (more than the run) still uses the stored index, answering the same
+    a, b = stored.partners(1, 3, 17, 5), PartnerIndexes(open_run(run.path)).partners(1, 3, 17, 5)
+    assert np.array_equal(a.tokens, b.tokens) and b.info.kind == "ivf"
     # a damaged index file is not read: its sidecar's size no longer matches
     index_path, _ = stored.paths(targets[0])
     index_path.write_bytes(index_path.read_bytes()[:-8])
@@ -136,6 +212,17 @@ def test_index_command_stores_memory_mapped_indexes_that_answer_like_the_in_memo
     sidecar = stored.paths(targets[1])[1]
     sidecar.write_text(json.dumps({**json.loads(sidecar.read_text()), "run": "another"}))
     assert PartnerIndexes(run).stored_info(targets[1]) is None
+    # building again with the default limit leaves only the token index
+    assert main(["index", "--run", str(run.path)]) == 0
+    assert sorted(path.name for path in (run.path / "indexes").iterdir()) == ["tokens.parquet"]
+
+
+def brute_force_logits(run, layer, head, point, tokens):
+    """The logits of ``tokens`` as partners of ``point``, by numpy."""
+    order, logits = brute_force(run, layer, head, point)
+    by_token = np.empty_like(logits)
+    by_token[order] = logits
+    return by_token[tokens]
 
 
 def test_bad_requests_get_clear_errors(tiny_run):

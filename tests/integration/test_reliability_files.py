@@ -140,16 +140,19 @@ def test_a_search_index_corrupted_in_place_is_not_trusted(tiny_run, tmp_path):
 
     copy = tmp_path / "run"
     shutil.copytree(tiny_run("llama").path, copy)
-    assert run_main("-q", "index", "--run", copy).returncode == 0
+    limit = qkviz.open_run(copy).n_tokens - 1                               # approximate indexes are stored
+    assert run_main("-q", "index", "--run", copy, "--exact-limit", str(limit)).returncode == 0
     run = qkviz.open_run(copy)
     expected = PartnerIndexes(run).partners(0, 1, 3, 5)
-    index_file = copy / "indexes" / "keys-l0-h0.faiss"
+    assert expected.info.kind == "ivf"
+    index_file = copy / "indexes" / "keys-l0-h0.ivf.npz"
     size = index_file.stat().st_size
     corrupt_in_place(index_file, offset=-(size // 2))
     assert index_file.stat().st_size == size
-    found = PartnerIndexes(qkviz.open_run(copy)).partners(0, 1, 3, 5)   # exact, rebuilt in memory: the same answer
-    assert np.isfinite(found.logits).all() and np.array_equal(found.points, expected.points)
-    assert "11/12 partner indexes" in describe(copy)                       # the damaged one is not counted
+    found = PartnerIndexes(qkviz.open_run(copy)).partners(0, 1, 3, 5)   # exact on the run's arrays instead
+    assert found.info.exact and np.isfinite(found.logits).all()
+    assert (found.logits >= expected.logits - 1e-6).all()                # each at least the approximate one's
+    assert "11/12 approximate partner indexes" in describe(copy)         # the damaged one is not counted
 
 
 def describe(path) -> str:
