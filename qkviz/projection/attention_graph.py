@@ -35,8 +35,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from qkviz.core.errors import QkvizError
-from qkviz.core.partners import top_partners
 from qkviz.projection.neighbors import neighbor_graph
+from qkviz.projection.top_k import top_logits
 
 #: The parameters of :func:`attention_graph` that a layout method takes.
 GRAPH_PARAMS = ("k", "alpha", "temperature", "same_kind_k", "key_cap", "hide_first_token")
@@ -98,9 +98,9 @@ def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, 
         candidates = np.setdiff1d(candidates, first)
         if k > len(candidates):
             raise QkvizError(f"k must be at most the {len(candidates)} keys left once first tokens are hidden, got {k}")
-    found, query_logits = top_partners(queries, keys[candidates], k, scale, softcap)
+    found, query_logits = top_logits(queries, keys[candidates], k, scale, softcap)
     key_of_query = candidates[found]
-    query_of_key, key_logits = top_partners(keys, queries, k, scale, softcap)
+    query_of_key, key_logits = top_logits(keys, queries, k, scale, softcap)
     query_weights = softmax_rows(query_logits, temperature)          # [n, k], each row sums to 1
     key_weights = softmax_rows(key_logits, temperature)
     incoming = np.bincount(key_of_query.ravel(), weights=query_weights.ravel(), minlength=n)
