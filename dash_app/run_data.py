@@ -149,6 +149,11 @@ class RunData:
         """The cache entry ``run.projection(layer, head, method, dim)`` reads (default settings)."""
         return ProjectionSpec.of(layer, head, method, dim, True, True, **resolve_params(method, {}, dim), seed=0)
 
+    def layout_entry(self, layer: int, head: int, method: str, dim: int) -> tuple[str, Path]:
+        """The default layout's cache key and the ``.npy`` file holding it (which may not exist yet)."""
+        key = self._cache.key(self.spec(layer, head, method, dim))
+        return key, self._cache.directory / f"{key}.npy"
+
     def is_cached(self, layer: int, head: int, method: str, dim: int) -> bool:
         """Whether the default layout's entry exists (its integrity is checked when it is loaded)."""
         return self._cache.exists(self.spec(layer, head, method, dim))

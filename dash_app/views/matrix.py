@@ -29,6 +29,7 @@ from dash_app.panels.related import missing_related_message
 from dash_app.run_data import METHOD_LABELS, HeadLayouts, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, checked_state
+from dash_app.views.matrix_raster import IMAGE_OPACITY, SEARCH_IMAGE_OPACITY, click_grid, rasterised, thumbnail_images, thumbnails_of
 from dash_app.views.matrix_cells import CELL, INNER, LABEL_BAND, atlas_badges, cell_heatmap, cell_origins, label_legend
 from qkviz.report import CATEGORIES, COLOURS, colour_ticks, colour_title, colour_values
 
@@ -132,6 +133,14 @@ def placed_values(points: np.ndarray, values: np.ndarray, tokens: np.ndarray, ke
     return np.ascontiguousarray(values[:, columns]).reshape(-1)[keep].astype(np.float32)
 
 
+def point_bar(side: int, colour: str, low: float, high: float) -> dict:
+    """The colour bar of the queries' (``side`` 0) or keys' (1) continuous colouring, side by side under the grid."""
+    name = ("queries", "keys")[side]
+    return dict(orientation="h", x=0.25 + 0.5 * side, xanchor="center", y=0, yanchor="top", ypad=10, len=0.42,
+                thickness=10, title=dict(text=f"{name}: {colour_title(colour)}", side="top"),
+                **colour_ticks(colour, low, high))
+
+
 def colour_markers(points: np.ndarray, sample: np.ndarray, values: np.ndarray | None, colour: str) -> list[dict]:
     """The queries' and keys' marker colour fields: solid green and pink (``values`` None), one colour per
     category, or two sequential scales over one range with their bars side by side under the grid."""
@@ -140,18 +149,29 @@ def colour_markers(points: np.ndarray, sample: np.ndarray, values: np.ndarray | 
     columns = np.concatenate([sample, sample + points.shape[1] // 2])
     drawn = values[:, columns]
     markers = []
-    for side, (name, scale) in enumerate((("queries", QUERY_SCALE), ("keys", KEY_SCALE))):
+    for side, scale in enumerate((QUERY_SCALE, KEY_SCALE)):
         placed = placed_values(points, values, sample, keys=side == 1)
         if colour in CATEGORIES:
             markers.append(dict(color=placed, **category_marker(len(CATEGORIES[colour]))))
             continue
         low, high = float(np.nanmin(drawn)), float(np.nanmax(drawn))
         high = high if high > low else low + 1
-        bar = dict(orientation="h", x=0.25 + 0.5 * side, xanchor="center", y=0, yanchor="top", ypad=10, len=0.42,
-                   thickness=10, title=dict(text=f"{name}: {colour_title(colour)}", side="top"),
-                   **colour_ticks(colour, low, high))
-        markers.append(dict(color=placed, colorscale=scale, cmin=low, cmax=high, colorbar=bar))
+        markers.append(dict(color=placed, colorscale=scale, cmin=low, cmax=high, colorbar=point_bar(side, colour, low, high)))
     return markers
+
+
+def raster_extras(colour: str, value_range: tuple[float, float] | None) -> list:
+    """What a rasterised matrix adds after its legend: the queries' and keys' entries (query vs key), or the
+    two colour bars of a continuous colouring over ``value_range`` (each on a point-less trace)."""
+    if colour == "type":
+        return legend_entries(["queries", "keys"], [QUERY_COLOUR, KEY_COLOUR], go.Scattergl, legendgroup="points")
+    if colour in CATEGORIES or value_range is None:
+        return []
+    low, high = value_range
+    return [go.Scatter(x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip", name=f"{side} scale",
+                       marker=dict(color=[low, high], colorscale=scale, cmin=low, cmax=high, showscale=True,
+                                   colorbar=point_bar(index, colour, low, high)))
+            for index, (side, scale) in enumerate((("queries", QUERY_SCALE), ("keys", KEY_SCALE)))]
 
 
 def cell_pixels(n_rows: int, n_cols: int) -> int:
@@ -178,7 +198,9 @@ def match_traces(points: np.ndarray, origins: np.ndarray, matches: np.ndarray | 
 
 def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads: int, order: np.ndarray,
                   labels: list[str], matches: np.ndarray | None = None, cells: go.Heatmap | None = None,
-                  values: np.ndarray | None = None, colour: str = "type", legend: list | None = None) -> go.Figure:
+                  values: np.ndarray | None = None, colour: str = "type", legend: list | None = None,
+                  thumbnails: list[str | None] | None = None, value_range: tuple[float, float] | None = None
+                  ) -> go.Figure:
     """The matrix figure: traces queries, keys, query matches, key matches (all ``scattergl``), labels,
     the cells' background when ``cells`` is given (drawn under the points whatever its slot), then
     ``legend`` (legend-only entries). It fills its graph's box, cells kept square.
@@ -186,17 +208,25 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
     ``points`` ``[flat head, 2 * n_tokens, 2]`` normalised layouts; ``sample`` the token indices
     drawn per head; ``order`` the flat head at each grid position; ``matches`` matched token indices;
     ``values`` ``[flat head, 2 * n_tokens]`` what every head's points are coloured by (:func:`head_colours`,
-    None: queries green, keys pink), ``colour`` its name."""
+    None: queries green, keys pink), ``colour`` its name.
+
+    With ``thumbnails`` (a PNG data URI per flat head, see :mod:`dash_app.views.matrix_raster`) the heads are
+    images instead: slot 0 is the cells' invisible click targets, slot 1 empty, ``sample`` and ``values``
+    unused, a continuous colouring's bars span ``value_range``."""
     n_cols, n_rows = n_heads, n_layers
     origins = cell_origins(order, n_rows, n_cols)
     fits = _fits_uint16(n_rows, n_cols)
     searching = matches is not None and len(matches) > 0
     traces = []
-    markers = colour_markers(points, sample, values, colour)
-    for (name, keys), marker in zip((("queries", False), ("keys", True)), markers):
-        x, y, head = place(points, origins, sample, keys, fits)
-        traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
-                                   marker=dict(marker, size=2.5, opacity=0.25 if searching else 0.6)))
+    if thumbnails is not None:
+        traces += [click_grid(order, n_rows, n_cols), go.Scattergl(x=[], y=[], name="keys", showlegend=False)]
+        legend = (legend or []) + raster_extras(colour, value_range)
+    else:
+        markers = colour_markers(points, sample, values, colour)
+        for (name, keys), marker in zip((("queries", False), ("keys", True)), markers):
+            x, y, head = place(points, origins, sample, keys, fits)
+            traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
+                                       marker=dict(marker, size=2.5, opacity=0.25 if searching else 0.6)))
     traces += match_traces(points, origins, matches, fits)
     cell_px = cell_pixels(n_rows, n_cols)
     label_x = origins[:, 0] + INNER[0] - 80
@@ -210,7 +240,7 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
     figure = go.Figure(traces + (legend or []))
     axis = dict(showgrid=True, gridcolor="#d0d0d0", dtick=CELL, tick0=0, showticklabels=False, zeroline=False,
                 fixedrange=True)
-    bars = values is not None and colour not in CATEGORIES
+    bars = colour != "type" and colour not in CATEGORIES and (values is not None or thumbnails is not None)
     cell_bar = cells is not None and cells.showscale is not False
     figure.update_layout(
         autosize=True, margin=dict(l=20, r=20 + (COLOUR_BAR_PX if cell_bar else 0), t=50,
@@ -218,7 +248,8 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
         xaxis=dict(range=[0, n_cols * CELL], constrain="domain", **axis),
         yaxis=dict(range=[0, n_rows * CELL], scaleanchor="x", scaleratio=1, constrain="domain", **axis),
         plot_bgcolor="white", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, groupclick="toggleitem"),
-        hovermode="closest", uirevision="matrix")
+        hovermode="closest", uirevision="matrix",
+        images=thumbnail_images(thumbnails, order, n_rows, n_cols, searching) if thumbnails is not None else None)
     return figure
 
 
@@ -300,10 +331,19 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
         legend += legend_entries(names, CATEGORY_COLOURS[:len(names)], go.Scattergl, title=f"{COLOURS[state.colour]}:")
     if cells is not None and state.sort == LABEL_SORT:
         legend += label_legend(cell_values)
-    figure = matrix_figure(layouts.points, data.matrix_sample(), data.run.n_layers, data.run.n_heads, order,
-                           labels, drawn_matches(data, matches), cells, head_colours(data, state.colour),
-                           state.colour, legend)
+    sample, thumbnails, value_range = data.matrix_sample(), None, None
+    if rasterised(data):
+        cache = thumbnails_of(data)
+        thumbnails = cache.all(state.method, state.colour, layouts.stand_in)
+        value_range = cache.value_range(state.colour) if state.colour != "type" and state.colour not in CATEGORIES else None
+    figure = matrix_figure(layouts.points, sample, data.run.n_layers, data.run.n_heads, order, labels,
+                           drawn_matches(data, matches), cells,
+                           head_colours(data, state.colour) if thumbnails is None else None, state.colour, legend,
+                           thumbnails, value_range)
     message = matrix_message(data, state.method, state.dim, layouts)
+    if thumbnails is not None:
+        message += (f" Each head is an image of all its {2 * data.run.n_tokens:,} points (darker where more fall); "
+                    "click a head to see and hover its points.")
     if state.sort == "correlation" and correlations is None:
         message += (" No correlation report for this run yet: make it with "
                     f"'qkviz report --run {data.run.path} --out reports/{data.name}'.")
@@ -318,15 +358,21 @@ def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, m
     """Only what a new search changes in a drawn matrix (same run, method and an order that does not
     depend on the search): the match traces, the labels' badges and the other points' opacity."""
     order, labels, _, _ = head_figures(data, state, clusters)
+    layouts = data.all_layouts(state.method)
     origins = cell_origins(order, data.run.n_layers, data.run.n_heads)
     fits = _fits_uint16(data.run.n_layers, data.run.n_heads)
     searching = matches is not None and len(matches) > 0
     patch = Patch()
-    for slot, trace in enumerate(match_traces(data.all_layouts(state.method).points, origins,
+    for slot, trace in enumerate(match_traces(layouts.points, origins,
                                               drawn_matches(data, matches), fits), start=2):
         patch["data"][slot] = trace.to_plotly_json()
-    for slot in (0, 1):
-        patch["data"][slot]["marker"]["opacity"] = 0.25 if searching else 0.6
+    if rasterised(data):                     # the images dimmed under the matches, not sent again
+        drawn = sum(source is not None for source in thumbnails_of(data).all(state.method, state.colour, layouts.stand_in))
+        for index in range(drawn):
+            patch["layout"]["images"][index]["opacity"] = SEARCH_IMAGE_OPACITY if searching else IMAGE_OPACITY
+    else:
+        for slot in (0, 1):
+            patch["data"][slot]["marker"]["opacity"] = 0.25 if searching else 0.6
     patch["data"][4]["text"] = labels
     return patch
 
