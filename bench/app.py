@@ -143,7 +143,7 @@ def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dic
         page.goto(url)
         page.wait_for_function(DRAWN, arg=["matrix-graph", 5], timeout=60_000)
         result["matrix figure MB"] = max(len(response.body()) for response in responses
-                                         if '"matrix-graph"' in (response.request.post_data or "")) / 1e6
+                                         if "matrix-graph.figure" in (response.request.post_data or "")) / 1e6
         responses.clear()
         searches = []
         for query in SEARCHES[:max(3, repeats)]:
