@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import struct
+import threading
 import weakref
 import zlib
 from pathlib import Path
@@ -42,14 +43,16 @@ logger = logging.getLogger(__name__)
 RASTER_POINTS = 20_000
 #: ... unless this environment variable sets another number (0: always images)
 RASTER_POINTS_ENV = "QKVIZ_MATRIX_RASTER_POINTS"
-#: each thumbnail's side in pixels (a cell is 56-100 screen pixels; the extra keeps it sharp on a HiDPI screen)
-THUMBNAIL_PIXELS = 128
-#: the opacity of a pixel holding one point (one holding the head's densest count is opaque)
+#: each thumbnail's side in pixels (a cell is 56-100 screen pixels, its layout 76% of that)
+THUMBNAIL_PIXELS = 96
+#: the opacity of a pixel holding one point (one holding the head's densest count is opaque) ...
 MIN_ALPHA = 0.3
+#: ... in this many levels; colour channels are rounded to multiples of COLOUR_STEP (smaller PNG files)
+ALPHA_LEVELS, COLOUR_STEP = 16, 8
 #: the run's subdirectory holding the thumbnails' PNG files
 RASTER_DIRECTORY = "matrix_rasters"
 #: changes when the way thumbnails are drawn changes (old files are then no longer read)
-RASTER_VERSION = 1
+RASTER_VERSION = 2
 #: colours a continuous scale is sampled into
 SCALE_STEPS = 256
 #: click targets per cell side: a cell's invisible points that a click or hover on its image reaches
@@ -134,7 +137,9 @@ def head_thumbnail(points: np.ndarray, values: np.ndarray | None = None, colour:
     rgb = np.einsum("ga,gac->ac", counts, per_pixel) / np.maximum(total, 1)[:, None]
     densest = float(total.max()) if total.size else 0.0
     alpha = np.where(total > 0, MIN_ALPHA + (1 - MIN_ALPHA) * np.log1p(total) / np.log1p(max(densest, 1.0)), 0.0)
-    image = np.concatenate([rgb, 255 * alpha[:, None]], axis=1)
+    # a few levels of each, which the eye does not tell apart in a thumbnail: a PNG half the size
+    image = np.concatenate([np.rint(rgb / COLOUR_STEP) * COLOUR_STEP,
+                            255 * np.rint(alpha * (ALPHA_LEVELS - 1))[:, None] / (ALPHA_LEVELS - 1)], axis=1)
     return np.rint(image).clip(0, 255).astype(np.uint8).reshape(pixels, pixels, 4)
 
 
@@ -196,6 +201,9 @@ class HeadThumbnails:
         self.directory = Path(data.run.path) / RASTER_DIRECTORY
         self._memory: dict[str, str] = {}
         self._ranges: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+        #: ``(layer, head, method, dim) -> (cache key, file)`` of each layout (its file is looked at each time)
+        self._entry = functools.lru_cache(maxsize=None)(data.layout_entry)
         #: thumbnails drawn from a layout (not read from memory or disk) since the app started
         self.drawn = 0
 
@@ -224,7 +232,7 @@ class HeadThumbnails:
 
     def _key(self, layer: int, head: int, method: str, colour: str) -> str | None:
         """The thumbnail's name: a hash of its layout's cache entry and file, the colouring and the drawing."""
-        entry, path = self.data.layout_entry(layer, head, method, 2)
+        entry, path = self._entry(layer, head, method, 2)
         try:
             stat = path.stat()
         except OSError:
@@ -268,12 +276,11 @@ class HeadThumbnails:
             logger.info("matrix thumbnails kept in memory only (%s)", error)
 
     def all(self, method: str, colour: str, stand_in: tuple[tuple[int, int], ...] = ()) -> list[str | None]:
-        """Every head's thumbnail (flat order), heads in ``stand_in`` drawn from their PCA layout."""
-        thumbnails = []
-        for flat in range(self.data.n_total_heads):
-            layer, head = divmod(flat, self.data.run.n_heads)
-            thumbnails.append(self.thumbnail(layer, head, "pca" if (layer, head) in stand_in else method, colour))
-        return thumbnails
+        """Every head's thumbnail (flat order), heads in ``stand_in`` drawn from their PCA layout (one thread at a
+        time: the server's warm-up and a first request draw them once)."""
+        with self._lock:
+            return [self.thumbnail(layer, head, "pca" if (layer, head) in stand_in else method, colour)
+                    for layer, head in (divmod(flat, self.data.run.n_heads) for flat in range(self.data.n_total_heads))]
 
 
 _THUMBNAILS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

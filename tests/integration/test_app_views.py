@@ -107,7 +107,7 @@ def test_a_new_search_patches_only_matches_badges_and_opacity(data):
                             ("data", 1, "marker", "opacity"), ("data", 4, "text")}
     figure, _ = matrix_view.render_matrix(data, state, clusters, matches)
     assert changed[("data", 4, "text")] == list(figure.data[4].text)
-    assert np.array_equal(changed[("data", 2)]["customdata"], figure.data[2].customdata)
+    assert np.array_equal(decoded(changed[("data", 2)]["customdata"]), figure.data[2].customdata)   # typed arrays
 
 
 def test_a_missing_projection_is_a_message_naming_the_command_never_computed(data):

@@ -50,8 +50,8 @@ def test_a_thumbnail_has_pixels_only_where_the_points_are():
     bottom_left = (drawn_rows >= 40) & (drawn_columns < 10)        # image rows run downwards
     top_right = (drawn_rows < 10) & (drawn_columns >= 40)
     assert (bottom_left | top_right).all() and bottom_left.any() and top_right.any()
-    assert np.abs(image[45, 5, :3].astype(int) - hex_rgb(QUERY_COLOUR)).max() <= 1     # queries green
-    assert np.abs(image[5, 45, :3].astype(int) - hex_rgb(KEY_COLOUR)).max() <= 1       # keys pink
+    assert np.abs(image[45, 5, :3].astype(int) - hex_rgb(QUERY_COLOUR)).max() <= 4     # queries green
+    assert np.abs(image[5, 45, :3].astype(int) - hex_rgb(KEY_COLOUR)).max() <= 4       # keys pink
     assert alpha[20:30, 20:30].max() == 0                          # nothing between
     assert np.array_equal(decode_png(matrix_raster.png_bytes(image)), image)
 
@@ -67,9 +67,13 @@ def test_a_continuous_colouring_uses_each_sides_scale():
     points = np.array([[0.1, 0.1], [0.9, 0.9], [0.1, 0.9], [0.9, 0.1]], np.float32)   # queries 0-1, keys 2-3
     image = matrix_raster.head_thumbnail(points, np.array([0.0, 1.0, 0.0, 1.0], np.float32), "position",
                                          (0.0, 1.0), pixels=10)
-    assert np.array_equal(image[8, 1, :3], matrix_raster.side_scale(0)[0].round())     # a query at the low end
-    assert np.array_equal(image[0, 9, :3], matrix_raster.side_scale(0)[-1].round())
-    assert np.array_equal(image[0, 1, :3], matrix_raster.side_scale(1)[0].round())     # a key at the low end
+    def near(pixel, colour):                                          # colours are rounded to multiples of 8
+        return np.abs(pixel.astype(float) - colour).max() <= matrix_raster.COLOUR_STEP / 2
+
+    assert near(image[8, 1, :3], matrix_raster.side_scale(0)[0])           # a query at the low end
+    assert near(image[0, 9, :3], matrix_raster.side_scale(0)[-1])          # ... and one at the high end
+    assert near(image[0, 1, :3], matrix_raster.side_scale(1)[0])           # a key at the low end
+    assert not near(image[0, 1, :3], matrix_raster.side_scale(0)[0])
 
 
 def test_the_threshold_is_read_from_the_environment(monkeypatch):
