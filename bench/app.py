@@ -10,7 +10,7 @@ Python package, ``/usr/bin/chromium``; software WebGL, no GPU) and reports:
 * with a head atlas (``qkviz stats``): the same for the matrix ordered and coloured by an atlas
   statistic (``?sort=entropy_normalised``: a translucent heatmap under the points, badges) and for the
   Positions view (the relative-position heatmap), medians of ``--repeats`` loads;
-* switching heads in the single view: click "head >" until the next head's figure is drawn (median);
+* switching heads in the single view: click "head >" until the next head's figure (its title) is drawn (median);
 * search across all heads: the server time of the matrix callback that finds the matches and counts
   their clusters in every head (request start to response end, localhost), and the time from Enter
   to the highlighted matrix drawn (medians over different tokens);
@@ -132,8 +132,11 @@ def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dic
         switches = []
         for step in range(1, 2 * repeats + 3):
             head = step % opened.n_heads
+            # the new head's figure itself, not only its URL (the state callback comes first)
             switches.append(timed_action(page, "document.getElementById('next-head').click()", "single-graph", 12,
-                                         f"location.search.includes('&head={head}&')"))
+                                         f"location.search.includes('&head={head}&') && (() => {{ const g = document"
+                                         f".querySelector('#single-graph .js-plotly-plot'); return g.layout.title"
+                                         f".text.includes('head {head} ·'); }})()"))
         result["head switch ms"] = statistics.median(switches)
         sizes = [len(response.body()) for response in responses
                  if '"single-graph"' in (response.request.post_data or "") and response.status == 200]

@@ -136,6 +136,27 @@ def test_single_head_figure_sends_typed_arrays_within_budget(data):
     assert three_d.data[0].type == "scatter3d" and three_d.data[0].z is not None
 
 
+def test_a_head_switch_patches_all_but_the_tokens_texts_and_ids(data):
+    from dash_app.views.single_figure import head_patch
+
+    base = [0, 1, 3, "pca", 2, "norm", "the", False, [], False, True]
+    assert single_view.same_but_head(base, [0, 0, 2, *base[3:9], True, False])           # another head only
+    assert not single_view.same_but_head(base, [*base[:5], "position", *base[6:]])      # another colouring
+    state = ViewState(view="single", layer=0, head=2, method="pca", colour="norm")
+    full = single_view.render_single(data, state, [], np.array([0, 4]), 5, 0.02)
+    lean = single_view.render_single(data, state, [], np.array([0, 4]), 5, 0.02, token_fields=False)
+    assert lean.data[0].text is None and lean.data[0].customdata is None and full.data[0].text is not None
+    changed = {tuple(operation["location"]): operation["params"]["value"]
+               for operation in head_patch(lean).to_plotly_json()["operations"]}
+    assert not [location for location in changed if location[:2] in ((("data", 0), ("data", 1)))
+                and location[2:] in (("text",), ("customdata",))]
+    assert np.array_equal(decoded(changed[("data", 0, "x")]), data.layout(0, 2, "pca", 2)[:data.run.n_tokens, 0])
+    assert np.array_equal(decoded(changed[("data", 1, "marker")]["color"]), data.norms(0, 2)[data.run.n_tokens:])
+    assert changed[("layout",)]["title"]["text"] == full.layout.title.text and ("data", 4) in changed
+    lean_bytes, full_bytes = len(to_json_plotly(head_patch(lean))), len(to_json_plotly(full))
+    assert lean_bytes < 0.8 * full_bytes
+
+
 def test_clicking_a_query_draws_lines_to_its_strongest_keys(data):
     coordinates = data.layout(1, 2, "pca", 2)
     sentence = 3

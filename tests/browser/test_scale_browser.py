@@ -1,6 +1,7 @@
-"""The matrix drawn as images (the raster threshold lowered to 0 for the tiny run), in headless Chromium: every
-head's thumbnail is an image in its cell, hovering a cell names its head, a click opens it, and a search's
-matches are drawn over the dimmed images."""
+"""The app's ways with large runs, in headless Chromium on the tiny run: the matrix drawn as images (the raster
+threshold lowered to 0) -- every head's thumbnail an image in its cell, hovering a cell names its head, a click
+opens it, a search's matches drawn over the dimmed images -- and a head switch in the single view that sends
+the new head's points without the tokens' texts and ids, which the drawn figure keeps."""
 
 import re
 
@@ -13,6 +14,10 @@ DRAWN = """([graphId, traces]) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
   return graph && graph.offsetParent !== null && graph._fullData && graph._fullData.length >= traces;
 }"""
+#: the single view's queries trace: how many texts, its first and last id, its first three x
+TRACE_JS = """() => { const d = document.querySelector('#single-graph .js-plotly-plot')._fullData[0];
+  return {texts: d.text.length, ids: [Number(d.customdata[0]), Number(d.customdata[d.customdata.length - 1])],
+          x: Array.from(d.x).slice(0, 3)}; }"""
 IMAGES_JS = """() => Array.from(document.querySelectorAll('#matrix-graph .layer-above image'))
                       .map(image => image.getAttribute('href'))"""
 
@@ -85,3 +90,36 @@ def test_thumbnails_are_images_a_click_opens_the_head_and_matches_are_drawn_on_t
                                  .map(image => image.opacity)""")
     assert opacities == [SEARCH_IMAGE_OPACITY] * 8
     assert len(page.evaluate(IMAGES_JS)) == 8
+
+
+def test_a_head_switch_keeps_the_tokens_texts_and_ids(page, served, app_run):
+    responses = []
+    page.on("response", lambda response: responses.append(response)
+            if "_dash-update-component" in response.url and response.status == 200 else None)
+    page.goto(served + "?view=single&layer=0&head=0&method=pca")
+    page.wait_for_function(DRAWN, arg=["single-graph", 12], timeout=30_000)
+    wait_idle(page)
+    first = page.evaluate(TRACE_JS)
+    responses.clear()
+    page.click("#next-head")
+    page.wait_for_function("() => document.querySelector('#single-graph .js-plotly-plot').layout.title.text"
+                           ".includes('layer 0 head 1 ·')", timeout=20_000)
+    wait_idle(page)
+    switched = page.evaluate(TRACE_JS)
+    n_tokens = app_run.n_tokens
+    assert switched["texts"] == first["texts"] == n_tokens and switched["ids"] == [0, n_tokens - 1]
+    assert switched["x"] != first["x"]                                         # the new head's points
+    expected = app_run.projection(0, 1, "pca", 2)[:3, 0]
+    assert switched["x"] == pytest.approx(expected.tolist(), rel=1e-5)
+    figures = [response.json()["response"]["single-graph"]["figure"] for response in responses
+               if "single-graph.figure" in (response.request.post_data or "")]
+    changed = [operation["location"] for operation in figures[-1]["operations"]]   # a Patch, not a figure
+    assert ["data", 0, "x"] in changed and ["data", 2] in changed and ["layout"] in changed
+    assert not [location for location in changed if location[:2] in (["data", 0], ["data", 1])
+                and location[2:] in (["text"], ["customdata"])]
+    # hovering a point still names its token (the text kept from the first drawing)
+    from support.browser import POINT_JS as point_js
+    x, y = page.evaluate(point_js, ["single-graph", 0, 0])
+    page.mouse.move(x - 3, y)
+    page.mouse.move(x, y)
+    page.wait_for_function("() => !!document.querySelector('#single-graph .hovertext')", timeout=10_000)
