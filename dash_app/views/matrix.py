@@ -6,14 +6,14 @@ head's normalised 2D layout is placed in its grid cell, a fixed seeded sample of
 float32's bytes). Every point carries its head's flat index (``layer * n_heads + head``) as
 ``customdata``, so a click opens that head. Search matches are two more traces over all heads.
 Ordered by a head-atlas column, the cells get a background (one translucent heatmap under the points,
-slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value.
+slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value (see
+:mod:`dash_app.views.matrix_cells`). A large run's heads are images of all their points instead of a sample
+(see :mod:`dash_app.views.matrix_raster`), slot 0 then holding each cell's invisible click targets.
 :func:`register` adds the callback that draws it (patching only the search traces when only the search
 changed) and the clientside relay of a click.
 """
 
 from __future__ import annotations
-
-import base64
 
 import dash
 import numpy as np
@@ -26,13 +26,14 @@ from dash_app.atlas_columns import LABEL_SORT, sort_options
 from dash_app.events import relay_point_events
 from dash_app.export import export_buttons
 from dash_app.figures import (CATEGORY_COLOURS, KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, MATCH_RING, QUERY_COLOUR,
-                              QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker, legend_entries)
+                              QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker, legend_entries, typed_arrays)
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import METHOD_LABELS, HeadLayouts, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, checked_state
-from dash_app.views.matrix_raster import IMAGE_OPACITY, SEARCH_IMAGE_OPACITY, click_grid, rasterised, thumbnail_images, thumbnails_of
 from dash_app.views.matrix_cells import CELL, INNER, LABEL_BAND, atlas_badges, cell_heatmap, cell_origins, label_legend
+from dash_app.views.matrix_raster import (IMAGE_OPACITY, SEARCH_IMAGE_OPACITY, click_grid, rasterised, thumbnail_images,
+                                          thumbnails_of)
 from qkviz.report import CATEGORIES, COLOURS, colour_ticks, colour_title, colour_values
 
 CANVAS_PIXELS = 900_000     # screen area the whole grid aims at (see cell_pixels)
@@ -354,13 +355,6 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
     if state.sort == "related" and data.related() is None:
         message += f" {missing_related_message(data)}"
     return figure, message.strip()
-
-
-def typed_arrays(trace: dict) -> dict:
-    """A trace's dict with its numpy arrays as Plotly's typed arrays (``{"dtype", "bdata"}``, as a figure sends
-    them), since a ``Patch`` would send them as JSON lists (2-3 times the bytes, and slower to encode)."""
-    return {name: {"dtype": value.dtype.str.lstrip("<|"), "bdata": base64.b64encode(value.tobytes()).decode("ascii")}
-            if isinstance(value, np.ndarray) and value.dtype.kind in "uif" else value for name, value in trace.items()}
 
 
 def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, matches: np.ndarray | None) -> Patch:
