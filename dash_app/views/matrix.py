@@ -32,8 +32,7 @@ from dash_app.run_data import METHOD_LABELS, HeadLayouts, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, checked_state
 from dash_app.views.matrix_cells import CELL, INNER, LABEL_BAND, atlas_badges, cell_heatmap, cell_origins, label_legend
-from dash_app.views.matrix_raster import (IMAGE_OPACITY, SEARCH_IMAGE_OPACITY, click_grid, rasterised, thumbnail_images,
-                                          thumbnails_of)
+from dash_app.views.matrix_raster import click_grid, rasterised, thumbnail_images, thumbnails_of
 from qkviz.report import CATEGORIES, COLOURS, colour_ticks, colour_title, colour_values
 
 CANVAS_PIXELS = 900_000     # screen area the whole grid aims at (see cell_pixels)
@@ -252,7 +251,7 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
         yaxis=dict(range=[0, n_rows * CELL], scaleanchor="x", scaleratio=1, constrain="domain", **axis),
         plot_bgcolor="white", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, groupclick="toggleitem"),
         hovermode="closest", uirevision="matrix",
-        images=thumbnail_images(thumbnails, order, n_rows, n_cols, searching) if thumbnails is not None else None)
+        images=thumbnail_images(thumbnails, order, n_rows, n_cols) if thumbnails is not None else None)
     return figure
 
 
@@ -369,11 +368,7 @@ def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, m
     for slot, trace in enumerate(match_traces(layouts.points, origins,
                                               drawn_matches(data, matches), fits), start=2):
         patch["data"][slot] = typed_arrays(trace.to_plotly_json())
-    if rasterised(data):                     # the images dimmed under the matches, not sent again
-        drawn = data.n_total_heads - len(layouts.missing) + len(layouts.stand_in)     # heads with a thumbnail
-        for index in range(drawn):
-            patch["layout"]["images"][index]["opacity"] = SEARCH_IMAGE_OPACITY if searching else IMAGE_OPACITY
-    else:
+    if not rasterised(data):                 # sampled points dimmed under the matches (images are left as drawn)
         for slot in (0, 1):
             patch["data"][slot]["marker"]["opacity"] = 0.25 if searching else 0.6
     patch["data"][4]["text"] = labels
