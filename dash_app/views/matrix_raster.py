@@ -15,6 +15,7 @@ again gets a new thumbnail. A run directory that cannot be written keeps them in
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import hashlib
 import json
@@ -263,13 +264,16 @@ class HeadThumbnails:
         return png_bytes(head_thumbnail(points, self.colour_values(colour, flat), colour, value_range, self.pixels))
 
     def _write(self, path: Path, png: bytes) -> None:
-        """Write atomically (a temporary file renamed); a run directory that cannot be written is only logged."""
+        """Write atomically (a temporary file renamed, removed if the write fails); a run directory that cannot be
+        written is only logged."""
+        partial = path.with_suffix(f".{os.getpid()}.part")
         try:
             self.directory.mkdir(exist_ok=True)
-            partial = path.with_suffix(f".{os.getpid()}.part")
             partial.write_bytes(png)
             partial.replace(path)
         except OSError as error:
+            with contextlib.suppress(OSError):
+                partial.unlink(missing_ok=True)
             logger.info("matrix thumbnails kept in memory only (%s)", error)
 
     def all(self, method: str, colour: str, stand_in: tuple[tuple[int, int], ...] = ()) -> list[str | None]:
