@@ -10,11 +10,11 @@ Python package, ``/usr/bin/chromium``; software WebGL, no GPU) and reports:
 * with a head atlas (``qkviz stats``): the same for the matrix ordered and coloured by an atlas
   statistic (``?sort=entropy_normalised``: a translucent heatmap under the points, badges) and for the
   Positions view (the relative-position heatmap), medians of ``--repeats`` loads;
-* switching heads in the single view: click "head >" until the next head's figure is drawn (median);
+* switching heads in the single view: click "head >" until the next head's figure (its title) is drawn (median);
 * search across all heads: the server time of the matrix callback that finds the matches and counts
   their clusters in every head (request start to response end, localhost), and the time from Enter
   to the highlighted matrix drawn (medians over different tokens);
-* bytes sent per single-head figure (the callback's JSON response);
+* bytes sent per single-head figure and for the matrix figure (the callbacks' JSON responses);
 * the server's resident memory after start-up and its peak after the whole bench.
 """
 
@@ -104,13 +104,14 @@ def timed_action(page, action_js: str, graph: str, traces: int, condition: str =
     return page.evaluate("() => window.__done") - start_ms
 
 
-def bench_run(browser, run: Path, repeats: int) -> dict:
+def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dict:
     from qkviz import open_run
     from qkviz.analysis.head_atlas import load_atlas
 
     opened = open_run(run)
     port = free_port()
-    server = start([sys.executable, "-m", "qkviz", "serve", "--run", str(run), "--port", str(port)], port)
+    server = start([sys.executable, "-m", "qkviz", "serve", "--run", str(run), "--port", str(port),
+                    "--background", background], port)
     url = f"http://127.0.0.1:{port}/"
     result = {"run": run.name, "heads": f"{opened.n_layers} x {opened.n_heads}",
               "points per head": 2 * opened.n_tokens, "rss start MB": rss_mb(server.pid)}
@@ -131,15 +132,21 @@ def bench_run(browser, run: Path, repeats: int) -> dict:
         switches = []
         for step in range(1, 2 * repeats + 3):
             head = step % opened.n_heads
+            # the new head's figure itself, not only its URL (the state callback comes first)
             switches.append(timed_action(page, "document.getElementById('next-head').click()", "single-graph", 12,
-                                         f"location.search.includes('&head={head}&')"))
+                                         f"location.search.includes('&head={head}&') && (() => {{ const g = document"
+                                         f".querySelector('#single-graph .js-plotly-plot'); return g.layout.title"
+                                         f".text.includes('head {head} ·'); }})()"))
         result["head switch ms"] = statistics.median(switches)
         sizes = [len(response.body()) for response in responses
                  if '"single-graph"' in (response.request.post_data or "") and response.status == 200]
         result["single figure MB"] = statistics.median(sizes) / 1e6
 
+        responses.clear()
         page.goto(url)
         page.wait_for_function(DRAWN, arg=["matrix-graph", 5], timeout=60_000)
+        result["matrix figure MB"] = max(len(response.body()) for response in responses
+                                         if "matrix-graph.figure" in (response.request.post_data or "")) / 1e6
         responses.clear()
         searches = []
         for query in SEARCHES[:max(3, repeats)]:
@@ -164,13 +171,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, action="append", required=True)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--background", default="none",
+                        help="the server's --background method (default none: nothing projected while measuring)")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         floor = floor_ms(browser, args.repeats)
-        results = [bench_run(browser, run, args.repeats) for run in args.run]
+        results = [bench_run(browser, run, args.repeats, args.background) for run in args.run]
         browser.close()
     print(f"floor: an empty Dash page with one 10,000-point WebGL graph is drawn {floor:.0f} ms after navigation")
     for result in results:

@@ -1,6 +1,8 @@
-"""Figure helpers shared by the views: colours, safe text, empty figures, opacity buckets."""
+"""Figure helpers shared by the views: colours, safe text, empty figures, opacity buckets, typed arrays for a Patch."""
 
 from __future__ import annotations
+
+import base64
 
 import numpy as np
 import plotly.graph_objects as go
@@ -77,3 +79,10 @@ def legend_entries(names, colours, trace=go.Scatter, legendgroup: str = "colours
                              legendgroup=legendgroup, marker=dict(color=colour, size=9),
                              legendgrouptitle=dict(text=title) if title and index == 0 else None))
     return entries
+
+
+def typed_arrays(trace: dict) -> dict:
+    """A trace's dict with its numpy arrays as Plotly's typed arrays (``{"dtype", "bdata"}``, as a figure sends
+    them), since a ``Patch`` would send them as JSON lists (2-3 times the bytes, and slower to encode)."""
+    return {name: {"dtype": value.dtype.str.lstrip("<|"), "bdata": base64.b64encode(value.tobytes()).decode("ascii")}
+            if isinstance(value, np.ndarray) and value.dtype.kind in "uif" else value for name, value in trace.items()}

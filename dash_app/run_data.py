@@ -10,6 +10,7 @@ command that makes it.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache, partial
@@ -116,6 +117,7 @@ class RunData:
         self.display_text = plotly_texts(self.tokens.token)   # [token] labels, escaped for Plotly
         self._cache = ProjectionCache(run.path, run.manifest["fingerprint"])
         self._all_layouts: dict[str, HeadLayouts] = {}
+        self._layouts_lock = threading.RLock()
         self._correlations: tuple[float, pd.DataFrame | None] | None = None
         self._atlas: tuple[int, HeadAtlas | None] | None = None
         self._related: tuple[int, HeadSimilarity | None] | None = None
@@ -148,6 +150,11 @@ class RunData:
     def spec(self, layer: int, head: int, method: str, dim: int) -> ProjectionSpec:
         """The cache entry ``run.projection(layer, head, method, dim)`` reads (default settings)."""
         return ProjectionSpec.of(layer, head, method, dim, True, True, **resolve_params(method, {}, dim), seed=0)
+
+    def layout_entry(self, layer: int, head: int, method: str, dim: int) -> tuple[str, Path]:
+        """The default layout's cache key and the ``.npy`` file holding it (which may not exist yet)."""
+        key = self._cache.key(self.spec(layer, head, method, dim))
+        return key, self._cache.directory / f"{key}.npy"
 
     def is_cached(self, layer: int, head: int, method: str, dim: int) -> bool:
         """Whether the default layout's entry exists (its integrity is checked when it is loaded)."""
@@ -240,7 +247,12 @@ class RunData:
                                np.linalg.norm(self.run.keys(layer, head), axis=1)]).astype(np.float32)
 
     def all_layouts(self, method: str) -> HeadLayouts:
-        """Every head's normalised 2D layout of ``method``: read once, then only the heads that land later."""
+        """Every head's normalised 2D layout of ``method``: read once, then only the heads that land later (one
+        thread at a time: the server's warm-up and a first request read them once, not twice)."""
+        with self._layouts_lock:
+            return self._read_layouts(method)
+
+    def _read_layouts(self, method: str) -> HeadLayouts:
         known = self._all_layouts.get(method)
         if known is not None and not any(self.is_cached(layer, head, method, 2) or
                                          ((layer, head) in known.stand_in) != self.pending(layer, head, method)

@@ -18,6 +18,7 @@ from pathlib import Path
 from dash_app.app import build_app, open_runs
 from dash_app.guard import allowed_hosts
 from dash_app.run_data import RunData
+from dash_app.views.matrix_raster import rasterised, thumbnails_of
 from qkviz import QkvizError, project
 from qkviz.projection import LayoutWorker
 from qkviz.store import METHODS
@@ -29,9 +30,13 @@ DEFAULT_BACKGROUND = "attn-tsne"
 
 
 def warm(data: RunData) -> None:
-    """Read the default projection's 2D layouts of every head, so the first matrix view is quick."""
+    """Read the default projection's 2D layouts of every head, and for a large run draw (or read) their matrix
+    thumbnails, so the first matrix view is quick."""
     try:
-        data.all_layouts(data.default_method())
+        method = data.default_method()
+        layouts = data.all_layouts(method)
+        if rasterised(data):
+            thumbnails_of(data).all(method, "type", layouts.stand_in)
     except Exception:  # noqa: BLE001 -- warming is an optimisation; the request that needs it reports the error
         logger.exception("could not read the layouts of %s ahead of time", data.name)
 

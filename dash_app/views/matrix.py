@@ -6,7 +6,9 @@ head's normalised 2D layout is placed in its grid cell, a fixed seeded sample of
 float32's bytes). Every point carries its head's flat index (``layer * n_heads + head``) as
 ``customdata``, so a click opens that head. Search matches are two more traces over all heads.
 Ordered by a head-atlas column, the cells get a background (one translucent heatmap under the points,
-slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value.
+slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value (see
+:mod:`dash_app.views.matrix_cells`). A large run's heads are images of all their points instead of a sample
+(see :mod:`dash_app.views.matrix_raster`), slot 0 then holding each cell's invisible click targets.
 :func:`register` adds the callback that draws it (patching only the search traces when only the search
 changed) and the clientside relay of a click.
 """
@@ -20,21 +22,19 @@ from dash import Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.atlas_columns import LABEL_SORT, column_name, format_value, label_tag, sort_options
+from dash_app.atlas_columns import LABEL_SORT, sort_options
 from dash_app.events import relay_point_events
 from dash_app.export import export_buttons
 from dash_app.figures import (CATEGORY_COLOURS, KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, MATCH_RING, QUERY_COLOUR,
-                              QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker, legend_entries)
+                              QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker, legend_entries, typed_arrays)
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import METHOD_LABELS, HeadLayouts, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, checked_state
-from qkviz.report import CATEGORIES, COLOURS, LABEL_COLOURS, colour_ticks, colour_title, colour_values
-from qkviz.analysis import LABELS
+from dash_app.views.matrix_cells import CELL, INNER, LABEL_BAND, atlas_badges, cell_heatmap, cell_origins, label_legend
+from dash_app.views.matrix_raster import click_grid, rasterised, thumbnail_images, thumbnails_of
+from qkviz.report import CATEGORIES, COLOURS, colour_ticks, colour_title, colour_values
 
-CELL = 1000                 # grid units per cell
-INNER = (120, 880)          # where a head's layout lies inside its cell, both axes ...
-LABEL_BAND = 60             # ... shifted down by this much, leaving the top for the label
 CANVAS_PIXELS = 900_000     # screen area the whole grid aims at (see cell_pixels)
 SORT_OPTIONS = [
     {"label": "layer / head order", "value": "order"},
@@ -42,8 +42,6 @@ SORT_OPTIONS = [
     {"label": "clusters of the matches' queries and keys (fewest first)", "value": "clusters"},
     {"label": "related heads (attention clusters)", "value": "related"},
 ]
-CELL_OPACITY = 0.45         # the cells' background under the points
-STATISTIC_SCALE = "Blues"   # a hue apart from the green queries and pink keys
 COLOUR_BAR_PX = 110         # extra width for the colour bar when cells are coloured
 POINT_BARS_PX = 70          # extra height under the grid for the points' colour bars (a continuous colouring)
 #: the figure's height: the window's, less the bars above it (the grid keeps square cells inside it)
@@ -100,60 +98,6 @@ def head_labels(n_layers: int, n_heads: int, clusters: np.ndarray | None = None,
     return labels
 
 
-def atlas_badges(data: RunData, column: str) -> list[str]:
-    """Per flat head: its label's short tag, and its value of ``column`` (``"first · 95.4%"``); ``""`` if absent."""
-    badges = [""] * data.n_total_heads
-    atlas = data.atlas()
-    if atlas is None:
-        return badges
-    table = atlas.table
-    offsets = table["offset"].to_numpy(float) if "offset" in table else np.full(len(table), np.nan)
-    values = table[column].to_numpy(float) if column != LABEL_SORT else None
-    for index, (layer, head, label) in enumerate(zip(table["layer"], table["head"], table["label"])):
-        badge = label_tag(str(label), offsets[index])
-        if values is not None:
-            badge += f" · {format_value(column, values[index])}"
-        badges[int(layer) * data.run.n_heads + int(head)] = badge
-    return badges
-
-
-def label_colourscale() -> list[list]:
-    """A stepped colour scale mapping label index ``i`` (of :data:`LABELS`, z in ``[-0.5, n - 0.5]``) to its colour."""
-    scale = []
-    for number, label in enumerate(LABELS):
-        scale += [[number / len(LABELS), LABEL_COLOURS[label]], [(number + 1) / len(LABELS), LABEL_COLOURS[label]]]
-    return scale
-
-
-def cell_heatmap(values: np.ndarray, order: np.ndarray, n_rows: int, n_cols: int, column: str) -> go.Heatmap:
-    """Slot 5: each cell's translucent background, ``values`` ``[flat head]`` on the column's colour scale
-    (label indices on the labels' colours); NaN cells stay white. Not hoverable: clicks reach the points."""
-    grid = values[order].reshape(n_rows, n_cols)[::-1]                    # y grows upwards: bottom row first
-    centres = dict(x=(np.arange(n_cols) + 0.5) * CELL, y=(np.arange(n_rows) + 0.5) * CELL)
-    bar = dict(thickness=12, len=0.9, x=1.0, xanchor="left", xpad=8)
-    if column == LABEL_SORT:                    # categories: named in the legend (label_legend), no bar
-        scale = dict(colorscale=label_colourscale(), zmin=-0.5, zmax=len(LABELS) - 0.5, showscale=False)
-    else:
-        finite = values[~np.isnan(values)]
-        low, high = (float(finite.min()), float(finite.max())) if len(finite) else (0.0, 1.0)
-        scale = dict(colorscale=STATISTIC_SCALE, zmin=low, zmax=high if high > low else low + 1,
-                     colorbar=dict(title=dict(text=column_name(column), side="right"), **bar))
-    return go.Heatmap(z=grid, **centres, **scale, opacity=CELL_OPACITY, hoverinfo="skip", name="cells", xgap=1, ygap=1)
-
-
-def label_legend(values: np.ndarray) -> list:
-    """Legend entries of the pattern labels the cells show (``values`` ``[flat head]`` label indices)."""
-    shown = [label for index, label in enumerate(LABELS) if np.any(values == index)]
-    return legend_entries(shown, [LABEL_COLOURS[label] for label in shown], legendgroup="cells", title="cells:")
-
-
-def cell_origins(order: np.ndarray, n_rows: int, n_cols: int) -> np.ndarray:
-    """float64 ``[flat head, 2]``: the lower-left corner of each head's cell (row 0 at the top)."""
-    position = np.empty(len(order), dtype=np.int64)
-    position[order] = np.arange(len(order))
-    return np.stack([(position % n_cols) * CELL, (n_rows - 1 - position // n_cols) * CELL], axis=1).astype(np.float64)
-
-
 def place(points: np.ndarray, origins: np.ndarray, tokens: np.ndarray, keys: bool, fits_uint16: bool):
     """Grid coordinates of the given tokens' queries (or keys) in every head.
 
@@ -191,6 +135,14 @@ def placed_values(points: np.ndarray, values: np.ndarray, tokens: np.ndarray, ke
     return np.ascontiguousarray(values[:, columns]).reshape(-1)[keep].astype(np.float32)
 
 
+def point_bar(side: int, colour: str, low: float, high: float) -> dict:
+    """The colour bar of the queries' (``side`` 0) or keys' (1) continuous colouring, side by side under the grid."""
+    name = ("queries", "keys")[side]
+    return dict(orientation="h", x=0.25 + 0.5 * side, xanchor="center", y=0, yanchor="top", ypad=10, len=0.42,
+                thickness=10, title=dict(text=f"{name}: {colour_title(colour)}", side="top"),
+                **colour_ticks(colour, low, high))
+
+
 def colour_markers(points: np.ndarray, sample: np.ndarray, values: np.ndarray | None, colour: str) -> list[dict]:
     """The queries' and keys' marker colour fields: solid green and pink (``values`` None), one colour per
     category, or two sequential scales over one range with their bars side by side under the grid."""
@@ -199,18 +151,29 @@ def colour_markers(points: np.ndarray, sample: np.ndarray, values: np.ndarray | 
     columns = np.concatenate([sample, sample + points.shape[1] // 2])
     drawn = values[:, columns]
     markers = []
-    for side, (name, scale) in enumerate((("queries", QUERY_SCALE), ("keys", KEY_SCALE))):
+    for side, scale in enumerate((QUERY_SCALE, KEY_SCALE)):
         placed = placed_values(points, values, sample, keys=side == 1)
         if colour in CATEGORIES:
             markers.append(dict(color=placed, **category_marker(len(CATEGORIES[colour]))))
             continue
         low, high = float(np.nanmin(drawn)), float(np.nanmax(drawn))
         high = high if high > low else low + 1
-        bar = dict(orientation="h", x=0.25 + 0.5 * side, xanchor="center", y=0, yanchor="top", ypad=10, len=0.42,
-                   thickness=10, title=dict(text=f"{name}: {colour_title(colour)}", side="top"),
-                   **colour_ticks(colour, low, high))
-        markers.append(dict(color=placed, colorscale=scale, cmin=low, cmax=high, colorbar=bar))
+        markers.append(dict(color=placed, colorscale=scale, cmin=low, cmax=high, colorbar=point_bar(side, colour, low, high)))
     return markers
+
+
+def raster_extras(colour: str, value_range: tuple[float, float] | None) -> list:
+    """What a rasterised matrix adds after its legend: the queries' and keys' entries (query vs key), or the
+    two colour bars of a continuous colouring over ``value_range`` (each on a point-less trace)."""
+    if colour == "type":
+        return legend_entries(["queries", "keys"], [QUERY_COLOUR, KEY_COLOUR], go.Scattergl, legendgroup="points")
+    if colour in CATEGORIES or value_range is None:
+        return []
+    low, high = value_range
+    return [go.Scatter(x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip", name=f"{side} scale",
+                       marker=dict(color=[low, high], colorscale=scale, cmin=low, cmax=high, showscale=True,
+                                   colorbar=point_bar(index, colour, low, high)))
+            for index, (side, scale) in enumerate((("queries", QUERY_SCALE), ("keys", KEY_SCALE)))]
 
 
 def cell_pixels(n_rows: int, n_cols: int) -> int:
@@ -237,7 +200,9 @@ def match_traces(points: np.ndarray, origins: np.ndarray, matches: np.ndarray | 
 
 def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads: int, order: np.ndarray,
                   labels: list[str], matches: np.ndarray | None = None, cells: go.Heatmap | None = None,
-                  values: np.ndarray | None = None, colour: str = "type", legend: list | None = None) -> go.Figure:
+                  values: np.ndarray | None = None, colour: str = "type", legend: list | None = None,
+                  thumbnails: list[str | None] | None = None, value_range: tuple[float, float] | None = None
+                  ) -> go.Figure:
     """The matrix figure: traces queries, keys, query matches, key matches (all ``scattergl``), labels,
     the cells' background when ``cells`` is given (drawn under the points whatever its slot), then
     ``legend`` (legend-only entries). It fills its graph's box, cells kept square.
@@ -245,17 +210,25 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
     ``points`` ``[flat head, 2 * n_tokens, 2]`` normalised layouts; ``sample`` the token indices
     drawn per head; ``order`` the flat head at each grid position; ``matches`` matched token indices;
     ``values`` ``[flat head, 2 * n_tokens]`` what every head's points are coloured by (:func:`head_colours`,
-    None: queries green, keys pink), ``colour`` its name."""
+    None: queries green, keys pink), ``colour`` its name.
+
+    With ``thumbnails`` (a PNG data URI per flat head, see :mod:`dash_app.views.matrix_raster`) the heads are
+    images instead: slot 0 is the cells' invisible click targets, slot 1 empty, ``sample`` and ``values``
+    unused, a continuous colouring's bars span ``value_range``."""
     n_cols, n_rows = n_heads, n_layers
     origins = cell_origins(order, n_rows, n_cols)
     fits = _fits_uint16(n_rows, n_cols)
     searching = matches is not None and len(matches) > 0
     traces = []
-    markers = colour_markers(points, sample, values, colour)
-    for (name, keys), marker in zip((("queries", False), ("keys", True)), markers):
-        x, y, head = place(points, origins, sample, keys, fits)
-        traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
-                                   marker=dict(marker, size=2.5, opacity=0.25 if searching else 0.6)))
+    if thumbnails is not None:
+        traces += [click_grid(order, n_rows, n_cols), go.Scattergl(x=[], y=[], name="keys", showlegend=False)]
+        legend = (legend or []) + raster_extras(colour, value_range)
+    else:
+        markers = colour_markers(points, sample, values, colour)
+        for (name, keys), marker in zip((("queries", False), ("keys", True)), markers):
+            x, y, head = place(points, origins, sample, keys, fits)
+            traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
+                                       marker=dict(marker, size=2.5, opacity=0.25 if searching else 0.6)))
     traces += match_traces(points, origins, matches, fits)
     cell_px = cell_pixels(n_rows, n_cols)
     label_x = origins[:, 0] + INNER[0] - 80
@@ -269,7 +242,7 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
     figure = go.Figure(traces + (legend or []))
     axis = dict(showgrid=True, gridcolor="#d0d0d0", dtick=CELL, tick0=0, showticklabels=False, zeroline=False,
                 fixedrange=True)
-    bars = values is not None and colour not in CATEGORIES
+    bars = colour != "type" and colour not in CATEGORIES and (values is not None or thumbnails is not None)
     cell_bar = cells is not None and cells.showscale is not False
     figure.update_layout(
         autosize=True, margin=dict(l=20, r=20 + (COLOUR_BAR_PX if cell_bar else 0), t=50,
@@ -277,7 +250,8 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
         xaxis=dict(range=[0, n_cols * CELL], constrain="domain", **axis),
         yaxis=dict(range=[0, n_rows * CELL], scaleanchor="x", scaleratio=1, constrain="domain", **axis),
         plot_bgcolor="white", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, groupclick="toggleitem"),
-        hovermode="closest", uirevision="matrix")
+        hovermode="closest", uirevision="matrix",
+        images=thumbnail_images(thumbnails, order, n_rows, n_cols) if thumbnails is not None else None)
     return figure
 
 
@@ -359,10 +333,19 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
         legend += legend_entries(names, CATEGORY_COLOURS[:len(names)], go.Scattergl, title=f"{COLOURS[state.colour]}:")
     if cells is not None and state.sort == LABEL_SORT:
         legend += label_legend(cell_values)
-    figure = matrix_figure(layouts.points, data.matrix_sample(), data.run.n_layers, data.run.n_heads, order,
-                           labels, drawn_matches(data, matches), cells, head_colours(data, state.colour),
-                           state.colour, legend)
+    sample, thumbnails, value_range = data.matrix_sample(), None, None
+    if rasterised(data):
+        cache = thumbnails_of(data)
+        thumbnails = cache.all(state.method, state.colour, layouts.stand_in)
+        value_range = cache.value_range(state.colour) if state.colour != "type" and state.colour not in CATEGORIES else None
+    figure = matrix_figure(layouts.points, sample, data.run.n_layers, data.run.n_heads, order, labels,
+                           drawn_matches(data, matches), cells,
+                           head_colours(data, state.colour) if thumbnails is None else None, state.colour, legend,
+                           thumbnails, value_range)
     message = matrix_message(data, state.method, state.dim, layouts)
+    if thumbnails is not None:
+        message += (f" Each head is an image of all its {2 * data.run.n_tokens:,} points (darker where more fall); "
+                    "click a head to see and hover its points.")
     if state.sort == "correlation" and correlations is None:
         message += (" No correlation report for this run yet: make it with "
                     f"'qkviz report --run {data.run.path} --out reports/{data.name}'.")
@@ -377,15 +360,17 @@ def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, m
     """Only what a new search changes in a drawn matrix (same run, method and an order that does not
     depend on the search): the match traces, the labels' badges and the other points' opacity."""
     order, labels, _, _ = head_figures(data, state, clusters)
+    layouts = data.all_layouts(state.method)
     origins = cell_origins(order, data.run.n_layers, data.run.n_heads)
     fits = _fits_uint16(data.run.n_layers, data.run.n_heads)
     searching = matches is not None and len(matches) > 0
     patch = Patch()
-    for slot, trace in enumerate(match_traces(data.all_layouts(state.method).points, origins,
+    for slot, trace in enumerate(match_traces(layouts.points, origins,
                                               drawn_matches(data, matches), fits), start=2):
-        patch["data"][slot] = trace.to_plotly_json()
-    for slot in (0, 1):
-        patch["data"][slot]["marker"]["opacity"] = 0.25 if searching else 0.6
+        patch["data"][slot] = typed_arrays(trace.to_plotly_json())
+    if not rasterised(data):                 # sampled points dimmed under the matches (images are left as drawn)
+        for slot in (0, 1):
+            patch["data"][slot]["marker"]["opacity"] = 0.25 if searching else 0.6
     patch["data"][4]["text"] = labels
     return patch
 

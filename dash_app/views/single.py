@@ -35,7 +35,7 @@ from dash_app.panels import selection as selection_panel
 from dash_app.run_data import METHOD_LABELS, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, bounded_number, checked_state, string_list
-from dash_app.views.single_figure import (KIND, base_traces, category_legend, colour_array, norm_sizes,
+from dash_app.views.single_figure import (KIND, base_traces, category_legend, colour_array, head_patch, norm_sizes,
                                           overlay_traces, single_figure)
 from qkviz import QkvizError
 from qkviz.report import COLOURS, describe_value
@@ -51,6 +51,9 @@ DEFAULT_THRESHOLD = 0.02
 EXCERPT_CHARS = 60
 NO_POINT = "Click a point: its token, sentence and attention show here."
 NO_MATCHES = np.zeros(0, dtype=np.int64)
+#: the fields of the figure's key (run, method, dimension, colour, search, substring, options) that, when
+#: unchanged, leave the same traces with the same texts and ids: a head switch then sends a ``head_patch``
+SAME_TOKENS_KEY = (0, 3, 4, 5, 6, 7, 8)
 #: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
 POINT_EVENTS = {ids.SINGLE_CLICK: (ids.SINGLE_GRAPH, "clickData"),
                 ids.SINGLE_HOVER_POINT: (ids.SINGLE_GRAPH, "hoverData")}
@@ -126,12 +129,14 @@ def layout_note(data: RunData, state: ViewState) -> str:
 
 
 def render_single(data: RunData, state: ViewState, options: list[str], matches: np.ndarray, top_k: int,
-                  threshold: float, partners: np.ndarray | None = None) -> go.Figure:
-    """The whole single-head figure for ``state``; the run's QkvizError when the layout is not cached."""
+                  threshold: float, partners: np.ndarray | None = None, token_fields: bool = True) -> go.Figure:
+    """The whole single-head figure for ``state``; the run's QkvizError when the layout is not cached. Without
+    ``token_fields`` the queries and keys carry no texts and ids (for a :func:`head_patch` of a drawn figure)."""
     coordinates = shown_layout(data, state)
     values = colour_array(data, state.colour, state.layer, state.head)
     sizes = norm_sizes(data.norms(state.layer, state.head)) if "size" in options else None
-    base = base_traces(coordinates, data.display_text, values, state.colour, sizes, "labels" in options, matches)
+    base = base_traces(coordinates, data.display_text, values, state.colour, sizes, "labels" in options, matches,
+                       token_fields)
     overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners)
     legend = category_legend(state.colour, state.dim)
     shown = f"PCA (waiting for {METHOD_LABELS[state.method]})" if standing_in(data, state) else METHOD_LABELS[state.method]
@@ -202,6 +207,12 @@ def _percent(value) -> str:
     return "–" if value is None or value != value else f"{value:.0%}"
 
 
+def same_but_head(drawn: list, key: list) -> bool:
+    """Whether two single-figure keys (``base_key`` of :func:`register`) differ at most in the head shown: the
+    same run, method, dimension, colour, search and options (the same traces, texts and ids)."""
+    return len(drawn) == len(key) and [drawn[i] for i in SAME_TOKENS_KEY] == [key[i] for i in SAME_TOKENS_KEY]
+
+
 def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float, partners: np.ndarray) -> Patch:
     """Only the overlay slots of a drawn figure, for a new clicked point or line settings."""
     coordinates = shown_layout(data, state)
@@ -243,16 +254,20 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
         if rendered and rendered.get("base") == base_key and rendered.get("ok"):
             return (overlay_patch(data, state, top_k, threshold, partners), no_update, no_update, no_update, no_update,
                     {**key, "ok": True}, no_update)
+        # another head of the same run, layout and colouring as drawn: its points' texts and ids are kept
+        same_tokens = bool(rendered and rendered.get("ok") and isinstance(rendered.get("base"), list)
+                           and same_but_head(rendered["base"], base_key))
         matches = searches[state.run].matches(state.search, state.substring)
         correlations = correlation_panel(data, state.layer, state.head)
         atlas = atlas_panel.head_panel(data, state.layer, state.head)
         related = related_panel.render_related(data, state.layer, state.head)
         try:
             figure = render_single(data, state, options or [], NO_MATCHES if matches is None else matches,
-                                   top_k, threshold, partners)
+                                   top_k, threshold, partners, token_fields=not same_tokens)
         except QkvizError as error:
             return message_figure(), info_line(data), str(error), correlations, atlas, {**key, "ok": False}, related
-        return figure, info_line(data), layout_note(data, state), correlations, atlas, {**key, "ok": True}, related
+        return (head_patch(figure) if same_tokens else figure, info_line(data), layout_note(data, state), correlations,
+                atlas, {**key, "ok": True}, related)
 
     @app.callback(Output(ids.SINGLE_POINT, "children"), Input(ids.STATE, "data"))
     def show_point(current):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
+from dash import Patch
 
 from dash_app.figures import (CATEGORY_COLOURS, KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLOUR, MATCH_RING,
                               OPACITY_STEPS, QUERY_COLOUR, QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker,
@@ -22,6 +23,8 @@ LABEL_LIMIT = 300
 CLOUD_QUANTILES = (0.005, 0.995)
 CLOUD_MARGIN = 0.08
 KIND = ("query", "key")
+#: the slots of the queries and keys (their texts and ids are those of the run's tokens, in every head)
+BASE_POINT_SLOTS = (0, 1)
 #: colour features whose scale is fixed (the same colour means the same value from head to head, run to run)
 FIXED_RANGES = {"position": (0.0, 1.0)}
 #: marker symbols of queries and keys when colour tells categories apart
@@ -87,11 +90,12 @@ def _segments(start: np.ndarray, ends: np.ndarray) -> np.ndarray:
 
 
 def base_traces(coordinates: np.ndarray, texts: np.ndarray, values: np.ndarray | None, colour: str,
-                sizes: np.ndarray | None, labels: bool, matches: np.ndarray) -> list:
+                sizes: np.ndarray | None, labels: bool, matches: np.ndarray, token_fields: bool = True) -> list:
     """Slots 0-3: queries, keys and the search matches among them.
 
     ``coordinates`` ``[2 * n_tokens, dim]``; ``texts`` ``[n_tokens]`` escaped token labels; ``values``
-    ``[2 * n_tokens]`` colour values or None; ``sizes`` ``[2 * n_tokens]`` or None; ``matches`` token indices."""
+    ``[2 * n_tokens]`` colour values or None; ``sizes`` ``[2 * n_tokens]`` or None; ``matches`` token indices.
+    Without ``token_fields`` the queries and keys have no ``text`` and ``customdata`` (see :func:`head_patch`)."""
     n_tokens, dim = len(coordinates) // 2, coordinates.shape[1]
     # labels only when few points are drawn; with more, the browser adds them once zoomed in (labelsOnZoom)
     mode = "markers+text" if labels and 2 * n_tokens <= LABEL_LIMIT else "markers"
@@ -106,8 +110,8 @@ def base_traces(coordinates: np.ndarray, texts: np.ndarray, values: np.ndarray |
             if colour in CATEGORIES:
                 marker["symbol"] = SYMBOLS[side]
             marker.update(colour_marker(values[rows], colour, scale, f"{name}: {colour_title(colour)}", bar_x))
-        traces.append(_trace(dim, coordinates[rows], name=name, mode=mode, marker=marker, text=texts,
-                             customdata=np.arange(rows.start, rows.stop, dtype=np.int32),
+        tokens = dict(text=texts, customdata=np.arange(rows.start, rows.stop, dtype=np.int32)) if token_fields else {}
+        traces.append(_trace(dim, coordinates[rows], name=name, mode=mode, marker=marker, **tokens,
                              hovertemplate=f"%{{text}}<extra>{KIND[side]}</extra>", textfont=dict(size=9)))
     # the matches above the cloud, enlarged and ringed so that a rare token's one or two points stand out
     for side, name, colour_, symbol in ((0, "query matches", QUERY_MATCH_COLOUR, "circle"),
@@ -202,6 +206,24 @@ def single_figure(base: list, overlays: list[dict], dim: int, title: str, revisi
                              **{f"{axis_id}axis": dict(axis, range=span, title=dict(text=name))
                                 for axis_id, span, name in zip("xyz", ranges, axis_names)})
     return figure
+
+
+def head_patch(figure: go.Figure) -> Patch:
+    """``figure`` as a ``Patch`` of a drawn one of another head of the same run, colouring and options: every
+    trace and the layout again, but the queries' and keys' texts and ids (the run's tokens, the same in every
+    head; 100,000 tokens' labels are half of a figure's bytes and most of its time on the server) are left as
+    drawn. ``figure`` is best made without them (``base_traces(..., token_fields=False)``)."""
+    full = figure.to_dict()                                   # numpy arrays as typed arrays
+    patch = Patch()
+    for slot, trace in enumerate(full["data"]):
+        if slot in BASE_POINT_SLOTS:
+            for name, value in trace.items():
+                if name not in ("text", "customdata"):
+                    patch["data"][slot][name] = value
+        else:
+            patch["data"][slot] = trace
+    patch["layout"] = full["layout"]
+    return patch
 
 
 # -- the callback's work --------------------------------------------------------------------

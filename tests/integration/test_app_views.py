@@ -107,7 +107,7 @@ def test_a_new_search_patches_only_matches_badges_and_opacity(data):
                             ("data", 1, "marker", "opacity"), ("data", 4, "text")}
     figure, _ = matrix_view.render_matrix(data, state, clusters, matches)
     assert changed[("data", 4, "text")] == list(figure.data[4].text)
-    assert np.array_equal(changed[("data", 2)]["customdata"], figure.data[2].customdata)
+    assert np.array_equal(decoded(changed[("data", 2)]["customdata"]), figure.data[2].customdata)   # typed arrays
 
 
 def test_a_missing_projection_is_a_message_naming_the_command_never_computed(data):
@@ -134,6 +134,27 @@ def test_single_head_figure_sends_typed_arrays_within_budget(data):
     assert len(text) / (2 * data.run.n_tokens) < 60
     three_d = single_view.render_single(data, ViewState(method="pca", dim=3), [], np.zeros(0, int), 5, 0.02)
     assert three_d.data[0].type == "scatter3d" and three_d.data[0].z is not None
+
+
+def test_a_head_switch_patches_all_but_the_tokens_texts_and_ids(data):
+    from dash_app.views.single_figure import head_patch
+
+    base = [0, 1, 3, "pca", 2, "norm", "the", False, [], False, True]
+    assert single_view.same_but_head(base, [0, 0, 2, *base[3:9], True, False])           # another head only
+    assert not single_view.same_but_head(base, [*base[:5], "position", *base[6:]])      # another colouring
+    state = ViewState(view="single", layer=0, head=2, method="pca", colour="norm")
+    full = single_view.render_single(data, state, [], np.array([0, 4]), 5, 0.02)
+    lean = single_view.render_single(data, state, [], np.array([0, 4]), 5, 0.02, token_fields=False)
+    assert lean.data[0].text is None and lean.data[0].customdata is None and full.data[0].text is not None
+    changed = {tuple(operation["location"]): operation["params"]["value"]
+               for operation in head_patch(lean).to_plotly_json()["operations"]}
+    assert not [location for location in changed if location[:2] in ((("data", 0), ("data", 1)))
+                and location[2:] in (("text",), ("customdata",))]
+    assert np.array_equal(decoded(changed[("data", 0, "x")]), data.layout(0, 2, "pca", 2)[:data.run.n_tokens, 0])
+    assert np.array_equal(decoded(changed[("data", 1, "marker")]["color"]), data.norms(0, 2)[data.run.n_tokens:])
+    assert changed[("layout",)]["title"]["text"] == full.layout.title.text and ("data", 4) in changed
+    lean_bytes, full_bytes = len(to_json_plotly(head_patch(lean))), len(to_json_plotly(full))
+    assert lean_bytes < 0.8 * full_bytes
 
 
 def test_clicking_a_query_draws_lines_to_its_strongest_keys(data):

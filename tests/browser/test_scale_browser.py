@@ -1,0 +1,121 @@
+"""The app's ways with large runs, in headless Chromium on the tiny run: the matrix drawn as images (the raster
+threshold lowered to 0) -- every head's thumbnail an image in its cell, hovering a cell names its head, a click
+opens it, a search's matches drawn over the images -- and a head switch in the single view that sends
+the new head's points without the tokens' texts and ids, which the drawn figure keeps."""
+
+import base64
+import re
+
+import pytest
+from support.browser import DECODE_PNG_JS, POINT_JS, click_point, copy_run, launch_chromium, start_server, stop_server, wait_idle
+
+from dash_app.views.matrix_raster import RASTER_POINTS_ENV, THUMBNAIL_PIXELS
+
+DRAWN = """([graphId, traces]) => {
+  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
+  return graph && graph.offsetParent !== null && graph._fullData && graph._fullData.length >= traces;
+}"""
+#: the single view's queries trace: how many texts, its first and last id, its first three x
+TRACE_JS = """() => { const d = document.querySelector('#single-graph .js-plotly-plot')._fullData[0];
+  return {texts: d.text.length, ids: [Number(d.customdata[0]), Number(d.customdata[d.customdata.length - 1])],
+          x: Array.from(d.x).slice(0, 3)}; }"""
+IMAGES_JS = """() => Array.from(document.querySelectorAll('#matrix-graph .layer-above image'))
+                      .map(image => image.getAttribute('href'))"""
+
+
+@pytest.fixture(scope="module")
+def served(app_run, tmp_path_factory):
+    """The app over a copy of the tiny run with every matrix thumbnail drawn as an image."""
+    run = copy_run(app_run, tmp_path_factory.mktemp("raster") / "tiny-raster", atlas=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(RASTER_POINTS_ENV, "0")
+        server, url = start_server([run.path])
+    yield url
+    output = stop_server(server)
+    assert "Traceback" not in output, output
+
+
+@pytest.fixture(scope="module")
+def page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        errors = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        yield page
+        browser.close()
+        assert not errors, errors
+
+
+def test_thumbnails_are_images_a_click_opens_the_head_and_matches_are_drawn_on_top(page, served):
+    page.goto(served)
+    page.wait_for_function(DRAWN, arg=["matrix-graph", 5], timeout=30_000)
+    wait_idle(page)
+    sources = page.evaluate(IMAGES_JS)
+    assert len(sources) == 8 and all(source.startswith("data:image/png;base64,") for source in sources)
+    width, height, pixels = page.evaluate(DECODE_PNG_JS, sources[0].split(",", 1)[1])
+    assert (width, height) == (THUMBNAIL_PIXELS, THUMBNAIL_PIXELS)
+    assert max(base64.b64decode(pixels)[3::4]) > 0                          # the head's points are in it
+    assert "image of all its" in page.inner_text("#matrix-message")
+    assert page.evaluate("() => document.querySelector('#matrix-graph .js-plotly-plot')._fullData[0].type") == "scattergl"
+
+    # hovering a cell of layer 1 head 2 (flat 6) names the head; a click opens it
+    index = page.evaluate("""() => Array.from(document.querySelector('#matrix-graph .js-plotly-plot')
+                             ._fullData[0].customdata).indexOf(6)""")
+    x, y = page.evaluate(POINT_JS, ["matrix-graph", 0, index])
+    page.mouse.move(x - 3, y)
+    page.mouse.move(x, y)
+    page.wait_for_function("() => (document.querySelector('#matrix-graph .hovertext') || {}).textContent === 'L1 H2'",
+                           timeout=10_000)
+    click_point(page, "matrix-graph", 0, index)
+    page.wait_for_function(DRAWN, arg=["single-graph", 12], timeout=20_000)
+    wait_idle(page)
+    assert "layer=1&head=2" in page.url
+
+    # back to the matrix with a search: matches drawn in every head over the images
+    page.fill("#search-input", "the")
+    page.press("#search-input", "Enter")
+    page.click("#view-tabs >> text=Matrix")
+    page.wait_for_function("""() => { const g = document.querySelector('#matrix-graph .js-plotly-plot');
+                              return g.offsetParent !== null && g._fullData[2].x.length > 0; }""", timeout=20_000)
+    wait_idle(page)
+    assert re.search(r"view=matrix.*search=the", page.url)
+    heads = page.evaluate("""() => new Set(Array.from(document.querySelector('#matrix-graph .js-plotly-plot')
+                             ._fullData[2].customdata)).size""")
+    assert heads == 8
+    assert page.evaluate(IMAGES_JS) == sources                                # the images kept as drawn
+
+
+def test_a_head_switch_keeps_the_tokens_texts_and_ids(page, served, app_run):
+    responses = []
+    page.on("response", lambda response: responses.append(response)
+            if "_dash-update-component" in response.url and response.status == 200 else None)
+    page.goto(served + "?view=single&layer=0&head=0&method=pca")
+    page.wait_for_function(DRAWN, arg=["single-graph", 12], timeout=30_000)
+    wait_idle(page)
+    first = page.evaluate(TRACE_JS)
+    responses.clear()
+    page.click("#next-head")
+    page.wait_for_function("() => document.querySelector('#single-graph .js-plotly-plot').layout.title.text"
+                           ".includes('layer 0 head 1 ·')", timeout=20_000)
+    wait_idle(page)
+    switched = page.evaluate(TRACE_JS)
+    n_tokens = app_run.n_tokens
+    assert switched["texts"] == first["texts"] == n_tokens and switched["ids"] == [0, n_tokens - 1]
+    assert switched["x"] != first["x"]                                         # the new head's points
+    expected = app_run.projection(0, 1, "pca", 2)[:3, 0]
+    assert switched["x"] == pytest.approx(expected.tolist(), rel=1e-5)
+    figures = [response.json()["response"]["single-graph"]["figure"] for response in responses
+               if "single-graph.figure" in (response.request.post_data or "")]
+    changed = [operation["location"] for operation in figures[-1]["operations"]]   # a Patch, not a figure
+    assert ["data", 0, "x"] in changed and ["data", 2] in changed and ["layout"] in changed
+    assert not [location for location in changed if location[:2] in (["data", 0], ["data", 1])
+                and location[2:] in (["text"], ["customdata"])]
+    # hovering a point still names its token (the text kept from the first drawing)
+    from support.browser import POINT_JS as point_js
+    x, y = page.evaluate(point_js, ["single-graph", 0, 0])
+    page.mouse.move(x - 3, y)
+    page.mouse.move(x, y)
+    page.wait_for_function("() => !!document.querySelector('#single-graph .hovertext')", timeout=10_000)
