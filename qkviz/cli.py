@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 
 import qkviz
-from qkviz.cli_options import describe_os_error, device, integer, real
+from qkviz.cli_options import dask_cluster, describe_os_error, device, integer, real
 from qkviz.core import QkvizError
 from qkviz.extraction.corpus import DEFAULT_CORPUS
+from qkviz.projection import dask_client
 from qkviz.search import EXACT_LIMIT
 from qkviz.store.projections import PARAM_RANGES
 
@@ -84,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--heads", help="e.g. 0,5 or 0-8 (default: all)")
     project.add_argument("--jobs", type=integer(1, os.cpu_count() or 1), default=1,
                          help="worker processes (heads run in parallel; at most one per CPU)")
+    project.add_argument("--dask", type=dask_cluster, metavar="CLUSTER",
+                         help="run the heads on a Dask cluster: tcp://host:8786 (a running scheduler; the run must be "
+                              "on storage every worker sees at the same path) or local:N (N worker processes here)")
     project.add_argument("--seed", type=integer(0, 2**32 - 1), default=0)
     project.add_argument("--no-translate", action="store_true", help="do not translate keys to the query centroid")
     project.add_argument("--no-scale", action="store_true", help="do not scale query and key norms to match")
@@ -264,10 +268,18 @@ def _project(args: argparse.Namespace) -> int:
              "attn-tsne": {**graph, **schedule},
              "attn-umap": {**graph, "min_dist": args.min_dist, "n_epochs": args.n_epochs, "sample": args.sample}}
     params = {method: {k: v for k, v in values.items() if v is not None} for method, values in given.items()}
-    summary = qkviz.project(run, methods, dims, layers=parse_indices(args.layers, run.n_layers, "layers"),
-                            heads=parse_indices(args.heads, run.n_heads, "heads"), jobs=args.jobs, seed=args.seed,
-                            translate_keys=not args.no_translate, scale_norms=not args.no_scale, params=params,
-                            progress=not args.quiet)
+    options = dict(layers=parse_indices(args.layers, run.n_layers, "layers"),
+                   heads=parse_indices(args.heads, run.n_heads, "heads"), jobs=args.jobs, seed=args.seed,
+                   translate_keys=not args.no_translate, scale_norms=not args.no_scale, params=params,
+                   progress=not args.quiet)
+    if args.dask is None:
+        summary = qkviz.project(run, methods, dims, **options)
+    elif args.jobs != 1:
+        raise QkvizError("--jobs starts local worker processes; with --dask the cluster's workers run the heads: "
+                         "give one or the other")
+    else:
+        with dask_client(args.dask) as client:
+            summary = qkviz.project(run, methods, dims, client=client, **options)
     for layer, head, method, dim, error in summary.failed:
         sys.stderr.write(f"qkviz: layer {layer} head {head} {method} {dim}D failed: {error}\n")
     if summary.failed:
@@ -374,6 +386,12 @@ def _quiet_transformers() -> None:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
+def _quiet_dask() -> None:
+    """Dask's own INFO messages (workers starting and stopping, connections closing) are noise next to ours
+    (read by distributed when --dask imports it)."""
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit status (2 for a user mistake, with one line on stderr)."""
     try:
@@ -382,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         return exit.code if isinstance(exit.code, int) else 2
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="qkviz: %(message)s")
     _quiet_transformers()
+    _quiet_dask()
     try:
         return args.handler(args)
     except QkvizError as error:

@@ -13,6 +13,9 @@ import math
 import re
 from typing import Callable
 
+from qkviz.core.errors import QkvizError
+from qkviz.projection import parse_cluster
+
 DEVICE_PATTERN = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
 
@@ -55,6 +58,15 @@ def device(text: str) -> str:
     if not DEVICE_PATTERN.match(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a device: use cpu, cuda, cuda:N or mps")
     return text
+
+
+def dask_cluster(text: str) -> str:
+    """``tcp://host:port``, ``tls://host:port`` or ``local:N`` (see :func:`qkviz.projection.parse_cluster`)."""
+    try:
+        parse_cluster(text)
+    except QkvizError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text.strip()
 
 
 def _describe_range(low, high, low_open: bool = False) -> str:

@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
@@ -14,6 +15,9 @@ from qkviz.core.alignment import Alignment
 from qkviz.core.errors import QkvizError
 from qkviz.projection.tasks import local_executor, plan_specs, run_tasks
 from qkviz.store.run import StoredRun, as_run
+
+if TYPE_CHECKING:
+    import distributed
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +49,7 @@ class ProjectionSummary:
 def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHODS, dims: Sequence[int] | None = None,
             *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None, jobs: int = 1, seed: int = 0,
             translate_keys: bool = True, scale_norms: bool = True, params: dict[str, dict] | None = None,
-            progress: bool = True) -> ProjectionSummary:
+            progress: bool = True, client: "distributed.Client | None" = None) -> ProjectionSummary:
     """Project each chosen head's aligned query/key cloud with every method in every dimension, and cache it.
 
     Layouts already in the run's cache are not computed again, so an interrupted call resumes.
@@ -72,6 +76,10 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
         (see ``qkviz.store.DEFAULT_PARAMS``).
     progress
         Show a progress bar.
+    client
+        A Dask ``distributed.Client``: the heads run on its cluster's workers instead of local processes (see
+        :mod:`qkviz.projection.dask_executor`; leave ``jobs`` at 1). Every worker must see the run at the same
+        path; this is checked first.
 
     Returns
     -------
@@ -80,6 +88,9 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
         also recorded in the run, for ``qkviz status`` and the app, until the layout is made).
     """
     run = as_run(run)
+    if client is not None and jobs != 1:
+        raise QkvizError(f"jobs={jobs} is for local worker processes: with a Dask client the cluster's workers run the "
+                         "heads; leave jobs at 1")
     if not 1 <= jobs <= MAX_JOBS:
         raise QkvizError(f"jobs must be between 1 and {MAX_JOBS} (this machine's {os.cpu_count()} CPUs): more "
                          f"processes than cores are slower, not faster; got {jobs}")
@@ -91,8 +102,12 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     for method in methods:
         method_dims = DEFAULT_DIMS.get(method, (2,)) if dims is None else dims
         specs += plan_specs(run, [method], method_dims, layers, heads, alignment, seed, params)
-    # PCA takes milliseconds per head: starting worker processes would cost more than it saves.
-    executor = local_executor(1 if set(methods) == {"pca"} else jobs, compile_umap="umap" in methods)
+    if client is not None:
+        from qkviz.projection.dask_executor import DaskExecutor
+
+        pool, executor = None, DaskExecutor(client, run)
+    else:   # PCA takes milliseconds per head: starting worker processes would cost more than it saves.
+        pool = executor = local_executor(1 if set(methods) == {"pca"} else jobs, compile_umap="umap" in methods)
     summary = ProjectionSummary()
     with tqdm(total=len(specs), unit="head", desc="projecting", disable=not progress, dynamic_ncols=True) as bar:
         try:
@@ -100,8 +115,8 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
                 _count(summary, outcome, run)
                 bar.update()
         finally:
-            if executor is not None:
-                executor.shutdown(wait=False, cancel_futures=True)
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
     logger.info("%s: %d layouts computed, %d already cached, %d failed", run.path, summary.computed, summary.cached,
                 len(summary.failed))
     return summary

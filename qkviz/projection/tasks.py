@@ -3,9 +3,10 @@
 :func:`project_head` is a pure function of (run path, one head's specs) that leaves cache entries
 behind; it opens the run itself and reads only that head's memory-mapped vectors, so workers stay
 small.
-:func:`run_tasks` hands the tasks to anything with ``submit(fn, *args) -> Future`` -- a local
-process pool here (persistent: numba compiles once per worker, not once per head); a Dask or
-Ray client offers the same call, so a distributed engine needs no change to the algorithms.
+:func:`run_tasks` hands the tasks to a local process pool (persistent: numba compiles once per
+worker, not once per head) or to a :class:`HeadExecutor` -- a Dask cluster
+(:mod:`qkviz.projection.dask_executor`) runs the very same :func:`project_head`, so a distributed
+engine needs no change to the algorithms.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import signal
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from functools import partial
+from typing import Iterable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -78,6 +80,7 @@ def project_head(run_path: str, specs: list[ProjectionSpec], wait: bool = True) 
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
     try:
         with exclusive_lock(cache.head_lock(specs[0].layer, specs[0].head), wait=wait):
+            cache.remove_leftovers(specs)     # what an earlier attempt killed mid-write left (its lock died with it)
             return _project_head(run, cache, specs)
     except LockBusy:
         return [{"spec": spec, "busy": True} for spec in specs]
@@ -267,12 +270,14 @@ def local_executor(jobs: int, compile_umap: bool = True) -> Executor | None:
                                initializer=start_worker, initargs=(compile_umap,))
 
 
-def run_tasks(run: StoredRun, specs: list[ProjectionSpec], executor: Executor | None) -> Iterator[dict]:
+def run_tasks(run: StoredRun, specs: list[ProjectionSpec], executor: Executor | HeadExecutor | None) -> Iterator[dict]:
     """Submit one task per head with layouts not yet cached (or run them here when ``executor`` is
     ``None``); yield each layout's outcome as its head finishes.
 
-    A head another process is projecting is skipped at first and waited for at the end (then read from
-    the cache, or computed if that process did not finish it)."""
+    ``executor`` is a :class:`concurrent.futures.Executor` (the local pool) or a :class:`HeadExecutor`
+    (a Dask cluster, :mod:`qkviz.projection.dask_executor`). A head another process is projecting is
+    skipped at first and waited for at the end (then read from the cache, or computed if that process
+    did not finish it)."""
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
     todo = []
     for spec in specs:
@@ -287,13 +292,29 @@ def run_tasks(run: StoredRun, specs: list[ProjectionSpec], executor: Executor | 
         for group in busy:
             yield from project_head(str(run.path), group)
         return
-    futures = [executor.submit(project_head, str(run.path), group, False) for group in head_groups(todo)]
+    project_heads = executor.project_heads if isinstance(executor, HeadExecutor) else partial(_pool_heads, executor)
+    for outcomes in project_heads(str(run.path), head_groups(todo), False):
+        yield from _sorted_out(outcomes, busy)
+    for outcomes in project_heads(str(run.path), busy, True):
+        yield from outcomes
+
+
+@runtime_checkable
+class HeadExecutor(Protocol):
+    """Runs :func:`project_head` on many heads elsewhere (a cluster) and yields each head's outcomes as it
+    finishes, cancelling what is left if the caller stops early."""
+
+    def project_heads(self, run_path: str, groups: list[list[ProjectionSpec]], wait: bool) -> Iterator[list[dict]]:
+        ...
+
+
+def _pool_heads(executor: Executor, run_path: str, groups: list[list[ProjectionSpec]],
+                wait: bool) -> Iterator[list[dict]]:
+    """:meth:`HeadExecutor.project_heads` on a :class:`concurrent.futures.Executor`."""
+    futures = [executor.submit(project_head, run_path, group, wait) for group in groups]
     try:
         for future in as_completed(futures):
-            yield from _sorted_out(future.result(), busy)
-        futures = [executor.submit(project_head, str(run.path), group) for group in busy]
-        for future in as_completed(futures):
-            yield from future.result()
+            yield future.result()
     finally:
         for future in futures:
             future.cancel()

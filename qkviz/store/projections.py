@@ -254,6 +254,19 @@ class ProjectionCache:
                 continue
         return sorted(found, key=lambda item: (item[0].layer, item[0].head, item[0].method, item[0].dim))
 
+    def remove_leftovers(self, specs: list[ProjectionSpec]) -> int:
+        """Remove the temporary files that a writer of these entries left when it died mid-write (a killed
+        worker); returns how many. Call it holding the specs' head lock, so that no live writer owns one."""
+        removed = 0
+        for key in {self.key(spec) for spec in specs}:
+            for directory in (self.directory, self.directory / FAILURES_DIRECTORY):
+                for leftover in directory.glob(f".{key}.*.tmp") if directory.exists() else []:
+                    leftover.unlink(missing_ok=True)
+                    removed += 1
+        if removed:
+            logger.warning("removed %d half-written projection cache files a stopped process left", removed)
+        return removed
+
     def head_lock(self, layer: int, head: int) -> Path:
         """The lock file of one head (see :func:`qkviz.store.locks.exclusive_lock`)."""
         return self.directory / LOCKS_DIRECTORY / f"l{layer}-h{head}.lock"
