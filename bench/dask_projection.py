@@ -2,17 +2,19 @@
 
     python bench/dask_projection.py [--run runs/minilm] [--method attn-tsne] [--heads 4] [--workers 2]
 
-The first ``--heads`` heads of the run (layer by layer) are projected twice, each time into a fresh copy
-of the run (no cached layouts): by the local process pool of ``qkviz project --jobs W`` and by a Dask
-``LocalCluster`` of W worker processes with one thread each (``--dask local:W``), through the same
-:func:`qkviz.projection.run_tasks` and the same per-head task. Both executors are started and warmed
-(the libraries imported in every worker) before the clock starts (start-up is printed apart); the layouts are checked to be equal. Default run:
+The first ``--heads`` heads of the run (layer by layer) are projected by the local process pool of
+``qkviz project --jobs W`` and by a Dask ``LocalCluster`` of W worker processes with one thread each
+(``--dask local:W``), through the same :func:`qkviz.projection.run_tasks` and the same per-head task,
+each time into a fresh copy of the run (no cached layouts), alternating for ``--rounds`` rounds so both
+meet the same load. Both executors are started and warmed (the libraries imported in every worker)
+before the clock starts (start-up is printed apart); the layouts are checked to be equal. Default run:
 ``/work/main/runs/minilm`` (MiniLM over 5,000 tokens) if it exists, else one extracted here.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -54,32 +56,34 @@ def warm() -> int:
     return os.getpid()
 
 
-def project_locally(run, specs, workers: int) -> tuple[float, float]:
-    """(start-up seconds, projection seconds) on a warm local pool."""
+def start_pool(workers: int, specs) -> tuple:
+    """A warm local pool and its start-up seconds."""
     started = time.perf_counter()
     executor = local_executor(workers, compile_umap="umap" in {spec.method for spec in specs})
     for future in [executor.submit(warm) for _ in range(workers)]:
         future.result()
-    ready = time.perf_counter()
-    try:
-        list(run_tasks(run, specs, executor))
-        return ready - started, time.perf_counter() - ready
-    finally:
-        executor.shutdown()
+    return executor, time.perf_counter() - started
 
 
-def project_on_dask(run, specs, workers: int) -> tuple[float, float]:
-    """(start-up seconds, projection seconds) on a warm LocalCluster."""
+def start_cluster(workers: int, stack: contextlib.ExitStack) -> tuple:
+    """A client of a warm LocalCluster (closed with ``stack``) and its start-up seconds."""
     import distributed
 
     started = time.perf_counter()
-    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
-        executor = DaskExecutor(client, run)      # checks that every worker sees the run
-        client.run(warm)
-        ready = time.perf_counter()
-        list(run_tasks(run, specs, executor))
-        return ready - started, time.perf_counter() - ready
+    cluster = stack.enter_context(distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                                           dashboard_address=":0"))
+    client = stack.enter_context(distributed.Client(cluster))
+    client.run(warm)
+    return client, time.perf_counter() - started
+
+
+def timed_projection(source, directory: Path, specs, make_executor) -> tuple[float, ProjectionCache]:
+    """Seconds to project ``specs`` into a fresh copy of ``source`` at ``directory``, and the copy's cache."""
+    run = fresh_copy(source, directory)
+    executor = make_executor(run)           # the Dask one checks that every worker sees the run: not timed
+    started = time.perf_counter()
+    list(run_tasks(run, specs, executor))
+    return time.perf_counter() - started, ProjectionCache(run.path, run.manifest["fingerprint"])
 
 
 def main() -> None:
@@ -89,6 +93,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4, help="how many heads (the first ones, layer by layer)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="alternating local / Dask rounds")
     parser.add_argument("--tokens", type=int, default=5000, help="tokens of the run extracted when --run is not given")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
@@ -98,18 +103,24 @@ def main() -> None:
         heads = [(layer, head) for layer in range(source.n_layers) for head in range(source.n_heads)][:args.heads]
         print(f"{source.path}: {source.n_tokens} tokens; {len(heads)} heads, {args.method} {args.dim}D, "
               f"{args.workers} workers; {os.cpu_count()} CPUs", flush=True)
-        local_run, dask_run = fresh_copy(source, scratch / "local"), fresh_copy(source, scratch / "dask")
         specs = [spec for layer, head in heads for spec in plan_specs(source, [args.method], [args.dim], [layer], [head])]
-        local_start, local_seconds = project_locally(local_run, specs, args.workers)
-        print(f"local pool (--jobs {args.workers}): {local_seconds:.1f} s (start-up {local_start:.1f} s)", flush=True)
-        dask_start, dask_seconds = project_on_dask(dask_run, specs, args.workers)
-        print(f"Dask LocalCluster ({args.workers} processes): {dask_seconds:.1f} s (start-up {dask_start:.1f} s)",
+        with contextlib.ExitStack() as stack:
+            pool, pool_start = start_pool(args.workers, specs)
+            stack.callback(pool.shutdown)
+            client, cluster_start = start_cluster(args.workers, stack)
+            print(f"start-up: local pool {pool_start:.1f} s, LocalCluster {cluster_start:.1f} s", flush=True)
+            ratios, equal = [], True
+            for round_ in range(args.rounds):      # alternating, so that both meet the same load
+                local_seconds, local_cache = timed_projection(source, scratch / f"local-{round_}", specs,
+                                                              lambda run: pool)
+                dask_seconds, dask_cache = timed_projection(source, scratch / f"dask-{round_}", specs,
+                                                            lambda run: DaskExecutor(client, run))
+                ratios.append(dask_seconds / local_seconds)
+                equal &= all(np.array_equal(local_cache.load(spec), dask_cache.load(spec)) for spec in specs)
+                print(f"round {round_ + 1}: local pool (--jobs {args.workers}) {local_seconds:.1f} s, Dask LocalCluster "
+                      f"({args.workers} processes) {dask_seconds:.1f} s: Dask / local {ratios[-1]:.2f}x", flush=True)
+        print(f"Dask / local, median of {len(ratios)} rounds: {float(np.median(ratios)):.2f}x; layouts equal: {equal}",
               flush=True)
-        print(f"Dask / local: {dask_seconds / local_seconds:.2f}x the time; "
-              f"with start-up {(dask_start + dask_seconds) / (local_start + local_seconds):.2f}x", flush=True)
-        caches = [ProjectionCache(run.path, run.manifest["fingerprint"]) for run in (local_run, dask_run)]
-        equal = all(np.array_equal(caches[0].load(spec), caches[1].load(spec)) for spec in specs)
-        print(f"layouts equal: {equal}", flush=True)
 
 
 if __name__ == "__main__":

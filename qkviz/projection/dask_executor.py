@@ -101,7 +101,7 @@ class DaskExecutor:
         not finished are cancelled."""
         path = str(Path(run_path).absolute())   # the workers' working directory is not ours
         heads = {task_key(group): group for group in groups}
-        futures = [self.client.submit(project_head, path, group, wait, key=key, retries=RETRIES, pure=False)
+        futures = [self.client.submit(project_head, path, group, wait, key=key, retries=RETRIES)
                    for key, group in heads.items()]
         try:
             for future in self.distributed.as_completed(futures):

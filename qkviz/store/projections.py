@@ -257,11 +257,11 @@ class ProjectionCache:
     def remove_leftovers(self, specs: list[ProjectionSpec]) -> int:
         """Remove the temporary files that a writer of these entries left when it died mid-write (a killed
         worker); returns how many. Call it holding the specs' head lock, so that no live writer owns one."""
-        removed = 0
-        for key in {self.key(spec) for spec in specs}:
-            for directory in (self.directory, self.directory / FAILURES_DIRECTORY):
-                for leftover in directory.glob(f".{key}.*.tmp") if directory.exists() else []:
-                    leftover.unlink(missing_ok=True)
+        keys, removed = {self.key(spec) for spec in specs}, 0
+        for directory in (self.directory, self.directory / FAILURES_DIRECTORY):
+            for path in directory.iterdir() if directory.is_dir() else []:   # .<key>.<npy|json>.<pid>.<hex>.tmp
+                if path.name.startswith(".") and path.name.endswith(".tmp") and path.name[1:].split(".")[0] in keys:
+                    path.unlink(missing_ok=True)
                     removed += 1
         if removed:
             logger.warning("removed %d half-written projection cache files a stopped process left", removed)

@@ -139,6 +139,14 @@ def test_bad_dask_options_are_one_line_errors(tiny_run, capsys):
     assert error.count("\n") == 1 and "Traceback" not in error
 
 
+def test_a_cluster_without_workers_is_one_line(tiny_run):
+    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as connected:
+        with pytest.raises(QkvizError, match=f"the Dask cluster at {cluster.scheduler_address} has no workers: "
+                                             "start some"):
+            qkviz.project(tiny_run("llama"), ["pca"], [2], client=connected, progress=False)
+
+
 def test_cluster_addresses_are_parsed():
     assert parse_cluster(" tcp://scheduler:8786 ") == "tcp://scheduler:8786"
     assert parse_cluster("tls://10.0.0.5:8786") == "tls://10.0.0.5:8786"

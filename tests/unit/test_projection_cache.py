@@ -58,3 +58,19 @@ def test_damaged_or_partial_entries_are_absent(cache, damage):
 def test_shape_must_match_the_dimension(cache):
     with pytest.raises(ValueError, match="dim 2"):
         cache.store(ProjectionSpec.of(0, 0, "pca", 2), np.ones((10, 3)))
+
+
+def test_leftovers_of_a_dead_writer_are_removed_and_nothing_else(cache):
+    from qkviz.store.files import temporary_name
+
+    dead, other = ProjectionSpec.of(0, 1, "pca", 2), ProjectionSpec.of(0, 2, "pca", 2)
+    cache.store(dead, np.ones((10, 2)))
+    cache.record_failure(dead, "it failed once")
+    array_path = cache.directory / f"{cache.key(dead)}.npy"
+    left = [temporary_name(array_path), temporary_name(cache.directory / "failures" / f"{cache.key(dead)}.json")]
+    kept = temporary_name(cache.directory / f"{cache.key(other)}.npy")    # another head's writer, still alive
+    for path in (*left, kept):
+        path.write_bytes(b"\x93NUMPY")
+    assert cache.remove_leftovers([dead]) == 2
+    assert not any(path.exists() for path in left) and kept.exists()
+    assert cache.contains(dead) and cache.remove_leftovers([dead]) == 0
