@@ -33,7 +33,7 @@ warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
 from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
-from qkviz.projection import DaskExecutor, local_executor, plan_specs, run_tasks  # noqa: E402
+from qkviz.projection import DaskExecutor, dask_client, local_executor, plan_specs, run_tasks  # noqa: E402
 from qkviz.store.files import CACHE_DIRECTORY  # noqa: E402
 from qkviz.store.projections import ProjectionCache  # noqa: E402
 
@@ -66,24 +66,23 @@ def start_pool(workers: int, specs) -> tuple:
 
 
 def start_cluster(workers: int, stack: contextlib.ExitStack) -> tuple:
-    """A client of a warm LocalCluster (closed with ``stack``) and its start-up seconds."""
-    import distributed
-
+    """A client of a warm LocalCluster, as ``--dask local:W`` starts it (closed with ``stack``), and its start-up
+    seconds."""
     started = time.perf_counter()
-    cluster = stack.enter_context(distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                                           dashboard_address=":0"))
-    client = stack.enter_context(distributed.Client(cluster))
+    client = stack.enter_context(dask_client(f"local:{workers}"))
     client.run(warm)
     return client, time.perf_counter() - started
 
 
-def timed_projection(source, directory: Path, specs, make_executor) -> tuple[float, ProjectionCache]:
-    """Seconds to project ``specs`` into a fresh copy of ``source`` at ``directory``, and the copy's cache."""
+def timed_projection(source, directory: Path, specs, make_executor) -> tuple[float, float, ProjectionCache]:
+    """Wall seconds to project ``specs`` into a fresh copy of ``source`` at ``directory``, the sum of the layouts'
+    own seconds (measured in the workers), and the copy's cache."""
     run = fresh_copy(source, directory)
     executor = make_executor(run)           # the Dask one checks that every worker sees the run: not timed
     started = time.perf_counter()
-    list(run_tasks(run, specs, executor))
-    return time.perf_counter() - started, ProjectionCache(run.path, run.manifest["fingerprint"])
+    outcomes = list(run_tasks(run, specs, executor))
+    return (time.perf_counter() - started, sum(outcome["seconds"] for outcome in outcomes),
+            ProjectionCache(run.path, run.manifest["fingerprint"]))
 
 
 def main() -> None:
@@ -111,14 +110,16 @@ def main() -> None:
             print(f"start-up: local pool {pool_start:.1f} s, LocalCluster {cluster_start:.1f} s", flush=True)
             ratios, equal = [], True
             for round_ in range(args.rounds):      # alternating, so that both meet the same load
-                local_seconds, local_cache = timed_projection(source, scratch / f"local-{round_}", specs,
-                                                              lambda run: pool)
-                dask_seconds, dask_cache = timed_projection(source, scratch / f"dask-{round_}", specs,
-                                                            lambda run: DaskExecutor(client, run))
+                local_seconds, local_work, local_cache = timed_projection(source, scratch / f"local-{round_}", specs,
+                                                                          lambda run: pool)
+                dask_seconds, dask_work, dask_cache = timed_projection(source, scratch / f"dask-{round_}", specs,
+                                                                       lambda run: DaskExecutor(client, run))
                 ratios.append(dask_seconds / local_seconds)
                 equal &= all(np.array_equal(local_cache.load(spec), dask_cache.load(spec)) for spec in specs)
-                print(f"round {round_ + 1}: local pool (--jobs {args.workers}) {local_seconds:.1f} s, Dask LocalCluster "
-                      f"({args.workers} processes) {dask_seconds:.1f} s: Dask / local {ratios[-1]:.2f}x", flush=True)
+                print(f"round {round_ + 1}: local pool (--jobs {args.workers}) {local_seconds:.1f} s wall "
+                      f"({local_work:.1f} s in the layouts), Dask LocalCluster ({args.workers} processes) "
+                      f"{dask_seconds:.1f} s wall ({dask_work:.1f} s in the layouts): Dask / local {ratios[-1]:.2f}x",
+                      flush=True)
         print(f"Dask / local, median of {len(ratios)} rounds: {float(np.median(ratios)):.2f}x; layouts equal: {equal}",
               flush=True)
 

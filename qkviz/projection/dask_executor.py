@@ -41,6 +41,11 @@ CONNECT_TIMEOUT = 10.0
 #: the most workers ``local:N`` starts: one per CPU, as the local pool (more processes than cores are slower)
 MAX_LOCAL_WORKERS = os.cpu_count() or 1
 
+#: Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which also turns off glibc's adaptive mmap
+#: threshold: every large numpy temporary is then a fresh mmap and its page faults. It made one attn-tsne head of
+#: the 5k-token MiniLM run take 20-22 s instead of 10 s (bench/dask_projection.py); ``local:N`` unsets it.
+FAST_MALLOC = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
+
 _SCHEDULER_ADDRESS = re.compile(r"^(tcp|tls)://[^\s/]+$")
 _LOCAL_CLUSTER = re.compile(r"^local:(\d+)$")
 _HOW_TO_SHARE = ("put the run on storage every worker mounts at the same path (an NFS or other shared file "
@@ -69,12 +74,16 @@ def dask_client(cluster: str, connect_timeout: float = CONNECT_TIMEOUT) -> Itera
 
     ``tcp://host:port`` connects to a running scheduler (a one-line :class:`QkvizError` if none answers
     within ``connect_timeout`` seconds); ``local:N`` starts a ``LocalCluster`` of N worker processes with
-    one thread each, shut down at the end."""
+    one thread each, shut down at the end, and without Dask's default ``MALLOC_TRIM_THRESHOLD_`` (see
+    :data:`FAST_MALLOC`)."""
     where = parse_cluster(cluster)
     distributed = _import_distributed()
     if isinstance(where, int):
-        with distributed.LocalCluster(n_workers=where, threads_per_worker=1, processes=True,
-                                      dashboard_address=":0") as local, distributed.Client(local) as client:
+        import dask
+
+        with dask.config.set({FAST_MALLOC: None}), \
+                distributed.LocalCluster(n_workers=where, threads_per_worker=1, processes=True,
+                                         dashboard_address=":0") as local, distributed.Client(local) as client:
             yield client
         return
     try:
@@ -95,6 +104,11 @@ class DaskExecutor:
         self.distributed = _import_distributed()
         workers = check_workers_see_run(client, run)
         logger.info("projecting on %d Dask workers; dashboard: %s", workers, client.dashboard_link)
+        trimming = [worker for worker, value in client.run(malloc_trim_threshold).items() if value is not None]
+        if trimming:
+            logger.warning("%d of %d Dask workers run with MALLOC_TRIM_THRESHOLD_ set (Dask's default), which made "
+                           "projection about 2x slower: start them with %s set to null", len(trimming), workers,
+                           FAST_MALLOC)
 
     def project_heads(self, run_path: str, groups: list[list[ProjectionSpec]], wait: bool) -> Iterator[list[dict]]:
         """Submit one task per head group and yield its outcomes as each finishes; on leaving early, the tasks
@@ -152,6 +166,11 @@ def run_fingerprint(path: str) -> dict[str, str]:
         return {"fingerprint": str(read_manifest(Path(path))["fingerprint"])}
     except (QkvizError, OSError, KeyError) as error:
         return {"error": str(error) or type(error).__name__}
+
+
+def malloc_trim_threshold() -> str | None:
+    """On a worker: its ``MALLOC_TRIM_THRESHOLD_`` environment variable (see :data:`FAST_MALLOC`)."""
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_")
 
 
 def _import_distributed():

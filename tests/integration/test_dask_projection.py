@@ -4,6 +4,7 @@ that cannot see the run refused up front."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -18,19 +19,30 @@ import qkviz
 from qkviz.cli import main
 from qkviz.core.errors import QkvizError
 from qkviz.projection import parse_cluster
+from qkviz.projection.dask_executor import FAST_MALLOC
 from qkviz.store.files import CACHE_DIRECTORY
 from qkviz.store.projections import ProjectionCache
 
+dask = pytest.importorskip("dask", reason="the dask extra is not installed")
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
 cloudpickle = pytest.importorskip("cloudpickle")
+
+
+@contextlib.contextmanager
+def local_cluster(workers: int):
+    """A LocalCluster of worker processes, one thread each; without Dask's MALLOC_TRIM_THRESHOLD_, which its nanny
+    would also leave in this process's environment, for every process a later test starts."""
+    with dask.config.set({FAST_MALLOC: None}), \
+            distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                     dashboard_address=":0") as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")
 def client():
     """Two worker processes with one thread each, shared by the module (a cluster starts in seconds)."""
     cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the workers cannot import this test module
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
-            distributed.Client(cluster) as connected:
+    with local_cluster(2) as cluster, distributed.Client(cluster) as connected:
         yield connected
     cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
@@ -140,8 +152,7 @@ def test_bad_dask_options_are_one_line_errors(tiny_run, capsys):
 
 
 def test_a_cluster_without_workers_is_one_line(tiny_run):
-    with distributed.LocalCluster(n_workers=0, processes=True, dashboard_address=":0") as cluster, \
-            distributed.Client(cluster) as connected:
+    with local_cluster(0) as cluster, distributed.Client(cluster) as connected:
         with pytest.raises(QkvizError, match=f"the Dask cluster at {cluster.scheduler_address} has no workers: "
                                              "start some"):
             qkviz.project(tiny_run("llama"), ["pca"], [2], client=connected, progress=False)
@@ -182,8 +193,7 @@ def _worker_with_its_own_view(scheduler: str, name: str, directory: Path, other_
 @pytest.mark.skipif(not _namespaces_work(), reason="no user and mount namespaces here (unshare -rm fails)")
 def test_workers_that_cannot_see_the_run_are_named_before_any_work(tiny_run, tmp_path):
     run, other = _copy(tiny_run("llama"), tmp_path / "run"), tiny_run("llama", max_sentences=6)
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
-            distributed.Client(cluster) as connected:
+    with local_cluster(1) as cluster, distributed.Client(cluster) as connected:
         workers = [_worker_with_its_own_view(cluster.scheduler_address, "hidden", run.path, None),
                    _worker_with_its_own_view(cluster.scheduler_address, "stale", run.path, other.path)]
         try:
