@@ -8,7 +8,7 @@ The first ``--heads`` heads of the run (layer by layer) are projected by the loc
 each time into a fresh copy of the run (no cached layouts), alternating for ``--rounds`` rounds so both
 meet the same load. Both executors are started and warmed (the libraries imported in every worker)
 before the clock starts (start-up is printed apart); the layouts are checked to be equal. Default run:
-``/work/main/runs/minilm`` (MiniLM over 5,000 tokens) if it exists, else one extracted here.
+``runs/minilm`` (MiniLM over 5,000 tokens, as ``scripts/demo.sh`` makes it) if it exists, else one extracted here.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from qkviz.projection import DaskExecutor, dask_client, local_executor, plan_spe
 from qkviz.store.files import CACHE_DIRECTORY  # noqa: E402
 from qkviz.store.projections import ProjectionCache  # noqa: E402
 
-DEFAULT_RUN = Path("/work/main/runs/minilm")
+DEFAULT_RUN = REPO / "runs" / "minilm"
 
 
 def fresh_copy(run, directory: Path):
