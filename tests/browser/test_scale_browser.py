@@ -36,7 +36,8 @@ def served(app_run, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page():
+def page(served):
+    """The browser, closed before the server stops (a request in flight to a stopped server is a page error)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
