@@ -4,7 +4,7 @@ view, clicks, search, reload."""
 import re
 
 import pytest
-from support.browser import click_point, copy_run, launch_chromium, start_server, stop_server, wait_idle
+from support.browser import served_app, click_point, copy_run, chromium_page, wait_idle
 
 GRAPH_DRAWN = """([graphId, traces]) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
@@ -28,24 +28,15 @@ def atlas_run(app_run, tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(app_run, atlas_run):
     """The app over the tiny run (run 0, no atlas) and its copy with an atlas (run 1)."""
-    server, url = start_server([app_run.path, atlas_run.path])
-    yield url
-    output = stop_server(server)
-    assert "Traceback" not in output, output
+    with served_app([app_run.path, atlas_run.path]) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def page(served):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        errors = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
+    """The browser, closed before the server stops."""
+    with chromium_page() as page:
         yield page
-        browser.close()
-        assert not errors, errors
 
 
 def shown_view(page) -> list[str]:

@@ -7,7 +7,7 @@ import base64
 import re
 
 import pytest
-from support.browser import DECODE_PNG_JS, POINT_JS, click_point, copy_run, launch_chromium, start_server, stop_server, wait_idle
+from support.browser import served_app, DECODE_PNG_JS, POINT_JS, chromium_page, click_point, copy_run, wait_idle
 
 from dash_app.views.matrix_raster import RASTER_POINTS_ENV, THUMBNAIL_PIXELS
 
@@ -28,26 +28,16 @@ def served(app_run, tmp_path_factory):
     """The app over a copy of the tiny run with every matrix thumbnail drawn as an image."""
     run = copy_run(app_run, tmp_path_factory.mktemp("raster") / "tiny-raster", atlas=False)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(RASTER_POINTS_ENV, "0")
-        server, url = start_server([run.path])
-    yield url
-    output = stop_server(server)
-    assert "Traceback" not in output, output
+        patch.setenv(RASTER_POINTS_ENV, "0")     # read by the server at its start
+        with served_app([run.path]) as url:
+            yield url
 
 
 @pytest.fixture(scope="module")
 def page(served):
-    """The browser, closed before the server stops (a request in flight to a stopped server is a page error)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        errors = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
+    """The browser, closed before the server stops."""
+    with chromium_page() as page:
         yield page
-        browser.close()
-        assert not errors, errors
 
 
 def test_thumbnails_are_images_a_click_opens_the_head_and_matches_are_drawn_on_top(page, served):

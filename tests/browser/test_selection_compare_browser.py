@@ -5,7 +5,7 @@ values, links hover and selection between its two figures, and opens a head from
 import numpy as np
 import pandas as pd
 import pytest
-from support.browser import POINT_JS, click_point, copy_run, launch_chromium, new_page, served_in_thread, wait_idle
+from support.browser import chromium_page, POINT_JS, click_point, copy_run, served_in_thread, wait_idle
 from support.selection import box_select, check_selected, expected_in_box, expected_in_polygon, lasso_select
 
 import qkviz
@@ -37,14 +37,8 @@ def served(runs):
 
 @pytest.fixture(scope="module")
 def browser_page(served):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        page, errors = new_page(browser)
+    with chromium_page() as page:
         yield page
-        browser.close()
-        assert not errors, errors
 
 
 def shown_points(page) -> list[int]:

@@ -137,6 +137,16 @@ def stop_server(server: subprocess.Popen) -> str:
     return output or ""
 
 
+@contextlib.contextmanager
+def served_app(run_paths: list[Path], **options):
+    """``qkviz serve`` over ``run_paths`` (:func:`start_server`'s ``options``) for a module's tests: yields its URL;
+    on leaving, stops it and fails when it logged a traceback."""
+    server, url = start_server(run_paths, **options)
+    yield url
+    output = stop_server(server)
+    assert "Traceback" not in output, output
+
+
 def launch_chromium(playwright):
     """Headless Debian Chromium through Playwright (fails, never skips, when it is not installed)."""
     if not CHROMIUM.exists():
@@ -151,6 +161,21 @@ def new_page(browser) -> tuple[object, list[str]]:
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     return page, errors
+
+
+@contextlib.contextmanager
+def chromium_page():
+    """A page of a new headless Chromium, for a module's tests; closing it fails the tests' teardown when the
+    page met an uncaught JavaScript error. (Close it before the server it reads stops: a fetch in flight to a
+    stopped server is such an error.)"""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        page, errors = new_page(browser)
+        yield page
+        browser.close()
+        assert not errors, errors
 
 
 def wait_idle(page, timeout_ms: int = 20_000) -> None:
