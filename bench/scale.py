@@ -107,13 +107,14 @@ def sample_cost(directory: Path, tokens: int, heads: list[tuple[int, int]], samp
     if not (run_path / "manifest.json").exists():
         measured(commands(run_path, corpus(directory), tokens, directory / "report")["extract"])
     run = qkviz.open_run(run_path)
+    trust_points = np.random.default_rng(0).choice(2 * run.n_tokens, 3000, replace=False)
+    aligned = {(layer, head): align_head(run.queries(layer, head), run.keys(layer, head), Alignment()).points
+               for layer, head in heads}
     rows = []
     for method in ("attn-tsne", "tsne"):
         for sample in [*samples, 0]:
             for layer, head in heads:
-                queries, keys = run.queries(layer, head), run.keys(layer, head)
-                points = align_head(queries, keys, Alignment()).points
-                trust_points = np.random.default_rng(0).choice(len(points), 3000, replace=False)
+                queries, keys, points = run.queries(layer, head), run.keys(layer, head), aligned[layer, head]
                 started = time.perf_counter()
                 qkviz.project(run, [method], [2], layers=[layer], heads=[head], params={method: {"sample": sample}},
                               progress=False)

@@ -132,18 +132,17 @@ def attention_affinities(queries: np.ndarray, keys: np.ndarray, aligned: np.ndar
     return _rows_to_one(matrix)
 
 
-def perplexity_affinities(rest_points: np.ndarray, sample_points_: np.ndarray, perplexity: float = TRANSFORM_PERPLEXITY
+def perplexity_affinities(rest_points: np.ndarray, reference: np.ndarray, perplexity: float = TRANSFORM_PERPLEXITY
                           ) -> sp.csr_matrix:
     """``[m, s]`` affinities (rows summing to 1) of new points to their ``3 * perplexity`` nearest sampled
     points (cosine), at ``perplexity``: what openTSNE's transform computes for a new point."""
     from openTSNE.affinity import joint_probabilities_nn
 
-    k = min(len(sample_points_), int(3 * perplexity))
-    near = nearest_cosine(rest_points, sample_points_, k)
-    unit_rest, unit_sample = unit_rows(rest_points), unit_rows(sample_points_)
-    distances = 1.0 - np.einsum("md,mkd->mk", unit_rest, unit_sample[near])
+    k = min(len(reference), int(3 * perplexity))
+    near, cosines = top_logits(unit_rows(rest_points), unit_rows(reference), k, 1.0)
+    distances = 1.0 - cosines
     matrix = joint_probabilities_nn(near, np.maximum(distances, 0.0), [min(perplexity, (k - 1) / 3 or 1.0)],
-                                    symmetrize=False, normalization="point-wise", n_reference_samples=len(sample_points_),
+                                    symmetrize=False, normalization="point-wise", n_reference_samples=len(reference),
                                     n_jobs=1)
     return _rows_to_one(sp.csr_matrix(matrix))
 

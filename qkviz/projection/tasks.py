@@ -148,16 +148,30 @@ class FitPoints:
     points: np.ndarray              # aligned [2s, d]: the chosen queries, then their keys
     first_tokens: np.ndarray        # fit-point token indices of the sentences' first tokens
     chosen: np.ndarray | None       # int64 token indices of the sample; None: every token
+    head_queries: np.ndarray        # the whole head's (the same as queries and keys without a sample)
+    head_keys: np.ndarray
 
     @classmethod
     def of(cls, run: StoredRun, queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, sample: int,
            seed: int) -> "FitPoints":
         positions = run.tokens["position"].to_numpy()
         if not sample:
-            return cls(queries, keys, aligned, np.flatnonzero(positions == 0), None)
-        chosen = stratified_sample(run.tokens, sample, seed)
+            return cls(queries, keys, aligned, np.flatnonzero(positions == 0), None, queries, keys)
+        chosen = _token_sample(run, sample, seed)
         return cls(np.asarray(queries[chosen]), np.asarray(keys[chosen]), aligned[sample_points(chosen, len(queries))],
-                   np.flatnonzero(positions[chosen] == 0), chosen)
+                   np.flatnonzero(positions[chosen] == 0), chosen, queries, keys)
+
+
+#: (run fingerprint, size, seed) -> the stratified sample: the same for every head of a run, drawn once per process
+_SAMPLES: dict[tuple[str, int, int], np.ndarray] = {}
+
+
+def _token_sample(run: StoredRun, size: int, seed: int) -> np.ndarray:
+    key = (run.manifest["fingerprint"], size, seed)
+    if key not in _SAMPLES:
+        _SAMPLES.clear()                 # one run at a time: keep only its sample
+        _SAMPLES[key] = stratified_sample(run.tokens, size, seed)
+    return _SAMPLES[key]
 
 
 def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, fit: FitPoints, aligned,
@@ -199,7 +213,7 @@ def _place_rest(run: StoredRun, spec: ProjectionSpec, params: dict, fit: FitPoin
     rest = np.setdiff1d(np.arange(n), fit.chosen)
     if spec.method in ATTENTION_METHODS:
         affinities = attention_affinities(
-            run.queries(spec.layer, spec.head), run.keys(spec.layer, spec.head), aligned, fit.chosen,
+            fit.head_queries, fit.head_keys, aligned, fit.chosen,
             run.scale(spec.layer), softcap=run.softcap(spec.layer),
             hidden_keys=fit.first_tokens if params["hide_first_token"] else None,
             **{name: params[name] for name in ("k", "alpha", "temperature", "same_kind_k")})
