@@ -15,7 +15,7 @@ import qkviz
 from qkviz.cli_options import describe_os_error
 from qkviz.cli_parser import build_parser
 from qkviz.core import QkvizError
-from qkviz.projection import dask_client
+from qkviz.cluster import dask_client
 
 logger = logging.getLogger("qkviz")
 

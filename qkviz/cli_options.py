@@ -14,7 +14,7 @@ import re
 from typing import Callable
 
 from qkviz.core.errors import QkvizError
-from qkviz.projection import parse_cluster
+from qkviz.cluster import parse_cluster
 
 DEVICE_PATTERN = re.compile(r"^(cpu|mps|cuda(:\d+)?)$")
 
@@ -61,7 +61,7 @@ def device(text: str) -> str:
 
 
 def dask_cluster(text: str) -> str:
-    """``tcp://host:port``, ``tls://host:port`` or ``local:N`` (see :func:`qkviz.projection.parse_cluster`)."""
+    """``tcp://host:port``, ``tls://host:port`` or ``local:N`` (see :func:`qkviz.cluster.parse_cluster`)."""
     try:
         parse_cluster(text)
     except QkvizError as error:

@@ -17,7 +17,7 @@ from qkviz.projection.tasks import local_executor, plan_specs, run_tasks
 from qkviz.store.run import StoredRun, as_run
 
 if TYPE_CHECKING:
-    import distributed
+    from qkviz.cluster import DaskClient
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class ProjectionSummary:
 def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHODS, dims: Sequence[int] | None = None,
             *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None, jobs: int = 1, seed: int = 0,
             translate_keys: bool = True, scale_norms: bool = True, params: dict[str, dict] | None = None,
-            progress: bool = True, client: "distributed.Client | None" = None) -> ProjectionSummary:
+            progress: bool = True, client: "DaskClient | None" = None) -> ProjectionSummary:
     """Project each chosen head's aligned query/key cloud with every method in every dimension, and cache it.
 
     Layouts already in the run's cache are not computed again, so an interrupted call resumes.

@@ -12,16 +12,15 @@ engine needs no change to the algorithms.
 from __future__ import annotations
 
 import logging
-import multiprocessing
-import signal
 import time
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass
 from functools import partial
 from typing import Iterable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
+from qkviz.cluster import local_pool, start_quiet_worker
 from qkviz.core.alignment import Alignment, align_head
 from qkviz.core.errors import QkvizError
 from qkviz.store.locks import LockBusy, exclusive_lock
@@ -240,20 +239,13 @@ def _tsne_2d_spec(spec: ProjectionSpec) -> ProjectionSpec:
 
 
 def start_worker(compile_umap: bool, niceness: int = 0) -> None:
-    """Worker start-up: leave Ctrl-C to the parent, end with it, use one BLAS thread (a worker is one core's
-    share; more threads than cores make OpenBLAS spin: a 2 ms PCA took 0.5 s), lower its priority by
-    ``niceness`` (background work yields to the app), and compile UMAP's numba code once if needed."""
-    import os
+    """Worker start-up (:func:`qkviz.cluster.start_quiet_worker`: Ctrl-C left to the parent, ended with it, one
+    BLAS thread, ``niceness``), and UMAP's numba code compiled once if needed."""
     import warnings
 
     import numpy as np
-    from threadpoolctl import threadpool_limits
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _end_with_parent()
-    threadpool_limits(1)
-    if niceness:
-        os.nice(niceness)
+    start_quiet_worker(niceness)
     if not compile_umap:
         return
     with warnings.catch_warnings():
@@ -261,27 +253,12 @@ def start_worker(compile_umap: bool, niceness: int = 0) -> None:
         project_points(np.random.default_rng(0).normal(size=(64, 4)), "umap", 2, n_epochs=10)
 
 
-def _end_with_parent() -> None:
-    """On Linux, have the kernel end this worker when the process that started it dies (even by SIGKILL)."""
-    import ctypes
-    import os
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)          # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):         # not Linux: the pool's own shutdown ends the workers
-        return
-    if os.getppid() == 1:                      # the parent died before the call
-        os._exit(1)
-
-
 def local_executor(jobs: int, compile_umap: bool = True) -> Executor | None:
     """A persistent pool of ``jobs`` worker processes (spawned: no state forked from the parent);
     ``None`` for one job, which runs the tasks in this process."""
     if jobs <= 1:
         return None
-    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=start_worker, initargs=(compile_umap,))
+    return local_pool(jobs, initializer=start_worker, initargs=(compile_umap,))
 
 
 def run_tasks(run: StoredRun, specs: list[ProjectionSpec], executor: Executor | HeadExecutor | None) -> Iterator[dict]:

@@ -1,0 +1,23 @@
+"""Running per-head work elsewhere: a Dask cluster (``--dask``) or a local pool of worker processes (``--jobs``).
+
+The projection, the head atlas and the search indexes each run one pure task per head (run path, layer, head,
+parameters -> result); this package holds what they share: naming and reaching a cluster, checking that its
+workers see the run, submitting the tasks with readable keys and retries, and the local pool's worker start-up.
+``dask`` and ``distributed`` (the ``dask`` extra) are imported here only, and only when a cluster is asked for.
+"""
+
+from typing import TYPE_CHECKING
+
+from qkviz.cluster.dask_cluster import (CONNECT_TIMEOUT, FAST_MALLOC, MAX_LOCAL_WORKERS, RETRIES, check_workers_see_run,
+                                        dask_client, head_task_key, import_distributed, malloc_trim_threshold,
+                                        parse_cluster, prepare_workers, run_fingerprint, submit_heads)
+from qkviz.cluster.head_runner import HeadTask, run_heads
+from qkviz.cluster.local_pool import end_with_parent, local_pool, start_quiet_worker
+
+if TYPE_CHECKING:     # for annotations only: callers name the client's type without importing distributed
+    from distributed import Client as DaskClient  # noqa: F401
+
+__all__ = ["CONNECT_TIMEOUT", "FAST_MALLOC", "MAX_LOCAL_WORKERS", "RETRIES", "HeadTask", "check_workers_see_run",
+           "dask_client", "end_with_parent", "head_task_key", "import_distributed", "local_pool",
+           "malloc_trim_threshold", "parse_cluster", "prepare_workers", "run_fingerprint", "run_heads",
+           "start_quiet_worker", "submit_heads"]

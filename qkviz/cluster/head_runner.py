@@ -1,0 +1,56 @@
+"""One pure task per head, run here, on a local pool of worker processes, or on a Dask cluster."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import as_completed
+from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from qkviz.cluster.dask_cluster import HeadTask, prepare_workers, submit_heads
+from qkviz.cluster.local_pool import local_pool
+from qkviz.core.errors import QkvizError
+from qkviz.store.run import StoredRun
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+#: the most worker processes of a local pool: one per CPU
+MAX_JOBS = os.cpu_count() or 1
+
+
+def run_heads(run: StoredRun, function: Callable, tasks: Sequence[HeadTask], *, what: str, jobs: int = 1,
+              client: "Client | None" = None) -> Iterator[tuple[int, Any]]:
+    """Run ``function(*task.args)`` for every task and yield ``(its number in tasks, its result)`` as each
+    finishes: in this process (``jobs`` 1, no ``client``), on a pool of ``jobs`` local worker processes, or on
+    the workers of a Dask ``client`` (every worker checked to see ``run`` first; keys ``<what>-L3H4-...``).
+    Leaving early cancels what has not started."""
+    if client is not None and jobs != 1:
+        raise QkvizError(f"jobs={jobs} is for local worker processes: with a Dask client the cluster's workers run the "
+                         "heads; leave jobs at 1")
+    if not 1 <= jobs <= MAX_JOBS:
+        raise QkvizError(f"jobs must be between 1 and {MAX_JOBS} (this machine's {os.cpu_count()} CPUs): more "
+                         f"processes than cores are slower, not faster; got {jobs}")
+    if client is not None:
+        prepare_workers(client, run, f"{what}: {len(tasks)} heads")
+        yield from submit_heads(client, what, function, tasks, instead="run it without --dask")
+    elif jobs == 1:
+        for number, task in enumerate(tasks):
+            yield number, function(*task.args)
+    else:
+        yield from _pool_heads(function, tasks, jobs, what)
+
+
+def _pool_heads(function: Callable, tasks: Sequence[HeadTask], jobs: int, what: str) -> Iterator[tuple[int, Any]]:
+    pool = local_pool(jobs)
+    futures = {pool.submit(function, *task.args): number for number, task in enumerate(tasks)}
+    try:
+        for future in as_completed(futures):
+            try:
+                yield futures[future], future.result()
+            except BrokenProcessPool:
+                task = tasks[futures[future]]
+                raise QkvizError(f"a worker process ended while running layer {task.layer} head {task.head}'s {what} "
+                                 "task (out of memory?): run with fewer --jobs") from None
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
