@@ -7,9 +7,11 @@ Every user mistake ends in one line on stderr and exit status 2; progress bars g
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
+from typing import Iterator
 
 import qkviz
 from qkviz.cli_options import describe_os_error
@@ -45,6 +47,19 @@ def parse_indices(text: str | None, count: int, what: str) -> list[int]:
     return sorted(set(indices))
 
 
+@contextlib.contextmanager
+def _cluster(args: argparse.Namespace) -> Iterator[object]:
+    """The Dask client of ``--dask`` (``None`` without it), closed at the end; with ``--jobs`` too, one line."""
+    if args.dask is None:
+        yield None
+        return
+    if getattr(args, "jobs", 1) != 1:
+        raise QkvizError("--jobs starts local worker processes; with --dask the cluster's workers run the heads: "
+                         "give one or the other")
+    with dask_client(args.dask) as client:
+        yield client
+
+
 def _project(args: argparse.Namespace) -> int:
     run = qkviz.open_run(args.run)
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
@@ -67,14 +82,8 @@ def _project(args: argparse.Namespace) -> int:
                    heads=parse_indices(args.heads, run.n_heads, "heads"), jobs=args.jobs, seed=args.seed,
                    translate_keys=not args.no_translate, scale_norms=not args.no_scale, params=params,
                    progress=not args.quiet)
-    if args.dask is None:
-        summary = qkviz.project(run, methods, dims, **options)
-    elif args.jobs != 1:
-        raise QkvizError("--jobs starts local worker processes; with --dask the cluster's workers run the heads: "
-                         "give one or the other")
-    else:
-        with dask_client(args.dask) as client:
-            summary = qkviz.project(run, methods, dims, client=client, **options)
+    with _cluster(args) as client:
+        summary = qkviz.project(run, methods, dims, client=client, **options)
     for layer, head, method, dim, error in summary.failed:
         sys.stderr.write(f"qkviz: layer {layer} head {head} {method} {dim}D failed: {error}\n")
     if summary.failed:
@@ -96,9 +105,10 @@ def _report(args: argparse.Namespace) -> int:
 
 def _stats(args: argparse.Namespace) -> int:
     run = qkviz.open_run(args.run)
-    qkviz.compute_stats(run, max_offset=args.max_offset, argmax_share=args.argmax_share,
-                        broad_entropy=args.broad_entropy, exemplars=args.exemplars, syntax=args.syntax,
-                        progress=not args.quiet)
+    with _cluster(args) as client:
+        qkviz.compute_stats(run, max_offset=args.max_offset, argmax_share=args.argmax_share,
+                            broad_entropy=args.broad_entropy, exemplars=args.exemplars, syntax=args.syntax,
+                            progress=not args.quiet, jobs=args.jobs, client=client)
     return 0
 
 
@@ -137,9 +147,10 @@ def _status(args: argparse.Namespace) -> int:
 
 def _index(args: argparse.Namespace) -> int:
     run = qkviz.open_run(args.run)
-    qkviz.build_indexes(run, layers=parse_indices(args.layers, run.n_layers, "layers"),
-                        heads=parse_indices(args.heads, run.n_heads, "heads"), exact_limit=args.exact_limit,
-                        seed=args.seed, progress=not args.quiet)
+    layers, heads = parse_indices(args.layers, run.n_layers, "layers"), parse_indices(args.heads, run.n_heads, "heads")
+    with _cluster(args) as client:
+        qkviz.build_indexes(run, layers=layers, heads=heads, exact_limit=args.exact_limit, seed=args.seed,
+                            progress=not args.quiet, client=client)
     return 0
 
 

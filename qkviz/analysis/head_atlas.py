@@ -19,28 +19,32 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from qkviz.store import files as run_files
-from qkviz.analysis.attention_batches import sentence_batches
-from qkviz.analysis.head_labels import LabelThresholds, head_label
-from qkviz.analysis.head_stats import DEFAULT_MAX_OFFSET, STATISTICS, TokenKinds, head_statistics
-from qkviz.analysis.logit_decomposition import (EMBEDDING_TERMS, EmbeddingSplit, available_terms, decompose_embeddings,
-                                       decompose_head)
-from qkviz.store.artifacts import ArtifactDirectory
+from qkviz.analysis.atlas_tasks import (EXEMPLAR_COLUMNS, UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS,
+                                        AtlasSettings, HeadEntry, forget_run_states, head_entry, head_update_summary)
+from qkviz.analysis.head_labels import LabelThresholds
+from qkviz.analysis.head_stats import DEFAULT_MAX_OFFSET, STATISTICS
+from qkviz.analysis.logit_decomposition import EMBEDDING_TERMS, EmbeddingSplit, available_terms
+from qkviz.analysis.syntax import SYNTAX_STATISTICS, TokenSyntax
+from qkviz.cluster import HeadRunner, HeadTask
 from qkviz.core.errors import QkvizError
+from qkviz.store import files as run_files
+from qkviz.store.artifacts import ArtifactDirectory
 from qkviz.store.run import StoredRun, as_run
-from qkviz.analysis.syntax import SYNTAX_STATISTICS, TokenSyntax, batch_syntax
+
+if TYPE_CHECKING:
+    from qkviz.cluster import DaskClient
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["ATLAS_SCHEMA_VERSION", "EXEMPLAR_COLUMNS", "UPDATE_BINS", "UPDATE_RATIO_RANGE", "UPDATE_STATISTICS",
+           "HeadAtlas", "compute_atlas", "compute_stats", "head_update_summary", "load_atlas", "store_atlas"]
+
 ATLAS_SCHEMA_VERSION = 2   # 2: logit terms, term and embedding profiles, head-update histograms
-EXEMPLAR_COLUMNS = ("layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text")
-UPDATE_STATISTICS = ("update_ratio_median", "update_cosine_mean")
-UPDATE_BINS = 40
-UPDATE_RATIO_RANGE = (-3.0, 1.0)   # log10 of |update| / |hidden|
 
 
 @dataclass
@@ -64,7 +68,7 @@ class HeadAtlas:
 
 def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_OFFSET, argmax_share: float = 0.5,
                   broad_entropy: float = 0.8, exemplars: int = 5, syntax: bool = False,
-                  progress: bool = True) -> HeadAtlas:
+                  progress: bool = True, jobs: int = 1, client: "DaskClient | None" = None) -> HeadAtlas:
     """Compute the head atlas of a run and store it in ``<run>/stats/`` (what ``qkviz stats`` does).
 
     Every head's attention is recomputed over the whole corpus from the stored vectors.
@@ -85,6 +89,12 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_
         Also attention to each part of speech and dependency alignment (needs the ``syntax`` extra).
     progress
         Show progress bars.
+    jobs
+        Local worker processes; heads run in parallel (at most one per CPU).
+    client
+        A Dask ``distributed.Client``: the heads run on its cluster's workers instead (see :mod:`qkviz.cluster`;
+        leave ``jobs`` at 1). Every worker must see the run at the same path; this is checked first. The atlas
+        is written here, once, as without a cluster.
 
     Returns
     -------
@@ -98,7 +108,7 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_
         if not 0 < value <= 1:
             raise QkvizError(f"{name} must be in (0, 1], got {value}")
     atlas = compute_atlas(run, LabelThresholds(argmax_share, broad_entropy), max_offset, exemplars, syntax=syntax,
-                          progress=progress)
+                          progress=progress, jobs=jobs, client=client)
     directory = store_atlas(run, atlas)
     counts = atlas.table.label.value_counts()
     logger.info("%s: %d heads; labels: %s", directory, len(atlas.table),
@@ -107,55 +117,61 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_
 
 
 def compute_atlas(run: StoredRun, thresholds: LabelThresholds = LabelThresholds(), max_offset: int = DEFAULT_MAX_OFFSET,
-                  n_exemplars: int = 5, syntax: bool = False, progress: bool = False) -> HeadAtlas:
+                  n_exemplars: int = 5, syntax: bool = False, progress: bool = False, jobs: int = 1,
+                  client: "DaskClient | None" = None) -> HeadAtlas:
     """Statistics of every head (attention recomputed from the stored vectors, batch by batch);
-    with ``syntax``, also the part-of-speech and dependency statistics of :mod:`qkviz.analysis.syntax`."""
+    with ``syntax``, also the part-of-speech and dependency statistics of :mod:`qkviz.analysis.syntax`.
+
+    Each head is one :func:`~qkviz.analysis.atlas_tasks.head_entry` task, run in this process, on ``jobs``
+    local worker processes, or on the workers of a Dask ``client``; the atlas is assembled here in (layer,
+    head) order, so it is the same whichever ran it. With ``syntax`` the corpus is parsed here, once."""
     from tqdm.auto import tqdm
 
-    kinds, batches = TokenKinds.of(run), sentence_batches(run)
-    syntax_batches = None
-    if syntax:
-        token_syntax = TokenSyntax.parse(run)
-        syntax_batches = [batch_syntax(token_syntax, batch) for batch in batches]
-    rows, exemplars = [], []
-    profiles = np.full((run.n_layers, run.n_heads, 2 * max_offset + 1), np.nan)
-    terms = available_terms(run)
-    term_profiles = np.full((run.n_layers, run.n_heads, len(terms), 2 * max_offset + 1), np.nan)
-    split_first = EmbeddingSplit.of(run)
-    embedding_profiles = (np.full((run.n_heads, len(EMBEDDING_TERMS), 2 * max_offset + 1), np.nan)
-                          if split_first is not None else None)
+    runner = HeadRunner(run, "stats", jobs, client)     # the cluster's workers checked before any work
     has_updates = run.has_part(run_files.HEAD_UPDATES)
-    update_histograms = np.zeros((run.n_layers, run.n_heads, 2, UPDATE_BINS)) if has_updates else None
     _warn_about_missing_parts(run, has_updates)
-    with tqdm(total=run.n_layers * run.n_heads, unit="head", desc="head statistics", disable=not progress,
-              dynamic_ncols=True) as bar:
-        for layer in range(run.n_layers):
-            for head in range(run.n_heads):
-                found = head_statistics(run, layer, head, kinds, batches, max_offset, n_exemplars, syntax_batches)
-                label, detail = head_label(found.values, thresholds)
-                split = decompose_head(run, layer, head, batches, max_offset)
-                shares = {f"share_{term}": float(share) for term, share in zip(split.terms, split.variance_share)}
-                rows.append({"layer": layer, "head": head, **found.values, **shares, "label": label,
-                             "label_detail": detail})
-                profiles[layer, head] = found.relative_position
-                term_profiles[layer, head] = split.profiles
-                if split_first is not None and layer == 0:
-                    embedded = decompose_embeddings(run, split_first, head, batches, max_offset)
-                    rows[-1].update({f"embed_share_{term}": float(share)
-                                     for term, share in zip(embedded.terms, embedded.variance_share)})
-                    embedding_profiles[head] = embedded.profiles
-                if has_updates:
-                    summary, update_histograms[layer, head] = head_update_summary(run.head_updates(layer, head))
-                    rows[-1].update(summary)
-                exemplars.append(_exemplar_rows(run, found.exemplars, layer, head))
+    token_syntax = TokenSyntax.parse(run) if syntax else None
+    settings = AtlasSettings(max_offset, n_exemplars, thresholds)
+    path = str(Path(run.path).absolute())    # a worker's working directory is not ours
+    heads = [(layer, head) for layer in range(run.n_layers) for head in range(run.n_heads)]
+    tasks = [HeadTask(layer, head, (path, layer, head, settings)) for layer, head in heads]
+    entries: list[HeadEntry | None] = [None] * len(tasks)
+    try:
+        with tqdm(total=len(tasks), unit="head", desc="head statistics", disable=not progress,
+                  dynamic_ncols=True) as bar:
+            for number, entry in runner.run(head_entry, tasks, shared=token_syntax):
+                entries[number] = entry
                 bar.update()
-    exemplar_table = pd.concat(exemplars, ignore_index=True)[list(EXEMPLAR_COLUMNS)]
+    finally:
+        forget_run_states()
+    return _assemble(run, [entry for entry in entries if entry is not None], settings, syntax, has_updates)
+
+
+def _assemble(run: StoredRun, entries: list[HeadEntry], settings: AtlasSettings, syntax: bool,
+              has_updates: bool) -> HeadAtlas:
+    """The atlas of every head's entry, in (layer, head) order."""
+    max_offset, width = settings.max_offset, 2 * settings.max_offset + 1
+    terms = available_terms(run)
+    profiles = np.full((run.n_layers, run.n_heads, width), np.nan)
+    term_profiles = np.full((run.n_layers, run.n_heads, len(terms), width), np.nan)
+    with_embeddings = EmbeddingSplit.of(run) is not None
+    embedding_profiles = np.full((run.n_heads, len(EMBEDDING_TERMS), width), np.nan) if with_embeddings else None
+    update_histograms = np.zeros((run.n_layers, run.n_heads, 2, UPDATE_BINS)) if has_updates else None
+    for entry in entries:
+        layer, head = int(entry.row["layer"]), int(entry.row["head"])
+        profiles[layer, head] = entry.relative_position
+        term_profiles[layer, head] = entry.term_profiles
+        if embedding_profiles is not None and entry.embedding_profiles is not None:
+            embedding_profiles[head] = entry.embedding_profiles
+        if update_histograms is not None:
+            update_histograms[layer, head] = entry.update_histograms
+    exemplar_table = pd.concat([entry.exemplars for entry in entries], ignore_index=True)[list(EXEMPLAR_COLUMNS)]
     columns = ["layer", "head", *STATISTICS, *(SYNTAX_STATISTICS if syntax else ()),
                *(f"share_{term}" for term in terms),
-               *(f"embed_share_{term}" for term in (EMBEDDING_TERMS if split_first is not None else ())),
+               *(f"embed_share_{term}" for term in (EMBEDDING_TERMS if with_embeddings else ())),
                *(UPDATE_STATISTICS if has_updates else ()), "label", "label_detail"]
-    return HeadAtlas(pd.DataFrame(rows, columns=columns), profiles, exemplar_table, max_offset, thresholds,
-                     terms, term_profiles, update_histograms, embedding_profiles)
+    return HeadAtlas(pd.DataFrame([entry.row for entry in entries], columns=columns), profiles, exemplar_table,
+                     max_offset, settings.thresholds, terms, term_profiles, update_histograms, embedding_profiles)
 
 
 def _warn_about_missing_parts(run: StoredRun, has_updates: bool) -> None:
@@ -165,28 +181,6 @@ def _warn_about_missing_parts(run: StoredRun, has_updates: bool) -> None:
     if "logit_parts" not in run.manifest:
         logger.warning("%s was extracted before qkviz captured biases and rotary tables, so its logits are not "
                        "decomposed; extract it again with --overwrite to add them", run.path)
-
-
-def _exemplar_rows(run: StoredRun, exemplars: pd.DataFrame, layer: int, head: int) -> pd.DataFrame:
-    """A head's exemplars (:class:`qkviz.analysis.head_stats.HeadStatistics`) with the head, rank, tokens and text."""
-    top = exemplars.assign(layer=layer, head=head, rank=np.arange(len(exemplars)))
-    first = run.sentences.first_token.to_numpy()[top.sentence.to_numpy()]
-    tokens = run.tokens.token.to_numpy()
-    top["query_token"] = tokens[first + top["query"].to_numpy()]
-    top["key_token"] = tokens[first + top["key"].to_numpy()]
-    top["text"] = run.sentences.text.to_numpy()[top.sentence.to_numpy()]
-    return top
-
-
-def head_update_summary(updates: np.ndarray) -> tuple[dict[str, float], np.ndarray]:
-    """``UPDATE_STATISTICS`` of one head's ``[token, 2]`` updates, and their histograms ``[2, UPDATE_BINS]``
-    (log10 of the norm ratio over :data:`UPDATE_RATIO_RANGE`, cosine over [-1, 1]; shares of tokens)."""
-    ratio, cosine = updates[:, 0].astype(np.float64), updates[:, 1].astype(np.float64)
-    log_ratio = np.clip(np.log10(np.maximum(ratio, 1e-12)), *UPDATE_RATIO_RANGE)
-    histograms = np.stack([np.histogram(log_ratio, UPDATE_BINS, UPDATE_RATIO_RANGE)[0],
-                           np.histogram(cosine, UPDATE_BINS, (-1.0, 1.0))[0]]) / max(len(ratio), 1)
-    return ({"update_ratio_median": float(np.median(ratio)), "update_cosine_mean": float(cosine.mean())},
-            histograms)
 
 
 def _atlas_directory(run: StoredRun) -> ArtifactDirectory:

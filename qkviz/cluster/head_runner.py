@@ -19,26 +19,41 @@ if TYPE_CHECKING:
 MAX_JOBS = os.cpu_count() or 1
 
 
-def run_heads(run: StoredRun, function: Callable, tasks: Sequence[HeadTask], *, what: str, jobs: int = 1,
-              client: "Client | None" = None) -> Iterator[tuple[int, Any]]:
-    """Run ``function(*task.args)`` for every task and yield ``(its number in tasks, its result)`` as each
-    finishes: in this process (``jobs`` 1, no ``client``), on a pool of ``jobs`` local worker processes, or on
-    the workers of a Dask ``client`` (every worker checked to see ``run`` first; keys ``<what>-L3H4-...``).
-    Leaving early cancels what has not started."""
-    if client is not None and jobs != 1:
-        raise QkvizError(f"jobs={jobs} is for local worker processes: with a Dask client the cluster's workers run the "
-                         "heads; leave jobs at 1")
-    if not 1 <= jobs <= MAX_JOBS:
-        raise QkvizError(f"jobs must be between 1 and {MAX_JOBS} (this machine's {os.cpu_count()} CPUs): more "
-                         f"processes than cores are slower, not faster; got {jobs}")
-    if client is not None:
-        prepare_workers(client, run, f"{what}: {len(tasks)} heads")
-        yield from submit_heads(client, what, function, tasks, instead="run it without --dask")
-    elif jobs == 1:
-        for number, task in enumerate(tasks):
-            yield number, function(*task.args)
-    else:
-        yield from _pool_heads(function, tasks, jobs, what)
+class HeadRunner:
+    """Runs one pure task per head: in this process (``jobs`` 1, no ``client``), on a pool of ``jobs`` local
+    worker processes, or on the workers of a Dask ``client``. Made before the work: it refuses bad ``jobs``
+    and checks that every worker of ``client`` sees ``run`` (one :class:`QkvizError` line otherwise)."""
+
+    def __init__(self, run: StoredRun, what: str, jobs: int = 1, client: "Client | None" = None):
+        if client is not None and jobs != 1:
+            raise QkvizError(f"jobs={jobs} is for local worker processes: with a Dask client the cluster's workers "
+                             "run the heads; leave jobs at 1")
+        if not 1 <= jobs <= MAX_JOBS:
+            raise QkvizError(f"jobs must be between 1 and {MAX_JOBS} (this machine's {os.cpu_count()} CPUs): more "
+                             f"processes than cores are slower, not faster; got {jobs}")
+        self.what, self.jobs, self.client = what, jobs, client
+        if client is not None:
+            prepare_workers(client, run, what)
+
+    def run(self, function: Callable, tasks: Sequence[HeadTask], shared: object = None) -> Iterator[tuple[int, Any]]:
+        """Run ``function(*task.args, shared)`` (``function(*task.args)`` without ``shared``) for every task
+        and yield ``(its number in tasks, its result)`` as each finishes (on Dask: keys ``<what>-L3H4-...``,
+        ``shared`` sent to each worker once, not with every task). Leaving early cancels what has not started."""
+        if self.client is not None:
+            if shared is not None:
+                tasks = _with_shared(tasks, self.client.scatter(shared, broadcast=True))
+            yield from submit_heads(self.client, self.what, function, tasks, instead="run it without --dask")
+            return
+        tasks = tasks if shared is None else _with_shared(tasks, shared)
+        if self.jobs == 1:
+            for number, task in enumerate(tasks):
+                yield number, function(*task.args)
+        else:
+            yield from _pool_heads(function, tasks, self.jobs, self.what)
+
+
+def _with_shared(tasks: Sequence[HeadTask], shared: object) -> list[HeadTask]:
+    return [HeadTask(task.layer, task.head, (*task.args, shared)) for task in tasks]
 
 
 def _pool_heads(function: Callable, tasks: Sequence[HeadTask], jobs: int, what: str) -> Iterator[tuple[int, Any]]:

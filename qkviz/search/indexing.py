@@ -7,14 +7,19 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
+from qkviz.cluster import HeadRunner, HeadTask
 from qkviz.core.errors import QkvizError
-from qkviz.search.mips_index import EXACT_LIMIT
-from qkviz.search.partner_index import PartnerIndexes, index_targets
+from qkviz.search.mips_index import EXACT_LIMIT, IndexInfo
+from qkviz.search.partner_index import IndexTarget, PartnerIndexes, index_targets
 from qkviz.search.token_index import TokenIndex, store_token_index
-from qkviz.store.run import StoredRun, as_run
+from qkviz.store.run import StoredRun, as_run, open_run
+
+if TYPE_CHECKING:
+    from qkviz.cluster import DaskClient
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +37,7 @@ class IndexSummary:
 
 def build_indexes(run: StoredRun | str | Path, *, layers: Sequence[int] | None = None,
                   heads: Sequence[int] | None = None, exact_limit: int = EXACT_LIMIT, seed: int = 0,
-                  progress: bool = True) -> IndexSummary:
+                  progress: bool = True, client: "DaskClient | None" = None) -> IndexSummary:
     """Build the indexes the corpus-wide searches answer from, into ``<run>/indexes/``.
 
     The token index of the global search and, for every chosen head, what its partner searches need:
@@ -52,6 +57,10 @@ def build_indexes(run: StoredRun | str | Path, *, layers: Sequence[int] | None =
         Seed of the approximate indexes' k-means.
     progress
         Show a progress bar.
+    client
+        A Dask ``distributed.Client``: past ``exact_limit`` each index is built, and written, by one of its
+        cluster's workers (see :mod:`qkviz.cluster`). Every worker must see the run at the same path; this is
+        checked first.
     """
     run = as_run(run)
     if exact_limit < 1:
@@ -62,13 +71,15 @@ def build_indexes(run: StoredRun | str | Path, *, layers: Sequence[int] | None =
         for head in heads:
             run.check_head(layer, head)
     targets = index_targets(run, list(layers), list(heads))
+    # up to the limit there is nothing to build: no cluster needed; past it, its workers checked before any work
+    runner = HeadRunner(run, "index", client=client if run.n_tokens > exact_limit else None)
     started = time.perf_counter()
     token_index_path = store_token_index(run, TokenIndex.build(run.tokens.token))
-    indexes = PartnerIndexes(run, exact_limit=exact_limit)
     summary = IndexSummary(token_index_path.parent, len(targets), 0, 0.0)
+    path = str(Path(run.path).absolute())     # a worker's working directory is not ours
+    tasks = [HeadTask(target.layer, target.head, (path, target, exact_limit, seed)) for target in targets]
     with tqdm(total=len(targets), unit="index", desc="indexing", disable=not progress, dynamic_ncols=True) as bar:
-        for target in targets:
-            info, size = indexes.build(target, seed=seed)
+        for _, (info, size) in runner.run(build_partner_index, tasks):
             summary.n_bytes += size
             if not info.exact:
                 summary.recalls.append(info.recall_at_10)
@@ -82,3 +93,10 @@ def build_indexes(run: StoredRun | str | Path, *, layers: Sequence[int] | None =
                      f"for them ({run.n_tokens:,} tokens <= exact limit {exact_limit:,})")
     logger.info("%s: %s, %.1f MB, in %.1f s", summary.directory, described, summary.n_bytes / 1e6, summary.seconds)
     return summary
+
+
+def build_partner_index(run_path: str, target: IndexTarget, exact_limit: int, seed: int) -> tuple[IndexInfo, int]:
+    """One index (a pure task, run here or by a Dask worker): :meth:`PartnerIndexes.build` of ``target`` in the
+    run at ``run_path``; ``(info, bytes on disk)``. The inverted file is written through a temporary file and a
+    rename, then its sidecar, so a worker killed meanwhile leaves no index that reads as complete."""
+    return PartnerIndexes(open_run(run_path), exact_limit=exact_limit).build(target, seed=seed)

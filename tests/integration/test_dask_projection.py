@@ -4,7 +4,6 @@ that cannot see the run refused up front."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
@@ -19,23 +18,13 @@ import qkviz
 from qkviz.cli import main
 from qkviz.core.errors import QkvizError
 from qkviz.projection import parse_cluster
-from qkviz.projection.dask_executor import FAST_MALLOC
 from qkviz.store.files import CACHE_DIRECTORY
 from qkviz.store.projections import ProjectionCache
+from support.dask_workers import blind_workers, local_cluster, namespaces_work
 
 dask = pytest.importorskip("dask", reason="the dask extra is not installed")
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
 cloudpickle = pytest.importorskip("cloudpickle")
-
-
-@contextlib.contextmanager
-def local_cluster(workers: int):
-    """A LocalCluster of worker processes, one thread each; without Dask's MALLOC_TRIM_THRESHOLD_, which its nanny
-    would also leave in this process's environment, for every process a later test starts."""
-    with dask.config.set({FAST_MALLOC: None}), \
-            distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                     dashboard_address=":0") as cluster:
-        yield cluster
 
 
 @pytest.fixture(scope="module")
@@ -173,38 +162,12 @@ def test_qkviz_imports_no_dask_until_asked():
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
 
 
-def _namespaces_work() -> bool:
-    try:
-        return subprocess.run(["unshare", "-rm", "true"], capture_output=True, timeout=10).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def _worker_with_its_own_view(scheduler: str, name: str, directory: Path, other_run: Path | None) -> subprocess.Popen:
-    """A Dask worker in its own mount namespace, where ``directory`` is an empty file system (the run is on
-    this machine's disk, not on a share it mounts), or one holding a copy of ``other_run`` (a stale copy)."""
-    script = 'mount -t tmpfs qkviz-test "$1" && { [ -z "$2" ] || cp -R "$2"/. "$1"/; } && shift 3 && exec "$@"'
-    command = ["unshare", "-rm", "sh", "-c", script, "sh", str(directory), str(other_run or ""), "--",
-               sys.executable, "-m", "distributed.cli.dask_worker", scheduler, "--nthreads", "1", "--no-nanny",
-               "--name", name, "--dashboard-address", "127.0.0.1:0"]
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-@pytest.mark.skipif(not _namespaces_work(), reason="no user and mount namespaces here (unshare -rm fails)")
+@pytest.mark.skipif(not namespaces_work(), reason="no user and mount namespaces here (unshare -rm fails)")
 def test_workers_that_cannot_see_the_run_are_named_before_any_work(tiny_run, tmp_path):
     run, other = _copy(tiny_run("llama"), tmp_path / "run"), tiny_run("llama", max_sentences=6)
-    with local_cluster(1) as cluster, distributed.Client(cluster) as connected:
-        workers = [_worker_with_its_own_view(cluster.scheduler_address, "hidden", run.path, None),
-                   _worker_with_its_own_view(cluster.scheduler_address, "stale", run.path, other.path)]
-        try:
-            connected.wait_for_workers(3, timeout=60)
-            names = {info["name"]: address for address, info in connected.scheduler_info()["workers"].items()}
-            with pytest.raises(QkvizError) as refused:
-                qkviz.project(run, ["pca"], [2], client=connected, progress=False)
-        finally:
-            for worker in workers:
-                worker.terminate()
-                worker.wait(timeout=30)
+    with blind_workers(run.path, other.path) as (connected, names):
+        with pytest.raises(QkvizError) as refused:
+            qkviz.project(run, ["pca"], [2], client=connected, progress=False)
     message = str(refused.value)
     assert message.startswith(f"2 of 3 Dask workers cannot see the run at {run.path}: ") and "\n" not in message
     assert f"{names['hidden']} ({run.path} is not a complete qkviz run" in message
