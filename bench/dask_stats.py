@@ -3,9 +3,10 @@
     python bench/dask_stats.py [--run runs/minilm] [--workers 2] [--rounds 2] [--no-syntax]
 
 Times ``qkviz -q stats [--syntax]`` end to end in a child process (as a user runs it: start-up of the pool or
-of the ``LocalCluster`` included) three ways, alternating for ``--rounds`` rounds so that all meet the same
-load: serially, with ``--jobs W`` and with ``--dask local:W``; each into a fresh copy of the run (without its
-layouts and results). The atlases made are checked to be equal (tables, exemplars and every array), and the
+of the ``LocalCluster`` included) four ways, alternating for ``--rounds`` rounds so that all meet the same
+load: serially (numpy's BLAS using every core for the attention products), serially with one BLAS thread (a
+worker's share), with ``--jobs W`` and with ``--dask local:W`` (one BLAS thread per worker); each into a fresh
+copy of the run (without its layouts and results). The atlases made are checked to be equal (tables, exemplars and every array), and the
 time of the spaCy parse made once by the caller (``--syntax``) is printed apart. Default run: ``runs/minilm``
 (MiniLM over 5,000 tokens, as ``scripts/demo.sh`` makes it) if it exists, else one extracted here.
 """
@@ -42,12 +43,13 @@ def fresh_copy(run, directory: Path):
     return qkviz.open_run(directory)
 
 
-def timed_stats(source, directory: Path, options: list[str]) -> tuple[float, object]:
-    """Wall seconds of ``qkviz stats`` with ``options`` on a fresh copy of ``source``, and the atlas it stored."""
+def timed_stats(source, directory: Path, options: list[str], env: dict[str, str]) -> tuple[float, object]:
+    """Wall seconds of ``qkviz stats`` with ``options`` (and environment variables ``env``) on a fresh copy of
+    ``source``, and the atlas it stored."""
     run = fresh_copy(source, directory)
     started = time.perf_counter()
     subprocess.run([*QKVIZ, "--run", str(run.path), *options], check=True,
-                   env={**os.environ, "PYTHONPATH": str(REPO)})
+                   env={**os.environ, "PYTHONPATH": str(REPO), **env})
     return time.perf_counter() - started, load_atlas(run)
 
 
@@ -80,8 +82,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=5000, help="tokens of the run extracted when --run is not given")
     args = parser.parse_args()
     syntax = [] if args.no_syntax else ["--syntax"]
-    ways = {"serial": [], f"--jobs {args.workers}": ["--jobs", str(args.workers)],
-            f"--dask local:{args.workers}": ["--dask", f"local:{args.workers}"]}
+    one_thread = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    ways = {"serial": ([], {}), "serial, one BLAS thread": ([], one_thread),
+            f"--jobs {args.workers}": (["--jobs", str(args.workers)], {}),
+            f"--dask local:{args.workers}": (["--dask", f"local:{args.workers}"], {})}
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         source = (qkviz.open_run(args.run) if args.run
@@ -95,8 +99,8 @@ def main() -> None:
         seconds: dict[str, list[float]] = {way: [] for way in ways}
         first, equal = None, True
         for round_ in range(args.rounds):        # alternating, so that all meet the same load
-            for number, (way, options) in enumerate(ways.items()):
-                wall, atlas = timed_stats(source, scratch / f"{round_}-{number}", options + syntax)
+            for number, (way, (options, env)) in enumerate(ways.items()):
+                wall, atlas = timed_stats(source, scratch / f"{round_}-{number}", options + syntax, env)
                 seconds[way].append(wall)
                 first = atlas if first is None else first
                 equal &= same_atlas(atlas, first)

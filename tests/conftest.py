@@ -149,6 +149,7 @@ XDIST_GROUPS = (
         "browser/test_views_browser.py",
         "integration/test_app_atlas.py", "integration/test_app_partners.py", "integration/test_app_selection_compare.py",
         "integration/test_app_views.py", "integration/test_api.py", "integration/test_dask_projection.py",
+        "integration/test_dask_stats_index.py",
         "integration/test_project_cli.py", "integration/test_report.py",
         "integration/test_store.py")),
 )
