@@ -19,18 +19,23 @@ if TYPE_CHECKING:
 MAX_JOBS = os.cpu_count() or 1
 
 
+def check_jobs(jobs: int, client: "Client | None") -> None:
+    """One :class:`QkvizError` line for a number of local worker processes out of range, or given with a client."""
+    if client is not None and jobs != 1:
+        raise QkvizError(f"jobs={jobs} is for local worker processes: with a Dask client the cluster's workers run the "
+                         "heads; leave jobs at 1")
+    if not 1 <= jobs <= MAX_JOBS:
+        raise QkvizError(f"jobs must be between 1 and {MAX_JOBS} (this machine's {os.cpu_count()} CPUs): more "
+                         f"processes than cores are slower, not faster; got {jobs}")
+
+
 class HeadRunner:
     """Runs one pure task per head: in this process (``jobs`` 1, no ``client``), on a pool of ``jobs`` local
     worker processes, or on the workers of a Dask ``client``. Made before the work: it refuses bad ``jobs``
     and checks that every worker of ``client`` sees ``run`` (one :class:`QkvizError` line otherwise)."""
 
     def __init__(self, run: StoredRun, what: str, jobs: int = 1, client: "Client | None" = None):
-        if client is not None and jobs != 1:
-            raise QkvizError(f"jobs={jobs} is for local worker processes: with a Dask client the cluster's workers "
-                             "run the heads; leave jobs at 1")
-        if not 1 <= jobs <= MAX_JOBS:
-            raise QkvizError(f"jobs must be between 1 and {MAX_JOBS} (this machine's {os.cpu_count()} CPUs): more "
-                             f"processes than cores are slower, not faster; got {jobs}")
+        check_jobs(jobs, client)
         self.what, self.jobs, self.client = what, jobs, client
         if client is not None:
             prepare_workers(client, run, what)

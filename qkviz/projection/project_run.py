@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
+from qkviz.cluster import check_jobs
 from qkviz.core.alignment import Alignment
-from qkviz.core.errors import QkvizError
 from qkviz.projection.tasks import local_executor, plan_specs, run_tasks
 from qkviz.store.run import StoredRun, as_run
 
@@ -20,9 +19,6 @@ if TYPE_CHECKING:
     from qkviz.cluster import DaskClient
 
 logger = logging.getLogger(__name__)
-
-#: the most worker processes :func:`project` starts: one per CPU
-MAX_JOBS = os.cpu_count() or 1
 
 #: PCA (seconds for every head) and the attention-faithful t-SNE, which bench/faithful.py found keeps 5-40x more
 #: of each token's attention partners than t-SNE, in less time per head.
@@ -88,12 +84,7 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
         also recorded in the run, for ``qkviz status`` and the app, until the layout is made).
     """
     run = as_run(run)
-    if client is not None and jobs != 1:
-        raise QkvizError(f"jobs={jobs} is for local worker processes: with a Dask client the cluster's workers run the "
-                         "heads; leave jobs at 1")
-    if not 1 <= jobs <= MAX_JOBS:
-        raise QkvizError(f"jobs must be between 1 and {MAX_JOBS} (this machine's {os.cpu_count()} CPUs): more "
-                         f"processes than cores are slower, not faster; got {jobs}")
+    check_jobs(jobs, client)
     run.check_files()
     layers = range(run.n_layers) if layers is None else layers
     heads = range(run.n_heads) if heads is None else heads

@@ -20,7 +20,7 @@ from qkviz.core.errors import QkvizError
 from qkviz.projection import parse_cluster
 from qkviz.store.files import CACHE_DIRECTORY
 from qkviz.store.projections import ProjectionCache
-from support.dask_workers import blind_workers, local_cluster, namespaces_work
+from support.dask_workers import blind_workers, local_cluster, module_client, namespaces_work
 
 dask = pytest.importorskip("dask", reason="the dask extra is not installed")
 distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
@@ -30,10 +30,8 @@ cloudpickle = pytest.importorskip("cloudpickle")
 @pytest.fixture(scope="module")
 def client():
     """Two worker processes with one thread each, shared by the module (a cluster starts in seconds)."""
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the workers cannot import this test module
-    with local_cluster(2) as cluster, distributed.Client(cluster) as connected:
+    with module_client(sys.modules[__name__]) as connected:
         yield connected
-    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 def _copy(run, destination: Path):

@@ -21,20 +21,16 @@ from qkviz.analysis.head_atlas import load_atlas
 from qkviz.cli import main
 from qkviz.search import PartnerIndexes, index_targets
 from qkviz.store.files import ATLAS_DIRECTORY, ATLAS_MARKER
-from support.dask_workers import blind_workers, local_cluster, namespaces_work
+from support.dask_workers import blind_workers, module_client, namespaces_work
 
-dask = pytest.importorskip("dask", reason="the dask extra is not installed")
-distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
-cloudpickle = pytest.importorskip("cloudpickle")
+pytest.importorskip("distributed", reason="the dask extra is not installed")   # with dask and cloudpickle
 
 
 @pytest.fixture(scope="module")
 def client():
-    """Two worker processes with one thread each, shared by the module."""
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the workers cannot import this test module
-    with local_cluster(2) as cluster, distributed.Client(cluster) as connected:
+    """A LocalCluster of two worker processes (one thread each) that every test of the module shares."""
+    with module_client(sys.modules[__name__]) as connected:
         yield connected
-    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,21 @@ def local_cluster(workers: int):
         yield cluster
 
 
+@contextlib.contextmanager
+def module_client(module):
+    """A client of two worker processes with one thread each, for a test ``module`` whose functions the workers
+    run (pickled by value: the workers cannot import a test module)."""
+    import cloudpickle
+    import distributed
+
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        with local_cluster(2) as cluster, distributed.Client(cluster) as connected:
+            yield connected
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
 def namespaces_work() -> bool:
     """Whether this machine lets a user make user and mount namespaces (``unshare -rm``)."""
     try:
