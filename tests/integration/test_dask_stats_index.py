@@ -37,7 +37,7 @@ def client():
 def atlas_run(tiny_run):
     """An absolute-position decoder extracted with head updates: every part of the atlas is made (the first
     layer's embedding profiles, the update histograms)."""
-    return tiny_run("gpt2", max_sentences=12, head_update=True)
+    return tiny_run("gpt2", max_sentences=8, head_update=True)
 
 
 def _copy(run, destination: Path):
@@ -204,3 +204,15 @@ def test_stats_and_index_refuse_workers_that_cannot_see_the_run(tiny_run, tmp_pa
             assert error.count("\n") == 1 and f"{names['stale']} (a different run is at that path there)" in error
     assert not (run.path / ATLAS_DIRECTORY / ATLAS_MARKER).exists()
     assert not list((run.path / "indexes").glob("*.ivf.npz"))
+
+
+def test_what_every_head_shares_is_built_once_per_process(tiny_run, tmp_path, monkeypatch):
+    import qkviz.analysis.atlas_tasks as atlas_tasks
+
+    run = _copy(tiny_run("llama"), tmp_path / "run")
+    built = []
+    real = atlas_tasks.sentence_batches
+    monkeypatch.setattr(atlas_tasks, "sentence_batches", lambda *args: built.append(args) or real(*args))
+    atlas = qkviz.compute_stats(run, max_offset=4, progress=False)
+    assert len(atlas.table) == run.n_layers * run.n_heads > 1 and len(built) == 1
+    assert atlas_tasks._STATES == {}       # and not kept once the atlas is made
