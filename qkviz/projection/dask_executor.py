@@ -17,8 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from qkviz.cluster import (CONNECT_TIMEOUT, FAST_MALLOC, RETRIES, HeadTask, check_workers_see_run, dask_client,
-                           head_task_key, parse_cluster, prepare_workers, submit_heads)
+from qkviz.cluster import HeadTask, dask_client, parse_cluster, prepare_workers, submit_heads
 from qkviz.projection.tasks import project_head
 from qkviz.store.projections import ProjectionSpec
 from qkviz.store.run import StoredRun
@@ -26,8 +25,7 @@ from qkviz.store.run import StoredRun
 if TYPE_CHECKING:
     from qkviz.cluster import DaskClient
 
-__all__ = ["CONNECT_TIMEOUT", "FAST_MALLOC", "RETRIES", "DaskExecutor", "check_workers_see_run", "dask_client",
-           "parse_cluster", "task_key"]
+__all__ = ["DaskExecutor", "dask_client", "parse_cluster"]   # the last two: qkviz.cluster's, named here as before
 
 
 class DaskExecutor:
@@ -46,8 +44,3 @@ class DaskExecutor:
         for _, outcomes in submit_heads(self.client, "project", project_head, tasks,
                                         instead="project that head without --dask"):
             yield outcomes
-
-
-def task_key(group: list[ProjectionSpec]) -> str:
-    """The Dask key of one head's task: ``project-L<layer>H<head>-<unique token>``."""
-    return head_task_key("project", group[0].layer, group[0].head)
