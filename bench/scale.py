@@ -2,6 +2,7 @@
 
     python bench/scale.py [--tokens 100000] [--dir /tmp/qkviz-scale] [--stages extract,project,stats,related,index,report]
     python bench/scale.py --stages sample-cost [--cost-tokens 20000] [--cost-heads 3:4,0:1,5:2] [--samples 2500,5000,10000]
+                          [--cost-methods attn-tsne,tsne]
 
 Commands (``--stages``), each ``qkviz`` in a child process on the bundled MiniLM over ``data/sentences.txt``
 followed by ``data/classics.txt`` (two public-domain books, see ``data/README.md``), the first ``--tokens``
@@ -100,7 +101,8 @@ def end_to_end(directory: Path, tokens: int, stages: list[str]) -> dict:
     return figures
 
 
-def sample_cost(directory: Path, tokens: int, heads: list[tuple[int, int]], samples: list[int]) -> list[dict]:
+def sample_cost(directory: Path, tokens: int, heads: list[tuple[int, int]], samples: list[int],
+                methods: list[str]) -> list[dict]:
     from sklearn.manifold import trustworthiness
 
     run_path = directory / f"minilm-{tokens}"
@@ -111,7 +113,7 @@ def sample_cost(directory: Path, tokens: int, heads: list[tuple[int, int]], samp
     aligned = {(layer, head): align_head(run.queries(layer, head), run.keys(layer, head), Alignment()).points
                for layer, head in heads}
     rows = []
-    for method in ("attn-tsne", "tsne"):
+    for method in methods:
         for sample in [*samples, 0]:
             for layer, head in heads:
                 queries, keys, points = run.queries(layer, head), run.keys(layer, head), aligned[layer, head]
@@ -139,6 +141,7 @@ def main() -> None:
     parser.add_argument("--cost-tokens", type=int, default=20_000)
     parser.add_argument("--cost-heads", default="3:4,0:1,5:2")
     parser.add_argument("--samples", default="2500,5000,10000")
+    parser.add_argument("--cost-methods", default="attn-tsne,tsne")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -149,7 +152,8 @@ def main() -> None:
     if "sample-cost" in stages:
         heads = [tuple(int(part) for part in pair.split(":")) for pair in args.cost_heads.split(",")]
         results["sample_cost"] = sample_cost(args.dir, args.cost_tokens, heads,
-                                             [int(size) for size in args.samples.split(",")])
+                                             [int(size) for size in args.samples.split(",")],
+                                             args.cost_methods.split(","))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

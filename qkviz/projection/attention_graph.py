@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from qkviz.core.errors import QkvizError
 from qkviz.projection.neighbors import neighbor_graph
-from qkviz.projection.top_k import top_logits
+from qkviz.projection.top_k import nearest_cosine, top_logits
 
 #: The parameters of :func:`attention_graph` that a layout method takes.
 GRAPH_PARAMS = ("k", "alpha", "temperature", "same_kind_k", "key_cap", "hide_first_token")
@@ -77,7 +77,7 @@ def check_graph_params(n_tokens: int, k: int, alpha: float, temperature: float, 
 def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, scale: float, *, k: int = 10,
                     alpha: float = 0.5, temperature: float = 1.0, same_kind_k: int = 10, key_cap: float = float("inf"),
                     hide_first_token: bool = False, softcap: float | None = None,
-                    first_tokens: np.ndarray | None = None) -> AttentionGraph:
+                    first_tokens: np.ndarray | None = None, approximate: bool = False) -> AttentionGraph:
     """The attention-faithful affinities of one head (see the module docstring).
 
     ``queries`` and ``keys`` ``[n, d_head]`` are the head's vectors as they enter ``q . k`` (the logits
@@ -85,7 +85,9 @@ def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, 
     ``first_tokens`` (token indices: each sentence's first token, the token table's ``position == 0``) is
     needed only with ``hide_first_token``: those keys are then left out of every query's candidate keys
     (its top ``k`` and their softmax are over the other keys, as AttentionViz's "hide first token"); they
-    still link to their own top queries and to their nearest keys."""
+    still link to their own top queries and to their nearest keys. With ``approximate``, the searches over
+    many tokens use inverted files (:mod:`qkviz.projection.top_k`): the graph a sampled layout is polished
+    with (:func:`qkviz.projection.sampling.polish_tsne`)."""
     n = len(queries)
     check_graph_params(n, k, alpha, temperature, same_kind_k, key_cap, hide_first_token)
     candidates = np.arange(n)
@@ -98,9 +100,9 @@ def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, 
         candidates = np.setdiff1d(candidates, first)
         if k > len(candidates):
             raise QkvizError(f"k must be at most the {len(candidates)} keys left once first tokens are hidden, got {k}")
-    found, query_logits = top_logits(queries, keys[candidates], k, scale, softcap)
+    found, query_logits = top_logits(queries, keys[candidates], k, scale, softcap, approximate=approximate)
     key_of_query = candidates[found]
-    query_of_key, key_logits = top_logits(keys, queries, k, scale, softcap)
+    query_of_key, key_logits = top_logits(keys, queries, k, scale, softcap, approximate=approximate)
     query_weights = softmax_rows(query_logits, temperature)          # [n, k], each row sums to 1
     key_weights = softmax_rows(key_logits, temperature)
     incoming = np.bincount(key_of_query.ravel(), weights=query_weights.ravel(), minlength=n)
@@ -115,9 +117,8 @@ def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, 
     values = [query_weights.ravel(), key_weights.ravel()]
     if alpha > 0:
         for offset, part in ((0, aligned[:n]), (n, aligned[n:])):
-            graph = neighbor_graph(part, same_kind_k + 1, "cosine")
             rows.append(offset + np.repeat(np.arange(n), same_kind_k))
-            columns.append(offset + graph.indices[:, 1:].ravel())
+            columns.append(offset + _same_kind(part, same_kind_k, approximate).ravel())
             values.append(np.full(n * same_kind_k, alpha / same_kind_k))
     matrix = sp.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))),
                            shape=(2 * n, 2 * n))
@@ -125,3 +126,14 @@ def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, 
     matrix = matrix / matrix.sum()
     sinks = capped[np.argsort(-incoming[capped], kind="stable")]
     return AttentionGraph(sp.csr_matrix(matrix), sinks.astype(np.int64), n)
+
+
+def _same_kind(points: np.ndarray, k: int, approximate: bool) -> np.ndarray:
+    """int64 ``[n, k]``: each point's ``k`` nearest other points by cosine (exact, or by an inverted file)."""
+    if not approximate:
+        return neighbor_graph(points, k + 1, "cosine").indices[:, 1:]
+    near = nearest_cosine(points, points, k + 1, approximate=True)
+    own = near == np.arange(len(points))[:, None]
+    # the point itself is (nearly always) its own nearest; where the search missed it, drop the last instead
+    keep = np.where(own.any(axis=1, keepdims=True), ~own, np.arange(k + 1) < k)
+    return near[keep].reshape(len(points), k)

@@ -28,8 +28,8 @@ from qkviz.store.projections import ATTENTION_METHODS, ONLY_3D, ProjectionCache,
 from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
 from qkviz.projection.attention_graph import GRAPH_PARAMS, AttentionGraph, attention_graph, check_graph_params
 from qkviz.projection.methods import neighbors_needed, project_points
-from qkviz.projection.sampling import (assemble, attention_affinities, perplexity_affinities, place, refine_tsne,
-                                       sample_points, stratified_sample)
+from qkviz.projection.sampling import (assemble, attention_affinities, perplexity_affinities, place, polish_tsne,
+                                       refine_tsne, sample_points, stratified_sample)
 from qkviz.store.run import StoredRun, open_run
 
 logger = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, f
                                 **params)
     coordinates = projection.coordinates
     if fit.chosen is not None:
-        coordinates = _place_rest(run, spec, params, fit, aligned.points, projection)
+        coordinates = _place_rest(run, spec, params, fit, aligned.points, projection, seed)
     seconds = time.perf_counter() - started
     cache.store(spec, coordinates, details={
         "seconds": round(seconds, 3), "norm_scale": aligned.norm_scale,
@@ -205,20 +205,28 @@ def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, f
 
 
 def _place_rest(run: StoredRun, spec: ProjectionSpec, params: dict, fit: FitPoints, aligned: np.ndarray,
-                projection) -> np.ndarray:
+                projection, seed: int) -> np.ndarray:
     """The whole head's coordinates: the fitted sample's, and every other point placed by its affinities to the
-    sample (:mod:`qkviz.projection.sampling`)."""
+    sample; a 2D attn-tsne layout then polished over the whole head's attention graph
+    (:mod:`qkviz.projection.sampling`)."""
     n = run.n_tokens
     rest = np.setdiff1d(np.arange(n), fit.chosen)
+    polish = spec.method == "attn-tsne" and spec.dim == 2
     if spec.method in ATTENTION_METHODS:
+        hidden = fit.first_tokens if params["hide_first_token"] else None
         affinities = attention_affinities(
-            fit.head_queries, fit.head_keys, aligned, fit.chosen,
-            run.scale(spec.layer), softcap=run.softcap(spec.layer),
-            hidden_keys=fit.first_tokens if params["hide_first_token"] else None,
+            fit.head_queries, fit.head_keys, aligned, fit.chosen, run.scale(spec.layer),
+            softcap=run.softcap(spec.layer), hidden_keys=hidden, approximate=polish,
             **{name: params[name] for name in ("k", "alpha", "temperature", "same_kind_k")})
     else:
         affinities = perplexity_affinities(aligned[np.concatenate([rest, n + rest])], fit.points)
     placed = place(affinities, projection.coordinates)
+    if polish:
+        graph = attention_graph(fit.head_queries, fit.head_keys, aligned, run.scale(spec.layer),
+                                softcap=run.softcap(spec.layer), approximate=True,
+                                first_tokens=np.flatnonzero(run.tokens["position"].to_numpy() == 0),
+                                **{name: params[name] for name in GRAPH_PARAMS})
+        return polish_tsne(assemble(projection.coordinates, placed, fit.chosen, n), graph, seed)
     if projection.reference is not None:
         placed = refine_tsne(projection.reference, affinities, placed)
     return assemble(projection.coordinates, placed, fit.chosen, n)

@@ -31,6 +31,10 @@ from qkviz.store import files as run_files
 logger = logging.getLogger(__name__)
 
 CACHE_SCHEMA_VERSION = 1
+#: How a 2D attn-tsne layout fitted on a sample places the other tokens, part of its key (older entries are
+#: computed again): 2 -- placed at their sampled partners' weighted mean, then the whole head polished over its
+#: attention graph (:mod:`qkviz.projection.sampling`); entries without it placed them by openTSNE's transform.
+SAMPLED_PLACEMENT_VERSION = 2
 FAILURES_DIRECTORY = "failures"
 LOCKS_DIRECTORY = "locks"
 
@@ -153,6 +157,8 @@ class ProjectionCache:
 
     def key(self, spec: ProjectionSpec) -> str:
         identity = {"schema": CACHE_SCHEMA_VERSION, "run": self.run_fingerprint, **spec.as_dict()}
+        if spec.method == "attn-tsne" and spec.dim == 2 and dict(spec.params).get("sample", 0) > 0:
+            identity["placement"] = SAMPLED_PLACEMENT_VERSION
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
     def _paths(self, spec: ProjectionSpec) -> tuple[Path, Path]:

@@ -94,3 +94,28 @@ def test_a_sample_larger_than_the_run_is_a_one_line_error(sampled_run):
     assert result.returncode == 2
     one_line_error(result, f"a sample of {sampled_run.n_tokens + 1} tokens", "ask for at most")
     assert run_main("project", "--run", str(sampled_run.path), "--sample", "-1").returncode == 2
+
+
+def test_polishing_a_sampled_attention_layout_brings_tokens_to_their_partners(sampled_run):
+    """The placed start against the same start after the polish over the whole head's attention graph."""
+    from qkviz.core.alignment import Alignment, align_head
+    from qkviz.core.partners import partner_recall
+    from qkviz.projection.attention_graph import attention_graph
+    from qkviz.projection.methods import project_points
+    from qkviz.projection.sampling import assemble, attention_affinities, place, polish_tsne, sample_points
+
+    run, layer, head = sampled_run, 1, 2
+    queries, keys, n = run.queries(layer, head), run.keys(layer, head), sampled_run.n_tokens
+    aligned = align_head(queries, keys, Alignment()).points
+    chosen = stratified_sample(run.tokens, n // 3, seed=0)
+    points = aligned[sample_points(chosen, n)]
+    sample_graph = attention_graph(queries[chosen], keys[chosen], points, run.scale(layer))
+    fitted = project_points(points, "attn-tsne", 2, seed=0, attention=sample_graph, **QUICK).coordinates
+    affinities = attention_affinities(queries, keys, aligned, chosen, run.scale(layer), k=10, alpha=0.5,
+                                      temperature=1.0, same_kind_k=10, approximate=True)
+    start = assemble(fitted, place(affinities, fitted), chosen, n)
+    polished = polish_tsne(start, attention_graph(queries, keys, aligned, run.scale(layer), approximate=True), seed=0)
+    assert polished.shape == start.shape and np.isfinite(polished).all()
+    before, after = (partner_recall(queries, keys, run.scale(layer), layout, k=5, sample=None)
+                     for layout in (start, polished))
+    assert after["query"] + after["key"] > 1.2 * (before["query"] + before["key"]), (before, after)
