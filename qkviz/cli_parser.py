@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--sample", type=_parameter("sample"),
                          help="t-SNE and UMAP methods: fit each head on a stratified sample of this many tokens (every "
                               "position and token kind represented) and place the others on that picture (default "
-                              "20000; 0 fits every token)")
+                              "10000 for attn-tsne, 20000 for the others; 0 fits every token)")
     project.add_argument("--hide-first-token", action=argparse.BooleanOptionalAction,
                          help="attn-*: leave every sentence's first-token key out of the keys a query links to, so "
                               "a sink head's queries are placed by what they attend to besides the sink "

@@ -54,7 +54,9 @@ TRANSFORM_SETTINGS = {"learning_rate": 1.0, "exaggeration": 1.0, "momentum": 0.8
 #: t-SNE iterations of a sampled attn-tsne layout over the whole head's attention graph (openTSNE's defaults: no
 #: exaggeration, momentum 0.8, learning rate ``n / 12``). On MiniLM layer 3 head 4 at 100,000 tokens, 0.2 s each;
 #: partner recall rose from 0.057 to 0.075 after 25, 0.124 after 50, 0.156 after 100 (graph without the same-kind term)
-POLISH_ITER = 100
+POLISH_ITER = 60
+#: Jacobi sweeps spreading the fitted positions over the whole head's graph before the polish
+SPREAD_ROUNDS = 10
 #: Nearest sampled points whose perplexity affinities place a new point in a plain t-SNE (openTSNE's transform
 #: uses perplexity 5 over 15 neighbours)
 TRANSFORM_PERPLEXITY = 5.0
@@ -117,8 +119,7 @@ def sample_points(chosen: np.ndarray, n_tokens: int) -> np.ndarray:
 
 def attention_affinities(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, chosen: np.ndarray,
                          scale: float, *, k: int, alpha: float, temperature: float, same_kind_k: int,
-                         softcap: float | None = None, hidden_keys: np.ndarray | None = None,
-                         approximate: bool = False) -> sp.csr_matrix:
+                         softcap: float | None = None, hidden_keys: np.ndarray | None = None) -> sp.csr_matrix:
     """``[2m, 2s]`` affinities (rows summing to 1) of the ``m`` unsampled tokens' points (queries, then keys)
     to the sampled points (their queries, then keys, as :func:`sample_points` orders them): the head's
     attention to the sampled tokens, and with weight ``alpha`` the nearest sampled points of the same kind.
@@ -127,16 +128,16 @@ def attention_affinities(queries: np.ndarray, keys: np.ndarray, aligned: np.ndar
     rest = np.setdiff1d(np.arange(n), chosen)
     m = len(rest)
     candidates = np.setdiff1d(np.arange(s), hidden_keys) if hidden_keys is not None else np.arange(s)
-    found, logits = top_logits(queries[rest], keys[chosen][candidates], k, scale, softcap, approximate=approximate)
+    found, logits = top_logits(queries[rest], keys[chosen][candidates], k, scale, softcap)
     to_keys = s + candidates[found]
-    to_queries, key_logits = top_logits(keys[rest], queries[chosen], k, scale, softcap, approximate=approximate)
+    to_queries, key_logits = top_logits(keys[rest], queries[chosen], k, scale, softcap)
     rows = [np.repeat(np.arange(m), found.shape[1]), m + np.repeat(np.arange(m), to_queries.shape[1])]
     columns = [to_keys.ravel(), to_queries.ravel()]
     values = [softmax_rows(logits, temperature).ravel(), softmax_rows(key_logits, temperature).ravel()]
     if alpha > 0:
         for offset, own, reference in ((0, aligned[rest], aligned[chosen]),
                                        (s, aligned[n + rest], aligned[n + chosen])):
-            near = nearest_cosine(own, reference, same_kind_k, approximate=approximate)
+            near = nearest_cosine(own, reference, same_kind_k)
             rows.append((m if offset else 0) + np.repeat(np.arange(m), near.shape[1]))
             columns.append(offset + near.ravel())
             values.append(np.full(near.size, alpha / near.shape[1]))
@@ -175,6 +176,33 @@ def refine_tsne(reference, affinities: sp.csr_matrix, start: np.ndarray, n_iter:
     partial = PartialTSNEEmbedding(start, reference, P=affinities, **reference.gradient_descent_params)
     partial = partial.optimize(n_iter=n_iter, **TRANSFORM_SETTINGS)
     return np.asarray(partial, dtype=np.float64)
+
+
+def spread_over_graph(graph: sp.csr_matrix, fitted: np.ndarray, fitted_points: np.ndarray,
+                      rounds: int = SPREAD_ROUNDS) -> np.ndarray:
+    """float64 ``[2n, dim]``: the fitted points where they are, every other point at the affinity-weighted mean
+    of its neighbours in the whole head's ``graph`` -- the fitted ones to start with (the centre of the picture
+    for a point with none), then ``rounds`` Jacobi sweeps of the weighted mean over all its neighbours, so that
+    a point whose partners were not sampled moves to them too."""
+    n_points = graph.shape[0]
+    fixed = np.zeros(n_points, dtype=bool)
+    fixed[fitted_points] = True
+    rest = np.flatnonzero(~fixed)
+    rows = graph[rest]
+    to_fitted, to_rest = rows[:, fitted_points], rows[:, rest]
+    anchored = to_fitted @ fitted.astype(np.float64)
+    fitted_weight = np.asarray(to_fitted.sum(axis=1)).ravel()
+    placed = np.where(fitted_weight[:, None] > 0, anchored / np.maximum(fitted_weight, 1e-300)[:, None],
+                      fitted.mean(axis=0))
+    total = fitted_weight + np.asarray(to_rest.sum(axis=1)).ravel()
+    linked = total > 0
+    for _ in range(rounds):
+        swept = (anchored + to_rest @ placed) / np.where(linked, total, 1.0)[:, None]
+        placed = np.where(linked[:, None], swept, placed)
+    coordinates = np.empty((n_points, fitted.shape[1]), dtype=np.float64)
+    coordinates[fitted_points] = fitted
+    coordinates[rest] = placed
+    return coordinates
 
 
 def polish_tsne(start: np.ndarray, graph, seed: int, n_iter: int = POLISH_ITER) -> np.ndarray:

@@ -29,7 +29,7 @@ from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
 from qkviz.projection.attention_graph import GRAPH_PARAMS, AttentionGraph, attention_graph, check_graph_params
 from qkviz.projection.methods import neighbors_needed, project_points
 from qkviz.projection.sampling import (assemble, attention_affinities, perplexity_affinities, place, polish_tsne,
-                                       refine_tsne, sample_points, stratified_sample)
+                                       refine_tsne, sample_points, spread_over_graph, stratified_sample)
 from qkviz.store.run import StoredRun, open_run
 
 logger = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, f
         if key not in attention_graphs:
             attention_graphs[key] = attention_graph(
                 fit.queries, fit.keys, fit.points, run.scale(spec.layer), softcap=run.softcap(spec.layer),
-                first_tokens=fit.first_tokens, **graph_params)
+                first_tokens=fit.first_tokens, approximate=fit.chosen is not None, **graph_params)
         attention = attention_graphs[key]
     projection = project_points(fit.points, spec.method, spec.dim, seed=seed,
                                 graph=graphs.get(params.get("metric")), tsne_2d=tsne_2d, attention=attention,
@@ -206,27 +206,26 @@ def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, f
 
 def _place_rest(run: StoredRun, spec: ProjectionSpec, params: dict, fit: FitPoints, aligned: np.ndarray,
                 projection, seed: int) -> np.ndarray:
-    """The whole head's coordinates: the fitted sample's, and every other point placed by its affinities to the
-    sample; a 2D attn-tsne layout then polished over the whole head's attention graph
-    (:mod:`qkviz.projection.sampling`)."""
+    """The whole head's coordinates from the fitted sample's (:mod:`qkviz.projection.sampling`): a 2D attn-tsne
+    layout spread over the whole head's attention graph and polished on it; the others placed by their
+    affinities to the sample."""
     n = run.n_tokens
-    rest = np.setdiff1d(np.arange(n), fit.chosen)
-    polish = spec.method == "attn-tsne" and spec.dim == 2
-    if spec.method in ATTENTION_METHODS:
-        hidden = fit.first_tokens if params["hide_first_token"] else None
-        affinities = attention_affinities(
-            fit.head_queries, fit.head_keys, aligned, fit.chosen, run.scale(spec.layer),
-            softcap=run.softcap(spec.layer), hidden_keys=hidden, approximate=polish,
-            **{name: params[name] for name in ("k", "alpha", "temperature", "same_kind_k")})
-    else:
-        affinities = perplexity_affinities(aligned[np.concatenate([rest, n + rest])], fit.points)
-    placed = place(affinities, projection.coordinates)
-    if polish:
+    if spec.method == "attn-tsne" and spec.dim == 2:
         graph = attention_graph(fit.head_queries, fit.head_keys, aligned, run.scale(spec.layer),
                                 softcap=run.softcap(spec.layer), approximate=True,
                                 first_tokens=np.flatnonzero(run.tokens["position"].to_numpy() == 0),
                                 **{name: params[name] for name in GRAPH_PARAMS})
-        return polish_tsne(assemble(projection.coordinates, placed, fit.chosen, n), graph, seed)
+        start = spread_over_graph(graph.matrix, projection.coordinates, sample_points(fit.chosen, n))
+        return polish_tsne(start, graph, seed)
+    rest = np.setdiff1d(np.arange(n), fit.chosen)
+    if spec.method in ATTENTION_METHODS:
+        affinities = attention_affinities(
+            fit.head_queries, fit.head_keys, aligned, fit.chosen, run.scale(spec.layer),
+            softcap=run.softcap(spec.layer), hidden_keys=fit.first_tokens if params["hide_first_token"] else None,
+            **{name: params[name] for name in ("k", "alpha", "temperature", "same_kind_k")})
+    else:
+        affinities = perplexity_affinities(aligned[np.concatenate([rest, n + rest])], fit.points)
+    placed = place(affinities, projection.coordinates)
     if projection.reference is not None:
         placed = refine_tsne(projection.reference, affinities, placed)
     return assemble(projection.coordinates, placed, fit.chosen, n)

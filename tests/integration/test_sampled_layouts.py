@@ -97,25 +97,41 @@ def test_a_sample_larger_than_the_run_is_a_one_line_error(sampled_run):
 
 
 def test_polishing_a_sampled_attention_layout_brings_tokens_to_their_partners(sampled_run):
-    """The placed start against the same start after the polish over the whole head's attention graph."""
+    """The fitted sample spread over the whole head's attention graph, before and after the polish on it."""
     from qkviz.core.alignment import Alignment, align_head
     from qkviz.core.partners import partner_recall
     from qkviz.projection.attention_graph import attention_graph
     from qkviz.projection.methods import project_points
-    from qkviz.projection.sampling import assemble, attention_affinities, place, polish_tsne, sample_points
+    from qkviz.projection.sampling import polish_tsne, sample_points, spread_over_graph
 
     run, layer, head = sampled_run, 1, 2
     queries, keys, n = run.queries(layer, head), run.keys(layer, head), sampled_run.n_tokens
     aligned = align_head(queries, keys, Alignment()).points
     chosen = stratified_sample(run.tokens, n // 3, seed=0)
-    points = aligned[sample_points(chosen, n)]
-    sample_graph = attention_graph(queries[chosen], keys[chosen], points, run.scale(layer))
-    fitted = project_points(points, "attn-tsne", 2, seed=0, attention=sample_graph, **QUICK).coordinates
-    affinities = attention_affinities(queries, keys, aligned, chosen, run.scale(layer), k=10, alpha=0.5,
-                                      temperature=1.0, same_kind_k=10, approximate=True)
-    start = assemble(fitted, place(affinities, fitted), chosen, n)
-    polished = polish_tsne(start, attention_graph(queries, keys, aligned, run.scale(layer), approximate=True), seed=0)
+    fitted_points = sample_points(chosen, n)
+    sample_graph = attention_graph(queries[chosen], keys[chosen], aligned[fitted_points], run.scale(layer))
+    fitted = project_points(aligned[fitted_points], "attn-tsne", 2, seed=0, attention=sample_graph,
+                            **QUICK).coordinates
+    graph = attention_graph(queries, keys, aligned, run.scale(layer), approximate=True)
+    start = spread_over_graph(graph.matrix, fitted, fitted_points)
+    assert np.array_equal(start[fitted_points], fitted)                 # the fitted points stay where they are
+    assert len(np.unique(start.round(4), axis=0)) > 0.9 * 2 * n          # and the others do not pile up
+    polished = polish_tsne(start, graph, seed=0)
     assert polished.shape == start.shape and np.isfinite(polished).all()
     before, after = (partner_recall(queries, keys, run.scale(layer), layout, k=5, sample=None)
                      for layout in (start, polished))
     assert after["query"] + after["key"] > 1.2 * (before["query"] + before["key"]), (before, after)
+
+
+def test_spreading_over_the_graph_puts_a_point_at_its_neighbours_weighted_mean():
+    """A chain 0 - 1 - 2 - 3 with 0 and 3 fitted: 1 and 2 settle at a third and two thirds of the way."""
+    import scipy.sparse as sp
+
+    from qkviz.projection.sampling import spread_over_graph
+
+    chain = sp.csr_matrix(np.array([[0, 1, 0, 0], [1, 0, 1, 0], [0, 1, 0, 1], [0, 0, 1, 0]], dtype=float))
+    spread = spread_over_graph(chain, np.array([[0.0, 0.0], [3.0, 6.0]]), np.array([0, 3]), rounds=200)
+    np.testing.assert_allclose(spread, [[0, 0], [1, 2], [2, 4], [3, 6]], atol=1e-6)
+    lonely = sp.csr_matrix((3, 3))                                        # no neighbours: the fitted points' centre
+    np.testing.assert_allclose(spread_over_graph(lonely, np.array([[0.0, 0.0], [2.0, 4.0]]), np.array([0, 1]))[2],
+                               [1, 2])
