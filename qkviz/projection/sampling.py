@@ -1,5 +1,5 @@
-"""Layouts of large heads: fit on a stratified sample of the tokens, place every other point by its
-affinities to the sample, and (attn-tsne in 2D) polish the whole head over its own attention graph.
+"""Layouts of large heads: fit on a stratified sample of the tokens, then place every other point on the fitted
+picture (and, attn-tsne in 2D, polish the whole head over its own attention graph).
 
 t-SNE and UMAP cost grows with the points: a head of 100,000 tokens is 200,000 points, minutes per head
 on one core. Past ``sample`` tokens (a layout parameter, ``qkviz.store.projections.DEFAULT_SAMPLE`` by default;
@@ -8,18 +8,17 @@ drawn from every stratum of (position in the sentence, token kind), so that firs
 word pieces and late positions are all represented however rare. The other points are then placed on the
 fitted picture:
 
-* **attn-tsne, 2D** -- each new point starts at the weighted mean of its partners in the sample (a new
-  query's ``k`` strongest sampled keys, softmax weights over their logits, and with weight ``alpha`` its
-  ``same_kind_k`` nearest sampled queries; a new key likewise with the sampled queries that score it highest).
-  Then every point, sampled or not, is moved by :data:`POLISH_ITER` t-SNE iterations over the head's whole
-  attention graph (:func:`polish_tsne`): the same objective as a full fit, from a start that already has the
-  fit's global shape, so that a token lands beside its partners whether they were sampled or not. The
-  searches of both steps use inverted files (:mod:`qkviz.projection.top_k`). On two MiniLM heads at 100,000
-  tokens this lifted partner recall from 0.057 (a fixed sample and openTSNE's transform) to 0.109, against
-  0.146 for a full fit, and trustworthiness from 0.758 to 0.798 (full fit: 0.809), in about the same time
-  (``bench/scale.py --stages sample-cost``).
+* **attn-tsne, 2D** -- the whole head's attention graph is built (every query's strongest keys over the corpus,
+  every key's strongest queries, the same-kind term: :func:`qkviz.projection.attention_graph.attention_graph`,
+  its searches on inverted files, :mod:`qkviz.projection.top_k`); every other point starts at the weighted mean
+  of its neighbours in it (:func:`spread_over_graph`), and then every point, sampled or not, moves for
+  :data:`POLISH_ITER` t-SNE iterations over that graph (:func:`polish_tsne`): the full fit's objective, from a
+  start that already has the fit's global shape, so that a token lands beside its partners whether they were
+  sampled or not. What it measured is in ``docs/methods.md`` (``bench/scale.py --stages sample-cost``).
 * **t-SNE, and attn-tsne in 3D** -- openTSNE's transform against the fixed sample: each new point's
-  affinities to it (perplexity affinities over its nearest sampled points by cosine; attn-tsne's as above), a
+  affinities to it (t-SNE: perplexity affinities over its nearest sampled points by cosine; attn-tsne: a new
+  query's ``k`` strongest sampled keys, softmax weights over their logits, and with weight ``alpha`` its
+  ``same_kind_k`` nearest sampled queries, a new key likewise with the sampled queries that score it highest), a
   start at their weighted mean, and a short optimisation (:data:`TRANSFORM_ITER` iterations,
   :data:`TRANSFORM_SETTINGS`).
 * **UMAP / attn-umap** -- the weighted mean of the same neighbours (UMAP's transform starts there), with no
@@ -52,8 +51,9 @@ MIN_PER_STRATUM = 5
 TRANSFORM_ITER = 100
 TRANSFORM_SETTINGS = {"learning_rate": 1.0, "exaggeration": 1.0, "momentum": 0.8, "max_grad_norm": 0.25}
 #: t-SNE iterations of a sampled attn-tsne layout over the whole head's attention graph (openTSNE's defaults: no
-#: exaggeration, momentum 0.8, learning rate ``n / 12``). On MiniLM layer 3 head 4 at 100,000 tokens, 0.2 s each;
-#: partner recall rose from 0.057 to 0.075 after 25, 0.124 after 50, 0.156 after 100 (graph without the same-kind term)
+#: exaggeration, momentum 0.8, learning rate ``n / 12``), about 0.2 s each at 100,000 tokens. On MiniLM layers/heads
+#: 3/4 and 5/2 at 100,000 tokens, from a 10,000-token sample, partner recall was 0.092 / 0.165 after 40, 0.104 / 0.181
+#: after 60 and 0.127 / 0.188 after 100 (full fits: 0.146 / 0.213); 60 keep a head within the time of the issue's goal
 POLISH_ITER = 60
 #: Jacobi sweeps spreading the fitted positions over the whole head's graph before the polish
 SPREAD_ROUNDS = 10
