@@ -275,9 +275,13 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         run_changed = previous is None or previous.run != state.run
         layers = [{"label": str(i), "value": i} for i in range(data.run.n_layers)]
         head_choices = [{"label": str(i), "value": i} for i in range(data.run.n_heads)]
-        options = [layers, head_choices, layers, head_choices, sentence.sentence_options(data), method_options(data),
-                   dim_options(data, state.method), run_summary(data)]
-        options = options if run_changed else [no_update] * 5 + options[5:7] + [no_update]
+        # the sentence selector offers the first sentences and the chosen one (typing finds others, see
+        # sentence.register), not all of a large run's thousands: rendering those took Dash 1-2 s on every load
+        sentence_changed = run_changed or previous.sentence != state.sentence
+        options = [layers, head_choices, layers, head_choices,
+                   sentence.sentence_options(data, "", state.sentence) if sentence_changed else no_update,
+                   method_options(data), dim_options(data, state.method), run_summary(data)]
+        options = options if run_changed else [no_update] * 4 + options[4:7] + [no_update]
         # the sort control offers the atlas's columns, which may appear while the app runs: sent when the run
         # changes or the matrix view opens, not on every action
         opened_matrix = state.view == "matrix" and (previous is None or previous.view != "matrix")
