@@ -36,7 +36,7 @@ TAB_STYLE = {"padding": "8px 4px"}
 #: the stores the shell holds: each view's last drawn key, and the events the state callback reads
 STORES = (ids.MATRIX_RENDERED, ids.SINGLE_RENDERED, ids.POSITIONS_RENDERED, ids.EXEMPLAR_CLICK, ids.PARTNER_CLICK,
           *matrix.POINT_EVENTS, *single.POINT_EVENTS, *sentence.POINT_EVENTS, *heads.POINT_EVENTS,
-          ids.POSITIONS_CLICK, ids.RELATED_CLICK, ids.HEADS_RENDERED, ids.EXPORT_SINK)
+          ids.POSITIONS_CLICK, ids.RELATED_CLICK, ids.HEADS_RENDERED, ids.EXPORT_SINK, *ids.VIEW_STATES.values())
 #: where the app's CSS and clientside JavaScript lie (Dash serves and links every file in it)
 ASSETS = Path(__file__).parent / "assets"
 
@@ -252,6 +252,7 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         Output(ids.RUN_INFO, "children"),
         Output(ids.MATRIX_SORT, "options"),
         *(Output(view, "style") for view in VIEW_IDS.values()),
+        *(Output(store, "data") for store in ids.VIEW_STATES.values()),
         Input(ids.URL, "search"),
         *(Input(control, prop) for control, prop in value_controls),
         *(Input(control, prop) for control, prop in event_inputs),
@@ -288,7 +289,9 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         options.append(matrix.sort_control_options(data) if run_changed or opened_matrix else no_update)
         styles = [{"display": "block" if state.view == view else "none"} for view in VIEW_IDS]
         notice = html.Div([html.Div(text) for text in notices], className="notice") if notices else None
-        return (state.as_dict(), to_url(state, [d.shape for d in runs]), notice, *control_outputs, *options, *styles)
+        shown = [state.as_dict() if state.view == view else no_update for view in ids.VIEW_STATES]
+        return (state.as_dict(), to_url(state, [d.shape for d in runs]), notice, *control_outputs, *options, *styles,
+                *shown)
 
 
 def run_summary(data: RunData) -> str:

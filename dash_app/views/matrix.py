@@ -384,11 +384,11 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
     """Draw the matrix when the view opens or its run, projection, search or order changes; relay a click."""
 
     @app.callback(Output(ids.MATRIX_GRAPH, "figure"), Output(ids.MATRIX_MESSAGE, "children"),
-                  Output(ids.MATRIX_RENDERED, "data"), Input(ids.STATE, "data"), Input(ids.LAYOUT_STAMP, "data"),
+                  Output(ids.MATRIX_RENDERED, "data"), Input(ids.VIEW_STATES["matrix"], "data"), Input(ids.LAYOUT_STAMP, "data"),
                   State(ids.MATRIX_RENDERED, "data"))
     def draw_matrix(current, _landed, rendered):
         state = checked_state(current, runs)
-        if state.view != "matrix":
+        if current is None or state.view != "matrix":
             raise PreventUpdate
         data = runs[state.run]
         layouts = data.all_layouts(state.method)      # heads that landed since the last drawing are read here

@@ -155,10 +155,10 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
 
     @app.callback(Output(ids.SENTENCE_GRAPH, "figure"), Output(ids.AGGREGATE_GRAPH, "figure"),
                   Output(ids.SENTENCE_MESSAGE, "children"),
-                  Input(ids.STATE, "data"), Input(ids.SENTENCE_OPTIONS, "value"))
+                  Input(ids.VIEW_STATES["sentence"], "data"), Input(ids.SENTENCE_OPTIONS, "value"))
     def draw_sentence(current, options):
         state = checked_state(current, runs)
-        if state.view != "sentence":
+        if current is None or state.view != "sentence":
             raise PreventUpdate
         data, options = runs[state.run], string_list(options)
         figure, message = render_sentence(data, state, options)

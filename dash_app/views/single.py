@@ -231,12 +231,12 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
                   Output(ids.SINGLE_MESSAGE, "children"), Output(ids.SINGLE_CORRELATION, "children"),
                   Output(ids.SINGLE_ATLAS, "children"), Output(ids.SINGLE_RENDERED, "data"),
                   Output(ids.SINGLE_RELATED, "children"),
-                  Input(ids.STATE, "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
+                  Input(ids.VIEW_STATES["single"], "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
                   Input(ids.THRESHOLD, "value"), Input(ids.PARTNER_K, "value"), Input(ids.PARTNER_OPTIONS, "value"),
                   Input(ids.LAYOUT_STAMP, "data"), State(ids.SINGLE_RENDERED, "data"))
     def draw_single(current, options, top_k, threshold, partner_k, partner_options, _landed, rendered):
         state = checked_state(current, runs)
-        if state.view != "single":
+        if current is None or state.view != "single":
             raise PreventUpdate
         data = runs[state.run]
         top_k = bounded_number(top_k, DEFAULT_TOP_K, 0, MAX_TOP_K, whole=True)
@@ -269,11 +269,11 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
         return (head_patch(figure) if same_tokens else figure, info_line(data), layout_note(data, state), correlations,
                 atlas, {**key, "ok": True}, related)
 
-    @app.callback(Output(ids.SINGLE_POINT, "children"), Input(ids.STATE, "data"))
+    @app.callback(Output(ids.SINGLE_POINT, "children"), Input(ids.VIEW_STATES["single"], "data"))
     def show_point(current):
         # the state's point: the one the URL names and the figure rings (never the last point hovered)
         state = checked_state(current, runs)
-        if state.view != "single":
+        if current is None or state.view != "single":
             raise PreventUpdate
         return point_details(runs[state.run], state, state.point)
 
