@@ -1,15 +1,18 @@
 """The app's ways with large runs, in headless Chromium on the tiny run: the matrix drawn as images (the raster
 threshold lowered to 0) -- every head's thumbnail an image in its cell, no WebGL context started, hovering a cell
 names its head, a click opens it, a search's matches drawn over the images -- and a head switch in the single view that sends
-the new head's points without the tokens' texts and ids, which the drawn figure keeps."""
+the new head's points (uint16 steps, drawn within a pixel of their exact place) without the tokens' texts and ids,
+which the drawn figure keeps."""
 
 import base64
 import re
 
+import numpy as np
 import pytest
 from support.browser import served_app, DECODE_PNG_JS, chromium_page, copy_run, wait_idle
 
 from dash_app.views.matrix_raster import RASTER_POINTS_ENV, THUMBNAIL_PIXELS
+from dash_app.views.single_figure import STEPS, to_steps
 
 DRAWN = """([graphId, traces]) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
@@ -110,8 +113,14 @@ def test_a_head_switch_keeps_the_tokens_texts_and_ids(page, served, app_run):
     n_tokens = app_run.n_tokens
     assert switched["texts"] == first["texts"] == n_tokens and switched["ids"] == [0, n_tokens - 1]
     assert switched["x"] != first["x"]                                         # the new head's points
-    expected = app_run.projection(0, 1, "pca", 2)[:3, 0]
-    assert switched["x"] == pytest.approx(expected.tolist(), rel=1e-5)
+    layout = app_run.projection(0, 1, "pca", 2).astype(np.float64)
+    assert switched["x"] == to_steps(layout)[:3, 0].tolist()                  # sent as uint16 steps ...
+    # ... each drawn within a pixel of where its exact coordinates would be
+    low, extent = layout.min(axis=0), float(np.max(layout.max(axis=0) - layout.min(axis=0)))
+    exact = (layout - low) * STEPS / extent
+    pixels_per_step = page.evaluate("""() => { const axis = document.querySelector('#single-graph .js-plotly-plot')
+                                       ._fullLayout.xaxis; return axis._length / (axis.range[1] - axis.range[0]); }""")
+    assert np.abs(to_steps(layout) - exact).max() * pixels_per_step < 1
     figures = [response.json()["response"]["single-graph"]["figure"] for response in responses
                if "single-graph.figure" in (response.request.post_data or "")]
     changed = [operation["location"] for operation in figures[-1]["operations"]]   # a Patch, not a figure
