@@ -36,7 +36,7 @@ TAB_STYLE = {"padding": "8px 4px"}
 #: the stores the shell holds: each view's last drawn key, and the events the state callback reads
 STORES = (ids.MATRIX_RENDERED, ids.SINGLE_RENDERED, ids.POSITIONS_RENDERED, ids.EXEMPLAR_CLICK, ids.PARTNER_CLICK,
           *matrix.POINT_EVENTS, *single.POINT_EVENTS, *sentence.POINT_EVENTS, *heads.POINT_EVENTS,
-          ids.POSITIONS_CLICK, ids.RELATED_CLICK, ids.HEADS_RENDERED, ids.EXPORT_SINK)
+          ids.POSITIONS_CLICK, ids.RELATED_CLICK, ids.HEADS_RENDERED, ids.EXPORT_SINK, *ids.VIEW_STATES.values())
 #: where the app's CSS and clientside JavaScript lie (Dash serves and links every file in it)
 ASSETS = Path(__file__).parent / "assets"
 
@@ -252,6 +252,7 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         Output(ids.RUN_INFO, "children"),
         Output(ids.MATRIX_SORT, "options"),
         *(Output(view, "style") for view in VIEW_IDS.values()),
+        *(Output(store, "data") for store in ids.VIEW_STATES.values()),
         Input(ids.URL, "search"),
         *(Input(control, prop) for control, prop in value_controls),
         *(Input(control, prop) for control, prop in event_inputs),
@@ -275,16 +276,22 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         run_changed = previous is None or previous.run != state.run
         layers = [{"label": str(i), "value": i} for i in range(data.run.n_layers)]
         head_choices = [{"label": str(i), "value": i} for i in range(data.run.n_heads)]
-        options = [layers, head_choices, layers, head_choices, sentence.sentence_options(data), method_options(data),
-                   dim_options(data, state.method), run_summary(data)]
-        options = options if run_changed else [no_update] * 5 + options[5:7] + [no_update]
+        # the sentence selector offers the first sentences and the chosen one (typing finds others, see
+        # sentence.register), not all of a large run's thousands: rendering those took Dash 1-2 s on every load
+        sentence_changed = run_changed or previous.sentence != state.sentence
+        options = [layers, head_choices, layers, head_choices,
+                   sentence.sentence_options(data, "", state.sentence) if sentence_changed else no_update,
+                   method_options(data), dim_options(data, state.method), run_summary(data)]
+        options = options if run_changed else [no_update] * 4 + options[4:7] + [no_update]
         # the sort control offers the atlas's columns, which may appear while the app runs: sent when the run
         # changes or the matrix view opens, not on every action
         opened_matrix = state.view == "matrix" and (previous is None or previous.view != "matrix")
         options.append(matrix.sort_control_options(data) if run_changed or opened_matrix else no_update)
         styles = [{"display": "block" if state.view == view else "none"} for view in VIEW_IDS]
         notice = html.Div([html.Div(text) for text in notices], className="notice") if notices else None
-        return (state.as_dict(), to_url(state, [d.shape for d in runs]), notice, *control_outputs, *options, *styles)
+        shown = [state.as_dict() if state.view == view else no_update for view in ids.VIEW_STATES]
+        return (state.as_dict(), to_url(state, [d.shape for d in runs]), notice, *control_outputs, *options, *styles,
+                *shown)
 
 
 def run_summary(data: RunData) -> str:

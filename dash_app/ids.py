@@ -10,6 +10,10 @@ SEARCH_COUNT = "search-count"
 # shell
 URL = "url"
 STATE = "view-state"
+#: the state again, written only while its view shows: a view's callbacks take it as input, so that an action in
+#: one view runs no callback of the hidden ones (Dash holds a callback back while any callback whose outputs may
+#: lead to its inputs is pending: each hidden view's no-op delayed a head switch's figure by about 0.2 s)
+VIEW_STATES = {view: f"{view}-view-state" for view in ("matrix", "single", "sentence", "positions", "heads", "compare")}
 NOTICE = "notice"
 RUN_SELECT = "run-select"
 VIEW_TABS = "view-tabs"

@@ -53,12 +53,18 @@ def progress_text(data: RunData) -> list | str:
 
 
 def register(app: dash.Dash, runs: list[RunData]) -> None:
-    @app.callback(Output(ids.LAYOUT_PROGRESS, "children"), Output(ids.LAYOUT_STAMP, "data"),
-                  Output(ids.LAYOUT_POLL, "disabled"),
-                  Input(ids.LAYOUT_POLL, "n_intervals"), Input(ids.STATE, "data"), State(ids.LAYOUT_STAMP, "data"))
-    def show_progress(_, current, stamp):
+    @app.callback(Output(ids.LAYOUT_PROGRESS, "children"), Output(ids.LAYOUT_POLL, "disabled"),
+                  Input(ids.LAYOUT_POLL, "n_intervals"), Input(ids.STATE, "data"))
+    def show_progress(_, current):
         shown = runs[checked_state(current, runs).run]
+        running = any(data.worker is not None and data.worker.progress().running for data in runs)
+        return progress_text(shown), not running
+
+    # the stamp only on the poll: were it an output of the callback above, every change of state would hold the
+    # views' drawing (which takes the stamp as input) back until that callback had answered
+    @app.callback(Output(ids.LAYOUT_STAMP, "data"), Input(ids.LAYOUT_POLL, "n_intervals"),
+                  State(ids.LAYOUT_STAMP, "data"))
+    def stamp_landed(_, stamp):
         progresses = [None if data.worker is None else data.worker.progress() for data in runs]
         landed = [None if progress is None else [progress.done, len(progress.failed)] for progress in progresses]
-        running = any(progress is not None and progress.running for progress in progresses)
-        return progress_text(shown), landed if landed != stamp else no_update, not running
+        return landed if landed != stamp else no_update

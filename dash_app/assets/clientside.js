@@ -37,7 +37,12 @@ window.dash_clientside = window.dash_clientside || {};
             const graph = plotlyGraph(graphId);
             const trace = graph && graph._fullData && graph._fullData[point.curveNumber];
             if (!trace || trace.customdata === undefined || trace.customdata === null) { return null; }
-            const value = trace.customdata[point.pointNumber];
+            let value = trace.customdata[point.pointNumber];
+            if (trace.type === 'heatmap') {
+                /* dcc.Graph drops a heatmap point's [row, column]: the cell is found from its x and y */
+                const row = Array.from(trace.y).indexOf(point.y), column = Array.from(trace.x).indexOf(point.x);
+                value = row >= 0 && column >= 0 ? trace.customdata[row][column] : null;
+            }
             if (value === undefined || value === null) { return null; }
             return {curve: point.curveNumber, customdata: Number(value), timestamp: event.timestamp || Date.now()};
         },

@@ -145,11 +145,11 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
     """List the clicked point's partners when the state or the panel's controls change; relay a partner
     button's click to the state callback (``{point, timestamp}``)."""
 
-    @app.callback(Output(ids.SINGLE_PARTNERS, "children"), Input(ids.STATE, "data"), Input(ids.PARTNER_K, "value"),
+    @app.callback(Output(ids.SINGLE_PARTNERS, "children"), Input(ids.VIEW_STATES["single"], "data"), Input(ids.PARTNER_K, "value"),
                   Input(ids.PARTNER_OPTIONS, "value"))
     def list_partners(current, partner_k, partner_options):
         state = checked_state(current, runs)
-        if state.view != "single":
+        if current is None or state.view != "single":
             raise PreventUpdate
         return render_partners(runs[state.run], state, partner_k, partner_options)
 

@@ -201,11 +201,11 @@ def register(app: dash.Dash, runs: list[RunData], changes: AttentionChanges) -> 
 
     @app.callback(Output(ids.COMPARE_GRAPH_A, "figure"), Output(ids.COMPARE_GRAPH_B, "figure"),
                   Input(ids.COMPARE_RUN_A, "value"), Input(ids.COMPARE_RUN_B, "value"),
-                  Input(ids.COMPARE_LAYER, "value"), Input(ids.COMPARE_HEAD, "value"), Input(ids.STATE, "data"))
+                  Input(ids.COMPARE_LAYER, "value"), Input(ids.COMPARE_HEAD, "value"), Input(ids.VIEW_STATES["compare"], "data"))
     def draw_pair(run_a, run_b, layer, head, current):
         state = checked_state(current, runs)
         pair = chosen_pair(run_a, run_b, changes)
-        if state.view != "compare" or pair is None:
+        if current is None or state.view != "compare" or pair is None:
             raise PreventUpdate
         shown = [runs[index] for index in pair]
         n_layers, n_heads = shown[0].run.n_layers, shown[0].run.n_heads

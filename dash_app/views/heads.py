@@ -148,10 +148,10 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
 
     @app.callback(Output(ids.HEADS_GRAPH, "figure"), Output(ids.HEADS_MESSAGE, "children"),
                   Output(ids.HEADS_COLOUR, "options"), Output(ids.HEADS_RENDERED, "data"),
-                  Input(ids.STATE, "data"), Input(ids.HEADS_COLOUR, "value"), State(ids.HEADS_RENDERED, "data"))
+                  Input(ids.VIEW_STATES["heads"], "data"), Input(ids.HEADS_COLOUR, "value"), State(ids.HEADS_RENDERED, "data"))
     def draw_heads(current, colour, rendered):
         state = checked_state(current, runs)
-        if state.view != "heads":
+        if current is None or state.view != "heads":
             raise PreventUpdate
         data = runs[state.run]
         key = [state.run, data.related_stamp(), data.atlas_stamp(), colour, state.layer, state.head]

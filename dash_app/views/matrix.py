@@ -8,7 +8,8 @@ float32's bytes). Every point carries its head's flat index (``layer * n_heads +
 Ordered by a head-atlas column, the cells get a background (one translucent heatmap under the points,
 slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value (see
 :mod:`dash_app.views.matrix_cells`). A large run's heads are images of all their points instead of a sample
-(see :mod:`dash_app.views.matrix_raster`), slot 0 then holding each cell's invisible click targets.
+(see :mod:`dash_app.views.matrix_raster`), slot 0 then an invisible heatmap whose cells a click and hover reach,
+and the figure has no WebGL trace until a search has matches.
 :func:`register` adds the callback that draws it (patching only the search traces when only the search
 changed) and the clientside relay of a click.
 """
@@ -32,7 +33,7 @@ from dash_app.run_data import METHOD_LABELS, HeadLayouts, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, checked_state
 from dash_app.views.matrix_cells import CELL, INNER, LABEL_BAND, atlas_badges, cell_heatmap, cell_origins, label_legend
-from dash_app.views.matrix_raster import click_grid, rasterised, thumbnail_images, thumbnails_of
+from dash_app.views.matrix_raster import click_cells, rasterised, thumbnail_images, thumbnails_of
 from qkviz.report import CATEGORIES, COLOURS, colour_ticks, colour_title, colour_values
 
 CANVAS_PIXELS = 900_000     # screen area the whole grid aims at (see cell_pixels)
@@ -166,7 +167,7 @@ def raster_extras(colour: str, value_range: tuple[float, float] | None) -> list:
     """What a rasterised matrix adds after its legend: the queries' and keys' entries (query vs key), or the
     two colour bars of a continuous colouring over ``value_range`` (each on a point-less trace)."""
     if colour == "type":
-        return legend_entries(["queries", "keys"], [QUERY_COLOUR, KEY_COLOUR], go.Scattergl, legendgroup="points")
+        return legend_entries(["queries", "keys"], [QUERY_COLOUR, KEY_COLOUR], legendgroup="points")
     if colour in CATEGORIES or value_range is None:
         return []
     low, high = value_range
@@ -187,12 +188,15 @@ def _fits_uint16(n_rows: int, n_cols: int) -> bool:
     return max(n_cols, n_rows) * CELL < np.iinfo(np.uint16).max
 
 
-def match_traces(points: np.ndarray, origins: np.ndarray, matches: np.ndarray | None, fits: bool) -> list:
-    """Traces 2 and 3: the matched tokens' queries and keys in every head (empty when not searching)."""
+def match_traces(points: np.ndarray, origins: np.ndarray, matches: np.ndarray | None, fits: bool,
+                  raster: bool = False) -> list:
+    """Traces 2 and 3: the matched tokens' queries and keys in every head (empty when not searching): WebGL,
+    but in a rasterised matrix (``raster``) an empty SVG trace while there is no match (no WebGL context then)."""
     traces = []
     for name, colour, keys in (("query matches", QUERY_MATCH_COLOUR, False), ("key matches", KEY_MATCH_COLOUR, True)):
         x, y, head = place(points, origins, matches if matches is not None else np.zeros(0, np.int64), keys, fits)
-        traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
+        kind = go.Scatter if raster and not len(x) else go.Scattergl
+        traces.append(kind(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
                                    marker=dict(color=colour, size=8, symbol="circle" if not keys else "diamond",
                                                line=dict(color=MATCH_RING, width=2))))
     return traces
@@ -221,7 +225,7 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
     searching = matches is not None and len(matches) > 0
     traces = []
     if thumbnails is not None:
-        traces += [click_grid(order, n_rows, n_cols), go.Scattergl(x=[], y=[], name="keys", showlegend=False)]
+        traces += [click_cells(order, n_rows, n_cols), go.Scatter(x=[], y=[], name="keys", showlegend=False)]
         legend = (legend or []) + raster_extras(colour, value_range)
     else:
         markers = colour_markers(points, sample, values, colour)
@@ -229,7 +233,7 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
             x, y, head = place(points, origins, sample, keys, fits)
             traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
                                        marker=dict(marker, size=2.5, opacity=0.25 if searching else 0.6)))
-    traces += match_traces(points, origins, matches, fits)
+    traces += match_traces(points, origins, matches, fits, thumbnails is not None)
     cell_px = cell_pixels(n_rows, n_cols)
     label_x = origins[:, 0] + INNER[0] - 80
     label_y = origins[:, 1] + CELL - 20
@@ -330,7 +334,8 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
     legend = []
     if state.colour in CATEGORIES:
         names = CATEGORIES[state.colour]
-        legend += legend_entries(names, CATEGORY_COLOURS[:len(names)], go.Scattergl, title=f"{COLOURS[state.colour]}:")
+        legend += legend_entries(names, CATEGORY_COLOURS[:len(names)], go.Scatter if rasterised(data) else go.Scattergl,
+                                 title=f"{COLOURS[state.colour]}:")
     if cells is not None and state.sort == LABEL_SORT:
         legend += label_legend(cell_values)
     sample, thumbnails, value_range = data.matrix_sample(), None, None
@@ -365,8 +370,8 @@ def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, m
     fits = _fits_uint16(data.run.n_layers, data.run.n_heads)
     searching = matches is not None and len(matches) > 0
     patch = Patch()
-    for slot, trace in enumerate(match_traces(layouts.points, origins,
-                                              drawn_matches(data, matches), fits), start=2):
+    for slot, trace in enumerate(match_traces(layouts.points, origins, drawn_matches(data, matches), fits,
+                                              rasterised(data)), start=2):
         patch["data"][slot] = typed_arrays(trace.to_plotly_json())
     if not rasterised(data):                 # sampled points dimmed under the matches (images are left as drawn)
         for slot in (0, 1):
@@ -379,11 +384,11 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
     """Draw the matrix when the view opens or its run, projection, search or order changes; relay a click."""
 
     @app.callback(Output(ids.MATRIX_GRAPH, "figure"), Output(ids.MATRIX_MESSAGE, "children"),
-                  Output(ids.MATRIX_RENDERED, "data"), Input(ids.STATE, "data"), Input(ids.LAYOUT_STAMP, "data"),
+                  Output(ids.MATRIX_RENDERED, "data"), Input(ids.VIEW_STATES["matrix"], "data"), Input(ids.LAYOUT_STAMP, "data"),
                   State(ids.MATRIX_RENDERED, "data"))
     def draw_matrix(current, _landed, rendered):
         state = checked_state(current, runs)
-        if state.view != "matrix":
+        if current is None or state.view != "matrix":
             raise PreventUpdate
         data = runs[state.run]
         layouts = data.all_layouts(state.method)      # heads that landed since the last drawing are read here

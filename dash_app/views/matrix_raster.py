@@ -56,8 +56,6 @@ RASTER_DIRECTORY = "matrix_rasters"
 RASTER_VERSION = 2
 #: colours a continuous scale is sampled into
 SCALE_STEPS = 256
-#: click targets per cell side: a cell's invisible points that a click or hover on its image reaches
-CLICK_GRID = 7
 
 
 def raster_threshold() -> int:
@@ -163,8 +161,9 @@ def data_uri(png: bytes) -> str:
 def thumbnail_images(thumbnails: list[str | None], order: np.ndarray, n_rows: int, n_cols: int) -> list[dict]:
     """``layout.images``: each head's thumbnail (flat order, None: left out) exactly where its points would lie
     in its cell (see :func:`dash_app.views.matrix.place`), above the cells' background, under the WebGL
-    traces (the search's matches). They are not dimmed during a search as sampled points are: changing 72
-    images' opacity took 0.2-0.4 s in the browser, and the matches, ringed, stand out anyway."""
+    traces (the search's matches, the only WebGL a rasterised matrix draws). They are not dimmed during a
+    search as sampled points are: changing 72 images' opacity took 0.2-0.4 s in the browser, and the matches,
+    ringed, stand out anyway."""
     origins = cell_origins(order, n_rows, n_cols)
     side = INNER[1] - INNER[0]
     return [dict(source=source, xref="x", yref="y", x=float(origins[flat, 0] + INNER[0]),
@@ -173,20 +172,17 @@ def thumbnail_images(thumbnails: list[str | None], order: np.ndarray, n_rows: in
             for flat, source in enumerate(thumbnails) if source is not None]
 
 
-def click_grid(order: np.ndarray, n_layers: int, n_heads: int) -> go.Scattergl:
-    """Slot 0 of a rasterised matrix: :data:`CLICK_GRID` squared invisible points over each cell's image,
-    ``customdata`` its flat head (a click opens the head, as a point's does) and hover naming the head."""
-    origins = cell_origins(order, n_layers, n_heads)
-    steps = INNER[0] + (np.arange(CLICK_GRID) + 0.5) * (INNER[1] - INNER[0]) / CLICK_GRID
-    grid_x, grid_y = (axis.ravel() for axis in np.meshgrid(steps, steps - LABEL_BAND))
-    x = (origins[:, 0, None] + grid_x[None]).ravel()
-    y = (origins[:, 1, None] + grid_y[None]).ravel()
-    heads = np.repeat(np.arange(len(order), dtype=np.uint16), CLICK_GRID * CLICK_GRID)
-    names = np.array([f"L{flat // n_heads} H{flat % n_heads}" for flat in range(len(order))])[heads]
-    dtype = np.uint16 if max(n_layers, n_heads) * CELL < np.iinfo(np.uint16).max else np.float32
-    return go.Scattergl(x=np.rint(x).astype(dtype), y=np.rint(y).astype(dtype), customdata=heads, text=names,
-                        mode="markers", name="heads", showlegend=False, hovertemplate="%{text}<extra></extra>",
-                        marker=dict(size=8, opacity=0, color="#000000"))
+def click_cells(order: np.ndarray, n_layers: int, n_heads: int) -> go.Heatmap:
+    """Slot 0 of a rasterised matrix: an invisible heatmap of one cell per head, its ``customdata`` the head's
+    flat index (a click opens the head, as a point's does; ``pointEvent`` finds it from the cell's x and y) and
+    hover naming the head. An SVG trace: a rasterised matrix starts no WebGL context (in a browser without a
+    GPU, starting one and drawing even a few thousand invisible points took 1-2 s)."""
+    grid = order.reshape(n_layers, n_heads)[::-1]                       # y grows upwards: bottom row first
+    names = [[f"L{flat // n_heads} H{flat % n_heads}" for flat in row] for row in grid]
+    return go.Heatmap(z=np.zeros(grid.shape, dtype=np.uint8), x=((np.arange(n_heads) + 0.5) * CELL).tolist(),
+                      y=((np.arange(n_layers) + 0.5) * CELL).tolist(), customdata=grid.tolist(), text=names,
+                      hovertemplate="%{text}<extra></extra>", opacity=0, showscale=False, name="heads",
+                      showlegend=False)
 
 
 # -- the cache ------------------------------------------------------------------------------

@@ -53,11 +53,11 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
     """Draw the heatmap when the view opens or its run or head atlas changes; relay a row's click."""
 
     @app.callback(Output(ids.POSITIONS_GRAPH, "figure"), Output(ids.POSITIONS_MESSAGE, "children"),
-                  Output(ids.POSITIONS_RENDERED, "data"), Input(ids.STATE, "data"),
+                  Output(ids.POSITIONS_RENDERED, "data"), Input(ids.VIEW_STATES["positions"], "data"),
                   State(ids.POSITIONS_RENDERED, "data"))
     def draw_positions(current, rendered):
         state = checked_state(current, runs)
-        if state.view != "positions":
+        if current is None or state.view != "positions":
             raise PreventUpdate
         data = runs[state.run]
         key = [state.run, data.atlas_stamp()]

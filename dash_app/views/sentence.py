@@ -13,7 +13,7 @@ from __future__ import annotations
 import dash
 import numpy as np
 import plotly.graph_objects as go
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
@@ -22,12 +22,15 @@ from dash_app.events import relay_graph_event, relay_point_events
 from dash_app.export import export_buttons, image_config
 from dash_app.figures import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
 from dash_app.run_data import RunData
-from dash_app.state import ViewState, checked_state, string_list
+from dash_app.state import MAX_SEARCH, ViewState, checked_state, string_list
 
 OPTIONS = [{"label": "hide the first token", "value": "first"},
            {"label": "hide special tokens ([CLS], [SEP], BOS ...)", "value": "special"},
            {"label": "weight by value norm", "value": "value_norm"}]
 MIN_WEIGHT = 0.02
+#: sentences the selector offers at a time (typing finds others): a large run's thousands of options took
+#: Dash 1-2 s to render on every page load
+SENTENCES_OFFERED = 200
 MAX_LINES = 400
 ROW_PX = 22
 #: mean attention, light (low) to dark blue: the low end a clear tint, not lost in the white page
@@ -56,11 +59,19 @@ def layout() -> html.Div:
     ])
 
 
-def sentence_options(data: RunData) -> list[dict]:
-    """Dropdown options: ``"12: The match was delayed ..."`` for every sentence."""
+def sentence_options(data: RunData, typed: str = "", current: int | None = None,
+                     limit: int = SENTENCES_OFFERED) -> list[dict]:
+    """Dropdown options ``"12: The match was delayed ..."``: the first ``limit`` sentences whose text holds
+    ``typed`` (case-insensitive) or whose number starts with it, and the ``current`` one whatever it is (the
+    dropdown shows its value only among its options)."""
     texts = data.sentences.text.to_numpy()
-    return [{"label": f"{index}: {text[:90]}{'…' if len(text) > 90 else ''}", "value": index}
-            for index, text in enumerate(texts)]
+    typed = typed.strip().lower()
+    chosen = [index for index, text in enumerate(texts)
+              if not typed or str(index).startswith(typed) or typed in str(text).lower()][:limit]
+    if current is not None and 0 <= current < len(texts) and current not in chosen:
+        chosen = sorted([*chosen, current])
+    return [{"label": f"{index}: {texts[index][:90]}{'…' if len(texts[index]) > 90 else ''}", "value": index}
+            for index in chosen]
 
 
 def sentence_weights(data: RunData, layer: int, head: int, sentence: int, options: list[str]
@@ -144,16 +155,24 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
 
     @app.callback(Output(ids.SENTENCE_GRAPH, "figure"), Output(ids.AGGREGATE_GRAPH, "figure"),
                   Output(ids.SENTENCE_MESSAGE, "children"),
-                  Input(ids.STATE, "data"), Input(ids.SENTENCE_OPTIONS, "value"))
+                  Input(ids.VIEW_STATES["sentence"], "data"), Input(ids.SENTENCE_OPTIONS, "value"))
     def draw_sentence(current, options):
         state = checked_state(current, runs)
-        if state.view != "sentence":
+        if current is None or state.view != "sentence":
             raise PreventUpdate
         data, options = runs[state.run], string_list(options)
         figure, message = render_sentence(data, state, options)
         average = data.aggregate(state.layer, state.head, "first" in options, "special" in options,
                                  "value_norm" in options)
         return figure, aggregate_figure(average, state.layer, state.head), message
+
+    @app.callback(Output(ids.SENTENCE_SELECT, "options", allow_duplicate=True),
+                  Input(ids.SENTENCE_SELECT, "search_value"), State(ids.STATE, "data"), prevent_initial_call=True)
+    def offer_sentences(typed, current):
+        """The sentences matching what is typed in the selector (the state callback sets its first options)."""
+        state = checked_state(current, runs)
+        typed = typed[:MAX_SEARCH] if isinstance(typed, str) else ""
+        return sentence_options(runs[state.run], typed, state.sentence)
 
     relay_point_events(app, POINT_EVENTS)
     relay_graph_event(app, "showHoveredLines", ids.SENTENCE_GRAPH, "hoverData", ids.SENTENCE_HOVER_SINK)

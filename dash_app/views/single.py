@@ -1,7 +1,8 @@
 """Single-head view: one head's queries and keys in a WebGL scatter (2D) or a 3D scatter.
 
-Arrays go to Plotly as numpy (float32 coordinates and colours, int32 ``customdata``), which
-Plotly serialises as typed arrays (base64), not lists. ``customdata`` is the point's index in the
+Arrays go to Plotly as numpy (float32 colours, int32 ``customdata``; 2D coordinates as uint16 steps of the
+layout's extent, see :func:`~dash_app.views.single_figure.to_steps`), which Plotly serialises as typed arrays
+(base64), not lists. ``customdata`` is the point's index in the
 head's joint layout (query ``t`` is ``t``, key ``t`` is ``n_tokens + t``); hover shows the token,
 and the detail panel (a hover callback) its sentence, position and colour value.
 
@@ -36,7 +37,7 @@ from dash_app.run_data import METHOD_LABELS, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, bounded_number, checked_state, string_list
 from dash_app.views.single_figure import (KIND, base_traces, category_legend, colour_array, head_patch, norm_sizes,
-                                          overlay_traces, single_figure)
+                                          overlay_traces, single_figure, to_steps)
 from qkviz import QkvizError
 from qkviz.report import COLOURS, describe_value
 
@@ -132,7 +133,7 @@ def render_single(data: RunData, state: ViewState, options: list[str], matches: 
                   threshold: float, partners: np.ndarray | None = None, token_fields: bool = True) -> go.Figure:
     """The whole single-head figure for ``state``; the run's QkvizError when the layout is not cached. Without
     ``token_fields`` the queries and keys carry no texts and ids (for a :func:`head_patch` of a drawn figure)."""
-    coordinates = shown_layout(data, state)
+    coordinates = to_steps(shown_layout(data, state))
     values = colour_array(data, state.colour, state.layer, state.head)
     sizes = norm_sizes(data.norms(state.layer, state.head)) if "size" in options else None
     base = base_traces(coordinates, data.display_text, values, state.colour, sizes, "labels" in options, matches,
@@ -215,7 +216,7 @@ def same_but_head(drawn: list, key: list) -> bool:
 
 def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float, partners: np.ndarray) -> Patch:
     """Only the overlay slots of a drawn figure, for a new clicked point or line settings."""
-    coordinates = shown_layout(data, state)
+    coordinates = to_steps(shown_layout(data, state))
     patch = Patch()
     overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners)
     for slot, trace in zip(range(OVERLAY_SLOTS.start, OVERLAY_SLOTS.stop), overlays):
@@ -231,12 +232,12 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
                   Output(ids.SINGLE_MESSAGE, "children"), Output(ids.SINGLE_CORRELATION, "children"),
                   Output(ids.SINGLE_ATLAS, "children"), Output(ids.SINGLE_RENDERED, "data"),
                   Output(ids.SINGLE_RELATED, "children"),
-                  Input(ids.STATE, "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
+                  Input(ids.VIEW_STATES["single"], "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
                   Input(ids.THRESHOLD, "value"), Input(ids.PARTNER_K, "value"), Input(ids.PARTNER_OPTIONS, "value"),
                   Input(ids.LAYOUT_STAMP, "data"), State(ids.SINGLE_RENDERED, "data"))
     def draw_single(current, options, top_k, threshold, partner_k, partner_options, _landed, rendered):
         state = checked_state(current, runs)
-        if state.view != "single":
+        if current is None or state.view != "single":
             raise PreventUpdate
         data = runs[state.run]
         top_k = bounded_number(top_k, DEFAULT_TOP_K, 0, MAX_TOP_K, whole=True)
@@ -269,11 +270,11 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
         return (head_patch(figure) if same_tokens else figure, info_line(data), layout_note(data, state), correlations,
                 atlas, {**key, "ok": True}, related)
 
-    @app.callback(Output(ids.SINGLE_POINT, "children"), Input(ids.STATE, "data"))
+    @app.callback(Output(ids.SINGLE_POINT, "children"), Input(ids.VIEW_STATES["single"], "data"))
     def show_point(current):
         # the state's point: the one the URL names and the figure rings (never the last point hovered)
         state = checked_state(current, runs)
-        if state.view != "single":
+        if current is None or state.view != "single":
             raise PreventUpdate
         return point_details(runs[state.run], state, state.point)
 

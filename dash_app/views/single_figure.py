@@ -29,6 +29,8 @@ BASE_POINT_SLOTS = (0, 1)
 FIXED_RANGES = {"position": (0.0, 1.0)}
 #: marker symbols of queries and keys when colour tells categories apart
 SYMBOLS = ("circle", "diamond")
+#: a 2D head's coordinates go to the browser as whole steps of its layout's extent, uint16 (see :func:`to_steps`)
+STEPS = 65535
 
 
 def colour_array(data: RunData, colour: str, layer: int, head: int) -> np.ndarray | None:
@@ -39,6 +41,19 @@ def colour_array(data: RunData, colour: str, layer: int, head: int) -> np.ndarra
         return data.norms(layer, head)
     values = colour_values(data.features[colour].to_numpy(), colour)
     return np.concatenate([values, values])
+
+
+def to_steps(coordinates: np.ndarray) -> np.ndarray:
+    """2D ``coordinates`` ``[n, 2]`` as uint16 whole steps of their larger extent (:data:`STEPS` of them, one scale
+    for both axes, keeping the shape) from their lower-left corner: half of float32's bytes to send and parse. A
+    step is under one 65,535th of the plot's width, less than a pixel of any screen; the figure's hidden axes
+    are in steps. 3D coordinates, or ones with a NaN, are returned as they are."""
+    if coordinates.ndim != 2 or coordinates.shape[1] != 2 or not len(coordinates) or not np.isfinite(coordinates).all():
+        return coordinates
+    low = coordinates.min(axis=0).astype(np.float64)
+    extent = float(np.max(coordinates.max(axis=0) - low))
+    scale = STEPS / extent if extent > 0 else 0.0
+    return np.rint((coordinates - low) * scale).clip(0, STEPS).astype(np.uint16)
 
 
 def norm_sizes(norms: np.ndarray, smallest: float = 2.0, largest: float = 10.0) -> np.ndarray:

@@ -1,15 +1,18 @@
 """The app's ways with large runs, in headless Chromium on the tiny run: the matrix drawn as images (the raster
-threshold lowered to 0) -- every head's thumbnail an image in its cell, hovering a cell names its head, a click
-opens it, a search's matches drawn over the images -- and a head switch in the single view that sends
-the new head's points without the tokens' texts and ids, which the drawn figure keeps."""
+threshold lowered to 0) -- every head's thumbnail an image in its cell, no WebGL context started, hovering a cell
+names its head, a click opens it, a search's matches drawn over the images -- and a head switch in the single view that sends
+the new head's points (uint16 steps, drawn within a pixel of their exact place) without the tokens' texts and ids,
+which the drawn figure keeps."""
 
 import base64
 import re
 
+import numpy as np
 import pytest
-from support.browser import served_app, DECODE_PNG_JS, POINT_JS, chromium_page, click_point, copy_run, wait_idle
+from support.browser import served_app, DECODE_PNG_JS, chromium_page, copy_run, wait_idle
 
 from dash_app.views.matrix_raster import RASTER_POINTS_ENV, THUMBNAIL_PIXELS
+from dash_app.views.single_figure import STEPS, to_steps
 
 DRAWN = """([graphId, traces]) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
@@ -19,6 +22,19 @@ DRAWN = """([graphId, traces]) => {
 TRACE_JS = """() => { const d = document.querySelector('#single-graph .js-plotly-plot')._fullData[0];
   return {texts: d.text.length, ids: [Number(d.customdata[0]), Number(d.customdata[d.customdata.length - 1])],
           x: Array.from(d.x).slice(0, 3)}; }"""
+#: counts the WebGL contexts the page asks for (in window.__webgl), from before its scripts run
+COUNT_WEBGL_JS = """(() => { window.__webgl = 0; const getContext = HTMLCanvasElement.prototype.getContext;
+  HTMLCanvasElement.prototype.getContext = function (kind, ...rest) {
+    if (String(kind).includes('webgl')) { window.__webgl++; }
+    return getContext.call(this, kind, ...rest); }; })()"""
+#: page coordinates of the centre of head ``flat``'s cell in the rasterised matrix's click heatmap (slot 0)
+CELL_JS = """(flat) => {
+  const graph = document.querySelector('#matrix-graph .js-plotly-plot'), layout = graph._fullLayout;
+  const cells = graph._fullData[0], box = graph.getBoundingClientRect();
+  const row = cells.customdata.findIndex(r => r.includes(flat)), column = cells.customdata[row].indexOf(flat);
+  return [box.left + layout._size.l + layout.xaxis.l2p(cells.x[column]),
+          box.top + layout._size.t + layout.yaxis.l2p(cells.y[row])];
+}"""
 IMAGES_JS = """() => Array.from(document.querySelectorAll('#matrix-graph .layer-above image'))
                       .map(image => image.getAttribute('href'))"""
 
@@ -41,6 +57,7 @@ def page(served):
 
 
 def test_thumbnails_are_images_a_click_opens_the_head_and_matches_are_drawn_on_top(page, served):
+    page.add_init_script(COUNT_WEBGL_JS)
     page.goto(served)
     page.wait_for_function(DRAWN, arg=["matrix-graph", 5], timeout=30_000)
     wait_idle(page)
@@ -50,17 +67,17 @@ def test_thumbnails_are_images_a_click_opens_the_head_and_matches_are_drawn_on_t
     assert (width, height) == (THUMBNAIL_PIXELS, THUMBNAIL_PIXELS)
     assert max(base64.b64decode(pixels)[3::4]) > 0                          # the head's points are in it
     assert "image of all its" in page.inner_text("#matrix-message")
-    assert page.evaluate("() => document.querySelector('#matrix-graph .js-plotly-plot')._fullData[0].type") == "scattergl"
+    assert page.evaluate("() => document.querySelector('#matrix-graph .js-plotly-plot')._fullData[0].type") == "heatmap"
+    assert page.evaluate("() => window.__webgl") == 0                          # images and SVG only: no WebGL
+    assert page.locator("#matrix-graph canvas").count() == 0
 
-    # hovering a cell of layer 1 head 2 (flat 6) names the head; a click opens it
-    index = page.evaluate("""() => Array.from(document.querySelector('#matrix-graph .js-plotly-plot')
-                             ._fullData[0].customdata).indexOf(6)""")
-    x, y = page.evaluate(POINT_JS, ["matrix-graph", 0, index])
+    # hovering the cell of layer 1 head 2 (flat 6) names the head; a click opens it
+    x, y = page.evaluate(CELL_JS, 6)
     page.mouse.move(x - 3, y)
     page.mouse.move(x, y)
     page.wait_for_function("() => (document.querySelector('#matrix-graph .hovertext') || {}).textContent === 'L1 H2'",
                            timeout=10_000)
-    click_point(page, "matrix-graph", 0, index)
+    page.mouse.click(x, y)
     page.wait_for_function(DRAWN, arg=["single-graph", 12], timeout=20_000)
     wait_idle(page)
     assert "layer=1&head=2" in page.url
@@ -96,8 +113,14 @@ def test_a_head_switch_keeps_the_tokens_texts_and_ids(page, served, app_run):
     n_tokens = app_run.n_tokens
     assert switched["texts"] == first["texts"] == n_tokens and switched["ids"] == [0, n_tokens - 1]
     assert switched["x"] != first["x"]                                         # the new head's points
-    expected = app_run.projection(0, 1, "pca", 2)[:3, 0]
-    assert switched["x"] == pytest.approx(expected.tolist(), rel=1e-5)
+    layout = app_run.projection(0, 1, "pca", 2).astype(np.float64)
+    assert switched["x"] == to_steps(layout)[:3, 0].tolist()                  # sent as uint16 steps ...
+    # ... each drawn within a pixel of where its exact coordinates would be
+    low, extent = layout.min(axis=0), float(np.max(layout.max(axis=0) - layout.min(axis=0)))
+    exact = (layout - low) * STEPS / extent
+    pixels_per_step = page.evaluate("""() => { const axis = document.querySelector('#single-graph .js-plotly-plot')
+                                       ._fullLayout.xaxis; return axis._length / (axis.range[1] - axis.range[0]); }""")
+    assert np.abs(to_steps(layout) - exact).max() * pixels_per_step < 1
     figures = [response.json()["response"]["single-graph"]["figure"] for response in responses
                if "single-graph.figure" in (response.request.post_data or "")]
     changed = [operation["location"] for operation in figures[-1]["operations"]]   # a Patch, not a figure

@@ -9,6 +9,7 @@ from dash import html
 from dash_app import ids
 from dash_app.panels import partners as partners_panel
 from dash_app.views import single as single_view
+from dash_app.views.single_figure import to_steps
 from dash_app.app import next_state
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
@@ -61,8 +62,8 @@ def test_the_layout_draws_the_partners_as_stars(data):
     figure = single_view.render_single(data, state, [], np.zeros(0, dtype=np.int64), 5, 0.02, partners)
     stars = figure.data[single_view.OVERLAY_SLOTS.stop - 1]
     assert stars.name == "corpus partners" and np.array_equal(stars.customdata, partners)
-    coordinates = data.layout(1, 2, "pca", 2)
-    assert np.allclose(stars.x, coordinates[partners, 0]) and len(figure.data) == single_view.OVERLAY_SLOTS.stop
+    coordinates = to_steps(data.layout(1, 2, "pca", 2))                     # as the figure draws them
+    assert np.array_equal(stars.x, coordinates[partners, 0]) and len(figure.data) == single_view.OVERLAY_SLOTS.stop
     nothing = ViewState(view="single", layer=1, head=2, method="pca")
     assert len(partners_panel.partner_points(data, nothing, 6, [])) == 0
 

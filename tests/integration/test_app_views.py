@@ -126,8 +126,9 @@ def test_single_head_figure_sends_typed_arrays_within_budget(data):
     text = to_json_plotly(figure)
     payload = json.loads(text)
     queries, keys = payload["data"][:2]
-    for array in (queries["x"], queries["y"], queries["marker"]["color"], queries["marker"]["size"]):
+    for array in (queries["marker"]["color"], queries["marker"]["size"]):
         assert array["dtype"] == "f4"
+    assert queries["x"]["dtype"] == queries["y"]["dtype"] == "u2"                  # 2D coordinates: steps
     assert decoded(keys["customdata"]).tolist() == list(range(data.run.n_tokens, 2 * data.run.n_tokens))
     assert len(payload["data"]) == single_view.OVERLAY_SLOTS.stop
     # bytes per point: ~45 here; 10,000 points stay under the 0.6 MB goal
@@ -137,7 +138,7 @@ def test_single_head_figure_sends_typed_arrays_within_budget(data):
 
 
 def test_a_head_switch_patches_all_but_the_tokens_texts_and_ids(data):
-    from dash_app.views.single_figure import head_patch
+    from dash_app.views.single_figure import head_patch, to_steps
 
     base = [0, 1, 3, "pca", 2, "norm", "the", False, [], False, True]
     assert single_view.same_but_head(base, [0, 0, 2, *base[3:9], True, False])           # another head only
@@ -150,11 +151,28 @@ def test_a_head_switch_patches_all_but_the_tokens_texts_and_ids(data):
                for operation in head_patch(lean).to_plotly_json()["operations"]}
     assert not [location for location in changed if location[:2] in ((("data", 0), ("data", 1)))
                 and location[2:] in (("text",), ("customdata",))]
-    assert np.array_equal(decoded(changed[("data", 0, "x")]), data.layout(0, 2, "pca", 2)[:data.run.n_tokens, 0])
+    assert np.array_equal(decoded(changed[("data", 0, "x")]), to_steps(data.layout(0, 2, "pca", 2))[:data.run.n_tokens, 0])
     assert np.array_equal(decoded(changed[("data", 1, "marker")]["color"]), data.norms(0, 2)[data.run.n_tokens:])
     assert changed[("layout",)]["title"]["text"] == full.layout.title.text and ("data", 4) in changed
     lean_bytes, full_bytes = len(to_json_plotly(head_patch(lean))), len(to_json_plotly(full))
     assert lean_bytes < 0.8 * full_bytes
+
+
+def test_coordinates_sent_as_steps_land_within_half_a_step_and_keep_the_shape(data):
+    from dash_app.views.single_figure import STEPS, to_steps
+
+    layout = data.layout(0, 2, "pca", 2)
+    steps = to_steps(layout)
+    assert steps.dtype == np.uint16 and steps.min(axis=0).tolist() == [0, 0] and steps.max() == STEPS
+    exact = layout.astype(np.float64)
+    low, extent = exact.min(axis=0), float(np.max(exact.max(axis=0) - exact.min(axis=0)))
+    back = steps / STEPS * extent + low                          # one scale for both axes: the shape is kept
+    # half a step at most: less than a pixel while the layout spans fewer than 65,535 pixels on screen
+    assert np.abs(back - exact).max() <= extent / STEPS / 2 * 1.01
+    missing = layout.copy()
+    missing[3] = np.nan
+    three_d = data.layout(0, 2, "pca", 3)
+    assert to_steps(missing) is missing and to_steps(three_d) is three_d
 
 
 def test_clicking_a_query_draws_lines_to_its_strongest_keys(data):
@@ -242,6 +260,19 @@ def test_sentence_view_lines_carry_their_tokens_and_the_click_is_bold(data):
         assert line.opacity == pytest.approx(min(1.0, weights[query, key])) and key != 0
     assert f"{len(lines)} lines" in message
     assert sentence_view.sentence_options(data)[4]["value"] == 4
+
+
+def test_the_sentence_selector_offers_the_first_sentences_the_chosen_one_and_what_is_typed(data):
+    n = data.run.n_sentences
+    assert [option["value"] for option in sentence_view.sentence_options(data, limit=3)] == [0, 1, 2]
+    assert [option["value"] for option in sentence_view.sentence_options(data, "", n - 1, limit=3)] == [0, 1, 2, n - 1]
+    text = str(data.sentences.text.iat[n - 1])
+    word = max(text.split(), key=len).lower()
+    found = sentence_view.sentence_options(data, word.upper(), None, limit=n)
+    assert n - 1 in [option["value"] for option in found]
+    texts = data.sentences.text.str.lower()
+    assert all(word in texts.iat[option["value"]] or str(option["value"]).startswith(word) for option in found)
+    assert sentence_view.sentence_options(data, "no sentence holds this", 2) == [sentence_view.sentence_options(data)[2]]
 
 
 def test_each_action_makes_the_next_state(app_run):

@@ -133,9 +133,17 @@ def test_a_rasterised_matrix_places_images_in_the_cells_and_clicks_open_heads(ra
         x, y, _ = matrix_view.place(layouts[[flat]], origins[[flat]], np.arange(raster_data.run.n_tokens), False, False)
         assert image["x"] <= x.min() and x.max() <= image["x"] + image["sizex"]
         assert image["y"] - image["sizey"] <= y.min() and y.max() <= image["y"]
-    clicked = np.frombuffer(base64.b64decode(heads["customdata"]["bdata"]), np.uint16)
-    assert set(clicked.tolist()) == set(range(8)) and heads["marker"]["opacity"] == 0
-    assert keys["x"] == [] and labels["text"][6] == "L1 H2"
+    # one invisible heatmap cell per head, its centre in the head's cell, its customdata the flat head
+    assert heads["type"] == "heatmap" and heads["opacity"] == 0
+    cells = {flat: (heads["x"][column], heads["y"][row]) for row, flats in enumerate(heads["customdata"])
+             for column, flat in enumerate(flats)}
+    assert sorted(cells) == list(range(8))
+    for flat, (x, y) in cells.items():
+        assert origins[flat, 0] < x < origins[flat, 0] + matrix_view.CELL
+        assert origins[flat, 1] < y < origins[flat, 1] + matrix_view.CELL
+    row, column = next((r, c) for r, flats in enumerate(heads["customdata"]) for c, flat in enumerate(flats) if flat == 6)
+    assert heads["text"][row][column] == "L1 H2" and labels["text"][6] == "L1 H2"
+    assert keys["x"] == [] and not [trace for trace in payload["data"] if trace["type"] == "scattergl"]   # no WebGL
 
 
 def test_search_matches_are_drawn_over_the_images(raster_data):
@@ -150,11 +158,15 @@ def test_search_matches_are_drawn_over_the_images(raster_data):
     assert changed[("data", 2)]["x"]["dtype"] == "u2"                              # typed arrays, not lists
     assert len(np.frombuffer(base64.b64decode(changed[("data", 2)]["x"]["bdata"]), np.uint16)) == len(
         figure.data[2].x)
+    assert figure.data[2].type == "scattergl"                   # matches in WebGL; none: an empty SVG trace again
+    cleared = matrix_view.search_patch(raster_data, ViewState(method="pca"), None, None).to_plotly_json()
+    assert [operation["params"]["value"]["type"] for operation in cleared["operations"]
+            if operation["location"] in (["data", 2], ["data", 3])] == ["scatter", "scatter"]
 
 
 def test_a_continuous_colouring_gets_its_colour_bars(raster_data):
     figure, _ = matrix_view.render_matrix(raster_data, ViewState(method="pca", colour="norm"), None, None)
-    bars = [trace for trace in figure.data if trace.marker and getattr(trace.marker, "showscale", None)]
+    bars = [trace for trace in figure.data if getattr(trace, "marker", None) and getattr(trace.marker, "showscale", None)]
     assert [bar.marker.colorbar.title.text for bar in bars] == ["queries: vector norm", "keys: vector norm"]
     low, high = matrix_raster.HeadThumbnails(raster_data).value_range("norm")
     assert bars[0].marker.cmin == low and bars[0].marker.cmax == high
