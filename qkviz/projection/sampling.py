@@ -52,8 +52,9 @@ TRANSFORM_ITER = 100
 TRANSFORM_SETTINGS = {"learning_rate": 1.0, "exaggeration": 1.0, "momentum": 0.8, "max_grad_norm": 0.25}
 #: t-SNE iterations of a sampled attn-tsne layout over the whole head's attention graph (openTSNE's defaults: no
 #: exaggeration, momentum 0.8, learning rate ``n / 12``), about 0.2 s each at 100,000 tokens. On MiniLM layers/heads
-#: 3/4 and 5/2 at 100,000 tokens, from a 10,000-token sample, partner recall was 0.092 / 0.165 after 40, 0.104 / 0.181
-#: after 60 and 0.127 / 0.188 after 100 (full fits: 0.146 / 0.213); 60 keep a head within the time of the issue's goal
+#: 3/4 and 5/2 at 100,000 tokens, from a 10,000-token sample (the searches probing 16 cells), partner recall was
+#: 0.092 / 0.165 after 40, 0.104 / 0.181 after 60 and 0.127 / 0.188 after 100 (full fits: 0.146 / 0.213); with 60,
+#: all 72 MiniLM heads' default layouts took 29 min 49 s on 2 cores (bench/scale.py)
 POLISH_ITER = 60
 #: Jacobi sweeps spreading the fitted positions over the whole head's graph before the polish
 SPREAD_ROUNDS = 10
