@@ -149,16 +149,18 @@ class FitPoints:
     chosen: np.ndarray | None       # int64 token indices of the sample; None: every token
     head_queries: np.ndarray        # the whole head's (the same as queries and keys without a sample)
     head_keys: np.ndarray
+    head_first_tokens: np.ndarray   # token indices of the sentences' first tokens (first_tokens without a sample)
 
     @classmethod
     def of(cls, run: StoredRun, queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, sample: int,
            seed: int) -> "FitPoints":
         positions = run.tokens["position"].to_numpy()
+        first = np.flatnonzero(positions == 0)
         if not sample:
-            return cls(queries, keys, aligned, np.flatnonzero(positions == 0), None, queries, keys)
+            return cls(queries, keys, aligned, first, None, queries, keys, first)
         chosen = _token_sample(run, sample, seed)
         return cls(np.asarray(queries[chosen]), np.asarray(keys[chosen]), aligned[sample_points(chosen, len(queries))],
-                   np.flatnonzero(positions[chosen] == 0), chosen, queries, keys)
+                   np.flatnonzero(positions[chosen] == 0), chosen, queries, keys, first)
 
 
 #: (run fingerprint, size, seed) -> the stratified sample: the same for every head of a run, drawn once per process
@@ -213,7 +215,7 @@ def _place_rest(run: StoredRun, spec: ProjectionSpec, params: dict, fit: FitPoin
     if spec.method == "attn-tsne" and spec.dim == 2:
         graph = attention_graph(fit.head_queries, fit.head_keys, aligned, run.scale(spec.layer),
                                 softcap=run.softcap(spec.layer), approximate=True,
-                                first_tokens=np.flatnonzero(run.tokens["position"].to_numpy() == 0),
+                                first_tokens=fit.head_first_tokens,
                                 **{name: params[name] for name in GRAPH_PARAMS})
         start = spread_over_graph(graph.matrix, projection.coordinates, sample_points(fit.chosen, n))
         return polish_tsne(start, graph, seed)
