@@ -2,7 +2,8 @@
 
     python bench/exactness.py [--real-sentences 24]
 
-Every tiny family (random weights, 24 sentences) and both bundled models on the default corpus
+Every tiny family (random weights, 24 sentences; image families: the 40 scikit-image sample images and
+crops) and both bundled models on the default corpus
 (all sentences extracted; the comparison batch is ``--real-sentences`` of them spread over the
 corpus), in float32 and float16 storage. The tests assert the same bounds (1e-5, 2e-3).
 """
@@ -27,6 +28,7 @@ from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
 from qkviz.extraction.forward import pad_token_id  # noqa: E402
 from qkviz.extraction.models import load_model, model_directory  # noqa: E402
 from support.tiny_models import FAMILIES, build_tiny_model  # noqa: E402
+from support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error  # noqa: E402
 
 
 def spread(run, count: int) -> list[int]:
@@ -53,6 +55,15 @@ def main() -> None:
                                     dtype=dtype, batch_size=8)
                 errors.append(max_attention_error(run, model_dir, list(range(run.n_sentences)), pad)[0])
             print(f"tiny {family:<17} {errors[0]:>10.1e} {errors[1]:>10.1e}", flush=True)
+        images = qkviz.sample_images(crops=2)
+        for family in VISION_FAMILIES:
+            model_dir = build_tiny_vision_model(family, scratch / family)
+            errors = []
+            for dtype in ("float32", "float16"):
+                run = qkviz.extract(str(model_dir), images, scratch / f"{family}-{dtype}", dtype=dtype, batch_size=8,
+                                    progress=False)
+                errors.append(max_image_attention_error(run, model_dir, family, images)[0])
+            print(f"tiny {family:<17} {errors[0]:>10.1e} {errors[1]:>10.1e}  ({run.n_sentences} images)", flush=True)
         if args.skip_real:
             return
         for name in ("minilm", "smollm2"):

@@ -13,6 +13,8 @@ Every command is a function first::
 In a notebook, a model and tokenizer in memory and any iterable of strings extract the same way
 (``qkviz.extract(model, sentences, "runs/mine", tokenizer=tok)``); ``run.plot(3, 4, colour="position")`` is
 one head as a Plotly figure and ``run.show()`` the whole app inline (``examples/notebook.ipynb``).
+An image model reads images the same way: ``qkviz.extract(vit, qkviz.load_images("photos/"), "runs/vit",
+processor=proc)``, each image one sequence of its special tokens and patches.
 
 The subpackages are layered (each imports only those below it): ``report`` > ``analysis`` |
 ``search`` | ``projection`` | ``extraction`` > ``store`` > ``core``. ``import qkviz`` does not import
@@ -22,6 +24,7 @@ torch: extraction imports it when called.
 from qkviz.analysis import attention_change, compute_stats, correlation_table, relate_heads
 from qkviz.api import Run, extract, open_run
 from qkviz.core import IncompleteRunError, QkvizError
+from qkviz.extraction import load_images, sample_images
 from qkviz.projection import project
 from qkviz.report import correlation_report, write_report
 from qkviz.search import build_indexes
@@ -29,4 +32,5 @@ from qkviz.search import build_indexes
 __version__ = "0.1.0"
 
 __all__ = ["IncompleteRunError", "QkvizError", "Run", "__version__", "attention_change", "build_indexes", "compute_stats",
-           "correlation_report", "correlation_table", "extract", "open_run", "project", "relate_heads", "write_report"]
+           "correlation_report", "correlation_table", "extract", "load_images", "open_run", "project", "relate_heads",
+           "sample_images", "write_report"]

@@ -129,8 +129,8 @@ def open_run(path: str | Path) -> Run:
     return Run(path)
 
 
-def extract(model: str | Path | object, corpus: str | Path | Iterable[str], out: str | Path, *,
-            tokenizer: object | None = None, max_tokens: int | None = None,
+def extract(model: str | Path | object, corpus: str | Path | Iterable, out: str | Path, *,
+            tokenizer: object | None = None, processor: object | None = None, max_tokens: int | None = None,
             max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
             max_length: int | None = None, device: str | None = None, text_column: str = "text",
             overwrite: bool = False, head_update: bool = False, progress: bool = True) -> Run:
@@ -150,12 +150,18 @@ def extract(model: str | Path | object, corpus: str | Path | Iterable[str], out:
         A text file (one sentence per line), JSONL / CSV / Parquet (see ``text_column``), a Hugging Face
         dataset name[:split], or in memory: any iterable of strings (list, generator, pandas Series, a
         ``datasets`` column), or a DataFrame / ``datasets.Dataset`` with ``text_column``. The same
-        sentences from a file or a list give the same run.
+        sentences from a file or a list give the same run. For an image model, images: a folder, a list
+        file, ``"imagefolder:DIR"``, ``"skimage-samples"``, or PIL images / ``H x W x 3`` uint8 arrays in
+        memory (:func:`qkviz.extraction.load_images`); each image is one sequence of its special tokens
+        and patches.
     out
         The run directory to write.
     tokenizer
         With a model object: its fast tokenizer (default: the one saved in the model's ``name_or_path``
         directory). The model's manifest records its class, ``name_or_path``, config and weights hashes.
+    processor
+        With an image model object: its image processor (default: the one saved in its ``name_or_path``
+        directory); a named image model brings its own.
     max_tokens, max_sentences
         Stop before this many tokens (special tokens included) / take at most this many sentences.
     seed
@@ -189,7 +195,7 @@ def extract(model: str | Path | object, corpus: str | Path | Iterable[str], out:
     """
     from qkviz.extraction import extract_run   # torch and transformers are imported here, not by 'import qkviz'
 
-    result = extract_run(model, corpus, out, tokenizer=tokenizer, max_tokens=max_tokens,
+    result = extract_run(model, corpus, out, tokenizer=tokenizer, processor=processor, max_tokens=max_tokens,
                          max_sentences=max_sentences, seed=seed, dtype=dtype, batch_size=batch_size,
                          max_length=max_length, device=device, text_column=text_column, overwrite=overwrite,
                          head_update=head_update, progress=progress)

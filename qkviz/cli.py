@@ -18,12 +18,25 @@ from qkviz.cli_options import describe_os_error
 from qkviz.cli_parser import build_parser
 from qkviz.core import QkvizError
 from qkviz.cluster import dask_client
+from qkviz.extraction import DEFAULT_CORPUS, load_images
 
 logger = logging.getLogger("qkviz")
 
 
 def _extract(args: argparse.Namespace) -> int:
-    qkviz.extract(args.model, args.corpus, args.out, max_tokens=args.max_tokens, max_sentences=args.max_sentences,
+    if args.images is not None and args.corpus is not None:
+        raise QkvizError("give --corpus (text) or --images (an image model's images), not both")
+    if args.images is not None:
+        if not args.images.strip():
+            raise QkvizError("--images is empty; give a folder, a list file, imagefolder:DIR or skimage-samples")
+        corpus = load_images(args.images)      # a list file given to --images is a list of images, not text
+    elif args.corpus is not None:
+        corpus = args.corpus
+    elif DEFAULT_CORPUS.exists():
+        corpus = str(DEFAULT_CORPUS)
+    else:
+        raise QkvizError("give --corpus (a text file or dataset) or --images (for an image model)")
+    qkviz.extract(args.model, corpus, args.out, max_tokens=args.max_tokens, max_sentences=args.max_sentences,
                   seed=args.seed, dtype=args.dtype, batch_size=args.batch_size, max_length=args.max_length,
                   device=args.device, text_column=args.text_column, overwrite=args.overwrite,
                   head_update=args.head_update, progress=not args.quiet)

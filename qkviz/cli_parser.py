@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 from qkviz.cli_options import dask_cluster, device, integer, real
-from qkviz.extraction.corpus import DEFAULT_CORPUS
 from qkviz.search import EXACT_LIMIT
 from qkviz.store.projections import PARAM_RANGES
 
@@ -43,10 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
                                   description="Extract every head's queries, keys and value norms into a run directory.")
     extract.add_argument("--model", required=True,
                          help="bundled name (see 'qkviz models'), local Hugging Face model directory, or hub id")
-    extract.add_argument("--corpus", default=str(DEFAULT_CORPUS) if DEFAULT_CORPUS.exists() else None,
-                         required=not DEFAULT_CORPUS.exists(),
+    extract.add_argument("--corpus",
                          help="text file (one sentence per line), JSONL / CSV / Parquet (with --text-column), or a "
                               "Hugging Face dataset name[:split]; default: the bundled corpus")
+    extract.add_argument("--images",
+                         help="for an image model (ViT, DeiT, DINOv2, CLIP / SigLIP vision): a folder of images, a list "
+                              "file of image paths, imagefolder:DIR (class = first subfolder), skimage-samples, or a "
+                              "Hugging Face image dataset name[:split]")
     extract.add_argument("--out", required=True, type=Path, help="run directory to write")
     extract.add_argument("--text-column", default="text", help="column holding the text in tabular corpora")
     extract.add_argument("--max-tokens", type=integer(1), help="stop before this many tokens (special tokens included)")

@@ -61,6 +61,35 @@ def app_run(tiny_model, tiny_corpus, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_vision(tmp_path_factory):
+    """``tiny_vision(family)`` -> directory of a tiny random image model with its image processor (built once;
+    families in ``support.tiny_vision.VISION_FAMILIES``)."""
+    from support.tiny_vision import build_tiny_vision_model
+
+    built: dict[str, Path] = {}
+
+    def get(family: str) -> Path:
+        if family not in built:
+            built[family] = build_tiny_vision_model(family, tmp_path_factory.mktemp(f"tiny-{family}"))
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def image_run(tiny_vision, tmp_path_factory):
+    """A tiny ViT run (2 layers x 4 heads, CLS + 4 x 4 patches) over scikit-image's sample images and a 2 x 2
+    grid of crops of each (40 images, 680 tokens), with PCA 2D / 3D layouts: the image views' tests."""
+    import qkviz
+    from qkviz.cli import main
+
+    run = qkviz.extract(str(tiny_vision("vit")), qkviz.sample_images(crops=2), tmp_path_factory.mktemp("image") / "vit",
+                        progress=False)
+    assert main(["-q", "project", "--run", str(run.path), "--method", "pca", "--dim", "2,3"]) == 0
+    return run
+
+
+@pytest.fixture(scope="session")
 def tiny_run(tiny_model, tiny_corpus, tmp_path_factory):
     """``tiny_run(family, max_sentences=12, **extract_options)``: a float32 run of the tiny model,
     extracted once per arguments and shared; a test that writes into a run copies it first."""

@@ -2,16 +2,17 @@
 per architecture family (:mod:`qkviz.extraction.adapters`), capturing queries and keys as they enter
 the attention dot product, and streaming them to the store.
 
-Importing this package does not import torch: the corpus readers and the bundled models' table are
+Importing this package does not import torch: the corpus readers (text and images) and the bundled models' table are
 plain Python, and the names that need torch (``extract_run``, ``ADAPTERS``, ``adapter_for``,
 ``load_model``, ``ExtractionResult``) are imported on first use.
 """
 
 from qkviz.extraction.corpus import DEFAULT_CORPUS, Corpus, load_corpus
+from qkviz.extraction.image_corpus import SAMPLE_IMAGES, ImageCorpus, load_images, sample_images
 from qkviz.extraction.models import BUNDLED_MODELS
 
-__all__ = ["ADAPTERS", "BUNDLED_MODELS", "DEFAULT_CORPUS", "Corpus", "ExtractionResult", "adapter_for",
-           "extract_run", "load_corpus", "load_model"]
+__all__ = ["ADAPTERS", "BUNDLED_MODELS", "DEFAULT_CORPUS", "SAMPLE_IMAGES", "Corpus", "ExtractionResult", "ImageCorpus",
+           "adapter_for", "extract_run", "load_corpus", "load_images", "load_model", "sample_images"]
 
 
 def __getattr__(name: str):

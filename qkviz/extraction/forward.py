@@ -33,7 +33,7 @@ MAX_OFFSET_POSITIONS = 512
 
 
 @dataclass
-class _ChunkBuffers:
+class ChunkBuffers:
     """Encoded vectors of one chunk (see ``qkviz.store.files``): ``[layer, head, token, d_head]``
     in the stored dtype, and value norms ``[layer, kv_head, token]`` in float32."""
 
@@ -44,14 +44,14 @@ class _ChunkBuffers:
 
     @classmethod
     def allocate(cls, shape: ModelShape, n_tokens: int, dtype: np.dtype, head_update: bool = False
-                 ) -> "_ChunkBuffers":
+                 ) -> "ChunkBuffers":
         return cls(np.zeros((shape.n_layers, shape.n_heads, n_tokens, shape.head_dim), dtype=dtype),
                    np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens, shape.head_dim), dtype=dtype),
                    np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens), dtype=np.float32),
                    np.zeros((shape.n_layers, shape.n_heads, n_tokens, 2), dtype=np.float32) if head_update else None)
 
 
-class _Scatter:
+class Scatter:
     """The recorder's sink: encodes one batch's real tokens and puts them at their chunk rows.
 
     A vector is stored as ``vector - offset[position]`` of its head (see ``qkviz.store.files``). The
@@ -60,7 +60,7 @@ class _Scatter:
     seen, or the ones an interrupted run saved.
     """
 
-    def __init__(self, buffers: _ChunkBuffers, offsets: dict[str, np.ndarray] | None, n_positions: int):
+    def __init__(self, buffers: ChunkBuffers, offsets: dict[str, np.ndarray] | None, n_positions: int):
         self.buffers = buffers
         self.store_dtype = torch.float16 if buffers.queries.dtype == np.float16 else torch.float32
         self.n_positions = n_positions if self.store_dtype == torch.float16 else 1
@@ -166,7 +166,7 @@ def capture_run(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
     largest = max(sum(len(s) for s in sentences[a:b]) for a, b, _ in chunks)
     n_positions = min(MAX_OFFSET_POSITIONS, max(len(s) for s in sentences))
     head_update = writer.layout.head_update
-    scatter = _Scatter(_ChunkBuffers.allocate(shape, largest, store_dtype, head_update), writer.offsets, n_positions)
+    scatter = Scatter(ChunkBuffers.allocate(shape, largest, store_dtype, head_update), writer.offsets, n_positions)
     layer_of_module = {id(module): layer for layer, module in enumerate(adapter.attention_modules(model))}
     if len(layer_of_module) != shape.n_layers:
         raise RuntimeError(f"found {len(layer_of_module)} attention modules for {shape.n_layers} layers")
@@ -198,7 +198,7 @@ def capture_run(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
     return settings
 
 
-def _capture_chunk(model, scatter: _Scatter, chunk: list[TokenizedSentence], batch_size: int, pad_id: int,
+def _capture_chunk(model, scatter: Scatter, chunk: list[TokenizedSentence], batch_size: int, pad_id: int,
                    device: str, bar) -> None:
     row_of_sentence = np.concatenate([[0], np.cumsum([len(s) for s in chunk])[:-1]])
     by_length = sorted(range(len(chunk)), key=lambda i: len(chunk[i]), reverse=True)

@@ -111,16 +111,22 @@ def embedding_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: Model
     }
 
 
-def capture_logit_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, n_positions: int,
-                        pad_id: int, device: str, used_token_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """``{run file: array}`` of the biases, rotary tables and first-layer embedding parts the model has."""
-    modules = adapter.attention_modules(model)
+def bias_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape) -> dict[str, np.ndarray]:
+    """``{run file: array}`` of the query and key biases, where every layer has them (image models: all there is)."""
+    biases = [query_key_biases(module, adapter, shape) for module in adapter.attention_modules(model)]
     parts: dict[str, np.ndarray] = {}
-    biases = [query_key_biases(module, adapter, shape) for module in modules]
     if all(query is not None for query, _ in biases):
         parts[run_files.QUERY_BIAS] = np.stack([query for query, _ in biases]).astype(np.float32)
     if all(key is not None for _, key in biases):
         parts[run_files.KEY_BIAS] = np.stack([key for _, key in biases]).astype(np.float32)
+    return parts
+
+
+def capture_logit_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, n_positions: int,
+                        pad_id: int, device: str, used_token_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """``{run file: array}`` of the biases, rotary tables and first-layer embedding parts the model has."""
+    modules = adapter.attention_modules(model)
+    parts = bias_parts(model, adapter, shape)
     tables = rotary_tables(model, modules, n_positions, pad_id, device)
     if tables is not None:
         parts[run_files.ROTARY_COS], parts[run_files.ROTARY_SIN] = tables

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Iterator
 
 from qkviz.core.errors import QkvizError
-from qkviz.extraction.models import BUNDLED_MODELS, TOKENIZER_FILES, LoadedModel, load_model, model_directory
+from qkviz.extraction.models import (BUNDLED_MODELS, TOKENIZER_FILES, LoadedModel, check_modality, image_processor,
+                                    load_model, model_directory)
 
 logger = logging.getLogger(__name__)
 
@@ -29,33 +30,46 @@ def is_model_name(model) -> bool:
 
 
 @contextlib.contextmanager
-def model_for_extraction(model, tokenizer=None, device: str | None = None,
-                         progress: bool = False) -> Iterator[LoadedModel]:
-    """The model to extract from: ``model`` loaded by name, or the in-memory ``model`` borrowed (see the module)."""
+def model_for_extraction(model, tokenizer=None, device: str | None = None, progress: bool = False, *,
+                         processor=None, modality: str | None = None) -> Iterator[LoadedModel]:
+    """The model to extract from: ``model`` loaded by name, or the in-memory ``model`` borrowed (see the module);
+    ``modality`` (``"text"`` or ``"image"``) is what the corpus holds, refused in one line if the model reads
+    the other."""
     if is_model_name(model):
-        if tokenizer is not None:
-            raise QkvizError("tokenizer= goes with a model object; a model name or directory brings its own "
-                             "tokenizer (leave tokenizer= out)")
-        yield load_model(str(model), device=device or "cpu", progress=progress)
+        for name, given in (("tokenizer", tokenizer), ("processor", processor)):
+            if given is not None:
+                raise QkvizError(f"{name}= goes with a model object; a model name or directory brings its own "
+                                 f"{name} (leave {name}= out)")
+        yield load_model(str(model), device=device or "cpu", progress=progress, modality=modality)
         return
-    with borrowed_model(model, tokenizer, device, progress) as loaded:
+    with borrowed_model(model, tokenizer, device, progress, processor=processor, modality=modality) as loaded:
         yield loaded
 
 
 @contextlib.contextmanager
-def borrowed_model(model, tokenizer=None, device: str | None = None, progress: bool = False) -> Iterator[LoadedModel]:
+def borrowed_model(model, tokenizer=None, device: str | None = None, progress: bool = False, *, processor=None,
+                   modality: str | None = None) -> Iterator[LoadedModel]:
     """``model`` (a transformers ``PreTrainedModel``) in eval mode on ``device`` (default: where it is) for the
-    extraction, with its training flags and device restored afterwards; the tokenizer checked against it."""
-    from qkviz.extraction.adapters import adapter_for
+    extraction, with its training flags and device restored afterwards; the tokenizer checked against it (an
+    image model: its image processor, ``processor=`` or the one saved in its ``name_or_path``)."""
+    from qkviz.extraction.adapters import adapter_for, vision_tower
 
     _check_model_object(model)
     try:
-        adapter_for(model.config)          # an unsupported family is refused before anything changes
+        adapter = adapter_for(model.config)          # an unsupported family is refused before anything changes
     except QkvizError as error:
         raise QkvizError(f"model object {type(model).__name__}: {error}") from None
-    tokenizer = tokenizer if tokenizer is not None else _tokenizer_of(model)
-    base = getattr(model, "base_model", model)   # no language-model head: its logits are not needed
-    check_tokenizer(tokenizer)
+    check_modality(f"model object {type(model).__name__}", adapter, modality)
+    base = vision_tower(getattr(model, "base_model", model))   # no head: its outputs are not needed
+    if adapter.modality == "image":
+        if tokenizer is not None:
+            raise QkvizError("tokenizer= goes with a text model; give an image model its image processor with processor=")
+        processor = processor if processor is not None else _processor_of(model)
+    else:
+        if processor is not None:
+            raise QkvizError("processor= goes with an image model; give a text model its tokenizer with tokenizer=")
+        tokenizer = tokenizer if tokenizer is not None else _tokenizer_of(model)
+        check_tokenizer(tokenizer)
     parameter = next(base.parameters(), None)
     if parameter is None:
         raise QkvizError(f"model object {type(model).__name__} has no parameters; give a loaded model")
@@ -69,12 +83,13 @@ def borrowed_model(model, tokenizer=None, device: str | None = None, progress: b
                         target, original)
             model.to(target)
         model.eval()
-        yield LoadedModel(model=base, tokenizer=tokenizer, model_id=name_or_path or type(model).__name__,
-                          source=f"in-memory {type(model).__name__}",
+        reader, kind = (tokenizer, "tokenizer") if processor is None else (processor, "processor")
+        yield LoadedModel(model=base, tokenizer=tokenizer, processor=processor,
+                          model_id=name_or_path or type(model).__name__, source=f"in-memory {type(model).__name__}",
                           origin={"in_memory": True, "class": type(model).__name__, "name_or_path": name_or_path,
                                   "dtype": str(parameter.dtype).removeprefix("torch."),
-                                  "tokenizer": type(tokenizer).__name__,
-                                  "tokenizer_name_or_path": str(getattr(tokenizer, "name_or_path", "") or "")})
+                                  kind: type(reader).__name__,
+                                  f"{kind}_name_or_path": str(getattr(reader, "name_or_path", "") or "")})
     finally:
         if target != original:
             model.to(original)
@@ -126,6 +141,18 @@ def _tokenizer_of(model):
         return AutoTokenizer.from_pretrained(directory)
     where = f"its name_or_path {name!r} is not a local directory with a tokenizer" if name else "it has no name_or_path"
     raise QkvizError(f"give the model's tokenizer: qkviz.extract(model, corpus, out, tokenizer=tok) ({where})")
+
+
+def _processor_of(model):
+    """The image processor saved beside the model's weights (its ``name_or_path`` a local directory); anything
+    else is a one-line error asking for ``processor=``."""
+    name = str(getattr(model, "name_or_path", "") or "")
+    directory = Path(name).expanduser()
+    if name and (directory / "preprocessor_config.json").exists():
+        return image_processor(directory, name)
+    where = f"its name_or_path {name!r} is not a local directory with one" if name else "it has no name_or_path"
+    raise QkvizError("give the model's image processor: qkviz.extract(model, images, out, processor=proc) "
+                     f"({where})")
 
 
 def _device(requested: str | None, current):

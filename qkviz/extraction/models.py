@@ -55,6 +55,8 @@ class LoadedModel:
     tokenizer: object    # a fast tokenizer (offsets are needed)
     model_id: str        # what the user named
     source: str          # where the weights came from
+    #: image models: the image processor that prepares pixels for it (``tokenizer`` is then ``None``)
+    processor: object | None = None
     #: what else is known of the model's identity, recorded in the manifest (an in-memory model's class,
     #: ``name_or_path`` and dtype)
     origin: dict = field(default_factory=dict)
@@ -96,12 +98,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "voca
                    "spiece.model")
 
 
-def load_model(spec: str, device: str = "cpu", progress: bool = False) -> LoadedModel:
-    """Load ``spec`` for extraction, checking its family is supported before the weights load."""
+def load_model(spec: str, device: str = "cpu", progress: bool = False, modality: str | None = None) -> LoadedModel:
+    """Load ``spec`` for extraction, checking its family is supported (and reads ``modality``, ``"text"`` or
+    ``"image"``, when given) before the weights load. An image model comes with its image processor
+    instead of a tokenizer; a CLIP / SigLIP checkpoint is reduced to its vision tower."""
     import torch
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
-    from qkviz.extraction.adapters import adapter_for
+    from qkviz.extraction.adapters import adapter_for, vision_tower
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise QkvizError(f"--device {device} was asked for but no CUDA device is available; use --device cpu")
@@ -110,7 +114,13 @@ def load_model(spec: str, device: str = "cpu", progress: bool = False) -> Loaded
         config = AutoConfig.from_pretrained(directory)
     except (OSError, ValueError) as error:
         raise QkvizError(_unreachable_message(spec, error)) from None
-    adapter_for(config)
+    adapter = adapter_for(config)
+    check_modality(f"model {spec}", adapter, modality)
+    if adapter.modality == "image":
+        processor = image_processor(directory, spec)
+        model = vision_tower(_read_weights(spec, directory, config))
+        return LoadedModel(model=model.to(device).eval(), tokenizer=None, model_id=spec, source=source,
+                           processor=processor)
     if Path(directory).is_dir() and not any((Path(directory) / name).exists() for name in TOKENIZER_FILES):
         raise QkvizError(f"model directory {directory} has no tokenizer ({', '.join(TOKENIZER_FILES)}); save the "
                          "model's tokenizer there too (tokenizer.save_pretrained) and extract again")
@@ -118,17 +128,51 @@ def load_model(spec: str, device: str = "cpu", progress: bool = False) -> Loaded
         tokenizer = AutoTokenizer.from_pretrained(directory)
     except (OSError, ValueError) as error:
         raise QkvizError(_unreachable_message(spec, error)) from None
+    model = _read_weights(spec, directory, config)
+    if not getattr(tokenizer, "is_fast", False):
+        raise QkvizError(f"model {spec} has no fast tokenizer; qkviz needs one for character offsets")
+    return LoadedModel(model=model.to(device).eval(), tokenizer=tokenizer, model_id=spec, source=source)
+
+
+def _read_weights(spec: str, directory, config):
+    import torch
+    from transformers import AutoModel
+
     try:
-        model = AutoModel.from_pretrained(directory, config=config, dtype=torch.float32, attn_implementation="sdpa")
+        return AutoModel.from_pretrained(directory, config=config, dtype=torch.float32, attn_implementation="sdpa")
     except (OSError, ValueError) as error:
         raise QkvizError(_unreachable_message(spec, error)) from None
     except Exception as error:  # noqa: BLE001 -- truncated safetensors, a pickle that is not plain tensors, ...
         detail = (str(error).strip().splitlines() or [""])[0][:200]
         raise QkvizError(f"the weights of model {spec} cannot be read ({type(error).__name__}: {detail}); they are "
                          "damaged or not plain tensors: download or save them again (safetensors)") from None
-    if not getattr(tokenizer, "is_fast", False):
-        raise QkvizError(f"model {spec} has no fast tokenizer; qkviz needs one for character offsets")
-    return LoadedModel(model=model.to(device).eval(), tokenizer=tokenizer, model_id=spec, source=source)
+
+
+def check_modality(what: str, adapter, modality: str | None) -> None:
+    """A text model given images, or an image model given text, is a one-line error."""
+    if modality is None or adapter.modality == modality:
+        return
+    if adapter.modality == "image":
+        raise QkvizError(f"{what} is an image model ({adapter.description}); give it images: --images FOLDER, "
+                         "a list file, imagefolder:DIR or skimage-samples (in Python: a list of PIL images)")
+    from qkviz.extraction.adapters import ADAPTERS
+
+    vision = ", ".join(a.family for a in ADAPTERS if a.modality == "image")
+    raise QkvizError(f"{what} reads text ({adapter.family}); images need an image model of a supported family "
+                     f"({vision})")
+
+
+def image_processor(directory, spec: str):
+    """The image processor saved with an image model (``preprocessor_config.json``)."""
+    from transformers import AutoImageProcessor
+
+    if Path(directory).is_dir() and not (Path(directory) / "preprocessor_config.json").exists():
+        raise QkvizError(f"model directory {directory} has no image processor (preprocessor_config.json); save the "
+                         "model's processor there too (processor.save_pretrained) and extract again")
+    try:
+        return AutoImageProcessor.from_pretrained(directory)
+    except (OSError, ValueError) as error:
+        raise QkvizError(_unreachable_message(spec, error)) from None
 
 
 def _unreachable_message(spec: str, error: Exception) -> str:

@@ -8,28 +8,24 @@ existing run directory are refused unless ``overwrite``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import platform
 import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 from qkviz.store import files as run_files
-from qkviz.extraction.adapters import FamilyAdapter, ModelShape, adapter_for
-from qkviz.extraction.capture import LayerAttentionSettings
+from qkviz.extraction.adapters import adapter_for
 from qkviz.extraction.corpus import Corpus, load_corpus
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.forward import capture_run, pad_token_id
+from qkviz.extraction.image_pipeline import extract_images
 from qkviz.extraction.logit_parts_capture import capture_logit_parts
 from qkviz.extraction.memory_model import check_token_ids, model_for_extraction
 from qkviz.extraction.models import LoadedModel
+from qkviz.extraction.run_manifest import ExtractionResult, fingerprint, model_identity, run_manifest
 from qkviz.store.locks import exclusive_lock
-from qkviz.store.run import StoredRun, open_run
+from qkviz.store.run import open_run
 from qkviz.store.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory
 from qkviz.extraction.selection import select_sentences
 from qkviz.extraction.token_table import sentence_table, token_table
@@ -39,38 +35,37 @@ logger = logging.getLogger(__name__)
 STORED_DTYPES = ("float16", "float32")
 
 
-@dataclass(frozen=True)
-class ExtractionResult:
-    run: StoredRun
-    status: str          # "extracted", "resumed" or "reused"
-    seconds: float
-
-    @property
-    def n_truncated(self) -> int:
-        return int(self.run.manifest["counts"]["n_truncated_sentences"])
-
-
-def extract_run(model, corpus, out: str | Path, *, tokenizer=None, max_tokens: int | None = None,
-            max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
-            max_length: int | None = None, device: str | None = None, text_column: str = "text",
-            overwrite: bool = False, head_update: bool = False, progress: bool = False) -> ExtractionResult:
+def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=None, max_tokens: int | None = None,
+                max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
+                max_length: int | None = None, device: str | None = None, text_column: str = "text",
+                overwrite: bool = False, head_update: bool = False, progress: bool = False) -> ExtractionResult:
     """Extract every head's queries, keys and value norms over ``corpus`` into the run ``out``;
     with ``head_update``, also each head's update relative to the hidden state per token
     (:mod:`qkviz.extraction.head_update_capture`). ``model`` is a name or directory, or a model object with
-    ``tokenizer`` (:mod:`qkviz.extraction.memory_model`); ``corpus`` a file or dataset name, or an iterable of
-    strings (:func:`qkviz.extraction.corpus.load_corpus`). ``device`` None: ``"cpu"`` for a name, where the
-    model object is for an object. One extraction writes a run directory at a time: a second one into the
-    same ``out`` is refused while the first runs."""
+    ``tokenizer`` (an image model: ``processor``; :mod:`qkviz.extraction.memory_model`); ``corpus`` a file or
+    dataset name, or an iterable of strings (:func:`qkviz.extraction.corpus.load_corpus`), or images
+    (:func:`qkviz.extraction.image_corpus.load_images`: a folder, a list file, ``imagefolder:DIR``, PIL
+    images or arrays; :mod:`qkviz.extraction.image_pipeline`). ``device`` None: ``"cpu"`` for a name, where
+    the model object is for an object. One extraction writes a run directory at a time: a second one into
+    the same ``out`` is refused while the first runs."""
+    from qkviz.extraction.image_corpus import is_image_source, load_images
+
     out = Path(out)
     started = time.perf_counter()
     _check_options(dtype, batch_size, max_tokens, max_sentences, max_length)
-    corpus_data = load_corpus(corpus, text_column)
+    images = is_image_source(corpus)
+    if images and max_length is not None:
+        raise QkvizError("--max-length truncates sentences; an image is always all its patches (leave it out)")
+    corpus_data = load_images(corpus) if images else load_corpus(corpus, text_column)
     with exclusive_lock(out.parent / f".{out.name}.lock", wait=False,
                         busy_message=f"another qkviz extract is writing {out}; wait for it to finish"), \
-            model_for_extraction(model, tokenizer, device, progress) as loaded:
-        return _extract(loaded, corpus_data, out, started, max_tokens=max_tokens, max_sentences=max_sentences,
-                        seed=seed, dtype=dtype, batch_size=batch_size, max_length=max_length,
-                        head_update=head_update, overwrite=overwrite, progress=progress)
+            model_for_extraction(model, tokenizer, device, progress, processor=processor,
+                                 modality="image" if images else "text") as loaded:
+        options = dict(max_tokens=max_tokens, max_sentences=max_sentences, seed=seed, dtype=dtype,
+                       batch_size=batch_size, head_update=head_update, overwrite=overwrite, progress=progress)
+        if images:
+            return extract_images(loaded, adapter_for(loaded.model.config), corpus_data, out, started, **options)
+        return _extract(loaded, corpus_data, out, started, max_length=max_length, **options)
 
 
 def _extract(loaded: LoadedModel, corpus_data: Corpus, out: Path, started: float, *, max_tokens: int | None,
@@ -90,21 +85,21 @@ def _extract(loaded: LoadedModel, corpus_data: Corpus, out: Path, started: float
     n_tokens = sum(len(s) for s in sentences)
     identity = {
         "schema_version": run_files.SCHEMA_VERSION,
-        "model": _model_identity(loaded, adapter.family),
+        "model": model_identity(loaded, adapter.family),
         "corpus": {"sha256": corpus_data.sha256, "text_column": corpus_data.text_column},
         "selection": {"max_tokens": max_tokens, "max_sentences": max_sentences, "seed": seed,
                       "max_length": length_limit},
         "dtype": dtype,
         **({"head_update": True} if head_update else {}),
     }
-    fingerprint = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-    plan = plan_directory(Path(out), fingerprint, overwrite)
+    run_fingerprint = fingerprint(identity)
+    plan = plan_directory(Path(out), run_fingerprint, overwrite)
     if plan is DirectoryPlan.REUSE:
         logger.info("%s already holds this run; reusing it", out)
         return ExtractionResult(open_run(out), "reused", time.perf_counter() - started)
     layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, n_tokens, dtype,
                          head_update)
-    writer = RunWriter(Path(out), fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
+    writer = RunWriter(Path(out), run_fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
     resumed = writer.tokens_done > 0
     try:
         settings = capture_run(loaded, adapter, shape, sentences, writer, batch_size, progress)
@@ -113,7 +108,9 @@ def _extract(loaded: LoadedModel, corpus_data: Corpus, out: Path, started: float
     if any(settings[layer].causal != adapter.causal for layer in settings):
         raise RuntimeError(f"{adapter.family} layers disagree with the family's causality")
     tokens = token_table(sentences, loaded.tokenizer)
-    manifest = _manifest(identity, loaded, adapter, shape, settings, corpus_data, sentences, tokens)
+    manifest = run_manifest(identity, loaded, adapter, shape, settings, tokens, corpus_source=corpus_data.source,
+                            n_corpus_items=len(corpus_data.sentences), n_sentences=len(sentences),
+                            n_truncated=sum(s.truncated for s in sentences))
     manifest["extraction"] = {"device": device, "batch_size": batch_size}
     logit_parts = capture_logit_parts(loaded.model, adapter, shape, max(len(s) for s in sentences),
                                       pad_token_id(loaded.tokenizer), device,
@@ -129,33 +126,6 @@ def _extract(loaded: LoadedModel, corpus_data: Corpus, out: Path, started: float
     if result.n_truncated:
         logger.warning("%d sentences were longer than the model allows and were truncated", result.n_truncated)
     return result
-
-
-def _manifest(identity: dict, loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
-              settings: dict[int, LayerAttentionSettings], corpus_data: Corpus, sentences, tokens) -> dict:
-    """Everything a reader needs to know about the run (``files`` and ``fingerprint`` are added on finish)."""
-    layers = range(shape.n_layers)
-    return {
-        **identity,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "versions": _versions(),
-        "model": {**identity["model"], "id": loaded.model_id, "source": loaded.source,
-                  "description": adapter.description, **loaded.origin},
-        "shape": {"n_layers": shape.n_layers, "n_heads": shape.n_heads, "n_kv_heads": shape.n_kv_heads,
-                  "head_dim": shape.head_dim},
-        "attention": {
-            "causal": adapter.causal,
-            "scales": [settings[layer].scale for layer in layers],
-            "sliding_windows": [settings[layer].sliding_window for layer in layers],
-            "softcaps": [settings[layer].softcap for layer in layers],
-            "kv_head_of_head": [shape.kv_head_of(head) for head in range(shape.n_heads)],
-        },
-        "corpus": {**identity["corpus"], "source": corpus_data.source,
-                   "n_corpus_sentences": len(corpus_data.sentences)},
-        "counts": {"n_sentences": len(sentences), "n_tokens": int(len(tokens)),
-                   "n_special_tokens": int(tokens["is_special"].sum()),
-                   "n_truncated_sentences": sum(s.truncated for s in sentences)},
-    }
 
 
 def _check_options(dtype: str, batch_size: int, max_tokens, max_sentences, max_length) -> None:
@@ -180,38 +150,3 @@ def _check_room_for_text(tokenizer, length_limit: int | None) -> None:
     if length_limit is not None and length_limit <= special:
         raise QkvizError(f"--max-length {length_limit} leaves no room for text: the tokenizer adds {special} special "
                          f"tokens to every sentence; use at least {special + 1}")
-
-
-def _model_identity(loaded, family: str) -> dict:
-    """Hashes that change exactly when the model's numbers can change."""
-    import torch
-
-    weights = hashlib.sha256()
-    for name, tensor in sorted(loaded.model.state_dict().items()):
-        weights.update(name.encode())
-        weights.update(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes()
-                       if tensor.numel() else b"")
-    config = loaded.model.config.to_diff_dict()
-    config.pop("_attn_implementation_autoset", None)
-    config.pop("attn_implementation", None)
-    config_text = json.dumps(config, sort_keys=True, default=str)
-    return {"family": family, "architecture": type(loaded.model).__name__,
-            "weights_sha256": weights.hexdigest(),
-            "config_sha256": hashlib.sha256(config_text.encode()).hexdigest()}
-
-
-def _qkviz_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("qkviz")
-    except PackageNotFoundError:   # run from a source tree that is not installed
-        return "unknown"
-
-
-def _versions() -> dict:
-    import torch
-    import transformers
-
-    return {"qkviz": _qkviz_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "numpy": np.__version__, "python": platform.python_version()}

@@ -72,6 +72,8 @@ EMBED_KEY_WEIGHT = "embed_key_weight.npy"      # [kv_head, d_head, d_model] floa
 EMBED_FILES = (EMBED_TOKEN_IDS, EMBED_TOKENS, EMBED_POSITIONS, EMBED_NORM, EMBED_QUERY_WEIGHT, EMBED_KEY_WEIGHT)
 LOGIT_PART_FILES = (QUERY_BIAS, KEY_BIAS, ROTARY_COS, ROTARY_SIN, *EMBED_FILES)
 #: Optional, with ``qkviz extract --head-update`` (see qkviz.extraction.head_update_capture), streamed like the vectors.
+#: image runs: every token's patch thumbnail (zeros for special tokens), see qkviz.extraction.image_capture
+PATCHES = "patches.npy"            # [token, t, t, 3] uint8
 HEAD_UPDATES = "head_updates.npy"  # [layer, head, token, 2] float32: |update| / |hidden|, cos(update, hidden)
 STREAMED_FILES = (QUERIES, KEYS, VALUE_NORMS)
 ARRAY_FILES = (*STREAMED_FILES, QUERY_OFFSETS, KEY_OFFSETS)
@@ -102,7 +104,8 @@ TOKEN_INDEX_FILE = "tokens.parquet"
 
 #: Every name qkviz writes directly in a run directory (files, and the directories of derived results);
 #: ``--overwrite`` removes these and nothing else.
-RUN_FILES = (MANIFEST, PROGRESS, TOKENS, SENTENCES, *ARRAY_FILES, HEAD_UPDATES, *LOGIT_PART_FILES, CORRELATION_TABLE)
+RUN_FILES = (MANIFEST, PROGRESS, TOKENS, SENTENCES, *ARRAY_FILES, HEAD_UPDATES, PATCHES, *LOGIT_PART_FILES,
+             CORRELATION_TABLE)
 RUN_DIRECTORIES = (CACHE_DIRECTORY, ATLAS_DIRECTORY, RELATED_DIRECTORY, INDEX_DIRECTORY)
 
 

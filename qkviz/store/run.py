@@ -125,6 +125,27 @@ class StoredRun:
         row = self.sentences.iloc[sentence]
         return slice(int(row.first_token), int(row.first_token + row.n_tokens))
 
+    # -- images ---------------------------------------------------------------------------------
+    @property
+    def is_image_run(self) -> bool:
+        """Whether the run's sequences are images (see :mod:`qkviz.extraction.image_tokens`): its "sentences"
+        are images, its tokens special tokens and patches with ``patch_row`` / ``patch_col``."""
+        return self.image_input is not None
+
+    @property
+    def image_input(self) -> dict | None:
+        """An image run's layout: ``prefix_tokens``, ``grid`` ``[rows, cols]``, ``patch_size``, ``image_size``,
+        ``thumbnail`` (pixels a side of a patch thumbnail); ``None`` for a text run."""
+        layout = self.manifest.get("input")
+        return layout if layout and layout.get("modality") == "image" else None
+
+    def patch_thumbnails(self) -> np.ndarray:
+        """``[token, t, t, 3]`` uint8 (memory-mapped): every token's patch as the model saw it, un-normalised
+        (zeros for special tokens); an image run's only."""
+        if not self.is_image_run:
+            raise QkvizError(f"{self.path} is a text run; patch thumbnails belong to image runs")
+        return np.load(self.verified(run_files.PATCHES), mmap_mode="r")
+
     # -- vectors ------------------------------------------------------------------------------
     @cached_property
     def _arrays(self) -> dict[str, np.ndarray]:

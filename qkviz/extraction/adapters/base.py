@@ -72,6 +72,11 @@ class FamilyAdapter:
     #: Returns a reason the configuration cannot be captured exactly, or ``None``.
     unsupported_reason: Callable[[object], str | None] = lambda config: None
     architectures: tuple[str, ...] = field(default=())
+    #: ``"text"`` (token ids in) or ``"image"`` (pixel values in; :mod:`qkviz.extraction.image_capture`).
+    modality: str = "text"
+    #: Image families: the names of the special tokens before the patches, in sequence order (CLS,
+    #: distillation, registers); the patches follow row by row.
+    prefix_tokens: Callable[[object], tuple[str, ...]] = lambda config: ()
 
     def shape(self, config) -> ModelShape:
         config = config.get_text_config()
@@ -81,6 +86,8 @@ class FamilyAdapter:
         return ModelShape(int(config.num_hidden_layers), n_heads, n_kv_heads, int(head_dim))
 
     def max_tokens_per_sequence(self, config) -> int | None:
+        if self.modality == "image":
+            return None
         limit = getattr(config.get_text_config(), "max_position_embeddings", None)
         return None if limit is None else int(limit) - self.reserved_positions(config)
 

@@ -1,0 +1,93 @@
+"""What identifies a run (the fingerprint of its inputs), what its manifest says, and what extraction returns."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+
+from qkviz.extraction.adapters import FamilyAdapter, ModelShape
+from qkviz.extraction.capture import LayerAttentionSettings
+from qkviz.extraction.models import LoadedModel
+from qkviz.store.run import StoredRun
+
+
+@dataclass(frozen=True)
+class ExtractionResult:
+    run: StoredRun
+    status: str          # "extracted", "resumed" or "reused"
+    seconds: float
+
+    @property
+    def n_truncated(self) -> int:
+        return int(self.run.manifest["counts"]["n_truncated_sentences"])
+
+
+def fingerprint(identity: dict) -> str:
+    """The sha256 of everything that determines a run's numbers (``identity``, JSON-able)."""
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def model_identity(loaded, family: str) -> dict:
+    """Hashes that change exactly when the model's numbers can change."""
+    import torch
+
+    weights = hashlib.sha256()
+    for name, tensor in sorted(loaded.model.state_dict().items()):
+        weights.update(name.encode())
+        weights.update(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes()
+                       if tensor.numel() else b"")
+    config = loaded.model.config.to_diff_dict()
+    config.pop("_attn_implementation_autoset", None)
+    config.pop("attn_implementation", None)
+    config_text = json.dumps(config, sort_keys=True, default=str)
+    return {"family": family, "architecture": type(loaded.model).__name__,
+            "weights_sha256": weights.hexdigest(),
+            "config_sha256": hashlib.sha256(config_text.encode()).hexdigest()}
+
+
+def qkviz_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("qkviz")
+    except PackageNotFoundError:   # run from a source tree that is not installed
+        return "unknown"
+
+
+def software_versions() -> dict:
+    import torch
+    import transformers
+
+    return {"qkviz": qkviz_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "numpy": np.__version__, "python": platform.python_version()}
+
+
+def run_manifest(identity: dict, loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
+                 settings: dict[int, LayerAttentionSettings], tokens, *, corpus_source: str, n_corpus_items: int,
+                 n_sentences: int, n_truncated: int) -> dict:
+    """Everything a reader needs to know about the run (``files`` and ``fingerprint`` are added on finish)."""
+    layers = range(shape.n_layers)
+    return {
+        **identity,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "versions": software_versions(),
+        "model": {**identity["model"], "id": loaded.model_id, "source": loaded.source,
+                  "description": adapter.description, **loaded.origin},
+        "shape": {"n_layers": shape.n_layers, "n_heads": shape.n_heads, "n_kv_heads": shape.n_kv_heads,
+                  "head_dim": shape.head_dim},
+        "attention": {
+            "causal": adapter.causal,
+            "scales": [settings[layer].scale for layer in layers],
+            "sliding_windows": [settings[layer].sliding_window for layer in layers],
+            "softcaps": [settings[layer].softcap for layer in layers],
+            "kv_head_of_head": [shape.kv_head_of(head) for head in range(shape.n_heads)],
+        },
+        "corpus": {**identity["corpus"], "source": corpus_source, "n_corpus_sentences": n_corpus_items},
+        "counts": {"n_sentences": n_sentences, "n_tokens": int(len(tokens)),
+                   "n_special_tokens": int(tokens["is_special"].sum()), "n_truncated_sentences": n_truncated},
+    }
