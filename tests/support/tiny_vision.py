@@ -17,7 +17,7 @@ PATCH = 8
 HIDDEN = 32
 HEADS = 4
 LAYERS = 2
-QUERY_KEY_STD = 0.35
+QUERY_KEY_STD = 0.25
 
 VISION_FAMILIES = ("vit", "deit", "dinov2", "dinov2-registers", "clip-vision", "siglip-vision", "clip")
 

@@ -80,3 +80,43 @@ def test_same_images_reuse_the_run_and_other_images_change_it(tiny_vision, image
     arrays[0][0, 0, 0] ^= 1
     with pytest.raises(qkviz.QkvizError, match="overwrite"):
         qkviz.extract(model_dir, arrays, tmp_path / "run", progress=False)
+
+
+def test_an_interrupted_image_run_resumes_to_the_same_vectors_and_thumbnails(tiny_vision, images, tmp_path,
+                                                                             monkeypatch):
+    import json
+
+    from qkviz.core.errors import IncompleteRunError
+    from qkviz.extraction import image_capture
+    from qkviz.extraction.adapters import ModelShape
+    from qkviz.extraction.forward import bytes_per_token
+    from qkviz.extraction.pipeline import extract_run
+    from qkviz.store import files as run_files
+
+    model = str(tiny_vision("vit"))
+    reference = qkviz.extract(model, images, tmp_path / "reference", max_sentences=10, batch_size=2, progress=False)
+    # Chunks of two images (one batch each); the image processor fails while the fifth chunk is prepared.
+    monkeypatch.setattr(image_capture, "CHUNK_BYTES", 2 * 17 * bytes_per_token(ModelShape(2, 4, 4, 8), np.dtype("float32")))
+    real_pixels = image_capture.PixelSource.pixels
+    calls = []
+
+    def failing(self, indices):
+        calls.append(len(indices))
+        if len(calls) == 7:            # layout, probe, then batch 5 = the fifth chunk
+            raise KeyboardInterrupt
+        return real_pixels(self, indices)
+
+    monkeypatch.setattr(image_capture.PixelSource, "pixels", failing)
+    with pytest.raises(KeyboardInterrupt):
+        qkviz.extract(model, images, tmp_path / "run", max_sentences=10, batch_size=2, progress=False)
+    with pytest.raises(IncompleteRunError, match="interrupted"):
+        qkviz.open_run(tmp_path / "run")
+    progress = json.loads((tmp_path / "run" / run_files.PROGRESS).read_text())
+    assert progress["tokens_done"] == 8 * 17          # four chunks of two images were on disk
+    resumed = extract_run(model, images, tmp_path / "run", max_sentences=10, batch_size=2)
+    assert resumed.status == "resumed"
+    np.testing.assert_array_equal(resumed.run.patch_thumbnails(), reference.patch_thumbnails())
+    for layer in range(reference.n_layers):
+        for head in range(reference.n_heads):
+            np.testing.assert_allclose(resumed.run.queries(layer, head), reference.queries(layer, head), atol=1e-6)
+            np.testing.assert_allclose(resumed.run.keys(layer, head), reference.keys(layer, head), atol=1e-6)
