@@ -1,0 +1,82 @@
+"""Image extraction benchmark: images per second, extraction over a bare forward pass, run size.
+
+    python bench/extract_images.py [--repeats 3] [--crops 2] [--batch-size 16] [--dtype float16]
+
+A ViT-B/16 at 224 x 224 pixels (12 layers x 12 heads, d_head 64, 197 tokens an image: the architecture of
+google/vit-base-patch16-224, with random weights: none installs offline) over scikit-image's sample
+images and their crops. The ratio is the wall time of ``qkviz.extract`` on the model object (preparing the
+images, capturing, writing the vectors and the patch thumbnails, the manifest; hashing the weights
+included) over a bare forward pass of the same batches with the same image processor, measured alternately
+in one process; the median of ``--repeats`` pairs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import qkviz  # noqa: E402
+
+
+def vit_base() -> tuple[transformers.PreTrainedModel, object]:
+    config = transformers.ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                                    intermediate_size=3072, image_size=224, patch_size=16)
+    torch.manual_seed(0)
+    model = transformers.ViTModel(config, add_pooling_layer=False).eval()
+    model.set_attn_implementation("sdpa")     # what extraction runs (it captures, then calls SDPA)
+    return model, transformers.ViTImageProcessor(size={"height": 224, "width": 224})
+
+
+def bare_forward_seconds(model, processor, images, batch_size: int) -> float:
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for first in range(0, len(images), batch_size):
+            batch = [images.image(i) for i in range(first, min(first + batch_size, len(images)))]
+            model(pixel_values=processor(images=batch, return_tensors="pt")["pixel_values"])
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--crops", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--dtype", default="float16")
+    args = parser.parse_args()
+    model, processor = vit_base()
+    images = qkviz.sample_images(crops=args.crops)
+    print(f"torch threads: {torch.get_num_threads()}, ViT-B/16 (random weights), {len(images)} images, "
+          f"stored {args.dtype}, batch {args.batch_size}")
+    bare, full = [], []
+    with tempfile.TemporaryDirectory() as scratch:
+        for repeat in range(args.repeats):
+            bare.append(bare_forward_seconds(model, processor, images, args.batch_size))
+            start = time.perf_counter()
+            run = qkviz.extract(model, images, Path(scratch) / f"run{repeat}", processor=processor, dtype=args.dtype,
+                                batch_size=args.batch_size, progress=False)
+            full.append(time.perf_counter() - start)
+        size_mb = sum(f.stat().st_size for f in run.path.iterdir() if f.is_file()) / 2**20
+        patches_mb = (run.path / "patches.npy").stat().st_size / 2**20
+    bare_s, full_s = statistics.median(bare), statistics.median(full)
+    print(f"{run.n_sentences} images, {run.n_tokens} tokens")
+    print(f"bare forward: median {bare_s:.2f} s ({len(images) / bare_s:.1f} images/s)")
+    print(f"qkviz extract: median {full_s:.2f} s ({len(images) / full_s:.1f} images/s, {run.n_tokens / full_s:,.0f} tok/s)")
+    ratios = [f / b for f, b in zip(full, bare)]
+    print(f"ratio extract / bare forward: median {statistics.median(ratios):.2f}; pairs {[round(r, 2) for r in ratios]}")
+    print(f"run directory {size_mb:.1f} MB, of which patch thumbnails {patches_mb:.2f} MB")
+
+
+if __name__ == "__main__":
+    main()
