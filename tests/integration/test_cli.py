@@ -34,7 +34,7 @@ def test_models_lists_bundled_models_and_families():
     output = qkviz("models", check_rc=0, entry_point=True).stdout   # the installed console script
     assert output == qkviz("models", check_rc=0).stdout             # runs this checkout's qkviz.cli.main
     for expected in ("minilm", "smollm2", "bert", "roberta", "distilbert", "gpt2", "llama", "qwen2", "mistral",
-                     "gemma3"):
+                     "gemma3", "vit", "deit", "dinov2", "dinov2-registers", "clip-vision", "siglip-vision"):
         assert expected in output
 
 
