@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModel
+from transformers import AutoImageProcessor, AutoModel
 
 import qkviz
 from qkviz.extraction.adapters import adapter_for
@@ -63,3 +63,32 @@ def test_stats_summarise_head_updates_and_say_when_a_run_has_none(tiny_run, tiny
     assert main(["stats", "--run", str(plain.path)]) == 0
     assert "extract with --head-update" in caplog.text
     assert load_atlas(plain).update_histograms is None
+
+
+@pytest.mark.parametrize("family", ["vit", "clip-vision"])
+def test_image_head_updates_match_the_models_output_projection_inputs(family, tiny_vision, tmp_path):
+    images = qkviz.sample_images(crops=0)
+    model_dir = tiny_vision(family)
+    run = qkviz.extract(str(model_dir), images, tmp_path / "run", head_update=True, progress=False)
+    model = AutoModel.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32).eval()
+    adapter = adapter_for(model.config)
+    shape = adapter.shape(model.config)
+    layer, seen = 1, {}
+    adapter.output_projections(model)[layer].register_forward_hook(lambda m, args, out: seen.__setitem__("heads", args[0]))
+    adapter.layer_modules(model)[layer].register_forward_pre_hook(
+        lambda m, args, kwargs: seen.__setitem__("hidden", args[0] if args else kwargs["hidden_states"]), with_kwargs=True)
+    image = 3
+    processor = AutoImageProcessor.from_pretrained(model_dir)
+    pixels = processor(images=[images.image(int(run.sentences.corpus_index.iat[image]))], return_tensors="pt")["pixel_values"]
+    with torch.no_grad():
+        model(pixel_values=pixels)
+    rows = run.sentence_tokens(image)
+    heads = seen["heads"][0].reshape(rows.stop - rows.start, shape.n_heads, shape.head_dim)
+    hidden = seen["hidden"][0]
+    slices = adapter.output_head_slices(model, shape)[layer]
+    for head in range(run.n_heads):
+        update = heads[:, head] @ slices[head]
+        stored = run.head_updates(layer, head)[rows]
+        np.testing.assert_allclose(stored[:, 0], (update.norm(dim=-1) / hidden.norm(dim=-1)).numpy(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(stored[:, 1], torch.nn.functional.cosine_similarity(update, hidden, dim=-1).numpy(),
+                                   atol=1e-4)
