@@ -145,19 +145,24 @@ def _read_jsonl(path: Path, text_column: str) -> list[str]:
     return sentences
 
 
-def _read_hub_dataset(name: str, text_column: str) -> list[str]:
-    """``name`` or ``name:split`` of a Hugging Face dataset, when the hub and ``datasets`` are there."""
+def load_hub_dataset(name: str, what: str = "corpus"):
+    """``name`` or ``name:split`` of a Hugging Face dataset, when the hub and ``datasets`` are there; ``what``
+    names the source in the one-line errors (``"corpus"``, ``"images"``)."""
     dataset_name, _, split = name.partition(":")
     try:
         import datasets
     except ImportError:
-        raise QkvizError(f"corpus {name} is neither a file nor loadable: loading a Hugging Face dataset needs "
+        raise QkvizError(f"{what} {name} is neither a file nor loadable: loading a Hugging Face dataset needs "
                          "'pip install datasets' and network access to the hub") from None
     try:
-        dataset = datasets.load_dataset(dataset_name, split=split or "train")
+        return datasets.load_dataset(dataset_name, split=split or "train")
     except Exception as error:  # the hub, the network or the name: all one message for the user
-        raise QkvizError(f"corpus {name} is not a file, and loading it as a Hugging Face dataset failed "
+        raise QkvizError(f"{what} {name} is not a file, and loading it as a Hugging Face dataset failed "
                          f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no detail'})") from None
+
+
+def _read_hub_dataset(name: str, text_column: str) -> list[str]:
+    dataset = load_hub_dataset(name)
     if text_column not in dataset.column_names:
         raise QkvizError(f"dataset {name} has no column {text_column!r} (columns: {', '.join(dataset.column_names)}); "
                          "choose one with --text-column")

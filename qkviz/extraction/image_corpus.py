@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from qkviz.core.errors import QkvizError
+from qkviz.extraction.corpus import load_hub_dataset
 
 SAMPLE_IMAGES = "skimage-samples"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -257,15 +258,4 @@ def _dataset(dataset, source: str) -> ImageCorpus:
 
 
 def _hub_dataset(name: str) -> ImageCorpus:
-    dataset_name, _, split = name.partition(":")
-    try:
-        import datasets
-    except ImportError:
-        raise QkvizError(f"images {name} is neither a folder nor a file; loading it as a Hugging Face dataset needs "
-                         "'pip install datasets' and network access to the hub") from None
-    try:
-        dataset = datasets.load_dataset(dataset_name, split=split or "train")
-    except Exception as error:  # the hub, the network or the name: all one message for the user
-        raise QkvizError(f"images {name} is not a folder or file, and loading it as a Hugging Face dataset failed "
-                         f"({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no detail'})") from None
-    return _dataset(dataset, name)
+    return _dataset(load_hub_dataset(name, "images"), name)
