@@ -74,3 +74,25 @@ def test_an_image_model_without_its_processor(tiny_vision, photos, tmp_path):
     (model / "preprocessor_config.json").unlink()
     one_line_error(run_main("extract", "--model", str(model), "--images", str(photos), "--out", str(tmp_path / "r")),
                    "image processor", "preprocessor_config.json")
+
+
+def test_options_that_do_not_fit_images_are_one_line(tiny_vision, tiny_model, photos, tmp_path):
+    from support.tiny_vision import tiny_image_processor, tiny_vision_model
+    from transformers import AutoModel
+
+    model = str(tiny_vision("vit"))
+    one_line_error(run_main("extract", "--model", model, "--images", str(photos), "--max-tokens", "10", "--out",
+                            str(tmp_path / "r1")), "no image", "17 tokens")
+    one_line_error(run_main("extract", "--model", model, "--images", str(photos), "--max-length", "10", "--out",
+                            str(tmp_path / "r2")), "--max-length")
+    one_line_error(run_main("extract", "--model", model, "--images", " ", "--out", str(tmp_path / "r3")), "--images is empty")
+    images = qkviz.load_images(photos)
+    with pytest.raises(qkviz.QkvizError, match="processor= goes with a model object"):
+        qkviz.extract(model, images, tmp_path / "r4", processor=tiny_image_processor("vit"))
+    with pytest.raises(qkviz.QkvizError, match="give the model's image processor"):
+        qkviz.extract(tiny_vision_model("vit"), images, tmp_path / "r5")
+    with pytest.raises(qkviz.QkvizError, match="tokenizer= goes with a text model"):
+        qkviz.extract(tiny_vision_model("vit"), images, tmp_path / "r6", tokenizer=object())
+    with pytest.raises(qkviz.QkvizError, match="reads text"):
+        qkviz.extract(AutoModel.from_pretrained(tiny_model("bert")), images, tmp_path / "r7")
+    assert not any((tmp_path / f"r{n}").exists() for n in range(1, 8))
