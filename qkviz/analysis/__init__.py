@@ -10,9 +10,9 @@ from qkviz.analysis.correlation import correlation_table, stored_correlations
 from qkviz.analysis.head_atlas import UPDATE_STATISTICS, HeadAtlas, compute_stats, load_atlas
 from qkviz.analysis.head_labels import LABELS, LabelThresholds
 from qkviz.analysis.head_similarity import HeadSimilarity, RelatedHead, load_head_similarity, related_heads, relate_heads
-from qkviz.analysis.head_stats import STATISTICS
+from qkviz.analysis.head_stats import IMAGE_STATISTICS, STATISTICS
 
-__all__ = ["CORRELATION_COLUMNS", "LABELS", "STATISTICS", "UPDATE_STATISTICS", "HeadAtlas", "HeadSimilarity",
+__all__ = ["CORRELATION_COLUMNS", "IMAGE_STATISTICS", "LABELS", "STATISTICS", "UPDATE_STATISTICS", "HeadAtlas", "HeadSimilarity",
            "LabelThresholds", "RelatedHead", "attention_change", "check_comparable", "compute_stats", "correlation_table", "load_atlas",
            "load_head_similarity", "most_changed", "related_heads", "relate_heads", "shape_difference",
            "stored_correlations", "token_difference"]

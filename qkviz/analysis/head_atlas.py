@@ -27,7 +27,7 @@ import pandas as pd
 from qkviz.analysis.atlas_tasks import (EXEMPLAR_COLUMNS, UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS,
                                         AtlasSettings, HeadEntry, forget_run_states, head_entry, head_update_summary)
 from qkviz.analysis.head_labels import LabelThresholds
-from qkviz.analysis.head_stats import DEFAULT_MAX_OFFSET, STATISTICS
+from qkviz.analysis.head_stats import DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, STATISTICS
 from qkviz.analysis.logit_decomposition import EMBEDDING_TERMS, EmbeddingSplit, available_terms
 from qkviz.analysis.syntax import SYNTAX_STATISTICS, TokenSyntax
 from qkviz.cluster import HeadRunner, HeadTask
@@ -86,7 +86,8 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_
     exemplars
         Exemplar sentences kept per head.
     syntax
-        Also attention to each part of speech and dependency alignment (needs the ``syntax`` extra).
+        Also attention to each part of speech and dependency alignment (needs the ``syntax`` extra; image runs
+        have none: left out with a warning).
     progress
         Show progress bars.
     jobs
@@ -102,6 +103,10 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_
         The atlas, as :meth:`qkviz.Run.atlas` reads it back.
     """
     run = as_run(run)
+    if syntax and run.is_image_run:
+        logger.warning("%s is an image run: part of speech and dependencies do not apply to image patches, so "
+                       "--syntax is left out; the other statistics are computed (on the patch grid)", run.path)
+        syntax = False
     if max_offset < 1 or exemplars < 0:
         raise QkvizError(f"max_offset must be at least 1 and exemplars at least 0, got {max_offset} and {exemplars}")
     for name, value in (("argmax_share", argmax_share), ("broad_entropy", broad_entropy)):
@@ -166,7 +171,8 @@ def _assemble(run: StoredRun, entries: list[HeadEntry], settings: AtlasSettings,
         if update_histograms is not None:
             update_histograms[layer, head] = entry.update_histograms
     exemplar_table = pd.concat([entry.exemplars for entry in entries], ignore_index=True)[list(EXEMPLAR_COLUMNS)]
-    columns = ["layer", "head", *STATISTICS, *(SYNTAX_STATISTICS if syntax else ()),
+    columns = ["layer", "head", *STATISTICS, *(IMAGE_STATISTICS if run.is_image_run else ()),
+               *(SYNTAX_STATISTICS if syntax else ()),
                *(f"share_{term}" for term in terms),
                *(f"embed_share_{term}" for term in (EMBEDDING_TERMS if with_embeddings else ())),
                *(UPDATE_STATISTICS if has_updates else ()), "label", "label_detail"]
@@ -196,7 +202,8 @@ def store_atlas(run: StoredRun, atlas: HeadAtlas) -> Path:
                 run_files.ATLAS_EMBEDDING_PROFILES: atlas.embedding_profiles},
         tables={run_files.ATLAS_TABLE: atlas.table, run_files.ATLAS_EXEMPLARS: atlas.exemplars},
         marker={"max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(),
-                "statistics": list(STATISTICS), "terms": list(atlas.terms)})
+                "statistics": [name for name in (*STATISTICS, *IMAGE_STATISTICS) if name in atlas.table],
+                "terms": list(atlas.terms)})
 
 
 def load_atlas(run: StoredRun) -> HeadAtlas | None:

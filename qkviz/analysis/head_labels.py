@@ -7,13 +7,19 @@ a sink), ``delimiter`` (special or punctuation tokens) -- the largest, when it r
 ``argmax_share``; ties go to the earlier name in that list, except that the first token wins over
 delimiter. Otherwise ``broad`` when the normalised entropy reaches ``broad_entropy``, else
 ``content``: attention that follows what the tokens are, not where.
+
+Image runs (their statistics hold ``argmax_neighbour``, see :mod:`qkviz.analysis.head_stats`) place the
+strongest key on the patch grid instead: ``left-patch``, ``right-patch``, ``neighbour-patch`` (any of the
+4 adjacent patches), ``same-row`` and ``same-column`` (2 or more patches away), then ``self``,
+``first-token`` (CLS) and ``delimiter`` (the other special tokens: distillation token, registers).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-LABELS = ("previous-token", "next-token", "self", "fixed-offset", "first-token", "delimiter", "broad", "content")
+LABELS = ("previous-token", "next-token", "self", "fixed-offset", "first-token", "delimiter", "broad", "content",
+          "left-patch", "right-patch", "neighbour-patch", "same-row", "same-column")
 
 
 @dataclass(frozen=True)
@@ -27,9 +33,15 @@ class LabelThresholds:
 
 def head_label(statistics: dict[str, float], thresholds: LabelThresholds = LabelThresholds()) -> tuple[str, str]:
     """``(label, detail)``: the label (one of :data:`LABELS`) and the figure that decided it."""
-    shares = [("previous-token", statistics["argmax_previous"]), ("next-token", statistics["argmax_next"]),
-              ("self", statistics["argmax_self"]), ("fixed-offset", statistics["argmax_offset"]),
-              ("first-token", statistics["argmax_first"]), ("delimiter", statistics["argmax_delimiter"])]
+    if "argmax_neighbour" in statistics:    # an image run's head: places on the patch grid
+        shares = [("left-patch", statistics["argmax_previous"]), ("right-patch", statistics["argmax_next"]),
+                  ("neighbour-patch", statistics["argmax_neighbour"]), ("same-row", statistics["argmax_same_row"]),
+                  ("same-column", statistics["argmax_same_col"]), ("self", statistics["argmax_self"]),
+                  ("first-token", statistics["argmax_first"]), ("delimiter", statistics["argmax_delimiter"])]
+    else:
+        shares = [("previous-token", statistics["argmax_previous"]), ("next-token", statistics["argmax_next"]),
+                  ("self", statistics["argmax_self"]), ("fixed-offset", statistics["argmax_offset"]),
+                  ("first-token", statistics["argmax_first"]), ("delimiter", statistics["argmax_delimiter"])]
     label, share = max(shares, key=lambda item: item[1])   # max keeps the first of equal shares
     if share >= thresholds.argmax_share:
         if label == "fixed-offset":

@@ -26,6 +26,23 @@ the sentence), ``A(x, i)`` the keys query ``i`` may attend to, and ``N`` the num
 
 Exemplars (Vig & Belinkov): the sentences holding the strongest weights, ignoring keys that are
 the first token or special, and special queries, one pair per sentence.
+
+Image runs (:attr:`qkviz.store.StoredRun.is_image_run`: a "sentence" is an image, its tokens the special
+tokens then the patches, row by row) measure place on the patch grid rather than in the sequence, over
+patch queries only (the special tokens have no place):
+
+* ``mean_distance``: ``sum a[x, i, j] d(i, j)`` over patch keys, with ``d`` the Euclidean distance
+  between the two patches' (row, column), in patches; the weight on special tokens adds nothing.
+  ``mean_distance_no_first`` renormalises each query's patch weights (all special tokens left out);
+* ``argmax_previous`` / ``argmax_next``: the strongest key is the patch to the left / right in the same
+  row (the sequence's previous token, without wrapping to the row above);
+* :data:`IMAGE_STATISTICS`: ``argmax_neighbour`` (one of the 4 adjacent patches), ``argmax_same_row``
+  and ``argmax_same_col`` (a patch 2 or more away in the same row / column).
+
+``argmax_first`` and ``first_token_attention`` are about the first token, CLS (a patch for SigLIP, which
+has none); ``argmax_delimiter`` and ``special_attention`` about the other special tokens (distillation
+token, registers). The relative-position profile and ``offset`` stay sequence offsets (a patch ``cols``
+away in the sequence is the one below). Part of speech and dependencies have no meaning there.
 """
 
 from __future__ import annotations
@@ -45,6 +62,8 @@ TIE_MARGIN = 1e-6
 STATISTICS = ("mean_distance", "mean_distance_no_first", "entropy", "entropy_normalised", "variability",
               "argmax_self", "argmax_first", "argmax_previous", "argmax_next", "argmax_delimiter",
               "argmax_offset", "offset", "concentration", "first_token_attention", "special_attention")
+#: image runs only: where on the patch grid the strongest key of a patch query is
+IMAGE_STATISTICS = ("argmax_neighbour", "argmax_same_row", "argmax_same_col")
 
 
 def is_punctuation(text: str) -> bool:
@@ -59,11 +78,15 @@ class TokenKinds:
 
     special: np.ndarray     # bool [n_tokens]
     delimiter: np.ndarray   # bool [n_tokens]
+    patch: np.ndarray | None = None   # int [n_tokens, 2]: (row, column) of image runs' patches, -1 for special
 
     @classmethod
     def of(cls, run: StoredRun) -> "TokenKinds":
         tokens = run.tokens
         special = tokens.is_special.to_numpy(bool)
+        if run.is_image_run:
+            patch = np.stack([tokens.patch_row.to_numpy(np.int64), tokens.patch_col.to_numpy(np.int64)], axis=1)
+            return cls(special=special, delimiter=special, patch=patch)
         punctuation = np.array([is_punctuation(str(t)) for t in tokens.token], dtype=bool)
         return cls(special=special, delimiter=special | punctuation)
 
@@ -90,7 +113,8 @@ class _Accumulator:
         self.totals: dict[str, float] = dict.fromkeys(
             ("queries", "distance", "distance_no_first", "queries_no_first", "entropy", "entropy_normalised",
              "queries_multi", "first", "previous", "next", "self", "delimiter", "concentration",
-             "first_weight", "special_weight"), 0.0)
+             "first_weight", "special_weight", "patch_queries", "neighbour", "same_row", "same_col"), 0.0)
+        self.image = False
 
 
 def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | None = None,
@@ -142,13 +166,14 @@ def _accumulate(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mas
     sums.position_sum[:side, :side] += probs.sum(axis=0)
     sums.position_count[:side, :side] += mask.sum(axis=0)
 
-    distance = np.abs(offset)[None]
-    totals["distance"] += float((probs * distance).sum())
-    rest = probs[:, :, 1:].sum(axis=2)
-    has_rest = queries & (mask[:, :, 1:].any(axis=2)) & (rest > 0)
-    distance_rest = (probs[:, :, 1:] * distance[:, :, 1:]).sum(axis=2)
-    totals["distance_no_first"] += float((distance_rest[has_rest] / rest[has_rest]).sum())
-    totals["queries_no_first"] += has_rest.sum()
+    if kinds.patch is None:
+        distance = np.abs(offset)[None]
+        totals["distance"] += float((probs * distance).sum())
+        rest = probs[:, :, 1:].sum(axis=2)
+        has_rest = queries & (mask[:, :, 1:].any(axis=2)) & (rest > 0)
+        distance_rest = (probs[:, :, 1:] * distance[:, :, 1:]).sum(axis=2)
+        totals["distance_no_first"] += float((distance_rest[has_rest] / rest[has_rest]).sum())
+        totals["queries_no_first"] += has_rest.sum()
 
     logs = np.log(probs, out=np.zeros_like(probs), where=probs > 0)
     entropy = -(probs * logs).sum(axis=2)
@@ -170,13 +195,44 @@ def _accumulate(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mas
     strongest = probs.argmax(axis=2)                                    # [batch, query]
     strongest_offset = strongest - position[None, :]
     totals["self"] += (decided & (strongest_offset == 0)).sum()
-    totals["previous"] += (decided & (strongest_offset == -1)).sum()
-    totals["next"] += (decided & (strongest_offset == 1)).sum()
+    if kinds.patch is None:
+        totals["previous"] += (decided & (strongest_offset == -1)).sum()
+        totals["next"] += (decided & (strongest_offset == 1)).sum()
+    else:
+        _accumulate_patches(sums, batch, probs, mask, kinds.patch, decided, strongest)
     totals["first"] += (decided & (strongest == 0)).sum()
     strongest_token = np.take_along_axis(rows, strongest, axis=1)
     totals["delimiter"] += (decided & (strongest > 0) & kinds.delimiter[strongest_token]).sum()
     near = decided & (np.abs(strongest_offset) <= sums.max_offset)
     sums.argmax_offset += np.bincount(strongest_offset[near] + sums.max_offset, minlength=len(sums.argmax_offset))
+
+
+def _accumulate_patches(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mask: np.ndarray,
+                        patch: np.ndarray, decided: np.ndarray, strongest: np.ndarray) -> None:
+    """An image batch's grid statistics (see the module): distances between patches, and where the strongest
+    key of each patch query lies on the grid."""
+    totals = sums.totals
+    sums.image = True
+    place = patch[np.maximum(batch.rows, 0)]                             # [batch, token, 2]
+    is_patch = (place[:, :, 0] >= 0) & batch.valid
+    pairs = mask & is_patch[:, :, None] & is_patch[:, None, :]
+    step = place[:, None, :, :] - place[:, :, None, :]                   # [batch, query, key, 2]: key - query
+    distance = np.sqrt((step.astype(np.float64) ** 2).sum(axis=3))
+    queries = is_patch & mask.any(axis=2)
+    totals["patch_queries"] += queries.sum()
+    weighted = np.where(pairs, probs * distance, 0.0).sum(axis=2)
+    totals["distance"] += float(weighted[queries].sum())
+    patch_weight = np.where(pairs, probs, 0.0).sum(axis=2)
+    has_rest = queries & (patch_weight > 0)
+    totals["distance_no_first"] += float((weighted[has_rest] / patch_weight[has_rest]).sum())
+    totals["queries_no_first"] += has_rest.sum()
+    picked = decided & queries & np.take_along_axis(is_patch, strongest, axis=1)
+    row_step, col_step = (np.take_along_axis(step[..., axis], strongest[:, :, None], axis=2)[:, :, 0] for axis in (0, 1))
+    totals["previous"] += (picked & (row_step == 0) & (col_step == -1)).sum()
+    totals["next"] += (picked & (row_step == 0) & (col_step == 1)).sum()
+    totals["neighbour"] += (picked & (np.abs(row_step) + np.abs(col_step) == 1)).sum()
+    totals["same_row"] += (picked & (row_step == 0) & (np.abs(col_step) >= 2)).sum()
+    totals["same_col"] += (picked & (col_step == 0) & (np.abs(row_step) >= 2)).sum()
 
 
 def _exemplar_candidates(batch: SentenceBatch, probs: np.ndarray, mask: np.ndarray, kinds: TokenKinds,
@@ -219,6 +275,16 @@ def _finish(sums: _Accumulator, deviation: float, candidates: pd.DataFrame, n_ex
         "first_token_attention": totals["first_weight"] / queries,
         "special_attention": totals["special_weight"] / queries,
     }
+    if sums.image:
+        patch_queries = max(totals["patch_queries"], 1.0)
+        values.update({
+            "mean_distance": totals["distance"] / patch_queries,
+            "argmax_previous": totals["previous"] / patch_queries,
+            "argmax_next": totals["next"] / patch_queries,
+            "argmax_neighbour": totals["neighbour"] / patch_queries,
+            "argmax_same_row": totals["same_row"] / patch_queries,
+            "argmax_same_col": totals["same_col"] / patch_queries,
+        })
     profile = np.divide(sums.offset_weight, sums.offset_count, out=np.full_like(sums.offset_weight, np.nan),
                         where=sums.offset_count > 0)
     exemplars = candidates.sort_values("weight", ascending=False).head(n_exemplars).reset_index(drop=True)
