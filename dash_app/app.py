@@ -22,12 +22,13 @@ from dash_app.attention_changes import AttentionChanges
 from dash_app.guard import allowed_hosts, guard
 from dash_app.events import clicked, exemplar_target, partner_target, related_target
 from dash_app.run_data import METHOD_LABELS, RunData, unique_names
-from dash_app.search import TokenSearch
+from dash_app.search import ImageIds, TokenSearch
 from dash_app.state import (ViewState, checked_state, open_exemplar, open_head, select_point, select_run, select_sentence,
                             step_head, step_layer, validate)
 from dash_app.url_state import parse_url, to_url
 from dash_app.views import compare, heads, matrix, positions, sentence, single
 from qkviz import QkvizError, open_run
+from qkviz.report import COLOURS
 from qkviz.store import DIMENSIONS
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,8 @@ def create_app(run_paths: list[Path]) -> dash.Dash:
 
 def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts()) -> dash.Dash:
     """The app over opened runs, answering only for ``hosts`` (see :mod:`dash_app.guard`)."""
-    searches = [TokenSearch(data.token_index, lambda method, data=data: data.all_layouts(method).points)
+    searches = [TokenSearch(data.token_index, lambda method, data=data: data.all_layouts(method).points,
+                            ImageIds(data.sentences) if data.patches is not None else None)
                 for data in runs]
     app = dash.Dash(__name__, title="qkviz", update_title=None, serve_locally=True, assets_folder=str(ASSETS))
     guard(app.server, hosts)
@@ -251,6 +253,7 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         Output(ids.SENTENCE_SELECT, "options"), Output(ids.METHOD_SELECT, "options"), Output(ids.DIM_SELECT, "options"),
         Output(ids.RUN_INFO, "children"),
         Output(ids.MATRIX_SORT, "options"),
+        Output(ids.COLOUR_SELECT, "options"), Output(ids.MATRIX_COLOUR, "options"),
         *(Output(view, "style") for view in VIEW_IDS.values()),
         *(Output(store, "data") for store in ids.VIEW_STATES.values()),
         Input(ids.URL, "search"),
@@ -287,6 +290,8 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         # changes or the matrix view opens, not on every action
         opened_matrix = state.view == "matrix" and (previous is None or previous.view != "matrix")
         options.append(matrix.sort_control_options(data) if run_changed or opened_matrix else no_update)
+        colours = [{"label": COLOURS[name], "value": name} for name in data.colours] if run_changed else no_update
+        options += [colours, colours]
         styles = [{"display": "block" if state.view == view else "none"} for view in VIEW_IDS]
         notice = html.Div([html.Div(text) for text in notices], className="notice") if notices else None
         shown = [state.as_dict() if state.view == view else no_update for view in ids.VIEW_STATES]

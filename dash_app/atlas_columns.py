@@ -35,19 +35,37 @@ NAMES = {
     "update_cosine_mean": "head update: mean cosine",
     "dependency_alignment": "dependency alignment",
     "dependency_alignment_no_first": "dependency alignment, first token left out",
+    "argmax_neighbour": "strongest key: an adjacent patch",
+    "argmax_same_row": "strongest key: same row, 2+ patches away",
+    "argmax_same_col": "strongest key: same column, 2+ patches away",
+}
+#: an image run's names where they differ (its statistics are on the patch grid: qkviz.analysis.head_stats)
+IMAGE_NAMES = {
+    "mean_distance": "mean patch distance",
+    "mean_distance_no_first": "mean patch distance, special tokens left out",
+    "argmax_previous": "strongest key: patch to the left",
+    "argmax_next": "strongest key: patch to the right",
+    "argmax_first": "strongest key: first token (CLS)",
+    "argmax_delimiter": "strongest key: other special token",
 }
 #: the side panel's statistics, in this order (``share_*`` logit terms go after ``special_attention``)
 PANEL = ("mean_distance", "mean_distance_no_first", "entropy_normalised", "variability", "argmax_self", "argmax_first",
-         "argmax_previous", "argmax_next", "argmax_delimiter", "argmax_offset", "concentration",
+         "argmax_previous", "argmax_next", "argmax_neighbour", "argmax_same_row", "argmax_same_col",
+         "argmax_delimiter", "argmax_offset", "concentration",
          "first_token_attention", "special_attention", "update_ratio_median", "update_cosine_mean",
          "dependency_alignment")
 #: short tags for the matrix badges
 LABEL_TAGS = {"previous-token": "prev", "next-token": "next", "self": "self", "fixed-offset": "offset",
-              "first-token": "first", "delimiter": "delim", "broad": "broad", "content": "content"}
+              "first-token": "first", "delimiter": "delim", "broad": "broad", "content": "content",
+              "left-patch": "left", "right-patch": "right", "neighbour-patch": "adjacent", "same-row": "row",
+              "same-column": "column"}
 
 
-def column_name(column: str) -> str:
-    """What a person reads for a column (``"logit share: key_prior"`` for ``share_key_prior``)."""
+def column_name(column: str, image: bool = False) -> str:
+    """What a person reads for a column (``"logit share: key_prior"`` for ``share_key_prior``; ``image``: an image
+    run's wording)."""
+    if image and column in IMAGE_NAMES:
+        return IMAGE_NAMES[column]
     if column in NAMES:
         return NAMES[column]
     if column.startswith("share_"):

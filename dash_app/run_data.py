@@ -19,9 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dash_app.image_patches import ImagePatches
 from dash_app.atlas_columns import LABEL_SORT, label_codes, sortable_columns
 from dash_app.attention_maps import aggregate_attention
-from qkviz.report import token_features
+from qkviz.report import colour_choices, token_features
 from dash_app.figures import plotly_texts
 from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
 from qkviz.projection import LayoutWorker
@@ -58,6 +59,8 @@ class RunShape:
     atlas_sorts: tuple[str, ...] = ()
     #: the ``(method, dim)`` layouts offered (some head has them, or they are being made); None: all
     layouts: tuple[tuple[str, int], ...] | None = None
+    #: the colour features offered (:func:`qkviz.report.colour_choices`: an image run's or a text run's); None: all
+    colours: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,9 @@ class RunData:
         self.tokens: pd.DataFrame = run.tokens
         self.sentences: pd.DataFrame = run.sentences
         self.features = token_features(self.tokens)
+        self.colours = colour_choices(self.tokens)     # an image run's colours, or a text run's
+        #: an image run's patch thumbnails and grid (hover, the image view), None for a text run
+        self.patches = ImagePatches(run) if run.is_image_run else None
         self.token_index = run_token_index(run)     # stored by 'qkviz index', else built here (milliseconds)
         self.display_text = plotly_texts(self.tokens.token)   # [token] labels, escaped for Plotly
         self._cache = ProjectionCache(run.path, run.manifest["fingerprint"])
@@ -144,7 +150,7 @@ class RunData:
     @property
     def shape(self) -> RunShape:
         return RunShape(self.name, self.run.n_layers, self.run.n_heads, self.run.n_tokens, self.run.n_sentences,
-                        self.default_method(), self.atlas_sorts(), self.offered_layouts())
+                        self.default_method(), self.atlas_sorts(), self.offered_layouts(), self.colours)
 
     # -- what is cached -------------------------------------------------------------------
     def spec(self, layer: int, head: int, method: str, dim: int) -> ProjectionSpec:

@@ -1,7 +1,8 @@
 """Global token search: which tokens match, and how many clusters the matches form in each head.
 
 A query matches a token's text case-insensitively, surrounding spaces ignored: the whole token
-by default, or any token containing it (``substring``). Matches come from the run's token index
+by default, or any token containing it (``substring``); in an image run it also matches image ids, each
+matching image giving all its tokens (:class:`ImageIds`). Matches come from the run's token index
 (:mod:`qkviz.search.token_index`: a binary search, or a scan of the vocabulary for a substring), never
 from a scan of the tokens. The cluster count of a head is the number
 of connected groups the matched queries and keys form in its normalised 2D layout: the unit
@@ -65,12 +66,36 @@ def cluster_counts(points: np.ndarray, tokens: np.ndarray, grid: int = CLUSTER_G
     return counts
 
 
-class TokenSearch:
-    """Cached search over one run: matches per (query, substring), cluster counts per method too."""
+class ImageIds:
+    """An image run's image ids, searched like tokens: an id equal to the query (case-insensitive, spaces around
+    ignored), or holding it with ``substring``, matches every token of its image."""
 
-    def __init__(self, token_index: TokenIndex, layouts: Callable[[str], np.ndarray]):
+    def __init__(self, sentences):
+        self._ids = np.array([str(text).strip().lower() for text in sentences.text])
+        self._first = sentences.first_token.to_numpy(np.int64)
+        self._count = sentences.n_tokens.to_numpy(np.int64)
+
+    def images(self, query: str, substring: bool) -> np.ndarray:
+        wanted = query.strip().lower()
+        if not wanted:
+            return np.zeros(0, dtype=np.int64)
+        hits = np.char.find(self._ids, wanted) >= 0 if substring else self._ids == wanted
+        return np.flatnonzero(hits)
+
+    def tokens(self, images: np.ndarray) -> np.ndarray:
+        if not len(images):
+            return np.zeros(0, dtype=np.int64)
+        return np.concatenate([np.arange(self._first[i], self._first[i] + self._count[i]) for i in images])
+
+
+class TokenSearch:
+    """Cached search over one run: matches per (query, substring), cluster counts per method too. An image run's
+    search (``images``) also matches image ids: every token of a matching image."""
+
+    def __init__(self, token_index: TokenIndex, layouts: Callable[[str], np.ndarray], images: ImageIds | None = None):
         self._token_index = token_index
         self._layouts = layouts
+        self._images = images
         self.find = lru_cache(maxsize=64)(self._find)
         self.clusters = lru_cache(maxsize=64)(self._clusters)
 
@@ -84,10 +109,15 @@ class TokenSearch:
         if not query.strip():
             return ""
         count = self.find(query, substring).count
-        return f"{count:,} token" if count == 1 else f"{count:,} tokens"
+        text = f"{count:,} token" if count == 1 else f"{count:,} tokens"
+        images = 0 if self._images is None else len(self._images.images(query, substring))
+        return text if not images else f"{text} ({images:,} image{'s' if images > 1 else ''} by id)"
 
     def _find(self, query: str, substring: bool) -> SearchResult:
-        return SearchResult(query, substring, self._token_index.find(query, substring))
+        tokens = self._token_index.find(query, substring)
+        if self._images is not None:
+            tokens = np.union1d(tokens, self._images.tokens(self._images.images(query, substring))).astype(np.int64)
+        return SearchResult(query, substring, tokens)
 
     def _clusters(self, query: str, substring: bool, method: str, version: int = 0) -> np.ndarray:
         """int64 ``[layer * n_heads + head]`` cluster counts of the matches in ``method``'s 2D layouts

@@ -62,7 +62,7 @@ def validate(state: ViewState, shape: RunShape, defaults: ViewState) -> ViewStat
         "method": isinstance(state.method, str) and state.method in METHODS
                   and (shape.layouts is None or (state.method, 2) in shape.layouts),
         "dim": _index(state.dim, 4) and state.dim in DIMENSIONS and (shape.layouts is None or (state.method, state.dim) in shape.layouts),
-        "colour": isinstance(state.colour, str) and state.colour in COLOURS,
+        "colour": isinstance(state.colour, str) and state.colour in (shape.colours or COLOURS),
         "search": isinstance(state.search, str) and len(state.search) <= MAX_SEARCH,
         "substring": isinstance(state.substring, bool),
         "sort": isinstance(state.sort, str) and (state.sort in SORTS or state.sort in shape.atlas_sorts),

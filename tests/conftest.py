@@ -174,7 +174,8 @@ XDIST_GROUPS = (
     # Modules with module-scoped fixtures (a server and a browser, runs, app data): built once, not once per
     # worker, nor again each time a worker came back to the module.
     *((f"tests/{module}::", f"tests/{module}") for module in (
-        "browser/test_app_browser.py", "browser/test_scale_browser.py", "browser/test_selection_compare_browser.py",
+        "browser/test_app_browser.py", "browser/test_image_browser.py", "browser/test_scale_browser.py",
+        "browser/test_selection_compare_browser.py",
         "browser/test_views_browser.py",
         "integration/test_app_atlas.py", "integration/test_app_partners.py", "integration/test_app_selection_compare.py",
         "integration/test_app_views.py", "integration/test_api.py", "integration/test_dask_projection.py",

@@ -42,14 +42,17 @@ def panel_columns(columns, causal: bool) -> list[str]:
 
 
 #: the shares of queries whose strongest key is of one kind; the largest decides a head's label
-DECIDING_SHARES = ("argmax_previous", "argmax_next", "argmax_self", "argmax_offset", "argmax_first", "argmax_delimiter")
+DECIDING_SHARES = ("argmax_previous", "argmax_next", "argmax_self", "argmax_offset", "argmax_first", "argmax_delimiter",
+                   "argmax_neighbour", "argmax_same_row", "argmax_same_col")
 
 
 def label_detail(row: pd.Series) -> str:
     """The atlas's note of what decided the label, its share written as the statistics below it are
     (``"99.9% of queries"``, never ``"100%"`` beside a ``"99.9%"``; atlases made before kept whole percents)."""
     detail = str(row["label_detail"])
-    shares = [float(row[column]) for column in DECIDING_SHARES if column in row.index]
+    image = "argmax_neighbour" in row.index     # an image run's labels do not weigh sequence offsets
+    shares = [float(row[column]) for column in DECIDING_SHARES
+              if column in row.index and not (image and column == "argmax_offset")]
     if not shares:
         return detail
     return re.sub(r"\d+(\.\d+)?%", lambda _: format_value("argmax_first", max(shares)), detail, count=1)
@@ -66,8 +69,9 @@ def label_line(row: pd.Series) -> html.Div:
 def statistics_table(row: pd.Series, columns: list[str]) -> html.Table:
     """One line per statistic: its name, its value (a fixed-offset share names the offset)."""
     lines = []
+    image = "argmax_neighbour" in row     # an image run's statistics are on the patch grid
     for column in columns:
-        name = column_name(column)
+        name = column_name(column, image)
         if column == "argmax_offset" and "offset" in row and row[column] > 0:   # no offset won: nothing to name
             name += f" ({format_value('offset', row['offset'])})"
         lines.append(html.Tr([html.Td(name), html.Td(format_value(column, float(row[column])))]))

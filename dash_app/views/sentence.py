@@ -1,4 +1,5 @@
-"""Sentence view: one sentence's attention in one head, query tokens left, key tokens right.
+"""Sentence view: one sentence's attention in one head, query tokens left, key tokens right (an image run's:
+the image with a patch's attention over it, :mod:`dash_app.views.image_attention`).
 
 Each line joins a query and a key; its opacity is the (adjusted) attention weight. Lines are
 separate traces carrying ``meta = [query position, key position]``, so hovering a token shows
@@ -22,6 +23,7 @@ from dash_app.events import relay_graph_event, relay_point_events
 from dash_app.export import export_buttons, image_config
 from dash_app.figures import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
 from dash_app.run_data import RunData
+from dash_app.views import image_attention
 from dash_app.state import MAX_SEARCH, ViewState, checked_state, string_list
 
 OPTIONS = [{"label": "hide the first token", "value": "first"},
@@ -44,7 +46,7 @@ def layout() -> html.Div:
         html.Div(className="controls", children=[
             html.Label("Layer"), dcc.Dropdown(id=ids.SENTENCE_LAYER, clearable=False, style={"width": "80px"}),
             html.Label("Head"), dcc.Dropdown(id=ids.SENTENCE_HEAD, clearable=False, style={"width": "80px"}),
-            html.Label("Sentence"), dcc.Dropdown(id=ids.SENTENCE_SELECT, clearable=False, style={"width": "520px"}),
+            html.Label("Sentence / image"), dcc.Dropdown(id=ids.SENTENCE_SELECT, clearable=False, style={"width": "520px"}),
             dcc.Checklist(id=ids.SENTENCE_OPTIONS, options=OPTIONS, value=[], inline=True),
             export_buttons(ids.SENTENCE_GRAPH, "sentence"),
         ]),
@@ -161,6 +163,9 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
         if current is None or state.view != "sentence":
             raise PreventUpdate
         data, options = runs[state.run], string_list(options)
+        if data.patches is not None:     # an image run: the image with a query's attention laid over it
+            return image_attention.render_image(
+                data, state, options, lambda layer, head: sentence_weights(data, layer, head, state.sentence, options)[0])
         figure, message = render_sentence(data, state, options)
         average = data.aggregate(state.layer, state.head, "first" in options, "special" in options,
                                  "value_norm" in options)

@@ -27,6 +27,7 @@ from dash.exceptions import PreventUpdate
 
 from dash_app import ids
 from dash_app.events import NAMESPACE, clicked, relay_point_events
+from dash_app.image_patches import PATCH_PX
 from dash_app.export import export_buttons, image_config
 from dash_app.figures import OPACITY_STEPS, message_figure
 from dash_app.panels import atlas as atlas_panel
@@ -161,6 +162,8 @@ def point_details(data: RunData, state: ViewState, point: int | None) -> list:
         return [NO_POINT]
     token = point % n_tokens
     row = data.tokens.iloc[token]
+    if data.patches is not None:
+        return [*patch_details(data, point), *colour_detail(data, state, point)]
     sentence_text = data.sentences.text.iat[int(row.sentence)]
     start, end = int(row.char_start), int(row.char_end)
     if start < 0:
@@ -172,19 +175,41 @@ def point_details(data: RunData, state: ViewState, point: int | None) -> list:
     details = [html.Div([html.B(str(row.token)), f"  ({'key' if point >= n_tokens else 'query'})"]),
                html.Div(f"sentence {int(row.sentence)}, position {int(row.position)}"),
                html.Div(excerpt, className="excerpt")]
-    if state.colour != "type":
-        value = (data.norms(state.layer, state.head)[point] if state.colour == "norm"
-                 else data.features[state.colour].iat[token])
-        details.append(html.Div(f"{COLOURS[state.colour]}: {describe_value(state.colour, float(value))}"))
-    return details
+    return [*details, *colour_detail(data, state, point)]
 
 
-def hovered_line(data: RunData, point: int | None, selected: int | None) -> str:
-    """The line under the panel naming the point under the mouse, when it is not the clicked one."""
+def colour_detail(data: RunData, state: ViewState, point: int) -> list:
+    """The point's value of the colour feature, as a line (none when colouring by query / key)."""
+    if state.colour == "type":
+        return []
+    value = (data.norms(state.layer, state.head)[point] if state.colour == "norm"
+             else data.features[state.colour].iat[point % data.run.n_tokens])
+    return [html.Div(f"{COLOURS[state.colour]}: {describe_value(state.colour, float(value))}")]
+
+
+def patch_details(data: RunData, point: int) -> list:
+    """An image run's point: its patch as the model saw it, enlarged, and where it sits (image, row, column)."""
+    n_tokens = data.run.n_tokens
+    token = point % n_tokens
+    row = data.tokens.iloc[token]
+    image = int(row.sentence)
+    place = (f"patch row {int(row.patch_row)}, column {int(row.patch_col)}" if row.patch_row >= 0
+             else "a special token (no patch)")
+    return [html.Div([html.Img(src=data.patches.patch_uri(token), className="patch-thumbnail",
+                               style={"imageRendering": "pixelated", "width": f"{PATCH_PX}px", "height": f"{PATCH_PX}px"}),
+                      html.B(f" {row.token}"), f"  ({KIND[int(point >= n_tokens)]})"]),
+            html.Div(f"image {image}: {data.sentences.text.iat[image]}"), html.Div(place)]
+
+
+def hovered_line(data: RunData, point: int | None, selected: int | None):
+    """The line under the panel naming the point under the mouse, when it is not the clicked one (an image run's:
+    with its patch)."""
     n_tokens = data.run.n_tokens
     if point is None or point == selected or not 0 <= point < 2 * n_tokens:
         return ""
     row = data.tokens.iloc[point % n_tokens]
+    if data.patches is not None:
+        return [html.Div("under the mouse:"), *patch_details(data, point)]
     return (f"under the mouse: {row.token} ({KIND[int(point >= n_tokens)]}), sentence {int(row.sentence)}, "
             f"position {int(row.position)}")
 

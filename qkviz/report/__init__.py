@@ -8,10 +8,11 @@ from qkviz.report.model import Report, correlation_report
 from qkviz.report.position_heatmap import relative_position_figure
 from qkviz.report.report_directory import write_report
 from qkviz.report.run_status import describe_run
-from qkviz.report.token_colours import (CATEGORIES, COLOURS, LOG_SCALE, PUNCTUATION_CLASSES, colour_ticks, colour_title,
-                                       colour_values, describe_value, token_features)
+from qkviz.report.token_colours import (CATEGORIES, COLOURS, IMAGE_COLOURS, LOG_SCALE, PUNCTUATION_CLASSES, TEXT_COLOURS,
+                                       colour_choices, colour_ticks, colour_title, colour_values, describe_value,
+                                       token_features)
 
-__all__ = ["CATEGORIES", "COLOURS", "LABEL_COLOURS", "LOG_SCALE", "PUNCTUATION_CLASSES", "Report", "colour_ticks",
-           "colour_title", "colour_values",
+__all__ = ["CATEGORIES", "COLOURS", "IMAGE_COLOURS", "LABEL_COLOURS", "LOG_SCALE", "PUNCTUATION_CLASSES", "Report",
+           "TEXT_COLOURS", "colour_choices", "colour_ticks", "colour_title", "colour_values",
            "correlation_report", "describe_run", "describe_value", "relative_position_figure", "token_features",
            "write_report"]

@@ -23,7 +23,14 @@ COLOURS = {
     "token_length": "token length",
     "sentence_length": "sentence length",
     "frequency": "token frequency in the corpus",
+    "patch_row": "patch row (special tokens -1)",
+    "patch_col": "patch column (special tokens -1)",
+    "image": "image (its number in the run)",
 }
+#: the features of image runs (their tokens are patches: see :mod:`qkviz.extraction.image_tokens`)
+IMAGE_COLOURS = ("type", "position", "norm", "patch_row", "patch_col", "image")
+#: the features of text runs (every other one: what a patch has no word for, or no place for)
+TEXT_COLOURS = tuple(name for name in COLOURS if name not in ("patch_row", "patch_col", "image"))
 #: features drawn on a log10 scale (their values span orders of magnitude).
 LOG_SCALE = {"frequency"}
 PUNCTUATION_CLASSES = ("word", "punctuation", "special token")
@@ -32,11 +39,20 @@ CATEGORIES = {"punctuation": PUNCTUATION_CLASSES, "position_mod5": ("0", "1", "2
 _PUNCTUATION = r"^[^\w\s]+$"
 
 
+def colour_choices(tokens: pd.DataFrame) -> tuple[str, ...]:
+    """The colour features offered for a run with this token table: :data:`IMAGE_COLOURS` for an image run's,
+    :data:`TEXT_COLOURS` otherwise."""
+    return IMAGE_COLOURS if "patch_row" in tokens.columns else TEXT_COLOURS
+
+
 def token_features(tokens: pd.DataFrame) -> pd.DataFrame:
-    """One row per token: position, position_mod5, punctuation, token_length, sentence_length, frequency.
+    """One row per token: position, position_mod5, punctuation, token_length, sentence_length, frequency,
+    patch_row, patch_col, image.
 
     ``position`` is the position within the sentence divided by the sentence's last position (0 to
-    1); ``punctuation`` is 0 for a word piece, 1 for punctuation, 2 for a special token."""
+    1); ``punctuation`` is 0 for a word piece, 1 for punctuation, 2 for a special token. ``patch_row`` and
+    ``patch_col`` are an image run's patch place (-1 for special tokens, and for every token of a text run);
+    ``image`` the image's (sentence's) number."""
     text = tokens.token.astype(str).str.strip()
     sentence_length = tokens.groupby("sentence").position.transform("size").to_numpy()
     punctuation = np.where(tokens.is_special.to_numpy(), 2, text.str.match(_PUNCTUATION).to_numpy().astype(int))
@@ -49,6 +65,9 @@ def token_features(tokens: pd.DataFrame) -> pd.DataFrame:
         "token_length": text.str.len().to_numpy(),
         "sentence_length": sentence_length,
         "frequency": frequency,
+        "patch_row": tokens.patch_row.to_numpy() if "patch_row" in tokens.columns else np.full(len(tokens), -1),
+        "patch_col": tokens.patch_col.to_numpy() if "patch_col" in tokens.columns else np.full(len(tokens), -1),
+        "image": tokens.sentence.to_numpy(),
     }
     return pd.DataFrame({name: np.asarray(values, dtype=np.float32) for name, values in features.items()})
 
@@ -63,7 +82,7 @@ def describe_value(colour: str, value: float) -> str:
     """A feature value as a person reads it (``"punctuation"`` rather than ``1.0``)."""
     if colour == "punctuation":
         return PUNCTUATION_CLASSES[int(value)]
-    if colour in ("position_mod5", "token_length", "sentence_length", "frequency"):
+    if colour in ("position_mod5", "token_length", "sentence_length", "frequency", "patch_row", "patch_col", "image"):
         return str(int(value))
     return f"{value:.3g}"
 
