@@ -10,7 +10,8 @@ fitted by k-means) so that each stays a few hundred KB. Chromium decodes its own
 needed.
 
 The shots assume a MiniLM run as ``scripts/demo.sh`` makes it (PCA 2D and 3D, attention t-SNE 2D, stats and
-related heads); query 1666 at layer 3 head 4 is the point of issue 17.
+related heads); query 1666 at layer 3 head 4 is the point of issue 17. ``--images`` shoots an image run instead
+(:data:`IMAGE_SHOTS`; docs/images.md says how the one shown there is made).
 """
 
 from __future__ import annotations
@@ -42,8 +43,16 @@ SHOTS = {
     "matrix-position-search": "view=matrix&method=attn-tsne&dim=2&colour=position&search=vaccine",
     "single-search": "view=single&layer=3&head=4&method=attn-tsne&dim=2&colour=position&search=vaccine",
 }
+#: with --images, over an image run (a tiny ViT over the sample images, as docs/images.md makes it): the image view
+#: (the astronaut, the query patch at row 4 column 6), the single view by patch row, the matrix by patch column
+IMAGE_SHOTS = {
+    "image-view": "view=sentence&layer=1&head=2&method=attn-tsne&dim=2&sentence=0&point=63",
+    "image-single": "view=single&layer=1&head=2&method=attn-tsne&dim=2&colour=patch_row&sentence=0&point=63",
+    "image-matrix": "view=matrix&method=attn-tsne&dim=2&colour=patch_col",
+}
 #: name -> the id of the view's (main) graph, whose share of the window is printed
-GRAPHS = {"matrix": "matrix-graph", "single-2d": "single-graph", "single-3d": "single-graph",
+GRAPHS = {"image-view": "sentence-graph", "image-single": "single-graph", "image-matrix": "matrix-graph",
+          "matrix": "matrix-graph", "single-2d": "single-graph", "single-3d": "single-graph",
           "sentence": "sentence-graph", "positions": "positions-graph", "heads": "heads-graph",
           "matrix-position-search": "matrix-graph", "single-search": "single-graph"}
 
@@ -108,14 +117,14 @@ def palette_png(image: np.ndarray, exact: int = 128, fitted: int = 128, rounds: 
             + chunk(b"IDAT", zlib.compress(rows.tobytes(), 9)) + chunk(b"IEND", b""))
 
 
-def shoot(url: str, out: Path, names: list[str]) -> None:
+def shoot(url: str, out: Path, shots: dict[str, str]) -> None:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        for name in names:
+        for name, query in shots.items():
             page = browser.new_page(viewport=WINDOW)
-            page.goto(f"{url}?{SHOTS[name]}")
+            page.goto(f"{url}?{query}")
             page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot').length > 0", timeout=60_000)
             page.wait_for_timeout(1500)
             page.wait_for_function(IDLE_JS, timeout=120_000)
@@ -135,13 +144,16 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="the screenshots' folder (docs/screenshots)")
     parser.add_argument("label", help="the set's name, a subfolder of out (before, after)")
     parser.add_argument("--port", type=int, default=8071)
-    parser.add_argument("--only", nargs="*", choices=list(SHOTS), help="only these shots")
+    parser.add_argument("--only", nargs="*", choices=[*SHOTS, *IMAGE_SHOTS], help="only these shots")
+    parser.add_argument("--images", action="store_true", help="the image run's shots (IMAGE_SHOTS) instead")
     args = parser.parse_args()
+    shots = IMAGE_SHOTS if args.images else SHOTS
     out = args.out / args.label
     out.mkdir(parents=True, exist_ok=True)
     server = start(args.run, args.port)
     try:
-        shoot(f"http://127.0.0.1:{args.port}/", out, args.only or list(SHOTS))
+        shoot(f"http://127.0.0.1:{args.port}/", out, {name: query for name, query in shots.items()
+                                                      if not args.only or name in args.only})
     finally:
         server.terminate()
         server.wait(timeout=20)

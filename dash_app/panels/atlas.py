@@ -30,11 +30,12 @@ def missing_atlas_message(data: RunData) -> str:
 
 def panel_columns(columns, causal: bool) -> list[str]:
     """The :data:`PANEL` statistics the table has, logit-term shares after the attention shares;
-    a decoder's next-token share (always 0) is left out."""
+    a decoder's next-token share (always 0) is left out, and an image run's fixed sequence offset."""
     shares = [column for column in columns if column.startswith("share_")]
+    image = "argmax_neighbour" in columns     # an image run: a fixed sequence offset says nothing of the grid
     chosen = []
     for column in PANEL:
-        if column in columns and not (causal and column == "argmax_next"):
+        if column in columns and not (causal and column == "argmax_next") and not (image and column == "argmax_offset"):
             chosen.append(column)
         if column == "special_attention":
             chosen += shares

@@ -1,11 +1,12 @@
 """The sentence view's counterpart for image runs: an image with one query's attention laid over its patches.
 
 The image is tiled from its patch thumbnails (:class:`dash_app.image_patches.ImagePatches`: the pixels the
-model saw) and drawn below a heatmap of the query's attention to every patch, transparent at weight 0 and
-opaque red at the strongest; the special tokens (CLS, distillation token, registers: no place in the image)
-are a row of cells above it. Clicking a cell makes that token the query (the heatmap is trace 0 and its
-``customdata`` the token's place in the image, so the sentence view's click relay selects it as a query).
-The second figure is the same for the mean over every head of the layer.
+model saw) and drawn below a heatmap of the query's attention to every patch, transparent at or below
+uniform attention (1 / the number of keys it sees) and opaque red at the strongest; the special tokens
+(CLS, distillation token, registers: no place in the image) are a row of cells above it. Clicking a cell
+makes that token the query (the heatmap is trace 0 and its ``customdata`` the token's place in the image,
+so the sentence view's click relay selects it as a query). The second figure is the same for the mean
+over every head of the layer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dash_app.image_patches import ImagePatches
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
 
-#: weight 0 transparent, the strongest weight opaque red
+#: uniform weight and below transparent, the strongest weight opaque red
 OVERLAY_SCALE = [[0.0, "rgba(215, 25, 28, 0)"], [1.0, "rgba(215, 25, 28, 0.85)"]]
 FIGURE_PX = 560
 
@@ -51,7 +52,9 @@ def image_attention_figure(patches: ImagePatches, image: int, weights: np.ndarra
     text[0, :shown_prefix] = names[:shown_prefix]
     x, y = np.arange(cols), np.arange(-1, rows)
     strongest = float(np.nanmax(weights)) if len(weights) else 1.0
-    figure = go.Figure(go.Heatmap(z=grid, x=x, y=y, customdata=place, text=text, zmin=0, zmax=max(strongest, 1e-9),
+    uniform = 1.0 / max(int((weights > 0).sum()), 1)      # a query's weight on every key it sees, were it uniform
+    figure = go.Figure(go.Heatmap(z=grid, x=x, y=y, customdata=place, text=text, zmin=min(uniform, strongest),
+                                  zmax=max(strongest, uniform + 1e-9),
                                   colorscale=OVERLAY_SCALE, xgap=1, ygap=1, hoverongaps=False,
                                   colorbar=dict(title=dict(text="weight", side="right"), len=0.8),
                                   hovertemplate="%{text}: %{z:.3f}<extra></extra>"))
@@ -89,6 +92,6 @@ def render_image(data: RunData, state: ViewState, options: list[str], weights_of
                                           f"layer {state.layer}, mean of its {data.run.n_heads} heads")
     special = f" Special tokens: {special_weights_text(names, weights, prefix)}." if prefix else ""
     message = (f"Image {state.sentence} ({image_id}; {patches.rows} x {patches.cols} patches), query {names[query]}: "
-               f"red is its attention, the strongest key opaque. Click a patch (or a special token above the image) "
-               f"to make it the query.{special}")
+               f"red is its attention above uniform (1/{int((weights > 0).sum())}), the strongest key opaque. Click a "
+               f"patch (or a special token above the image) to make it the query.{special}")
     return head_figure, layer_figure, message
