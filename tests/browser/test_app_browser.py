@@ -4,20 +4,13 @@ view, clicks, search, reload."""
 import re
 
 import pytest
-from support.browser import served_app, click_point, copy_run, chromium_page, wait_idle
+from support.browser import HEATMAP_CELL_JS, chromium_page, click_point, copy_run, served_app, wait_idle
 
 GRAPH_DRAWN = """([graphId, traces]) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
   return graph && graph.offsetParent !== null && graph.data && graph.data.length >= traces;
 }"""
 VISIBLE = "(id) => document.getElementById(id).offsetParent !== null"
-#: page coordinates of the cell (row, column) of the Positions heatmap
-CELL_JS = """([row, column]) => {
-  const graph = document.querySelector('#positions-graph .js-plotly-plot');
-  const layout = graph._fullLayout, data = graph._fullData[0], box = graph.getBoundingClientRect();
-  return [box.left + layout._size.l + layout.xaxis.d2p(data.x[column]),
-          box.top + layout._size.t + layout.yaxis.d2p(data.y[row])];
-}"""
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +151,7 @@ def test_positions_row_opens_its_head_whose_exemplar_opens_its_sentence(page, se
     page.wait_for_function(GRAPH_DRAWN, arg=["positions-graph", 1], timeout=20_000)
     wait_idle(page)
     assert shown_view(page) == ["positions-view"] and "view=positions" in page.url
-    x, y = page.evaluate(CELL_JS, [7, 3])                    # row 7 = layer 1 head 3
+    x, y = page.evaluate(HEATMAP_CELL_JS, ["positions-graph", 7, 3])                    # row 7 = layer 1 head 3
     page.mouse.move(x - 3, y)
     page.mouse.move(x, y)
     page.mouse.click(x, y)

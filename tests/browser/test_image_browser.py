@@ -7,28 +7,16 @@ import io
 import numpy as np
 import pytest
 from PIL import Image
-from support.browser import click_point, copy_run, launch_chromium, screenshot_pixels, served_app, wait_idle
+from support.browser import HEATMAP_CELL_JS, click_point, copy_run, open_view, screenshot_pixels, served_app, wait_idle
 
 from dash_app import ids
 
-WINDOW = {"width": 1400, "height": 1000}
-DRAWN = """([graphId, traces]) => {
-  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
-  return graph && graph.offsetParent !== null && graph._fullData && graph._fullData.length >= traces;
-}"""
 #: the image view's heatmap: its z values row by row (NaN as null) and its title
 HEATMAP_JS = """(graphId) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
   const trace = graph._fullData[0];
   return {z: Array.from(trace.z, row => Array.from(row, v => (v === null || Number.isNaN(v)) ? null : v)),
           title: graph._fullLayout.title.text, images: graph._fullLayout.images.length};
-}"""
-#: page coordinates of the centre of heatmap cell (row, column) of a graph (rows counted from the y array's start)
-CELL_JS = """([graphId, row, column]) => {
-  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
-  const layout = graph._fullLayout, trace = graph._fullData[0], box = graph.getBoundingClientRect();
-  return [box.left + layout._size.l + layout.xaxis.l2p(trace.x[column]),
-          box.top + layout._size.t + layout.yaxis.l2p(trace.y[row])];
 }"""
 
 
@@ -37,34 +25,6 @@ def served(image_run, tmp_path_factory):
     run = copy_run(image_run, tmp_path_factory.mktemp("images") / "vit", atlas=False)
     with served_app([run.path]) as url:
         yield url, run
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport=WINDOW)
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    yield page
-    context.close()
-    assert not errors, errors
-
-
-def open_view(page, url: str, query: str, graph: str, traces: int = 1) -> None:
-    page.goto(f"{url}?{query}")
-    page.wait_for_function(DRAWN, arg=[graph, traces], timeout=30_000)
-    wait_idle(page)
-    page.wait_for_timeout(300)
 
 
 def test_the_image_view_draws_a_patch_attention_and_a_click_changes_the_query(served, page):
@@ -81,7 +41,7 @@ def test_the_image_view_draws_a_patch_attention_and_a_click_changes_the_query(se
     expected = np.mean([run.attention(layer, h, image)[0] for h in range(run.n_heads)], axis=0)
     np.testing.assert_allclose(np.array(layer_mean["z"][1:], dtype=float), expected[1:].reshape(rows, cols), atol=1e-6)
     # click patch (2, 3): it becomes the query, in the figure and the URL
-    x, y = page.evaluate(CELL_JS, [ids.SENTENCE_GRAPH, 1 + 2, 3])
+    x, y = page.evaluate(HEATMAP_CELL_JS, [ids.SENTENCE_GRAPH, 1 + 2, 3])
     page.mouse.move(x, y)
     page.mouse.click(x, y)
     page.wait_for_function("() => /point=/.test(window.location.search)", timeout=15_000)

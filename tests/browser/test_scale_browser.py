@@ -9,15 +9,11 @@ import re
 
 import numpy as np
 import pytest
-from support.browser import served_app, DECODE_PNG_JS, chromium_page, copy_run, wait_idle
+from support.browser import DECODE_PNG_JS, DRAWN_JS, chromium_page, copy_run, served_app, wait_idle
 
 from dash_app.views.matrix_raster import RASTER_POINTS_ENV, THUMBNAIL_PIXELS
 from dash_app.views.single_figure import STEPS, to_steps
 
-DRAWN = """([graphId, traces]) => {
-  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
-  return graph && graph.offsetParent !== null && graph._fullData && graph._fullData.length >= traces;
-}"""
 #: the single view's queries trace: how many texts, its first and last id, its first three x
 TRACE_JS = """() => { const d = document.querySelector('#single-graph .js-plotly-plot')._fullData[0];
   return {texts: d.text.length, ids: [Number(d.customdata[0]), Number(d.customdata[d.customdata.length - 1])],
@@ -59,7 +55,7 @@ def page(served):
 def test_thumbnails_are_images_a_click_opens_the_head_and_matches_are_drawn_on_top(page, served):
     page.add_init_script(COUNT_WEBGL_JS)
     page.goto(served)
-    page.wait_for_function(DRAWN, arg=["matrix-graph", 5], timeout=30_000)
+    page.wait_for_function(DRAWN_JS, arg=["matrix-graph", 5], timeout=30_000)
     wait_idle(page)
     sources = page.evaluate(IMAGES_JS)
     assert len(sources) == 8 and all(source.startswith("data:image/png;base64,") for source in sources)
@@ -78,7 +74,7 @@ def test_thumbnails_are_images_a_click_opens_the_head_and_matches_are_drawn_on_t
     page.wait_for_function("() => (document.querySelector('#matrix-graph .hovertext') || {}).textContent === 'L1 H2'",
                            timeout=10_000)
     page.mouse.click(x, y)
-    page.wait_for_function(DRAWN, arg=["single-graph", 12], timeout=20_000)
+    page.wait_for_function(DRAWN_JS, arg=["single-graph", 12], timeout=20_000)
     wait_idle(page)
     assert "layer=1&head=2" in page.url
 
@@ -101,7 +97,7 @@ def test_a_head_switch_keeps_the_tokens_texts_and_ids(page, served, app_run):
     page.on("response", lambda response: responses.append(response)
             if "_dash-update-component" in response.url and response.status == 200 else None)
     page.goto(served + "?view=single&layer=0&head=0&method=pca")
-    page.wait_for_function(DRAWN, arg=["single-graph", 12], timeout=30_000)
+    page.wait_for_function(DRAWN_JS, arg=["single-graph", 12], timeout=30_000)
     wait_idle(page)
     first = page.evaluate(TRACE_JS)
     responses.clear()

@@ -8,17 +8,12 @@ import re
 
 import numpy as np
 import pytest
-from support.browser import (WINDOW_SHARE_JS, click_point, copy_run, launch_chromium, screenshot_pixels, start_server,
+from support.browser import (WINDOW_SHARE_JS, click_point, copy_run, open_view, screenshot_pixels, start_server,
                              stop_server, wait_idle)
 
 from dash_app import ids
 from dash_app.figures import MATCH_RING
 
-WINDOW = {"width": 1400, "height": 900}
-DRAWN = """([graphId, traces]) => {
-  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
-  return graph && graph.offsetParent !== null && graph._fullData && graph._fullData.length >= traces;
-}"""
 #: page coordinates and [x, y] of point `index` of trace `trace` of a 2D graph
 POINT_AT_JS = """([graphId, trace, index]) => {
   const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
@@ -40,34 +35,6 @@ def served(related_data, tmp_path_factory):
     assert "Traceback" not in output, output
     assert "Dash is running" not in output and "Serving Flask app" not in output, output
     assert len(re.findall(r"serving \S+ at http", output)) == 1, output
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport=WINDOW, accept_downloads=True)
-    page = context.new_page()
-    errors = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    yield page
-    context.close()
-    assert not errors, errors
-
-
-def open_view(page, url: str, query: str, graph: str, traces: int) -> None:
-    page.goto(f"{url}?{query}")
-    page.wait_for_function(DRAWN, arg=[graph, traces], timeout=30_000)
-    wait_idle(page)
-    page.wait_for_timeout(300)
 
 
 def choose(page, dropdown: str, option: str) -> None:

@@ -36,6 +36,18 @@ POINT_JS = """([graphId, trace, index]) => {
 
 
 #: the shares of the window's area that a graph's figure (its part in view) and its plot area cover
+#: whether a graph is drawn and shown with at least ``traces`` traces
+DRAWN_JS = """([graphId, traces]) => {
+  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
+  return graph && graph.offsetParent !== null && graph._fullData && graph._fullData.length >= traces;
+}"""
+#: page coordinates of the centre of cell (row, column) of a graph's first trace, a heatmap
+HEATMAP_CELL_JS = """([graphId, row, column]) => {
+  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
+  const layout = graph._fullLayout, data = graph._fullData[0], box = graph.getBoundingClientRect();
+  return [box.left + layout._size.l + layout.xaxis.d2p(data.x[column]),
+          box.top + layout._size.t + layout.yaxis.d2p(data.y[row])];
+}"""
 WINDOW_SHARE_JS = """(id) => {
   const graph = document.querySelector('#' + id + ' .js-plotly-plot'), box = graph.querySelector('.main-svg')
     .getBoundingClientRect(), layout = graph._fullLayout, area = window.innerWidth * window.innerHeight;
@@ -180,6 +192,14 @@ def chromium_page():
 
 def wait_idle(page, timeout_ms: int = 20_000) -> None:
     page.wait_for_function(IDLE_JS, timeout=timeout_ms)
+
+
+def open_view(page, url: str, query: str, graph: str, traces: int = 1) -> None:
+    """Open ``url?query`` and wait until ``graph`` is drawn with ``traces`` traces and the callbacks are done."""
+    page.goto(f"{url}?{query}")
+    page.wait_for_function(DRAWN_JS, arg=[graph, traces], timeout=30_000)
+    wait_idle(page)
+    page.wait_for_timeout(300)
 
 
 def click_point(page, graph_id: str, trace: int, index: int, settle_s: float = 5.0) -> None:
