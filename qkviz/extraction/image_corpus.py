@@ -139,7 +139,8 @@ def _folder(folder: Path, source: str, labelled: bool) -> ImageCorpus:
     paths = sorted((path for path in folder.rglob("*") if path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES),
                    key=lambda path: path.relative_to(folder).as_posix())
     if not paths:
-        raise QkvizError(f"folder {folder} has no image files ({', '.join(IMAGE_SUFFIXES)}); give a folder of images")
+        raise QkvizError(f"folder {folder} has no image files ({', '.join(IMAGE_SUFFIXES)}); give a folder of images "
+                         "(a text corpus is a file, not a folder)")
     ids = [path.relative_to(folder).as_posix() for path in paths]
     labels = [(parts[0] if len(parts) > 1 else None) if labelled else None for parts in (i.split("/") for i in ids)]
     return _files(paths, ids, labels, source)

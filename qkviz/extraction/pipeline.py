@@ -19,6 +19,7 @@ from qkviz.extraction.adapters import adapter_for
 from qkviz.extraction.corpus import Corpus, load_corpus
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.forward import capture_run, pad_token_id
+from qkviz.extraction.image_corpus import is_image_source, load_images
 from qkviz.extraction.image_pipeline import extract_images
 from qkviz.extraction.logit_parts_capture import capture_logit_parts
 from qkviz.extraction.memory_model import check_token_ids, model_for_extraction
@@ -48,8 +49,6 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
     images or arrays; :mod:`qkviz.extraction.image_pipeline`). ``device`` None: ``"cpu"`` for a name, where
     the model object is for an object. One extraction writes a run directory at a time: a second one into
     the same ``out`` is refused while the first runs."""
-    from qkviz.extraction.image_corpus import is_image_source, load_images
-
     out = Path(out)
     started = time.perf_counter()
     _check_options(dtype, batch_size, max_tokens, max_sentences, max_length)
