@@ -62,13 +62,17 @@ def test_thumbnails_are_the_pixels_the_model_saw(tiny_vision, images, tmp_path):
     assert np.abs(tiled.astype(int) - expected.astype(int)).max() <= 1
 
 
-def test_model_object_with_its_processor(images, tmp_path):
+def test_model_object_with_its_processor_over_pil_images(images, tmp_path):
+    from PIL import Image
+
     model = tiny_vision_model("clip")                     # a whole CLIP model: its vision tower runs
-    run = qkviz.extract(model, images, tmp_path / "run", processor=tiny_image_processor("clip"), max_sentences=2,
-                        progress=False)
-    assert run.family == "clip-vision" and run.n_tokens == 2 * 17
-    assert run.manifest["model"]["processor"] == "CLIPImageProcessorPil" or "CLIPImageProcessor" in \
-        run.manifest["model"]["processor"]
+    pictures = [Image.fromarray(images.image(index)) for index in (0, 5, 9)]
+    model.train()
+    run = qkviz.extract(model, pictures, tmp_path / "run", processor=tiny_image_processor("clip"), progress=False)
+    assert run.family == "clip-vision" and run.n_tokens == 3 * 17
+    assert run.sentences.text.tolist() == ["image 0", "image 1", "image 2"]
+    assert "CLIPImageProcessor" in run.manifest["model"]["processor"]
+    assert model.training and model.config._attn_implementation != "qkviz_capture"   # given back as it was
 
 
 def test_same_images_reuse_the_run_and_other_images_change_it(tiny_vision, images, tmp_path):
