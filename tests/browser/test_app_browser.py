@@ -69,7 +69,9 @@ def test_views_clicks_search_and_reload(page, served, app_run):
     highlighted = page.evaluate("""() => Array.from(document.querySelector('#single-graph .js-plotly-plot')
                                    ._fullData[4 + (%d >= %d ? 1 : 0)].customdata)""" % (point, app_run.n_tokens))
     assert point in highlighted
-    assert re.search(r"\((query|key)\)", page.inner_text("#single-point"))
+    # the Clicked point panel is a callback of its own, answered after the figure's or before it
+    page.wait_for_function("() => /\\((query|key)\\)/.test(document.querySelector('#single-point').innerText)",
+                           timeout=20_000)
 
     # its corpus partners: ten buttons in the panel and ten stars in the layout; a partner click selects it
     page.wait_for_function("""() => document.querySelectorAll('#single-partners button').length === 10 &&
