@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +73,7 @@ def show(run, mode: str = "inline", port: int | None = None, height: int = 900, 
         port = previous.port if previous is not None else _free_port()
     if previous is not None and previous.port == port:
         previous.stop()
+        _wait_for_port(port)       # the stopped server's last open connections still hold the port a moment
     check_port(HOST, port)
     data = RunData(run, Path(run.path).name)
     make_pca(data, progress=progress)
@@ -97,6 +99,21 @@ def _in_jupyter() -> bool:
     from dash import jupyter_dash
 
     return bool(jupyter_dash.active)
+
+
+#: how long a re-shown app waits for the port its stopped server held
+PORT_RELEASE_S = 5.0
+
+
+def _wait_for_port(port: int, timeout_s: float = PORT_RELEASE_S) -> None:
+    """Until ``port`` can be bound again (at most ``timeout_s``; :func:`check_port` then says what holds it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            check_port(HOST, port)
+            return
+        except QkvizError:
+            time.sleep(0.05)
 
 
 def _serve_in_thread(app, port: int) -> BaseWSGIServer:

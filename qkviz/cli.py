@@ -219,13 +219,29 @@ COMMANDS = {"extract": _extract, "project": _project, "report": _report, "stats"
             "compare": _compare, "status": _status, "index": _index, "serve": _serve, "models": _models}
 
 
+#: the loggers whose information lines the console shows (other libraries' only from warnings up)
+OWN_LOGGERS = ("qkviz", "dash_app")
+
+
+def _console_log(level: int) -> None:
+    """The console log: ``qkviz: message`` lines on stderr, at ``level`` for qkviz and the app, and from warnings
+    up for any other library (a library's progress chatter, e.g. a browser driver's temporary files, is not
+    qkviz's to print). Set up only where no handler is (``logging.basicConfig``'s rule)."""
+    root = logging.getLogger()
+    before = set(root.handlers)
+    logging.basicConfig(level=level, format="qkviz: %(message)s")
+    for handler in set(root.handlers) - before:
+        handler.addFilter(lambda record: record.levelno >= logging.WARNING
+                          or record.name.split(".")[0] in OWN_LOGGERS)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit status (2 for a user mistake, with one line on stderr)."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit:           # --help (0) or a usage mistake (2), already printed by argparse
         return exit.code if isinstance(exit.code, int) else 2
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="qkviz: %(message)s")
+    _console_log(logging.WARNING if args.quiet else logging.INFO)
     _quiet_transformers()
     _quiet_dask()
     try:

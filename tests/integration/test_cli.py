@@ -112,3 +112,20 @@ def test_missing_cuda_is_a_clear_error(tmp_path):
         pytest.skip("this machine has CUDA")
     assert_one_line_error(qkviz("extract", "--model", "minilm", "--out", str(tmp_path / "r"), "--device", "cuda"),
                           "no CUDA device")
+
+
+def test_the_console_log_shows_other_libraries_only_from_warnings_up(monkeypatch):
+    """A library's information lines (a browser driver cleaning its temporary files, say) are not printed as qkviz's."""
+    import logging
+
+    import qkviz.cli
+
+    def command(args):
+        logging.getLogger("choreographer.utils").info("TemporaryDirectory.cleanup() worked.")
+        logging.getLogger("qkviz.extraction").info("extracted 40 images")
+        logging.getLogger("some_library").warning("a library's warning")
+        return 0
+
+    monkeypatch.setitem(qkviz.cli.COMMANDS, "status", command)
+    result = run_main("status", "--run", "anywhere")
+    assert result.stderr.splitlines() == ["qkviz: extracted 40 images", "qkviz: a library's warning"]
