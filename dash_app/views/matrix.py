@@ -5,6 +5,7 @@ head's normalised 2D layout is placed in its grid cell, a fixed seeded sample of
 (:meth:`RunData.matrix_sample`). Coordinates are sent as uint16 grid units when they fit (half of
 float32's bytes). Every point carries its head's flat index (``layer * n_heads + head``) as
 ``customdata``, so a click opens that head. Search matches are two more traces over all heads.
+How the points are placed and coloured is :mod:`dash_app.views.matrix_points`.
 Ordered by a head-atlas column, the cells get a background (one translucent heatmap under the points,
 slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value (see
 :mod:`dash_app.views.matrix_cells`). A large run's heads are images of all their points instead of a sample
@@ -26,15 +27,15 @@ from dash_app import ids
 from dash_app.atlas_columns import LABEL_SORT, sort_options
 from dash_app.events import relay_point_events
 from dash_app.export import export_buttons
-from dash_app.figures import (CATEGORY_COLOURS, KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, MATCH_RING, QUERY_COLOUR,
-                              QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker, legend_entries, typed_arrays)
+from dash_app.figures import CATEGORY_COLOURS, legend_entries, typed_arrays
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import METHOD_LABELS, HeadLayouts, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, checked_state
-from dash_app.views.matrix_cells import CELL, INNER, LABEL_BAND, atlas_badges, cell_heatmap, cell_origins, label_legend
+from dash_app.views.matrix_cells import CELL, INNER, atlas_badges, cell_heatmap, cell_origins, label_legend
+from dash_app.views.matrix_points import colour_markers, fits_uint16, head_colours, match_traces, place, raster_extras
 from dash_app.views.matrix_raster import click_cells, rasterised, thumbnail_images, thumbnails_of
-from qkviz.report import CATEGORIES, COLOURS, colour_ticks, colour_title, colour_values
+from qkviz.report import CATEGORIES, COLOURS
 
 CANVAS_PIXELS = 900_000     # screen area the whole grid aims at (see cell_pixels)
 SORT_OPTIONS = [
@@ -99,82 +100,16 @@ def head_labels(n_layers: int, n_heads: int, clusters: np.ndarray | None = None,
     return labels
 
 
-def place(points: np.ndarray, origins: np.ndarray, tokens: np.ndarray, keys: bool, fits_uint16: bool):
-    """Grid coordinates of the given tokens' queries (or keys) in every head.
-
-    ``points`` ``[head, 2 * n_tokens, 2]`` in the unit square; returns ``(x, y, head)`` flat over
-    heads, NaN (missing heads) dropped; x and y are uint16 when ``fits_uint16``, else float32."""
-    n_tokens = points.shape[1] // 2
-    chosen = points[:, tokens + (n_tokens if keys else 0)]                       # [head, m, 2]
-    inside = INNER[0] + chosen * (INNER[1] - INNER[0])
-    inside[..., 1] -= LABEL_BAND
-    placed = origins[:, None, :] + inside
-    head = np.repeat(np.arange(len(points), dtype=np.uint16), chosen.shape[1])
-    flat = placed.reshape(-1, 2)
-    keep = ~np.isnan(flat[:, 0])
-    dtype = np.uint16 if fits_uint16 else np.float32
-    return np.rint(flat[keep, 0]).astype(dtype), np.rint(flat[keep, 1]).astype(dtype), head[keep]
 
 
-def head_colours(data: RunData, colour: str) -> np.ndarray | None:
-    """float32 ``[flat head, 2 * n_tokens]``: the value each head's queries and keys are coloured by (the
-    token's feature, the same in every head, or the head's own vector norm); None for query vs key."""
-    if colour == "type":
-        return None
-    if colour == "norm":
-        return np.stack([data.norms(flat // data.run.n_heads, flat % data.run.n_heads)
-                         for flat in range(data.n_total_heads)])
-    values = colour_values(data.features[colour].to_numpy(), colour)
-    return np.broadcast_to(np.concatenate([values, values])[None], (data.n_total_heads, 2 * data.run.n_tokens))
 
 
-def placed_values(points: np.ndarray, values: np.ndarray, tokens: np.ndarray, keys: bool) -> np.ndarray:
-    """float32 values of the points :func:`place` returns, in its order: ``values`` ``[head, 2 * n_tokens]``
-    at the given tokens' queries (or keys), heads without a layout dropped."""
-    columns = tokens + (points.shape[1] // 2 if keys else 0)
-    keep = ~np.isnan(points[:, columns, 0]).ravel()
-    return np.ascontiguousarray(values[:, columns]).reshape(-1)[keep].astype(np.float32)
 
 
-def point_bar(side: int, colour: str, low: float, high: float) -> dict:
-    """The colour bar of the queries' (``side`` 0) or keys' (1) continuous colouring, side by side under the grid."""
-    name = ("queries", "keys")[side]
-    return dict(orientation="h", x=0.25 + 0.5 * side, xanchor="center", y=0, yanchor="top", ypad=10, len=0.42,
-                thickness=10, title=dict(text=f"{name}: {colour_title(colour)}", side="top"),
-                **colour_ticks(colour, low, high))
 
 
-def colour_markers(points: np.ndarray, sample: np.ndarray, values: np.ndarray | None, colour: str) -> list[dict]:
-    """The queries' and keys' marker colour fields: solid green and pink (``values`` None), one colour per
-    category, or two sequential scales over one range with their bars side by side under the grid."""
-    if values is None:
-        return [dict(color=QUERY_COLOUR), dict(color=KEY_COLOUR)]
-    columns = np.concatenate([sample, sample + points.shape[1] // 2])
-    drawn = values[:, columns]
-    markers = []
-    for side, scale in enumerate((QUERY_SCALE, KEY_SCALE)):
-        placed = placed_values(points, values, sample, keys=side == 1)
-        if colour in CATEGORIES:
-            markers.append(dict(color=placed, **category_marker(len(CATEGORIES[colour]))))
-            continue
-        low, high = float(np.nanmin(drawn)), float(np.nanmax(drawn))
-        high = high if high > low else low + 1
-        markers.append(dict(color=placed, colorscale=scale, cmin=low, cmax=high, colorbar=point_bar(side, colour, low, high)))
-    return markers
 
 
-def raster_extras(colour: str, value_range: tuple[float, float] | None) -> list:
-    """What a rasterised matrix adds after its legend: the queries' and keys' entries (query vs key), or the
-    two colour bars of a continuous colouring over ``value_range`` (each on a point-less trace)."""
-    if colour == "type":
-        return legend_entries(["queries", "keys"], [QUERY_COLOUR, KEY_COLOUR], legendgroup="points")
-    if colour in CATEGORIES or value_range is None:
-        return []
-    low, high = value_range
-    return [go.Scatter(x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip", name=f"{side} scale",
-                       marker=dict(color=[low, high], colorscale=scale, cmin=low, cmax=high, showscale=True,
-                                   colorbar=point_bar(index, colour, low, high)))
-            for index, (side, scale) in enumerate((("queries", QUERY_SCALE), ("keys", KEY_SCALE)))]
 
 
 def cell_pixels(n_rows: int, n_cols: int) -> int:
@@ -184,22 +119,8 @@ def cell_pixels(n_rows: int, n_cols: int) -> int:
     return int(np.clip(np.sqrt(CANVAS_PIXELS / (n_rows * n_cols)), 56, 100))
 
 
-def _fits_uint16(n_rows: int, n_cols: int) -> bool:
-    return max(n_cols, n_rows) * CELL < np.iinfo(np.uint16).max
 
 
-def match_traces(points: np.ndarray, origins: np.ndarray, matches: np.ndarray | None, fits: bool,
-                  raster: bool = False) -> list:
-    """Traces 2 and 3: the matched tokens' queries and keys in every head (empty when not searching): WebGL,
-    but in a rasterised matrix (``raster``) an empty SVG trace while there is no match (no WebGL context then)."""
-    traces = []
-    for name, colour, keys in (("query matches", QUERY_MATCH_COLOUR, False), ("key matches", KEY_MATCH_COLOUR, True)):
-        x, y, head = place(points, origins, matches if matches is not None else np.zeros(0, np.int64), keys, fits)
-        kind = go.Scatter if raster and not len(x) else go.Scattergl
-        traces.append(kind(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
-                                   marker=dict(color=colour, size=8, symbol="circle" if not keys else "diamond",
-                                               line=dict(color=MATCH_RING, width=2))))
-    return traces
 
 
 def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads: int, order: np.ndarray,
@@ -213,7 +134,7 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
 
     ``points`` ``[flat head, 2 * n_tokens, 2]`` normalised layouts; ``sample`` the token indices
     drawn per head; ``order`` the flat head at each grid position; ``matches`` matched token indices;
-    ``values`` ``[flat head, 2 * n_tokens]`` what every head's points are coloured by (:func:`head_colours`,
+    ``values`` ``[flat head, 2 * n_tokens]`` what every head's points are coloured by (:func:`~dash_app.views.matrix_points.head_colours`,
     None: queries green, keys pink), ``colour`` its name.
 
     With ``thumbnails`` (a PNG data URI per flat head, see :mod:`dash_app.views.matrix_raster`) the heads are
@@ -221,7 +142,7 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads
     unused, a continuous colouring's bars span ``value_range``."""
     n_cols, n_rows = n_heads, n_layers
     origins = cell_origins(order, n_rows, n_cols)
-    fits = _fits_uint16(n_rows, n_cols)
+    fits = fits_uint16(n_rows, n_cols)
     searching = matches is not None and len(matches) > 0
     traces = []
     if thumbnails is not None:
@@ -367,7 +288,7 @@ def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, m
     order, labels, _, _ = head_figures(data, state, clusters)
     layouts = data.all_layouts(state.method)
     origins = cell_origins(order, data.run.n_layers, data.run.n_heads)
-    fits = _fits_uint16(data.run.n_layers, data.run.n_heads)
+    fits = fits_uint16(data.run.n_layers, data.run.n_heads)
     searching = matches is not None and len(matches) > 0
     patch = Patch()
     for slot, trace in enumerate(match_traces(layouts.points, origins, drawn_matches(data, matches), fits,

@@ -160,7 +160,7 @@ def data_uri(png: bytes) -> str:
 # -- the figure's parts --------------------------------------------------------------------
 def thumbnail_images(thumbnails: list[str | None], order: np.ndarray, n_rows: int, n_cols: int) -> list[dict]:
     """``layout.images``: each head's thumbnail (flat order, None: left out) exactly where its points would lie
-    in its cell (see :func:`dash_app.views.matrix.place`), above the cells' background, under the WebGL
+    in its cell (see :func:`dash_app.views.matrix_points.place`), above the cells' background, under the WebGL
     traces (the search's matches, the only WebGL a rasterised matrix draws). They are not dimmed during a
     search as sampled points are: changing 72 images' opacity took 0.2-0.4 s in the browser, and the matches,
     ringed, stand out anyway."""

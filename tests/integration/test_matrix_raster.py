@@ -14,7 +14,7 @@ from dash_app.figures import KEY_COLOUR, QUERY_COLOUR
 from dash_app.run_data import RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState
-from dash_app.views import matrix as matrix_view, matrix_raster
+from dash_app.views import matrix as matrix_view, matrix_points, matrix_raster
 from qkviz.core.errors import QkvizError
 from qkviz.store.run import open_run
 from support.browser import copy_run
@@ -130,7 +130,7 @@ def test_a_rasterised_matrix_places_images_in_the_cells_and_clicks_open_heads(ra
     layouts = raster_data.all_layouts("pca").points
     origins = matrix_view.cell_origins(np.arange(8), 2, 4)
     for flat, image in enumerate(images):                  # the points place() draws lie inside the head's image
-        x, y, _ = matrix_view.place(layouts[[flat]], origins[[flat]], np.arange(raster_data.run.n_tokens), False, False)
+        x, y, _ = matrix_points.place(layouts[[flat]], origins[[flat]], np.arange(raster_data.run.n_tokens), False, False)
         assert image["x"] <= x.min() and x.max() <= image["x"] + image["sizex"]
         assert image["y"] - image["sizey"] <= y.min() and y.max() <= image["y"]
     # one invisible heatmap cell per head, its centre in the head's cell, its customdata the flat head
