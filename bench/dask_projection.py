@@ -59,7 +59,7 @@ def warm() -> int:
 def start_pool(workers: int, specs) -> tuple:
     """A warm local pool and its start-up seconds."""
     started = time.perf_counter()
-    executor = local_executor(workers, compile_umap="umap" in {spec.method for spec in specs})
+    executor = local_executor(workers, tuple({spec.method for spec in specs}))
     for future in [executor.submit(warm) for _ in range(workers)]:
         future.result()
     return executor, time.perf_counter() - started

@@ -57,14 +57,16 @@ warnings.filterwarnings("ignore")
 import qkviz  # noqa: E402
 from qkviz.core.alignment import align_head  # noqa: E402
 from qkviz.projection.attention_graph import GRAPH_PARAMS, attention_graph  # noqa: E402
-from qkviz.projection.methods import project_points  # noqa: E402
+from qkviz.projection import project_points  # noqa: E402
 from qkviz.search.partner_index import PartnerIndexes, head_layout_overlap  # noqa: E402
-from qkviz.store.projections import ATTENTION_METHODS, resolve_params  # noqa: E402
+from qkviz.projection import projection_methods, resolve_params  # noqa: E402
 
 from head_survey import K, SAMPLE, choose_heads, survey_heads  # noqa: E402
 from project import attentionviz_layout  # noqa: E402
 
 #: Labels measured as an attention method with one parameter set: (method, params).
+#: the methods whose neighbour graph is the head's attention
+ATTENTION_METHODS = tuple(method.name for method in projection_methods() if method.uses_attention)
 VARIANTS = {f"{method}-{label}": (method, {"hide_first_token": hide}) for method in ATTENTION_METHODS
             for label, hide in (("hide1", True), ("keep1", False))}
 METHODS = ("pca", "tsne", "umap", "av-tsne", "attn-tsne", "attn-umap", *VARIANTS)

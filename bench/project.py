@@ -39,7 +39,7 @@ import qkviz  # noqa: E402
 from qkviz.core.alignment import align_head  # noqa: E402
 from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
 from qkviz.projection.tasks import local_executor, plan_specs, project_head, run_tasks  # noqa: E402
-from qkviz.projection.methods import project_points as project  # noqa: E402
+from qkviz.projection import project_points as project  # noqa: E402
 
 LAYOUTS = [("tsne", 2), ("tsne", 3), ("umap", 2), ("umap", 3), ("pca", 2), ("pca", 3)]
 

@@ -21,13 +21,14 @@ from dash_app import export, ids, progress
 from dash_app.attention_changes import AttentionChanges
 from dash_app.guard import allowed_hosts, guard
 from dash_app.events import clicked, exemplar_target, partner_target, related_target
-from dash_app.run_data import METHOD_LABELS, RunData, unique_names
+from dash_app.run_data import RunData, unique_names
 from dash_app.search import ImageIds, TokenSearch
 from dash_app.state import (ViewState, checked_state, open_exemplar, open_head, select_point, select_run, select_sentence,
                             step_head, step_layer, validate)
 from dash_app.url_state import parse_url, to_url
 from dash_app.views import compare, heads, matrix, positions, sentence, single
 from qkviz import QkvizError, open_run
+from qkviz.projection import method_label
 from qkviz.report import COLOURS
 from qkviz.store import DIMENSIONS
 
@@ -225,7 +226,7 @@ def method_options(data: RunData) -> list[dict]:
         recall = data.mean_recall(f"{method}-2d")
         shown = "" if recall is None else f", recall {recall:.0%}"
         making = ", being made" if data.in_background(method) else ""
-        options.append({"label": f"{METHOD_LABELS[method]} ({available[(method, 2)]}/{total} heads{making}{shown})",
+        options.append({"label": f"{method_label(method)} ({available[(method, 2)]}/{total} heads{making}{shown})",
                         "value": method})
     return options
 

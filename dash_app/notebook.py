@@ -23,8 +23,9 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from dash_app.app import build_app
 from dash_app.guard import allowed_hosts
 from dash_app.run_data import RunData
-from dash_app.server import DEFAULT_BACKGROUND, attach_workers, check_port, make_pca, start_in_turn
+from dash_app.server import attach_workers, check_port, make_pca, start_in_turn
 from qkviz import QkvizError
+from qkviz.projection import BACKGROUND_METHOD
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ _shown: dict[Path, NotebookApp] = {}
 
 
 def show(run, mode: str = "inline", port: int | None = None, height: int = 900, width: str = "100%",
-         background: str | None = DEFAULT_BACKGROUND, jobs: int = 1, progress: bool = True) -> NotebookApp:
+         background: str | None = BACKGROUND_METHOD, jobs: int = 1, progress: bool = True) -> NotebookApp:
     """Serve the app over ``run`` and show it (see the module); return where it answers.
 
     ``mode``: ``"inline"`` (in the cell's output), ``"external"`` (a link to open) or ``"tab"`` (a new browser

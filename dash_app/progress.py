@@ -12,9 +12,9 @@ import dash
 from dash import Input, Output, State, dcc, html, no_update
 
 from dash_app import ids
-from dash_app.run_data import METHOD_LABELS, RunData
+from dash_app.run_data import RunData
 from dash_app.state import checked_state
-from qkviz.projection import describe_seconds
+from qkviz.projection import describe_seconds, method_label
 
 POLL_MS = 2000
 #: failures named in the line (the rest are counted)
@@ -34,7 +34,7 @@ def progress_text(data: RunData) -> list | str:
     if data.worker is None:
         return ""
     progress = data.worker.progress()
-    name = METHOD_LABELS[progress.method]
+    name = method_label(progress.method)
     total_heads = data.n_total_heads
     have = total_heads - progress.total + progress.done
     parts = [html.B(f"{name} layouts: {have}/{total_heads} heads")]

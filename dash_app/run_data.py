@@ -1,6 +1,8 @@
 """Per-run data the app's callbacks read: cached layouts, norms, token features, correlations, head atlas.
 
-A :class:`RunData` wraps one opened :class:`qkviz.Run`. Token features and the token index
+A :class:`RunData` is a thin per-view cache over one opened :class:`qkviz.Run`: the run reads every result
+(layouts, partners, atlas, related heads, correlations); this keeps what a view reads often, re-read when
+its marker file changes. Token features and the token index
 are read or computed once when the app starts (from the token table only); everything per head is read
 on first use and kept in small LRU caches: vectors stay memory-mapped, and no projection is ever
 computed here -- a missing one raises the run's :class:`QkvizError` naming the ``qkviz project``
@@ -24,17 +26,15 @@ from dash_app.atlas_columns import LABEL_SORT, label_codes, sortable_columns
 from dash_app.attention_maps import aggregate_attention
 from qkviz.report import colour_choices, token_features
 from dash_app.figures import plotly_texts
-from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
+from qkviz import Run, open_run
+from qkviz.analysis import HeadAtlas, HeadSimilarity
 from qkviz.projection import LayoutWorker
-from qkviz.search import PartnerIndexes, Partners, head_layout_overlap, run_token_index
-from qkviz.store import DIMENSIONS, METHODS, ProjectionCache, ProjectionSpec, StoredRun, resolve_params
+from qkviz.search import Partners, head_layout_overlap, run_token_index
+from qkviz.projection import FIRST_METHOD, method_names, projection_method
+from qkviz.store import StoredRun
 
 logger = logging.getLogger(__name__)
 
-#: each projection method's name in the app
-METHOD_LABELS = {"tsne": "t-SNE", "umap": "UMAP", "pca": "PCA", "attn-tsne": "attention t-SNE", "attn-umap": "attention UMAP"}
-#: preferred projection when the URL names none: the first of these with every head cached.
-METHOD_PREFERENCE = ("attn-tsne", "tsne", "attn-umap", "umap", "pca")
 #: points drawn per head in the matrix view: at most this many tokens (each a query and a key) ...
 MATRIX_TOKENS_PER_HEAD = 500
 #: ... and at most this many points over all heads (one WebGL canvas draws them all).
@@ -110,8 +110,9 @@ def unique_names(paths: list[Path]) -> list[str]:
 class RunData:
     """One run as the app sees it."""
 
-    def __init__(self, run: StoredRun, name: str):
-        self.run = run
+    def __init__(self, run: Run | StoredRun, name: str):
+        self.run: Run = run if isinstance(run, Run) else open_run(run.path)
+        run = self.run
         self.name = name
         self.tokens: pd.DataFrame = run.tokens
         self.sentences: pd.DataFrame = run.sentences
@@ -121,20 +122,17 @@ class RunData:
         self.patches = ImagePatches(run) if run.is_image_run else None
         self.token_index = run_token_index(run)     # stored by 'qkviz index', else built here (milliseconds)
         self.display_text = plotly_texts(self.tokens.token)   # [token] labels, escaped for Plotly
-        self._cache = ProjectionCache(run.path, run.manifest["fingerprint"])
         self._all_layouts: dict[str, HeadLayouts] = {}
         self._layouts_lock = threading.RLock()
         self._correlations: tuple[float, pd.DataFrame | None] | None = None
         self._atlas: tuple[int, HeadAtlas | None] | None = None
         self._related: tuple[int, HeadSimilarity | None] | None = None
         self._available: tuple[float, dict[tuple[str, int], int]] = (-np.inf, {})
-        self._failures: tuple[float, dict[ProjectionSpec, str]] = (-np.inf, {})
+        self._failures: tuple[float, dict[tuple[int, int, str, int], str]] = (-np.inf, {})
         self.layout = lru_cache(maxsize=32)(self._layout)
         self.norms = lru_cache(maxsize=32)(self._norms)
         #: ``aggregate(layer, head, hide_first, hide_special, by_value_norm)``, see :func:`aggregate_attention`
         self.aggregate = lru_cache(maxsize=16)(partial(aggregate_attention, run))
-        #: corpus-wide partner search (faiss indexes read from the run, or exact ones built on first use)
-        self.partner_indexes = PartnerIndexes(run)
         self.partners = lru_cache(maxsize=64)(self._partners)
         self.layout_overlap = lru_cache(maxsize=32)(self._layout_overlap)
         #: the worker making this run's default layouts while the app runs (set by ``qkviz serve``), or None
@@ -153,18 +151,13 @@ class RunData:
                         self.default_method(), self.atlas_sorts(), self.offered_layouts(), self.colours)
 
     # -- what is cached -------------------------------------------------------------------
-    def spec(self, layer: int, head: int, method: str, dim: int) -> ProjectionSpec:
-        """The cache entry ``run.projection(layer, head, method, dim)`` reads (default settings)."""
-        return ProjectionSpec.of(layer, head, method, dim, True, True, **resolve_params(method, {}, dim), seed=0)
-
     def layout_entry(self, layer: int, head: int, method: str, dim: int) -> tuple[str, Path]:
         """The default layout's cache key and the ``.npy`` file holding it (which may not exist yet)."""
-        key = self._cache.key(self.spec(layer, head, method, dim))
-        return key, self._cache.directory / f"{key}.npy"
+        return self.run.projection_file(layer, head, method, dim)
 
     def is_cached(self, layer: int, head: int, method: str, dim: int) -> bool:
         """Whether the default layout's entry exists (its integrity is checked when it is loaded)."""
-        return self._cache.exists(self.spec(layer, head, method, dim))
+        return self.run.has_projection(layer, head, method, dim)
 
     def available(self) -> dict[tuple[str, int], int]:
         """``{(method, dim): number of heads cached}`` for every method and dimension.
@@ -177,7 +170,7 @@ class RunData:
     def _count_cached(self) -> dict[tuple[str, int], int]:
         return {(method, dim): sum(self.is_cached(layer, head, method, dim)
                                    for layer in range(self.run.n_layers) for head in range(self.run.n_heads))
-                for method in METHODS for dim in DIMENSIONS}
+                for method in method_names() for dim in projection_method(method).dims}
 
     def in_background(self, method: str) -> bool:
         """Whether ``method``'s 2D layouts are being made in the background now."""
@@ -191,13 +184,13 @@ class RunData:
         """The ``(method, dim)`` of which some head has a layout, or which are being made now; PCA 2D when
         none (the app then says how to make layouts)."""
         available = self.available()
-        offered = tuple((method, dim) for method in METHODS for dim in DIMENSIONS
+        offered = tuple((method, dim) for method, dim in available
                         if available[(method, dim)] or (dim == 2 and self.in_background(method)))
-        return offered or (("pca", 2),)
+        return offered or ((FIRST_METHOD, 2),)
 
     def offered_methods(self) -> list[str]:
         """The methods of :meth:`offered_layouts` (those with a 2D layout or being made)."""
-        return [method for method in METHODS if (method, 2) in self.offered_layouts()]
+        return [method for method in method_names() if (method, 2) in self.offered_layouts()]
 
     def layout_failure(self, layer: int, head: int, method: str, dim: int) -> str | None:
         """Why this head's layout could not be made (in the background now, or by an earlier ``qkviz project``)."""
@@ -205,24 +198,24 @@ class RunData:
             failure = self.worker.failure(layer, head)
             if failure is not None:
                 return failure
-        return self._recorded_failures().get(self.spec(layer, head, method, dim))
+        return self._recorded_failures().get((layer, head, method, dim))
 
-    def _recorded_failures(self) -> dict[ProjectionSpec, str]:
-        """``{spec: error}`` of the run's recorded failures, re-read at most every :data:`AVAILABLE_TTL` seconds."""
+    def _recorded_failures(self) -> dict[tuple[int, int, str, int], str]:
+        """The run's recorded failures of default layouts, re-read at most every :data:`AVAILABLE_TTL` seconds."""
         if time.monotonic() - self._failures[0] > AVAILABLE_TTL:
-            self._failures = (time.monotonic(), dict(self._cache.failures()))
+            self._failures = (time.monotonic(), self.run.projection_failures())
         return self._failures[1]
 
     def default_method(self) -> str:
-        """The first of :data:`METHOD_PREFERENCE` with every head's 2D layout, else the one being made in the
+        """The most faithful method (the catalogue's order) with every head's 2D layout, else the one being made in the
         background (its missing heads drawn in PCA), else the one with the most heads."""
         if self.worker is not None and self.in_background(self.worker.method):
             return self.worker.method
         available = self.available()
-        for method in METHOD_PREFERENCE:
-            if available[(method, 2)] == self.n_total_heads:
+        for method in method_names():
+            if available.get((method, 2)) == self.n_total_heads:
                 return method
-        return max(METHOD_PREFERENCE, key=lambda method: available[(method, 2)])
+        return max(method_names(), key=lambda method: available.get((method, 2), 0))
 
     # -- per head ---------------------------------------------------------------------------
     def _layout(self, layer: int, head: int, method: str, dim: int) -> np.ndarray:
@@ -238,12 +231,12 @@ class RunData:
             exclude |= self.tokens.is_special.to_numpy()
         if skip_first:
             exclude |= self.tokens.position.to_numpy() == 0
-        return self.partner_indexes.partners(layer, head, point, k, exclude if exclude.any() else None)
+        return self.run.partners(layer, head, point, k, exclude=exclude if exclude.any() else None)
 
     def _layout_overlap(self, layer: int, head: int, method: str, dim: int, k: int = 10) -> dict[str, float]:
         """How much of the head's top-``k`` partners its layout keeps near each point, averaged over a
         seeded sample (see :func:`qkviz.search.partner_index.head_layout_overlap`); ``sample`` is its size."""
-        overlap = head_layout_overlap(self.partner_indexes, layer, head, self.layout(layer, head, method, dim), k,
+        overlap = head_layout_overlap(self.run.partner_indexes, layer, head, self.layout(layer, head, method, dim), k,
                                       sample=LAYOUT_OVERLAP_SAMPLE)
         return {**overlap, "sample": min(LAYOUT_OVERLAP_SAMPLE, self.run.n_tokens)}
 
@@ -277,8 +270,9 @@ class RunData:
                 continue
             missing.append((layer, head))
             points[layer * n_heads + head] = np.nan
-            if method != "pca" and self.pending(layer, head, method) and self.is_cached(layer, head, "pca", 2):
-                points[layer * n_heads + head] = self.all_layouts("pca").points[layer * n_heads + head]
+            if (method != FIRST_METHOD and self.pending(layer, head, method)
+                    and self.is_cached(layer, head, FIRST_METHOD, 2)):
+                points[layer * n_heads + head] = self.all_layouts(FIRST_METHOD).points[layer * n_heads + head]
                 stand_in.append((layer, head))
         self._all_layouts[method] = HeadLayouts(method, points, tuple(missing), tuple(stand_in))
         logger.debug("%s: %d of %d heads have their %s 2D layout", self.name, self.n_total_heads - len(missing),
@@ -308,7 +302,7 @@ class RunData:
         path = self.run.result_marker("correlations")
         stamp = path.stat().st_mtime if path.exists() else -1.0
         if self._correlations is None or self._correlations[0] != stamp:
-            self._correlations = (stamp, stored_correlations(self.run) if stamp >= 0 else None)
+            self._correlations = (stamp, self.run.correlations if stamp >= 0 else None)
         return self._correlations[1]
 
     def correlation_space(self, method: str, dim: int = 2) -> str | None:
@@ -355,7 +349,7 @@ class RunData:
 
     def _read_atlas(self) -> HeadAtlas | None:
         try:
-            return load_atlas(self.run)
+            return self.run.atlas
         except (KeyError, TypeError, ValueError, OSError) as error:   # half-written or from an older qkviz
             logger.warning("%s: could not read the head atlas (%s: %s); make it again with 'qkviz stats --run %s'",
                            self.name, type(error).__name__, error, self.run.path)
@@ -394,5 +388,5 @@ class RunData:
         """The run's head similarity (``qkviz related``), or None; re-read when its marker changes."""
         stamp = self.related_stamp()
         if self._related is None or self._related[0] != stamp:
-            self._related = (stamp, load_head_similarity(self.run) if stamp >= 0 else None)
+            self._related = (stamp, self.run.related if stamp >= 0 else None)
         return self._related[1]

@@ -3,7 +3,7 @@ localhost by default), and make the default layouts in the background meanwhile.
 
 A run without layouts is served at once: its PCA layouts (a few seconds for every head) are made before
 the server starts -- never inside a request -- and the missing layouts of ``background`` (the faithful
-``attn-tsne`` by default) are made by a :class:`qkviz.projection.LayoutWorker` while the app runs; the
+``qkviz.projection.BACKGROUND_METHOD`` by default) are made by a :class:`qkviz.projection.LayoutWorker` while the app runs; the
 app shows each head's PCA layout until its own lands, and the progress per head.
 """
 
@@ -21,12 +21,10 @@ from dash_app.run_data import RunData
 from dash_app.views.matrix_raster import rasterised, thumbnails_of
 from qkviz import QkvizError, project
 from qkviz.projection import LayoutWorker
-from qkviz.store import METHODS
+from qkviz.projection import BACKGROUND_METHOD, FIRST_METHOD, method_names
 
 logger = logging.getLogger(__name__)
 
-#: the layouts made in the background when ``qkviz serve`` finds them missing
-DEFAULT_BACKGROUND = "attn-tsne"
 
 
 def warm(data: RunData) -> None:
@@ -43,7 +41,7 @@ def warm(data: RunData) -> None:
 
 def make_pca(data: RunData, progress: bool = True) -> None:
     """Every head's PCA layout in 2D and 3D where missing (seconds), before the app serves the run."""
-    summary = project(data.run, methods=["pca"], dims=[2, 3], progress=progress)
+    summary = project(data.run, methods=[FIRST_METHOD], dims=[2, 3], progress=progress)
     if summary.computed:
         logger.info("%s: made %d PCA layouts for the first picture", data.name, summary.computed)
 
@@ -93,15 +91,15 @@ def quiet_banners() -> None:
     flask.cli.show_server_banner = lambda *args, **kwargs: None
 
 
-def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, background: str | None = DEFAULT_BACKGROUND,
+def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, background: str | None = BACKGROUND_METHOD,
           jobs: int = 1, allow_hosts: tuple[str, ...] = ()) -> None:
     """Serve the app until interrupted. Runs are opened first: a bad one raises QkvizError.
 
     ``background`` names the method whose missing 2D layouts are made while the app runs (None: none
     are), in ``jobs`` worker processes. The server answers only for the loopback names, ``host`` and
     ``allow_hosts`` (see :func:`dash_app.guard.allowed_hosts`)."""
-    if background is not None and background not in METHODS:
-        raise QkvizError(f"unknown background method {background!r}; choose from {', '.join(METHODS)} or none")
+    if background is not None and background not in method_names():
+        raise QkvizError(f"unknown background method {background!r}; choose from {', '.join(method_names())} or none")
     if not 1 <= jobs <= (os.cpu_count() or 1):
         raise QkvizError(f"--jobs must be between 1 and this machine's {os.cpu_count()} CPUs, got {jobs}")
     check_port(host, port)

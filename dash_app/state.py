@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from qkviz.report import COLOURS
 from dash_app.run_data import RunShape
-from qkviz.store import DIMENSIONS, METHODS
+from qkviz.projection import FIRST_METHOD, method_names
+from qkviz.store import DIMENSIONS
 
 VIEWS = ("matrix", "single", "sentence", "positions", "heads", "compare")
 #: matrix-view orders: model order, by the report's distance-dot correlation, by search clusters, by the
@@ -30,7 +31,7 @@ class ViewState:
     view: str = "matrix"
     layer: int = 0
     head: int = 0
-    method: str = "pca"
+    method: str = FIRST_METHOD
     dim: int = 2
     colour: str = "type"
     search: str = ""
@@ -59,7 +60,7 @@ def validate(state: ViewState, shape: RunShape, defaults: ViewState) -> ViewStat
         "view": isinstance(state.view, str) and state.view in VIEWS,
         "layer": _index(state.layer, shape.n_layers),
         "head": _index(state.head, shape.n_heads),
-        "method": isinstance(state.method, str) and state.method in METHODS
+        "method": isinstance(state.method, str) and state.method in method_names()
                   and (shape.layouts is None or (state.method, 2) in shape.layouts),
         "dim": _index(state.dim, 4) and state.dim in DIMENSIONS and (shape.layouts is None or (state.method, state.dim) in shape.layouts),
         "colour": isinstance(state.colour, str) and state.colour in (shape.colours or COLOURS),

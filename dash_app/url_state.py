@@ -14,7 +14,8 @@ from urllib.parse import parse_qs, urlencode
 from qkviz.report import COLOURS
 from dash_app.run_data import RunShape
 from dash_app.state import SORTS, VIEWS, ViewState, initial_state
-from qkviz.store import DIMENSIONS, METHODS
+from qkviz.projection import method_names
+from qkviz.store import DIMENSIONS
 
 MAX_SEARCH_LENGTH = 100
 MATCH_MODES = {"whole": False, "substring": True}
@@ -40,7 +41,7 @@ def parse_url(search: str | None, shapes: list[RunShape]) -> tuple[ViewState, li
         "view": lambda text: _choice(text, VIEWS),
         "layer": lambda text: _integer(text, shape.n_layers),
         "head": lambda text: _integer(text, shape.n_heads),
-        "method": lambda text: _choice(text, METHODS),
+        "method": lambda text: _choice(text, method_names()),
         "dim": lambda text: _integer(text, max(DIMENSIONS) + 1, min(DIMENSIONS)),
         "colour": lambda text: _choice(text, tuple(COLOURS)),
         "search": lambda text: text[:MAX_SEARCH_LENGTH],

@@ -12,6 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
 from qkviz.core import QkvizError
+from qkviz.projection import cached_layout, has_layout, layout_failures, layout_file
 from qkviz.report import describe_run
 from qkviz.report.head_figure import head_figure
 from qkviz.search import EXACT_LIMIT, PartnerIndexes, Partners
@@ -35,7 +37,7 @@ class Run(StoredRun):
     --------
     >>> run = qkviz.open_run("runs/minilm")                       # doctest: +SKIP
     >>> run.queries(3, 4).shape, run.attention(3, 4, sentence=0)   # doctest: +SKIP
-    >>> run.projection(3, 4, method="tsne"); run.atlas.table       # doctest: +SKIP
+    >>> run.projection(3, 4); run.atlas.table                      # doctest: +SKIP
     >>> run.partners(3, 4, point=17, k=10).tokens                  # doctest: +SKIP
     """
 
@@ -54,7 +56,29 @@ class Run(StoredRun):
         """The correlation table that :func:`qkviz.correlation_report` stored, or ``None`` before it ran."""
         return stored_correlations(self)
 
-    def partners(self, layer: int, head: int, point: int, k: int = 10, *,
+    def projection(self, layer: int, head: int, method: str | None = None, dim: int = 2, *,
+                   translate_keys: bool = True, scale_norms: bool = True, seed: int = 0, **params) -> np.ndarray:
+        """``[2 * n_tokens, dim]`` float32 layout of the head's queries (first) and keys, from the run's cache.
+
+        ``method`` None takes the most faithful layout the head has (in default settings), else the run's default
+        layout method (``attn-tsne``); ``params`` override the method's defaults (``qkviz project --help``). A layout
+        not in the cache is a :class:`QkvizError` naming the command that makes it."""
+        return cached_layout(self, layer, head, method, dim, translate_keys=translate_keys, scale_norms=scale_norms,
+                             seed=seed, **params)
+
+    def has_projection(self, layer: int, head: int, method: str, dim: int = 2) -> bool:
+        """Whether the head's ``method`` layout in default settings is cached (cheap; reading it checks it)."""
+        return has_layout(self, layer, head, method, dim)
+
+    def projection_file(self, layer: int, head: int, method: str, dim: int = 2) -> tuple[str, Path]:
+        """The default-settings layout's cache key and ``.npy`` file (which may not exist yet)."""
+        return layout_file(self, layer, head, method, dim)
+
+    def projection_failures(self) -> dict[tuple[int, int, str, int], str]:
+        """``{(layer, head, method, dim): error}`` of the default-settings layouts whose last attempt failed."""
+        return layout_failures(self)
+
+    def partners(self, layer: int, head: int, point: int, k: int = 10, *, exclude: np.ndarray | None = None,
                  exact_limit: int = EXACT_LIMIT) -> Partners:
         """The ``k`` strongest attention partners of one point anywhere in the corpus, by ``scale * q . k``.
 
@@ -67,16 +91,19 @@ class Run(StoredRun):
             A query's partners are keys, a key's partners are queries.
         k
             How many partners.
+        exclude
+            Boolean ``[n_tokens]``: tokens never returned as partners (e.g. special tokens).
         exact_limit
             Exact search up to this many tokens; past it, the approximate index ``qkviz index`` built.
         """
         if exact_limit != EXACT_LIMIT:
-            return PartnerIndexes(self, exact_limit=exact_limit).partners(layer, head, point, k)
-        return self._partner_indexes.partners(layer, head, point, k)
+            return PartnerIndexes(self, exact_limit=exact_limit).partners(layer, head, point, k, exclude)
+        return self.partner_indexes.partners(layer, head, point, k, exclude)
 
     @cached_property
-    def _partner_indexes(self) -> PartnerIndexes:
-        """One set of partner indexes per opened run: an index read or built once serves every later query."""
+    def partner_indexes(self) -> PartnerIndexes:
+        """The run's partner indexes, one set per opened run: an index read or built once serves every later
+        search (what :meth:`partners` asks)."""
         return PartnerIndexes(self)
 
     def plot(self, layer: int, head: int, colour: str = "position", method: str | None = None, dim: int = 2,
@@ -85,8 +112,8 @@ class Run(StoredRun):
         ``colour`` (one of :data:`qkviz.report.COLOURS`: ``"type"``, ``"position"``, ``"punctuation"``,
         ``"norm"``, ...), the token on hover.
 
-        ``method`` None takes the best layout the run has cached (``attn-tsne``, then ``tsne``, ``umap``,
-        ``pca``); make one with :func:`qkviz.project`. ``options``: ``marker_size``, ``width``, ``height``,
+        ``method`` None takes the most faithful layout the run has cached for the head (the catalogue's order,
+        :func:`qkviz.projection.method_names`); make one with :func:`qkviz.project`. ``options``: ``marker_size``, ``width``, ``height``,
         ``title``. ``fig.write_image("head.svg")`` needs the ``kaleido`` package (see
         :mod:`qkviz.report.head_figure`).
         """
@@ -94,17 +121,13 @@ class Run(StoredRun):
 
     def show(self, mode: str = "inline", port: int | None = None, height: int = 900, **options) -> None:
         """The whole app over this run, in the notebook (``mode="inline"``), as a link (``"external"``) or in a
-        new browser tab (``"tab"``), served from this process on 127.0.0.1 (see :mod:`dash_app.notebook`:
+        new browser tab (``"tab"``), served from this process on 127.0.0.1 (the app's ``notebook`` entry point, ``dash_app.notebook``:
         every head's PCA first, the attention t-SNE layouts in the background). Outside Jupyter the server
         runs in a background thread and :attr:`app_url` says where. ``options``: ``width``, ``background``
         (the method made in the background, or None), ``jobs``, ``progress``. Needs the app's extra
         (``pip install 'qkviz[app]'``)."""
-        try:
-            from dash_app import notebook   # the app is an optional extra: imported only here
-        except ImportError as error:
-            raise QkvizError(f"run.show() needs the app's optional dependencies ({error.name} is missing): "
-                             "pip install 'qkviz[app]'") from None
-        self._shown = notebook.show(self, mode=mode, port=port, height=height, **options)
+        show = app_entry_point("notebook", "run.show()")
+        self._shown = show(self, mode=mode, port=port, height=height, **options)
 
     @property
     def app_url(self) -> str | None:
@@ -122,6 +145,26 @@ class Run(StoredRun):
     def status(self) -> str:
         """What the run holds: extraction, cached projections, indexes (what ``qkviz status`` prints)."""
         return "\n".join(describe_run(self))
+
+
+#: the entry-point group under which an app registers what ``Run.show()`` calls (pyproject.toml: the web app's
+#: ``notebook = "dash_app.notebook:show"``): the library finds the app without importing it
+APP_ENTRY_POINTS = "qkviz.apps"
+
+
+def app_entry_point(name: str, user: str = "the app"):
+    """The app's function registered as ``name`` (its module imported now), or a one-line error naming the extra
+    and what needs it (``user``)."""
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=APP_ENTRY_POINTS, name=name)
+    try:
+        return next(iter(found)).load()
+    except StopIteration:
+        raise QkvizError(f"{user} needs the web app, which is not installed: pip install 'qkviz[app]'") from None
+    except ImportError as error:
+        raise QkvizError(f"{user} needs the app's optional dependencies ({error.name} is missing): "
+                         "pip install 'qkviz[app]'") from None
 
 
 def open_run(path: str | Path) -> Run:

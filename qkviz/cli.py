@@ -14,11 +14,13 @@ import sys
 from typing import Iterator
 
 import qkviz
+from qkviz.api import app_entry_point
 from qkviz.cli_options import describe_os_error
 from qkviz.cli_parser import build_parser
 from qkviz.core import QkvizError
 from qkviz.cluster import dask_client
 from qkviz.extraction import DEFAULT_CORPUS, load_images
+from qkviz.projection import command_line_options
 
 logger = logging.getLogger("qkviz")
 
@@ -80,17 +82,7 @@ def _project(args: argparse.Namespace) -> int:
         dims = [int(d) for d in args.dim.split(",")] if args.dim else ([2, 3] if args.tsne_3d else None)
     except ValueError:
         raise QkvizError(f"--dim {args.dim!r} must be 2, 3 or 2,3") from None
-    schedule = {"early_exaggeration_iter": args.early_exaggeration_iter, "n_iter": args.n_iter,
-                "n_iter_3d": args.n_iter_3d, "sample": args.sample}
-    graph = {"k": args.k, "alpha": args.alpha, "temperature": args.temperature, "same_kind_k": args.same_kind_k,
-             "key_cap": args.key_cap, "hide_first_token": args.hide_first_token}
-    given = {"tsne": {"perplexity": args.perplexity, "metric": args.metric, **schedule},
-             "umap": {"n_neighbors": args.n_neighbors, "min_dist": args.min_dist, "n_epochs": args.n_epochs,
-                      "metric": args.metric, "init": args.init, "negative_sample_rate": args.negative_sample_rate,
-                      "sample": args.sample},
-             "attn-tsne": {**graph, **schedule},
-             "attn-umap": {**graph, "min_dist": args.min_dist, "n_epochs": args.n_epochs, "sample": args.sample}}
-    params = {method: {k: v for k, v in values.items() if v is not None} for method, values in given.items()}
+    params = _method_params(args, methods)
     options = dict(layers=parse_indices(args.layers, run.n_layers, "layers"),
                    heads=parse_indices(args.heads, run.n_heads, "heads"), jobs=args.jobs, seed=args.seed,
                    translate_keys=not args.no_translate, scale_norms=not args.no_scale, params=params,
@@ -104,6 +96,23 @@ def _project(args: argparse.Namespace) -> int:
                          f"'qkviz status --run {run.path}' lists the failures\n")
         return 1
     return 0
+
+
+def _method_params(args: argparse.Namespace, methods: list[str]) -> dict[str, dict]:
+    """``{method: {parameter: value}}`` of the parameter flags given, for each chosen method that takes them; a flag
+    that none of them takes is a one-line error (not silently dropped)."""
+    params: dict[str, dict] = {}
+    for option in command_line_options():
+        value = getattr(args, option.parameter.name)
+        if value is None:
+            continue
+        takers = [method for method in methods if method in option.methods]
+        if not takers:
+            raise QkvizError(f"{option.parameter.flag} is a parameter of {', '.join(option.methods)}, not of "
+                             f"{', '.join(methods)}: add one of those to --method, or leave it out")
+        for method in takers:
+            params.setdefault(method, {})[option.parameter.name] = value
+    return params
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -168,12 +177,7 @@ def _index(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    try:
-        from dash_app.server import serve
-    except ImportError as error:
-        raise QkvizError(f"the app needs its optional dependencies ({error.name} is missing): "
-                         "pip install 'qkviz[app]'") from None
-
+    serve = app_entry_point("serve")
     background = None if args.background.lower() == "none" else args.background
     serve(args.run, host=args.host, port=args.port, background=background, jobs=args.jobs,
           allow_hosts=tuple(args.allow_host))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from qkviz.cli_options import dask_cluster, device, integer, real
 from qkviz.search import EXACT_LIMIT
-from qkviz.store.projections import PARAM_RANGES
+from qkviz.projection import BACKGROUND_METHOD, DEFAULT_METHODS, command_line_options, projection_methods
 
 
 class _OneLineErrors(argparse.ArgumentParser):
@@ -19,11 +19,30 @@ class _OneLineErrors(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _parameter(name: str):
-    """The option type of a projection parameter, from the range the library itself checks (one definition:
-    :data:`qkviz.store.projections.PARAM_RANGES`)."""
-    kind, lowest, excluded = PARAM_RANGES[name]
-    return integer(lowest) if kind == "whole" else real(lowest, low_open=excluded)
+def _method_options(command: argparse.ArgumentParser) -> None:
+    """One flag per parameter name of the projection methods, its type, range and help from the catalogue
+    (:func:`qkviz.projection.command_line_options`); the flag says which methods take it, with their defaults."""
+    for option in command_line_options():
+        parameter = option.parameter
+        if parameter.kind == "flag":
+            command.add_argument(parameter.flag, action=argparse.BooleanOptionalAction, help=option.help())
+        elif parameter.kind == "choice":
+            command.add_argument(parameter.flag, choices=parameter.choices, help=option.help())
+        else:
+            command.add_argument(parameter.flag, type=_parsed_by(parameter), metavar=parameter.name.upper(),
+                                 help=option.help())
+
+
+def _parsed_by(parameter):
+    """argparse's ``type=``: the parameter's own parsing and check (the library's), as argparse's one-line error."""
+
+    def parse(text: str):
+        try:
+            return parameter.parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
 
 
 def _dask_option(command: argparse.ArgumentParser, what: str) -> None:
@@ -71,9 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "about doubles t-SNE's time, so by default t-SNE is projected in 2D only; --dim 2,3 or "
                     "--tsne-3d adds its 3D layout.")
     project.add_argument("--run", required=True, type=Path, help="run directory")
-    project.add_argument("--method", default="pca,attn-tsne",
-                         help="comma-separated: pca, umap, tsne, attn-tsne, attn-umap (the last two lay out the "
-                              "head's attention: each token's strongest partners over the corpus)")
+    project.add_argument("--method", default=",".join(DEFAULT_METHODS),
+                         help="comma-separated, of: " + "; ".join(f"{method.name} ({method.summary})"
+                                                                  for method in projection_methods())
+                              + f" (default {','.join(DEFAULT_METHODS)})")
     project.add_argument("--dim", help="comma-separated: 2, 3 (default: 2 and 3, but 2 only for the t-SNE "
                                        "methods, whose 3D about doubles their time)")
     project.add_argument("--tsne-3d", action="store_true",
@@ -88,39 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--seed", type=integer(0, 2**32 - 1), default=0)
     project.add_argument("--no-translate", action="store_true", help="do not translate keys to the query centroid")
     project.add_argument("--no-scale", action="store_true", help="do not scale query and key norms to match")
-    project.add_argument("--perplexity", type=_parameter("perplexity"), help="t-SNE perplexity (default 30)")
-    project.add_argument("--early-exaggeration-iter", type=_parameter("early_exaggeration_iter"),
-                         help="t-SNE iterations with early exaggeration (default 125)")
-    project.add_argument("--n-iter", type=_parameter("n_iter"), help="t-SNE iterations after early exaggeration (default 125)")
-    project.add_argument("--n-iter-3d", type=_parameter("n_iter_3d"),
-                         help="3D t-SNE: Barnes-Hut iterations refining the lifted 2D layout (default 50)")
-    project.add_argument("--n-neighbors", type=_parameter("n_neighbors"), help="UMAP neighbours (default 15)")
-    project.add_argument("--min-dist", type=_parameter("min_dist"), help="UMAP minimum distance (default 0.0)")
-    project.add_argument("--n-epochs", type=_parameter("n_epochs"), help="UMAP epochs (default 200)")
-    project.add_argument("--negative-sample-rate", type=_parameter("negative_sample_rate"),
-                         help="UMAP negative samples per edge and epoch (default 20; umap's own 5 keeps fewer neighbourhoods)")
-    project.add_argument("--init", choices=("pca", "spectral"),
-                         help="UMAP's starting layout (default pca; spectral, umap's own, fails on some heads and "
-                              "falls back to random)")
-    project.add_argument("--metric", choices=("cosine", "euclidean"),
-                         help="neighbour distance for UMAP and t-SNE (default cosine)")
-    project.add_argument("--k", type=integer(1), help="attn-*: strongest partners per token in the graph (default 10)")
-    project.add_argument("--alpha", type=real(0.0),
-                         help="attn-*: weight of the same-kind term (nearest queries / keys) (default 0.5)")
-    project.add_argument("--temperature", type=real(0.0, low_open=True),
-                         help="attn-*: softmax temperature over a token's partner logits (default 1: the head's own)")
-    project.add_argument("--same-kind-k", type=integer(1), help="attn-*: nearest same-kind neighbours (default 10)")
-    project.add_argument("--key-cap", type=real(1.0, infinite=True),
-                         help="attn-*: cap on a key's incoming attention weight, in times the mean (default: none; "
-                              "bench/faithful.py found that a cap costs recall)")
-    project.add_argument("--sample", type=_parameter("sample"),
-                         help="t-SNE and UMAP methods: fit each head on a stratified sample of this many tokens (every "
-                              "position and token kind represented) and place the others on that picture (default "
-                              "10000 for attn-tsne, 20000 for the others; 0 fits every token)")
-    project.add_argument("--hide-first-token", action=argparse.BooleanOptionalAction,
-                         help="attn-*: leave every sentence's first-token key out of the keys a query links to, so "
-                              "a sink head's queries are placed by what they attend to besides the sink "
-                              "(default: off)")
+    _method_options(project)
 
     report = commands.add_parser(
         "report", help="distance-dot-product correlation of every head, in every space (HTML, CSV, JSON)",
@@ -204,9 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--run", required=True, type=Path, action="append", help="run directory (repeatable)")
     serve.add_argument("--port", type=integer(1, 65535), default=8050, help="port (default 8050)")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--background", default="attn-tsne", metavar="METHOD",
+    serve.add_argument("--background", default=BACKGROUND_METHOD, metavar="METHOD",
                        help="make this method's missing 2D layouts while the app runs, each head's appearing as "
-                            "it lands (default attn-tsne; 'none' makes none)")
+                            f"it lands (default {BACKGROUND_METHOD}; 'none' makes none)")
     serve.add_argument("--jobs", type=integer(1, os.cpu_count() or 1), default=1,
                        help="worker processes for the background layouts (default 1)")
     serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",

@@ -24,10 +24,11 @@ from dash_app import ids
 from dash_app.attention_changes import AttentionChanges
 from dash_app.events import NAMESPACE
 from dash_app.figures import KEY_COLOUR, QUERY_COLOUR, message_figure
-from dash_app.run_data import METHOD_LABELS, RunData
+from dash_app.run_data import RunData
 from dash_app.state import checked_state
 from qkviz import QkvizError
 from qkviz.analysis import most_changed
+from qkviz.projection import FIRST_METHOD, method_label
 
 #: rows of the most-changed table
 TABLE_ROWS = 20
@@ -102,8 +103,8 @@ def change_table(table) -> html.Table:
 
 
 def shown_method(pair: list[RunData], layer: int, head: int, method: str) -> str:
-    """``method`` when both runs have this head's 2D layout of it, else PCA."""
-    return method if all(data.is_cached(layer, head, method, 2) for data in pair) else "pca"
+    """``method`` when both runs have this head's 2D layout of it, else the first method's (PCA)."""
+    return method if all(data.is_cached(layer, head, method, 2) for data in pair) else FIRST_METHOD
 
 
 def pair_figure(data: RunData, layer: int, head: int, method: str) -> go.Figure:
@@ -122,7 +123,7 @@ def pair_figure(data: RunData, layer: int, head: int, method: str) -> go.Figure:
     figure = go.Figure(traces)
     figure.update_layout(height=520, margin=dict(l=10, r=10, t=40, b=10), plot_bgcolor="white", hovermode="closest",
                          uirevision=f"{data.name}-{layer}-{head}-{method}",
-                         title=dict(text=f"{data.name} · layer {layer} head {head} · {METHOD_LABELS[method]} 2D",
+                         title=dict(text=f"{data.name} · layer {layer} head {head} · {method_label(method)} 2D",
                                     font=dict(size=13)),
                          legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0.6))
     figure.update_xaxes(visible=False)

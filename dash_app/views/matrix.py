@@ -29,12 +29,13 @@ from dash_app.events import relay_point_events
 from dash_app.export import export_buttons
 from dash_app.figures import CATEGORY_COLOURS, legend_entries, typed_arrays
 from dash_app.panels.related import missing_related_message
-from dash_app.run_data import METHOD_LABELS, HeadLayouts, RunData
+from dash_app.run_data import HeadLayouts, RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, checked_state
 from dash_app.views.matrix_cells import CELL, INNER, atlas_badges, cell_heatmap, cell_origins, label_legend
 from dash_app.views.matrix_points import colour_markers, fits_uint16, head_colours, match_traces, place, raster_extras
 from dash_app.views.matrix_raster import click_cells, rasterised, thumbnail_images, thumbnails_of
+from qkviz.projection import method_label
 from qkviz.report import CATEGORIES, COLOURS
 
 CANVAS_PIXELS = 900_000     # screen area the whole grid aims at (see cell_pixels)
@@ -185,7 +186,7 @@ def matrix_message(data: RunData, method: str, dim: int, layouts: HeadLayouts) -
     parts = []
     if dim == 3:
         parts.append(f"The matrix shows the 2D {method} layouts; 3D is in the single-head view.")
-    total, name = data.n_total_heads, METHOD_LABELS[method]
+    total, name = data.n_total_heads, method_label(method)
     if layouts.stand_in:
         parts.append(f"{len(layouts.stand_in)} of {total} heads are drawn in PCA (marked 'PCA, waiting') until their "
                      f"{name} layout, being made in the background, lands.")

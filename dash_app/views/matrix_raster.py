@@ -36,6 +36,7 @@ from dash_app.figures import CATEGORY_COLOURS, KEY_COLOUR, KEY_SCALE, QUERY_COLO
 from dash_app.run_data import RunData, normalise_layout
 from dash_app.views.matrix_cells import CELL, INNER, LABEL_BAND, cell_origins
 from qkviz import QkvizError
+from qkviz.projection import FIRST_METHOD
 from qkviz.report import CATEGORIES, colour_values
 
 logger = logging.getLogger(__name__)
@@ -276,7 +277,7 @@ class HeadThumbnails:
         """Every head's thumbnail (flat order), heads in ``stand_in`` drawn from their PCA layout (one thread at a
         time: the server's warm-up and a first request draw them once)."""
         with self._lock:
-            return [self.thumbnail(layer, head, "pca" if (layer, head) in stand_in else method, colour)
+            return [self.thumbnail(layer, head, FIRST_METHOD if (layer, head) in stand_in else method, colour)
                     for layer, head in (divmod(flat, self.data.run.n_heads) for flat in range(self.data.n_total_heads))]
 
 

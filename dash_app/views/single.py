@@ -34,12 +34,13 @@ from dash_app.panels import atlas as atlas_panel
 from dash_app.panels import partners as partners_panel
 from dash_app.panels import related as related_panel
 from dash_app.panels import selection as selection_panel
-from dash_app.run_data import METHOD_LABELS, RunData
+from dash_app.run_data import RunData
 from dash_app.search import TokenSearch
 from dash_app.state import ViewState, bounded_number, checked_state, string_list
 from dash_app.views.single_figure import (KIND, base_traces, category_legend, colour_array, head_patch, norm_sizes,
                                           overlay_traces, single_figure, to_steps)
 from qkviz import QkvizError
+from qkviz.projection import FIRST_METHOD, method_label, projection_method
 from qkviz.report import COLOURS, describe_value
 
 OVERLAY_SLOTS = slice(4, 4 + 2 + OPACITY_STEPS + 2)
@@ -106,18 +107,18 @@ def layout() -> html.Div:
 def standing_in(data: RunData, state: ViewState) -> bool:
     """Whether the head is drawn in PCA while its own 2D layout is being made in the background."""
     return (state.dim == 2 and not data.is_cached(state.layer, state.head, state.method, 2)
-            and data.pending(state.layer, state.head, state.method) and data.is_cached(state.layer, state.head, "pca", 2))
+            and data.pending(state.layer, state.head, state.method) and data.is_cached(state.layer, state.head, FIRST_METHOD, 2))
 
 
 def shown_layout(data: RunData, state: ViewState) -> np.ndarray:
     """The head's layout (its PCA layout while its own is being made); QkvizError saying why it is missing:
     it failed (and how), or the command that makes it."""
     if standing_in(data, state):
-        return data.layout(state.layer, state.head, "pca", 2)
+        return data.layout(state.layer, state.head, FIRST_METHOD, 2)
     if not data.is_cached(state.layer, state.head, state.method, state.dim):
         failure = data.layout_failure(state.layer, state.head, state.method, state.dim)
         if failure is not None:
-            raise QkvizError(f"The {METHOD_LABELS[state.method]} {state.dim}D layout of layer {state.layer} head "
+            raise QkvizError(f"The {method_label(state.method)} {state.dim}D layout of layer {state.layer} head "
                              f"{state.head} could not be made: {failure}")
     return data.layout(state.layer, state.head, state.method, state.dim)
 
@@ -126,7 +127,8 @@ def layout_note(data: RunData, state: ViewState) -> str:
     """What the message line says of a head drawn in PCA meanwhile ("" otherwise)."""
     if not standing_in(data, state):
         return ""
-    return (f"This head's {METHOD_LABELS[state.method]} layout is being made in the background; its PCA layout is "
+    return (f"This head's {method_label(state.method)} layout is being made in the background; its "
+            f"{method_label(FIRST_METHOD)} layout is "
             "shown until it lands (it then switches in by itself).")
 
 
@@ -141,12 +143,13 @@ def render_single(data: RunData, state: ViewState, options: list[str], matches: 
                        token_fields)
     overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners)
     legend = category_legend(state.colour, state.dim)
-    shown = f"PCA (waiting for {METHOD_LABELS[state.method]})" if standing_in(data, state) else METHOD_LABELS[state.method]
+    drawn = FIRST_METHOD if standing_in(data, state) else state.method
+    shown = (f"{method_label(drawn)} (waiting for {method_label(state.method)})" if drawn != state.method
+             else method_label(drawn))
     title = f"{data.name} · layer {state.layer} head {state.head} · {shown} {state.dim}D"
     revision = f"{state.run}-{state.layer}-{state.head}-{state.method}-{state.dim}"
-    pca = standing_in(data, state) or state.method == "pca"
     return single_figure(base, overlays, state.dim, title, revision, coordinates, legend,
-                         ("PC1", "PC2", "PC3") if pca else ("x", "y", "z"))
+                         projection_method(drawn).axes)
 
 
 def info_line(data: RunData) -> str:

@@ -43,7 +43,7 @@ import pandas as pd
 from qkviz.store import files as run_files
 from qkviz.core.alignment import Alignment, align_head, norm_scale
 from qkviz.core.partners import layout_recall, partner_sample
-from qkviz.store.projections import METHODS, ProjectionCache, ProjectionSpec
+from qkviz.store.projections import ProjectionCache, ProjectionSpec
 from qkviz.store.run import StoredRun
 from qkviz.analysis.rank_correlation import (QueryGroups, RankedValues, correlations, mean_query_spearman,
                                               rank_values, sampling_error_bound)
@@ -56,7 +56,6 @@ COLUMNS = ("layer", "head", "space", "n_pairs", "pearson", "spearman", "query_sp
            "recall_query", "recall_key")
 #: Partner recall@RECALL_K (qkviz.core.partners) is measured on this many sampled queries and as many keys.
 RECALL_K, RECALL_SAMPLE = 10, 200
-METHOD_ORDER = {method: order for order, method in enumerate(METHODS)}
 _CHUNK = 1 << 20                       # pairs per gather, bounding memory to ~0.5 GB at d_head 64
 
 
@@ -194,7 +193,7 @@ def projection_space_name(spec: ProjectionSpec, siblings: list[ProjectionSpec]) 
 
 
 def _spec_order(spec: ProjectionSpec) -> tuple:
-    return METHOD_ORDER.get(spec.method, len(METHOD_ORDER)), spec.dim, str(spec.params)
+    return spec.method, spec.dim, str(spec.params)
 
 
 @dataclass

@@ -1,15 +1,24 @@
-"""Layouts of each head's joint query/key cloud: the methods (PCA, UMAP, t-SNE), the neighbour graph
-they share, the per-head tasks that fill the run's projection cache through an executor (local processes
-or a Dask cluster), and the worker that makes a method's layouts in the background.
+"""Layouts of each head's joint query/key cloud: the catalogue of methods (one module each in
+:mod:`qkviz.projection.methods`: PCA, UMAP, t-SNE and the attention-faithful ones), the neighbour graph they
+share, the per-head tasks that fill the run's projection cache through an executor (local processes or a Dask
+cluster), reading a cached layout, and the worker that makes a method's layouts in the background.
 """
 
 from qkviz.projection.background import LayoutProgress, LayoutWorker, describe_seconds
+from qkviz.projection.catalogue import (FitInputs, Parameter, Projection, ProjectionMethod, command_line_options,
+                                        layout_spec, method_label, method_labels, method_names, project_points, projection_method,
+                                        projection_methods, register, resolve_params, unregister)
 from qkviz.projection.dask_executor import DaskExecutor, dask_client, parse_cluster
-from qkviz.projection.methods import Projection, project_points
+from qkviz.projection.defaults import BACKGROUND_METHOD, DEFAULT_METHODS, FIRST_METHOD, LAYOUT_METHOD
+from qkviz.projection.layouts import best_cached_method, cached_layout, has_layout, layout_failures, layout_file
 from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
-from qkviz.projection.project_run import DEFAULT_METHODS, ProjectionSummary, project
+from qkviz.projection.project_run import ProjectionSummary, project
 from qkviz.projection.tasks import local_executor, plan_specs, project_head, run_tasks
 
-__all__ = ["DEFAULT_METHODS", "DaskExecutor", "LayoutProgress", "LayoutWorker", "NeighborGraph", "Projection",
-           "ProjectionSummary", "dask_client", "describe_seconds", "local_executor", "neighbor_graph", "parse_cluster",
-           "plan_specs", "project", "project_head", "project_points", "run_tasks"]
+__all__ = ["BACKGROUND_METHOD", "DEFAULT_METHODS", "DaskExecutor", "FIRST_METHOD", "FitInputs", "LAYOUT_METHOD",
+           "LayoutProgress", "LayoutWorker", "NeighborGraph", "Parameter", "Projection", "ProjectionMethod",
+           "ProjectionSummary", "best_cached_method", "cached_layout", "command_line_options",
+           "dask_client", "describe_seconds", "has_layout", "layout_failures", "layout_file", "layout_spec",
+           "local_executor", "method_label", "method_labels", "method_names", "neighbor_graph",
+           "parse_cluster", "plan_specs", "project", "project_head", "project_points", "projection_method",
+           "projection_methods", "register", "resolve_params", "run_tasks", "unregister"]

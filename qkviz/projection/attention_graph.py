@@ -35,11 +35,30 @@ import numpy as np
 import scipy.sparse as sp
 
 from qkviz.core.errors import QkvizError
+from qkviz.projection.catalogue import Parameter
 from qkviz.projection.neighbors import neighbor_graph
 from qkviz.projection.top_k import nearest_cosine, top_logits
 
 #: The parameters of :func:`attention_graph` that a layout method takes.
 GRAPH_PARAMS = ("k", "alpha", "temperature", "same_kind_k", "key_cap", "hide_first_token")
+
+
+def graph_parameters(alpha: float) -> tuple[Parameter, ...]:
+    """The graph's parameters as a layout method declares them (its own default ``alpha``). From
+    ``bench/faithful.py``'s sweep (4 MiniLM heads, 2 of them sink heads): any key_cap lowers partner recall (q->k
+    0.26 uncapped, 0.10 at 5, 0.05 at 2) for at most +0.016 trustworthiness, which alpha buys more cheaply;
+    temperatures above 1 and k = 20 lower recall; k = 5 is no better than 10."""
+    return (
+        Parameter("k", 10, "whole", "strongest partners per token in the graph", low=1),
+        Parameter("alpha", alpha, "real", "weight of the same-kind term (nearest queries / keys)", low=0.0),
+        Parameter("temperature", 1.0, "real", "softmax temperature over a token's partner logits (1: the "
+                  "head's own)", low=0.0, low_open=True),
+        Parameter("same_kind_k", 10, "whole", "nearest same-kind neighbours", low=1),
+        Parameter("key_cap", float("inf"), "real", "cap on a key's incoming attention weight, in times the "
+                  "mean (bench/faithful.py found that a cap costs recall)", low=1.0, infinite=True),
+        Parameter("hide_first_token", False, "flag", "leave every sentence's first-token key out of the keys "
+                  "a query links to, so a sink head's queries are placed by what they attend to besides the sink"),
+    )
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ class LayoutWorker:
         logger.info("%s: making the %s %dD layouts of %d heads in the background (%d worker process%s)",
                     self.run.path, self.method, self.dim, len(self._todo), self.jobs, "" if self.jobs == 1 else "es")
         executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                       initializer=start_worker, initargs=("umap" in self.method, BACKGROUND_NICENESS))
+                                       initializer=start_worker, initargs=((self.method,), BACKGROUND_NICENESS))
         try:
             for outcome in run_tasks(self.run, self._todo, executor):
                 self._land(outcome)

@@ -12,7 +12,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkviz.store.projections import METRICS
+from qkviz.projection.catalogue import Parameter
+
+#: Neighbour distances UMAP and t-SNE can use.
+METRICS = ("euclidean", "cosine")
+#: The ``metric`` parameter of the methods that read a neighbour graph.
+METRIC = Parameter("metric", "cosine", "choice", "neighbour distance (cosine, as AttentionViz)", choices=("cosine", "euclidean"))
 
 
 @dataclass(frozen=True)

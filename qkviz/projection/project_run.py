@@ -12,6 +12,8 @@ from tqdm.auto import tqdm
 
 from qkviz.cluster import check_jobs
 from qkviz.core.alignment import Alignment
+from qkviz.projection.catalogue import projection_method
+from qkviz.projection.defaults import DEFAULT_METHODS
 from qkviz.projection.tasks import local_executor, plan_specs, run_tasks
 from qkviz.store.run import StoredRun, as_run
 
@@ -20,12 +22,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: PCA (seconds for every head) and the attention-faithful t-SNE, which bench/faithful.py found keeps 5-40x more
-#: of each token's attention partners than t-SNE, in less time per head.
-DEFAULT_METHODS = ("pca", "attn-tsne")
-#: The dimensions made when none are asked for: 3D t-SNE about doubles t-SNE's time (openTSNE has no FFT
-#: gradients in 3D), so the t-SNE methods default to 2D; asking for ``dims=[2, 3]`` makes both.
-DEFAULT_DIMS = {"pca": (2, 3), "umap": (2, 3), "tsne": (2,), "attn-tsne": (2,), "attn-umap": (2, 3)}
 
 
 @dataclass
@@ -55,10 +51,11 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     run
         A run, or the path of one.
     methods
-        Projection methods: ``"pca"``, ``"umap"``, ``"tsne"``, ``"attn-tsne"``, ``"attn-umap"``.
+        Projection methods, by name (``qkviz models`` and :func:`qkviz.projection.method_names` list them;
+        default :data:`qkviz.projection.DEFAULT_METHODS`).
     dims
-        Dimensions, 2, 3 or both, made for every method; default :data:`DEFAULT_DIMS` (2D and 3D, but
-        2D only for the t-SNE methods, whose 3D about doubles their time).
+        Dimensions, 2, 3 or both, made for every method; default each method's ``default_dims`` (2D and 3D,
+        but 2D only for the t-SNE methods, whose 3D about doubles their time).
     layers, heads
         The heads to project (default: every layer and every head).
     jobs
@@ -68,8 +65,8 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     translate_keys, scale_norms
         The alignment of keys with queries (see :class:`qkviz.core.Alignment`).
     params
-        Per-method parameters overriding the defaults, e.g. ``{"tsne": {"perplexity": 50}}``
-        (see ``qkviz.store.DEFAULT_PARAMS``).
+        Per-method parameters overriding the defaults, e.g. ``{"tsne": {"perplexity": 50}}`` (each method's
+        parameters: :func:`qkviz.projection.projection_method`; ``qkviz project --help``).
     progress
         Show a progress bar.
     client
@@ -91,14 +88,15 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     alignment = Alignment(translate_keys=translate_keys, scale_norms=scale_norms)
     specs = []
     for method in methods:
-        method_dims = DEFAULT_DIMS.get(method, (2,)) if dims is None else dims
+        method_dims = projection_method(method).default_dims if dims is None else dims
         specs += plan_specs(run, [method], method_dims, layers, heads, alignment, seed, params)
     if client is not None:
         from qkviz.projection.dask_executor import DaskExecutor
 
         pool, executor = None, DaskExecutor(client, run)
-    else:   # PCA takes milliseconds per head: starting worker processes would cost more than it saves.
-        pool = executor = local_executor(1 if set(methods) == {"pca"} else jobs, compile_umap="umap" in methods)
+    else:   # an instant method takes milliseconds per head: worker processes would cost more than they save
+        instant = all(projection_method(method).instant for method in methods)
+        pool = executor = local_executor(1 if instant else jobs, tuple(methods))
     summary = ProjectionSummary()
     with tqdm(total=len(specs), unit="head", desc="projecting", disable=not progress, dynamic_ncols=True) as bar:
         try:

@@ -2,7 +2,7 @@
 picture (and, attn-tsne in 2D, polish the whole head over its own attention graph).
 
 t-SNE and UMAP cost grows with the points: a head of 100,000 tokens is 200,000 points, minutes per head
-on one core. Past ``sample`` tokens (a layout parameter, ``qkviz.store.projections.DEFAULT_SAMPLE`` by default;
+on one core. Past ``sample`` tokens (a layout parameter, :data:`DEFAULT_SAMPLE` by default;
 0 fits every token) a layout is fitted on a seeded sample of tokens (each sampled token brings its query and its key)
 drawn from every stratum of (position in the sentence, token kind), so that first tokens, delimiters,
 word pieces and late positions are all represented however rare. The other points are then placed on the
@@ -36,7 +36,25 @@ import numpy as np
 import scipy.sparse as sp
 
 from qkviz.projection.attention_graph import softmax_rows
+from qkviz.projection.catalogue import Parameter
 from qkviz.projection.top_k import nearest_cosine, top_logits, unit_rows
+
+#: Tokens a t-SNE or UMAP layout is fitted on when a head has more: the others are placed on the fitted picture.
+#: 0 fits every token. What it costs in faithfulness: bench/scale.py.
+DEFAULT_SAMPLE = 20_000
+#: How a 2D layout of a method with a ``polish_version`` places the other tokens, part of its cache key (older
+#: entries are computed again): 2 -- placed at their sampled partners' weighted mean, then the whole head polished
+#: over its attention graph (:func:`spread_over_graph`, :func:`polish_tsne`); entries without it placed them by
+#: openTSNE's transform.
+SAMPLED_PLACEMENT_VERSION = 2
+
+
+def sample_parameter(default: int) -> Parameter:
+    """The ``sample`` parameter of a method that fits a sample of a large head, with its own default."""
+    return Parameter("sample", default, "whole", "fit each head on a stratified sample of this many tokens (every "
+                     "position and token kind represented) and place the others on that picture; 0 fits every token",
+                     low=0)
+
 
 #: Sentence positions are stratified in these buckets (a bucket runs up to the next bound).
 POSITION_BOUNDS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Executor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Iterable, Iterator, Protocol, runtime_checkable
 
@@ -24,10 +24,11 @@ from qkviz.cluster import local_pool, start_quiet_worker
 from qkviz.core.alignment import Alignment, align_head
 from qkviz.core.errors import QkvizError
 from qkviz.store.locks import LockBusy, exclusive_lock
-from qkviz.store.projections import ATTENTION_METHODS, ONLY_3D, ProjectionCache, ProjectionSpec, check_method, resolve_params
+from qkviz.store.projections import ProjectionCache, ProjectionSpec
 from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
 from qkviz.projection.attention_graph import GRAPH_PARAMS, AttentionGraph, attention_graph, check_graph_params
-from qkviz.projection.methods import neighbors_needed, project_points
+from qkviz.projection.catalogue import (FitInputs, Projection, ProjectionMethod, layout_spec, projection_method,
+                                        two_d_spec, warm_up)
 from qkviz.projection.sampling import (assemble, attention_affinities, perplexity_affinities, place, polish_tsne,
                                        refine_tsne, sample_points, spread_over_graph, stratified_sample)
 from qkviz.store.run import StoredRun, open_run
@@ -38,24 +39,26 @@ logger = logging.getLogger(__name__)
 def plan_specs(run: StoredRun, methods: Iterable[str], dims: Iterable[int], layers: Iterable[int],
                heads: Iterable[int], alignment: Alignment = Alignment(), seed: int = 0,
                params: dict[str, dict] | None = None) -> list[ProjectionSpec]:
-    """One spec per (layer, head, method, dim), with each method's full parameters and the seed."""
+    """One spec per (layer, head, method, dim), with each method's full parameters and the seed: every setting
+    checked here, before any work starts (:func:`qkviz.projection.catalogue.resolve_params`)."""
     specs = []
-    for method in methods:
+    for name in methods:
+        method = projection_method(name)
         for dim in dims:
-            check_method(method, dim)
-            asked = (params or {}).get(method, {})
-            used = {**resolve_params(method, asked, dim), "seed": seed}
+            asked = (params or {}).get(name, {})
+            spec = layout_spec(0, 0, name, dim, translate_keys=alignment.translate_keys,
+                               scale_norms=alignment.scale_norms, seed=seed, params=asked)
+            used = dict(spec.params)
             if asked.get("sample", 0) > run.n_tokens:   # the default may exceed a small run: it then fits all
                 raise QkvizError(f"a sample of {asked['sample']} tokens is more than the run's {run.n_tokens}; "
                                  f"ask for at most {run.n_tokens}, or 0 to fit every token")
             fitted = used["sample"] if 0 < used.get("sample", 0) < run.n_tokens else run.n_tokens
-            if method in ATTENTION_METHODS:   # refused before any work starts, not inside a worker
+            if method.uses_attention:   # the graph's parameters against the head's size
                 check_graph_params(fitted, **{name: used[name] for name in GRAPH_PARAMS})
             for layer in layers:
                 for head in heads:
                     run.check_head(layer, head)
-                    specs.append(ProjectionSpec.of(layer, head, method, dim, alignment.translate_keys,
-                                                   alignment.scale_norms, **used))
+                    specs.append(replace(spec, layer=layer, head=head))
     return specs
 
 
@@ -112,7 +115,7 @@ def _project_head(run: StoredRun, cache: ProjectionCache, specs: list[Projection
             fit = FitPoints.of(run, queries, keys, aligned.points, sample, seed)
             graphs: dict[str, NeighborGraph] = {}
             for metric in {dict(spec.params).get("metric") for spec in group} - {None}:
-                needed = max(neighbors_needed(spec.method, dict(spec.params), len(fit.points))
+                needed = max(_neighbours_needed(spec, len(fit.points))
                              for spec in group if dict(spec.params).get("metric") == metric)
                 graphs[metric] = neighbor_graph(fit.points, needed, metric)
         except OSError:
@@ -175,16 +178,22 @@ def _token_sample(run: StoredRun, size: int, seed: int) -> np.ndarray:
     return _SAMPLES[key]
 
 
+def _neighbours_needed(spec: ProjectionSpec, n_points: int) -> int:
+    needed = projection_method(spec.method).neighbours_needed
+    return 0 if needed is None else needed(dict(spec.params), n_points)
+
+
 def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, fit: FitPoints, aligned,
                  graphs: dict, attention_graphs: dict) -> dict:
     started = time.perf_counter()
+    method = projection_method(spec.method)
     params = dict(spec.params)
     seed = params.pop("seed")
-    tsne_2d = cache.load(_tsne_2d_spec(spec)) if spec.method in ONLY_3D and spec.dim == 3 else None
-    if tsne_2d is not None and fit.chosen is not None:
-        tsne_2d = tsne_2d[sample_points(fit.chosen, run.n_tokens)]
+    start_2d = cache.load(two_d_spec(spec)) if method.refines_2d and spec.dim == 3 else None
+    if start_2d is not None and fit.chosen is not None:
+        start_2d = start_2d[sample_points(fit.chosen, run.n_tokens)]
     attention = None
-    if spec.method in ATTENTION_METHODS:
+    if method.uses_attention:
         graph_params = {name: params[name] for name in GRAPH_PARAMS}
         key = tuple(sorted(graph_params.items()))
         if key not in attention_graphs:
@@ -192,12 +201,11 @@ def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, f
                 fit.queries, fit.keys, fit.points, run.scale(spec.layer), softcap=run.softcap(spec.layer),
                 first_tokens=fit.first_tokens, approximate=fit.chosen is not None, **graph_params)
         attention = attention_graphs[key]
-    projection = project_points(fit.points, spec.method, spec.dim, seed=seed,
-                                graph=graphs.get(params.get("metric")), tsne_2d=tsne_2d, attention=attention,
-                                **params)
+    projection = method.fit(FitInputs(fit.points, spec.dim, seed, params, graphs.get(params.get("metric")),
+                                      start_2d, attention))
     coordinates = projection.coordinates
     if fit.chosen is not None:
-        coordinates = _place_rest(run, spec, params, fit, aligned.points, projection, seed)
+        coordinates = _place_rest(run, spec, method, params, fit, aligned.points, projection, seed)
     seconds = time.perf_counter() - started
     cache.store(spec, coordinates, details={
         "seconds": round(seconds, 3), "norm_scale": aligned.norm_scale,
@@ -206,13 +214,13 @@ def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, f
     return {"spec": spec, "cached": False, "seconds": seconds, "adjusted": projection.adjusted}
 
 
-def _place_rest(run: StoredRun, spec: ProjectionSpec, params: dict, fit: FitPoints, aligned: np.ndarray,
-                projection, seed: int) -> np.ndarray:
-    """The whole head's coordinates from the fitted sample's (:mod:`qkviz.projection.sampling`): a 2D attn-tsne
-    layout spread over the whole head's attention graph and polished on it; the others placed by their
-    affinities to the sample."""
+def _place_rest(run: StoredRun, spec: ProjectionSpec, method: ProjectionMethod, params: dict, fit: FitPoints,
+                aligned: np.ndarray, projection: Projection, seed: int) -> np.ndarray:
+    """The whole head's coordinates from the fitted sample's (:mod:`qkviz.projection.sampling`): a 2D layout of a
+    method with a ``polish_version`` spread over the whole head's attention graph and polished on it; the others
+    placed by their affinities to the sample (attention affinities for the attention methods)."""
     n = run.n_tokens
-    if spec.method == "attn-tsne" and spec.dim == 2:
+    if method.polish_version and spec.dim == 2:
         graph = attention_graph(fit.head_queries, fit.head_keys, aligned, run.scale(spec.layer),
                                 softcap=run.softcap(spec.layer), approximate=True,
                                 first_tokens=fit.head_first_tokens,
@@ -220,7 +228,7 @@ def _place_rest(run: StoredRun, spec: ProjectionSpec, params: dict, fit: FitPoin
         start = spread_over_graph(graph.matrix, projection.coordinates, sample_points(fit.chosen, n))
         return polish_tsne(start, graph, seed)
     rest = np.setdiff1d(np.arange(n), fit.chosen)
-    if spec.method in ATTENTION_METHODS:
+    if method.uses_attention:
         affinities = attention_affinities(
             fit.head_queries, fit.head_keys, aligned, fit.chosen, run.scale(spec.layer),
             softcap=run.softcap(spec.layer), hidden_keys=fit.first_tokens if params["hide_first_token"] else None,
@@ -241,33 +249,19 @@ def _failed(cache: ProjectionCache, spec: ProjectionSpec, error: Exception) -> d
     return {"spec": spec, "cached": False, "seconds": 0.0, "error": message}
 
 
-def _tsne_2d_spec(spec: ProjectionSpec) -> ProjectionSpec:
-    """The 2D spec a 3D (attention) t-SNE spec starts from."""
-    params = {name: value for name, value in spec.params if name not in ONLY_3D[spec.method]}
-    return ProjectionSpec.of(spec.layer, spec.head, spec.method, 2, spec.translate_keys, spec.scale_norms, **params)
-
-
-def start_worker(compile_umap: bool, niceness: int = 0) -> None:
+def start_worker(warm_up_methods: tuple[str, ...] = (), niceness: int = 0) -> None:
     """Worker start-up (:func:`qkviz.cluster.start_quiet_worker`: Ctrl-C left to the parent, ended with it, one
-    BLAS thread, ``niceness``), and UMAP's numba code compiled once if needed."""
-    import warnings
-
-    import numpy as np
-
+    BLAS thread, ``niceness``), then each method's warm-up (numba compiled once per worker, not once per head)."""
     start_quiet_worker(niceness)
-    if not compile_umap:
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        project_points(np.random.default_rng(0).normal(size=(64, 4)), "umap", 2, n_epochs=10)
+    warm_up(warm_up_methods)
 
 
-def local_executor(jobs: int, compile_umap: bool = True) -> Executor | None:
-    """A persistent pool of ``jobs`` worker processes (spawned: no state forked from the parent);
-    ``None`` for one job, which runs the tasks in this process."""
+def local_executor(jobs: int, methods: tuple[str, ...] = ()) -> Executor | None:
+    """A persistent pool of ``jobs`` worker processes (spawned: no state forked from the parent) that warm up
+    ``methods``; ``None`` for one job, which runs the tasks in this process."""
     if jobs <= 1:
         return None
-    return local_pool(jobs, initializer=start_worker, initargs=(compile_umap,))
+    return local_pool(jobs, initializer=start_worker, initargs=(tuple(methods),))
 
 
 def run_tasks(run: StoredRun, specs: list[ProjectionSpec], executor: Executor | HeadExecutor | None) -> Iterator[dict]:

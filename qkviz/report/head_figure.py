@@ -1,6 +1,7 @@
 """One head's joint query/key layout as a Plotly figure, for a notebook or a paper (``Run.plot``).
 
-The layout is one the run caches (``qkviz project``): the best there is by default (:data:`BEST_METHODS`).
+The layout is one the run caches (``qkviz project``): the most faithful there is by default
+(:func:`qkviz.projection.best_cached_method`).
 Queries are circles and keys diamonds; points are coloured by one of the app's colour options
 (:data:`qkviz.report.token_colours.COLOURS`). Categorical colourings (query vs key, punctuation, position
 mod 5) are one trace per category with a legend; continuous ones share one labelled colour bar on a scale
@@ -19,10 +20,9 @@ import plotly.graph_objects as go
 
 from qkviz.core.errors import QkvizError
 from qkviz.report.token_colours import COLOURS, LOG_SCALE, PUNCTUATION_CLASSES, colour_values, token_features
+from qkviz.projection import LAYOUT_METHOD, best_cached_method, cached_layout
 from qkviz.store import StoredRun
 
-#: the layout ``method=None`` takes: the first of these the run has for the head
-BEST_METHODS = ("attn-tsne", "tsne", "umap", "pca")
 #: colourings drawn as categories with a legend (the rest are continuous, with a colour bar)
 CATEGORICAL = ("type", "punctuation", "position_mod5")
 QUERY_COLOUR = "#1b9e77"    # queries green, keys pink, as in the app and AttentionViz
@@ -68,17 +68,16 @@ def head_figure(run: StoredRun, layer: int, head: int, colour: str = "position",
 
 
 def head_layout(run: StoredRun, layer: int, head: int, method: str | None, dim: int) -> tuple[str, np.ndarray]:
-    """``(method, [2 * n_tokens, dim] layout)`` from the run's cache: ``method``'s, or the best cached one."""
-    if method is not None:
-        return method, run.projection(layer, head, method=method, dim=dim)
-    for candidate in BEST_METHODS:
-        try:
-            return candidate, run.projection(layer, head, method=candidate, dim=dim)
-        except QkvizError:
-            continue
-    raise QkvizError(f"no {dim}D layout of layer {layer} head {head} yet; make one with 'qkviz project --run "
-                     f"{run.path} --method attn-tsne --dim {dim} --layers {layer} --heads {head}' (or "
-                     f"qkviz.project(run, methods=['attn-tsne'], dims=[{dim}], layers=[{layer}], heads=[{head}]))")
+    """``(method, [2 * n_tokens, dim] layout)`` from the run's cache: ``method``'s, or the most faithful
+    cached one."""
+    if method is None:
+        method = best_cached_method(run, layer, head, dim)
+    if method is None:
+        raise QkvizError(f"no {dim}D layout of layer {layer} head {head} yet; make one with 'qkviz project --run "
+                         f"{run.path} --method {LAYOUT_METHOD} --dim {dim} --layers {layer} --heads {head}' (or "
+                         f"qkviz.project(run, methods=['{LAYOUT_METHOD}'], dims=[{dim}], layers=[{layer}], "
+                         f"heads=[{head}]))")
+    return method, cached_layout(run, layer, head, method, dim)
 
 
 def point_colours(run: StoredRun, layer: int, head: int, colour: str) -> np.ndarray:

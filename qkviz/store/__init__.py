@@ -5,11 +5,9 @@ cache, results kept in a run with a marker written last, and advisory locks agai
 
 from qkviz.store.artifacts import ArtifactDirectory
 from qkviz.store.locks import LockBusy, exclusive_lock
-from qkviz.store.projections import (DEFAULT_PARAMS, DIMENSIONS, METHODS, METRICS, ProjectionCache, ProjectionSpec,
-                                     check_method, resolve_params)
+from qkviz.store.projections import DIMENSIONS, ProjectionCache, ProjectionSpec
 from qkviz.store.run import SENTENCE_COLUMNS, TOKEN_COLUMNS, StoredRun, as_run, read_manifest
 from qkviz.store.run_writer import RunWriter
 
-__all__ = ["DEFAULT_PARAMS", "DIMENSIONS", "METHODS", "METRICS", "SENTENCE_COLUMNS", "TOKEN_COLUMNS",
-           "ArtifactDirectory", "LockBusy", "ProjectionCache", "ProjectionSpec", "RunWriter", "StoredRun", "as_run",
-           "check_method", "exclusive_lock", "read_manifest", "resolve_params"]
+__all__ = ["DIMENSIONS", "SENTENCE_COLUMNS", "TOKEN_COLUMNS", "ArtifactDirectory", "LockBusy", "ProjectionCache",
+           "ProjectionSpec", "RunWriter", "StoredRun", "as_run", "exclusive_lock", "read_manifest"]

@@ -1,8 +1,8 @@
 """The projection cache of a run: one entry per (head, alignment, method, dim, parameters).
 
-What identifies a layout is declared here too: the method names, dimensions and each method's
-default parameters (a cache key holds the full parameters, so reading a layout needs them); the
-methods themselves are implemented in :mod:`qkviz.projection.methods`.
+An entry is identified by a :class:`ProjectionSpec`: the head, the method's name, the dimension, the
+alignment and the method's full parameters. The methods, their parameters and defaults are declared in
+the catalogue above this layer (:mod:`qkviz.projection.catalogue`), which makes the specs.
 
 Entries live in ``<run>/projections/``: ``<key>.npy`` (float32 ``[2 * n_tokens, dim]``, queries
 first) and ``<key>.json`` (what it is, and the sha256 of the array file). The key hashes the
@@ -25,107 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
-from qkviz.core.errors import QkvizError
 from qkviz.store import files as run_files
 
 logger = logging.getLogger(__name__)
 
 CACHE_SCHEMA_VERSION = 1
-#: How a 2D attn-tsne layout fitted on a sample places the other tokens, part of its key (older entries are
-#: computed again): 2 -- placed at their sampled partners' weighted mean, then the whole head polished over its
-#: attention graph (:mod:`qkviz.projection.sampling`); entries without it placed them by openTSNE's transform.
-SAMPLED_PLACEMENT_VERSION = 2
 FAILURES_DIRECTORY = "failures"
 LOCKS_DIRECTORY = "locks"
-
-
-# -- what identifies a layout: the methods, their dimensions and default parameters ----------
-# (the implementations are in qkviz.projection.methods; a cache entry's key holds the full parameters)
-METHODS = ("pca", "umap", "tsne", "attn-tsne", "attn-umap")
-#: Methods whose neighbour graph is the head's attention (qkviz.projection.attention_graph).
-ATTENTION_METHODS = ("attn-tsne", "attn-umap")
-#: Neighbour distances UMAP and t-SNE can use.
-METRICS = ("euclidean", "cosine")
-#: UMAP's starting layouts: ``pca`` (the points' principal components, scaled as UMAP scales its own), or
-#: ``spectral`` (UMAP's own default, the graph Laplacian's eigenvectors; it can fail and fall back to random).
-UMAP_INITS = ("pca", "spectral")
+#: A layout is 2D or 3D.
 DIMENSIONS = (2, 3)
-#: Tokens a t-SNE or UMAP layout is fitted on when a head has more: the others are placed on the fitted
-#: picture (qkviz.projection.sampling; what it costs in faithfulness: bench/scale.py). 0 fits every token.
-DEFAULT_SAMPLE = 20_000
-#: attn-tsne's: its sampled layout is polished over the whole head's attention graph, and on MiniLM heads at
-#: 100,000 tokens a 10,000-token sample then scored as well as a 20,000-token one, in less time (bench/scale.py)
-ATTENTION_TSNE_SAMPLE = 10_000
-DEFAULT_PARAMS: dict[str, dict] = {
-    "pca": {},
-    # init pca: umap's spectral start fails on layer-0 heads; 20 negative samples (umap: 5) raised
-    # trustworthiness on bench/faithful.py's heads, 0.889 -> 0.910 (MiniLM), 0.929 -> 0.945 (SmolLM2).
-    "umap": {"n_neighbors": 15, "min_dist": 0.0, "n_epochs": 200, "metric": "cosine", "init": "pca",
-             "negative_sample_rate": 20, "sample": DEFAULT_SAMPLE},
-    "tsne": {"perplexity": 30.0, "early_exaggeration_iter": 125, "n_iter": 125, "metric": "cosine",
-             "n_iter_3d": 50, "sample": DEFAULT_SAMPLE},
-    # From bench/faithful.py's sweep (4 MiniLM heads, 2 of them sink heads): any key_cap lowers partner
-    # recall (q->k 0.26 uncapped, 0.10 at 5, 0.05 at 2) for at most +0.016 trustworthiness, which alpha
-    # buys more cheaply; temperatures above 1 and k = 20 lower recall; k = 5 is no better than 10.
-    "attn-tsne": {"k": 10, "alpha": 0.5, "temperature": 1.0, "same_kind_k": 10, "key_cap": float("inf"),
-                  "hide_first_token": False, "early_exaggeration_iter": 125, "n_iter": 125, "n_iter_3d": 50,
-                  "sample": ATTENTION_TSNE_SAMPLE},
-    "attn-umap": {"k": 10, "alpha": 1.0, "temperature": 1.0, "same_kind_k": 10, "key_cap": float("inf"),
-                  "hide_first_token": False, "min_dist": 0.0, "n_epochs": 200, "sample": DEFAULT_SAMPLE},
-}
-#: Parameters that only a 3D layout reads (left out of 2D specs, so they do not split the cache).
-ONLY_3D = {"tsne": ("n_iter_3d",), "attn-tsne": ("n_iter_3d",)}
-
-
-def check_method(method: str, dim: int) -> None:
-    if method not in METHODS:
-        raise QkvizError(f"unknown projection method {method!r}; choose from {', '.join(METHODS)}")
-    if dim not in DIMENSIONS:
-        raise QkvizError(f"unknown dimension {dim}; choose 2 or 3")
-
-
-def resolve_params(method: str, params: dict, dim: int = 3) -> dict:
-    """The method's defaults overridden by ``params``; unknown names and metrics are refused."""
-    unknown = set(params) - set(DEFAULT_PARAMS[method])
-    if unknown:
-        raise QkvizError(f"{method} has no parameter {', '.join(sorted(unknown))}; "
-                         f"it takes {', '.join(DEFAULT_PARAMS[method]) or 'none'}")
-    resolved = {**DEFAULT_PARAMS[method], **params}
-    for name, default in DEFAULT_PARAMS[method].items():
-        if isinstance(default, bool):   # one spelling per value in the cache key: a Python bool
-            if not isinstance(resolved[name], (bool, np.bool_)):
-                raise QkvizError(f"{method}'s {name} must be true or false, got {resolved[name]!r}")
-            resolved[name] = bool(resolved[name])
-    if dim == 2:
-        for name in ONLY_3D.get(method, ()):
-            resolved.pop(name, None)
-    if "metric" in resolved and resolved["metric"] not in METRICS:
-        raise QkvizError(f"metric {resolved['metric']!r} is not one of {', '.join(METRICS)}")
-    if "init" in resolved and resolved["init"] not in UMAP_INITS:
-        raise QkvizError(f"init {resolved['init']!r} is not one of {', '.join(UMAP_INITS)}")
-    for name, value in resolved.items():
-        if name in PARAM_RANGES:
-            _check_range(method, name, value, *PARAM_RANGES[name])
-    return resolved
-
-
-#: ``name: (kind, lowest, lowest excluded)`` of the numeric parameters (the attention graph's own are checked
-#: against the head's size by :func:`qkviz.projection.attention_graph.check_graph_params`)
-PARAM_RANGES = {
-    "perplexity": ("real", 0.0, True), "early_exaggeration_iter": ("whole", 0, False), "n_iter": ("whole", 1, False),
-    "n_iter_3d": ("whole", 1, False), "n_neighbors": ("whole", 2, False), "min_dist": ("real", 0.0, False),
-    "n_epochs": ("whole", 1, False), "negative_sample_rate": ("whole", 1, False), "sample": ("whole", 0, False),
-}
-
-
-def _check_range(method: str, name: str, value, kind: str, lowest, excluded: bool) -> None:
-    """A one-line QkvizError for a value of the wrong kind, not finite, or below its range."""
-    whole = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-    number = whole or (isinstance(value, (float, np.floating)) and np.isfinite(value))
-    if (kind == "whole" and not whole) or not number or value < lowest or (excluded and value == lowest):
-        wanted = "a whole number" if kind == "whole" else "a finite number"
-        bound = f"above {lowest}" if excluded else f">= {lowest}"
-        raise QkvizError(f"{method}'s {name} must be {wanted} {bound}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -134,20 +42,26 @@ class ProjectionSpec:
 
     layer: int
     head: int
-    method: str                   # "pca", "umap" or "tsne"
+    method: str                   # a name of qkviz.projection.catalogue
     dim: int                      # 2 or 3
     translate_keys: bool = True
     scale_norms: bool = True
     params: tuple[tuple[str, object], ...] = field(default=())  # sorted (name, value) pairs
+    #: how a layout fitted on a sample places the other tokens, where the method has versions of it (0: none);
+    #: part of the key, so that entries of an older version are made again
+    placement: int = 0
 
     @classmethod
     def of(cls, layer: int, head: int, method: str, dim: int, translate_keys: bool = True,
-           scale_norms: bool = True, **params) -> "ProjectionSpec":
-        return cls(layer, head, method, dim, translate_keys, scale_norms, tuple(sorted(params.items())))
+           scale_norms: bool = True, *, placement: int = 0, **params) -> "ProjectionSpec":
+        return cls(layer, head, method, dim, translate_keys, scale_norms, tuple(sorted(params.items())), placement)
 
     def as_dict(self) -> dict:
+        """What the entry's sidecar records (``placement`` only where there is one)."""
         described = asdict(self)
         described["params"] = dict(self.params)
+        if not self.placement:
+            del described["placement"]
         return described
 
 
@@ -160,8 +74,6 @@ class ProjectionCache:
 
     def key(self, spec: ProjectionSpec) -> str:
         identity = {"schema": CACHE_SCHEMA_VERSION, "run": self.run_fingerprint, **spec.as_dict()}
-        if spec.method == "attn-tsne" and spec.dim == 2 and dict(spec.params).get("sample", 0) > 0:
-            identity["placement"] = SAMPLED_PLACEMENT_VERSION
         return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
     def _paths(self, spec: ProjectionSpec) -> tuple[Path, Path]:
@@ -190,7 +102,9 @@ class ProjectionCache:
                 continue
             described = dict(sidecar["spec"])
             params = described.pop("params")
-            found.append(ProjectionSpec.of(**described, **params))
+            spec = ProjectionSpec.of(**described, **params)
+            if self.key(spec) == sidecar_path.stem:    # an entry of an older placement recorded none: not listed
+                found.append(spec)
         return found
 
     def summary(self) -> dict[tuple[str, int, str], int]:

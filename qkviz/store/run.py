@@ -15,7 +15,6 @@ import pandas as pd
 
 from qkviz.core import attention
 from qkviz.store import files as run_files
-from qkviz.store.projections import ProjectionCache, ProjectionSpec, check_method, resolve_params
 from qkviz.core.errors import IncompleteRunError, QkvizError
 
 TOKEN_COLUMNS = ("sentence", "position", "token", "piece", "token_id", "char_start", "char_end",
@@ -243,20 +242,6 @@ class StoredRun:
         return attention.attention_probs(
             self.queries(layer, head)[rows], self.keys(layer, head)[rows], self.scale(layer),
             causal=self.is_causal, sliding_window=self.sliding_window(layer), softcap=self.softcap(layer))
-
-    def projection(self, layer: int, head: int, method: str = "tsne", dim: int = 2, *,
-                   translate_keys: bool = True, scale_norms: bool = True, seed: int = 0, **params) -> np.ndarray:
-        """``[2 * n_tokens, dim]`` float32 layout of the head's queries (first) and keys, from the cache."""
-        self.check_head(layer, head)
-        check_method(method, dim)
-        spec = ProjectionSpec.of(layer, head, method, dim, translate_keys, scale_norms,
-                                 **resolve_params(method, params, dim), seed=seed)
-        coordinates = ProjectionCache(self.path, self.manifest["fingerprint"]).load(spec)
-        if coordinates is None:
-            raise QkvizError(f"no {method} {dim}D projection of layer {layer} head {head} with these settings; "
-                             f"make it with 'qkviz project --run {self.path} --method {method} --dim {dim} "
-                             f"--layers {layer} --heads {head}'")
-        return coordinates
 
     def result_marker(self, result: str) -> Path:
         """The file written last of a derived result (``"atlas"``, ``"related"``, ``"correlations"``):

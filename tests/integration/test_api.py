@@ -118,9 +118,9 @@ def test_the_cli_makes_what_the_api_makes(api_run, tmp_path, capsys):
 
 def test_attention_layouts_refuse_bad_graph_parameters_before_any_work(api_run, capsys):
     before = sorted(path.name for path in (api_run.path / "projections").iterdir())
-    for option, value, fragment in (("--k", "0", "argument --k: 0 is out of range"),
+    for option, value, fragment in (("--k", "0", "argument --k: must be a whole number >= 1, got 0"),
                                     ("--k", str(api_run.n_tokens + 1), "k must be between 1"),
-                                    ("--alpha", "-1", "argument --alpha"), ("--alpha", "nan", "not a finite number"),
+                                    ("--alpha", "-1", "argument --alpha"), ("--alpha", "nan", "must be a finite number >= 0, got nan"),
                                     ("--temperature", "0", "argument --temperature")):
         result = run_main("-q", "project", "--run", api_run.path, "--method", "attn-tsne", "--dim", "2", option, value)
         assert result.returncode == 2 and fragment in result.stderr and result.stderr.count("\n") == 1, result.stderr

@@ -83,7 +83,7 @@ def test_messages_for_no_point_a_bad_count_and_a_small_corpus(data, tiny_run):
 
 def test_a_missing_approximate_index_names_the_command(tiny_run):
     small = RunData(tiny_run("llama", max_sentences=1), "small")
-    small.partner_indexes = PartnerIndexes(small.run, exact_limit=10)          # too many tokens for exact search
+    small.run.partner_indexes = PartnerIndexes(small.run, exact_limit=10)      # too many tokens for exact search
     clicked = ViewState(view="single", layer=1, head=0, method="pca", point=3)
     text = " ".join(texts(partners_panel.render_partners(small, clicked, 10, [])))
     assert f"qkviz index --run {small.run.path} --layers 1" in text

@@ -18,7 +18,8 @@ import qkviz
 from dash_app.run_data import RunData
 from qkviz.projection import LayoutWorker
 from qkviz.report.run_status import describe_run
-from qkviz.store import ProjectionCache, ProjectionSpec, resolve_params
+from qkviz.projection import layout_spec
+from qkviz.store import ProjectionCache, ProjectionSpec
 from qkviz.store.files import CACHE_DIRECTORY
 
 BROKEN = (1, 2)   # the head whose vectors are damaged
@@ -31,7 +32,7 @@ def small_run(tiny_run):
 
 
 def default_spec(run, layer: int, head: int, method: str = "attn-tsne", dim: int = 2) -> ProjectionSpec:
-    return ProjectionSpec.of(layer, head, method, dim, True, True, **resolve_params(method, {}, dim), seed=0)
+    return layout_spec(layer, head, method, dim)
 
 
 def damage_queries(run, layer: int, head: int) -> np.ndarray:

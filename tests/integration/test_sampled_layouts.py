@@ -101,7 +101,7 @@ def test_polishing_a_sampled_attention_layout_brings_tokens_to_their_partners(sa
     from qkviz.core.alignment import Alignment, align_head
     from qkviz.core.partners import partner_recall
     from qkviz.projection.attention_graph import attention_graph
-    from qkviz.projection.methods import project_points
+    from qkviz.projection import project_points
     from qkviz.projection.sampling import polish_tsne, sample_points, spread_over_graph
 
     run, layer, head = sampled_run, 1, 2

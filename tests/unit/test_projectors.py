@@ -8,7 +8,7 @@ import pytest
 from sklearn.manifold import trustworthiness
 
 from qkviz.core.errors import QkvizError
-from qkviz.projection.methods import project_points as project
+from qkviz.projection import project_points as project
 
 
 def blobs(n_points: int = 600, n_blobs: int = 6, d: int = 32, seed: int = 0) -> np.ndarray:
@@ -66,7 +66,7 @@ def test_bad_requests_are_clear_errors():
 def test_3d_tsne_starts_from_the_2d_layout_whether_given_or_recomputed():
     points = blobs(300)
     layout_2d = project(points, "tsne", 2, seed=2).coordinates
-    given = project(points, "tsne", 3, seed=2, tsne_2d=layout_2d).coordinates
+    given = project(points, "tsne", 3, seed=2, start_2d=layout_2d).coordinates
     recomputed = project(points, "tsne", 3, seed=2).coordinates
     np.testing.assert_allclose(given, recomputed, atol=1e-4)
     assert trustworthiness(points, given, n_neighbors=10) >= 0.9

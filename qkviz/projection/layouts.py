@@ -1,0 +1,71 @@
+"""Reading a head's layout from the run's projection cache, by method name and settings (what ``run.projection``,
+``run.plot``, the report and the app read)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from qkviz.core.errors import QkvizError
+from qkviz.projection.catalogue import layout_spec, method_names
+from qkviz.projection.defaults import LAYOUT_METHOD
+from qkviz.store.projections import ProjectionCache
+from qkviz.store.run import StoredRun
+
+
+def cached_layout(run: StoredRun, layer: int, head: int, method: str | None = None, dim: int = 2, *,
+                  translate_keys: bool = True, scale_norms: bool = True, seed: int = 0, **params) -> np.ndarray:
+    """``[2 * n_tokens, dim]`` float32 layout of the head's queries (first) and keys, from the cache.
+
+    ``method`` None takes the most faithful method whose layout (default settings) the head has
+    (:func:`best_cached_method`), else the run's default layout method. A layout not in the cache is a
+    :class:`QkvizError` naming the command that makes it."""
+    run.check_head(layer, head)
+    if method is None:
+        method = best_cached_method(run, layer, head, dim) or LAYOUT_METHOD
+    spec = layout_spec(layer, head, method, dim, translate_keys=translate_keys, scale_norms=scale_norms, seed=seed,
+                       params=params)
+    coordinates = ProjectionCache(run.path, run.manifest["fingerprint"]).load(spec)
+    if coordinates is None:
+        raise QkvizError(f"no {method} {dim}D projection of layer {layer} head {head} with these settings; "
+                         f"make it with 'qkviz project --run {run.path} --method {method} --dim {dim} "
+                         f"--layers {layer} --heads {head}'")
+    return coordinates
+
+
+def layout_file(run: StoredRun, layer: int, head: int, method: str, dim: int = 2) -> tuple[str, Path]:
+    """The default-settings layout's cache key and the ``.npy`` file that holds it (which may not exist yet)."""
+    cache = ProjectionCache(run.path, run.manifest["fingerprint"])
+    key = cache.key(layout_spec(layer, head, method, dim))
+    return key, cache.directory / f"{key}.npy"
+
+
+def has_layout(run: StoredRun, layer: int, head: int, method: str, dim: int = 2) -> bool:
+    """Whether the head's default-settings layout is cached (cheap: the entry's sidecar; loading checks it)."""
+    return ProjectionCache(run.path, run.manifest["fingerprint"]).exists(layout_spec(layer, head, method, dim))
+
+
+def layout_failures(run: StoredRun) -> dict[tuple[int, int, str, int], str]:
+    """``{(layer, head, method, dim): error}`` of the default-settings layouts whose last attempt failed."""
+    failures = {}
+    for spec, error in ProjectionCache(run.path, run.manifest["fingerprint"]).failures():
+        try:
+            if spec == layout_spec(spec.layer, spec.head, spec.method, spec.dim):
+                failures[(spec.layer, spec.head, spec.method, spec.dim)] = error
+        except QkvizError:      # a method no longer in the catalogue, or a dimension it does not make
+            continue
+    return failures
+
+
+def best_cached_method(run: StoredRun, layer: int, head: int, dim: int = 2) -> str | None:
+    """The most faithful method whose ``dim``-D layout of the head, in default settings, is cached; None: none is."""
+    cache = ProjectionCache(run.path, run.manifest["fingerprint"])
+    for method in method_names():
+        try:
+            spec = layout_spec(layer, head, method, dim)
+        except QkvizError:          # a method that makes no layout of this dimension
+            continue
+        if cache.exists(spec):
+            return method
+    return None
