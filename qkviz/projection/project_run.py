@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from qkviz.cluster import check_jobs
 from qkviz.core.alignment import Alignment
-from qkviz.projection.tasks import local_executor, plan_specs, run_tasks
+from qkviz.projection.tasks import plan_specs, projection_runner, run_tasks
 from qkviz.store.run import StoredRun, as_run
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
         Show a progress bar.
     client
         A Dask ``distributed.Client``: the heads run on its cluster's workers instead of local processes (see
-        :mod:`qkviz.projection.dask_executor`; leave ``jobs`` at 1). Every worker must see the run at the same
+        :mod:`qkviz.cluster`; leave ``jobs`` at 1). Every worker must see the run at the same
         path; this is checked first.
 
     Returns
@@ -93,21 +93,14 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     for method in methods:
         method_dims = DEFAULT_DIMS.get(method, (2,)) if dims is None else dims
         specs += plan_specs(run, [method], method_dims, layers, heads, alignment, seed, params)
-    if client is not None:
-        from qkviz.projection.dask_executor import DaskExecutor
-
-        pool, executor = None, DaskExecutor(client, run)
-    else:   # PCA takes milliseconds per head: starting worker processes would cost more than it saves.
-        pool = executor = local_executor(1 if set(methods) == {"pca"} else jobs, compile_umap="umap" in methods)
+    # PCA takes milliseconds per head: starting worker processes would cost more than it saves.
+    runner = projection_runner(run, 1 if set(methods) == {"pca"} else jobs, client, compile_umap="umap" in methods)
     summary = ProjectionSummary()
-    with tqdm(total=len(specs), unit="head", desc="projecting", disable=not progress, dynamic_ncols=True) as bar:
-        try:
-            for outcome in run_tasks(run, specs, executor):
-                _count(summary, outcome, run)
-                bar.update()
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+    with runner, tqdm(total=len(specs), unit="head", desc="projecting", disable=not progress,
+                      dynamic_ncols=True) as bar:
+        for outcome in run_tasks(run, specs, runner):
+            _count(summary, outcome, run)
+            bar.update()
     logger.info("%s: %d layouts computed, %d already cached, %d failed", run.path, summary.computed, summary.cached,
                 len(summary.failed))
     return summary
