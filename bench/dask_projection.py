@@ -33,7 +33,8 @@ warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
 from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
-from qkviz.projection import DaskExecutor, dask_client, local_executor, plan_specs, run_tasks  # noqa: E402
+from qkviz.cluster import HeadTask, dask_client  # noqa: E402
+from qkviz.projection import plan_specs, projection_runner, run_tasks  # noqa: E402
 from qkviz.store.files import CACHE_DIRECTORY  # noqa: E402
 from qkviz.store.projections import ProjectionCache  # noqa: E402
 
@@ -56,13 +57,13 @@ def warm() -> int:
     return os.getpid()
 
 
-def start_pool(workers: int, specs) -> tuple:
-    """A warm local pool and its start-up seconds."""
+def start_pool(source, workers: int, specs) -> tuple:
+    """A warm local pool (a runner kept for every round: its workers read whichever run each task names) and its
+    start-up seconds."""
     started = time.perf_counter()
-    executor = local_executor(workers, tuple({spec.method for spec in specs}))
-    for future in [executor.submit(warm) for _ in range(workers)]:
-        future.result()
-    return executor, time.perf_counter() - started
+    runner = projection_runner(source, workers, tuple({spec.method for spec in specs}))
+    list(runner.run(warm, [HeadTask(0, 0, ())] * workers))
+    return runner, time.perf_counter() - started
 
 
 def start_cluster(workers: int, stack: contextlib.ExitStack) -> tuple:
@@ -74,13 +75,13 @@ def start_cluster(workers: int, stack: contextlib.ExitStack) -> tuple:
     return client, time.perf_counter() - started
 
 
-def timed_projection(source, directory: Path, specs, make_executor) -> tuple[float, float, ProjectionCache]:
+def timed_projection(source, directory: Path, specs, make_runner) -> tuple[float, float, ProjectionCache]:
     """Wall seconds to project ``specs`` into a fresh copy of ``source`` at ``directory``, the sum of the layouts'
     own seconds (measured in the workers), and the copy's cache."""
     run = fresh_copy(source, directory)
-    executor = make_executor(run)           # the Dask one checks that every worker sees the run: not timed
+    runner = make_runner(run)               # the Dask one checks that every worker sees the run: not timed
     started = time.perf_counter()
-    outcomes = list(run_tasks(run, specs, executor))
+    outcomes = list(run_tasks(run, specs, runner))
     return (time.perf_counter() - started, sum(outcome["seconds"] for outcome in outcomes),
             ProjectionCache(run.path, run.manifest["fingerprint"]))
 
@@ -104,8 +105,8 @@ def main() -> None:
               f"{args.workers} workers; {os.cpu_count()} CPUs", flush=True)
         specs = [spec for layer, head in heads for spec in plan_specs(source, [args.method], [args.dim], [layer], [head])]
         with contextlib.ExitStack() as stack:
-            pool, pool_start = start_pool(args.workers, specs)
-            stack.callback(pool.shutdown)
+            pool, pool_start = start_pool(source, args.workers, specs)
+            stack.callback(pool.close)
             client, cluster_start = start_cluster(args.workers, stack)
             print(f"start-up: local pool {pool_start:.1f} s, LocalCluster {cluster_start:.1f} s", flush=True)
             ratios, equal = [], True
@@ -113,7 +114,7 @@ def main() -> None:
                 local_seconds, local_work, local_cache = timed_projection(source, scratch / f"local-{round_}", specs,
                                                                           lambda run: pool)
                 dask_seconds, dask_work, dask_cache = timed_projection(source, scratch / f"dask-{round_}", specs,
-                                                                       lambda run: DaskExecutor(client, run))
+                                                                       lambda run: projection_runner(run, client=client))
                 ratios.append(dask_seconds / local_seconds)
                 equal &= all(np.array_equal(local_cache.load(spec), dask_cache.load(spec)) for spec in specs)
                 print(f"round {round_ + 1}: local pool (--jobs {args.workers}) {local_seconds:.1f} s wall "

@@ -38,7 +38,8 @@ warnings.filterwarnings("ignore")
 import qkviz  # noqa: E402
 from qkviz.core.alignment import align_head  # noqa: E402
 from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
-from qkviz.projection.tasks import local_executor, plan_specs, project_head, run_tasks  # noqa: E402
+from qkviz.cluster import HeadTask  # noqa: E402
+from qkviz.projection.tasks import plan_specs, project_head, projection_runner, run_tasks  # noqa: E402
 from qkviz.projection import project_points as project  # noqa: E402
 
 LAYOUTS = [("tsne", 2), ("tsne", 3), ("umap", 2), ("umap", 3), ("pca", 2), ("pca", 3)]
@@ -128,11 +129,9 @@ def parallel_heads(run, heads: list[tuple[int, int]], jobs: int, attentionviz_se
         fresh = qkviz.open_run(copy)
         specs = [spec for layer, head in heads
                  for spec in plan_specs(fresh, ["tsne", "umap", "pca"], [2, 3], [layer], [head])]
-        executor = local_executor(jobs)
-        for future in [executor.submit(os.getpid) for _ in range(jobs)]:  # start and warm the workers
-            future.result()
-        _, seconds = timed(lambda: list(run_tasks(fresh, specs, executor)))
-        executor.shutdown()
+        with projection_runner(fresh, jobs) as runner:
+            list(runner.run(os.getpid, [HeadTask(0, 0, ())] * jobs))   # start and warm the workers
+            _, seconds = timed(lambda: list(run_tasks(fresh, specs, runner)))
     print(f"  the six layouts of the {len(heads)} heads, {jobs} warm workers: {seconds:.1f} s wall vs "
           f"{attentionviz_seconds:.1f} s for the AttentionViz recipe, ratio {attentionviz_seconds / seconds:.1f}x",
           flush=True)

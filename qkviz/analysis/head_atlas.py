@@ -142,8 +142,8 @@ def compute_atlas(run: StoredRun, thresholds: LabelThresholds = LabelThresholds(
     tasks = [HeadTask(layer, head, (path, layer, head, settings)) for layer, head in heads]
     entries: list[HeadEntry | None] = [None] * len(tasks)
     try:
-        with tqdm(total=len(tasks), unit="head", desc="head statistics", disable=not progress,
-                  dynamic_ncols=True) as bar:
+        with runner, tqdm(total=len(tasks), unit="head", desc="head statistics", disable=not progress,
+                          dynamic_ncols=True) as bar:
             for number, entry in runner.run(head_entry, tasks, shared=token_syntax):
                 entries[number] = entry
                 bar.update()

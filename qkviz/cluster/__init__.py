@@ -1,8 +1,9 @@
-"""Running per-head work elsewhere: a Dask cluster (``--dask``) or a local pool of worker processes (``--jobs``).
+"""Running per-head work: here, on a local pool of worker processes (``--jobs``) or on a Dask cluster (``--dask``).
 
 The projection, the head atlas and the search indexes each run one pure task per head (run path, layer, head,
-parameters -> result); this package holds what they share: naming and reaching a cluster, checking that its
-workers see the run, submitting the tasks with readable keys and retries, and the local pool's worker start-up.
+parameters -> result) through the one executor, :class:`HeadRunner` (``head_runner.py``); behind it, naming and
+reaching a cluster, checking that its workers see the run, submitting the tasks with readable keys and retries
+(``dask_cluster.py``), and the local pool's worker start-up (``local_pool.py``).
 ``dask`` and ``distributed`` (the ``dask`` extra) are imported here only, and only when a cluster is asked for.
 """
 

@@ -1,14 +1,16 @@
-"""One pure task per head, run here, on a local pool of worker processes, or on a Dask cluster."""
+"""The one executor of per-head tasks, :class:`HeadRunner`: in this process, on a persistent pool of local worker
+processes, or on a Dask cluster. The projection (:func:`qkviz.project` and the app's background layouts), the
+head atlas and the search indexes all run their tasks through it."""
 
 from __future__ import annotations
 
 import os
-from concurrent.futures import as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from qkviz.cluster.dask_cluster import HeadTask, prepare_workers, submit_heads
-from qkviz.cluster.local_pool import local_pool
+from qkviz.cluster.local_pool import local_pool, start_quiet_worker
 from qkviz.core.errors import QkvizError
 from qkviz.store.run import StoredRun
 
@@ -31,14 +33,38 @@ def check_jobs(jobs: int, client: "Client | None") -> None:
 
 class HeadRunner:
     """Runs one pure task per head: in this process (``jobs`` 1, no ``client``), on a pool of ``jobs`` local
-    worker processes, or on the workers of a Dask ``client``. Made before the work: it refuses bad ``jobs``
-    and checks that every worker of ``client`` sees ``run`` (one :class:`QkvizError` line otherwise)."""
+    worker processes, or on the workers of a Dask ``client``; :meth:`run` yields each result as it finishes.
 
-    def __init__(self, run: StoredRun, what: str, jobs: int = 1, client: "Client | None" = None):
+    Made before the work: it refuses bad ``jobs`` and checks that every worker of ``client`` sees ``run`` (one
+    :class:`QkvizError` line otherwise; then it logs ``<doing> on N Dask workers`` and the dashboard's address).
+    The pool is persistent: spawned with the first tasks, each worker started once by ``initializer(*initargs)``
+    (a projection's also compiles UMAP's numba code; the app's background lowers its priority), kept for every
+    later :meth:`run`, and shut down by :meth:`close` or on leaving a ``with`` block. With ``always_pool`` even one
+    job runs in a worker process, so that the caller (the app's server) keeps its CPU and its interpreter lock.
+    A Dask task that ends every worker it is given is one line ending with what to do ``instead``."""
+
+    def __init__(self, run: StoredRun, what: str, jobs: int = 1, client: "Client | None" = None, *,
+                 initializer: Callable = start_quiet_worker, initargs: tuple = (), always_pool: bool = False,
+                 doing: str | None = None, instead: str = "run it without --dask"):
         check_jobs(jobs, client)
-        self.what, self.jobs, self.client = what, jobs, client
+        self.what, self.jobs, self.client, self.instead = what, jobs, client, instead
+        self._start = (initializer, initargs)
+        self._on_pool = client is None and (jobs > 1 or always_pool)
+        self._pool: ProcessPoolExecutor | None = None
         if client is not None:
-            prepare_workers(client, run, what)
+            prepare_workers(client, run, doing or what)
+
+    def __enter__(self) -> "HeadRunner":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Shut the pool down, if one was started, without waiting: the tasks not started are cancelled."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def run(self, function: Callable, tasks: Sequence[HeadTask], shared: object = None) -> Iterator[tuple[int, Any]]:
         """Run ``function(*task.args, shared)`` (``function(*task.args)`` without ``shared``) for every task
@@ -47,30 +73,34 @@ class HeadRunner:
         if self.client is not None:
             if shared is not None:
                 tasks = _with_shared(tasks, self.client.scatter(shared, broadcast=True))
-            yield from submit_heads(self.client, self.what, function, tasks, instead="run it without --dask")
+            yield from submit_heads(self.client, self.what, function, tasks, instead=self.instead)
             return
         tasks = tasks if shared is None else _with_shared(tasks, shared)
-        if self.jobs == 1:
+        if self._on_pool:
+            yield from self._run_on_pool(function, tasks)
+        else:
             for number, task in enumerate(tasks):
                 yield number, function(*task.args)
-        else:
-            yield from _pool_heads(function, tasks, self.jobs, self.what)
+
+    def _run_on_pool(self, function: Callable, tasks: Sequence[HeadTask]) -> Iterator[tuple[int, Any]]:
+        if not tasks:
+            return
+        if self._pool is None:
+            initializer, initargs = self._start
+            self._pool = local_pool(self.jobs, initializer, initargs)
+        futures = {self._pool.submit(function, *task.args): number for number, task in enumerate(tasks)}
+        try:
+            for future in as_completed(futures):
+                try:
+                    yield futures[future], future.result()
+                except BrokenProcessPool:
+                    task = tasks[futures[future]]
+                    raise QkvizError(f"a worker process ended while running layer {task.layer} head {task.head}'s "
+                                     f"{self.what} task (out of memory?): run with fewer --jobs") from None
+        finally:
+            for future in futures:
+                future.cancel()
 
 
 def _with_shared(tasks: Sequence[HeadTask], shared: object) -> list[HeadTask]:
     return [HeadTask(task.layer, task.head, (*task.args, shared)) for task in tasks]
-
-
-def _pool_heads(function: Callable, tasks: Sequence[HeadTask], jobs: int, what: str) -> Iterator[tuple[int, Any]]:
-    pool = local_pool(jobs)
-    futures = {pool.submit(function, *task.args): number for number, task in enumerate(tasks)}
-    try:
-        for future in as_completed(futures):
-            try:
-                yield futures[future], future.result()
-            except BrokenProcessPool:
-                task = tasks[futures[future]]
-                raise QkvizError(f"a worker process ended while running layer {task.layer} head {task.head}'s {what} "
-                                 "task (out of memory?): run with fewer --jobs") from None
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)

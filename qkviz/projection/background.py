@@ -2,7 +2,8 @@
 
 ``qkviz serve`` on a run without its default layouts starts at once with PCA and hands the missing
 layouts of one method to a worker: a thread that feeds the per-head tasks of :mod:`qkviz.projection.tasks`
-to a pool of worker processes (so the serving process keeps its CPU and its interpreter lock), and
+to a pool of worker processes at a lower priority (:func:`~qkviz.projection.tasks.projection_runner`, so the
+serving process keeps its CPU and its interpreter lock), and
 records what has landed. Each layout is written to the run's cache the moment it is made, exactly as
 ``qkviz project`` writes it (and under the same per-head locks, so a ``qkviz project`` on the same
 run at the same time shares the work instead of repeating it); a layout that fails is recorded in the
@@ -12,13 +13,12 @@ run and the others go on.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from qkviz.projection.tasks import plan_specs, run_tasks, start_worker
+from qkviz.cluster import MAX_JOBS
+from qkviz.projection.tasks import plan_specs, projection_runner, run_tasks
 from qkviz.store.projections import ProjectionCache, ProjectionSpec
 from qkviz.store.run import StoredRun
 
@@ -59,7 +59,8 @@ class LayoutWorker:
     called from any thread meanwhile."""
 
     def __init__(self, run: StoredRun, method: str, dim: int = 2, jobs: int = 1, seed: int = 0):
-        self.run, self.method, self.dim, self.jobs = run, method, dim, max(1, jobs)
+        # at most one process per CPU, as --jobs everywhere (more processes than cores are slower, not faster)
+        self.run, self.method, self.dim, self.jobs = run, method, dim, min(max(1, jobs), MAX_JOBS)
         specs = plan_specs(run, [method], [dim], range(run.n_layers), range(run.n_heads), seed=seed)
         self._cache = cache = ProjectionCache(run.path, run.manifest["fingerprint"])
         self._todo: list[ProjectionSpec] = [spec for spec in specs if not cache.contains(spec)]
@@ -80,10 +81,10 @@ class LayoutWorker:
             return
         logger.info("%s: making the %s %dD layouts of %d heads in the background (%d worker process%s)",
                     self.run.path, self.method, self.dim, len(self._todo), self.jobs, "" if self.jobs == 1 else "es")
-        executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                       initializer=start_worker, initargs=((self.method,), BACKGROUND_NICENESS))
+        runner = projection_runner(self.run, self.jobs, (self.method,),
+                                   niceness=BACKGROUND_NICENESS, always_pool=True)
         try:
-            for outcome in run_tasks(self.run, self._todo, executor):
+            for outcome in run_tasks(self.run, self._todo, runner):
                 self._land(outcome)
         except Exception as error:  # noqa: BLE001 -- the pool broke (a worker killed): shown on every head left
             logger.exception("%s: background layouts stopped", self.run.path)
@@ -92,7 +93,7 @@ class LayoutWorker:
                     self._failed.setdefault(head, f"the background worker stopped: {type(error).__name__}: {error}")
                 self._waiting.clear()
         finally:
-            executor.shutdown(wait=False, cancel_futures=True)
+            runner.close()
             self._finished = time.monotonic()
             progress = self.progress()
             logger.info("%s: %s layouts made for %d of %d heads in %.0f s (%d failed)", self.run.path, self.method,

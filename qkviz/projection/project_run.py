@@ -14,7 +14,7 @@ from qkviz.cluster import check_jobs
 from qkviz.core.alignment import Alignment
 from qkviz.projection.catalogue import projection_method
 from qkviz.projection.defaults import DEFAULT_METHODS
-from qkviz.projection.tasks import local_executor, plan_specs, run_tasks
+from qkviz.projection.tasks import plan_specs, projection_runner, run_tasks
 from qkviz.store.run import StoredRun, as_run
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
         Show a progress bar.
     client
         A Dask ``distributed.Client``: the heads run on its cluster's workers instead of local processes (see
-        :mod:`qkviz.projection.dask_executor`; leave ``jobs`` at 1). Every worker must see the run at the same
+        :mod:`qkviz.cluster`; leave ``jobs`` at 1). Every worker must see the run at the same
         path; this is checked first.
 
     Returns
@@ -90,22 +90,15 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     for method in methods:
         method_dims = projection_method(method).default_dims if dims is None else dims
         specs += plan_specs(run, [method], method_dims, layers, heads, alignment, seed, params)
-    if client is not None:
-        from qkviz.projection.dask_executor import DaskExecutor
-
-        pool, executor = None, DaskExecutor(client, run)
-    else:   # an instant method takes milliseconds per head: worker processes would cost more than they save
-        instant = all(projection_method(method).instant for method in methods)
-        pool = executor = local_executor(1 if instant else jobs, tuple(methods))
+    # an instant method takes milliseconds per head: worker processes would cost more than they save
+    instant = all(projection_method(method).instant for method in methods)
+    runner = projection_runner(run, 1 if instant else jobs, client, tuple(methods))
     summary = ProjectionSummary()
-    with tqdm(total=len(specs), unit="head", desc="projecting", disable=not progress, dynamic_ncols=True) as bar:
-        try:
-            for outcome in run_tasks(run, specs, executor):
-                _count(summary, outcome, run)
-                bar.update()
-        finally:
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+    with runner, tqdm(total=len(specs), unit="head", desc="projecting", disable=not progress,
+                      dynamic_ncols=True) as bar:
+        for outcome in run_tasks(run, specs, runner):
+            _count(summary, outcome, run)
+            bar.update()
     logger.info("%s: %d layouts computed, %d already cached, %d failed", run.path, summary.computed, summary.cached,
                 len(summary.failed))
     return summary

@@ -1,26 +1,24 @@
-"""Projecting many heads: one pure task per head, run through a small executor seam.
+"""Projecting many heads: one pure task per head, run by the one per-head executor, :class:`qkviz.cluster.HeadRunner`.
 
 :func:`project_head` is a pure function of (run path, one head's specs) that leaves cache entries
 behind; it opens the run itself and reads only that head's memory-mapped vectors, so workers stay
 small.
-:func:`run_tasks` hands the tasks to a local process pool (persistent: numba compiles once per
-worker, not once per head) or to a :class:`HeadExecutor` -- a Dask cluster
-(:mod:`qkviz.projection.dask_executor`) runs the very same :func:`project_head`, so a distributed
-engine needs no change to the algorithms.
+:func:`run_tasks` hands the tasks to a :class:`~qkviz.cluster.HeadRunner` made by :func:`projection_runner`: this
+process, a persistent local process pool (numba compiles once per worker, not once per head) or a Dask cluster,
+which runs the very same :func:`project_head`, so a distributed engine needs no change to the algorithms.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass, replace
-from functools import partial
-from typing import Iterable, Iterator, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 
-from qkviz.cluster import local_pool, start_quiet_worker
+from qkviz.cluster import HeadRunner, HeadTask, start_quiet_worker
 from qkviz.core.alignment import Alignment, align_head
 from qkviz.core.errors import QkvizError
 from qkviz.store.locks import LockBusy, exclusive_lock
@@ -32,6 +30,9 @@ from qkviz.projection.catalogue import (FitInputs, Projection, ProjectionMethod,
 from qkviz.projection.sampling import (assemble, attention_affinities, perplexity_affinities, place, polish_tsne,
                                        refine_tsne, sample_points, spread_over_graph, stratified_sample)
 from qkviz.store.run import StoredRun, open_run
+
+if TYPE_CHECKING:
+    from qkviz.cluster import DaskClient
 
 logger = logging.getLogger(__name__)
 
@@ -256,22 +257,21 @@ def start_worker(warm_up_methods: tuple[str, ...] = (), niceness: int = 0) -> No
     warm_up(warm_up_methods)
 
 
-def local_executor(jobs: int, methods: tuple[str, ...] = ()) -> Executor | None:
-    """A persistent pool of ``jobs`` worker processes (spawned: no state forked from the parent) that warm up
-    ``methods``; ``None`` for one job, which runs the tasks in this process."""
-    if jobs <= 1:
-        return None
-    return local_pool(jobs, initializer=start_worker, initargs=(tuple(methods),))
+def projection_runner(run: StoredRun, jobs: int = 1, client: "DaskClient | None" = None, methods: tuple[str, ...] = (),
+                      niceness: int = 0, always_pool: bool = False) -> HeadRunner:
+    """The :class:`~qkviz.cluster.HeadRunner` of :func:`project_head` tasks: in this process (one job), on a
+    persistent pool of ``jobs`` worker processes started by :func:`start_worker` (spawned: no state forked from
+    the parent), or on the workers of a Dask ``client`` (task keys ``project-L3H4-...``). Close it (``with``)."""
+    return HeadRunner(run, "project", jobs, client, initializer=start_worker, initargs=(tuple(methods), niceness),
+                      always_pool=always_pool, doing="projecting", instead="project that head without --dask")
 
 
-def run_tasks(run: StoredRun, specs: list[ProjectionSpec], executor: Executor | HeadExecutor | None) -> Iterator[dict]:
-    """Submit one task per head with layouts not yet cached (or run them here when ``executor`` is
-    ``None``); yield each layout's outcome as its head finishes.
+def run_tasks(run: StoredRun, specs: list[ProjectionSpec], runner: HeadRunner | None = None) -> Iterator[dict]:
+    """Run one task per head with layouts not yet cached on ``runner`` (:func:`projection_runner`; ``None``: in
+    this process); yield each layout's outcome as its head finishes.
 
-    ``executor`` is a :class:`concurrent.futures.Executor` (the local pool) or a :class:`HeadExecutor`
-    (a Dask cluster, :mod:`qkviz.projection.dask_executor`). A head another process is projecting is
-    skipped at first and waited for at the end (then read from the cache, or computed if that process
-    did not finish it)."""
+    A head another process is projecting is skipped at first and waited for at the end (then read from the
+    cache, or computed if that process did not finish it)."""
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
     todo = []
     for spec in specs:
@@ -279,39 +279,17 @@ def run_tasks(run: StoredRun, specs: list[ProjectionSpec], executor: Executor | 
             yield {"spec": spec, "cached": True, "seconds": 0.0}
         else:
             todo.append(spec)
+    runner = projection_runner(run) if runner is None else runner
     busy: list[list[ProjectionSpec]] = []
-    if executor is None:
-        for group in head_groups(todo):
-            yield from _sorted_out(project_head(str(run.path), group, wait=False), busy)
-        for group in busy:
-            yield from project_head(str(run.path), group)
-        return
-    project_heads = executor.project_heads if isinstance(executor, HeadExecutor) else partial(_pool_heads, executor)
-    for outcomes in project_heads(str(run.path), head_groups(todo), False):
+    for _, outcomes in runner.run(project_head, _head_tasks(run, head_groups(todo), wait=False)):
         yield from _sorted_out(outcomes, busy)
-    for outcomes in project_heads(str(run.path), busy, True):
+    for _, outcomes in runner.run(project_head, _head_tasks(run, busy, wait=True)):
         yield from outcomes
 
 
-@runtime_checkable
-class HeadExecutor(Protocol):
-    """Runs :func:`project_head` on many heads elsewhere (a cluster) and yields each head's outcomes as it
-    finishes, cancelling what is left if the caller stops early."""
-
-    def project_heads(self, run_path: str, groups: list[list[ProjectionSpec]], wait: bool) -> Iterator[list[dict]]:
-        ...
-
-
-def _pool_heads(executor: Executor, run_path: str, groups: list[list[ProjectionSpec]],
-                wait: bool) -> Iterator[list[dict]]:
-    """:meth:`HeadExecutor.project_heads` on a :class:`concurrent.futures.Executor`."""
-    futures = [executor.submit(project_head, run_path, group, wait) for group in groups]
-    try:
-        for future in as_completed(futures):
-            yield future.result()
-    finally:
-        for future in futures:
-            future.cancel()
+def _head_tasks(run: StoredRun, groups: list[list[ProjectionSpec]], wait: bool) -> list[HeadTask]:
+    path = str(Path(run.path).absolute())   # a worker's working directory is not ours
+    return [HeadTask(group[0].layer, group[0].head, (path, group, wait)) for group in groups]
 
 
 def _sorted_out(outcomes: list[dict], busy: list[list[ProjectionSpec]]) -> list[dict]:

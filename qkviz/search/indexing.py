@@ -78,7 +78,8 @@ def build_indexes(run: StoredRun | str | Path, *, layers: Sequence[int] | None =
     summary = IndexSummary(token_index_path.parent, len(targets), 0, 0.0)
     path = str(Path(run.path).absolute())     # a worker's working directory is not ours
     tasks = [HeadTask(target.layer, target.head, (path, target, exact_limit, seed)) for target in targets]
-    with tqdm(total=len(targets), unit="index", desc="indexing", disable=not progress, dynamic_ncols=True) as bar:
+    with runner, tqdm(total=len(targets), unit="index", desc="indexing", disable=not progress,
+                      dynamic_ncols=True) as bar:
         for _, (info, size) in runner.run(build_partner_index, tasks):
             summary.n_bytes += size
             if not info.exact:

@@ -16,8 +16,8 @@ import pytest
 
 import qkviz
 from qkviz.cli import main
+from qkviz.cluster import parse_cluster
 from qkviz.core.errors import QkvizError
-from qkviz.projection import parse_cluster
 from qkviz.store.files import CACHE_DIRECTORY
 from qkviz.store.projections import ProjectionCache
 from support.dask_workers import blind_workers, local_cluster, module_client, namespaces_work
