@@ -61,7 +61,7 @@ def start_pool(source, workers: int, specs) -> tuple:
     """A warm local pool (a runner kept for every round: its workers read whichever run each task names) and its
     start-up seconds."""
     started = time.perf_counter()
-    runner = projection_runner(source, workers, tuple({spec.method for spec in specs}))
+    runner = projection_runner(source, workers, methods=tuple({spec.method for spec in specs}))
     list(runner.run(warm, [HeadTask(0, 0, ())] * workers))
     return runner, time.perf_counter() - started
 

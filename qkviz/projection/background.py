@@ -81,7 +81,7 @@ class LayoutWorker:
             return
         logger.info("%s: making the %s %dD layouts of %d heads in the background (%d worker process%s)",
                     self.run.path, self.method, self.dim, len(self._todo), self.jobs, "" if self.jobs == 1 else "es")
-        runner = projection_runner(self.run, self.jobs, (self.method,),
+        runner = projection_runner(self.run, self.jobs, methods=(self.method,),
                                    niceness=BACKGROUND_NICENESS, always_pool=True)
         try:
             for outcome in run_tasks(self.run, self._todo, runner):

@@ -92,7 +92,7 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
         specs += plan_specs(run, [method], method_dims, layers, heads, alignment, seed, params)
     # an instant method takes milliseconds per head: worker processes would cost more than they save
     instant = all(projection_method(method).instant for method in methods)
-    runner = projection_runner(run, 1 if instant else jobs, client, tuple(methods))
+    runner = projection_runner(run, 1 if instant else jobs, client, methods=tuple(methods))
     summary = ProjectionSummary()
     with runner, tqdm(total=len(specs), unit="head", desc="projecting", disable=not progress,
                       dynamic_ncols=True) as bar:

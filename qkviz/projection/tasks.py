@@ -257,7 +257,7 @@ def start_worker(warm_up_methods: tuple[str, ...] = (), niceness: int = 0) -> No
     warm_up(warm_up_methods)
 
 
-def projection_runner(run: StoredRun, jobs: int = 1, client: "DaskClient | None" = None, methods: tuple[str, ...] = (),
+def projection_runner(run: StoredRun, jobs: int = 1, client: "DaskClient | None" = None, *, methods: tuple[str, ...] = (),
                       niceness: int = 0, always_pool: bool = False) -> HeadRunner:
     """The :class:`~qkviz.cluster.HeadRunner` of :func:`project_head` tasks: in this process (one job), on a
     persistent pool of ``jobs`` worker processes started by :func:`start_worker` (spawned: no state forked from
