@@ -42,6 +42,7 @@ import pandas as pd
 
 from qkviz.store import files as run_files
 from qkviz.core.alignment import Alignment, align_head, norm_scale
+from qkviz.core.attention import allowed_keys
 from qkviz.core.partners import layout_recall, partner_sample
 from qkviz.store.projections import METHODS, ProjectionCache, ProjectionSpec
 from qkviz.store.run import StoredRun
@@ -79,16 +80,11 @@ def key_ranges(sentence: np.ndarray, position: np.ndarray, sentence_first: np.nd
     """Per token (as a query), the global key indices ``[lo, hi)`` it can attend to.
 
     ``sentence`` and ``position`` are per token; ``sentence_first`` and ``sentence_length`` per
-    sentence. The same rule as :func:`qkviz.core.attention.allowed_pairs`: keys of the same sentence,
-    not after the query when causal, and closer than ``sliding_window`` when there is one."""
+    sentence. The rule is :func:`qkviz.core.attention.allowed_keys` (that of
+    :func:`~qkviz.core.attention.allowed_pairs`): keys of the same sentence, not after the query when
+    causal, and closer than ``sliding_window`` when there is one."""
     first = sentence_first[sentence]
-    length = sentence_length[sentence]
-    lo = np.zeros_like(position)
-    hi = position + 1 if causal else length.copy()
-    if sliding_window is not None:
-        lo = np.maximum(lo, position - sliding_window + 1)
-        if not causal:
-            hi = np.minimum(hi, position + sliding_window)
+    lo, hi = allowed_keys(position, sentence_length[sentence], causal, sliding_window)
     return first + lo, first + hi
 
 

@@ -6,10 +6,11 @@ Imports nothing of qkviz and no third-party package but numpy.
 """
 
 from qkviz.core.alignment import AlignedHead, Alignment, align_head, norm_scale
-from qkviz.core.attention import allowed_pairs, attention_logits, attention_probs
+from qkviz.core.attention import (allowed_keys, allowed_pairs, attention_logits, attention_probs, dot_logits,
+                                  masked_softmax)
 from qkviz.core.errors import IncompleteRunError, QkvizError
 from qkviz.core.partners import PartnerSample, layout_recall, nearest_of, partner_recall, partner_sample, top_partners
 
-__all__ = ["AlignedHead", "Alignment", "PartnerSample", "IncompleteRunError", "QkvizError", "align_head", "allowed_pairs",
-           "attention_logits", "attention_probs", "layout_recall", "nearest_of", "norm_scale", "partner_recall",
-           "partner_sample", "top_partners"]
+__all__ = ["AlignedHead", "Alignment", "PartnerSample", "IncompleteRunError", "QkvizError", "align_head", "allowed_keys",
+           "allowed_pairs", "attention_logits", "attention_probs", "dot_logits", "layout_recall", "masked_softmax",
+           "nearest_of", "norm_scale", "partner_recall", "partner_sample", "top_partners"]

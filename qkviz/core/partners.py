@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qkviz.core.attention import dot_logits
+
 #: scores computed at once in the blocked searches (rows x columns)
 BLOCK_CELLS = 1 << 22
 
@@ -31,9 +33,7 @@ def top_partners(rows: np.ndarray, columns: np.ndarray, k: int, scale: float,
     for start, scores in _blocks(rows, n_columns, lambda block: block @ columns_t):
         top = _best(-scores, k)
         indices[start:start + len(scores)] = top
-        logits[start:start + len(scores)] = np.take_along_axis(scores, top, axis=1).astype(np.float64) * scale
-    if softcap:
-        logits = softcap * np.tanh(logits / softcap)
+        logits[start:start + len(scores)] = dot_logits(np.take_along_axis(scores, top, axis=1), scale, softcap)
     return indices, logits
 
 
@@ -65,9 +65,8 @@ class PartnerSample:
     def logits(self, side: str, partners: np.ndarray) -> np.ndarray:
         """``[n_chosen, m]`` logits between each sampled point of ``side`` and its ``partners`` (token indices)."""
         own, other = (self.queries, self.keys) if side == "query" else (self.keys, self.queries)
-        logits = self.scale * np.einsum("rd,rkd->rk", own[self.chosen].astype(np.float64),
-                                        other[partners].astype(np.float64))
-        return self.softcap * np.tanh(logits / self.softcap) if self.softcap else logits
+        return dot_logits(np.einsum("rd,rkd->rk", own[self.chosen].astype(np.float64), other[partners].astype(np.float64)),
+                          self.scale, self.softcap)
 
 
 def partner_sample(queries: np.ndarray, keys: np.ndarray, scale: float, k: int = 10, sample: int | None = 200,

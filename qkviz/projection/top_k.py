@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from qkviz.core.attention import dot_logits
+
 #: fewer columns than this are always searched exactly (an exact search of them is fast enough)
 APPROXIMATE_MIN = 10_000
 #: cells searched per row, of about ``sqrt(n)`` cells of ``n`` columns
@@ -47,10 +49,7 @@ def top_logits(rows: np.ndarray, columns: np.ndarray, k: int, scale: float, soft
         products, found = np.take_along_axis(products, order, axis=1), np.take_along_axis(found, order, axis=1)
     else:
         products, found = faiss.knn(rows, columns, k, metric=faiss.METRIC_INNER_PRODUCT)
-    logits = products.astype(np.float64) * scale
-    if softcap:
-        logits = softcap * np.tanh(logits / softcap)
-    return found.astype(np.int64), logits
+    return found.astype(np.int64), dot_logits(products, scale, softcap)
 
 
 def nearest_cosine(rows: np.ndarray, reference: np.ndarray, k: int, *, approximate: bool = False) -> np.ndarray:

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from qkviz.store import files as run_files
+from qkviz.core.attention import dot_logits
 from qkviz.core.errors import QkvizError
 from qkviz.core.partners import partner_recall
 from qkviz.search.exact_search import MappedVectors
@@ -251,9 +252,7 @@ class PartnerIndexes:
 
     def logits(self, layer: int, dots: np.ndarray) -> np.ndarray:
         """``scale * q . k``, soft-capped where the layer caps (float64)."""
-        logits = np.asarray(dots, dtype=np.float64) * self.run.scale(layer)
-        softcap = self.run.softcap(layer)
-        return np.tanh(logits / softcap) * softcap if softcap is not None else logits
+        return dot_logits(dots, self.run.scale(layer), self.run.softcap(layer))
 
 
 # -- the layout's view of the same neighbourhood ------------------------------------------------
