@@ -13,7 +13,7 @@ Spaces, per head:
 * ``translated+scaled``: translated, then query and key norms scaled to match (what is projected);
 * ``<method>-<dim>d`` (e.g. ``tsne-2d``): each cached projection of the head.
 
-Beside the correlations, each row has the space's **partner recall@10** (:mod:`qkviz.core.partners`):
+Beside the correlations, each row has the space's **partner recall@10** (:mod:`qkviz.neighbours.partner_recall`):
 of a query's 10 strongest keys over the whole corpus, the share among its 10 nearest keys in that
 space (``recall_query``), and the same from the keys' side (``recall_key``), over 200 sampled
 queries and keys. Correlation says whether near pairs attend more on average; recall says whether
@@ -43,7 +43,7 @@ import pandas as pd
 from qkviz.store import files as run_files
 from qkviz.core.alignment import Alignment, align_head, norm_scale
 from qkviz.core.attention import allowed_keys
-from qkviz.core.partners import layout_recall, partner_sample
+from qkviz.neighbours.partner_recall import layout_recall, partner_sample
 from qkviz.store.projections import METHODS, ProjectionCache, ProjectionSpec
 from qkviz.store.run import StoredRun
 from qkviz.analysis.rank_correlation import (QueryGroups, RankedValues, correlations, mean_query_spearman,
@@ -55,7 +55,7 @@ HEAD_SPACES = ("original", "translated", "translated+scaled")
 DEFAULT_MAX_PAIRS = 5_000_000
 COLUMNS = ("layer", "head", "space", "n_pairs", "pearson", "spearman", "query_spearman", "exact", "ci95",
            "recall_query", "recall_key")
-#: Partner recall@RECALL_K (qkviz.core.partners) is measured on this many sampled queries and as many keys.
+#: Partner recall@RECALL_K (qkviz.neighbours.partner_recall) is measured on this many sampled queries and as many keys.
 RECALL_K, RECALL_SAMPLE = 10, 200
 METHOD_ORDER = {method: order for order, method in enumerate(METHODS)}
 _CHUNK = 1 << 20                       # pairs per gather, bounding memory to ~0.5 GB at d_head 64

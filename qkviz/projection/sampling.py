@@ -10,7 +10,7 @@ fitted picture:
 
 * **attn-tsne, 2D** -- the whole head's attention graph is built (every query's strongest keys over the corpus,
   every key's strongest queries, the same-kind term: :func:`qkviz.projection.attention_graph.attention_graph`,
-  its searches on inverted files, :mod:`qkviz.projection.top_k`); every other point starts at the weighted mean
+  its searches on inverted files, :mod:`qkviz.neighbours.top_k`); every other point starts at the weighted mean
   of its neighbours in it (:func:`spread_over_graph`), and then every point, sampled or not, moves for
   :data:`POLISH_ITER` t-SNE iterations over that graph (:func:`polish_tsne`): the full fit's objective, from a
   start that already has the fit's global shape, so that a token lands beside its partners whether they were
@@ -35,8 +35,8 @@ import unicodedata
 import numpy as np
 import scipy.sparse as sp
 
+from qkviz.neighbours.top_k import nearest_cosine, top_logits, unit_rows
 from qkviz.projection.attention_graph import softmax_rows
-from qkviz.projection.top_k import nearest_cosine, top_logits, unit_rows
 
 #: Sentence positions are stratified in these buckets (a bucket runs up to the next bound).
 POSITION_BOUNDS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256)
