@@ -8,7 +8,7 @@ import numpy as np
 
 from qkviz.core.alignment import align_head
 from qkviz.core.attention import attention_probs
-from qkviz.core.partners import top_partners
+from qkviz.neighbours import top_logits
 
 #: partners per point, and points sampled per side, as the bench measures recall
 K = 10
@@ -37,8 +37,8 @@ def cosine_fidelity(run, layer: int, head: int, seed: int = 0) -> float:
     chosen = np.random.default_rng(seed).choice(n, min(SAMPLE, n), replace=False)
     shares = []
     for own, other, own_unit, other_unit in ((queries, keys, unit[:n], unit[n:]), (keys, queries, unit[n:], unit[:n])):
-        partners = top_partners(own[chosen], other, K, 1.0)[0]
-        near = top_partners(own_unit[chosen], other_unit, K, 1.0)[0]          # cosine: dot products of unit vectors
+        partners = top_logits(own[chosen], other, K, 1.0)[0]
+        near = top_logits(own_unit[chosen], other_unit, K, 1.0)[0]          # cosine: dot products of unit vectors
         shares.append(np.mean([len(np.intersect1d(a, b)) / K for a, b in zip(partners, near)]))
     return float(np.mean(shares))
 

@@ -45,7 +45,7 @@ warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
 from qkviz.core.alignment import Alignment, align_head  # noqa: E402
-from qkviz.core.partners import partner_recall  # noqa: E402
+from qkviz.neighbours import partner_recall  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz", "-q"]
 CORPUS_FILES = (REPO / "data" / "sentences.txt", REPO / "data" / "classics.txt")

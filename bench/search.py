@@ -42,7 +42,7 @@ from dash_app.run_data import RunData  # noqa: E402
 from dash_app.search import TokenSearch  # noqa: E402
 from dash_app.state import ViewState  # noqa: E402
 from qkviz import open_run  # noqa: E402
-from qkviz.search.exact_search import MappedVectors, exact_top_k, tie_aware_recall  # noqa: E402
+from qkviz.neighbours.top_k import MappedVectors, tie_aware_recall, top_products  # noqa: E402
 from qkviz.search.mips_index import build_inverted_lists, write_inverted_lists  # noqa: E402
 from qkviz.search.partner_index import PartnerIndexes, head_layout_overlap, index_targets  # noqa: E402
 from qkviz.search.token_index import TokenIndex, normalise  # noqa: E402
@@ -219,12 +219,12 @@ def bench_large(run, sizes: list[int], layer: int = 3, head: int = 4) -> None:
         stored.flush()
         del stored
         mapped = MappedVectors.of_array(np.load(path, mmap_mode="r"))
-        exact_ms = [timed(exact_top_k, mapped, probes[500 + i], K)[0] for i in range(50)]
+        exact_ms = [timed(top_products, probes[500 + i], mapped, K)[0] for i in range(50)]
         start = time.perf_counter()
         approximate = build_inverted_lists(mapped, probes[:500])
         build_s = time.perf_counter() - start
         ivf_ms = [timed(approximate.search, probes[500 + i], K)[0] for i in range(50)]
-        exact_scores, _ = exact_top_k(mapped, probes[500:], K)
+        exact_scores, _ = top_products(probes[500:], mapped, K)
         recall = tie_aware_recall(approximate.search(probes[500:], K)[1], mapped, probes[500:], exact_scores)
         size = write_inverted_lists(approximate, directory / "lists.npz")
         info = approximate.info

@@ -2,8 +2,8 @@
 
 Sentences are sorted by length and cut into batches of at most ``max_cells`` query-key cells, so a
 batch is a padded ``[sentence, query, key]`` array with little padding. Each batch holds the same
-probabilities :func:`qkviz.core.attention.attention_probs` gives sentence by sentence (a test checks
-it), with padded rows and columns exactly 0.
+probabilities :func:`qkviz.core.attention.attention_probs` gives sentence by sentence (the same logits, mask and
+softmax of :mod:`qkviz.core.attention`; a test checks it), with padded rows and columns exactly 0.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
-from qkviz.core.attention import allowed_pairs
+from qkviz.core.attention import allowed_pairs, attention_logits, masked_softmax
 from qkviz.store.run import StoredRun
 
 DEFAULT_MAX_CELLS = 1 << 22
@@ -66,21 +66,8 @@ def batch_attention(run: StoredRun, layer: int, head: int, batch: SentenceBatch,
     queries = run.queries(layer, head) if queries is None else queries
     keys = run.keys(layer, head) if keys is None else keys
     rows = np.maximum(batch.rows, 0)
-    logits = np.einsum("bqd,bkd->bqk", queries[rows].astype(np.float64), keys[rows].astype(np.float64))
-    logits *= run.scale(layer)
-    softcap = run.softcap(layer)
-    if softcap is not None:
-        logits = np.tanh(logits / softcap) * softcap
+    logits = attention_logits(queries[rows], keys[rows], run.scale(layer), run.softcap(layer))
     return masked_softmax(logits, batch_mask(batch, run.is_causal, run.sliding_window(layer)))
-
-
-def masked_softmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis among ``mask``-ed entries; rows with none are all 0."""
-    logits = np.where(mask, logits, -np.inf)
-    top = logits.max(axis=2, keepdims=True)
-    weights = np.exp(logits - np.where(np.isfinite(top), top, 0.0))
-    total = weights.sum(axis=2, keepdims=True)
-    return np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
 
 
 def head_attention(run: StoredRun, layer: int, head: int, batches: list[SentenceBatch] | None = None

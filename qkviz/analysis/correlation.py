@@ -13,7 +13,7 @@ Spaces, per head:
 * ``translated+scaled``: translated, then query and key norms scaled to match (what is projected);
 * ``<method>-<dim>d`` (e.g. ``tsne-2d``): each cached projection of the head.
 
-Beside the correlations, each row has the space's **partner recall@10** (:mod:`qkviz.core.partners`):
+Beside the correlations, each row has the space's **partner recall@10** (:mod:`qkviz.neighbours.partner_recall`):
 of a query's 10 strongest keys over the whole corpus, the share among its 10 nearest keys in that
 space (``recall_query``), and the same from the keys' side (``recall_key``), over 200 sampled
 queries and keys. Correlation says whether near pairs attend more on average; recall says whether
@@ -42,7 +42,8 @@ import pandas as pd
 
 from qkviz.store import files as run_files
 from qkviz.core.alignment import Alignment, align_head, norm_scale
-from qkviz.core.partners import layout_recall, partner_sample
+from qkviz.core.attention import allowed_keys
+from qkviz.neighbours.partner_recall import layout_recall, partner_sample
 from qkviz.store.projections import ProjectionCache, ProjectionSpec
 from qkviz.store.run import StoredRun
 from qkviz.analysis.rank_correlation import (QueryGroups, RankedValues, correlations, mean_query_spearman,
@@ -54,7 +55,7 @@ HEAD_SPACES = ("original", "translated", "translated+scaled")
 DEFAULT_MAX_PAIRS = 5_000_000
 COLUMNS = ("layer", "head", "space", "n_pairs", "pearson", "spearman", "query_spearman", "exact", "ci95",
            "recall_query", "recall_key")
-#: Partner recall@RECALL_K (qkviz.core.partners) is measured on this many sampled queries and as many keys.
+#: Partner recall@RECALL_K (qkviz.neighbours.partner_recall) is measured on this many sampled queries and as many keys.
 RECALL_K, RECALL_SAMPLE = 10, 200
 _CHUNK = 1 << 20                       # pairs per gather, bounding memory to ~0.5 GB at d_head 64
 
@@ -78,16 +79,11 @@ def key_ranges(sentence: np.ndarray, position: np.ndarray, sentence_first: np.nd
     """Per token (as a query), the global key indices ``[lo, hi)`` it can attend to.
 
     ``sentence`` and ``position`` are per token; ``sentence_first`` and ``sentence_length`` per
-    sentence. The same rule as :func:`qkviz.core.attention.allowed_pairs`: keys of the same sentence,
-    not after the query when causal, and closer than ``sliding_window`` when there is one."""
+    sentence. The rule is :func:`qkviz.core.attention.allowed_keys` (that of
+    :func:`~qkviz.core.attention.allowed_pairs`): keys of the same sentence, not after the query when
+    causal, and closer than ``sliding_window`` when there is one."""
     first = sentence_first[sentence]
-    length = sentence_length[sentence]
-    lo = np.zeros_like(position)
-    hi = position + 1 if causal else length.copy()
-    if sliding_window is not None:
-        lo = np.maximum(lo, position - sliding_window + 1)
-        if not causal:
-            hi = np.minimum(hi, position + sliding_window)
+    lo, hi = allowed_keys(position, sentence_length[sentence], causal, sliding_window)
     return first + lo, first + hi
 
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkviz.analysis.attention_batches import SentenceBatch, batch_mask, masked_softmax
+from qkviz.analysis.attention_batches import SentenceBatch, batch_mask
+from qkviz.core.attention import dot_logits, masked_softmax
 from qkviz.store.run import StoredRun
 
 TERMS = ("content", "key_prior", "query_constant", "bias_bias", "positional")
@@ -129,7 +130,7 @@ def _decompose(run: StoredRun, layer: int, batches: list[SentenceBatch], max_off
         total_centred = np.where(mask, total - _masked_mean(total, mask, n_keys), 0.0)
         variance += float((total_centred ** 2).sum(axis=2)[multi].sum())
         for number, term in enumerate(terms):
-            probs = masked_softmax(scale * parts[term], mask)
+            probs = masked_softmax(dot_logits(parts[term], scale), mask)      # a term alone: never capped
             weight[number] += np.bincount(offset_bins, probs[in_range], minlength=bins)
             centred = np.where(mask, parts[term] - _masked_mean(parts[term], mask, n_keys), 0.0)
             covariance[number] += float((centred * total_centred).sum(axis=2)[multi].sum())

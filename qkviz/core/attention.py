@@ -1,10 +1,14 @@
-"""Attention recomputed from stored queries and keys (numpy only).
+"""Attention recomputed from stored queries and keys (numpy only): the one place that turns ``q . k`` into the
+model's logits and probabilities.
 
 The attention a head pays from query ``i`` to key ``j`` of one sentence is
-``softmax_j(scale * q_i . k_j + mask_ij)``, with the mask allowing every key in an encoder,
-``j <= i`` in a decoder, and additionally ``i - j < window`` under a sliding window. These
-functions are the reference the extraction tests compare the model's own attention with, and
-what later analyses use, so they stay small and exact.
+``softmax_j(softcap * tanh(scale * q_i . k_j / softcap) + mask_ij)`` (the soft cap only where the model caps),
+with the mask allowing every key in an encoder, ``j <= i`` in a decoder, and additionally ``|i - j| < window``
+under a sliding window (``i - j < window`` in a decoder). Every recomputation in qkviz goes through these
+functions: :func:`dot_logits` for dot products already computed (a search's scores, one pair at a time),
+:func:`attention_logits` for all pairs of queries and keys (one sentence, or a padded batch of sentences),
+:func:`allowed_keys` / :func:`allowed_pairs` for the mask, :func:`masked_softmax` for the probabilities. They are
+the reference the extraction tests compare the model's own attention with, so they stay small and exact.
 """
 
 from __future__ import annotations
@@ -12,27 +16,56 @@ from __future__ import annotations
 import numpy as np
 
 
-def allowed_pairs(n_tokens: int, causal: bool, sliding_window: int | None = None) -> np.ndarray:
-    """Boolean ``[query, key]`` matrix of the pairs that may attend to each other."""
-    query = np.arange(n_tokens)[:, None]
-    key = np.arange(n_tokens)[None, :]
-    allowed = np.ones((n_tokens, n_tokens), dtype=bool)
-    if causal:
-        allowed &= key <= query
+def allowed_keys(position: np.ndarray, length: np.ndarray | int, causal: bool,
+                 sliding_window: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per query at sentence ``position`` (of a sentence of ``length`` tokens), the key positions ``[lo, hi)``
+    it may attend to: the whole sentence, up to itself when ``causal``, closer than ``sliding_window``."""
+    position = np.asarray(position, dtype=np.int64)
+    lo = np.zeros_like(position)
+    hi = position + 1 if causal else np.broadcast_to(np.asarray(length, dtype=np.int64), position.shape).copy()
     if sliding_window is not None:
-        allowed &= (query - key) < sliding_window
+        lo = np.maximum(lo, position - sliding_window + 1)
         if not causal:
-            allowed &= (key - query) < sliding_window
-    return allowed
+            hi = np.minimum(hi, position + sliding_window)
+    return lo, hi
 
 
-def attention_logits(queries: np.ndarray, keys: np.ndarray, scale: float,
-                     softcap: float | None = None) -> np.ndarray:
-    """``[query, key]`` pre-softmax scores ``scale * q . k`` (soft-capped where the model caps)."""
-    logits = (np.asarray(queries, dtype=np.float64) @ np.asarray(keys, dtype=np.float64).T) * scale
-    if softcap is not None:
+def allowed_pairs(n_tokens: int, causal: bool, sliding_window: int | None = None) -> np.ndarray:
+    """Boolean ``[query, key]`` matrix of the pairs of one sentence that may attend to each other."""
+    position = np.arange(n_tokens)
+    lo, hi = allowed_keys(position, n_tokens, causal, sliding_window)
+    return (position[None, :] >= lo[:, None]) & (position[None, :] < hi[:, None])
+
+
+def dot_logits(dots: np.ndarray, scale: float, softcap: float | None = None) -> np.ndarray:
+    """float64 logits of dot products ``q . k`` (any shape): ``scale * q . k``, soft-capped where the model
+    caps (``softcap * tanh(logit / softcap)``; ``softcap`` None or 0: no cap)."""
+    logits = np.asarray(dots, dtype=np.float64) * scale
+    if softcap:
         logits = np.tanh(logits / softcap) * softcap
     return logits
+
+
+def attention_logits(queries: np.ndarray, keys: np.ndarray, scale: float, softcap: float | None = None,
+                     allowed: np.ndarray | None = None) -> np.ndarray:
+    """``[..., query, key]`` pre-softmax scores (:func:`dot_logits` of every ``q . k``, in float64) of
+    ``queries`` ``[..., query, d_head]`` and ``keys`` ``[..., key, d_head]`` (one sentence, or a batch);
+    ``-inf`` where ``allowed`` (boolean, broadcast against the scores, e.g. :func:`allowed_pairs`) is false."""
+    queries = np.asarray(queries, dtype=np.float64)
+    keys = np.asarray(keys, dtype=np.float64)
+    logits = dot_logits(queries @ np.swapaxes(keys, -1, -2), scale, softcap)
+    return logits if allowed is None else np.where(allowed, logits, -np.inf)
+
+
+def masked_softmax(logits: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Softmax over the last axis among the ``allowed`` entries (and finite ones); masked entries are exactly
+    0, and a row with none allowed is all 0."""
+    if allowed is not None:
+        logits = np.where(allowed, logits, -np.inf)
+    top = logits.max(axis=-1, keepdims=True)
+    weights = np.exp(logits - np.where(np.isfinite(top), top, 0.0))
+    total = weights.sum(axis=-1, keepdims=True)
+    return np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
 
 
 def attention_probs(queries: np.ndarray, keys: np.ndarray, scale: float, causal: bool,
@@ -42,9 +75,5 @@ def attention_probs(queries: np.ndarray, keys: np.ndarray, scale: float, causal:
     ``queries`` and ``keys`` are ``[token, d_head]`` for the same tokens, as stored in a run.
     Returns float64; masked pairs are exactly 0 and every row sums to 1.
     """
-    logits = attention_logits(queries, keys, scale, softcap)
-    allowed = allowed_pairs(len(logits), causal, sliding_window)
-    logits = np.where(allowed, logits, -np.inf)
-    logits -= logits.max(axis=1, keepdims=True)
-    weights = np.exp(logits)
-    return weights / weights.sum(axis=1, keepdims=True)
+    return masked_softmax(attention_logits(queries, keys, scale, softcap),
+                          allowed_pairs(len(queries), causal, sliding_window))

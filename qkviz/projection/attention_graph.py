@@ -36,8 +36,8 @@ import scipy.sparse as sp
 
 from qkviz.core.errors import QkvizError
 from qkviz.projection.catalogue import Parameter
+from qkviz.neighbours.top_k import nearest_cosine, top_logits
 from qkviz.projection.neighbors import neighbor_graph
-from qkviz.projection.top_k import nearest_cosine, top_logits
 
 #: The parameters of :func:`attention_graph` that a layout method takes.
 GRAPH_PARAMS = ("k", "alpha", "temperature", "same_kind_k", "key_cap", "hide_first_token")
@@ -105,7 +105,7 @@ def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, 
     needed only with ``hide_first_token``: those keys are then left out of every query's candidate keys
     (its top ``k`` and their softmax are over the other keys, as AttentionViz's "hide first token"); they
     still link to their own top queries and to their nearest keys. With ``approximate``, the searches over
-    many tokens use inverted files (:mod:`qkviz.projection.top_k`): the graph a sampled layout is polished
+    many tokens use inverted files (:mod:`qkviz.neighbours.top_k`): the graph a sampled layout is polished
     with (:func:`qkviz.projection.sampling.polish_tsne`)."""
     n = len(queries)
     check_graph_params(n, k, alpha, temperature, same_kind_k, key_cap, hide_first_token)

@@ -10,7 +10,7 @@ fitted picture:
 
 * **attn-tsne, 2D** -- the whole head's attention graph is built (every query's strongest keys over the corpus,
   every key's strongest queries, the same-kind term: :func:`qkviz.projection.attention_graph.attention_graph`,
-  its searches on inverted files, :mod:`qkviz.projection.top_k`); every other point starts at the weighted mean
+  its searches on inverted files, :mod:`qkviz.neighbours.top_k`); every other point starts at the weighted mean
   of its neighbours in it (:func:`spread_over_graph`), and then every point, sampled or not, moves for
   :data:`POLISH_ITER` t-SNE iterations over that graph (:func:`polish_tsne`): the full fit's objective, from a
   start that already has the fit's global shape, so that a token lands beside its partners whether they were
@@ -35,9 +35,9 @@ import unicodedata
 import numpy as np
 import scipy.sparse as sp
 
+from qkviz.neighbours.top_k import nearest_cosine, top_logits, unit_rows
 from qkviz.projection.attention_graph import softmax_rows
 from qkviz.projection.catalogue import Parameter
-from qkviz.projection.top_k import nearest_cosine, top_logits, unit_rows
 
 #: Tokens a t-SNE or UMAP layout is fitted on when a head has more: the others are placed on the fitted picture.
 #: 0 fits every token. What it costs in faithfulness: bench/scale.py.

@@ -1,7 +1,7 @@
 """Maximum inner product search over one head's vectors: exact, or an approximate inverted file past a limit.
 
 Neither kind keeps a copy of the vectors. Up to :data:`EXACT_LIMIT` vectors the search is exact
-(:func:`qkviz.search.exact_search.exact_top_k`: every dot product, in float32, read block by block
+(:func:`qkviz.neighbours.top_k.top_products`: every dot product, in float32, read block by block
 from the run's memory-mapped arrays), and nothing is stored. Past it the index is an inverted file
 that holds only its lists: ``4 * sqrt(n)`` centroids, trained by seeded k-means (faiss, inner-product
 assignment) on up to 64 vectors a list, and each vector's row number sorted by list -- 4 bytes a
@@ -11,7 +11,7 @@ miss partners. Its ``nprobe`` is tuned when it is built: doubled until the measu
 sample of the vectors that will query it reaches :data:`TARGET_RECALL`, and that recall is kept with
 the index.
 
-Recall@10 is tie-aware (:func:`~qkviz.search.exact_search.tie_aware_recall`), because attention ties
+Recall@10 is tie-aware (:func:`~qkviz.neighbours.top_k.tie_aware_recall`), because attention ties
 are common -- a decoder's queries score the hundreds of sentence-start tokens almost equally.
 """
 
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from qkviz.search.exact_search import MappedVectors, as_vectors, best_of, exact_top_k, ordered, tie_aware_recall
+from qkviz.neighbours.top_k import (MappedVectors, as_vectors, best_of, faiss_threads, ordered, tie_aware_recall,
+                                    top_products)
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class ExactSearch:
 
     def search(self, queries: np.ndarray, k: int, exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, ids)`` ``[n_queries, k']``, best first, ``k' = min(k, vectors not excluded)``."""
-        return exact_top_k(self.vectors, queries, k, exclude)
+        return top_products(queries, self.vectors, k, exclude=exclude)
 
 
 @dataclass
@@ -143,13 +144,8 @@ def train_centroids(training: np.ndarray, nlist: int, seed: int) -> np.ndarray:
 
     clustering = faiss.Clustering(training.shape[1], nlist)
     clustering.seed = seed
-    threads = faiss.omp_get_max_threads()
-    if len(training) * nlist < SINGLE_THREAD_WORK:
-        faiss.omp_set_num_threads(1)
-    try:
+    with faiss_threads(1 if len(training) * nlist < SINGLE_THREAD_WORK else faiss.omp_get_max_threads()):
         clustering.train(training, faiss.IndexFlatIP(training.shape[1]))
-    finally:
-        faiss.omp_set_num_threads(threads)
     return faiss.vector_to_array(clustering.centroids).reshape(nlist, training.shape[1]).astype(np.float32)
 
 
@@ -177,7 +173,7 @@ def build_inverted_lists(vectors: np.ndarray | MappedVectors, probe_queries: np.
     sample = np.ascontiguousarray(probe_queries[rng.choice(len(probe_queries), min(RECALL_SAMPLE, len(probe_queries)),
                                                            replace=False)], dtype=np.float32)
     k = min(RECALL_K, n)
-    exact_scores, _ = exact_top_k(source, sample, k)
+    exact_scores, _ = top_products(sample, source, k)
     index = InvertedLists(centroids, rows, starts, IndexInfo("ivf", n, dim, nlist, 1), source)
     while True:
         recall = tie_aware_recall(index.search(sample, k)[1], source, sample, exact_scores)

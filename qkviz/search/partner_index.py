@@ -32,9 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from qkviz.store import files as run_files
+from qkviz.core.attention import dot_logits
 from qkviz.core.errors import QkvizError
-from qkviz.core.partners import partner_recall
-from qkviz.search.exact_search import MappedVectors
+from qkviz.neighbours.partner_recall import partner_recall
+from qkviz.neighbours.top_k import MappedVectors
 from qkviz.search.mips_index import (EXACT_LIMIT, RECALL_SAMPLE, ExactSearch, IndexInfo, InvertedLists,
                                      build_inverted_lists, read_inverted_lists, write_inverted_lists)
 
@@ -251,9 +252,7 @@ class PartnerIndexes:
 
     def logits(self, layer: int, dots: np.ndarray) -> np.ndarray:
         """``scale * q . k``, soft-capped where the layer caps (float64)."""
-        logits = np.asarray(dots, dtype=np.float64) * self.run.scale(layer)
-        softcap = self.run.softcap(layer)
-        return np.tanh(logits / softcap) * softcap if softcap is not None else logits
+        return dot_logits(dots, self.run.scale(layer), self.run.softcap(layer))
 
 
 # -- the layout's view of the same neighbourhood ------------------------------------------------
@@ -292,7 +291,7 @@ def layout_overlap(partners: Partners, layout: np.ndarray) -> LayoutOverlap:
 def head_layout_overlap(indexes: PartnerIndexes, layer: int, head: int, layout: np.ndarray, k: int = 10,
                         sample: int = 200, seed: int = 0) -> dict[str, float]:
     """The head's partner recall@``k`` in ``layout`` over a seeded sample of its queries and of its keys
-    (:func:`qkviz.core.partner_recall`, exact and tie-aware): ``{"query": ..., "key": ..., "chance": k / n_tokens}``."""
+    (:func:`qkviz.neighbours.partner_recall`, exact and tie-aware): ``{"query": ..., "key": ..., "chance": k / n_tokens}``."""
     run = indexes.run
     return partner_recall(run.queries(layer, head), run.keys(layer, head), run.scale(layer), layout, k=k,
                           sample=sample, seed=seed, softcap=run.softcap(layer))

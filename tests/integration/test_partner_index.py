@@ -9,8 +9,8 @@ import pytest
 
 from qkviz.cli import main
 from qkviz.core.errors import QkvizError
-from qkviz.search import exact_search
-from qkviz.search.exact_search import MappedVectors, exact_top_k, tie_aware_recall
+from qkviz.neighbours import top_k as top_k_module
+from qkviz.neighbours.top_k import MappedVectors, tie_aware_recall, top_products
 from qkviz.search.mips_index import build_inverted_lists
 from qkviz.search.partner_index import (IndexTarget, PartnerIndexes, layout_neighbours, layout_overlap, head_layout_overlap,
                                         index_targets)
@@ -101,7 +101,7 @@ def test_approximate_index_reaches_its_recall_target_and_measures_it_truthfully(
     first_list = index.rows[index.starts[0]:index.starts[1]]
     assert (np.argmax(vectors[first_list] @ index.centroids.T, axis=1) == 0).all()
     # recall re-measured on other queries of the same distribution agrees with the recorded one
-    exact_scores, exact_ids = exact_top_k(vectors, queries, 10)
+    exact_scores, exact_ids = top_products(queries, vectors, 10)
     recall = tie_aware_recall(index.search(queries, 10)[1], vectors, queries, exact_scores)
     assert abs(recall - index.info.recall_at_10) < 0.08
     assert tie_aware_recall(exact_ids, vectors, queries, exact_scores) == 1.0
@@ -119,13 +119,13 @@ def test_blocked_exact_search_equals_numpy_on_random_data(block_rows):
     exclude[np.random.default_rng(4).choice(len(vectors), 700, replace=False)] = True
     expected = queries.astype(np.float64) @ vectors.astype(np.float64).T
     for excluded in (None, exclude):
-        scores, ids = exact_top_k(MappedVectors.of_array(vectors), queries, 5, excluded, block_rows=block_rows)
+        scores, ids = top_products(queries, MappedVectors.of_array(vectors), 5, exclude=excluded, block_rows=block_rows)
         allowed = expected if excluded is None else np.where(excluded, -np.inf, expected)
         np.testing.assert_allclose(scores, np.sort(allowed, axis=1)[:, ::-1][:, :5], rtol=1e-5, atol=1e-4)
         np.testing.assert_allclose(np.take_along_axis(expected, ids, axis=1), scores, rtol=1e-5, atol=1e-4)
         assert excluded is None or not excluded[ids].any()
     # more than there are: every vector not excluded, best first
-    scores, ids = exact_top_k(vectors, queries[:2], 10_000, exclude, block_rows=block_rows)
+    scores, ids = top_products(queries[:2], vectors, 10_000, exclude=exclude, block_rows=block_rows)
     assert ids.shape == (2, 2_300) and sorted(ids[0].tolist()) == np.flatnonzero(~exclude).tolist()
     assert (np.diff(scores, axis=1) <= 0).all()
 
@@ -135,7 +135,7 @@ def test_exact_partners_read_the_runs_arrays_in_blocks_and_equal_brute_force(tin
     """A float16 llama run decodes per-position offsets block by block; blocks of 64 rows split the corpus."""
     run = tiny_run("llama", dtype=dtype)
     assert run.n_tokens > 2 * 64
-    monkeypatch.setattr(exact_search, "BLOCK_BYTES", 4 * run.head_dim)      # the smallest block: 64 rows
+    monkeypatch.setattr(top_k_module, "BLOCK_BYTES", 4 * run.head_dim)      # the smallest block: 64 rows
     reads = []
     original = run.vector_rows
     monkeypatch.setattr(run, "vector_rows", lambda *args: reads.append(args[-1]) or original(*args))

@@ -154,7 +154,8 @@ def test_minilm_mean_correlation_after_translation_is_negative_and_reported(mini
 def test_the_table_carries_each_spaces_partner_recall(causal_run):
     """recall_query / recall_key of a row are partner recall@10 of that space, as qkviz.core measures it on the
     points themselves."""
-    from qkviz.core import Alignment, align_head, partner_recall
+    from qkviz.core import Alignment, align_head
+    from qkviz.neighbours import partner_recall
 
     layer, head = 1, 2
     table = qkviz.correlation_table(causal_run, layers=[layer], heads=[head])

@@ -99,7 +99,7 @@ def test_a_sample_larger_than_the_run_is_a_one_line_error(sampled_run):
 def test_polishing_a_sampled_attention_layout_brings_tokens_to_their_partners(sampled_run):
     """The fitted sample spread over the whole head's attention graph, before and after the polish on it."""
     from qkviz.core.alignment import Alignment, align_head
-    from qkviz.core.partners import partner_recall
+    from qkviz.neighbours import partner_recall
     from qkviz.projection.attention_graph import attention_graph
     from qkviz.projection import project_points
     from qkviz.projection.sampling import polish_tsne, sample_points, spread_over_graph

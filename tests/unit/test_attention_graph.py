@@ -7,7 +7,7 @@ import pytest
 from qkviz import QkvizError
 from qkviz.core import Alignment, align_head
 from qkviz.projection import project_points
-from qkviz.core.partners import top_partners
+from qkviz.neighbours import top_logits
 from qkviz.projection.attention_graph import attention_graph
 
 
@@ -100,18 +100,6 @@ def test_with_first_tokens_hidden_a_sink_heads_queries_no_longer_gather_on_the_s
     assert kept > 0.3 and hidden < 0.1, (kept, hidden)   # chance: 0.1 (30 of the 300 keys)
 
 
-def test_top_partners_are_exact_across_blocks(monkeypatch):
-    import qkviz.core.partners as module
-
-    monkeypatch.setattr(module, "BLOCK_CELLS", 64)   # many small blocks
-    rng = np.random.default_rng(2)
-    rows, columns = rng.normal(size=(50, 4)), rng.normal(size=(30, 4))
-    indices, logits = top_partners(rows, columns, 3, 2.0)
-    expected = np.argsort(-(rows @ columns.T), axis=1)[:, :3]
-    np.testing.assert_array_equal(indices, expected)
-    np.testing.assert_allclose(logits, 2.0 * np.take_along_axis(rows @ columns.T, expected, axis=1), rtol=1e-5)
-
-
 def test_a_sink_key_is_capped_and_reported():
     rng = np.random.default_rng(3)
     n = 60
@@ -136,7 +124,7 @@ def test_a_planted_head_is_shown_by_attn_tsne_and_not_by_tsne():
     keys /= np.linalg.norm(keys, axis=1, keepdims=True)
     partner = rng.permutation(n)
     queries = 3.0 * keys[partner] + 1.5 * rng.normal(size=(n, 16)) @ basis[16:]
-    assert (top_partners(queries, keys, 1, 1.0)[0][:, 0] == partner).all()
+    assert (top_logits(queries, keys, 1, 1.0)[0][:, 0] == partner).all()
     aligned = align_head(queries, keys, Alignment()).points
 
     def partner_recall(layout):

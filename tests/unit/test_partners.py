@@ -3,13 +3,14 @@
 import numpy as np
 import pytest
 
-from qkviz.core import nearest_of, partner_recall, top_partners
+from qkviz.neighbours import nearest_euclidean, partner_recall, top_logits
+from qkviz.neighbours import top_k as top_k_module
 
 
 def planted(n=200, d=8, seed=0):
     rng = np.random.default_rng(seed)
     queries, keys = rng.normal(size=(n, d)), rng.normal(size=(n, d))
-    best = top_partners(queries, keys, 1, 1.0)[0][:, 0]
+    best = top_logits(queries, keys, 1, 1.0)[0][:, 0]
     return rng, queries, keys, best
 
 
@@ -38,8 +39,10 @@ def test_ties_count_whichever_duplicate_the_layout_shows():
     assert partner_recall(queries, keys, 1.0, layout, k=1, sample=None)["query"] == pytest.approx(away + 1 / n)
 
 
-def test_nearest_of_is_exact():
+@pytest.mark.parametrize("block_cells", [64, 1 << 22])         # many small blocks, one block
+def test_nearest_euclidean_is_exact(monkeypatch, block_cells):
+    monkeypatch.setattr(top_k_module, "BLOCK_CELLS", block_cells)
     rng = np.random.default_rng(5)
     rows, candidates = rng.normal(size=(30, 3)), rng.normal(size=(50, 3))
     expected = np.argsort(((rows[:, None] - candidates[None]) ** 2).sum(-1), axis=1)[:, :4]
-    np.testing.assert_array_equal(nearest_of(rows, candidates, 4), expected)
+    np.testing.assert_array_equal(nearest_euclidean(rows, candidates, 4), expected)

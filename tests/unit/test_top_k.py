@@ -1,10 +1,10 @@
-"""Top-k by dot product: the exact faiss search and its inverted-file approximation."""
+"""Top-k by dot product (qkviz.neighbours.top_k): the exact faiss search and its inverted-file approximation."""
 
 import numpy as np
 import pytest
 
-from qkviz.projection import top_k
-from qkviz.projection.top_k import APPROXIMATE_MIN, nearest_cosine, top_logits
+from qkviz.neighbours import top_k
+from qkviz.neighbours.top_k import APPROXIMATE_MIN, nearest_cosine, top_logits
 
 
 def clustered(n: int, d: int = 16, seed: int = 0) -> np.ndarray:

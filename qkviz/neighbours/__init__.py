@@ -1,0 +1,15 @@
+"""Top-k search, below everything that searches: each row's ``k`` best columns by inner product (exact with
+faiss, or an approximate inverted file; :func:`top_products`, and :func:`top_logits` for the model's logits), by
+cosine, by Euclidean distance, over arrays or a run's memory-mapped vectors (:mod:`qkviz.neighbours.top_k`);
+and partner recall, how many of each point's attention partners a layout keeps near
+(:mod:`qkviz.neighbours.partner_recall`).
+
+Imports numpy, faiss (inside the functions that search) and :mod:`qkviz.core`; no file, no run format.
+"""
+
+from qkviz.neighbours.partner_recall import PartnerSample, layout_recall, partner_recall, partner_sample
+from qkviz.neighbours.top_k import (MappedVectors, nearest_cosine, nearest_euclidean, tie_aware_recall, top_logits,
+                                    top_products, unit_rows)
+
+__all__ = ["MappedVectors", "PartnerSample", "layout_recall", "nearest_cosine", "nearest_euclidean", "partner_recall",
+           "partner_sample", "tie_aware_recall", "top_logits", "top_products", "unit_rows"]
