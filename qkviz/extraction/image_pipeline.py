@@ -20,7 +20,7 @@ from qkviz.extraction.logit_parts_capture import bias_parts
 from qkviz.extraction.models import LoadedModel
 from qkviz.extraction.run_manifest import ExtractionResult, fingerprint, model_identity, run_manifest
 from qkviz.store import files as run_files
-from qkviz.store.run import open_run
+from qkviz.store.run import open_stored_run
 from qkviz.store.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory
 
 logger = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def extract_images(loaded: LoadedModel, adapter: FamilyAdapter, corpus, out: Pat
     plan = plan_directory(out, run_fingerprint, overwrite)
     if plan is DirectoryPlan.REUSE:
         logger.info("%s already holds this run; reusing it", out)
-        return ExtractionResult(open_run(out), "reused", time.perf_counter() - started)
+        return ExtractionResult(open_stored_run(out), "reused", time.perf_counter() - started)
     n_tokens = len(selected) * layout.n_tokens
     store = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, n_tokens, dtype, head_update)
     writer = RunWriter(out, run_fingerprint, store, resume=plan is DirectoryPlan.RESUME)
@@ -73,7 +73,7 @@ def extract_images(loaded: LoadedModel, adapter: FamilyAdapter, corpus, out: Pat
     images = image_table([corpus.ids[i] for i in selected], [corpus.labels[i] for i in selected], selected, layout)
     writer.finish(manifest, tokens, images, {**parts, run_files.PATCHES: thumbnails})
     seconds = time.perf_counter() - started
-    run = open_run(out)
+    run = open_stored_run(out)
     logger.info("%s: %s %d images (%d x %d patches, %d special tokens), %d tokens, %d layers x %d heads in %.1f s",
                 out, "resumed and finished" if resumed else "extracted", run.n_sentences, layout.rows, layout.cols,
                 len(layout.prefix), run.n_tokens, run.n_layers, run.n_heads, seconds)

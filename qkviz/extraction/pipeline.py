@@ -26,7 +26,7 @@ from qkviz.extraction.memory_model import check_token_ids, model_for_extraction
 from qkviz.extraction.models import LoadedModel
 from qkviz.extraction.run_manifest import ExtractionResult, fingerprint, model_identity, run_manifest
 from qkviz.store.locks import exclusive_lock
-from qkviz.store.run import open_run
+from qkviz.store.run import open_stored_run
 from qkviz.store.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory
 from qkviz.extraction.selection import select_sentences
 from qkviz.extraction.token_table import sentence_table, token_table
@@ -95,7 +95,7 @@ def _extract(loaded: LoadedModel, corpus_data: Corpus, out: Path, started: float
     plan = plan_directory(Path(out), run_fingerprint, overwrite)
     if plan is DirectoryPlan.REUSE:
         logger.info("%s already holds this run; reusing it", out)
-        return ExtractionResult(open_run(out), "reused", time.perf_counter() - started)
+        return ExtractionResult(open_stored_run(out), "reused", time.perf_counter() - started)
     layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, n_tokens, dtype,
                          head_update)
     writer = RunWriter(Path(out), run_fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
@@ -117,7 +117,7 @@ def _extract(loaded: LoadedModel, corpus_data: Corpus, out: Path, started: float
     manifest["logit_parts"] = sorted(logit_parts)
     writer.finish(manifest, tokens, sentence_table(sentences), logit_parts)
     seconds = time.perf_counter() - started
-    result = ExtractionResult(open_run(out), "resumed" if resumed else "extracted", seconds)
+    result = ExtractionResult(open_stored_run(out), "resumed" if resumed else "extracted", seconds)
     run = result.run
     logger.info("%s: %s %d sentences, %d tokens, %d layers x %d heads (%d key-value heads) in %.1f s", out,
                 "resumed and finished" if resumed else "extracted", run.n_sentences, run.n_tokens, run.n_layers,
