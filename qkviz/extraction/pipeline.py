@@ -22,7 +22,7 @@ from qkviz.extraction.forward import capture_run, pad_token_id
 from qkviz.extraction.image_corpus import is_image_source, load_images
 from qkviz.extraction.image_pipeline import extract_images
 from qkviz.extraction.logit_parts_capture import capture_logit_parts
-from qkviz.extraction.memory_model import check_token_ids, model_for_extraction
+from qkviz.extraction.borrowed_model import check_token_ids, model_for_extraction
 from qkviz.extraction.models import LoadedModel
 from qkviz.extraction.run_manifest import ExtractionResult, fingerprint, model_identity, run_manifest
 from qkviz.store.locks import exclusive_lock
@@ -43,7 +43,7 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
     """Extract every head's queries, keys and value norms over ``corpus`` into the run ``out``;
     with ``head_update``, also each head's update relative to the hidden state per token
     (:mod:`qkviz.extraction.head_update_capture`). ``model`` is a name or directory, or a model object with
-    ``tokenizer`` (an image model: ``processor``; :mod:`qkviz.extraction.memory_model`); ``corpus`` a file or
+    ``tokenizer`` (an image model: ``processor``; :mod:`qkviz.extraction.borrowed_model`); ``corpus`` a file or
     dataset name, or an iterable of strings (:func:`qkviz.extraction.corpus.load_corpus`), or images
     (:func:`qkviz.extraction.image_corpus.load_images`: a folder, a list file, ``imagefolder:DIR``, PIL
     images or arrays; :mod:`qkviz.extraction.image_pipeline`). ``device`` None: ``"cpu"`` for a name, where
