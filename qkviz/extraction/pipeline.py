@@ -18,7 +18,7 @@ from qkviz.store import files as run_files
 from qkviz.extraction.adapters import adapter_for
 from qkviz.extraction.corpus import Corpus, load_corpus
 from qkviz.core.errors import QkvizError
-from qkviz.extraction.forward import capture_run, pad_token_id
+from qkviz.extraction.text_capture import capture_sentences, pad_token_id
 from qkviz.extraction.image_corpus import is_image_source, load_images
 from qkviz.extraction.image_pipeline import extract_images
 from qkviz.extraction.logit_parts_capture import capture_logit_parts
@@ -101,7 +101,7 @@ def _extract(loaded: LoadedModel, corpus_data: Corpus, out: Path, started: float
     writer = RunWriter(Path(out), run_fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
     resumed = writer.tokens_done > 0
     try:
-        settings = capture_run(loaded, adapter, shape, sentences, writer, batch_size, progress)
+        settings = capture_sentences(loaded, adapter, shape, sentences, writer, batch_size, progress)
     finally:
         writer.close()
     if any(settings[layer].causal != adapter.causal for layer in settings):
