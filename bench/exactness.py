@@ -25,7 +25,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 import qkviz  # noqa: E402
 from support.attention_check import max_attention_error  # noqa: E402
 from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
-from qkviz.extraction.forward import pad_token_id  # noqa: E402
+from qkviz.extraction.text_capture import pad_token_id  # noqa: E402
 from qkviz.extraction.models import load_model, model_directory  # noqa: E402
 from support.tiny_models import FAMILIES, build_tiny_model  # noqa: E402
 from support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error  # noqa: E402

@@ -32,7 +32,7 @@ import qkviz  # noqa: E402
 from qkviz.extraction import extract_run  # noqa: E402
 from qkviz.extraction.adapters import adapter_for  # noqa: E402
 from qkviz.extraction.corpus import DEFAULT_CORPUS, load_corpus  # noqa: E402
-from qkviz.extraction.forward import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
+from qkviz.extraction.text_capture import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
 from qkviz.extraction.models import load_model  # noqa: E402
 from qkviz.extraction.selection import select_sentences  # noqa: E402
 

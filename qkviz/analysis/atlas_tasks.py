@@ -22,7 +22,7 @@ from qkviz.analysis.head_stats import TokenKinds, head_statistics
 from qkviz.analysis.logit_decomposition import EmbeddingSplit, decompose_embeddings, decompose_head
 from qkviz.analysis.syntax import BatchSyntax, TokenSyntax, batch_syntax
 from qkviz.store import files as run_files
-from qkviz.store.run import StoredRun, open_run, read_manifest
+from qkviz.store.run import StoredRun, open_stored_run, read_manifest
 
 EXEMPLAR_COLUMNS = ("layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text")
 UPDATE_STATISTICS = ("update_ratio_median", "update_cosine_mean")
@@ -97,7 +97,7 @@ def _run_state(run_path: str, token_syntax: TokenSyntax | None) -> _RunState:
     key = (path, str(read_manifest(Path(path))["fingerprint"]), token_syntax is not None)
     if key not in _STATES:
         _STATES.clear()                 # one run at a time: keep only its state
-        run = open_run(path)
+        run = open_stored_run(path)
         batches = sentence_batches(run)
         _STATES[key] = _RunState(
             run, TokenKinds.of(run), batches,

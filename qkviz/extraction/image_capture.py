@@ -13,19 +13,17 @@ thumbnails (the image processor, not the model) of the chunks already on disk.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, capturing
-from qkviz.extraction.forward import CHUNK_BYTES, MAX_OFFSET_POSITIONS, ChunkBuffers, Scatter, bytes_per_token
-from qkviz.extraction.head_update_capture import HeadUpdateProbe
+from qkviz.extraction.chunk_capture import (CHUNK_BYTES, MAX_OFFSET_POSITIONS, ChunkBuffers, Scatter, attention_layers,
+                                            bytes_per_token, progress_bar, recording, store_chunk)
 from qkviz.store.run_writer import RunWriter
 
 logger = logging.getLogger(__name__)
@@ -121,9 +119,7 @@ def capture_images(model, adapter: FamilyAdapter, shape: ModelShape, source: Pix
                    ) -> tuple[dict[int, LayerAttentionSettings], ImageLayout, np.ndarray]:
     """Capture every selected image (corpus indices) not yet on disk; return each layer's attention settings,
     the image layout and every token's thumbnail ``[token, t, t, 3]`` uint8 (zeros for the special tokens)."""
-    layer_of_module = {id(module): layer for layer, module in enumerate(adapter.attention_modules(model))}
-    if len(layer_of_module) != shape.n_layers:
-        raise RuntimeError(f"found {len(layer_of_module)} attention modules for {shape.n_layers} layers")
+    layer_of_module = attention_layers(model, adapter, shape)
     first_pixels = source.pixels(selected[:1])
     with torch.inference_mode():
         settings = probe_image_layers(model, layer_of_module, first_pixels, shape, layout)
@@ -136,11 +132,8 @@ def capture_images(model, adapter: FamilyAdapter, shape: ModelShape, source: Pix
     scatter = Scatter(ChunkBuffers.allocate(shape, largest, store_dtype, writer.layout.head_update), writer.offsets,
                       min(MAX_OFFSET_POSITIONS, layout.n_tokens))
     thumbnails = np.zeros((len(selected), layout.n_tokens, layout.thumbnail, layout.thumbnail, 3), dtype=np.uint8)
-    probe = HeadUpdateProbe(model, adapter, shape, scatter.head_updates) if writer.layout.head_update else None
-    recorder = AttentionRecorder(layer_of_module, scatter, output_sink=probe)
-    bar = tqdm(total=n_tokens, initial=writer.tokens_done, unit="tok", desc="extracting", disable=not progress,
-               dynamic_ncols=True)
-    with torch.inference_mode(), capturing(model, recorder), probe or contextlib.nullcontext():
+    bar = progress_bar(writer, progress)
+    with recording(model, adapter, shape, layer_of_module, scatter, writer.layout.head_update):
         for first, end, first_token in chunks:
             done = first_token + (end - first) * layout.n_tokens <= writer.tokens_done
             for start in range(first, end, batch_size):
@@ -160,14 +153,7 @@ def capture_images(model, adapter: FamilyAdapter, shape: ModelShape, source: Pix
                 bar.update(len(members) * layout.n_tokens)
             if done:
                 continue
-            if writer.offsets is None:
-                writer.save_offsets(scatter.offsets())
-            count = (end - first) * layout.n_tokens
-            updates = scatter.buffers.head_updates
-            writer.write_chunk(first_token, scatter.buffers.queries[:, :, :count], scatter.buffers.keys[:, :, :count],
-                               scatter.buffers.value_norms[:, :, :count],
-                               None if updates is None else updates[:, :, :count])
-            writer.checkpoint(first_token + count)
+            store_chunk(writer, scatter, first_token, (end - first) * layout.n_tokens)
             bar.set_postfix(images=end, refresh=False)
     bar.close()
     return settings, layout, thumbnails.reshape(n_tokens, layout.thumbnail, layout.thumbnail, 3)

@@ -1,9 +1,16 @@
-"""``qkviz extract``: from a model and a corpus to a complete run directory.
+"""``qkviz extract``: from a model and a corpus (text or images) to a complete run directory.
 
-The run is identified by a fingerprint of everything that determines its numbers (the model's
-weights and configuration, the corpus, the selection, the stored precision); the same inputs
-reuse the run, an interrupted run with the same inputs resumes, and different inputs into an
-existing run directory are refused unless ``overwrite``.
+Every run is written by one path, :func:`write_run`: the run is identified by a fingerprint of
+everything that determines its numbers (the model's weights and configuration, the corpus, the
+selection, the stored precision); the same inputs reuse the run, an interrupted run with the same
+inputs resumes, and different inputs into an existing run directory are refused unless
+``overwrite``. The vectors are streamed by a :class:`qkviz.store.run_writer.RunWriter`, which writes
+the tables and extra arrays, checksums every file, and writes the manifest last.
+
+What differs between text and images is a :class:`RunInput`, supplied by
+:class:`qkviz.extraction.text_input.TextInput` (tokenising and selecting sentences) or
+:class:`qkviz.extraction.image_input.ImageInput` (processing images; the token table's patch
+columns, the manifest's image layout, the patch thumbnails).
 """
 
 from __future__ import annotations
@@ -11,25 +18,25 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
+import pandas as pd
 
-from qkviz.store import files as run_files
-from qkviz.extraction.adapters import adapter_for
-from qkviz.extraction.corpus import Corpus, load_corpus
 from qkviz.core.errors import QkvizError
-from qkviz.extraction.forward import capture_run, pad_token_id
+from qkviz.extraction.adapters import FamilyAdapter, adapter_for
+from qkviz.extraction.borrowed_model import model_for_extraction
+from qkviz.extraction.capture import LayerAttentionSettings
+from qkviz.extraction.corpus import load_corpus
 from qkviz.extraction.image_corpus import is_image_source, load_images
-from qkviz.extraction.image_pipeline import extract_images
-from qkviz.extraction.logit_parts_capture import capture_logit_parts
-from qkviz.extraction.memory_model import check_token_ids, model_for_extraction
+from qkviz.extraction.image_input import ImageInput
 from qkviz.extraction.models import LoadedModel
 from qkviz.extraction.run_manifest import ExtractionResult, fingerprint, model_identity, run_manifest
+from qkviz.extraction.text_input import TextInput
+from qkviz.store import files as run_files
 from qkviz.store.locks import exclusive_lock
-from qkviz.store.run import open_run
+from qkviz.store.run import StoredRun, open_stored_run
 from qkviz.store.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory
-from qkviz.extraction.selection import select_sentences
-from qkviz.extraction.token_table import sentence_table, token_table
 
 logger = logging.getLogger(__name__)
 
@@ -43,10 +50,10 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
     """Extract every head's queries, keys and value norms over ``corpus`` into the run ``out``;
     with ``head_update``, also each head's update relative to the hidden state per token
     (:mod:`qkviz.extraction.head_update_capture`). ``model`` is a name or directory, or a model object with
-    ``tokenizer`` (an image model: ``processor``; :mod:`qkviz.extraction.memory_model`); ``corpus`` a file or
+    ``tokenizer`` (an image model: ``processor``; :mod:`qkviz.extraction.borrowed_model`); ``corpus`` a file or
     dataset name, or an iterable of strings (:func:`qkviz.extraction.corpus.load_corpus`), or images
     (:func:`qkviz.extraction.image_corpus.load_images`: a folder, a list file, ``imagefolder:DIR``, PIL
-    images or arrays; :mod:`qkviz.extraction.image_pipeline`). ``device`` None: ``"cpu"`` for a name, where
+    images or arrays; :mod:`qkviz.extraction.image_input`). ``device`` None: ``"cpu"`` for a name, where
     the model object is for an object. One extraction writes a run directory at a time: a second one into
     the same ``out`` is refused while the first runs."""
     out = Path(out)
@@ -60,68 +67,89 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
                         busy_message=f"another qkviz extract is writing {out}; wait for it to finish"), \
             model_for_extraction(model, tokenizer, device, progress, processor=processor,
                                  modality="image" if images else "text") as loaded:
-        options = dict(max_tokens=max_tokens, max_sentences=max_sentences, seed=seed, dtype=dtype,
-                       batch_size=batch_size, head_update=head_update, overwrite=overwrite, progress=progress)
-        if images:
-            return extract_images(loaded, adapter_for(loaded.model.config), corpus_data, out, started, **options)
-        return _extract(loaded, corpus_data, out, started, max_length=max_length, **options)
+        adapter = adapter_for(loaded.model.config)
+        limits = dict(max_tokens=max_tokens, max_sentences=max_sentences, seed=seed)
+        run_input = (ImageInput.select(loaded, adapter, corpus_data, **limits) if images else
+                     TextInput.select(loaded, adapter, corpus_data, max_length=max_length, **limits))
+        return write_run(loaded, adapter, run_input, out, started, dtype=dtype, batch_size=batch_size,
+                         overwrite=overwrite, head_update=head_update, progress=progress)
 
 
-def _extract(loaded: LoadedModel, corpus_data: Corpus, out: Path, started: float, *, max_tokens: int | None,
-             max_sentences: int | None, seed: int, dtype: str, batch_size: int, max_length: int | None,
-             overwrite: bool, head_update: bool, progress: bool) -> ExtractionResult:
+class RunInput(Protocol):
+    """What one kind of input (text, images) supplies to :func:`write_run`: its part of the run's identity,
+    its counts, its forward loop, its tables and its arrays beside the vectors."""
+
+    corpus: dict           # the identity's "corpus": what of the corpus the numbers depend on
+    selection: dict        # the identity's "selection": how the sequences were chosen
+    source: str            # the corpus as given (the manifest's corpus "source")
+    n_corpus_items: int    # sentences or images in the corpus
+    n_sequences: int       # sentences or images in the run
+    n_tokens: int
+    n_truncated: int
+
+    def capture(self, writer: RunWriter, batch_size: int, progress: bool) -> dict[int, LayerAttentionSettings]:
+        """Stream every sequence not yet on disk through ``writer``; each layer's attention settings."""
+
+    def token_table(self) -> pd.DataFrame:
+        """One row per token in storage order (``qkviz.store.run.TOKEN_COLUMNS``, and the input's own)."""
+
+    def sequence_table(self) -> pd.DataFrame:
+        """One row per sentence or image (``qkviz.store.run.SENTENCE_COLUMNS``, and the input's own)."""
+
+    def manifest_input(self) -> dict | None:
+        """The manifest's ``input`` (how an image's tokens are laid out), or None."""
+
+    def logit_parts(self, tokens: pd.DataFrame) -> dict[str, np.ndarray]:
+        """``{run file: array}`` of what the logit decomposition needs from the model."""
+
+    def extra_arrays(self) -> dict[str, np.ndarray]:
+        """``{run file: array}`` of the input's own arrays (the patch thumbnails)."""
+
+    def summary(self, run: StoredRun) -> str:
+        """What was extracted, for the log line."""
+
+
+def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, out: Path, started: float, *,
+              dtype: str, batch_size: int, overwrite: bool, head_update: bool, progress: bool) -> ExtractionResult:
+    """Write the run of ``run_input`` into ``out``: reuse, resume or refuse what is there (see the module),
+    stream the vectors, then the tables, the arrays and the manifest last."""
     device = str(next(loaded.model.parameters()).device)
-    config = loaded.model.config
-    adapter = adapter_for(config)
-    shape = adapter.shape(config)
-    length_limit = _length_limit(adapter.max_tokens_per_sequence(config), max_length)
-    _check_room_for_text(loaded.tokenizer, length_limit)
-    sentences = select_sentences(corpus_data.sentences, loaded.tokenizer, length_limit, max_tokens,
-                                 max_sentences, seed)
-    if not sentences:
-        raise QkvizError(f"no sentence of {corpus_data.source} fits in --max-tokens {max_tokens}; raise it")
-    check_token_ids(sentences, loaded.model)
-    n_tokens = sum(len(s) for s in sentences)
+    shape = adapter.shape(loaded.model.config)
     identity = {
         "schema_version": run_files.SCHEMA_VERSION,
         "model": model_identity(loaded, adapter.family),
-        "corpus": {"sha256": corpus_data.sha256, "text_column": corpus_data.text_column},
-        "selection": {"max_tokens": max_tokens, "max_sentences": max_sentences, "seed": seed,
-                      "max_length": length_limit},
+        "corpus": run_input.corpus,
+        "selection": run_input.selection,
         "dtype": dtype,
         **({"head_update": True} if head_update else {}),
     }
     run_fingerprint = fingerprint(identity)
-    plan = plan_directory(Path(out), run_fingerprint, overwrite)
+    plan = plan_directory(out, run_fingerprint, overwrite)
     if plan is DirectoryPlan.REUSE:
         logger.info("%s already holds this run; reusing it", out)
-        return ExtractionResult(open_run(out), "reused", time.perf_counter() - started)
-    layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, n_tokens, dtype,
+        return ExtractionResult(open_stored_run(out), "reused", time.perf_counter() - started)
+    layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, run_input.n_tokens, dtype,
                          head_update)
-    writer = RunWriter(Path(out), run_fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
+    writer = RunWriter(out, run_fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
     resumed = writer.tokens_done > 0
     try:
-        settings = capture_run(loaded, adapter, shape, sentences, writer, batch_size, progress)
+        settings = run_input.capture(writer, batch_size, progress)
     finally:
         writer.close()
-    if any(settings[layer].causal != adapter.causal for layer in settings):
-        raise RuntimeError(f"{adapter.family} layers disagree with the family's causality")
-    tokens = token_table(sentences, loaded.tokenizer)
-    manifest = run_manifest(identity, loaded, adapter, shape, settings, tokens, corpus_source=corpus_data.source,
-                            n_corpus_items=len(corpus_data.sentences), n_sentences=len(sentences),
-                            n_truncated=sum(s.truncated for s in sentences))
+    tokens = run_input.token_table()
+    manifest = run_manifest(identity, loaded, adapter, shape, settings, tokens, corpus_source=run_input.source,
+                            n_corpus_items=run_input.n_corpus_items, n_sentences=run_input.n_sequences,
+                            n_truncated=run_input.n_truncated)
+    if (described := run_input.manifest_input()) is not None:
+        manifest["input"] = described
     manifest["extraction"] = {"device": device, "batch_size": batch_size}
-    logit_parts = capture_logit_parts(loaded.model, adapter, shape, max(len(s) for s in sentences),
-                                      pad_token_id(loaded.tokenizer), device,
-                                      used_token_ids=np.unique(tokens.token_id.to_numpy()))
-    manifest["logit_parts"] = sorted(logit_parts)
-    writer.finish(manifest, tokens, sentence_table(sentences), logit_parts)
+    parts = run_input.logit_parts(tokens)
+    manifest["logit_parts"] = sorted(parts)
+    writer.finish(manifest, tokens, run_input.sequence_table(), {**parts, **run_input.extra_arrays()})
     seconds = time.perf_counter() - started
-    result = ExtractionResult(open_run(out), "resumed" if resumed else "extracted", seconds)
-    run = result.run
-    logger.info("%s: %s %d sentences, %d tokens, %d layers x %d heads (%d key-value heads) in %.1f s", out,
-                "resumed and finished" if resumed else "extracted", run.n_sentences, run.n_tokens, run.n_layers,
-                run.n_heads, run.n_kv_heads, seconds)
+    result = ExtractionResult(open_stored_run(out), "resumed" if resumed else "extracted", seconds)
+    logger.info("%s: %s %s in %.1f s", out, "resumed and finished" if resumed else "extracted",
+                run_input.summary(result.run), seconds)
     if result.n_truncated:
         logger.warning("%d sentences were longer than the model allows and were truncated", result.n_truncated)
     return result
@@ -134,18 +162,3 @@ def _check_options(dtype: str, batch_size: int, max_tokens, max_sentences, max_l
                         ("--max-sentences", max_sentences), ("--max-length", max_length)):
         if value is not None and value < 1:
             raise QkvizError(f"{name} must be a positive number, got {value}")
-
-
-def _length_limit(model_limit: int | None, requested: int | None) -> int | None:
-    if requested is not None and model_limit is not None and requested > model_limit:
-        raise QkvizError(f"--max-length {requested} is longer than the model allows ({model_limit})")
-    return requested if requested is not None else model_limit
-
-
-def _check_room_for_text(tokenizer, length_limit: int | None) -> None:
-    """A ``--max-length`` that leaves no token for text after the model's special tokens is refused (a
-    tokenizer cannot truncate below them, and would silently ignore the limit)."""
-    special = tokenizer.num_special_tokens_to_add(pair=False)
-    if length_limit is not None and length_limit <= special:
-        raise QkvizError(f"--max-length {length_limit} leaves no room for text: the tokenizer adds {special} special "
-                         f"tokens to every sentence; use at least {special + 1}")

@@ -29,7 +29,7 @@ from qkviz.projection.catalogue import (FitInputs, Projection, ProjectionMethod,
                                         two_d_spec, warm_up)
 from qkviz.projection.sampling import (assemble, attention_affinities, perplexity_affinities, place, polish_tsne,
                                        refine_tsne, sample_points, spread_over_graph, stratified_sample)
-from qkviz.store.run import StoredRun, open_run
+from qkviz.store.run import StoredRun, open_stored_run
 
 if TYPE_CHECKING:
     from qkviz.cluster import DaskClient
@@ -79,7 +79,7 @@ def project_head(run_path: str, specs: list[ProjectionSpec], wait: bool = True) 
     later). A layout that fails is recorded in the cache (shown by ``qkviz status`` and the app) and
     reported with its ``error``; the head's other layouts go on. An ``OSError`` (permission, a full disk)
     is raised instead: it is the file system's, and every head would meet it."""
-    run = open_run(run_path)
+    run = open_stored_run(run_path)
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
     try:
         with exclusive_lock(cache.head_lock(specs[0].layer, specs[0].head), wait=wait):

@@ -1,10 +1,10 @@
-"""Reports: the correlation report's model (no plotly) and its HTML pages, the head atlas page (the pages
+"""Reports: the correlation report's contents (``correlation_summary``, no plotly) and its HTML pages, the head atlas page (the pages
 open offline, with one copy of plotly.js beside them), the figures and token colours the app shares with
 them, and the status of a run.
 """
 
 from qkviz.report.colours import LABEL_COLOURS
-from qkviz.report.model import Report, correlation_report
+from qkviz.report.correlation_summary import Report, correlation_report
 from qkviz.report.position_heatmap import relative_position_figure
 from qkviz.report.report_directory import write_report
 from qkviz.report.run_status import describe_run

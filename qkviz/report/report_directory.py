@@ -19,7 +19,7 @@ from pathlib import Path
 from qkviz.core.errors import QkvizError
 from qkviz.report.atlas_html import render_atlas_html
 from qkviz.report.html_page import ASSETS_DIR, shared_assets
-from qkviz.report.model import ATLAS_HTML_NAME, CSV_NAME, HTML_NAME, SUMMARY_NAME, Report
+from qkviz.report.correlation_summary import ATLAS_HTML_NAME, CSV_NAME, HTML_NAME, SUMMARY_NAME, Report
 from qkviz.report.report_html import render_html
 from qkviz.store.files import file_sha256
 

@@ -16,7 +16,7 @@ from plotly.subplots import make_subplots
 
 from qkviz.report.figure_grid import heatmap_grid
 from qkviz.report.html_page import figure_html, page
-from qkviz.report.model import ATTENTIONVIZ_MEANS, Report
+from qkviz.report.correlation_summary import ATTENTIONVIZ_MEANS, Report
 
 #: the distance / dot-product pairs of the best and worst head are drawn as a density of this many bins a side
 #: (a 2D histogram draws in a tenth of the time of thousands of SVG points, and shows where they pile up)

@@ -16,7 +16,7 @@ from qkviz.core.errors import QkvizError
 from qkviz.search.mips_index import EXACT_LIMIT, IndexInfo
 from qkviz.search.partner_index import IndexTarget, PartnerIndexes, index_targets
 from qkviz.search.token_index import TokenIndex, store_token_index
-from qkviz.store.run import StoredRun, as_run, open_run
+from qkviz.store.run import StoredRun, as_run, open_stored_run
 
 if TYPE_CHECKING:
     from qkviz.cluster import DaskClient
@@ -100,4 +100,4 @@ def build_partner_index(run_path: str, target: IndexTarget, exact_limit: int, se
     """One index (a pure task, run here or by a Dask worker): :meth:`PartnerIndexes.build` of ``target`` in the
     run at ``run_path``; ``(info, bytes on disk)``. The inverted file is written through a temporary file and a
     rename, then its sidecar, so a worker killed meanwhile leaves no index that reads as complete."""
-    return PartnerIndexes(open_run(run_path), exact_limit=exact_limit).build(target, seed=seed)
+    return PartnerIndexes(open_stored_run(run_path), exact_limit=exact_limit).build(target, seed=seed)

@@ -23,8 +23,9 @@ REQUIRED_FILES = (*run_files.ARRAY_FILES, run_files.TOKENS, run_files.SENTENCES)
 SENTENCE_COLUMNS = ("sentence", "corpus_index", "text", "first_token", "n_tokens", "truncated")
 
 
-def open_run(path: str | Path) -> "StoredRun":
-    """Open a complete run directory written by ``qkviz extract``."""
+def open_stored_run(path: str | Path) -> "StoredRun":
+    """Open a complete run directory written by ``qkviz extract`` as the store's :class:`StoredRun`
+    (``qkviz.open_run`` opens it as the public ``qkviz.Run``, which extends it)."""
     return StoredRun(path)
 
 

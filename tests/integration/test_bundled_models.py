@@ -6,7 +6,7 @@ from support.attention_check import max_attention_error
 from support import CORPUS
 
 import qkviz
-from qkviz.extraction.forward import pad_token_id
+from qkviz.extraction.text_capture import pad_token_id
 from qkviz.extraction.models import load_model, model_directory
 
 pytestmark = pytest.mark.slow

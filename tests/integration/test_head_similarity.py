@@ -13,7 +13,7 @@ from qkviz.analysis import head_similarity
 from qkviz.core.alignment import align_head
 from qkviz.analysis.head_similarity import (classical_mds, cluster_order, compute_head_similarity,
                                    load_head_similarity, related_heads, sample_sentences, store_head_similarity)
-from qkviz.store.run import open_run
+from qkviz.store.run import open_stored_run
 from support.runs import reseal
 
 
@@ -83,7 +83,7 @@ def with_copies(run, directory):
     queries.flush()
     keys.flush()
     reseal(copy)
-    return open_run(copy)
+    return open_stored_run(copy)
 
 
 def test_identical_heads_are_each_others_closest_and_related_heads_excludes_the_head(tiny_run, tmp_path):
@@ -126,7 +126,7 @@ def test_classical_mds_recovers_a_planar_configuration_and_clustering_keeps_grou
 
 
 def test_store_and_load_round_trip_and_a_half_written_directory_is_none(tiny_run, tmp_path, caplog):
-    run = open_run(shutil.copytree(tiny_run("llama").path, tmp_path / "run"))
+    run = open_stored_run(shutil.copytree(tiny_run("llama").path, tmp_path / "run"))
     assert load_head_similarity(run) is None
     similarity = compute_head_similarity(run, max_queries=40, seed=5)
     directory = store_head_similarity(run, similarity)
@@ -160,7 +160,7 @@ def test_cli_related_stores_and_bad_input_is_one_line(tiny_run, tmp_path):
     result = qkviz("related", "--run", str(copy), "--max-queries", "50")
     assert result.returncode == 0, result.stderr
     assert "closest heads in different layers" in result.stderr and "8 heads over" in result.stderr
-    assert load_head_similarity(open_run(copy)).max_queries == 50
+    assert load_head_similarity(open_stored_run(copy)).max_queries == 50
     for args, fragment in ((["--run", str(copy), "--max-queries", "0"], "argument --max-queries: 0 is out of range"),
                            (["--run", str(tmp_path / "nothing")], "no run at")):
         bad = qkviz("-q", "related", *args)

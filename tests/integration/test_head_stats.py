@@ -10,7 +10,7 @@ from qkviz.cli import main
 from qkviz.analysis.head_atlas import load_atlas
 from qkviz.analysis.head_labels import LabelThresholds, head_label
 from qkviz.analysis.head_stats import head_statistics, is_punctuation
-from qkviz.store.run import open_run
+from qkviz.store.run import open_stored_run
 from support.cli import run_main
 from support.runs import reseal
 
@@ -26,7 +26,7 @@ def with_head(run, tmp_path, queries, keys, layer=0, head=0):
     stored_queries.flush()
     stored_keys.flush()
     reseal(copy)
-    return open_run(copy)
+    return open_stored_run(copy)
 
 
 def rotated(positions, angle, length, head_dim):
@@ -112,7 +112,7 @@ def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(tiny_run, tmp
     run = tiny_run("gpt2", max_sentences=30)
     copy = tmp_path / "run"
     shutil.copytree(run.path, copy)
-    run = open_run(copy)
+    run = open_stored_run(copy)
     assert load_atlas(run) is None
     assert main(["-q", "stats", "--run", str(copy), "--max-offset", "8"]) == 0
     atlas = load_atlas(run)

@@ -16,7 +16,7 @@ from dash_app.search import TokenSearch
 from dash_app.state import ViewState
 from dash_app.views import matrix as matrix_view, matrix_points, matrix_raster
 from qkviz.core.errors import QkvizError
-from qkviz.store.run import open_run
+from qkviz.store.run import open_stored_run
 from support.browser import copy_run
 
 
@@ -175,5 +175,5 @@ def test_a_continuous_colouring_gets_its_colour_bars(raster_data):
 
 def test_a_small_run_keeps_its_points(app_run, monkeypatch):
     monkeypatch.delenv(matrix_raster.RASTER_POINTS_ENV, raising=False)
-    figure, _ = matrix_view.render_matrix(RunData(open_run(app_run.path), "tiny"), ViewState(method="pca"), None, None)
+    figure, _ = matrix_view.render_matrix(RunData(open_stored_run(app_run.path), "tiny"), ViewState(method="pca"), None, None)
     assert not figure.layout.images and figure.data[0].name == "queries"

@@ -14,7 +14,7 @@ from qkviz.neighbours.top_k import MappedVectors, tie_aware_recall, top_products
 from qkviz.search.mips_index import build_inverted_lists
 from qkviz.search.partner_index import (IndexTarget, PartnerIndexes, layout_neighbours, layout_overlap, head_layout_overlap,
                                         index_targets)
-from qkviz.store.run import open_run
+from qkviz.store.run import open_stored_run
 
 
 def brute_force(run, layer, head, point):
@@ -150,7 +150,7 @@ def test_exact_partners_read_the_runs_arrays_in_blocks_and_equal_brute_force(tin
 
 
 def test_index_command_stores_nothing_for_exact_heads_and_deletes_old_index_files(tiny_run, tmp_path, capsys):
-    run = open_run(shutil.copytree(tiny_run("llama").path, tmp_path / "run"))
+    run = open_stored_run(shutil.copytree(tiny_run("llama").path, tmp_path / "run"))
     directory = run.path / "indexes"
     directory.mkdir()
     # an index of the previous qkviz: a faiss flat copy of *other* vectors with its schema-1 sidecar
@@ -177,7 +177,7 @@ def test_index_command_stores_nothing_for_exact_heads_and_deletes_old_index_file
 
 
 def test_index_command_stores_inverted_files_of_row_numbers_past_the_exact_limit(tiny_run, tmp_path, capsys):
-    run = open_run(shutil.copytree(tiny_run("llama").path, tmp_path / "run"))
+    run = open_stored_run(shutil.copytree(tiny_run("llama").path, tmp_path / "run"))
     limit = run.n_tokens - 1
     assert main(["index", "--run", str(run.path), "--layers", "1", "--exact-limit", str(limit)]) == 0
     targets = index_targets(run, [1], list(range(run.n_heads)))
@@ -202,7 +202,7 @@ def test_index_command_stores_inverted_files_of_row_numbers_past_the_exact_limit
         np.testing.assert_allclose(found, brute_force_logits(run, 1, 3, point, partners.tokens), rtol=1e-5, atol=1e-5)
         assert (np.diff(found) <= 1e-6).all() and found[0] <= expected_logits[0] + 1e-5
     # the default limit (more than the run) still uses the stored index, answering the same
-    a, b = stored.partners(1, 3, 17, 5), PartnerIndexes(open_run(run.path)).partners(1, 3, 17, 5)
+    a, b = stored.partners(1, 3, 17, 5), PartnerIndexes(open_stored_run(run.path)).partners(1, 3, 17, 5)
     assert np.array_equal(a.tokens, b.tokens) and b.info.kind == "ivf"
     # a damaged index file is not read: its sidecar's size no longer matches
     index_path, _ = stored.paths(targets[0])

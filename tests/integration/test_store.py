@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import qkviz
-import qkviz.extraction.forward
+import qkviz.extraction.adapters
+from qkviz.extraction import text_capture
 from qkviz.extraction import extract_run
 from qkviz.store import files as run_files
 from qkviz.core.errors import IncompleteRunError, QkvizError
@@ -86,9 +87,9 @@ def test_interrupted_run_is_incomplete_then_resumes_to_identical_arrays(tiny_mod
     model = str(tiny_model("llama"))
     reference = qkviz.extract(model, tiny_corpus, tmp_path / "reference", max_sentences=30)
     # Chunks of about 60 tokens, and a crash while the third chunk runs.
-    monkeypatch.setattr(qkviz.extraction.forward, "CHUNK_BYTES", 60 * qkviz.extraction.forward.bytes_per_token(
+    monkeypatch.setattr(text_capture, "CHUNK_BYTES", 60 * text_capture.bytes_per_token(
         qkviz.extraction.adapters.ModelShape(2, 4, 2, 16), np.dtype("float32")))
-    real_chunk = qkviz.extraction.forward._capture_chunk
+    real_chunk = text_capture._capture_chunk
     calls = []
     crash_armed = [True]
 
@@ -99,7 +100,7 @@ def test_interrupted_run_is_incomplete_then_resumes_to_identical_arrays(tiny_mod
             raise SimulatedCrash
         return real_chunk(*args, **kwargs)
 
-    monkeypatch.setattr(qkviz.extraction.forward, "_capture_chunk", crash_on_third)
+    monkeypatch.setattr(text_capture, "_capture_chunk", crash_on_third)
     with pytest.raises(SimulatedCrash):
         qkviz.extract(model, tiny_corpus, tmp_path / "run", max_sentences=30)
     assert not (tmp_path / "run" / run_files.MANIFEST).exists()
@@ -108,8 +109,8 @@ def test_interrupted_run_is_incomplete_then_resumes_to_identical_arrays(tiny_mod
     with pytest.raises(IncompleteRunError, match="interrupted"):
         qkviz.open_run(tmp_path / "run")
 
-    chunks = len(qkviz.extraction.forward.chunk_sentences(
-        [range(n) for n in reference.sentences.n_tokens], qkviz.extraction.forward.CHUNK_BYTES // qkviz.extraction.forward.bytes_per_token(
+    chunks = len(text_capture.chunk_sentences(
+        [range(n) for n in reference.sentences.n_tokens], text_capture.CHUNK_BYTES // text_capture.bytes_per_token(
             qkviz.extraction.adapters.ModelShape(2, 4, 2, 16), np.dtype("float32"))))
     calls.clear()
     resumed = extract_run(model, tiny_corpus, tmp_path / "run", max_sentences=30)

@@ -89,12 +89,12 @@ def copy_run(run, directory: Path, atlas: bool = True):
     import shutil
 
     from qkviz.cli import main
-    from qkviz.store.run import open_run
+    from qkviz.store.run import open_stored_run
 
     shutil.copytree(run.path, directory)
     if atlas:
         assert main(["-q", "stats", "--run", str(directory)]) == 0
-    return open_run(directory)
+    return open_stored_run(directory)
 
 
 def free_port() -> int:

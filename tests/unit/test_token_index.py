@@ -4,7 +4,7 @@ import shutil
 
 import numpy as np
 
-from qkviz.store.run import open_run
+from qkviz.store.run import open_stored_run
 from qkviz.search.token_index import TokenIndex, load_token_index, normalise, run_token_index, store_token_index, token_index_path
 
 
@@ -36,7 +36,7 @@ def test_every_vocabulary_entry_of_a_real_run_finds_its_tokens(tiny_run):
 
 
 def test_stored_index_round_trips_and_a_foreign_one_is_not_read(tiny_run, tmp_path):
-    run = open_run(shutil.copytree(tiny_run("bert").path, tmp_path / "run"))
+    run = open_stored_run(shutil.copytree(tiny_run("bert").path, tmp_path / "run"))
     assert load_token_index(run) is None
     built = run_token_index(run)                                   # built in memory when none is stored
     store_token_index(run, built)
@@ -45,7 +45,7 @@ def test_stored_index_round_trips_and_a_foreign_one_is_not_read(tiny_run, tmp_pa
     for name in ("vocabulary", "offsets", "postings"):
         assert np.array_equal(getattr(loaded, name), getattr(built, name))
     assert loaded.find("the", True).tolist() == built.find("the", True).tolist()
-    other = open_run(shutil.copytree(tiny_run("gpt2").path, tmp_path / "other"))
+    other = open_stored_run(shutil.copytree(tiny_run("gpt2").path, tmp_path / "other"))
     shutil.copy(token_index_path(run.path), token_index_path(other.path).parent.mkdir(parents=True) or
                 token_index_path(other.path))
     assert load_token_index(other) is None                         # another run's fingerprint

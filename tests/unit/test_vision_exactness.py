@@ -93,7 +93,7 @@ def test_an_interrupted_image_run_resumes_to_the_same_vectors_and_thumbnails(tin
     from qkviz.core.errors import IncompleteRunError
     from qkviz.extraction import image_capture
     from qkviz.extraction.adapters import ModelShape
-    from qkviz.extraction.forward import bytes_per_token
+    from qkviz.extraction.chunk_capture import bytes_per_token
     from qkviz.extraction.pipeline import extract_run
     from qkviz.store import files as run_files
 

@@ -1,4 +1,4 @@
-"""The correlation report's model: every head's distance-dot-product correlation, summarised (no plotly).
+"""The correlation report's contents (:class:`Report`): every head's distance-dot-product correlation, summarised.
 
 :func:`build_report` computes it; :func:`qkviz.report.report_directory.write_report` writes it. A report
 directory holds ``correlation.csv`` (one row per layer, head and space; see

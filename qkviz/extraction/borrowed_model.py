@@ -1,5 +1,6 @@
-"""Extraction from a model and tokenizer already in memory (a notebook's objects), borrowed and given back as
-they were.
+"""A model object already in memory (a notebook's), with its tokenizer or image processor, borrowed for an
+extraction and given back as it was; :func:`model_for_extraction` gives the model to extract from, borrowed
+or loaded by name.
 
 ``qkviz.extract(model, corpus, out, tokenizer=tok)`` takes a transformers model object of a supported family
 (a base model or one with a head: its base model is what runs) and a fast tokenizer. The model is borrowed:

@@ -1,0 +1,157 @@
+"""What the text and image forward loops share: a chunk's buffers, the scatter that fills them from the
+captured attention calls, and handing a full chunk to the run writer.
+
+A forward loop takes its inputs in chunks of contiguous tokens (bounded by :data:`CHUNK_BYTES` of vectors;
+small enough that flushing one chunk to disk overlaps with computing the next), captures each batch into
+the chunk's buffers (:class:`Scatter`), and hands the whole chunk to the :class:`RunWriter` at once
+(:func:`store_chunk`), which checkpoints it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from qkviz.extraction.adapters import FamilyAdapter, ModelShape
+from qkviz.extraction.capture import AttentionRecorder, capturing
+from qkviz.extraction.head_update_capture import HeadUpdateProbe
+from qkviz.store import files as run_files
+from qkviz.store.run_writer import RunWriter
+
+CHUNK_BYTES = 64 * 2**20
+#: float16 runs keep a float32 offset per head and position below this (see ``qkviz.store.files``).
+MAX_OFFSET_POSITIONS = 512
+
+
+@dataclass
+class ChunkBuffers:
+    """Encoded vectors of one chunk (see ``qkviz.store.files``): ``[layer, head, token, d_head]``
+    in the stored dtype, and value norms ``[layer, kv_head, token]`` in float32."""
+
+    queries: np.ndarray
+    keys: np.ndarray
+    value_norms: np.ndarray
+    head_updates: np.ndarray | None = None   # [layer, head, token, 2] float32 with --head-update
+
+    @classmethod
+    def allocate(cls, shape: ModelShape, n_tokens: int, dtype: np.dtype, head_update: bool = False
+                 ) -> "ChunkBuffers":
+        return cls(np.zeros((shape.n_layers, shape.n_heads, n_tokens, shape.head_dim), dtype=dtype),
+                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens, shape.head_dim), dtype=dtype),
+                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens), dtype=np.float32),
+                   np.zeros((shape.n_layers, shape.n_heads, n_tokens, 2), dtype=np.float32) if head_update else None)
+
+
+class Scatter:
+    """The recorder's sink: encodes one batch's real tokens and puts them at their chunk rows.
+
+    A vector is stored as ``vector - offset[position]`` of its head (see ``qkviz.store.files``). The
+    offsets are zero for float32 runs; for float16 runs they are each head's mean vector at each
+    position over the first batch (the chunk's longest sentences), taken when a layer is first
+    seen, or the ones an interrupted run saved.
+    """
+
+    def __init__(self, buffers: ChunkBuffers, offsets: dict[str, np.ndarray] | None, n_positions: int):
+        self.buffers = buffers
+        self.store_dtype = torch.float16 if buffers.queries.dtype == np.float16 else torch.float32
+        self.n_positions = n_positions if self.store_dtype == torch.float16 else 1
+        n_layers = len(buffers.queries)
+        self._offsets = {name: [None] * n_layers for name in (run_files.QUERY_OFFSETS, run_files.KEY_OFFSETS)}
+        if offsets is not None:
+            for name, array in offsets.items():
+                self._offsets[name] = [torch.from_numpy(np.array(layer)) for layer in array]
+        self.real: torch.Tensor | None = None       # [batch, pos] bool
+        self.rows: np.ndarray | None = None         # chunk row of each real token, batch-major
+        self.offset_rows: torch.Tensor | None = None  # offset row of each real token, batch-major
+
+    def set_batch(self, attention_mask: torch.Tensor, rows: np.ndarray) -> None:
+        self.real = attention_mask.bool()
+        positions = torch.arange(attention_mask.shape[1], device=attention_mask.device).expand_as(attention_mask)
+        self.offset_rows = positions[self.real].clamp(max=self.n_positions - 1)
+        self.rows = rows
+
+    def __call__(self, layer: int, queries: torch.Tensor, keys: torch.Tensor, value_norms: torch.Tensor) -> None:
+        self.buffers.queries[layer][:, self.rows] = self._encode(run_files.QUERY_OFFSETS, layer, queries)
+        self.buffers.keys[layer][:, self.rows] = self._encode(run_files.KEY_OFFSETS, layer, keys)
+        self.buffers.value_norms[layer][:, self.rows] = self._real_tokens(value_norms).float().cpu().numpy()
+
+    def head_updates(self, layer: int, updates: torch.Tensor) -> None:
+        """``[batch, head, pos, 2]`` (ratio, cosine) from :class:`qkviz.extraction.head_update_capture.HeadUpdateProbe`."""
+        self.buffers.head_updates[layer][:, self.rows] = self._real_tokens(updates).cpu().numpy()
+
+    def _real_tokens(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``[batch, head, pos, ...]`` -> ``[head, real token, ...]``."""
+        return tensor.transpose(0, 1)[:, self.real]
+
+    def _encode(self, name: str, layer: int, vectors: torch.Tensor) -> np.ndarray:
+        real = self._real_tokens(vectors).float()
+        offsets = self._offsets[name]
+        if offsets[layer] is None:
+            offsets[layer] = self._first_offsets(real)
+        offset = offsets[layer].to(real.device)[:, self.offset_rows]
+        return (real - offset).to(device="cpu", dtype=self.store_dtype).numpy()
+
+    def _first_offsets(self, real: torch.Tensor) -> torch.Tensor:
+        """``[head, position, d_head]``: per-position means (the head mean where a position is absent)."""
+        heads, _, d_head = real.shape
+        if self.store_dtype == torch.float32:
+            return torch.zeros(heads, 1, d_head)
+        sums = torch.zeros(heads, self.n_positions, d_head, device=real.device).index_add_(1, self.offset_rows, real)
+        counts = torch.bincount(self.offset_rows, minlength=self.n_positions)
+        offsets = real.mean(dim=1, keepdim=True).expand(heads, self.n_positions, d_head).clone()
+        seen = counts > 0
+        offsets[:, seen] = sums[:, seen] / counts[seen].to(real.dtype)[None, :, None]
+        return offsets.cpu()
+
+    def offsets(self) -> dict[str, np.ndarray]:
+        """``{file: [layer, head, position, d_head] float32}``, once every layer has been seen."""
+        return {name: torch.stack(layers).numpy().astype(np.float32) for name, layers in self._offsets.items()}
+
+
+def bytes_per_token(shape: ModelShape, dtype: np.dtype) -> int:
+    """Bytes of one token in the chunk buffers."""
+    vectors = (shape.n_heads + shape.n_kv_heads) * shape.head_dim * np.dtype(dtype).itemsize
+    return shape.n_layers * (vectors + shape.n_kv_heads * 4)
+
+
+
+def attention_layers(model, adapter: FamilyAdapter, shape: ModelShape) -> dict[int, int]:
+    """``{id(attention module): layer}`` of ``model``; every layer has one."""
+    layer_of_module = {id(module): layer for layer, module in enumerate(adapter.attention_modules(model))}
+    if len(layer_of_module) != shape.n_layers:
+        raise RuntimeError(f"found {len(layer_of_module)} attention modules for {shape.n_layers} layers")
+    return layer_of_module
+
+
+@contextlib.contextmanager
+def recording(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: dict[int, int], scatter: Scatter,
+              head_update: bool) -> Iterator[None]:
+    """Inference with every attention call of ``model`` captured into ``scatter`` (with ``head_update``, each
+    head's update relative to the hidden state too)."""
+    probe = HeadUpdateProbe(model, adapter, shape, scatter.head_updates) if head_update else None
+    recorder = AttentionRecorder(layer_of_module, scatter, output_sink=probe)
+    with torch.inference_mode(), capturing(model, recorder), probe or contextlib.nullcontext():
+        yield
+
+
+def progress_bar(writer: RunWriter, progress: bool):
+    """The extraction's progress in tokens, starting where a resumed run is."""
+    return tqdm(total=writer.layout.n_tokens, initial=writer.tokens_done, unit="tok", desc="extracting",
+                disable=not progress, dynamic_ncols=True)
+
+
+def store_chunk(writer: RunWriter, scatter: Scatter, first_token: int, count: int) -> None:
+    """Write the chunk's first ``count`` tokens (``scatter``'s buffers) at ``first_token`` and checkpoint them;
+    before the first chunk, the offsets its vectors are stored relative to."""
+    if writer.offsets is None:
+        writer.save_offsets(scatter.offsets())
+    buffers = scatter.buffers
+    updates = buffers.head_updates
+    writer.write_chunk(first_token, buffers.queries[:, :, :count], buffers.keys[:, :, :count],
+                       buffers.value_norms[:, :, :count], None if updates is None else updates[:, :, :count])
+    writer.checkpoint(first_token + count)
