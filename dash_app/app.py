@@ -22,7 +22,8 @@ from dash_app.attention_changes import AttentionChanges
 from dash_app.guard import allowed_hosts, guard
 from dash_app.events import clicked, exemplar_target, partner_target, related_target
 from dash_app.run_data import METHOD_LABELS, RunData, unique_names
-from dash_app.search import ImageIds, TokenSearch
+from dash_app.token_search import TokenSearch
+from qkviz.search import ImageIds
 from dash_app.state import (ViewState, checked_state, open_exemplar, open_head, select_point, select_run, select_sentence,
                             step_head, step_layer, validate)
 from dash_app.url_state import parse_url, to_url

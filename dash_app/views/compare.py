@@ -23,7 +23,7 @@ from dash.exceptions import PreventUpdate
 from dash_app import ids
 from dash_app.attention_changes import AttentionChanges
 from dash_app.events import NAMESPACE
-from dash_app.figures import KEY_COLOUR, QUERY_COLOUR, message_figure
+from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, message_figure
 from dash_app.run_data import METHOD_LABELS, RunData
 from dash_app.state import checked_state
 from qkviz import QkvizError

@@ -19,7 +19,7 @@ from dash.exceptions import PreventUpdate
 from dash_app import ids
 from dash_app.events import relay_point_events
 from dash_app.export import export_buttons, image_config
-from dash_app.figures import message_figure
+from dash_app.figure_parts import message_figure
 from dash_app.panels.atlas import missing_atlas_message
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import RunData

@@ -27,10 +27,10 @@ from dash_app import ids
 from dash_app.atlas_columns import LABEL_SORT, sort_options
 from dash_app.events import relay_point_events
 from dash_app.export import export_buttons
-from dash_app.figures import CATEGORY_COLOURS, legend_entries, typed_arrays
+from dash_app.figure_parts import CATEGORY_COLOURS, legend_entries, typed_arrays
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import METHOD_LABELS, HeadLayouts, RunData
-from dash_app.search import TokenSearch
+from dash_app.token_search import TokenSearch
 from dash_app.state import ViewState, checked_state
 from dash_app.views.matrix_cells import CELL, INNER, atlas_badges, cell_heatmap, cell_origins, label_legend
 from dash_app.views.matrix_points import colour_markers, fits_uint16, head_colours, match_traces, place, raster_extras

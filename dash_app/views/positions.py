@@ -16,7 +16,7 @@ from dash.exceptions import PreventUpdate
 from dash_app import ids
 from dash_app.events import relay_graph_event
 from dash_app.export import export_buttons, image_config
-from dash_app.figures import message_figure
+from dash_app.figure_parts import message_figure
 from dash_app.panels.atlas import missing_atlas_message
 from dash_app.run_data import RunData
 from dash_app.state import checked_state

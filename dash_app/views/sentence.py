@@ -18,10 +18,10 @@ from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.attention_maps import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens
+from qkviz.analysis import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens
 from dash_app.events import relay_graph_event, relay_point_events
 from dash_app.export import export_buttons, image_config
-from dash_app.figures import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
+from dash_app.figure_parts import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
 from dash_app.run_data import RunData
 from dash_app.views import image_attention
 from dash_app.state import MAX_SEARCH, ViewState, checked_state, string_list

@@ -29,13 +29,13 @@ from dash_app import ids
 from dash_app.events import NAMESPACE, clicked, relay_point_events
 from dash_app.image_patches import PATCH_PX
 from dash_app.export import export_buttons, image_config
-from dash_app.figures import OPACITY_STEPS, message_figure
+from dash_app.figure_parts import OPACITY_STEPS, message_figure
 from dash_app.panels import atlas as atlas_panel
 from dash_app.panels import partners as partners_panel
 from dash_app.panels import related as related_panel
 from dash_app.panels import selection as selection_panel
 from dash_app.run_data import METHOD_LABELS, RunData
-from dash_app.search import TokenSearch
+from dash_app.token_search import TokenSearch
 from dash_app.state import ViewState, bounded_number, checked_state, string_list
 from dash_app.views.single_figure import (KIND, base_traces, category_legend, colour_array, head_patch, norm_sizes,
                                           overlay_traces, single_figure, to_steps)
