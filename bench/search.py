@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from dash_app.panels.partners import render_partners  # noqa: E402
 from dash_app.run_data import RunData  # noqa: E402
-from dash_app.search import TokenSearch  # noqa: E402
+from dash_app.token_search import TokenSearch  # noqa: E402
 from dash_app.state import ViewState  # noqa: E402
 from qkviz import open_run  # noqa: E402
 from qkviz.neighbours.top_k import MappedVectors, tie_aware_recall, top_products  # noqa: E402

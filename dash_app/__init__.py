@@ -1,5 +1,5 @@
-"""The qkviz web app: matrix, single-head, sentence, positions and heads views of a run, with global token
-search, the head atlas and related heads.
+"""The qkviz web app: matrix, single-head, sentence, positions, heads and compare views of a run, with global
+token search, the head atlas and related heads.
 
 ``qkviz serve --run R`` starts it (:mod:`dash_app.server`); :func:`dash_app.app.create_app` builds it for
 tests and embedding. It reads runs through qkviz's public API only (``qkviz`` and its subpackages' names).
@@ -7,17 +7,20 @@ tests and embedding. It reads runs through qkviz's public API only (``qkviz`` an
 Layout:
 
 * ``app.py`` -- the shell: ``create_app``, the top bar, the stores, and the one state callback that turns
-  every user action into the next :class:`~dash_app.state.ViewState`;
+  every user action into the next :class:`~dash_app.state.ViewState`, all derived from the views registry;
+* ``view_registry.py`` -- the views registry: each view declares itself once (``register_view``);
 * ``server.py`` -- ``qkviz serve``: open the runs, build the app, serve it;
-* ``views/`` -- one module per view (matrix, single, sentence, positions, heads): its layout, its figures
-  and its own callbacks (``register``);
-* ``panels/`` -- the single view's side panels (atlas, partners, related);
+* ``views/`` -- one module per view (matrix, single, sentence, positions, heads, compare): its layout, its
+  figures, its own callbacks (``register``) and its declaration to the registry;
+* ``panels/`` -- the single view's side panels (atlas, partners, related, selection);
 * ``assets/`` -- the CSS and the clientside JavaScript (functions of ``window.dash_clientside.qkviz``),
   served by Dash as files;
 * ``ids.py`` (every component id), ``state.py`` (the view state and its transitions), ``url_state.py``
-  (the URL <-> state), ``events.py`` (the browser's events: relayed into stores, read back);
-* ``run_data.py`` (one run as the app reads it) and the helpers it and the views share: ``figures.py``
-  (colours, safe text, empty figures; the token colour features are ``qkviz.analysis``'s), ``search.py`` (token
-  search and clusters), ``attention_maps.py`` (the sentence view's attention), ``atlas_columns.py``
-  (the head atlas's columns as shown).
+  (the URL <-> state), ``events.py`` (the browser's events: relayed into stores, read back, and the transitions
+  they make), ``control_options.py`` (the options of the controls that set a state field);
+* ``run_data.py`` (one run as the app reads it) and the helpers it and the views share: ``figure_parts.py``
+  (colours and scales, safe text, empty figures, opacity steps, legends, typed arrays; the token colour features
+  are ``qkviz.report``'s), ``token_search.py`` (the top bar's search over a run, cached: its matches and
+  clusters are ``qkviz.search``'s and ``qkviz.analysis``'s), ``atlas_columns.py`` (the head atlas's columns as
+  shown). The sentence view's adjusted attention is ``qkviz.analysis``'s.
 """

@@ -1,11 +1,12 @@
-"""The app shell: ``create_app(run_paths)`` -> a ``dash.Dash`` with the five views and search.
+"""The app shell: ``create_app(run_paths)`` -> a ``dash.Dash`` with the views and search.
 
-One layout holds the top bar and the five views (:mod:`dash_app.views`); which one shows, and
-everything else a view is drawn from, is the :class:`~dash_app.state.ViewState` in a ``dcc.Store``,
-mirrored in the URL. One callback (:func:`next_state`) turns every user action -- a control, a click,
-the URL -- into the next state; each view redraws from the state in its own callbacks, registered by
-its ``register``, which call plain figure functions. Styles and clientside callbacks are files in
-``assets/``.
+One layout holds the top bar and the views (:mod:`dash_app.views`); which one shows, and everything else a
+view is drawn from, is the :class:`~dash_app.state.ViewState` in a ``dcc.Store``, mirrored in the URL. One
+callback (:func:`next_state`) turns every user action -- a control, a click, the URL -- into the next state;
+each view redraws from the state in its own callbacks, registered by its ``register``, which call plain figure
+functions. Nothing here names a view: the tabs, the views' containers and stores, the relays of their clicks,
+the state callback's inputs and outputs and what each input does are derived from the views' declarations
+(:mod:`dash_app.view_registry`). Styles and clientside callbacks are files in ``assets/``.
 """
 
 from __future__ import annotations
@@ -17,28 +18,29 @@ from pathlib import Path
 import dash
 from dash import Input, Output, State, dcc, html, no_update
 
+import dash_app.views  # noqa: F401  (each view registers itself)
 from dash_app import export, ids, progress
 from dash_app.attention_changes import AttentionChanges
+from dash_app.events import relay_point_events
 from dash_app.guard import allowed_hosts, guard
-from dash_app.events import clicked, exemplar_target, partner_target, related_target
 from dash_app.run_data import RunData, unique_names
-from dash_app.search import ImageIds, TokenSearch
-from dash_app.state import (ViewState, checked_state, open_exemplar, open_head, select_point, select_run, select_sentence,
-                            step_head, step_layer, validate)
+from dash_app.state import ViewState, checked_state, select_run, validate
+from dash_app.token_search import TokenSearch
 from dash_app.url_state import parse_url, to_url
-from dash_app.views import compare, heads, matrix, positions, sentence, single
+from dash_app.view_registry import AppContext, registered_views
 from qkviz import QkvizError, open_run
 from qkviz.projection import method_label
-from qkviz.report import COLOURS
+from qkviz.search import ImageIds
 from qkviz.store import DIMENSIONS
 
 logger = logging.getLogger(__name__)
 
 TAB_STYLE = {"padding": "8px 4px"}
-#: the stores the shell holds: each view's last drawn key, and the events the state callback reads
-STORES = (ids.MATRIX_RENDERED, ids.SINGLE_RENDERED, ids.POSITIONS_RENDERED, ids.EXEMPLAR_CLICK, ids.PARTNER_CLICK,
-          *matrix.POINT_EVENTS, *single.POINT_EVENTS, *sentence.POINT_EVENTS, *heads.POINT_EVENTS,
-          ids.POSITIONS_CLICK, ids.RELATED_CLICK, ids.HEADS_RENDERED, ids.EXPORT_SINK, *ids.VIEW_STATES.values())
+#: the views, in tab order (each module of dash_app.views that is one registered itself)
+VIEWS = registered_views()
+#: the stores the shell holds: the views' (their last drawn key, the events the state callback reads, the state
+#: written only while the view shows) and the export buttons' sink
+STORES = (*(store for view in VIEWS for store in (*view.stores, *view.point_events, view.state_store)), ids.EXPORT_SINK)
 #: where the app's CSS and clientside JavaScript lie (Dash serves and links every file in it)
 ASSETS = Path(__file__).parent / "assets"
 
@@ -63,32 +65,29 @@ def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts()) -> d
                 for data in runs]
     app = dash.Dash(__name__, title="qkviz", update_title=None, serve_locally=True, assets_folder=str(ASSETS))
     guard(app.server, hosts)
-    changes = AttentionChanges(runs)      # every comparable pair's attention change, computed in the background
-    app.layout = shell_layout(runs, changes)
+    # every comparable pair's attention change, computed in the background
+    context = AppContext(runs, searches, AttentionChanges(runs))
+    app.layout = shell_layout(context)
     register_state_callback(app, runs)
     register_search_count(app, runs, searches)
     progress.register(app, runs)
-    matrix.register(app, runs, searches)
-    single.register(app, runs, searches)
-    sentence.register(app, runs)
-    positions.register(app, runs)
-    heads.register(app, runs)
-    compare.register(app, runs, changes)
+    for view in VIEWS:
+        view.register(app, context)
+        relay_point_events(app, view.point_events)
     export.register(app)
-    changes.start()
+    context.changes.start()
     return app
 
 
-def view_tabs(changes: AttentionChanges) -> list[tuple[str, str]]:
-    """``(value, label)`` of the views offered: the five, and Compare when two runs are comparable."""
-    tabs = [("matrix", "Matrix"), ("single", "Single head"), ("sentence", "Sentence"), ("positions", "Positions"),
-            ("heads", "Heads")]
-    return tabs + [("compare", "Compare")] if changes.pairs else tabs
+def view_tabs(context: AppContext) -> list[tuple[str, str]]:
+    """``(value, label)`` of the views offered (a view may be offered only for some runs: Compare when two
+    are comparable)."""
+    return [(view.name, view.label) for view in VIEWS if view.offered(context)]
 
 
-def shell_layout(runs: list[RunData], changes: AttentionChanges | None = None) -> html.Div:
-    """The page: the top bar and every view; ``changes``: the runs' comparisons (found anew when not given)."""
-    changes = AttentionChanges(runs) if changes is None else changes
+def shell_layout(context: AppContext) -> html.Div:
+    """The page: the top bar and every view (each view's container is in the page, its tab offered or not)."""
+    runs, tabs = context.runs, view_tabs(context)
     return html.Div([
         dcc.Location(id=ids.URL, refresh=False),
         dcc.Store(id=ids.STATE),
@@ -98,10 +97,9 @@ def shell_layout(runs: list[RunData], changes: AttentionChanges | None = None) -
             dcc.Dropdown(id=ids.RUN_SELECT, options=[{"label": data.name, "value": index}
                                                      for index, data in enumerate(runs)],
                          value=0, clearable=False, style={"width": "180px"}),
-            dcc.Tabs(id=ids.VIEW_TABS, value="matrix", children=[
-                dcc.Tab(label=label, value=value, style=TAB_STYLE, selected_style=TAB_STYLE)
-                for value, label in view_tabs(changes)],
-                     style={"width": f"{108 * len(view_tabs(changes))}px", "height": "40px"}),
+            dcc.Tabs(id=ids.VIEW_TABS, value=ViewState().view, children=[
+                dcc.Tab(label=label, value=value, style=TAB_STYLE, selected_style=TAB_STYLE) for value, label in tabs],
+                     style={"width": f"{108 * len(tabs)}px", "height": "40px"}),
             dcc.Dropdown(id=ids.METHOD_SELECT, clearable=False, style={"width": "210px"}),
             dcc.RadioItems(id=ids.DIM_SELECT, options=[{"label": f"{dim}D", "value": dim} for dim in DIMENSIONS],
                            value=2, inline=True),
@@ -114,44 +112,38 @@ def shell_layout(runs: list[RunData], changes: AttentionChanges | None = None) -
         *progress.layout(runs),
         html.Div(id=ids.NOTICE),
         html.Div(id=ids.RUN_INFO, className="info"),
-        matrix.layout(),
-        single.layout(),
-        sentence.layout(),
-        positions.layout(),
-        heads.layout(),
-        compare.layout(runs, changes),
+        *(view.layout(context) for view in VIEWS),
     ])
 
 
 # -- state ------------------------------------------------------------------------------------
-#: controls whose value is a state field as is
-FIELD_CONTROLS = {ids.VIEW_TABS: "view", ids.METHOD_SELECT: "method", ids.DIM_SELECT: "dim",
-                  ids.COLOUR_SELECT: "colour", ids.SEARCH_INPUT: "search", ids.MATRIX_SORT: "sort",
-                  ids.LAYER_SELECT: "layer", ids.HEAD_SELECT: "head",
-                  ids.SENTENCE_LAYER: "layer", ids.SENTENCE_HEAD: "head", ids.MATRIX_COLOUR: "colour"}
+#: controls whose value is a state field as is: the top bar's, and every view's (its repeats too)
+FIELD_CONTROLS = {ids.VIEW_TABS: "view", ids.METHOD_SELECT: "method", ids.DIM_SELECT: "dim", ids.SEARCH_INPUT: "search",
+                  **{control: name for view in VIEWS for control, name in (*view.controls.items(), *view.repeats.items())}}
 #: controls repeating a field in the view named (read instead of the field's other control while it shows)
-VIEW_CONTROLS = {ids.SENTENCE_LAYER: "sentence", ids.SENTENCE_HEAD: "sentence", ids.MATRIX_COLOUR: "matrix"}
-STEPS = {ids.PREV_HEAD: (step_head, -1), ids.NEXT_HEAD: (step_head, 1),
-         ids.LAYER_UP: (step_layer, -1), ids.LAYER_DOWN: (step_layer, 1)}
+VIEW_CONTROLS = {control: view.name for view in VIEWS for control in view.repeats}
+#: component -> (property, transition): the views' actions, the state callback's inputs besides the controls
+ACTIONS = {component: (prop, transition) for view in VIEWS for (component, prop), transition in view.actions.items()}
+#: control -> its options (see dash_app.control_options), sent by the state callback
+CONTROL_OPTIONS = {control: options for view in VIEWS for control, options in view.options.items()}
 
 
-#: view (``ViewState.view``) -> the id of its container, shown only for that view
-VIEW_IDS = {"matrix": ids.MATRIX_VIEW, "single": ids.SINGLE_VIEW, "sentence": ids.SENTENCE_VIEW,
-            "positions": ids.POSITIONS_VIEW, "heads": ids.HEADS_VIEW, "compare": ids.COMPARE_VIEW}
-
-
-def with_controls(state: ViewState, controls: dict, shape) -> ViewState:
+def with_controls(state: ViewState, controls: dict, data: RunData, shape) -> ViewState:
     """``state`` updated from what the controls show now (``{control id: value}``).
 
     Two actions in quick succession can both start from the stored state, and Dash keeps only the
-    later answer; the controls still show the first action's change, so reading them keeps it."""
-    changes = {name: controls[control] for control, name in FIELD_CONTROLS.items()
-               if controls.get(control) is not None and reads_control(control, state.view)}
+    later answer; the controls still show the first action's change, so reading them keeps it. A control with
+    an action of its own (the sentence selector) makes its action rather than setting its field as is."""
+    shown = {control: controls[control] for control in FIELD_CONTROLS
+             if controls.get(control) is not None and reads_control(control, state.view)}
+    changes = {FIELD_CONTROLS[control]: value for control, value in shown.items() if control not in ACTIONS}
     if ids.SEARCH_SUBSTRING in controls:
         changes["substring"] = isinstance(controls[ids.SEARCH_SUBSTRING], list) and "substring" in controls[ids.SEARCH_SUBSTRING]
     merged = validate(replace(state, **changes), shape, state)
-    sentence = controls.get(ids.SENTENCE_SELECT)
-    return select_sentence(merged, sentence, shape) if isinstance(sentence, int) else merged
+    for control, value in shown.items():
+        if control in ACTIONS:
+            merged = ACTIONS[control][1](merged, value, data, shape)
+    return merged
 
 
 def reads_control(control: str, view: str) -> bool:
@@ -175,44 +167,16 @@ def next_state(trigger: str | None, value, current: dict | None, url_search: str
     state = checked_state(current, runs)
     data, shape = runs[state.run], shapes[state.run]
     if trigger != ids.RUN_SELECT:
-        state = with_controls(state, controls or {}, shape)
+        state = with_controls(state, controls or {}, data, shape)
     if trigger == ids.RUN_SELECT:
         if isinstance(value, int) and 0 <= value < len(runs) and value != state.run:
             state = select_run(state, value, shapes[value])
+    elif trigger in ACTIONS:
+        state = ACTIONS[trigger][1](state, value, data, shape)
     elif trigger in FIELD_CONTROLS and value is not None:
         state = replace(state, **{FIELD_CONTROLS[trigger]: value})
     elif trigger == ids.SEARCH_SUBSTRING:
         state = replace(state, substring=isinstance(value, list) and "substring" in value)
-    elif trigger in STEPS:
-        step, delta = STEPS[trigger]
-        state = step(state, delta, shape)
-    elif trigger in (ids.MATRIX_CLICK, ids.POSITIONS_CLICK, ids.HEADS_CLICK) and clicked(value):
-        state = open_head(state, clicked(value)[1], shape)
-    elif trigger == ids.RELATED_CLICK and related_target(value):
-        layer, head = related_target(value)
-        if 0 <= layer < shape.n_layers and 0 <= head < shape.n_heads:
-            state = open_head(state, layer * shape.n_heads + head, shape)
-    elif trigger == ids.EXEMPLAR_CLICK and exemplar_target(value):
-        layer, head, sentence, point = exemplar_target(value)
-        if 0 <= sentence < shape.n_sentences and point in data.sentence_rows(sentence):
-            state = open_exemplar(state, layer, head, sentence, point, shape)
-    elif trigger == ids.SINGLE_CLICK and clicked(value):
-        point = clicked(value)[1]
-        if 0 <= point < 2 * shape.n_tokens:
-            state = select_point(state, point, data.sentence_of(point % shape.n_tokens), shape)
-    elif trigger == ids.PARTNER_CLICK and partner_target(value) is not None:
-        point = partner_target(value)
-        if 0 <= point < 2 * shape.n_tokens:
-            state = select_point(state, point, data.sentence_of(point % shape.n_tokens), shape)
-    elif trigger == ids.SENTENCE_CLICK and clicked(value) and clicked(value)[0] < 2:
-        side, local = clicked(value)
-        rows = data.sentence_rows(state.sentence)
-        if 0 <= local < len(rows):
-            state = select_point(state, int(rows[local]) + side * shape.n_tokens, state.sentence, shape)
-    elif trigger == ids.SENTENCE_SELECT and isinstance(value, int):
-        state = select_sentence(state, value, shape)
-    elif trigger == ids.OPEN_SENTENCE:
-        state = replace(state, view="sentence")
     return validate(state, shape, ViewState(run=state.run, method=shape.default_method)), []
 
 
@@ -239,24 +203,16 @@ def dim_options(data: RunData, method: str) -> list[dict]:
 
 def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
     value_controls = [(ids.RUN_SELECT, "value"), *((control, "value") for control in FIELD_CONTROLS),
-                      (ids.SEARCH_SUBSTRING, "value"), (ids.SENTENCE_SELECT, "value")]
-    event_inputs = [(ids.MATRIX_CLICK, "data"), (ids.SINGLE_CLICK, "data"), (ids.SENTENCE_CLICK, "data"),
-                    (ids.POSITIONS_CLICK, "data"), (ids.EXEMPLAR_CLICK, "data"), (ids.PARTNER_CLICK, "data"),
-                    (ids.HEADS_CLICK, "data"), (ids.RELATED_CLICK, "data"),
-                    *((button, "n_clicks") for button in STEPS),
-                    (ids.OPEN_SENTENCE, "n_clicks")]
+                      (ids.SEARCH_SUBSTRING, "value")]
+    event_inputs = [(component, prop) for component, (prop, _) in ACTIONS.items() if component not in FIELD_CONTROLS]
 
     @app.callback(
         Output(ids.STATE, "data"), Output(ids.URL, "search"), Output(ids.NOTICE, "children"),
         *(Output(control, prop) for control, prop in value_controls),
-        Output(ids.LAYER_SELECT, "options"), Output(ids.HEAD_SELECT, "options"),
-        Output(ids.SENTENCE_LAYER, "options"), Output(ids.SENTENCE_HEAD, "options"),
-        Output(ids.SENTENCE_SELECT, "options"), Output(ids.METHOD_SELECT, "options"), Output(ids.DIM_SELECT, "options"),
-        Output(ids.RUN_INFO, "children"),
-        Output(ids.MATRIX_SORT, "options"),
-        Output(ids.COLOUR_SELECT, "options"), Output(ids.MATRIX_COLOUR, "options"),
-        *(Output(view, "style") for view in VIEW_IDS.values()),
-        *(Output(store, "data") for store in ids.VIEW_STATES.values()),
+        Output(ids.METHOD_SELECT, "options"), Output(ids.DIM_SELECT, "options"), Output(ids.RUN_INFO, "children"),
+        *(Output(control, "options") for control in CONTROL_OPTIONS),
+        *(Output(view.container, "style") for view in VIEWS),
+        *(Output(view.state_store, "data") for view in VIEWS),
         Input(ids.URL, "search"),
         *(Input(control, prop) for control, prop in value_controls),
         *(Input(control, prop) for control, prop in event_inputs),
@@ -272,30 +228,16 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         data = runs[state.run]
         controls = {ids.RUN_SELECT: state.run, **{control: getattr(state, name)
                                                   for control, name in FIELD_CONTROLS.items()},
-                    ids.SEARCH_SUBSTRING: ["substring"] if state.substring else [],
-                    ids.SENTENCE_SELECT: state.sentence}
+                    ids.SEARCH_SUBSTRING: ["substring"] if state.substring else []}
         # a control showing what the state holds is left alone (rewriting a text box being typed in loses keys)
         control_outputs = [no_update if inputs[control] == controls[control] else controls[control]
                            for control, _ in value_controls]
         run_changed = previous is None or previous.run != state.run
-        layers = [{"label": str(i), "value": i} for i in range(data.run.n_layers)]
-        head_choices = [{"label": str(i), "value": i} for i in range(data.run.n_heads)]
-        # the sentence selector offers the first sentences and the chosen one (typing finds others, see
-        # sentence.register), not all of a large run's thousands: rendering those took Dash 1-2 s on every load
-        sentence_changed = run_changed or previous.sentence != state.sentence
-        options = [layers, head_choices, layers, head_choices,
-                   sentence.sentence_options(data, "", state.sentence) if sentence_changed else no_update,
-                   method_options(data), dim_options(data, state.method), run_summary(data)]
-        options = options if run_changed else [no_update] * 4 + options[4:7] + [no_update]
-        # the sort control offers the atlas's columns, which may appear while the app runs: sent when the run
-        # changes or the matrix view opens, not on every action
-        opened_matrix = state.view == "matrix" and (previous is None or previous.view != "matrix")
-        options.append(matrix.sort_control_options(data) if run_changed or opened_matrix else no_update)
-        colours = [{"label": COLOURS[name], "value": name} for name in data.colours] if run_changed else no_update
-        options += [colours, colours]
-        styles = [{"display": "block" if state.view == view else "none"} for view in VIEW_IDS]
+        options = [method_options(data), dim_options(data, state.method), run_summary(data) if run_changed else no_update,
+                   *(options(data, state, previous) for options in CONTROL_OPTIONS.values())]
+        styles = [{"display": "block" if state.view == view.name else "none"} for view in VIEWS]
         notice = html.Div([html.Div(text) for text in notices], className="notice") if notices else None
-        shown = [state.as_dict() if state.view == view else no_update for view in ids.VIEW_STATES]
+        shown = [state.as_dict() if state.view == view.name else no_update for view in VIEWS]
         return (state.as_dict(), to_url(state, [d.shape for d in runs]), notice, *control_outputs, *options, *styles,
                 *shown)
 

@@ -8,13 +8,19 @@ A click or hover becomes a small payload in the browser, by a named function of 
 * a pattern-matching button -> the fields of its id and a ``timestamp`` (``exemplarClick``,
   ``relatedHeadClick``, ``partnerClick``).
 
-The ``*_target`` functions read a payload back, None for anything that is not one.
+The ``*_target`` functions read a payload back, None for anything that is not one. The transitions at the end
+are the state changes the views' events make (their ``actions``, see :mod:`dash_app.view_registry`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import dash
 from dash import ClientsideFunction, Input, Output, State
+
+from dash_app.run_data import RunData, RunShape
+from dash_app.state import ViewState, open_head, select_point
 
 #: the ``window.dash_clientside`` namespace of ``assets/clientside.js``
 NAMESPACE = "qkviz"
@@ -66,3 +72,38 @@ def partner_target(event: dict | None) -> int | None:
     """The joint-layout point of a partner button click (``{point, timestamp}``), or None."""
     point = event_fields(event, ("point",))
     return None if point is None else point[0]
+
+
+# -- the transitions events make on the view state ------------------------------------------------
+# Each is ``transition(state, value, data, shape)``: the state, the new value of the component that changed, the
+# run shown and its shape (see ``Transition`` in :mod:`dash_app.view_registry`).
+
+
+def open_clicked_head(state: ViewState, event: dict | None, _data: RunData, shape: RunShape) -> ViewState:
+    """A click on a head (a point or row whose ``customdata`` is the flat head ``layer * n_heads + head``) opens it
+    in the single view."""
+    target = clicked(event)
+    return open_head(state, target[1], shape) if target else state
+
+
+def select_joint_point(state: ViewState, point: int | None, data: RunData, shape: RunShape) -> ViewState:
+    """Point ``point`` of the head's joint layout (queries, then keys) and its sentence selected, when in range."""
+    if point is None or not 0 <= point < 2 * shape.n_tokens:
+        return state
+    return select_point(state, point, data.sentence_of(point % shape.n_tokens), shape)
+
+
+def select_clicked_point(state: ViewState, event: dict | None, data: RunData, shape: RunShape) -> ViewState:
+    """A click on a query or key (``customdata``: its point in the joint layout) selects it."""
+    target = clicked(event)
+    return select_joint_point(state, target[1], data, shape) if target else state
+
+
+def show_view(view: str):
+    """The action of a button that shows ``view``, whatever its click count."""
+    return lambda state, _clicks, _data, _shape: replace(state, view=view)
+
+
+def step(transition, delta: int):
+    """The action of a button that makes ``transition(state, delta, shape)``, whatever its click count."""
+    return lambda state, _clicks, _data, shape: transition(state, delta, shape)

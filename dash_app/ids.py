@@ -1,19 +1,33 @@
-"""Every component id of the app, in one place (the first six are stable, for tests and users)."""
+"""Every component id of the app, in one place (the first six are stable, for tests and users).
 
-MATRIX_VIEW = "matrix-view"
-SINGLE_VIEW = "single-view"
-SENTENCE_VIEW = "sentence-view"
-POSITIONS_VIEW = "positions-view"
+A view's container and its state store are named after the view (:mod:`dash_app.view_registry`):
+:func:`view_container` and :func:`view_state`.
+"""
+
+
+def view_container(view: str) -> str:
+    """The id of ``view``'s container, shown only while the state shows it (``matrix-view``)."""
+    return f"{view}-view"
+
+
+def view_state(view: str) -> str:
+    """The id of ``view``'s state store: the state again, written only while its view shows. A view's callbacks take
+    it as input, so that an action in one view runs no callback of the hidden ones (Dash holds a callback back
+    while any callback whose outputs may lead to its inputs is pending: each hidden view's no-op delayed a head
+    switch's figure by about 0.2 s)."""
+    return f"{view}-view-state"
+
+
+MATRIX_VIEW = view_container("matrix")
+SINGLE_VIEW = view_container("single")
+SENTENCE_VIEW = view_container("sentence")
+POSITIONS_VIEW = view_container("positions")
 SEARCH_INPUT = "search-input"
 SEARCH_COUNT = "search-count"
 
 # shell
 URL = "url"
 STATE = "view-state"
-#: the state again, written only while its view shows: a view's callbacks take it as input, so that an action in
-#: one view runs no callback of the hidden ones (Dash holds a callback back while any callback whose outputs may
-#: lead to its inputs is pending: each hidden view's no-op delayed a head switch's figure by about 0.2 s)
-VIEW_STATES = {view: f"{view}-view-state" for view in ("matrix", "single", "sentence", "positions", "heads", "compare")}
 NOTICE = "notice"
 RUN_SELECT = "run-select"
 VIEW_TABS = "view-tabs"
@@ -86,7 +100,7 @@ PARTNER = "partner"
 PARTNER_CLICK = "partner-click"
 
 # related heads (qkviz related): the single view's list and the heads map view
-HEADS_VIEW = "heads-view"
+HEADS_VIEW = view_container("heads")
 HEADS_GRAPH = "heads-graph"
 HEADS_MESSAGE = "heads-message"
 HEADS_COLOUR = "heads-colour"
@@ -109,7 +123,7 @@ SELECTION_CSV_BUTTON = "selection-csv-button"
 SELECTION_DOWNLOAD = "selection-download"
 
 # compare view (dash_app.views.compare): the same head of two runs over the same tokens
-COMPARE_VIEW = "compare-view"
+COMPARE_VIEW = view_container("compare")
 COMPARE_RUN_A = "compare-run-a"
 COMPARE_RUN_B = "compare-run-b"
 COMPARE_LAYER = "compare-layer"

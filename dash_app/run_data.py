@@ -23,9 +23,9 @@ import pandas as pd
 
 from dash_app.image_patches import ImagePatches
 from dash_app.atlas_columns import LABEL_SORT, label_codes, sortable_columns
-from dash_app.attention_maps import aggregate_attention
+from qkviz.analysis import aggregate_attention
 from qkviz.report import colour_choices, token_features
-from dash_app.figures import plotly_texts
+from dash_app.figure_parts import plotly_texts
 from qkviz import Run, open_run
 from qkviz.analysis import HeadAtlas, HeadSimilarity
 from qkviz.projection import LayoutWorker

@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from qkviz.report import COLOURS
 from dash_app.run_data import RunShape
+from dash_app.view_registry import view_names
 from qkviz.projection import FIRST_METHOD, method_names
 from qkviz.store import DIMENSIONS
 
-VIEWS = ("matrix", "single", "sentence", "positions", "heads", "compare")
 #: matrix-view orders: model order, by the report's distance-dot correlation, by search clusters, by the
 #: clustering of ``qkviz related``; a run with a head atlas adds its columns (``RunShape.atlas_sorts``)
 SORTS = ("order", "correlation", "clusters", "related")
@@ -24,8 +24,9 @@ MAX_SEARCH = 100
 
 @dataclass(frozen=True)
 class ViewState:
-    """Everything a view needs to be redrawn: ``point`` is an index into a head's joint layout
-    (``token`` for a query, ``n_tokens + token`` for a key), or None when nothing is clicked."""
+    """Everything a view needs to be redrawn: ``view`` is a registered view's name (:mod:`dash_app.view_registry`),
+    ``point`` an index into a head's joint layout (``token`` for a query, ``n_tokens + token`` for a key), or None
+    when nothing is clicked."""
 
     run: int = 0
     view: str = "matrix"
@@ -57,7 +58,7 @@ def _index(value, count: int) -> bool:
 def validate(state: ViewState, shape: RunShape, defaults: ViewState) -> ViewState:
     """``state`` with every field that does not fit ``shape`` (or a known choice) set from ``defaults``."""
     checks = {
-        "view": isinstance(state.view, str) and state.view in VIEWS,
+        "view": isinstance(state.view, str) and state.view in view_names(),
         "layer": _index(state.layer, shape.n_layers),
         "head": _index(state.head, shape.n_heads),
         "method": isinstance(state.method, str) and state.method in method_names()

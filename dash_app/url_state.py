@@ -3,7 +3,9 @@
 ``?run=minilm&view=single&layer=2&head=5&method=tsne&dim=2&colour=position&search=the`` restores
 a view. Every parameter is checked against the runs given at start: a run is named by its name or
 its index among them (never by a path), numbers must be in range, choices must be known. What
-does not pass falls back to its default and yields a notice for the page, never an error page.
+does not pass falls back to its default and yields a notice for the page, never an error page. The views
+(``view=``) are the registered ones (:mod:`dash_app.view_registry`), and the one shown adds the fields it
+declares (``url_fields``: the sentence view's sentence).
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from __future__ import annotations
 from dataclasses import replace
 from urllib.parse import parse_qs, urlencode
 
-from qkviz.report import COLOURS
+import dash_app.views  # noqa: F401  (each view registers itself)
 from dash_app.run_data import RunShape
-from dash_app.state import SORTS, VIEWS, ViewState, initial_state
+from dash_app.state import SORTS, ViewState, initial_state
+from dash_app.view_registry import get_view, view_names
+from qkviz.report import COLOURS
 from qkviz.projection import method_names
 from qkviz.store import DIMENSIONS
 
@@ -38,7 +42,7 @@ def parse_url(search: str | None, shapes: list[RunShape]) -> tuple[ViewState, li
     shape = shapes[run]
     state = initial_state(shape, run)
     parsers = {
-        "view": lambda text: _choice(text, VIEWS),
+        "view": lambda text: _choice(text, view_names()),
         "layer": lambda text: _integer(text, shape.n_layers),
         "head": lambda text: _integer(text, shape.n_heads),
         "method": lambda text: _choice(text, method_names()),
@@ -74,10 +78,10 @@ def to_url(state: ViewState, shapes: list[RunShape]) -> str:
         params["match"] = "substring" if state.substring else "whole"
     if state.sort != "order":
         params["sort"] = state.sort
-    if state.view == "sentence" or state.point is not None:
-        params["sentence"] = state.sentence
+    shown = set(get_view(state.view).url_fields) if state.view in view_names() else set()
     if state.point is not None:
-        params["point"] = state.point
+        shown |= {"sentence", "point"}          # a clicked point is named with its sentence, whatever the view
+    params.update({name: getattr(state, name) for name in PARAMS if name in shown and name not in params})
     return "?" + urlencode(params)
 
 

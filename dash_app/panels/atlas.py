@@ -16,8 +16,9 @@ from dash import ALL, html
 
 from dash_app import ids
 from dash_app.atlas_columns import PANEL, column_name, format_value
-from dash_app.events import relay_button_clicks
-from dash_app.run_data import RunData
+from dash_app.events import exemplar_target, relay_button_clicks
+from dash_app.run_data import RunData, RunShape
+from dash_app.state import ViewState, open_exemplar
 from qkviz.report import LABEL_COLOURS
 
 #: exemplars listed per head (the atlas keeps more)
@@ -127,6 +128,18 @@ def head_panel(data: RunData, layer: int, head: int) -> list:
         children.append(html.Div("Strongest pairs (click one to open its sentence):", className="hint"))
         children += [exemplar_button(data, exemplar) for exemplar in exemplars.itertuples()]
     return children
+
+
+def open_clicked_exemplar(state: ViewState, event: dict | None, data: RunData, shape: RunShape) -> ViewState:
+    """A click on an exemplar (``{layer, head, sentence, point, timestamp}``) opens the sentence view on it, its
+    query clicked, when the point is in that sentence."""
+    target = exemplar_target(event)
+    if not target:
+        return state
+    layer, head, sentence, point = target
+    if 0 <= sentence < shape.n_sentences and point in data.sentence_rows(sentence):
+        return open_exemplar(state, layer, head, sentence, point, shape)
+    return state
 
 
 def register(app: dash.Dash) -> None:

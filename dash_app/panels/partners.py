@@ -19,9 +19,9 @@ from dash import ALL, Input, Output, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.events import relay_button_clicks
+from dash_app.events import partner_target, relay_button_clicks, select_joint_point
 from dash_app.panels.atlas import marked_tokens
-from dash_app.run_data import RunData
+from dash_app.run_data import RunData, RunShape
 from dash_app.state import ViewState, checked_state, string_list
 from qkviz import QkvizError
 from qkviz.search import LayoutOverlap, Partners, layout_overlap
@@ -141,11 +141,16 @@ def partner_points(data: RunData, state: ViewState, k_value, options: list[str] 
         return np.zeros(0, dtype=np.int64)
 
 
+def select_clicked_partner(state: ViewState, event: dict | None, data: RunData, shape: RunShape) -> ViewState:
+    """A click on a partner (``{point, timestamp}``) selects that point of the head's joint layout."""
+    return select_joint_point(state, partner_target(event), data, shape)
+
+
 def register(app: dash.Dash, runs: list[RunData]) -> None:
     """List the clicked point's partners when the state or the panel's controls change; relay a partner
     button's click to the state callback (``{point, timestamp}``)."""
 
-    @app.callback(Output(ids.SINGLE_PARTNERS, "children"), Input(ids.VIEW_STATES["single"], "data"), Input(ids.PARTNER_K, "value"),
+    @app.callback(Output(ids.SINGLE_PARTNERS, "children"), Input(ids.view_state("single"), "data"), Input(ids.PARTNER_K, "value"),
                   Input(ids.PARTNER_OPTIONS, "value"))
     def list_partners(current, partner_k, partner_options):
         state = checked_state(current, runs)

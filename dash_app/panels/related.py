@@ -14,8 +14,9 @@ import dash
 from dash import ALL, html
 
 from dash_app import ids
-from dash_app.events import relay_button_clicks
-from dash_app.run_data import RunData
+from dash_app.events import related_target, relay_button_clicks
+from dash_app.run_data import RunData, RunShape
+from dash_app.state import ViewState, open_head
 from qkviz.report import LABEL_COLOURS
 from qkviz.analysis import RelatedHead, related_heads
 
@@ -52,6 +53,17 @@ def render_related(data: RunData, layer: int, head: int) -> list:
     children.append(html.Div(f"Over {similarity.n_queries:,} queries in {len(similarity.sentences):,} sentences.",
                              className="hint"))
     return children
+
+
+def open_clicked_related(state: ViewState, event: dict | None, _data: RunData, shape: RunShape) -> ViewState:
+    """A click on a related head (``{layer, head, timestamp}``) opens it, when it is one of the run's heads."""
+    target = related_target(event)
+    if not target:
+        return state
+    layer, head = target
+    if 0 <= layer < shape.n_layers and 0 <= head < shape.n_heads:
+        return open_head(state, layer * shape.n_heads + head, shape)
+    return state
 
 
 def register(app: dash.Dash) -> None:

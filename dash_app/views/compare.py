@@ -23,9 +23,10 @@ from dash.exceptions import PreventUpdate
 from dash_app import ids
 from dash_app.attention_changes import AttentionChanges
 from dash_app.events import NAMESPACE
-from dash_app.figures import KEY_COLOUR, QUERY_COLOUR, message_figure
+from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, message_figure
 from dash_app.run_data import RunData
 from dash_app.state import checked_state
+from dash_app.view_registry import AppContext, View, register_view
 from qkviz import QkvizError
 from qkviz.analysis import most_changed
 from qkviz.projection import FIRST_METHOD, method_label
@@ -38,9 +39,10 @@ CHANGE_SCALE = [[0.0, "#fff5f0"], [0.5, "#fb6a4a"], [1.0, "#67000d"]]
 POLL_MS = 1000
 
 
-def layout(runs: list[RunData], changes: AttentionChanges) -> html.Div:
+def layout(context: AppContext) -> html.Div:
     """The view's container (hidden unless the state shows it): the pair and head pickers, the change heatmap
     and table, the two figures; the first comparable pair chosen."""
+    runs, changes = context.runs, context.changes
     first = changes.pairs[0] if changes.pairs else (0, 0)
     run_options = [{"label": data.name, "value": index} for index, data in enumerate(runs)]
     dropdown = lambda id_, value, options, width: dcc.Dropdown(  # noqa: E731
@@ -168,9 +170,15 @@ def change_outputs(runs: list[RunData], changes: AttentionChanges, run_a, run_b)
             finished)
 
 
-def register(app: dash.Dash, runs: list[RunData], changes: AttentionChanges) -> None:
+def comparable(context: AppContext) -> bool:
+    """Whether the tab is offered: two of the runs are over the same tokens with the same heads."""
+    return bool(context.changes.pairs)
+
+
+def register(app: dash.Dash, context: AppContext) -> None:
     """The change table and heatmap (polled until computed), a cell's click, the two figures, and the
     clientside links of hover and selection."""
+    runs, changes = context.runs, context.changes
 
     @app.callback(Output(ids.COMPARE_STATUS, "children"), Output(ids.COMPARE_HEATMAP, "figure"),
                   Output(ids.COMPARE_TABLE, "children"), Output(ids.COMPARE_POLL, "disabled"),
@@ -202,11 +210,11 @@ def register(app: dash.Dash, runs: list[RunData], changes: AttentionChanges) -> 
 
     @app.callback(Output(ids.COMPARE_GRAPH_A, "figure"), Output(ids.COMPARE_GRAPH_B, "figure"),
                   Input(ids.COMPARE_RUN_A, "value"), Input(ids.COMPARE_RUN_B, "value"),
-                  Input(ids.COMPARE_LAYER, "value"), Input(ids.COMPARE_HEAD, "value"), Input(ids.VIEW_STATES["compare"], "data"))
+                  Input(ids.COMPARE_LAYER, "value"), Input(ids.COMPARE_HEAD, "value"), Input(VIEW.state_store, "data"))
     def draw_pair(run_a, run_b, layer, head, current):
         state = checked_state(current, runs)
         pair = chosen_pair(run_a, run_b, changes)
-        if current is None or state.view != "compare" or pair is None:
+        if current is None or state.view != VIEW.name or pair is None:
             raise PreventUpdate
         shown = [runs[index] for index in pair]
         n_layers, n_heads = shown[0].run.n_layers, shown[0].run.n_heads
@@ -227,3 +235,6 @@ def register(app: dash.Dash, runs: list[RunData], changes: AttentionChanges) -> 
                             Output(ids.COMPARE_LINK_SINK, "data", allow_duplicate=True),
                             Input(ids.COMPARE_GRAPH_A, "selectedData"), Input(ids.COMPARE_GRAPH_B, "selectedData"),
                             *graphs, prevent_initial_call=True)
+
+
+VIEW = register_view(View(name="compare", label="Compare", order=60, layout=layout, register=register, offered=comparable))

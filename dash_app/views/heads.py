@@ -17,13 +17,14 @@ from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.events import relay_point_events
+from dash_app.events import open_clicked_head
 from dash_app.export import export_buttons, image_config
-from dash_app.figures import message_figure
+from dash_app.figure_parts import message_figure
 from dash_app.panels.atlas import missing_atlas_message
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import RunData
 from dash_app.state import ViewState, checked_state
+from dash_app.view_registry import AppContext, View, register_view
 from qkviz.report import LABEL_COLOURS
 from qkviz.analysis import LABELS
 from qkviz.analysis import HeadSimilarity
@@ -33,11 +34,9 @@ NO_LABEL = "no atlas row"
 #: the figure's height: the window's, less the bars above it
 GRAPH_HEIGHT = "calc(100vh - 190px)"
 MIN_HEIGHT_PX = 480
-#: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
-POINT_EVENTS = {ids.HEADS_CLICK: (ids.HEADS_GRAPH, "clickData")}
 
 
-def layout() -> html.Div:
+def layout(_context: AppContext) -> html.Div:
     return html.Div(id=ids.HEADS_VIEW, style={"display": "none"}, children=[
         html.Div(className="controls", children=[
             html.Label("Colour by"),
@@ -143,15 +142,16 @@ def render_heads(data: RunData, state: ViewState, colour: str | None) -> tuple[g
     return figure, message, options
 
 
-def register(app: dash.Dash, runs: list[RunData]) -> None:
-    """Draw the map when the view opens, its run, similarity, atlas, colour or open head changes; relay a click."""
+def register(app: dash.Dash, context: AppContext) -> None:
+    """Draw the map when the view opens, its run, similarity, atlas, colour or open head changes."""
+    runs = context.runs
 
     @app.callback(Output(ids.HEADS_GRAPH, "figure"), Output(ids.HEADS_MESSAGE, "children"),
                   Output(ids.HEADS_COLOUR, "options"), Output(ids.HEADS_RENDERED, "data"),
-                  Input(ids.VIEW_STATES["heads"], "data"), Input(ids.HEADS_COLOUR, "value"), State(ids.HEADS_RENDERED, "data"))
+                  Input(VIEW.state_store, "data"), Input(ids.HEADS_COLOUR, "value"), State(ids.HEADS_RENDERED, "data"))
     def draw_heads(current, colour, rendered):
         state = checked_state(current, runs)
-        if current is None or state.view != "heads":
+        if current is None or state.view != VIEW.name:
             raise PreventUpdate
         data = runs[state.run]
         key = [state.run, data.related_stamp(), data.atlas_stamp(), colour, state.layer, state.head]
@@ -160,4 +160,8 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
         figure, message, options = render_heads(data, state, colour)
         return figure, message, options, key
 
-    relay_point_events(app, POINT_EVENTS)
+
+VIEW = register_view(View(
+    name="heads", label="Heads", order=50, layout=layout, register=register,
+    point_events={ids.HEADS_CLICK: (ids.HEADS_GRAPH, "clickData")}, stores=(ids.HEADS_RENDERED,),
+    actions={(ids.HEADS_CLICK, "data"): open_clicked_head}))

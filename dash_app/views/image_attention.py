@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dash_app.figures import QUERY_COLOUR
+from dash_app.figure_parts import QUERY_COLOUR
 from dash_app.image_patches import ImagePatches
 from dash_app.run_data import RunData
 from dash_app.state import ViewState

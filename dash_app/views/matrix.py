@@ -25,13 +25,14 @@ from dash.exceptions import PreventUpdate
 
 from dash_app import ids
 from dash_app.atlas_columns import LABEL_SORT, sort_options
-from dash_app.events import relay_point_events
+from dash_app.control_options import colour_options, run_changed
+from dash_app.events import open_clicked_head
 from dash_app.export import export_buttons
-from dash_app.figures import CATEGORY_COLOURS, legend_entries, typed_arrays
+from dash_app.figure_parts import CATEGORY_COLOURS, legend_entries, typed_arrays
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import HeadLayouts, RunData
-from dash_app.search import TokenSearch
 from dash_app.state import ViewState, checked_state
+from dash_app.view_registry import AppContext, View, register_view
 from dash_app.views.matrix_cells import CELL, INNER, atlas_badges, cell_heatmap, cell_origins, label_legend
 from dash_app.views.matrix_points import colour_markers, fits_uint16, head_colours, match_traces, place, raster_extras
 from dash_app.views.matrix_raster import click_cells, rasterised, thumbnail_images, thumbnails_of
@@ -50,11 +51,9 @@ POINT_BARS_PX = 70          # extra height under the grid for the points' colour
 #: the figure's height: the window's, less the bars above it (the grid keeps square cells inside it)
 GRAPH_HEIGHT = "calc(100vh - 170px)"
 MIN_HEIGHT_PX = 420
-#: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
-POINT_EVENTS = {ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData")}
 
 
-def layout() -> html.Div:
+def layout(_context: AppContext) -> html.Div:
     return html.Div(id=ids.MATRIX_VIEW, children=[
         html.Div(className="controls", children=[
             html.Label("Order heads by"),
@@ -302,15 +301,23 @@ def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, m
     return patch
 
 
-def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -> None:
-    """Draw the matrix when the view opens or its run, projection, search or order changes; relay a click."""
+def sort_options_sent(data: RunData, state: ViewState, previous: ViewState | None):
+    """The order control's options: the atlas's columns, which may appear while the app runs, sent when the run
+    changes or the view opens, not on every action."""
+    opened = state.view == VIEW.name and (previous is None or previous.view != VIEW.name)
+    return sort_control_options(data) if run_changed(state, previous) or opened else no_update
+
+
+def register(app: dash.Dash, context: AppContext) -> None:
+    """Draw the matrix when the view opens or its run, projection, search or order changes."""
+    runs, searches = context.runs, context.searches
 
     @app.callback(Output(ids.MATRIX_GRAPH, "figure"), Output(ids.MATRIX_MESSAGE, "children"),
-                  Output(ids.MATRIX_RENDERED, "data"), Input(ids.VIEW_STATES["matrix"], "data"), Input(ids.LAYOUT_STAMP, "data"),
+                  Output(ids.MATRIX_RENDERED, "data"), Input(VIEW.state_store, "data"), Input(ids.LAYOUT_STAMP, "data"),
                   State(ids.MATRIX_RENDERED, "data"))
     def draw_matrix(current, _landed, rendered):
         state = checked_state(current, runs)
-        if current is None or state.view != "matrix":
+        if current is None or state.view != VIEW.name:
             raise PreventUpdate
         data = runs[state.run]
         layouts = data.all_layouts(state.method)      # heads that landed since the last drawing are read here
@@ -330,4 +337,10 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
         figure, message = render_matrix(data, state, clusters, matches)
         return figure, message, key
 
-    relay_point_events(app, POINT_EVENTS)
+
+VIEW = register_view(View(
+    name="matrix", label="Matrix", order=10, layout=layout, register=register,
+    point_events={ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData")}, stores=(ids.MATRIX_RENDERED,),
+    actions={(ids.MATRIX_CLICK, "data"): open_clicked_head},
+    controls={ids.MATRIX_SORT: "sort"}, repeats={ids.MATRIX_COLOUR: "colour"},
+    options={ids.MATRIX_SORT: sort_options_sent, ids.MATRIX_COLOUR: colour_options}))

@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dash_app.atlas_columns import LABEL_SORT, column_name, format_value, label_tag
-from dash_app.figures import legend_entries
+from dash_app.figure_parts import legend_entries
 from dash_app.run_data import RunData
 from qkviz.analysis import LABELS
 from qkviz.report import LABEL_COLOURS

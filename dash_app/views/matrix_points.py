@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dash_app.figures import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, MATCH_RING, QUERY_COLOUR, QUERY_MATCH_COLOUR,
+from dash_app.figure_parts import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, MATCH_RING, QUERY_COLOUR, QUERY_MATCH_COLOUR,
                               QUERY_SCALE, category_marker, legend_entries)
 from dash_app.run_data import RunData
 from dash_app.views.matrix_cells import CELL, INNER, LABEL_BAND

@@ -32,7 +32,7 @@ from plotly.colors import hex_to_rgb, sample_colorscale, unlabel_rgb
 
 import plotly.graph_objects as go
 
-from dash_app.figures import CATEGORY_COLOURS, KEY_COLOUR, KEY_SCALE, QUERY_COLOUR, QUERY_SCALE
+from dash_app.figure_parts import CATEGORY_COLOURS, KEY_COLOUR, KEY_SCALE, QUERY_COLOUR, QUERY_SCALE
 from dash_app.run_data import RunData, normalise_layout
 from dash_app.views.matrix_cells import CELL, INNER, LABEL_BAND, cell_origins
 from qkviz import QkvizError

@@ -14,16 +14,17 @@ from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.events import relay_graph_event
+from dash_app.events import open_clicked_head, relay_graph_event
 from dash_app.export import export_buttons, image_config
-from dash_app.figures import message_figure
+from dash_app.figure_parts import message_figure
 from dash_app.panels.atlas import missing_atlas_message
 from dash_app.run_data import RunData
 from dash_app.state import checked_state
+from dash_app.view_registry import AppContext, View, register_view
 from qkviz.report import relative_position_figure
 
 
-def layout() -> html.Div:
+def layout(_context: AppContext) -> html.Div:
     return html.Div(id=ids.POSITIONS_VIEW, style={"display": "none"}, children=[
         html.Div(className="controls", children=[
             html.Span("Mean attention at each offset (key position − query position) over the corpus, one row per "
@@ -49,15 +50,16 @@ def render_positions(data: RunData) -> tuple[go.Figure, str]:
     return figure, ""
 
 
-def register(app: dash.Dash, runs: list[RunData]) -> None:
+def register(app: dash.Dash, context: AppContext) -> None:
     """Draw the heatmap when the view opens or its run or head atlas changes; relay a row's click."""
+    runs = context.runs
 
     @app.callback(Output(ids.POSITIONS_GRAPH, "figure"), Output(ids.POSITIONS_MESSAGE, "children"),
-                  Output(ids.POSITIONS_RENDERED, "data"), Input(ids.VIEW_STATES["positions"], "data"),
+                  Output(ids.POSITIONS_RENDERED, "data"), Input(VIEW.state_store, "data"),
                   State(ids.POSITIONS_RENDERED, "data"))
     def draw_positions(current, rendered):
         state = checked_state(current, runs)
-        if current is None or state.view != "positions":
+        if current is None or state.view != VIEW.name:
             raise PreventUpdate
         data = runs[state.run]
         key = [state.run, data.atlas_stamp()]
@@ -67,3 +69,8 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
         return figure, message, key
 
     relay_graph_event(app, "heatmapRowEvent", ids.POSITIONS_GRAPH, "clickData", ids.POSITIONS_CLICK)
+
+
+VIEW = register_view(View(
+    name="positions", label="Positions", order=40, layout=layout, register=register,
+    stores=(ids.POSITIONS_RENDERED, ids.POSITIONS_CLICK), actions={(ids.POSITIONS_CLICK, "data"): open_clicked_head}))

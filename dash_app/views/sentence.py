@@ -14,17 +14,19 @@ from __future__ import annotations
 import dash
 import numpy as np
 import plotly.graph_objects as go
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.attention_maps import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens
-from dash_app.events import relay_graph_event, relay_point_events
+from qkviz.analysis import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens
+from dash_app.control_options import head_options, layer_options, run_changed
+from dash_app.events import clicked, relay_graph_event
 from dash_app.export import export_buttons, image_config
-from dash_app.figures import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
-from dash_app.run_data import RunData
+from dash_app.figure_parts import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
+from dash_app.run_data import RunData, RunShape
 from dash_app.views import image_attention
-from dash_app.state import MAX_SEARCH, ViewState, checked_state, string_list
+from dash_app.state import MAX_SEARCH, ViewState, checked_state, select_point, select_sentence, string_list
+from dash_app.view_registry import AppContext, View, register_view
 
 OPTIONS = [{"label": "hide the first token", "value": "first"},
            {"label": "hide special tokens ([CLS], [SEP], BOS ...)", "value": "special"},
@@ -37,11 +39,9 @@ MAX_LINES = 400
 ROW_PX = 22
 #: mean attention, light (low) to dark blue: the low end a clear tint, not lost in the white page
 WEIGHT_SCALE = [[0.0, "#d6e6f4"], [0.5, "#4a98c9"], [1.0, "#08306b"]]
-#: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
-POINT_EVENTS = {ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")}
 
 
-def layout() -> html.Div:
+def layout(_context: AppContext) -> html.Div:
     return html.Div(id=ids.SENTENCE_VIEW, style={"display": "none"}, children=[
         html.Div(className="controls", children=[
             html.Label("Layer"), dcc.Dropdown(id=ids.SENTENCE_LAYER, clearable=False, style={"width": "80px"}),
@@ -74,6 +74,32 @@ def sentence_options(data: RunData, typed: str = "", current: int | None = None,
         chosen = sorted([*chosen, current])
     return [{"label": f"{index}: {texts[index][:90]}{'…' if len(texts[index]) > 90 else ''}", "value": index}
             for index in chosen]
+
+
+def offered_sentences(data: RunData, state: ViewState, previous: ViewState | None):
+    """The selector's options, sent when the run or the sentence changes: the first sentences and the chosen one
+    (typing finds others, see :func:`register`), not all of a large run's thousands: rendering those took Dash
+    1-2 s on every load."""
+    changed = run_changed(state, previous) or previous.sentence != state.sentence
+    return sentence_options(data, "", state.sentence) if changed else no_update
+
+
+def choose_sentence(state: ViewState, sentence, _data: RunData, shape: RunShape) -> ViewState:
+    """Another sentence chosen in the selector."""
+    return select_sentence(state, sentence, shape) if isinstance(sentence, int) else state
+
+
+def select_clicked_token(state: ViewState, event: dict | None, data: RunData, shape: RunShape) -> ViewState:
+    """A click on a query (curve 0) or key (curve 1) token of the sentence (``customdata``: its place in it)
+    selects it."""
+    target = clicked(event)
+    if not target or target[0] >= 2:
+        return state
+    side, local = target
+    rows = data.sentence_rows(state.sentence)
+    if 0 <= local < len(rows):
+        return select_point(state, int(rows[local]) + side * shape.n_tokens, state.sentence, shape)
+    return state
 
 
 def sentence_weights(data: RunData, layer: int, head: int, sentence: int, options: list[str]
@@ -151,16 +177,17 @@ def render_sentence(data: RunData, state: ViewState, options: list[str]) -> tupl
     return figure, message
 
 
-def register(app: dash.Dash, runs: list[RunData]) -> None:
-    """Draw the sentence and the corpus average when the view opens or its state or options change; relay a
-    click; show only the hovered token's lines (in the browser)."""
+def register(app: dash.Dash, context: AppContext) -> None:
+    """Draw the sentence and the corpus average when the view opens or its state or options change; offer the
+    sentences typed in the selector; show only the hovered token's lines (in the browser)."""
+    runs = context.runs
 
     @app.callback(Output(ids.SENTENCE_GRAPH, "figure"), Output(ids.AGGREGATE_GRAPH, "figure"),
                   Output(ids.SENTENCE_MESSAGE, "children"),
-                  Input(ids.VIEW_STATES["sentence"], "data"), Input(ids.SENTENCE_OPTIONS, "value"))
+                  Input(VIEW.state_store, "data"), Input(ids.SENTENCE_OPTIONS, "value"))
     def draw_sentence(current, options):
         state = checked_state(current, runs)
-        if current is None or state.view != "sentence":
+        if current is None or state.view != VIEW.name:
             raise PreventUpdate
         data, options = runs[state.run], string_list(options)
         if data.patches is not None:     # an image run: the image with a query's attention laid over it
@@ -179,5 +206,13 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
         typed = typed[:MAX_SEARCH] if isinstance(typed, str) else ""
         return sentence_options(runs[state.run], typed, state.sentence)
 
-    relay_point_events(app, POINT_EVENTS)
     relay_graph_event(app, "showHoveredLines", ids.SENTENCE_GRAPH, "hoverData", ids.SENTENCE_HOVER_SINK)
+
+
+VIEW = register_view(View(
+    name="sentence", label="Sentence", order=30, layout=layout, register=register,
+    point_events={ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")},
+    actions={(ids.SENTENCE_CLICK, "data"): select_clicked_token, (ids.SENTENCE_SELECT, "value"): choose_sentence},
+    controls={ids.SENTENCE_SELECT: "sentence"}, repeats={ids.SENTENCE_LAYER: "layer", ids.SENTENCE_HEAD: "head"},
+    options={ids.SENTENCE_LAYER: layer_options, ids.SENTENCE_HEAD: head_options, ids.SENTENCE_SELECT: offered_sentences},
+    url_fields=("sentence",)))

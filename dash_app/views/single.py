@@ -26,17 +26,18 @@ from dash import ClientsideFunction, Input, Output, Patch, State, dcc, html, no_
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.events import NAMESPACE, clicked, relay_point_events
+from dash_app.control_options import colour_options, head_options, layer_options
+from dash_app.events import NAMESPACE, clicked, select_clicked_point, show_view, step
 from dash_app.image_patches import PATCH_PX
 from dash_app.export import export_buttons, image_config
-from dash_app.figures import OPACITY_STEPS, message_figure
+from dash_app.figure_parts import OPACITY_STEPS, message_figure
 from dash_app.panels import atlas as atlas_panel
 from dash_app.panels import partners as partners_panel
 from dash_app.panels import related as related_panel
 from dash_app.panels import selection as selection_panel
 from dash_app.run_data import RunData
-from dash_app.search import TokenSearch
-from dash_app.state import ViewState, bounded_number, checked_state, string_list
+from dash_app.state import ViewState, bounded_number, checked_state, step_head, step_layer, string_list
+from dash_app.view_registry import AppContext, View, register_view
 from dash_app.views.single_figure import (KIND, base_traces, category_legend, colour_array, head_patch, norm_sizes,
                                           overlay_traces, single_figure, to_steps)
 from qkviz import QkvizError
@@ -57,12 +58,9 @@ NO_MATCHES = np.zeros(0, dtype=np.int64)
 #: the fields of the figure's key (run, method, dimension, colour, search, substring, options) that, when
 #: unchanged, leave the same traces with the same texts and ids: a head switch then sends a ``head_patch``
 SAME_TOKENS_KEY = (0, 3, 4, 5, 6, 7, 8)
-#: store -> (graph, event) relayed by ``pointEvent`` (see :mod:`dash_app.events`)
-POINT_EVENTS = {ids.SINGLE_CLICK: (ids.SINGLE_GRAPH, "clickData"),
-                ids.SINGLE_HOVER_POINT: (ids.SINGLE_GRAPH, "hoverData")}
 
 
-def layout() -> html.Div:
+def layout(_context: AppContext) -> html.Div:
     button = lambda id_, text, title: html.Button(text, id=id_, title=title, n_clicks=0)  # noqa: E731
     return html.Div(id=ids.SINGLE_VIEW, style={"display": "none"}, children=[
         html.Div(className="controls", children=[
@@ -252,20 +250,21 @@ def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float,
     return patch
 
 
-def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -> None:
+def register(app: dash.Dash, context: AppContext) -> None:
     """Draw the head (patching only the overlays when only they changed) and its side panels; show the
-    hovered point's details; relay clicks and hovers (and the panels' own callbacks and relays)."""
+    hovered point's details; label the points when zoomed in (and the panels' own callbacks and relays)."""
+    runs, searches = context.runs, context.searches
 
     @app.callback(Output(ids.SINGLE_GRAPH, "figure"), Output(ids.SINGLE_INFO, "children"),
                   Output(ids.SINGLE_MESSAGE, "children"), Output(ids.SINGLE_CORRELATION, "children"),
                   Output(ids.SINGLE_ATLAS, "children"), Output(ids.SINGLE_RENDERED, "data"),
                   Output(ids.SINGLE_RELATED, "children"),
-                  Input(ids.VIEW_STATES["single"], "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
+                  Input(VIEW.state_store, "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
                   Input(ids.THRESHOLD, "value"), Input(ids.PARTNER_K, "value"), Input(ids.PARTNER_OPTIONS, "value"),
                   Input(ids.LAYOUT_STAMP, "data"), State(ids.SINGLE_RENDERED, "data"))
     def draw_single(current, options, top_k, threshold, partner_k, partner_options, _landed, rendered):
         state = checked_state(current, runs)
-        if current is None or state.view != "single":
+        if current is None or state.view != VIEW.name:
             raise PreventUpdate
         data = runs[state.run]
         top_k = bounded_number(top_k, DEFAULT_TOP_K, 0, MAX_TOP_K, whole=True)
@@ -298,11 +297,11 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
         return (head_patch(figure) if same_tokens else figure, info_line(data), layout_note(data, state), correlations,
                 atlas, {**key, "ok": True}, related)
 
-    @app.callback(Output(ids.SINGLE_POINT, "children"), Input(ids.VIEW_STATES["single"], "data"))
+    @app.callback(Output(ids.SINGLE_POINT, "children"), Input(VIEW.state_store, "data"))
     def show_point(current):
         # the state's point: the one the URL names and the figure rings (never the last point hovered)
         state = checked_state(current, runs)
-        if current is None or state.view != "single":
+        if current is None or state.view != VIEW.name:
             raise PreventUpdate
         return point_details(runs[state.run], state, state.point)
 
@@ -316,8 +315,23 @@ def register(app: dash.Dash, runs: list[RunData], searches: list[TokenSearch]) -
                             Input(ids.SINGLE_GRAPH, "relayoutData"), Input(ids.SINGLE_GRAPH, "figure"),
                             State(ids.SINGLE_OPTIONS, "value"), State(ids.SINGLE_GRAPH, "id"))
 
-    relay_point_events(app, POINT_EVENTS)
     atlas_panel.register(app)
     partners_panel.register(app, runs)
     related_panel.register(app)
     selection_panel.register(app, runs)
+
+
+VIEW = register_view(View(
+    name="single", label="Single head", order=20, layout=layout, register=register,
+    point_events={ids.SINGLE_CLICK: (ids.SINGLE_GRAPH, "clickData"), ids.SINGLE_HOVER_POINT: (ids.SINGLE_GRAPH, "hoverData")},
+    # the panels' clicks, relayed by their own register
+    stores=(ids.SINGLE_RENDERED, ids.EXEMPLAR_CLICK, ids.PARTNER_CLICK, ids.RELATED_CLICK),
+    actions={(ids.SINGLE_CLICK, "data"): select_clicked_point,
+             (ids.EXEMPLAR_CLICK, "data"): atlas_panel.open_clicked_exemplar,
+             (ids.PARTNER_CLICK, "data"): partners_panel.select_clicked_partner,
+             (ids.RELATED_CLICK, "data"): related_panel.open_clicked_related,
+             (ids.PREV_HEAD, "n_clicks"): step(step_head, -1), (ids.NEXT_HEAD, "n_clicks"): step(step_head, 1),
+             (ids.LAYER_UP, "n_clicks"): step(step_layer, -1), (ids.LAYER_DOWN, "n_clicks"): step(step_layer, 1),
+             (ids.OPEN_SENTENCE, "n_clicks"): show_view("sentence")},
+    controls={ids.LAYER_SELECT: "layer", ids.HEAD_SELECT: "head", ids.COLOUR_SELECT: "colour"},
+    options={ids.LAYER_SELECT: layer_options, ids.HEAD_SELECT: head_options, ids.COLOUR_SELECT: colour_options}))

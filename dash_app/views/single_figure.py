@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from dash import Patch
 
-from dash_app.figures import (CATEGORY_COLOURS, KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLOUR, MATCH_RING,
+from dash_app.figure_parts import (CATEGORY_COLOURS, KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLOUR, MATCH_RING,
                               OPACITY_STEPS, QUERY_COLOUR, QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker,
                               legend_entries, opacity_step, step_opacity)
 from dash_app.run_data import RunData

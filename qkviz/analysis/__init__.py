@@ -1,8 +1,12 @@
 """What heads do, measured over the whole corpus: the distance-dot-product correlation of every head,
 the head atlas (statistics, pattern labels, logit decomposition, syntax), related heads, and how much
-each head's attention changed between two runs over the same tokens.
+each head's attention changed between two runs over the same tokens; for the app, a head's attention with
+tokens hidden or weighted by value norm (one sentence's, and the corpus average by position), and how many
+clusters a search's matches form in each head's layout.
 """
 
+from qkviz.analysis.attention_weighting import (AGGREGATE_POSITIONS, adjusted_attention, aggregate_attention,
+                                               hidden_tokens)
 from qkviz.analysis.attention_change import (attention_change, check_comparable, most_changed, shape_difference,
                                             token_difference)
 from qkviz.analysis.correlation import COLUMNS as CORRELATION_COLUMNS
@@ -11,8 +15,11 @@ from qkviz.analysis.head_atlas import UPDATE_STATISTICS, HeadAtlas, compute_stat
 from qkviz.analysis.head_labels import LABELS, LabelThresholds
 from qkviz.analysis.head_similarity import HeadSimilarity, RelatedHead, load_head_similarity, related_heads, relate_heads
 from qkviz.analysis.head_stats import IMAGE_STATISTICS, STATISTICS
+from qkviz.analysis.match_clusters import CLUSTER_GRID, cluster_counts
 
-__all__ = ["CORRELATION_COLUMNS", "IMAGE_STATISTICS", "LABELS", "STATISTICS", "UPDATE_STATISTICS", "HeadAtlas", "HeadSimilarity",
-           "LabelThresholds", "RelatedHead", "attention_change", "check_comparable", "compute_stats", "correlation_table", "load_atlas",
-           "load_head_similarity", "most_changed", "related_heads", "relate_heads", "shape_difference",
-           "stored_correlations", "token_difference"]
+__all__ = ["AGGREGATE_POSITIONS", "CLUSTER_GRID", "CORRELATION_COLUMNS", "IMAGE_STATISTICS", "LABELS", "STATISTICS",
+           "UPDATE_STATISTICS", "HeadAtlas", "HeadSimilarity", "LabelThresholds", "RelatedHead",
+           "adjusted_attention", "aggregate_attention", "attention_change", "check_comparable", "cluster_counts",
+           "compute_stats", "correlation_table", "hidden_tokens", "load_atlas", "load_head_similarity",
+           "most_changed", "related_heads", "relate_heads", "shape_difference", "stored_correlations",
+           "token_difference"]

@@ -12,7 +12,7 @@ from support.browser import (WINDOW_SHARE_JS, click_point, copy_run, open_view, 
                              stop_server, wait_idle)
 
 from dash_app import ids
-from dash_app.figures import MATCH_RING
+from dash_app.figure_parts import MATCH_RING
 
 #: page coordinates and [x, y] of point `index` of trace `trace` of a 2D graph
 POINT_AT_JS = """([graphId, trace, index]) => {

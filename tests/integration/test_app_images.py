@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from dash_app.run_data import RunData
-from dash_app.search import ImageIds, TokenSearch
+from dash_app.token_search import TokenSearch
+from qkviz.search import ImageIds
 from dash_app.state import ViewState, checked_state
 from dash_app.views import image_attention, sentence, single
 from qkviz.report import COLOURS, IMAGE_COLOURS, TEXT_COLOURS

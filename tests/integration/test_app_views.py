@@ -9,10 +9,10 @@ from plotly.io.json import to_json_plotly
 from dash_app import ids
 from dash_app.views import matrix as matrix_view, sentence as sentence_view, single as single_view
 from dash_app.app import build_app, method_options, next_state, open_runs
-from dash_app.attention_maps import adjusted_attention, aggregate_attention, hidden_tokens
+from qkviz.analysis import aggregate_attention
 from qkviz.report import token_features
 from dash_app.run_data import RunData, normalise_layout
-from dash_app.search import TokenSearch
+from dash_app.token_search import TokenSearch
 from qkviz.search.token_index import normalise
 from dash_app.state import ViewState, validate
 from qkviz.cli import main
@@ -221,17 +221,6 @@ def test_point_details_and_correlations(data, tmp_path):
     assert set(labels) == {"pca"}                     # only the layouts the run has are offered
     assert data.offered_layouts() == (("pca", 2), ("pca", 3))
     assert validate(ViewState(method="tsne", dim=3), data.shape, ViewState(method="pca")).method == "pca"
-
-
-def test_hiding_tokens_and_weighting_by_value_norm_renormalise():
-    attention = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
-    hidden = hidden_tokens(np.arange(3), np.array([True, False, False]), hide_first=False, hide_special=True)
-    assert hidden.tolist() == [True, False, False]
-    weights = adjusted_attention(attention, hidden)
-    assert np.allclose(weights, [[0, 0, 0], [0, 1, 0], [0, 0.375, 0.625]])
-    weighted = adjusted_attention(attention, np.zeros(3, bool), np.array([1.0, 2.0, 1.0]))
-    assert np.allclose(weighted[2], np.array([0.2, 0.6, 0.5]) / 1.3)
-    assert np.allclose(weighted.sum(axis=1), 1)
 
 
 def test_aggregate_attention_is_the_corpus_mean_by_position(app_run):

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from plotly.io.json import to_json_plotly
 
-from dash_app.figures import KEY_COLOUR, QUERY_COLOUR
+from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR
 from dash_app.run_data import RunData
-from dash_app.search import TokenSearch
+from dash_app.token_search import TokenSearch
 from dash_app.state import ViewState
 from dash_app.views import matrix as matrix_view, matrix_points, matrix_raster
 from qkviz.core.errors import QkvizError

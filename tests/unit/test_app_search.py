@@ -1,10 +1,9 @@
-"""Global search: matching tokens (token 0 included) and per-head cluster counts."""
+"""The app's token search: matching tokens (token 0 included) and per-head cluster counts on a real run."""
 
-import numpy as np
 import pandas as pd
 
 from dash_app.run_data import RunData
-from dash_app.search import TokenSearch, cluster_counts
+from dash_app.token_search import TokenSearch
 from qkviz.search.token_index import TokenIndex
 
 
@@ -28,19 +27,3 @@ def test_counts_agree_with_the_token_table_of_a_real_run(app_run):
     assert search.find("THE", False) is search.find("THE", False)      # cached
     clusters = search.clusters("the", False, "pca")
     assert clusters.shape == (app_run.n_layers * app_run.n_heads,) and (clusters >= 1).all()
-
-
-def test_cluster_counts_tell_grouped_matches_from_scattered_ones():
-    rng = np.random.default_rng(0)
-    n_tokens = 200
-    points = rng.uniform(0, 1, size=(3, 2 * n_tokens, 2)).astype(np.float32)
-    matches = np.arange(0, 40)
-    # head 0: the matches' queries and keys form two tight blobs; head 1: scattered; head 2: no layout
-    points[0, matches] = 0.2 + rng.normal(0, 0.005, size=(40, 2))
-    points[0, n_tokens + matches] = 0.8 + rng.normal(0, 0.005, size=(40, 2))
-    points[2] = np.nan
-    counts = cluster_counts(points, matches)
-    assert counts[0] == 2
-    assert counts[1] > 10
-    assert counts[2] == -1
-    assert cluster_counts(points, np.zeros(0, dtype=np.int64)).tolist() == [0, 0, -1]

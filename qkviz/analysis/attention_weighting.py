@@ -1,4 +1,6 @@
-"""Attention as the sentence view draws it: hidden tokens, value-norm weighting, corpus averages.
+"""A head's attention adjusted as the app's sentence view shows it: tokens hidden (the first, the special
+ones) with every query's row renormalised, weighted by the keys' value norms, and averaged over the corpus
+by (query position, key position).
 
 All functions take and return numpy arrays; shapes are ``[query, key]`` for one sentence and
 ``[query position, key position]`` for the corpus average.
@@ -8,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkviz.core import attention_probs
-from qkviz.store import StoredRun
+from qkviz.core.attention import attention_probs
+from qkviz.store.run import StoredRun
 
 #: the corpus average covers query and key positions below this
 AGGREGATE_POSITIONS = 64

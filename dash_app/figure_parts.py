@@ -1,4 +1,5 @@
-"""Figure helpers shared by the views: colours, safe text, empty figures, opacity buckets, typed arrays for a Patch."""
+"""The parts the views build their figures from: colours and colour scales, text Plotly shows literally, empty
+figures, attention-line opacity steps, category legends, and typed arrays for a Patch."""
 
 from __future__ import annotations
 
