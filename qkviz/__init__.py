@@ -4,11 +4,11 @@ Every command is a function first::
 
     import qkviz
     run = qkviz.extract("minilm", "data/sentences.txt", "runs/minilm")
-    qkviz.project(run, methods=["attn-tsne", "pca"], dims=[2], jobs=2)
+    qkviz.project(run, jobs=2)                 # every head's default layouts (qkviz.projection.DEFAULT_METHODS)
     qkviz.build_indexes(run); qkviz.compute_stats(run); qkviz.relate_heads(run)
     qkviz.write_report(qkviz.correlation_report(run), "reports/minilm")
     qkviz.attention_change(run, "runs/minilm-finetuned")   # per head: JS distance of its attention
-    run.projection(3, 4, method="attn-tsne"); run.atlas.table; run.partners(3, 4, point=17, k=10)
+    run.projection(3, 4); run.atlas.table; run.partners(3, 4, point=17, k=10)
 
 In a notebook, a model and tokenizer in memory and any iterable of strings extract the same way
 (``qkviz.extract(model, sentences, "runs/mine", tokenizer=tok)``); ``run.plot(3, 4, colour="position")`` is

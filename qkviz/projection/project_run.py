@@ -65,7 +65,7 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     translate_keys, scale_norms
         The alignment of keys with queries (see :class:`qkviz.core.Alignment`).
     params
-        Per-method parameters overriding the defaults, e.g. ``{"tsne": {"perplexity": 50}}`` (each method's
+        Per-method parameters overriding the defaults, ``{method: {parameter: value}}`` (each method's
         parameters: :func:`qkviz.projection.projection_method`; ``qkviz project --help``).
     progress
         Show a progress bar.

@@ -88,13 +88,13 @@ def copy_run(run, directory: Path, atlas: bool = True):
     ``qkviz stats`` when ``atlas``; the original is left without one."""
     import shutil
 
+    import qkviz
     from qkviz.cli import main
-    from qkviz.store.run import open_stored_run
 
     shutil.copytree(run.path, directory)
     if atlas:
         assert main(["-q", "stats", "--run", str(directory)]) == 0
-    return open_stored_run(directory)
+    return qkviz.open_run(directory)
 
 
 def free_port() -> int:

@@ -8,7 +8,7 @@ import numpy as np
 
 from qkviz.projection.attention_graph import graph_parameters
 from qkviz.projection.catalogue import FitInputs, Projection, ProjectionMethod, register
-from qkviz.projection.methods.umap import MIN_DIST, N_EPOCHS, compile_numba
+from qkviz.projection.methods.umap import MIN_DIST, N_EPOCHS, PCA_START, compile_numba
 from qkviz.projection.sampling import DEFAULT_SAMPLE, sample_parameter
 
 
@@ -19,7 +19,7 @@ def fit(inputs: FitInputs) -> Projection:
     graph = (matrix / matrix.max()).tocoo()
     a, b = umap_.find_ab_params(1.0, inputs.params["min_dist"])
     coordinates, _ = umap_.simplicial_set_embedding(
-        inputs.points, graph, inputs.dim, 1.0, a, b, 1.0, 5, inputs.params["n_epochs"], "pca",
+        inputs.points, graph, inputs.dim, 1.0, a, b, 1.0, 5, inputs.params["n_epochs"], PCA_START,
         np.random.RandomState(inputs.seed), "euclidean", {}, False, {}, False)
     return Projection(np.asarray(coordinates, dtype=np.float32), dict(inputs.params), {})
 

@@ -17,6 +17,8 @@ from qkviz.projection.catalogue import FitInputs, Parameter, Projection, Project
 from qkviz.projection.neighbors import METRIC, NeighborGraph, neighbor_graph
 from qkviz.projection.sampling import DEFAULT_SAMPLE, sample_parameter
 
+#: UMAP's start from the points' principal components (umap's own ``init="spectral"`` fails on layer-0 heads)
+PCA_START = "pca"
 #: UMAP's layout parameters, shared with ``attn-umap``
 MIN_DIST = Parameter("min_dist", 0.0, "real", "UMAP minimum distance", low=0.0)
 N_EPOCHS = Parameter("n_epochs", 200, "whole", "UMAP epochs", low=1)
@@ -60,8 +62,8 @@ PARAMETERS = (
     MIN_DIST,
     N_EPOCHS,
     METRIC,
-    Parameter("init", "pca", "choice", "UMAP's starting layout (spectral, umap's own, fails on some heads and falls "
-              "back to random)", choices=("pca", "spectral")),
+    Parameter("init", PCA_START, "choice", "UMAP's starting layout (spectral, umap's own, fails on some heads and "
+              "falls back to random)", choices=(PCA_START, "spectral")),
     Parameter("negative_sample_rate", 20, "whole", "UMAP negative samples per edge and epoch (umap's own 5 keeps "
               "fewer neighbourhoods)", low=1),
     sample_parameter(DEFAULT_SAMPLE),
