@@ -2,6 +2,7 @@
 and the app, and every setting is checked once, at the edge."""
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +13,8 @@ from dash_app.run_data import RunData
 from dash_app.url_state import parse_url
 from qkviz.cli import main
 from qkviz.cli_parser import build_parser
-from qkviz.projection import (FitInputs, Parameter, Projection, ProjectionMethod, method_names, projection_method,
-                              register, unregister)
+from qkviz.projection import (FitInputs, Parameter, Projection, ProjectionMethod, command_line_options, method_names,
+                              projection_method, register, unregister)
 
 TOY = "toy-spread"
 
@@ -100,3 +101,9 @@ def test_every_method_declares_what_the_catalogue_derives_from():
         assert method.label and method.summary and set(method.default_dims) <= set(method.dims)
         for parameter in method.parameters:
             assert parameter.check(name, parameter.default) == parameter.default
+
+
+def test_the_command_line_page_lists_every_method_option_as_the_catalogue_declares_it():
+    page = (Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    for option in command_line_options():
+        assert f"| `{option.parameter.flag}` | {option.help()} |" in page, option.parameter.flag
