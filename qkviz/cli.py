@@ -20,7 +20,7 @@ from qkviz.cli_parser import build_parser
 from qkviz.core import QkvizError
 from qkviz.cluster import dask_client
 from qkviz.extraction import DEFAULT_CORPUS, load_images
-from qkviz.projection import command_line_options
+from qkviz.projection import command_line_options, projection_method
 
 logger = logging.getLogger("qkviz")
 
@@ -77,7 +77,7 @@ def _cluster(args: argparse.Namespace) -> Iterator[object]:
 
 def _project(args: argparse.Namespace) -> int:
     run = qkviz.open_run(args.run)
-    methods = [m.strip() for m in args.method.split(",") if m.strip()]
+    methods = [projection_method(m.strip()).name for m in args.method.split(",") if m.strip()]
     try:
         dims = [int(d) for d in args.dim.split(",")] if args.dim else ([2, 3] if args.tsne_3d else None)
     except ValueError:

@@ -164,7 +164,10 @@ _DISCOVERED = False
 
 def register(method: ProjectionMethod) -> ProjectionMethod:
     """Add ``method`` to the catalogue (a method module calls this once, at import). Its parameters must agree
-    in kind and range with those of the same name in other methods: the command line has one flag per name."""
+    in kind and range with those of the same name in other methods: the command line has one flag per name.
+
+    A method whose module is in :mod:`qkviz.projection.methods` is known in every process; one registered from
+    elsewhere is known where its module is imported, so its layouts are made in this process (``jobs=1``)."""
     for other in _CATALOGUE.values():
         for parameter in method.parameters:
             same = other.parameter(parameter.name)
@@ -287,10 +290,12 @@ def project_points(points: np.ndarray, name: str, dim: int, seed: int = 0, *, ne
 
 
 def warm_up(names) -> None:
-    """Each named method's :attr:`~ProjectionMethod.warm_up` (a worker process's start)."""
+    """Each named method's :attr:`~ProjectionMethod.warm_up` (a worker process's start); a method this process does
+    not know is left to its task, which records why it failed."""
+    _discover()
     for name in names:
-        method = projection_method(name)
-        if method.warm_up is not None:
+        method = _CATALOGUE.get(name)
+        if method is not None and method.warm_up is not None:
             method.warm_up()
 
 
