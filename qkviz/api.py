@@ -175,8 +175,9 @@ def open_run(path: str | Path) -> Run:
 def extract(model: str | Path | object, corpus: str | Path | Iterable, out: str | Path, *,
             tokenizer: object | None = None, processor: object | None = None, max_tokens: int | None = None,
             max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
-            max_length: int | None = None, device: str | None = None, text_column: str = "text",
-            overwrite: bool = False, head_update: bool = False, progress: bool = True) -> Run:
+            max_length: int | None = None, chunk: int | None = None, chunk_overlap: int | None = None,
+            device: str | None = None, text_column: str = "text", overwrite: bool = False,
+            head_update: bool = False, progress: bool = True) -> Run:
     """Extract every head's queries, keys and value norms over a corpus into the run directory ``out``.
 
     The same inputs reuse a finished run, an interrupted run with the same inputs resumes, and
@@ -214,7 +215,13 @@ def extract(model: str | Path | object, corpus: str | Path | Iterable, out: str 
     batch_size
         Sentences per forward pass.
     max_length
-        Truncate sentences to this many tokens (default: what the model allows).
+        Truncate sentences to this many tokens (at most the model's context). Without it or ``chunk``, a
+        sentence (document) longer than the model's context is refused with its count.
+    chunk, chunk_overlap
+        Split each document longer than ``chunk`` tokens into windows of ``chunk`` tokens (the tokenizer's
+        special tokens included) whose text overlaps the previous window's by ``chunk_overlap`` tokens
+        (default ``chunk // 8``). Each window is one sequence of the run, positions from 0; ``run.sentences``
+        gives its document (``corpus_index``) and where it starts in it (``token_offset``, ``char_offset``).
     device
         ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; default ``"cpu"`` for a named model, and where a model object is.
     text_column
@@ -240,6 +247,6 @@ def extract(model: str | Path | object, corpus: str | Path | Iterable, out: str 
 
     result = extract_run(model, corpus, out, tokenizer=tokenizer, processor=processor, max_tokens=max_tokens,
                          max_sentences=max_sentences, seed=seed, dtype=dtype, batch_size=batch_size,
-                         max_length=max_length, device=device, text_column=text_column, overwrite=overwrite,
-                         head_update=head_update, progress=progress)
+                         max_length=max_length, chunk=chunk, chunk_overlap=chunk_overlap, device=device,
+                         text_column=text_column, overwrite=overwrite, head_update=head_update, progress=progress)
     return Run(result.run.path)

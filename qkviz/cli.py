@@ -40,8 +40,8 @@ def _extract(args: argparse.Namespace) -> int:
         raise QkvizError("give --corpus (a text file or dataset) or --images (for an image model)")
     qkviz.extract(args.model, corpus, args.out, max_tokens=args.max_tokens, max_sentences=args.max_sentences,
                   seed=args.seed, dtype=args.dtype, batch_size=args.batch_size, max_length=args.max_length,
-                  device=args.device, text_column=args.text_column, overwrite=args.overwrite,
-                  head_update=args.head_update, progress=not args.quiet)
+                  chunk=args.chunk, chunk_overlap=args.chunk_overlap, device=args.device, text_column=args.text_column,
+                  overwrite=args.overwrite, head_update=args.head_update, progress=not args.quiet)
     return 0
 
 

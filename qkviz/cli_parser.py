@@ -77,7 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("--device", type=device, default="cpu", help="cpu, cuda, cuda:N or mps")
     extract.add_argument("--batch-size", type=integer(1, 4096), default=16, help="sentences per forward pass")
     extract.add_argument("--max-length", type=integer(1),
-                         help="truncate sentences to this many tokens (default: what the model allows)")
+                         help="truncate sentences to this many tokens (at most the model's context); without it or "
+                              "--chunk, a document longer than the model's context is refused")
+    extract.add_argument("--chunk", type=integer(2),
+                         help="split a document longer than this many tokens into windows of this many tokens, each "
+                              "one sequence of the run (its document and offset in the sentence table)")
+    extract.add_argument("--chunk-overlap", type=integer(0),
+                         help="text tokens a window shares with the one before it (default: --chunk / 8)")
     extract.add_argument("--overwrite", action="store_true", help="replace a run made with other settings")
     extract.add_argument("--head-update", action="store_true",
                          help="also keep each head's update relative to the hidden state per token (norm ratio "

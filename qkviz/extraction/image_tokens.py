@@ -64,5 +64,7 @@ def image_table(ids: list[str], labels: list[str | None], corpus_indices: np.nda
         "first_token": np.arange(n_images, dtype=np.int64) * layout.n_tokens,
         "n_tokens": np.full(n_images, layout.n_tokens, dtype=np.int32),
         "truncated": np.zeros(n_images, dtype=bool),
+        "token_offset": np.zeros(n_images, dtype=np.int64),
+        "char_offset": np.zeros(n_images, dtype=np.int64),
         "label": [label or "" for label in labels],
     })

@@ -45,23 +45,29 @@ STORED_DTYPES = ("float16", "float32")
 
 def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=None, max_tokens: int | None = None,
                 max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
-                max_length: int | None = None, device: str | None = None, text_column: str = "text",
-                overwrite: bool = False, head_update: bool = False, progress: bool = False) -> ExtractionResult:
+                max_length: int | None = None, chunk: int | None = None, chunk_overlap: int | None = None,
+                device: str | None = None, text_column: str = "text", overwrite: bool = False,
+                head_update: bool = False, progress: bool = False) -> ExtractionResult:
     """Extract every head's queries, keys and value norms over ``corpus`` into the run ``out``;
     with ``head_update``, also each head's update relative to the hidden state per token
     (:mod:`qkviz.extraction.head_update_capture`). ``model`` is a name or directory, or a model object with
     ``tokenizer`` (an image model: ``processor``; :mod:`qkviz.extraction.borrowed_model`); ``corpus`` a file or
     dataset name, or an iterable of strings (:func:`qkviz.extraction.corpus.load_corpus`), or images
     (:func:`qkviz.extraction.image_corpus.load_images`: a folder, a list file, ``imagefolder:DIR``, PIL
-    images or arrays; :mod:`qkviz.extraction.image_input`). ``device`` None: ``"cpu"`` for a name, where
+    images or arrays; :mod:`qkviz.extraction.image_input`). ``max_length`` truncates a longer text; ``chunk``
+    splits it into windows of that many tokens sharing ``chunk_overlap`` (default ``chunk // 8``;
+    :mod:`qkviz.extraction.long_documents`); without either, a text longer than the model's context is
+    refused with its count. ``device`` None: ``"cpu"`` for a name, where
     the model object is for an object. One extraction writes a run directory at a time: a second one into
     the same ``out`` is refused while the first runs."""
     out = Path(out)
     started = time.perf_counter()
     _check_options(dtype, batch_size, max_tokens, max_sentences, max_length)
+    _check_long_text_options(max_length, chunk, chunk_overlap)
     images = is_image_source(corpus)
-    if images and max_length is not None:
-        raise QkvizError("--max-length truncates sentences; an image is always all its patches (leave it out)")
+    if images and (max_length is not None or chunk is not None):
+        option = "--max-length truncates" if max_length is not None else "--chunk splits"
+        raise QkvizError(f"{option} sentences; an image is always all its patches (leave it out)")
     corpus_data = load_images(corpus) if images else load_corpus(corpus, text_column)
     with exclusive_lock(out.parent / f".{out.name}.lock", wait=False,
                         busy_message=f"another qkviz extract is writing {out}; wait for it to finish"), \
@@ -70,7 +76,8 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
         adapter = adapter_for(loaded.model.config)
         limits = dict(max_tokens=max_tokens, max_sentences=max_sentences, seed=seed)
         run_input = (ImageInput.select(loaded, adapter, corpus_data, **limits) if images else
-                     TextInput.select(loaded, adapter, corpus_data, max_length=max_length, **limits))
+                     TextInput.select(loaded, adapter, corpus_data, max_length=max_length, chunk=chunk,
+                                      chunk_overlap=chunk_overlap, **limits))
         return write_run(loaded, adapter, run_input, out, started, dtype=dtype, batch_size=batch_size,
                          overwrite=overwrite, head_update=head_update, progress=progress)
 
@@ -162,3 +169,15 @@ def _check_options(dtype: str, batch_size: int, max_tokens, max_sentences, max_l
                         ("--max-sentences", max_sentences), ("--max-length", max_length)):
         if value is not None and value < 1:
             raise QkvizError(f"{name} must be a positive number, got {value}")
+
+
+def _check_long_text_options(max_length, chunk, chunk_overlap) -> None:
+    """``--chunk`` and ``--chunk-overlap`` on their own (against the model and tokenizer: ``TextInput.select``)."""
+    if chunk is not None and max_length is not None:
+        raise QkvizError("give --chunk (split long documents into windows) or --max-length (truncate them), not both")
+    if chunk_overlap is not None and chunk is None:
+        raise QkvizError("--chunk-overlap needs --chunk N (the window size)")
+    if chunk is not None and chunk < 2:
+        raise QkvizError(f"--chunk must be at least 2 tokens, got {chunk}")
+    if chunk_overlap is not None and not 0 <= chunk_overlap < chunk:
+        raise QkvizError(f"--chunk-overlap must be from 0 to --chunk - 1 ({chunk - 1}), got {chunk_overlap}")

@@ -3,13 +3,17 @@
 Sentences are drawn in an order shuffled by ``seed`` until ``max_sentences`` or ``max_tokens``
 would be exceeded, then kept in corpus order. Each sentence is its own sequence with the special
 tokens its tokenizer adds; a sentence longer than ``max_length`` tokens is truncated (the
-tokenizer keeps its closing special tokens) and counted.
+tokenizer keeps its closing special tokens) and counted. Without ``max_length``, each tokenized sentence
+(a document) goes through a rule (:mod:`qkviz.extraction.long_documents`): split into windows, each its own
+sequence, or refused when longer than the model's context. A document's windows are drawn together, in
+order.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -26,27 +30,37 @@ class TokenizedSentence:
     offsets: tuple[tuple[int, int], ...]
     special: tuple[bool, ...]
     truncated: bool
+    token_offset: int = 0    # a window's first text token among its document's text tokens
+    char_offset: int = 0     # where a window's text starts in its document
 
     def __len__(self) -> int:
         return len(self.token_ids)
 
 
 def select_sentences(sentences: tuple[str, ...], tokenizer, max_length: int | None,
-                     max_tokens: int | None, max_sentences: int | None, seed: int) -> list[TokenizedSentence]:
-    """Tokenize and select sentences as described in the module docstring."""
+                     max_tokens: int | None, max_sentences: int | None, seed: int,
+                     rule: Callable[[TokenizedSentence], list[TokenizedSentence]] = lambda document: [document],
+                     ) -> list[TokenizedSentence]:
+    """Tokenize and select sentences as described in the module docstring (``rule``: what becomes of each
+    document that ``max_length`` did not truncate)."""
     order = np.random.default_rng(seed).permutation(len(sentences))
     chosen: list[TokenizedSentence] = []
     total_tokens = 0
     for start in range(0, len(order), TOKENIZE_BATCH):
         batch = [int(i) for i in order[start:start + TOKENIZE_BATCH]]
-        for tokenized in _tokenize(batch, sentences, tokenizer, max_length):
-            if max_sentences is not None and len(chosen) >= max_sentences:
-                return sorted(chosen, key=lambda s: s.corpus_index)
-            if max_tokens is not None and total_tokens + len(tokenized) > max_tokens:
-                return sorted(chosen, key=lambda s: s.corpus_index)
-            chosen.append(tokenized)
-            total_tokens += len(tokenized)
-    return sorted(chosen, key=lambda s: s.corpus_index)
+        for document in _tokenize(batch, sentences, tokenizer, max_length):
+            for tokenized in (rule(document) if max_length is None else [document]):
+                if max_sentences is not None and len(chosen) >= max_sentences:
+                    return _in_corpus_order(chosen)
+                if max_tokens is not None and total_tokens + len(tokenized) > max_tokens:
+                    return _in_corpus_order(chosen)
+                chosen.append(tokenized)
+                total_tokens += len(tokenized)
+    return _in_corpus_order(chosen)
+
+
+def _in_corpus_order(chosen: list[TokenizedSentence]) -> list[TokenizedSentence]:
+    return sorted(chosen, key=lambda s: (s.corpus_index, s.token_offset))
 
 
 def _tokenize(indices: list[int], sentences: tuple[str, ...], tokenizer, max_length: int | None):

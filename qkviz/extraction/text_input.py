@@ -18,6 +18,7 @@ from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 from qkviz.extraction.borrowed_model import check_token_ids
 from qkviz.extraction.capture import LayerAttentionSettings
 from qkviz.extraction.corpus import Corpus
+from qkviz.extraction.long_documents import DocumentRule, default_overlap, refused_past, windows_of
 from qkviz.extraction.logit_parts_capture import capture_logit_parts
 from qkviz.extraction.models import LoadedModel
 from qkviz.extraction.selection import TokenizedSentence, select_sentences
@@ -40,19 +41,28 @@ class TextInput:
 
     @classmethod
     def select(cls, loaded: LoadedModel, adapter: FamilyAdapter, corpus_data: Corpus, *, max_tokens: int | None,
-               max_sentences: int | None, seed: int, max_length: int | None) -> "TextInput":
-        """The sentences of ``corpus_data`` the run holds (see :func:`select_sentences`), each at most the
-        model's length or ``max_length`` tokens; none fitting, or a tokenizer of another model, is refused."""
+               max_sentences: int | None, seed: int, max_length: int | None, chunk: int | None = None,
+               chunk_overlap: int | None = None) -> "TextInput":
+        """The sentences of ``corpus_data`` the run holds (see :func:`select_sentences`): each truncated to
+        ``max_length`` tokens, or split into windows of ``chunk`` tokens sharing ``chunk_overlap``
+        (:mod:`qkviz.extraction.long_documents`); without either, a document longer than the model's context
+        is refused with its count. None fitting, or a tokenizer of another model, is refused."""
         config = loaded.model.config
-        length_limit = _length_limit(adapter.max_tokens_per_sequence(config), max_length)
+        context = adapter.max_tokens_per_sequence(config)
+        length_limit = _length_limit(context, max_length)
         _check_room_for_text(loaded.tokenizer, length_limit)
-        sentences = select_sentences(corpus_data.sentences, loaded.tokenizer, length_limit, max_tokens,
-                                     max_sentences, seed)
+        rule, windows = refused_past(context), {}
+        if chunk is not None:
+            overlap = default_overlap(chunk) if chunk_overlap is None else chunk_overlap
+            rule, windows = _window_rule(loaded.tokenizer, context, chunk, overlap), {"chunk": chunk,
+                                                                                      "chunk_overlap": overlap}
+        sentences = select_sentences(corpus_data.sentences, loaded.tokenizer, max_length, max_tokens,
+                                     max_sentences, seed, rule)
         if not sentences:
             raise QkvizError(f"no sentence of {corpus_data.source} fits in --max-tokens {max_tokens}; raise it")
         check_token_ids(sentences, loaded.model)
         selection = {"max_tokens": max_tokens, "max_sentences": max_sentences, "seed": seed,
-                     "max_length": length_limit}
+                     "max_length": length_limit, **windows}
         return cls(loaded, adapter, adapter.shape(config), corpus_data, sentences, selection)
 
     @property
@@ -120,6 +130,17 @@ def _length_limit(model_limit: int | None, requested: int | None) -> int | None:
     if requested is not None and model_limit is not None and requested > model_limit:
         raise QkvizError(f"--max-length {requested} is longer than the model allows ({model_limit})")
     return requested if requested is not None else model_limit
+
+
+def _window_rule(tokenizer, context: int | None, size: int, overlap: int) -> DocumentRule:
+    """Windows of ``size`` tokens sharing ``overlap``, once ``size`` is checked against the model and the tokenizer."""
+    if context is not None and size > context:
+        raise QkvizError(f"--chunk {size} is longer than the model's context ({context}); use at most {context}")
+    special = tokenizer.num_special_tokens_to_add(pair=False)
+    if size - special <= overlap:
+        raise QkvizError(f"--chunk {size} holds {size - special} text tokens after the tokenizer's {special} special "
+                         f"tokens, not more than --chunk-overlap {overlap}: raise --chunk or lower --chunk-overlap")
+    return windows_of(size, overlap)
 
 
 def _check_room_for_text(tokenizer, length_limit: int | None) -> None:

@@ -39,7 +39,9 @@ def token_table(sentences: list[TokenizedSentence], tokenizer) -> pd.DataFrame:
 
 
 def sentence_table(sentences: list[TokenizedSentence]) -> pd.DataFrame:
-    """One row per sentence; ``first_token`` and ``n_tokens`` locate its rows in the token table."""
+    """One row per sentence; ``first_token`` and ``n_tokens`` locate its rows in the token table, ``token_offset``
+    and ``char_offset`` a window in its document (see :mod:`qkviz.extraction.long_documents`; 0 for a whole
+    document)."""
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
     first = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(lengths) else lengths
     return pd.DataFrame({
@@ -49,4 +51,6 @@ def sentence_table(sentences: list[TokenizedSentence]) -> pd.DataFrame:
         "first_token": first.astype(np.int64),
         "n_tokens": lengths.astype(np.int32),
         "truncated": np.array([s.truncated for s in sentences], dtype=bool),
+        "token_offset": np.array([s.token_offset for s in sentences], dtype=np.int64),
+        "char_offset": np.array([s.char_offset for s in sentences], dtype=np.int64),
     })

@@ -20,7 +20,10 @@ from qkviz.core.errors import IncompleteRunError, QkvizError
 TOKEN_COLUMNS = ("sentence", "position", "token", "piece", "token_id", "char_start", "char_end",
                  "is_special", "sentence_chars")
 REQUIRED_FILES = (*run_files.ARRAY_FILES, run_files.TOKENS, run_files.SENTENCES)
-SENTENCE_COLUMNS = ("sentence", "corpus_index", "text", "first_token", "n_tokens", "truncated")
+SENTENCE_COLUMNS = ("sentence", "corpus_index", "text", "first_token", "n_tokens", "truncated", "token_offset",
+                    "char_offset")
+#: columns a run written before they existed reads with a default: a sequence is a whole corpus item
+SENTENCE_DEFAULTS = {"token_offset": 0, "char_offset": 0}
 
 
 def open_stored_run(path: str | Path) -> "StoredRun":
@@ -115,8 +118,14 @@ class StoredRun:
 
     @cached_property
     def sentences(self) -> pd.DataFrame:
-        """One row per sentence: ``SENTENCE_COLUMNS``; a sentence's tokens are contiguous."""
-        return pd.read_parquet(self.verified(run_files.SENTENCES))
+        """One row per sentence: ``SENTENCE_COLUMNS``; a sentence's tokens are contiguous. A window of a long
+        document (``--chunk``) is a sentence whose ``corpus_index`` is its document and whose ``token_offset`` /
+        ``char_offset`` say where in it the window starts."""
+        table = pd.read_parquet(self.verified(run_files.SENTENCES))
+        for column, default in SENTENCE_DEFAULTS.items():
+            if column not in table.columns:
+                table.insert(SENTENCE_COLUMNS.index(column), column, np.int64(default))
+        return table
 
     def sentence_tokens(self, sentence: int) -> slice:
         """The token rows of ``sentence`` (for indexing ``queries``, ``keys`` and ``tokens``)."""
