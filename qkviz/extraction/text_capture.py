@@ -1,14 +1,17 @@
 """Running a text model over the selected sentences and streaming their queries and keys to the store.
 
 Sentences are taken in chunks of contiguous tokens (bounded by ``CHUNK_BYTES`` of vectors; see
-:mod:`qkviz.extraction.chunk_capture`). Inside a chunk they are sorted by length into right-padded batches,
-so padding stays small and every real token keeps positions ``0..n-1``; the captured vectors of each batch
-are scattered to their place in the chunk, and the whole chunk is written at once and checkpointed.
+:mod:`qkviz.extraction.chunk_capture`). Inside a chunk they are sorted by length into right-padded batches
+of at most ``batch_size`` sentences and :data:`BATCH_TOKENS` padded tokens (so that a batch of windows of
+thousands of tokens holds few of them; a longer sentence is a batch of its own), so padding stays small and
+every real token keeps positions ``0..n-1``; the captured vectors of each batch are scattered to their place
+in the chunk, and the whole chunk is written at once and checkpointed.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -22,6 +25,11 @@ from qkviz.extraction.selection import TokenizedSentence
 from qkviz.store.run_writer import RunWriter
 
 logger = logging.getLogger(__name__)
+
+#: the most padded tokens in one forward pass (unless one sentence is longer)
+BATCH_TOKENS = 8192
+#: the tokens of the first sentence that the probe of every layer's attention settings runs on
+PROBE_TOKENS = 32
 
 
 def chunk_sentences(sentences: list[TokenizedSentence], max_tokens: int) -> list[tuple[int, int, int]]:
@@ -71,8 +79,9 @@ def capture_sentences(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelS
     layer_of_module = attention_layers(model, adapter, shape)
     pad_id = pad_token_id(loaded.tokenizer)
     bar = progress_bar(writer, progress)
-    with torch.inference_mode():
-        settings = probe_layers(model, layer_of_module, sentences[0], shape, pad_id, device)
+    with torch.inference_mode():   # the settings do not depend on the length: a few tokens are enough
+        probe = replace(sentences[0], token_ids=sentences[0].token_ids[:PROBE_TOKENS])
+        settings = probe_layers(model, layer_of_module, probe, shape, pad_id, device)
     with recording(model, adapter, shape, layer_of_module, scatter, head_update):
         for first, end, first_token in chunks:
             chunk = sentences[first:end]
@@ -90,14 +99,25 @@ def _capture_chunk(model, scatter: Scatter, chunk: list[TokenizedSentence], batc
                    device: str, bar) -> None:
     row_of_sentence = np.concatenate([[0], np.cumsum([len(s) for s in chunk])[:-1]])
     by_length = sorted(range(len(chunk)), key=lambda i: len(chunk[i]), reverse=True)
-    for start in range(0, len(by_length), batch_size):
-        members = by_length[start:start + batch_size]
+    for members in _batches([len(chunk[i]) for i in by_length], batch_size):
+        members = [by_length[i] for i in members]
         batch = [chunk[i] for i in members]
         input_ids, attention_mask = padded_batch(batch, pad_id, device)
         scatter.set_batch(attention_mask,
                           np.concatenate([row_of_sentence[i] + np.arange(len(chunk[i])) for i in members]))
         model(input_ids=input_ids, attention_mask=attention_mask)
         bar.update(int(attention_mask.sum()))
+
+
+def _batches(lengths: list[int], batch_size: int) -> list[range]:
+    """Consecutive batches of ``lengths`` (longest first): at most ``batch_size`` of them and
+    :data:`BATCH_TOKENS` padded tokens each, or one sentence."""
+    batches, start = [], 0
+    while start < len(lengths):
+        size = max(1, min(batch_size, BATCH_TOKENS // max(1, lengths[start])))
+        batches.append(range(start, min(start + size, len(lengths))))
+        start += size
+    return batches
 
 
 def probe_layers(model, layer_of_module: dict[int, int], sentence: TokenizedSentence, shape: ModelShape,

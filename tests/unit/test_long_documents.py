@@ -68,3 +68,12 @@ def test_a_document_longer_than_the_context_is_refused_with_its_count():
            "truncate)" in message
     assert "\n" not in message
     assert refused_past(None)(document(9411)) == [document(9411)]
+
+
+def test_batches_of_long_windows_hold_at_most_8192_padded_tokens():
+    from qkviz.extraction.text_capture import _batches
+
+    assert [list(b) for b in _batches([8192, 8192, 5000, 4000, 100], 16)] == [[0], [1], [2], [3, 4]]
+    assert [len(b) for b in _batches([512] * 40, 16)] == [16, 16, 8]
+    assert [len(b) for b in _batches([30] * 40, 16)] == [16, 16, 8]      # short sentences: as before
+    assert [list(b) for b in _batches([20000, 10], 16)] == [[0], [1]]    # a longer one alone

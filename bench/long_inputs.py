@@ -1,0 +1,129 @@
+"""Extraction of one document as long as the model's context: wall time and peak memory beyond the weights.
+
+    python bench/long_inputs.py [--dir /tmp/qkviz-long] [--tokens 8192] [--dtypes float32,float16]
+                                [--chunk-tokens 0] [--json bench/results/long_inputs.json]
+
+* **The model**: ``bench/modern_model.py``'s random Llama-shaped decoder, 32 layers x 32 query heads over 8 key-value
+  heads, head size 8, a context of ``--context`` tokens (8,192).
+* **The document**: one line of ``data/classics.txt`` text of exactly ``--tokens`` tokens (its ``<bos>`` included),
+  so that it fills the context without truncation.
+* **Measured**: ``qkviz extract`` on it in a child process, once per stored dtype; its wall seconds and the peak of
+  its process tree's summed resident memory (psutil, every 0.1 s, as ``bench/scale.py``), less the size of the
+  model's weights file. Goal (issue 28): the weights plus at most 2 GB.
+* With ``--chunk-tokens N`` (e.g. 20000), also a document of N tokens split with ``--chunk`` at the context: the
+  windows are batched together, padded (the last window is shorter).
+
+The machine is shared: the JSON records the load average before and after each measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from modern_model import CLASSICS, make_model  # noqa: E402
+
+GOAL_GB = 2.0
+
+
+def document_of(tokenizer, n_tokens: int) -> str:
+    """A prefix of ``data/classics.txt`` (lines joined by spaces) that the tokenizer makes ``n_tokens`` long."""
+    text = " ".join(line.strip() for line in CLASSICS.read_text(encoding="utf-8").splitlines() if line.strip())
+    while len((encoded := tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+               )["input_ids"]) < n_tokens:
+        text = f"{text} {text}"
+    special = encoded["special_tokens_mask"]
+    opening = special.index(0)
+    text = text[:encoded["offset_mapping"][opening + n_tokens - sum(special) - 1][1]]
+    while len(tokenizer(text)["input_ids"]) > n_tokens:
+        text = text[:text.rfind(" ")]
+    return text
+
+
+def measured(command: list[str]) -> dict:
+    """Run ``command``; its wall seconds and the peak of its process tree's summed resident memory."""
+    import psutil
+
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    parent, peak = psutil.Process(process.pid), 0
+    while process.poll() is None:
+        try:
+            tree = [parent, *parent.children(recursive=True)]
+            peak = max(peak, sum(member.memory_info().rss for member in tree if member.is_running()))
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    seconds = time.perf_counter() - started
+    if process.returncode:
+        raise SystemExit(f"{' '.join(command)} failed ({process.returncode}): {process.stderr.read()[-2000:]}")
+    return {"seconds": round(seconds, 1), "peak_gb": round(peak / 2**30, 3),
+            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-long"))
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--context", type=int, default=8192)
+    parser.add_argument("--layers", type=int, default=32)
+    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--kv-heads", type=int, default=8)
+    parser.add_argument("--dtypes", default="float32,float16")
+    parser.add_argument("--chunk-tokens", type=int, default=0)
+    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "long_inputs.json")
+    args = parser.parse_args()
+    from transformers import AutoTokenizer
+
+    args.dir.mkdir(parents=True, exist_ok=True)
+    model = make_model(args.dir / f"model-{args.layers}x{args.heads}-{args.context}", layers=args.layers,
+                       heads=args.heads, kv_heads=args.kv_heads, context=args.context)
+    weights_gb = sum(path.stat().st_size for path in model.glob("*.safetensors")) / 2**30
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    cases = [("whole", args.tokens, [])]
+    if args.chunk_tokens:
+        cases.append(("chunked", args.chunk_tokens, ["--chunk", str(args.context)]))
+    results = []
+    for name, n_tokens, options in cases:
+        corpus = args.dir / f"document-{n_tokens}.txt"
+        corpus.write_text(document_of(tokenizer, n_tokens) + "\n", encoding="utf-8")
+        tokens = len(tokenizer(corpus.read_text(encoding="utf-8").strip())["input_ids"])
+        for dtype in args.dtypes.split(","):
+            out = args.dir / f"run-{name}-{dtype}"
+            command = [sys.executable, "-m", "qkviz", "-q", "extract", "--model", str(model), "--corpus", str(corpus),
+                       "--out", str(out), "--dtype", dtype, "--overwrite", *options]
+            figures = measured(command)
+            beyond = figures["peak_gb"] - weights_gb
+            results.append({"case": name, "document_tokens": tokens, "dtype": dtype, "options": options, **figures,
+                            "beyond_weights_gb": round(beyond, 3), "goal_met": beyond <= GOAL_GB})
+            print(json.dumps(results[-1]), flush=True)
+    report = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": {"node": platform.node(), "processor": platform.processor() or platform.machine(),
+                    "cpus": os.cpu_count(), "python": platform.python_version()},
+        "arguments": {key: str(value) for key, value in vars(args).items()},
+        "model": {"layers": args.layers, "heads": args.heads, "kv_heads": args.kv_heads, "head_dim": 8,
+                  "context": args.context, "weights_gb": round(weights_gb, 3)},
+        "goal": f"peak of the process tree <= the weights + {GOAL_GB} GB",
+        "results": results,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
