@@ -21,6 +21,8 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 CAPTURE_IMPLEMENTATION = "qkviz_capture"
+#: an attention that computes nothing (zeros), for passes that read only what enters attention (positions)
+SKIP_IMPLEMENTATION = "qkviz_skip_attention"
 
 #: ``sink(layer, queries, keys, value_norms)`` with tensors ``[batch, head, pos, d_head]``,
 #: ``[batch, kv_head, pos, d_head]`` and ``[batch, kv_head, pos]``.
@@ -83,8 +85,26 @@ def _capturing_attention(module, query, key, value, attention_mask, scaling=None
     return output
 
 
+def _skipped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    return torch.zeros_like(query).transpose(1, 2), None     # [batch, pos, head, d_head], as attention returns
+
+
 AttentionInterface.register(CAPTURE_IMPLEMENTATION, _capturing_attention)
 AttentionMaskInterface.register(CAPTURE_IMPLEMENTATION, sdpa_mask)
+AttentionInterface.register(SKIP_IMPLEMENTATION, _skipped_attention)
+AttentionMaskInterface.register(SKIP_IMPLEMENTATION, sdpa_mask)
+
+
+@contextlib.contextmanager
+def without_attention(model: torch.nn.Module) -> Iterator[None]:
+    """Run ``model`` with every attention call returning zeros: a pass over thousands of positions that reads
+    only their rotary tables or position embeddings costs no ``n x n`` attention."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(SKIP_IMPLEMENTATION)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(previous)
 
 
 @contextlib.contextmanager

@@ -9,7 +9,9 @@
 * Rotary tables, where the family rotates queries and keys: the ``cos`` and ``sin`` each layer's
   attention receives for positions ``0..P-1`` (``[layer, position, rotary_dim]``), recorded from
   one forward pass by a pre-hook on every attention module, so every rotary variant (scaling,
-  partial rotation, local / global bases) is exactly the model's own.
+  partial rotation, local / global bases) is exactly the model's own. The pass skips attention itself
+  (:func:`qkviz.extraction.capture.without_attention`): the tables (and the position embeddings) are
+  computed before it, and at thousands of positions attention would be most of the pass's time.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 
 from qkviz.store import files as run_files
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
+from qkviz.extraction.capture import without_attention
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +65,11 @@ def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_posi
 
 
 def _one_pass(model: torch.nn.Module, handles: list, token_id: int, n_positions: int, device: str) -> None:
-    """One forward pass over ``n_positions`` copies of ``token_id``; then the hooks ``handles`` are removed."""
+    """One forward pass, without attention, over ``n_positions`` copies of ``token_id``; then the hooks
+    ``handles`` are removed."""
     try:
         input_ids = torch.full((1, n_positions), token_id, dtype=torch.long, device=device)
-        with torch.inference_mode():
+        with torch.inference_mode(), without_attention(model):
             model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
     finally:
         for handle in handles:

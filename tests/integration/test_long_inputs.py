@@ -8,12 +8,11 @@ import pandas as pd
 import pytest
 from support.attention_check import max_attention_error
 from support.cli import one_line_error, run_main
+from support.tiny_models import CONTEXT
 from transformers import AutoTokenizer
 
 import qkviz
 from qkviz.extraction.text_capture import pad_token_id
-
-CONTEXT = {"llama": 256, "bert": 128}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +36,7 @@ def token_ids(model_dir, text: str) -> list[int]:
 def test_a_chunked_run_holds_each_window_with_its_document_and_offset_and_is_exact(
         family, chunk, overlap, tiny_model, documents, tmp_path):
     model_dir = tiny_model(family)
-    assert len(token_ids(model_dir, documents[1])) > CONTEXT[family]
+    assert len(token_ids(model_dir, documents[1])) > CONTEXT
     run = qkviz.extract(str(model_dir), documents, tmp_path / "run", chunk=chunk, chunk_overlap=overlap,
                         batch_size=4, progress=False)
     overlap = chunk // 8 if overlap is None else overlap
@@ -75,8 +74,8 @@ def test_a_document_longer_than_the_context_is_refused_with_its_count_and_nothin
     n_tokens = len(token_ids(model_dir, documents[1]))
     one_line_error(run_main("extract", "--model", str(model_dir), "--corpus", str(corpus), "--out",
                             str(tmp_path / "run")),
-                   f"error: document 2 ({documents[1][:30] + '...'!r}) has {n_tokens:,} tokens, more than the model's context of 256: give --chunk N "
-                   "(or --max-length N to truncate)")
+                   f"error: document 2 ({documents[1][:30] + '...'!r}) has {n_tokens:,} tokens, more than the model's "
+                   "context of 256: give --chunk N (or --max-length N to truncate)")
     assert not (tmp_path / "run").exists()
 
 

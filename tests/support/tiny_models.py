@@ -58,25 +58,30 @@ def decoder_tokenizer(sentences: list[str]) -> PreTrainedTokenizerFast:
                                    eos_token="<eos>")
 
 
+#: every tiny model's context: longer than every sentence of data/sentences.txt for the tiny tokenizers (at most
+#: 175 tokens), so that no test extraction needs --max-length or --chunk unless it says so
+CONTEXT = 256
+
+
 def tiny_config(family: str, pad_token_id: int):
     common = dict(vocab_size=VOCAB_SIZE, initializer_range=INIT_RANGE, pad_token_id=pad_token_id)
     rotary = dict(common, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=LAYERS,
                   num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HIDDEN // HEADS,
-                  max_position_embeddings=256)
+                  max_position_embeddings=CONTEXT)
     if family == "bert":
         return transformers.BertConfig(**common, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                                        num_attention_heads=HEADS, intermediate_size=2 * HIDDEN,
-                                       max_position_embeddings=128)
+                                       max_position_embeddings=CONTEXT)
     if family == "roberta":
         return transformers.RobertaConfig(**common, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                                           num_attention_heads=HEADS, intermediate_size=2 * HIDDEN,
-                                          max_position_embeddings=128 + pad_token_id + 1)
+                                          max_position_embeddings=CONTEXT + pad_token_id + 1)
     if family == "distilbert":
         return transformers.DistilBertConfig(**common, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS,
-                                             hidden_dim=2 * HIDDEN, max_position_embeddings=128)
+                                             hidden_dim=2 * HIDDEN, max_position_embeddings=CONTEXT)
     if family == "gpt2":
         # Layer-dependent scaling: the recorded scale must differ per layer.
-        return transformers.GPT2Config(**common, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=128,
+        return transformers.GPT2Config(**common, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_positions=CONTEXT,
                                        scale_attn_by_inverse_layer_idx=True)
     if family == "llama":
         return transformers.LlamaConfig(**rotary)
