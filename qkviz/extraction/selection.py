@@ -85,6 +85,9 @@ def _tokenize(indices: list[int], sentences: tuple[str, ...], tokenizer, max_len
 
 
 def _encode(tokenizer, texts: list[str], truncation: bool, max_length: int | None) -> dict:
+    # verbose=False: no "longer than the specified maximum sequence length" warning; what becomes of a long
+    # document is decided here (truncated, windows or refused), never left to the model
     encoded = tokenizer(texts, add_special_tokens=True, truncation=truncation, max_length=max_length,
-                        return_offsets_mapping=True, return_special_tokens_mask=True, return_attention_mask=False)
+                        return_offsets_mapping=True, return_special_tokens_mask=True, return_attention_mask=False,
+                        verbose=False)
     return {key: list(encoded[key]) for key in ("input_ids", "offset_mapping", "special_tokens_mask")}
