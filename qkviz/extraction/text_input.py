@@ -54,8 +54,8 @@ class TextInput:
         rule, windows = refused_past(context), {}
         if chunk is not None:
             overlap = default_overlap(chunk) if chunk_overlap is None else chunk_overlap
-            rule, windows = _window_rule(loaded.tokenizer, context, chunk, overlap), {"chunk": chunk,
-                                                                                      "chunk_overlap": overlap}
+            rule = _window_rule(loaded.tokenizer, context, chunk, overlap)
+            windows = {"chunk": chunk, "chunk_overlap": overlap}
         sentences = select_sentences(corpus_data.sentences, loaded.tokenizer, max_length, max_tokens,
                                      max_sentences, seed, rule)
         if not sentences:
