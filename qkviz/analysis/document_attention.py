@@ -168,14 +168,16 @@ def pooled_allowed(head: DocumentHead, row_edges: np.ndarray, column_edges: np.n
 
 def _pool_block(probs: np.ndarray, key_first: int, row_edges: np.ndarray, column_edges: np.ndarray,
                 reduce: str) -> np.ndarray:
-    """``[block's row runs, column runs]`` pooled values of one block (rows ``row_edges`` local to it)."""
-    start, stop = int(column_edges[0]), int(column_edges[-1])
-    region = np.zeros((probs.shape[0], stop - start))
-    inside_first, inside_stop = max(start, key_first), min(stop, key_first + probs.shape[1])
-    if inside_first < inside_stop:
-        region[:, inside_first - start:inside_stop - start] = probs[:, inside_first - key_first:inside_stop - key_first]
+    """``[block's row runs, column runs]`` pooled values of one block (``row_edges`` local to it): its rows
+    reduced first (contiguous), then the column runs that meet its keys (the others, and the parts of a run
+    outside its keys, hold only zeros)."""
     ufunc = np.maximum if reduce == "max" else np.add
-    pooled = ufunc.reduceat(ufunc.reduceat(region, column_edges[:-1] - start, axis=1), row_edges[:-1], axis=0)
+    by_row = ufunc.reduceat(probs, row_edges[:-1], axis=0)
+    local = np.clip(column_edges - key_first, 0, probs.shape[1])
+    meets = np.flatnonzero(local[1:] > local[:-1])
+    pooled = np.zeros((len(row_edges) - 1, len(column_edges) - 1))
+    if len(meets):
+        pooled[:, meets] = ufunc.reduceat(by_row[:, :local[meets[-1] + 1]], local[meets], axis=1)
     if reduce == "mean":
         pooled /= np.diff(row_edges)[:, None] * np.diff(column_edges)[None, :]
     return pooled
@@ -244,6 +246,23 @@ def _gather(probs: np.ndarray, rows: np.ndarray, keys: np.ndarray) -> np.ndarray
     return np.where(inside, probs[rows, np.clip(keys, 0, probs.shape[1] - 1)], 0.0)
 
 
+def _distance_mass(probs: np.ndarray, local: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """float ``[len(edges) - 1]``: the block's total weight at each distance bin, from one reading of it: row ``r``
+    (its query at column ``local[r]``) splits into runs of keys at the breakpoints ``local - e + 1`` (before the
+    query) and ``local + e`` (after it) of every edge ``e``, summed together by one ``np.add.reduceat``."""
+    upper = edges[1:]                                            # e_1 .. e_K
+    breaks = np.concatenate([local[:, None] - upper[None, ::-1] + 1, local[:, None] + upper[None, :-1]], axis=1)
+    bins = np.concatenate([np.arange(len(upper) - 1, -1, -1), np.arange(1, len(upper))])    # K-1 .. 0, 1 .. K-1
+    width, total = probs.shape[1], probs.size
+    index = (np.clip(breaks, 0, width) + (np.arange(len(local)) * width)[:, None]).ravel()
+    following = np.append(index[1:], total)
+    inside = index < total                                       # only the last row's empty runs are not
+    sums = np.zeros(len(index))
+    sums[inside] = np.add.reduceat(probs.ravel(), index[inside])
+    sums[index >= following] = 0.0                               # an empty run (reduceat would give one weight)
+    return np.bincount(np.tile(bins, len(local)), weights=sums, minlength=len(upper))
+
+
 @dataclass
 class _Profiler:
     """Accumulates a :class:`HeadProfile` from the blocks of :func:`attention_blocks` over every query."""
@@ -262,15 +281,7 @@ class _Profiler:
         width = probs.shape[1]
         rows = np.arange(stop - first)
         position = first + rows
-        cumulative = np.zeros((len(rows), width + 1))
-        np.cumsum(probs, axis=1, out=cumulative[:, 1:])
-        local = position[:, None] - key_first                        # the query's own column
-        before_stop = np.clip(local - self.edges[None, :-1] + 1, 0, width)   # keys at distance >= edge, up to it
-        before_start = np.clip(local - self.edges[None, 1:] + 1, 0, width)
-        after_start = np.clip(local + np.maximum(self.edges[None, :-1], 1), 0, width)
-        after_stop = np.clip(local + self.edges[None, 1:], 0, width)
-        take = lambda columns: np.take_along_axis(cumulative, columns, axis=1)   # noqa: E731
-        self.mass += (take(before_stop) - take(before_start) + take(after_stop) - take(after_start)).sum(axis=0)
+        self.mass += _distance_mass(probs, position - key_first, self.edges)
         self.first += _gather(probs, rows, np.full(len(rows), -key_first)).sum()
         specials = self.special_positions - key_first
         specials = specials[(specials >= 0) & (specials < width)]
