@@ -251,8 +251,8 @@ def zoomed_region(relayout, drawn: dict | None, n: int) -> tuple[tuple[int, int]
         if not all(finite(end) for end in ends):
             continue
         low, high = sorted(float(end) for end in ends)
-        start = int(np.clip(np.ceil(low - 0.5), 0, n - 1))
-        stop = int(np.clip(np.floor(high + 0.5), start + 1, n))
+        start = int(np.clip(np.floor(low - 0.5) + 1, 0, n - 1))        # token j's cell is [j - 0.5, j + 0.5]
+        stop = int(np.clip(np.ceil(high + 0.5), start + 1, n))
         if stop - start < MIN_REGION:
             start = max(0, min(start, n - MIN_REGION))
             stop = min(n, start + MIN_REGION)
@@ -275,39 +275,28 @@ def register(app: dash.Dash, context: AppContext) -> None:
     runs = context.runs
     caches = [DocumentCache(data) for data in runs]
 
-    @app.callback(Output(ids.DOCUMENT_GRAPH, "figure"), Output(ids.DOCUMENT_PROFILE, "figure"),
-                  Output(ids.DOCUMENT_SCORES, "children"), Output(ids.DOCUMENT_STRIP, "children"),
-                  Output(ids.DOCUMENT_MESSAGE, "children"), Output(ids.DOCUMENT_REGION, "data"),
-                  Input(VIEW.state_store, "data"), Input(ids.DOCUMENT_POOL, "value"),
-                  Input(ids.DOCUMENT_GRAPH, "relayoutData"), State(ids.DOCUMENT_REGION, "data"))
-    def draw_document(current, pool, relayout, drawn):
+    def shown(current, pool) -> tuple[ViewState, RunData, DocumentCache, str, slice]:
+        """The state, run, cache, pooling and document rows of a request; PreventUpdate unless the view shows."""
         state = checked_state(current, runs)
         if current is None or state.view != VIEW.name:
             raise PreventUpdate
-        data, cache, pool = runs[state.run], caches[state.run], checked_pool(pool)
+        return state, runs[state.run], caches[state.run], checked_pool(pool), caches[state.run].rows(state.sentence)
+
+    @app.callback(Output(ids.DOCUMENT_GRAPH, "figure"), Output(ids.DOCUMENT_PROFILE, "figure"),
+                  Output(ids.DOCUMENT_SCORES, "children"), Output(ids.DOCUMENT_STRIP, "children"),
+                  Output(ids.DOCUMENT_MESSAGE, "children"), Output(ids.DOCUMENT_REGION, "data"),
+                  Input(VIEW.state_store, "data"), Input(ids.DOCUMENT_POOL, "value"))
+    def draw_document(current, pool):
+        state, data, cache, pool, rows = shown(current, pool)
+        n = rows.stop - rows.start
         if data.patches is not None:
             return (no_update, no_update, [], [], "The document view is for text runs; an image's attention is in the "
                     "Sentence / image view.", None)
-        rows = cache.rows(state.sentence)
-        n = rows.stop - rows.start
         if n > MAX_DOCUMENT_TOKENS:
             return (no_update, no_update, [], [], f"Document {state.sentence} has {n:,} tokens; the view draws "
                     f"documents of at most {MAX_DOCUMENT_TOKENS:,}.", None)
         key = [state.run, state.sentence, state.layer, state.head, pool]
         texts = data.tokens.token.to_numpy()[rows]
-        if dash.ctx.triggered_id == ids.DOCUMENT_GRAPH:
-            if not isinstance(drawn, dict) or drawn.get("key") != key:
-                raise PreventUpdate
-            region = zoomed_region(relayout, drawn, n)
-            if region is None or [list(region[0]), list(region[1])] == [drawn["rows"], drawn["columns"]]:
-                raise PreventUpdate
-            pooled = cache.region(state.layer, state.head, state.sentence, pool, *region)
-            patch = Patch()
-            patch["data"][0] = image_trace(pooled)
-            patch["layout"]["xaxis"].update(axis_labels(*region[1], plotly_texts(texts)))
-            patch["layout"]["yaxis"].update(axis_labels(*region[0], plotly_texts(texts)))
-            return (patch, no_update, no_update, token_strip(texts, *region), no_update,
-                    {"key": key, "rows": list(region[0]), "columns": list(region[1])})
         pooled, profile = cache.whole(state.layer, state.head, state.sentence, pool)
         _, repeat = cache.passage(state.sentence)
         title = f"{data.name}: layer {state.layer} head {state.head}, document {state.sentence} ({n:,} tokens)"
@@ -317,6 +306,29 @@ def register(app: dash.Dash, context: AppContext) -> None:
                    f"labelled below {LABELLED_TOKENS + 1}); double-click for the whole document.")
         return (figure, profile_figure(profile), scores_table(profile, repeat), token_strip(texts, (0, n), (0, n)),
                 message, {"key": key, "rows": [0, n], "columns": [0, n]})
+
+    @app.callback(Output(ids.DOCUMENT_GRAPH, "figure", allow_duplicate=True),
+                  Output(ids.DOCUMENT_STRIP, "children", allow_duplicate=True),
+                  Output(ids.DOCUMENT_REGION, "data", allow_duplicate=True),
+                  Input(ids.DOCUMENT_GRAPH, "relayoutData"), State(VIEW.state_store, "data"),
+                  State(ids.DOCUMENT_POOL, "value"), State(ids.DOCUMENT_REGION, "data"), prevent_initial_call=True)
+    def draw_region(relayout, current, pool, drawn):
+        """The region on screen after a zoom or pan, drawn again (only the image, the axes' labels and the strip)
+        when it is of the map drawn (its key) and another region."""
+        state, data, cache, pool, rows = shown(current, pool)
+        key = [state.run, state.sentence, state.layer, state.head, pool]
+        if not isinstance(drawn, dict) or drawn.get("key") != key:
+            raise PreventUpdate
+        region = zoomed_region(relayout, drawn, rows.stop - rows.start)
+        if region is None or [list(region[0]), list(region[1])] == [drawn["rows"], drawn["columns"]]:
+            raise PreventUpdate
+        texts = data.tokens.token.to_numpy()[rows]
+        pooled = cache.region(state.layer, state.head, state.sentence, pool, *region)
+        patch = Patch()
+        patch["data"][0] = image_trace(pooled)
+        patch["layout"]["xaxis"].update(axis_labels(*region[1], plotly_texts(texts)))
+        patch["layout"]["yaxis"].update(axis_labels(*region[0], plotly_texts(texts)))
+        return patch, token_strip(texts, *region), {"key": key, "rows": list(region[0]), "columns": list(region[1])}
 
     @app.callback(Output(ids.DOCUMENT_SELECT, "options", allow_duplicate=True),
                   Input(ids.DOCUMENT_SELECT, "search_value"), State(ids.STATE, "data"), prevent_initial_call=True)
