@@ -30,7 +30,7 @@ from dash_app.figure_parts import plotly_texts, png_data_uri
 from dash_app.run_data import RunData
 from dash_app.state import MAX_SEARCH, ViewState, checked_state
 from dash_app.view_registry import AppContext, View, register_view
-from qkviz.analysis import (DocumentHead, HeadProfile, PooledMap, RepeatedSpan, document_attention, document_head,
+from qkviz.analysis import (DocumentHead, HeadProfile, PooledMap, RepeatedSpan, document_head, document_overview,
                             pooled_attention, repeated_span)
 
 #: the map's plot area, in CSS pixels a side: the image is at most this many pixels a side (the request's bound)
@@ -116,7 +116,7 @@ class DocumentCache:
 
     def _whole(self, layer: int, head: int, document: int, pool: str) -> tuple[PooledMap, HeadProfile]:
         special, repeat = self.passage(document)
-        return document_attention(self.head(layer, head, document), special, repeat, (MAP_PIXELS, MAP_PIXELS), pool)
+        return document_overview(self.head(layer, head, document), special, repeat, (MAP_PIXELS, MAP_PIXELS), pool)
 
     def region(self, layer: int, head: int, document: int, pool: str, rows: tuple[int, int],
                columns: tuple[int, int]) -> PooledMap:
@@ -253,8 +253,8 @@ def zoomed_region(relayout, drawn: dict | None, n: int) -> tuple[tuple[int, int]
         low, high = sorted(float(end) for end in ends)
         start = int(np.clip(np.floor(low - 0.5) + 1, 0, n - 1))        # token j's cell is [j - 0.5, j + 0.5]
         stop = int(np.clip(np.ceil(high + 0.5), start + 1, n))
-        if stop - start < MIN_REGION:
-            start = max(0, min(start, n - MIN_REGION))
+        if stop - start < MIN_REGION:                                   # widened about its middle
+            start = max(0, min((start + stop) // 2 - MIN_REGION // 2, n - MIN_REGION))
             stop = min(n, start + MIN_REGION)
         region[axis], named = (start, stop), True
     return (region["yaxis"], region["xaxis"]) if named else None

@@ -11,7 +11,7 @@ from qkviz.analysis.attention_weighting import (AGGREGATE_POSITIONS, adjusted_at
 from qkviz.analysis.attention_change import (attention_change, check_comparable, most_changed, shape_difference,
                                             token_difference)
 from qkviz.analysis.document_attention import (DocumentHead, HeadProfile, PooledMap, RepeatedSpan, attention_blocks,
-                                               document_attention, document_head, head_profile, pixel_edges,
+                                               document_head, document_overview, head_profile, pixel_edges,
                                                pooled_attention, repeated_span)
 from qkviz.analysis.correlation import COLUMNS as CORRELATION_COLUMNS
 from qkviz.analysis.correlation import correlation_table, stored_correlations
@@ -25,6 +25,6 @@ __all__ = ["AGGREGATE_POSITIONS", "CLUSTER_GRID", "CORRELATION_COLUMNS", "IMAGE_
            "UPDATE_STATISTICS", "DocumentHead", "HeadAtlas", "HeadProfile", "HeadSimilarity", "LabelThresholds",
            "PooledMap", "RelatedHead", "RepeatedSpan", "adjusted_attention", "aggregate_attention",
            "attention_blocks", "attention_change", "check_comparable", "cluster_counts", "compute_stats",
-           "correlation_table", "document_attention", "document_head", "head_profile", "hidden_tokens", "load_atlas",
+           "correlation_table", "document_head", "document_overview", "head_profile", "hidden_tokens", "load_atlas",
            "load_head_similarity", "most_changed", "pixel_edges", "pooled_attention", "relate_heads",
            "related_heads", "repeated_span", "shape_difference", "stored_correlations", "token_difference"]

@@ -13,7 +13,7 @@ sliding-window mask), at most ``max_cells`` pairs at a time, and is reduced at o
 * :func:`head_profile` -- the head's attention mass against the query-key distance in log bins, its mass on the
   first token and on special tokens, its previous-token score and its induction score over a repeated passage
   (:func:`repeated_span`), all means over the document's queries;
-* :func:`document_attention` -- both from one pass over the document (what a head switch needs).
+* :func:`document_overview` -- both from one pass over the document (what a head switch needs).
 """
 
 from __future__ import annotations
@@ -311,7 +311,7 @@ def head_profile(head: DocumentHead, special: np.ndarray, repeat: RepeatedSpan |
     return profiler.result()
 
 
-def document_attention(head: DocumentHead, special: np.ndarray, repeat: RepeatedSpan | None,
+def document_overview(head: DocumentHead, special: np.ndarray, repeat: RepeatedSpan | None,
                        shape: tuple[int, int] = (512, 512), reduce: str = "max",
                        max_cells: int = MAX_BLOCK_CELLS) -> tuple[PooledMap, HeadProfile]:
     """The whole map pooled to ``shape`` (:func:`pooled_attention`) and the :func:`head_profile`, from one pass

@@ -5,7 +5,7 @@ equals direct counts, and no block holds more than its share of pairs."""
 import numpy as np
 import pytest
 
-from qkviz.analysis import (DocumentHead, attention_blocks, document_attention, head_profile, pixel_edges,
+from qkviz.analysis import (DocumentHead, attention_blocks, document_overview, head_profile, pixel_edges,
                             pooled_attention, repeated_span)
 from qkviz.core.attention import allowed_pairs, attention_probs
 
@@ -102,7 +102,7 @@ def test_one_pass_gives_the_map_and_the_profile():
     head = make_head(len(ids), True, 6, None, seed=5)
     special = np.zeros(len(ids), dtype=bool)
     repeat = repeated_span(ids, min_length=8)
-    pooled, profile = document_attention(head, special, repeat, (9, 11), "mean", max_cells=200)
+    pooled, profile = document_overview(head, special, repeat, (9, 11), "mean", max_cells=200)
     alone = pooled_attention(head, shape=(9, 11), reduce="mean")
     assert np.allclose(pooled.values, alone.values) and np.array_equal(pooled.allowed, alone.allowed)
     other = head_profile(head, special, repeat)
