@@ -1,6 +1,6 @@
 """How fast the document view is in a real browser (headless Debian Chromium, Playwright's Python package):
 
-    python bench/document_view.py --run3k /tmp/qkviz-modern/run --document3k 0 \
+    python bench/document_view.py --run3k /tmp/qkviz-modern-copy/run --document3k 0 \
                                   --run8k /tmp/qkviz-doc8k/run --document8k 0
 
 * **open to drawn** on a document of about 3,000 tokens: the page is on the Positions view of the document's head;
@@ -13,7 +13,8 @@
 * **server compute**: :func:`qkviz.analysis.document_overview` alone for the 8,192-token document (map and profile),
   in this process, for the same heads.
 
-Each figure is min / median / max of ``--repeats`` (5). Results go to ``bench/results/document_view.json`` with the
+``qkviz serve`` writes each head's PCA layout into a run it serves (before it answers): give it copies of shared
+runs. Each figure is min / median / max of ``--repeats`` (5). Results go to ``bench/results/document_view.json`` with the
 date, the machine (its load average before and after: the 2-core machine is shared, so the timings are taken
 under whatever load it has) and the arguments.
 """
@@ -103,7 +104,7 @@ def document_tokens(run_path: Path, document: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--run3k", type=Path, default=Path("/tmp/qkviz-modern/run"))
+    parser.add_argument("--run3k", type=Path, default=Path("/tmp/qkviz-modern-copy/run"))
     parser.add_argument("--document3k", type=int, default=0)
     parser.add_argument("--run8k", type=Path, default=Path("/tmp/qkviz-doc8k/run"))
     parser.add_argument("--document8k", type=int, default=0)

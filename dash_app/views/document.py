@@ -237,9 +237,9 @@ def zoomed_region(relayout, drawn: dict | None, n: int) -> tuple[tuple[int, int]
     """The region ``(rows, columns)`` a graph's ``relayoutData`` shows, checked: finite numbers, clipped to the
     document, at least :data:`MIN_REGION` tokens a side; an axis it does not name keeps the ``drawn`` region's
     range; autorange is the whole document. None when it names no axis range."""
-    if not isinstance(relayout, dict) or not isinstance(drawn, dict):
+    if not isinstance(relayout, dict):
         return None
-    region = {"xaxis": tuple(drawn["columns"]), "yaxis": tuple(drawn["rows"])}
+    region = {"xaxis": drawn_range(drawn, "columns", n), "yaxis": drawn_range(drawn, "rows", n)}
     named = False
     for axis in region:
         if relayout.get(f"{axis}.autorange") is True:
@@ -263,6 +263,16 @@ def zoomed_region(relayout, drawn: dict | None, n: int) -> tuple[tuple[int, int]
 def finite(value) -> bool:
     """Whether a value from the browser is a finite number (not a bool, a string, None or NaN)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and bool(np.isfinite(value))
+
+
+def drawn_range(drawn, axis: str, n: int) -> tuple[int, int]:
+    """The ``rows`` or ``columns`` ``[start, stop)`` of the region store as the browser sent it back, if it is one
+    inside the document, else the whole document."""
+    ends = drawn.get(axis) if isinstance(drawn, dict) else None
+    if (isinstance(ends, list) and len(ends) == 2 and all(isinstance(end, int) and not isinstance(end, bool)
+                                                          for end in ends) and 0 <= ends[0] < ends[1] <= n):
+        return ends[0], ends[1]
+    return 0, n
 
 
 def checked_pool(pool) -> str:

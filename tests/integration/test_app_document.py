@@ -86,6 +86,12 @@ def test_every_zoom_the_browser_relays_is_checked(relayout, expected):
     assert document.zoomed_region(relayout, {"rows": [5, 9], "columns": [0, 100]}, 100) == expected
 
 
+@pytest.mark.parametrize("drawn", [None, "x", {"rows": "x"}, {"rows": [9, 5]}, {"rows": [0, 10**9]},
+                                   {"rows": [True, 3]}, {"rows": [0.5, 3]}])
+def test_a_forged_region_store_is_the_whole_document(drawn):
+    assert document.zoomed_region({"xaxis.range": [9.5, 40.5]}, drawn, 100) == ((0, 100), (10, 41))
+
+
 def test_document_options_name_their_length(data):
     options = document.document_options(data, current=30)
     assert options[0]["label"].startswith(f"0: {int(data.sentences.n_tokens[0])} tokens")
