@@ -61,7 +61,7 @@ def open_to_drawn(browser, url: str, document: int, layer: int, head: int) -> fl
     page.goto(f"{url}?view=positions&sentence={document}&layer={layer}&head={head}")
     page.wait_for_selector("#view-tabs", timeout=60_000)
     page.wait_for_function("() => !document.querySelector('[data-dash-is-loading=\"true\"]')", timeout=60_000)
-    tab = page.get_by_text("Document", exact=True)
+    tab = page.locator("#view-tabs").get_by_text("Document", exact=True)
     started = time.perf_counter()
     tab.click()
     page.wait_for_function(DRAWN_JS, arg=[layer, head], timeout=120_000)

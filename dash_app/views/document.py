@@ -15,6 +15,8 @@ pixels a request. The short-sentence view (lines between tokens) is :mod:`dash_a
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 
 import dash
@@ -45,6 +47,8 @@ MAX_DOCUMENT_TOKENS = 32_768
 #: the smallest region a zoom draws, in tokens a side
 MIN_REGION = 4
 DOCUMENTS_OFFERED = 200
+#: heads whose whole map and profile are kept per run
+HEADS_KEPT = 8
 POOLS = [{"label": "max per pixel", "value": "max"}, {"label": "mean per pixel", "value": "mean"}]
 #: log10 weights from LOG_FLOOR (white) to 0 (darkest); the mask's forbidden pairs are MASKED_RGB
 LOG_FLOOR = -4.0
@@ -97,12 +101,15 @@ def colour_key() -> html.Div:
 # -- what the view computes, through qkviz.analysis -------------------------------------------------------------
 class DocumentCache:
     """Per run: each document's repeated passage and special tokens, and the last heads' whole maps and profiles
-    (a head switch back is immediate)."""
+    (a head switch back is immediate). A head asked for again while it is being computed (the browser repeats a
+    request whose inputs were written again) waits for that computation instead of starting another."""
 
     def __init__(self, data: RunData):
         self.data = data
         self.passage = lru_cache(maxsize=16)(self._passage)
-        self.whole = lru_cache(maxsize=8)(self._whole)
+        self._lock = threading.Lock()
+        self._done: OrderedDict[tuple, tuple[PooledMap, HeadProfile]] = OrderedDict()
+        self._running: dict[tuple, threading.Event] = {}
 
     def rows(self, document: int) -> slice:
         return self.data.run.sentence_tokens(document)
@@ -114,9 +121,35 @@ class DocumentCache:
     def head(self, layer: int, head: int, document: int) -> DocumentHead:
         return document_head(self.data.run, layer, head, document)
 
-    def _whole(self, layer: int, head: int, document: int, pool: str) -> tuple[PooledMap, HeadProfile]:
-        special, repeat = self.passage(document)
-        return document_overview(self.head(layer, head, document), special, repeat, (MAP_PIXELS, MAP_PIXELS), pool)
+    def whole(self, layer: int, head: int, document: int, pool: str) -> tuple[PooledMap, HeadProfile]:
+        """The whole map and the profile of a head (computed once, however many requests ask at the same time)."""
+        key = (layer, head, document, pool)
+        with self._lock:
+            if key in self._done:
+                self._done.move_to_end(key)
+                return self._done[key]
+            running = self._running.get(key)
+            if running is None:
+                self._running[key] = threading.Event()
+        if running is not None:
+            running.wait()
+            with self._lock:
+                if key in self._done:
+                    return self._done[key]
+        try:
+            special, repeat = self.passage(document)
+            result = document_overview(self.head(layer, head, document), special, repeat, (MAP_PIXELS, MAP_PIXELS),
+                                       pool)
+            with self._lock:
+                self._done[key] = result
+                while len(self._done) > HEADS_KEPT:
+                    self._done.popitem(last=False)
+            return result
+        finally:
+            with self._lock:
+                event = self._running.pop(key, None)
+            if event is not None:
+                event.set()
 
     def region(self, layer: int, head: int, document: int, pool: str, rows: tuple[int, int],
                columns: tuple[int, int]) -> PooledMap:
@@ -295,10 +328,12 @@ def register(app: dash.Dash, context: AppContext) -> None:
     @app.callback(Output(ids.DOCUMENT_GRAPH, "figure"), Output(ids.DOCUMENT_PROFILE, "figure"),
                   Output(ids.DOCUMENT_SCORES, "children"), Output(ids.DOCUMENT_STRIP, "children"),
                   Output(ids.DOCUMENT_MESSAGE, "children"), Output(ids.DOCUMENT_REGION, "data"),
-                  Input(VIEW.state_store, "data"), Input(ids.DOCUMENT_POOL, "value"))
-    def draw_document(current, pool):
+                  Input(VIEW.state_store, "data"), Input(ids.DOCUMENT_POOL, "value"), State(ids.DOCUMENT_REGION, "data"))
+    def draw_document(current, pool, drawn):
         state, data, cache, pool, rows = shown(current, pool)
         n = rows.stop - rows.start
+        if isinstance(drawn, dict) and drawn.get("key") == [state.run, state.sentence, state.layer, state.head, pool]:
+            raise PreventUpdate                 # the state written again (another control's echo): this map is drawn
         if data.patches is not None:
             return (no_update, no_update, [], [], "The document view is for text runs; an image's attention is in the "
                     "Sentence / image view.", None)

@@ -96,3 +96,25 @@ def test_document_options_name_their_length(data):
     options = document.document_options(data, current=30)
     assert options[0]["label"].startswith(f"0: {int(data.sentences.n_tokens[0])} tokens")
     assert document.document_options(data, "zzzz-no-such-text", current=2)[0]["value"] == 2
+
+
+def test_a_head_asked_for_twice_at_once_is_computed_once(data, monkeypatch):
+    import threading
+    import time
+
+    calls = []
+
+    def slow_overview(*arguments):
+        calls.append(arguments)
+        time.sleep(0.3)
+        return document_overview(*arguments)
+
+    monkeypatch.setattr(document, "document_overview", slow_overview)
+    cache = document.DocumentCache(data)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(cache.whole(0, 1, 2, "mean"))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1 and len(results) == 3 and all(result is results[0] for result in results)
