@@ -42,7 +42,8 @@ MARGIN = dict(l=80, r=20, t=36, b=80)
 LABELLED_TOKENS = 48
 #: tokens the strip shows of each axis (the first of the region; zoom in for the rest)
 STRIP_TOKENS = 300
-#: the longest document drawn (a full map's cost grows with its square: 8,192 tokens take about a second)
+#: the longest document drawn (a whole map's cost grows with its square: 8,192 tokens took 2.5-3.9 s of one
+#: core on the shared 2-core machine under load)
 MAX_DOCUMENT_TOKENS = 32_768
 #: the smallest region a zoom draws, in tokens a side
 MIN_REGION = 4
