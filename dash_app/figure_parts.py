@@ -1,9 +1,11 @@
 """The parts the views build their figures from: colours and colour scales, text Plotly shows literally, empty
-figures, attention-line opacity steps, category legends, and typed arrays for a Patch."""
+figures, attention-line opacity steps, category legends, typed arrays for a Patch, and PNG images drawn on the server."""
 
 from __future__ import annotations
 
 import base64
+import struct
+import zlib
 
 import numpy as np
 import plotly.graph_objects as go
@@ -87,3 +89,23 @@ def typed_arrays(trace: dict) -> dict:
     them), since a ``Patch`` would send them as JSON lists (2-3 times the bytes, and slower to encode)."""
     return {name: {"dtype": value.dtype.str.lstrip("<|"), "bdata": base64.b64encode(value.tobytes()).decode("ascii")}
             if isinstance(value, np.ndarray) and value.dtype.kind in "uif" else value for name, value in trace.items()}
+
+
+def png_bytes(image: np.ndarray) -> bytes:
+    """An RGB ``[height, width, 3]`` or RGBA ``[height, width, 4]`` uint8 image as a PNG file's bytes (no filter,
+    zlib-compressed); small images drawn on the server (a document's attention map) go out as these."""
+    image = np.ascontiguousarray(image, dtype=np.uint8)
+    height, width, channels = image.shape
+    rows = np.concatenate([np.zeros((height, 1), np.uint8), image.reshape(height, -1)], axis=1)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 6 if channels == 4 else 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6))
+            + chunk(b"IEND", b""))
+
+
+def png_data_uri(image: np.ndarray) -> str:
+    """:func:`png_bytes` as a ``data:`` URI (an image trace's ``source``)."""
+    return "data:image/png;base64," + base64.b64encode(png_bytes(image)).decode("ascii")

@@ -150,3 +150,19 @@ MATRIX_COLOUR = "matrix-colour"
 EXPORT = "export"
 #: {graph, format, timestamp} of the last export (written by exportFigure)
 EXPORT_SINK = "export-sink"
+
+# document view (dash_app.views.document): one head's attention over a long document
+DOCUMENT_VIEW = view_container("document")
+DOCUMENT_SELECT = "document-select"
+DOCUMENT_LAYER = "document-layer"
+DOCUMENT_HEAD = "document-head"
+#: how a pixel pools its query-key cells: "max" or "mean"
+DOCUMENT_POOL = "document-pool"
+DOCUMENT_GRAPH = "document-graph"
+DOCUMENT_MESSAGE = "document-message"
+#: the tokens of the region on screen (keys, then queries), redrawn with each zoom
+DOCUMENT_STRIP = "document-strip"
+DOCUMENT_PROFILE = "document-profile"
+DOCUMENT_SCORES = "document-scores"
+#: {key: [run, document, layer, head, pool], rows: [start, stop], columns: [start, stop]} of the map drawn
+DOCUMENT_REGION = "document-region"

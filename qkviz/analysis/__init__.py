@@ -1,14 +1,18 @@
 """What heads do, measured over the whole corpus: the distance-dot-product correlation of every head,
 the head atlas (statistics, pattern labels, logit decomposition, syntax), related heads, and how much
 each head's attention changed between two runs over the same tokens; for the app, a head's attention with
-tokens hidden or weighted by value norm (one sentence's, and the corpus average by position), and how many
-clusters a search's matches form in each head's layout.
+tokens hidden or weighted by value norm (one sentence's, and the corpus average by position), one head's attention
+over a long document (its map pooled to pixels and its profile, computed block by block), and how many clusters a
+search's matches form in each head's layout.
 """
 
 from qkviz.analysis.attention_weighting import (AGGREGATE_POSITIONS, adjusted_attention, aggregate_attention,
                                                hidden_tokens)
 from qkviz.analysis.attention_change import (attention_change, check_comparable, most_changed, shape_difference,
                                             token_difference)
+from qkviz.analysis.document_attention import (DocumentHead, HeadProfile, PooledMap, RepeatedSpan, attention_blocks,
+                                               document_head, document_overview, head_profile, pixel_edges,
+                                               pooled_attention, repeated_span)
 from qkviz.analysis.correlation import COLUMNS as CORRELATION_COLUMNS
 from qkviz.analysis.correlation import correlation_table, stored_correlations
 from qkviz.analysis.head_atlas import UPDATE_STATISTICS, HeadAtlas, compute_stats, load_atlas
@@ -18,8 +22,9 @@ from qkviz.analysis.head_stats import IMAGE_STATISTICS, STATISTICS
 from qkviz.analysis.match_clusters import CLUSTER_GRID, cluster_counts
 
 __all__ = ["AGGREGATE_POSITIONS", "CLUSTER_GRID", "CORRELATION_COLUMNS", "IMAGE_STATISTICS", "LABELS", "STATISTICS",
-           "UPDATE_STATISTICS", "HeadAtlas", "HeadSimilarity", "LabelThresholds", "RelatedHead",
-           "adjusted_attention", "aggregate_attention", "attention_change", "check_comparable", "cluster_counts",
-           "compute_stats", "correlation_table", "hidden_tokens", "load_atlas", "load_head_similarity",
-           "most_changed", "related_heads", "relate_heads", "shape_difference", "stored_correlations",
-           "token_difference"]
+           "UPDATE_STATISTICS", "DocumentHead", "HeadAtlas", "HeadProfile", "HeadSimilarity", "LabelThresholds",
+           "PooledMap", "RelatedHead", "RepeatedSpan", "adjusted_attention", "aggregate_attention",
+           "attention_blocks", "attention_change", "check_comparable", "cluster_counts", "compute_stats",
+           "correlation_table", "document_head", "document_overview", "head_profile", "hidden_tokens", "load_atlas",
+           "load_head_similarity", "most_changed", "pixel_edges", "pooled_attention", "relate_heads",
+           "related_heads", "repeated_span", "shape_difference", "stored_correlations", "token_difference"]
