@@ -1,0 +1,117 @@
+"""qkviz on a modern model's head grid and long documents (issue 28): every figure, in one run.
+
+    python bench/modern_scale.py [--dir /tmp/qkviz-modern-scale] [--parts commands,matrix,document,long,layouts]
+                                 [--json bench/results/modern_scale.json]
+
+The subject is ``bench/modern_model.py``'s: a random Llama-shaped decoder of 32 layers x 32 query heads over 8
+key-value heads (head size 8, context 8,192) over three documents of about 3,000 tokens (9,123 tokens; the last
+repeats a passage). Parts (``--parts``):
+
+* ``commands`` -- each ``qkviz`` command on that run in a child process, its wall time and the peak of its process
+  tree's resident memory (``bench/scale.py``'s ``measured``): ``extract``, ``project --method pca`` (the first
+  picture), ``stats --jobs 2``, ``related``, ``index``, ``report``; then the report's pages opened in Chromium
+  (``bench/report_pages.py``; goal: each in <= 3 s);
+* ``matrix`` -- ``bench/matrix_grid.py``: page load to the drawn 1,024-head matrix, and the grid's share of a
+  1400 x 900 window for 6 x 12, 12 x 12, 30 x 9 and 32 x 32 grids (goals: <= 3 s; >= 60 % x 55 %);
+* ``document`` -- ``bench/document_view.py``: the document view's whole map of a 3,000-token document on screen
+  after the click, and a head switch at 8,192 tokens (goals: <= 5 s; <= 2 s);
+* ``long`` -- ``bench/long_inputs.py``: extracting one 8,192-token document, peak memory beyond the weights (goal:
+  <= 2 GB);
+* ``layouts`` -- ``bench/thousand_heads.py``: every head's default layouts (``qkviz project --jobs 2``) and
+  partner recall on 16 seeded random heads against full fits (goals: <= 30 min; >= 0.9x).
+
+Each part writes its own ``bench/results/<name>.json`` too; this script gathers them with the date, the machine,
+the arguments and the load average before and after each part (a shared machine's figures say so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO / "bench"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+PARTS = ("commands", "matrix", "document", "long", "layouts")
+#: the part's script and the results file it writes
+SCRIPTS = {"matrix": ("matrix_grid.py", "matrix_grid.json"), "document": ("document_view.py", "document_view.json"),
+           "long": ("long_inputs.py", "long_inputs.json"), "layouts": ("thousand_heads.py", "thousand_heads.json")}
+QKVIZ = [sys.executable, "-m", "qkviz", "-q"]
+
+
+def commands(directory: Path) -> dict:
+    """Every command on the 32 x 32-head run, timed with its peak memory; then the report's pages opened."""
+    from modern_model import make_documents, make_model
+    from scale import measured
+    from transformers import AutoTokenizer
+
+    model = make_model(directory / "model")
+    documents = directory / "documents.txt"
+    if not documents.exists():
+        make_documents(documents, AutoTokenizer.from_pretrained(model))
+    run, report = directory / "run", directory / "report"
+    planned = {
+        "extract": [*QKVIZ, "extract", "--model", str(model), "--corpus", str(documents), "--out", str(run),
+                    "--overwrite"],
+        "project_pca": [*QKVIZ, "project", "--run", str(run), "--method", "pca"],
+        "stats": [*QKVIZ, "stats", "--run", str(run), "--jobs", "2"],
+        "related": [*QKVIZ, "related", "--run", str(run)],
+        "index": [*QKVIZ, "index", "--run", str(run)],
+        "report": [*QKVIZ, "report", "--run", str(run), "--out", str(report), "--overwrite"],
+    }
+    figures = {}
+    for name, command in planned.items():
+        figures[name] = {**measured(command), **_load()}
+        print(f"{name:>12}: {figures[name]['seconds']:8.1f} s  peak {figures[name]['peak_gb']:.2f} GB", flush=True)
+    pages = subprocess.run([sys.executable, str(REPO / "bench" / "report_pages.py"), "--report", str(report)],
+                           capture_output=True, text=True)
+    figures["report_pages"] = pages.stdout[-4000:] if pages.returncode == 0 else f"failed: {pages.stderr[-2000:]}"
+    return figures
+
+
+def script_part(name: str) -> dict:
+    """One part's own benchmark script, in a child process; its results file read back."""
+    script, results = SCRIPTS[name]
+    before = _load()
+    completed = subprocess.run([sys.executable, str(REPO / "bench" / script)], capture_output=True, text=True)
+    path = RESULTS / results
+    return {"returncode": completed.returncode, "load_before": before, **_load(),
+            "results": json.loads(path.read_text()) if completed.returncode == 0 and path.exists() else None,
+            "stderr": completed.stderr[-2000:] if completed.returncode else ""}
+
+
+def _load() -> dict:
+    return {"load_average": [round(value, 2) for value in os.getloadavg()]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-modern-scale"))
+    parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--json", type=Path, default=RESULTS / "modern_scale.json")
+    args = parser.parse_args()
+    parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise SystemExit(f"unknown parts {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
+    args.dir.mkdir(parents=True, exist_ok=True)
+    results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
+               "arguments": vars(args) | {"dir": str(args.dir), "json": str(args.json)}}
+    for part in parts:
+        results[part] = commands(args.dir) if part == "commands" else script_part(part)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
