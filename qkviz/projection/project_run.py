@@ -112,10 +112,11 @@ class HeadProgress:
     so far: their mean rate since the start (the workers' start-up included), heads found cached left out of it, as
     they cost nothing. Without a terminal the same figures are logged every :data:`LOG_EVERY` seconds."""
 
-    def __init__(self, specs, progress: bool = True):
+    def __init__(self, specs, progress: bool = True, clock=time.monotonic):
+        self.clock = clock
         self.left = Counter((spec.layer, spec.head) for spec in specs)
         self.computed_heads: set[tuple[int, int]] = set()
-        self.started = self.logged = time.monotonic()
+        self.started = self.logged = clock()
         self.cached = self.computed = 0
         # smoothing 0: tqdm's rate is the mean over the heads computed (n - initial), not the last few
         self.bar = tqdm(total=len(self.left), unit="head", desc="projecting", disable=not progress,
@@ -125,11 +126,11 @@ class HeadProgress:
     def __enter__(self) -> "HeadProgress":
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, error_type, *exc_info) -> None:
         self.bar.close()
-        if self.computed:
+        if self.computed and error_type is None:      # interrupted: the caller says so
             logger.info("%d heads computed in %s (%.2f s a head), %d found cached", self.computed,
-                        _duration(time.monotonic() - self.started), self.seconds_per_head(), self.cached)
+                        _duration(self.clock() - self.started), self.seconds_per_head(), self.cached)
 
     def count(self, outcome: dict) -> None:
         """One layout's outcome (:func:`~qkviz.projection.tasks.run_tasks`); a head is done with its last layout."""
@@ -143,9 +144,10 @@ class HeadProgress:
             self.computed += 1
         else:                       # found cached: done, but not part of the rate
             self.cached += 1
-            self.bar.initial += 1
+            if not self.bar.disable:
+                self.bar.initial += 1
         self.bar.update()
-        now = time.monotonic()
+        now = self.clock()
         if self.log_lines and self.computed and now - self.logged >= LOG_EVERY:
             self.logged = now
             logger.info("%d of %d heads done in %s; about %s left", self.computed + self.cached, len(self.left),
@@ -153,7 +155,7 @@ class HeadProgress:
 
     def seconds_per_head(self) -> float:
         """Wall seconds per computed head so far (all workers together)."""
-        return (time.monotonic() - self.started) / max(self.computed, 1)
+        return (self.clock() - self.started) / max(self.computed, 1)
 
     def remaining(self) -> float:
         """Estimated wall seconds until every head is done."""
