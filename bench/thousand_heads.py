@@ -116,7 +116,8 @@ def time_project(run_path: Path, jobs: int, layers: str | None, heads: str | Non
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if finished.returncode:
         raise SystemExit(f"qkviz project failed:\n{finished.stderr[-3000:]}")
-    log = [line for line in finished.stderr.replace("\r", "\n").splitlines() if line.startswith("qkviz:")]
+    # a log line may follow the progress bar on its line: keep what starts at "qkviz:"
+    log = [line[line.index("qkviz:"):] for line in finished.stderr.replace("\r", "\n").splitlines() if "qkviz:" in line]
     return {"command": " ".join(command[3:]), "wall_s": round(wall, 1),
             "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
             "load_before": [round(x, 2) for x in load_before], "load_during": load.samples,

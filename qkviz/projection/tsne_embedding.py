@@ -9,8 +9,8 @@ coarser (``bench/thousand_heads.py``).
 
 The FFT gradients interpolate the repulsion on a grid of at least ``fft_min_cells`` cells a side, each at most
 ``fft_cell_width`` wide (openTSNE's ``min_num_intervals`` 50 and ``ints_in_interval`` 1 by default). The grid,
-not the points, dominates an iteration of 18,000 points: 20 ms of an iteration's 25 at openTSNE's 50 cells, 4 ms
-at 10 cells of width 2 (one core), for the same partner recall and trustworthiness.
+not the points, dominates an iteration of 18,000 points: 20 ms of an iteration's 25 at openTSNE's 50 cells, about
+4-8 ms at 10-20 cells of width 2-3 (one core), for the same partner recall and trustworthiness.
 """
 
 from __future__ import annotations
