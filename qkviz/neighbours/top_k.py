@@ -40,8 +40,9 @@ from qkviz.core.attention import dot_logits
 
 #: bytes of float32 vectors read where they are stored and searched at a time (fits a core's cache with its scores)
 BLOCK_BYTES = 1 << 19
-#: fewer columns than this are always searched exactly (an exact search of them is fast enough)
-APPROXIMATE_MIN = 10_000
+#: fewer columns than this are always searched exactly (an inverted file of so few is no faster); the attention graph
+#: asks for inverted files past its own ``exact_search`` tokens (:mod:`qkviz.projection.attention_graph`)
+APPROXIMATE_MIN = 1_000
 #: cells searched per row, of about ``sqrt(n)`` cells of ``n`` columns
 PROBES = 12
 #: k-means iterations of the cells (faiss's default is 25; 10 lose nothing measurable and train 2.5x faster)

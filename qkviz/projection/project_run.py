@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import sys
+import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +24,8 @@ if TYPE_CHECKING:
     from qkviz.cluster import DaskClient
 
 logger = logging.getLogger(__name__)
-
+#: seconds between two log lines of the heads done and the time left
+LOG_EVERY = 60.0
 
 
 @dataclass
@@ -94,14 +98,74 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     instant = all(projection_method(method).instant for method in methods)
     runner = projection_runner(run, 1 if instant else jobs, client, methods=tuple(methods))
     summary = ProjectionSummary()
-    with runner, tqdm(total=len(specs), unit="head", desc="projecting", disable=not progress,
-                      dynamic_ncols=True) as bar:
+    with runner, HeadProgress(specs, progress) as heads_done:
         for outcome in run_tasks(run, specs, runner):
             _count(summary, outcome, run)
-            bar.update()
+            heads_done.count(outcome)
     logger.info("%s: %d layouts computed, %d already cached, %d failed", run.path, summary.computed, summary.cached,
                 len(summary.failed))
     return summary
+
+
+class HeadProgress:
+    """Heads finished out of the chosen ones, on a progress bar, and the time left estimated from the heads computed
+    so far: their mean rate since the start (the workers' start-up included), heads found cached left out of it, as
+    they cost nothing. Without a terminal the same figures are logged every :data:`LOG_EVERY` seconds."""
+
+    def __init__(self, specs, progress: bool = True, clock=time.monotonic):
+        self.clock = clock
+        self.left = Counter((spec.layer, spec.head) for spec in specs)
+        self.computed_heads: set[tuple[int, int]] = set()
+        self.started = self.logged = clock()
+        self.cached = self.computed = 0
+        # smoothing 0: tqdm's rate is the mean over the heads computed (n - initial), not the last few
+        self.bar = tqdm(total=len(self.left), unit="head", desc="projecting", disable=not progress,
+                        dynamic_ncols=True, smoothing=0)
+        self.log_lines = not progress or not sys.stderr.isatty()   # the bar shows them on a terminal
+
+    def __enter__(self) -> "HeadProgress":
+        return self
+
+    def __exit__(self, error_type, *exc_info) -> None:
+        self.bar.close()
+        if self.computed and error_type is None:      # interrupted: the caller says so
+            logger.info("%d heads computed in %s (%.2f s a head), %d found cached", self.computed,
+                        _duration(self.clock() - self.started), self.seconds_per_head(), self.cached)
+
+    def count(self, outcome: dict) -> None:
+        """One layout's outcome (:func:`~qkviz.projection.tasks.run_tasks`); a head is done with its last layout."""
+        head = (outcome["spec"].layer, outcome["spec"].head)
+        if not outcome["cached"]:
+            self.computed_heads.add(head)
+        self.left[head] -= 1
+        if self.left[head]:
+            return
+        if head in self.computed_heads:
+            self.computed += 1
+        else:                       # found cached: done, but not part of the rate
+            self.cached += 1
+            if not self.bar.disable:
+                self.bar.initial += 1
+        self.bar.update()
+        now = self.clock()
+        if self.log_lines and self.computed and now - self.logged >= LOG_EVERY:
+            self.logged = now
+            logger.info("%d of %d heads done in %s; about %s left", self.computed + self.cached, len(self.left),
+                        _duration(now - self.started), _duration(self.remaining()))
+
+    def seconds_per_head(self) -> float:
+        """Wall seconds per computed head so far (all workers together)."""
+        return (self.clock() - self.started) / max(self.computed, 1)
+
+    def remaining(self) -> float:
+        """Estimated wall seconds until every head is done."""
+        return self.seconds_per_head() * (len(self.left) - self.computed - self.cached)
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {seconds:02d} s" if minutes else f"{seconds} s"
 
 
 def _count(summary: ProjectionSummary, outcome: dict, run: StoredRun) -> None:

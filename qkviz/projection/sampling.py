@@ -224,15 +224,16 @@ def spread_over_graph(graph: sp.csr_matrix, fitted: np.ndarray, fitted_points: n
     return coordinates
 
 
-def polish_tsne(start: np.ndarray, graph, seed: int, n_iter: int = POLISH_ITER) -> np.ndarray:
-    """float32 ``[2n, 2]``: the whole head's layout ``start`` after ``n_iter`` t-SNE iterations (FFT gradients)
-    over ``graph`` (:class:`qkviz.projection.attention_graph.AttentionGraph` of every token)."""
+def polish_tsne(start: np.ndarray, graph, seed: int, n_iter: int = POLISH_ITER, fft: dict | None = None) -> np.ndarray:
+    """float32 ``[2n, 2]``: the whole head's layout ``start`` after ``n_iter`` t-SNE iterations (FFT gradients on
+    openTSNE's grid, or ``fft``'s: :func:`qkviz.projection.tsne_embedding.fft_grid`) over ``graph``
+    (:class:`qkviz.projection.attention_graph.AttentionGraph` of every token)."""
     from openTSNE import TSNEEmbedding, affinity
 
     if n_iter == 0:
         return start.astype(np.float32)
     embedding = TSNEEmbedding(np.asarray(start, dtype=np.float64), affinity.PrecomputedAffinities(graph.matrix),
-                              negative_gradient_method="fft", n_jobs=1, random_state=seed)
+                              negative_gradient_method="fft", n_jobs=1, random_state=seed, **(fft or {}))
     return np.asarray(embedding.optimize(n_iter=n_iter, momentum=0.8), dtype=np.float32)
 
 

@@ -29,6 +29,7 @@ from qkviz.projection.catalogue import (FitInputs, Projection, ProjectionMethod,
                                         two_d_spec, warm_up)
 from qkviz.projection.sampling import (assemble, attention_affinities, perplexity_affinities, place, polish_tsne,
                                        refine_tsne, sample_points, spread_over_graph, stratified_sample)
+from qkviz.projection.tsne_embedding import fft_grid
 from qkviz.store.run import StoredRun, open_stored_run
 
 if TYPE_CHECKING:
@@ -200,7 +201,7 @@ def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, f
         if key not in attention_graphs:
             attention_graphs[key] = attention_graph(
                 fit.queries, fit.keys, fit.points, run.scale(spec.layer), softcap=run.softcap(spec.layer),
-                first_tokens=fit.first_tokens, approximate=fit.chosen is not None, **graph_params)
+                first_tokens=fit.first_tokens, **graph_params)
         attention = attention_graphs[key]
     projection = method.fit(FitInputs(fit.points, spec.dim, seed, params, graphs.get(params.get("metric")),
                                       start_2d, attention))
@@ -223,11 +224,11 @@ def _place_rest(run: StoredRun, spec: ProjectionSpec, method: ProjectionMethod, 
     n = run.n_tokens
     if method.polish_version and spec.dim == 2:
         graph = attention_graph(fit.head_queries, fit.head_keys, aligned, run.scale(spec.layer),
-                                softcap=run.softcap(spec.layer), approximate=True,
+                                softcap=run.softcap(spec.layer),
                                 first_tokens=fit.head_first_tokens,
                                 **{name: params[name] for name in GRAPH_PARAMS})
         start = spread_over_graph(graph.matrix, projection.coordinates, sample_points(fit.chosen, n))
-        return polish_tsne(start, graph, seed)
+        return polish_tsne(start, graph, seed, fft=fft_grid(params))
     rest = np.setdiff1d(np.arange(n), fit.chosen)
     if method.uses_attention:
         affinities = attention_affinities(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from qkviz.projection.catalogue import FitInputs, Parameter, Projection, ProjectionMethod, register
 from qkviz.projection.neighbors import METRIC, NeighborGraph, neighbor_graph
 from qkviz.projection.sampling import DEFAULT_SAMPLE, sample_parameter
-from qkviz.projection.tsne_embedding import SCHEDULE, optimise
+from qkviz.projection.tsne_embedding import optimise, schedule
 
 
 def fitting_perplexity(perplexity: float, n_points: int) -> float:
@@ -42,4 +42,4 @@ register(ProjectionMethod(
     name="tsne", label="t-SNE", fit=fit, rank=10, default_dims=(2,), refines_2d=True,
     summary="openTSNE over the aligned points' nearest neighbours", neighbours_needed=neighbours_needed,
     parameters=(Parameter("perplexity", 30.0, "real", "t-SNE perplexity", low=0.0, low_open=True), METRIC,
-                *SCHEDULE, sample_parameter(DEFAULT_SAMPLE))))
+                *schedule(), sample_parameter(DEFAULT_SAMPLE))))
