@@ -30,7 +30,7 @@ DEFAULT_WINDOW = (1400, 900)
 #: the window sizes taken from the browser (anything else is clipped into them)
 WINDOW_RANGE = ((320, 8192), (240, 8192))
 #: pixels of the page beside the figure: the body's margins across; the bars above the graph down
-PAGE_WIDTH_PX, PAGE_HEIGHT_PX = 32, 210
+PAGE_WIDTH_PX, PAGE_HEIGHT_PX = 32, 190
 MIN_GRAPH_HEIGHT_PX = 420
 #: a cell's padding around its layout, as a share of its smaller side
 PADDING = 0.06

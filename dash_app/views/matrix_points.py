@@ -82,14 +82,14 @@ def colour_markers(points: np.ndarray, sample: np.ndarray, values: np.ndarray | 
     if values is None:
         return [dict(color=QUERY_COLOUR), dict(color=KEY_COLOUR)]
     columns = np.concatenate([sample, sample + points.shape[1] // 2])
-    drawn = values[:, columns]
+    sampled = values[:, columns]
     markers = []
     for side, scale in enumerate((QUERY_SCALE, KEY_SCALE)):
         placed = placed_values(points, values, sample, keys=side == 1, drawn=drawn)
         if colour in CATEGORIES:
             markers.append(dict(color=placed, **category_marker(len(CATEGORIES[colour]))))
             continue
-        low, high = float(np.nanmin(drawn)), float(np.nanmax(drawn))
+        low, high = float(np.nanmin(sampled)), float(np.nanmax(sampled))
         high = high if high > low else low + 1
         markers.append(dict(color=placed, colorscale=scale, cmin=low, cmax=high, colorbar=point_bar(side, colour, low, high)))
     return markers

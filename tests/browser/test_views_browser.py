@@ -152,7 +152,7 @@ def test_colour_bars_read_as_counts_categories_get_a_legend_and_no_scale_starts_
         open_view(page, served, f"view=matrix&method=pca&dim=2&colour={colour}", ids.MATRIX_GRAPH, 5)
         traces = colour_traces(page, ids.MATRIX_GRAPH)
         assert all(trace["colours"] == trace["points"] > 0 for trace in traces[:2])
-        assert [trace["name"] for trace in traces[5:]] == names
+        assert [trace["name"] for trace in traces[6:]] == names             # after the cells (slot 5)
     open_view(page, served, "view=matrix&method=pca&dim=2&colour=norm", ids.MATRIX_GRAPH, 5)
     traces = colour_traces(page, ids.MATRIX_GRAPH)
     assert all(trace["colours"] == trace["points"] > 0 for trace in traces[:2])
@@ -235,7 +235,7 @@ def test_a_rare_tokens_match_is_drawn_ringed_on_top(page, served, related_data):
     labels = page.evaluate("() => Array.from(document.querySelector('#matrix-graph .js-plotly-plot')._fullData[4].text)")
     assert all(not label.endswith(" cl") for label in labels)
     open_view(page, served, f"view=matrix&method=pca&dim=2&search={rare}&sort=clusters", ids.MATRIX_GRAPH, 5)
-    labels = page.evaluate("() => Array.from(document.querySelector('#matrix-graph .js-plotly-plot')._fullData[4].text)")
+    labels = page.evaluate("() => Array.from(document.querySelector('#matrix-graph .js-plotly-plot')._fullData[4].hovertext)")
     assert all(re.search(r"· [12] clusters?$", label.split("<br>")[0]) for label in labels), labels
 
 
