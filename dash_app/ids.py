@@ -55,6 +55,14 @@ MATRIX_GRAPH = "matrix-graph"
 MATRIX_SORT = "matrix-sort"
 MATRIX_MESSAGE = "matrix-message"
 MATRIX_RENDERED = "matrix-rendered"
+#: the matrix's filter: the atlas column, the range its value must lie in, the labels kept, dim or hide the rest
+MATRIX_FILTER = "matrix-filter"
+MATRIX_FILTER_MIN = "matrix-filter-min"
+MATRIX_FILTER_MAX = "matrix-filter-max"
+MATRIX_FILTER_LABELS = "matrix-filter-labels"
+MATRIX_FILTER_MODE = "matrix-filter-mode"
+#: {width, height} of the browser's window (written by matrixViewport), the matrix's grid is fitted to it
+MATRIX_VIEWPORT = "matrix-viewport"
 
 # single-head view
 SINGLE_GRAPH = "single-graph"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from qkviz.analysis import LABELS
 from qkviz.report import COLOURS
 from dash_app.run_data import RunShape
 from dash_app.view_registry import view_names
@@ -20,6 +21,10 @@ from qkviz.store import DIMENSIONS
 SORTS = ("order", "correlation", "clusters", "related")
 #: the longest search the server takes (the input box stops at 100 characters)
 MAX_SEARCH = 100
+#: what the matrix does with the heads a filter leaves out: draws them faded, or leaves them out of the grid
+FILTER_MODES = ("dim", "hide")
+#: the largest magnitude a filter's bound takes (a statistic's values are far inside it)
+MAX_BOUND = 1e12
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,13 @@ class ViewState:
     search: str = ""
     substring: bool = False
     sort: str = "order"
+    #: the matrix's filter: a head-atlas column (``label`` or a numeric one; "" for none), the range its value
+    #: must lie in (None: open), the labels kept (for ``label``; none: all), and what happens to the others
+    filter_by: str = ""
+    filter_min: float | None = None
+    filter_max: float | None = None
+    filter_labels: tuple[str, ...] = ()
+    filter_mode: str = "dim"
     sentence: int = 0
     point: int | None = None
 
@@ -55,8 +67,24 @@ def _index(value, count: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < count
 
 
+def _bound(value) -> bool:
+    """Whether ``value`` is None or a finite number (not a bool) within :data:`MAX_BOUND`."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= MAX_BOUND)
+
+
+def _labels(value) -> tuple[str, ...] | None:
+    """A filter's labels as the state keeps them: the known labels in ``value`` (a list or tuple of strings), in
+    the rules' order; None when ``value`` is anything else."""
+    if not isinstance(value, (list, tuple)) or len(value) > 4 * len(LABELS) or not all(isinstance(v, str) for v in value):
+        return None
+    return tuple(label for label in LABELS if label in value)
+
+
 def validate(state: ViewState, shape: RunShape, defaults: ViewState) -> ViewState:
     """``state`` with every field that does not fit ``shape`` (or a known choice) set from ``defaults``."""
+    labels = _labels(state.filter_labels)
+    if labels is not None and labels != state.filter_labels:
+        state = replace(state, filter_labels=labels)
     checks = {
         "view": isinstance(state.view, str) and state.view in view_names(),
         "layer": _index(state.layer, shape.n_layers),
@@ -68,6 +96,11 @@ def validate(state: ViewState, shape: RunShape, defaults: ViewState) -> ViewStat
         "search": isinstance(state.search, str) and len(state.search) <= MAX_SEARCH,
         "substring": isinstance(state.substring, bool),
         "sort": isinstance(state.sort, str) and (state.sort in SORTS or state.sort in shape.atlas_sorts),
+        "filter_by": isinstance(state.filter_by, str) and (state.filter_by == "" or state.filter_by in shape.atlas_sorts),
+        "filter_min": _bound(state.filter_min),
+        "filter_max": _bound(state.filter_max),
+        "filter_labels": labels is not None,
+        "filter_mode": isinstance(state.filter_mode, str) and state.filter_mode in FILTER_MODES,
         "sentence": _index(state.sentence, shape.n_sentences),
         "point": state.point is None or _index(state.point, 2 * shape.n_tokens),
     }

@@ -10,20 +10,26 @@ declares (``url_fields``: the sentence view's sentence).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from urllib.parse import parse_qs, urlencode
 
 import dash_app.views  # noqa: F401  (each view registers itself)
 from dash_app.run_data import RunShape
-from dash_app.state import SORTS, ViewState, initial_state
+from dash_app.state import FILTER_MODES, MAX_BOUND, SORTS, ViewState, initial_state
 from dash_app.view_registry import get_view, view_names
+from qkviz.analysis import LABELS
 from qkviz.report import COLOURS
 from qkviz.projection import method_names
 from qkviz.store import DIMENSIONS
 
 MAX_SEARCH_LENGTH = 100
 MATCH_MODES = {"whole": False, "substring": True}
-PARAMS = ("run", "view", "layer", "head", "method", "dim", "colour", "search", "match", "sort", "sentence", "point")
+PARAMS = ("run", "view", "layer", "head", "method", "dim", "colour", "search", "match", "sort", "filter", "filter_min",
+          "filter_max", "filter_labels", "filter_mode", "sentence", "point")
+#: the URL's names of the matrix filter's state fields
+FILTER_PARAMS = {"filter": "filter_by", "filter_min": "filter_min", "filter_max": "filter_max",
+                 "filter_labels": "filter_labels", "filter_mode": "filter_mode"}
 
 
 #: the longest query string read (a shared link is a few hundred characters)
@@ -51,6 +57,11 @@ def parse_url(search: str | None, shapes: list[RunShape]) -> tuple[ViewState, li
         "search": lambda text: text[:MAX_SEARCH_LENGTH],
         "match": lambda text: MATCH_MODES.get(text),
         "sort": lambda text: _choice(text, SORTS + shape.atlas_sorts),
+        "filter": lambda text: _choice(text, shape.atlas_sorts),
+        "filter_min": _number,
+        "filter_max": _number,
+        "filter_labels": lambda text: _labels(text),
+        "filter_mode": lambda text: _choice(text, FILTER_MODES),
         "sentence": lambda text: _integer(text, shape.n_sentences),
         "point": lambda text: _integer(text, 2 * shape.n_tokens),
     }
@@ -63,7 +74,7 @@ def parse_url(search: str | None, shapes: list[RunShape]) -> tuple[ViewState, li
             notices.append(f"URL parameter {name}={values[name][:40]!r} is not valid for run "
                            f"'{shape.name}'; showing the default.")
             continue
-        changes["substring" if name == "match" else name] = parsed
+        changes["substring" if name == "match" else FILTER_PARAMS.get(name, name)] = parsed
     if len(values.get("search", "")) > MAX_SEARCH_LENGTH:
         notices.append(f"The search was cut to {MAX_SEARCH_LENGTH} characters.")
     return replace(state, **changes), notices
@@ -78,6 +89,14 @@ def to_url(state: ViewState, shapes: list[RunShape]) -> str:
         params["match"] = "substring" if state.substring else "whole"
     if state.sort != "order":
         params["sort"] = state.sort
+    if state.filter_by:
+        params["filter"] = state.filter_by
+        params.update({name: getattr(state, field) for name, field in FILTER_PARAMS.items()
+                       if name in ("filter_min", "filter_max") and getattr(state, field) is not None})
+        if state.filter_labels:
+            params["filter_labels"] = ",".join(state.filter_labels)
+        if state.filter_mode != ViewState.filter_mode:
+            params["filter_mode"] = state.filter_mode
     shown = set(get_view(state.view).url_fields) if state.view in view_names() else set()
     if state.point is not None:
         shown |= {"sentence", "point"}          # a clicked point is named with its sentence, whatever the view
@@ -104,6 +123,21 @@ def _integer(text: str, stop: int, start: int = 0) -> int | None:
         return None
     value = int(text)
     return value if start <= value < stop else None
+
+
+def _number(text: str) -> float | None:
+    """A filter's bound: a finite decimal number of at most 24 characters, else None."""
+    try:
+        value = float(text) if len(text) <= 24 else math.nan
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and abs(value) <= MAX_BOUND else None
+
+
+def _labels(text: str) -> tuple[str, ...] | None:
+    """Comma-separated pattern labels, all known (in the rules' order), else None."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    return tuple(label for label in LABELS if label in names) if names and set(names) <= set(LABELS) else None
 
 
 def _choice(text: str, choices: tuple[str, ...]) -> str | None:

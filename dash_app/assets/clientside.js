@@ -60,6 +60,31 @@ window.dash_clientside = window.dash_clientside || {};
             return {curve: point.curveNumber, customdata: row, timestamp: Date.now()};
         },
 
+        /* The window's size -> {width, height} for the matrix's grid (dash_app/views/matrix_grid.py), when the
+         * matrix's state changes and, a quarter of a second after the window stops being resized, by itself
+         * (set_props on the store whose id is storeId); no_update while the size is the one already sent. */
+        matrixViewport: function (_state, storeId, current) {
+            const size = function () { return {width: window.innerWidth, height: window.innerHeight}; };
+            const same = function (a, b) { return a && b && a.width === b.width && a.height === b.height; };
+            if (!window.__qkvizViewport) {
+                window.__qkvizViewport = {sent: current || null, timer: null};
+                window.addEventListener('resize', function () {
+                    clearTimeout(window.__qkvizViewport.timer);
+                    window.__qkvizViewport.timer = setTimeout(function () {
+                        const now = size();
+                        if (!same(now, window.__qkvizViewport.sent)) {
+                            window.__qkvizViewport.sent = now;
+                            window.dash_clientside.set_props(storeId, {data: now});
+                        }
+                    }, 250);
+                });
+            }
+            const now = size();
+            if (same(now, current)) { return window.dash_clientside.no_update; }
+            window.__qkvizViewport.sent = now;
+            return now;
+        },
+
         /* An atlas exemplar's button -> {layer, head, sentence, point, timestamp}. */
         exemplarClick: function () { return buttonClick(['layer', 'head', 'sentence', 'point']); },
 

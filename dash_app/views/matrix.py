@@ -17,29 +17,34 @@ changed) and the clientside relay of a click.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+
 import dash
 import numpy as np
 import plotly.graph_objects as go
-from dash import Input, Output, Patch, State, dcc, html, no_update
+from dash import ClientsideFunction, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.atlas_columns import LABEL_SORT, sort_options
+from dash_app.atlas_columns import LABEL_SORT, column_name, format_value, sort_options
 from dash_app.control_options import colour_options, run_changed
-from dash_app.events import open_clicked_head
+from dash_app.events import NAMESPACE, open_clicked_head
 from dash_app.export import export_buttons
 from dash_app.figure_parts import CATEGORY_COLOURS, legend_entries, typed_arrays
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import HeadLayouts, RunData
 from dash_app.state import ViewState, checked_state
 from dash_app.view_registry import AppContext, View, register_view
-from dash_app.views.matrix_cells import CELL, INNER, atlas_badges, cell_heatmap, cell_origins, label_legend
-from dash_app.views.matrix_points import colour_markers, fits_uint16, head_colours, match_traces, place, raster_extras
-from dash_app.views.matrix_raster import click_cells, rasterised, thumbnail_images, thumbnails_of
+from dash_app.views.matrix_cells import atlas_badges, cell_heatmap, label_legend
+from dash_app.views.matrix_grid import (CELL, MIN_GRAPH_HEIGHT_PX, PAGE_HEIGHT_PX, Box, Grid, axis_ticks, list_grid,
+                                        model_grid, plot_box, window_size)
+from dash_app.views.matrix_points import colour_markers, head_colours, match_traces, place, raster_extras
+from dash_app.views.matrix_raster import rasterised, thumbnail_images, thumbnails_of
+from qkviz.analysis import LABELS
 from qkviz.projection import method_label
 from qkviz.report import CATEGORIES, COLOURS
 
-CANVAS_PIXELS = 900_000     # screen area the whole grid aims at (see cell_pixels)
 SORT_OPTIONS = [
     {"label": "layer / head order", "value": "order"},
     {"label": "distance-dot correlation (report)", "value": "correlation"},
@@ -48,9 +53,12 @@ SORT_OPTIONS = [
 ]
 COLOUR_BAR_PX = 110         # extra width for the colour bar when cells are coloured
 POINT_BARS_PX = 70          # extra height under the grid for the points' colour bars (a continuous colouring)
-#: the figure's height: the window's, less the bars above it (the grid keeps square cells inside it)
-GRAPH_HEIGHT = "calc(100vh - 170px)"
-MIN_HEIGHT_PX = 420
+#: the figure's height: the window's, less the bars above it (matrix_grid fits the grid to it)
+GRAPH_HEIGHT = f"calc(100vh - {PAGE_HEIGHT_PX}px)"
+#: the filter control's first option
+NO_FILTER = [{"label": "nothing (every head)", "value": ""}]
+#: the opacity of the sampled points of a head a filter fades
+DIMMED_POINTS = 0.06
 
 
 def layout(_context: AppContext) -> html.Div:
@@ -65,9 +73,22 @@ def layout(_context: AppContext) -> html.Div:
             html.Span("Click a head to open it.", className="hint"),
             export_buttons(ids.MATRIX_GRAPH, "matrix"),
         ]),
+        html.Div(className="controls", children=[
+            html.Label("Filter heads by"),
+            dcc.Dropdown(id=ids.MATRIX_FILTER, options=NO_FILTER, value="", clearable=False, style={"width": "320px"}),
+            html.Label("from"),
+            dcc.Input(id=ids.MATRIX_FILTER_MIN, type="number", debounce=True, placeholder="lowest", style={"width": "90px"}),
+            html.Label("to"),
+            dcc.Input(id=ids.MATRIX_FILTER_MAX, type="number", debounce=True, placeholder="highest", style={"width": "90px"}),
+            dcc.Dropdown(id=ids.MATRIX_FILTER_LABELS, multi=True, placeholder="labels to keep", value=[],
+                         style={"minWidth": "220px"}),
+            dcc.RadioItems(id=ids.MATRIX_FILTER_MODE, value="dim", inline=True,
+                           options=[{"label": "fade the others", "value": "dim"},
+                                    {"label": "hide them", "value": "hide"}]),
+        ]),
         html.Div(id=ids.MATRIX_MESSAGE, className="message"),
         dcc.Graph(id=ids.MATRIX_GRAPH, config={"displayModeBar": False, "scrollZoom": False, "responsive": True},
-                  style={"height": GRAPH_HEIGHT, "minHeight": f"{MIN_HEIGHT_PX}px"}, figure={"data": [], "layout": {}}),
+                  style={"height": GRAPH_HEIGHT, "minHeight": f"{MIN_GRAPH_HEIGHT_PX}px"}, figure={"data": [], "layout": {}}),
     ])
 
 
@@ -100,83 +121,160 @@ def head_labels(n_layers: int, n_heads: int, clusters: np.ndarray | None = None,
     return labels
 
 
+def cell_text(label: str, model: bool, characters: int) -> str:
+    """What a cell writes of its head's label (:func:`head_labels`): all of it in a list grid, its badges only in
+    a model grid (whose axes name the head); each line cut to ``characters``."""
+    if model:
+        label = re.sub(r"^L\d+ H\d+( · )?", "", label).removeprefix("<br>")
+    lines = [line if len(line) <= characters else line[:max(characters - 1, 1)] + "…" for line in label.split("<br>")]
+    return "<br>".join(line for line in lines if line)
 
 
+def filter_values(data: RunData, state: ViewState) -> np.ndarray | None:
+    """float64 ``[flat head]``: the values the filter reads (label indices for ``label``), None without a filter."""
+    return data.atlas_grid(state.filter_by) if state.filter_by and state.filter_by in data.atlas_sorts() else None
 
 
+def filter_mask(data: RunData, state: ViewState) -> np.ndarray | None:
+    """bool ``[flat head]``: the heads the filter keeps (a label among ``filter_labels``, or a value within
+    ``[filter_min, filter_max]``; a head without a value is left out), None when nothing is filtered."""
+    values = filter_values(data, state)
+    if values is None:
+        return None
+    if state.filter_by == LABEL_SORT:
+        if not state.filter_labels:
+            return None
+        wanted = [LABELS.index(label) for label in state.filter_labels]
+        return np.isin(values, wanted)
+    if state.filter_min is None and state.filter_max is None:
+        return None
+    low = -np.inf if state.filter_min is None else state.filter_min
+    high = np.inf if state.filter_max is None else state.filter_max
+    with np.errstate(invalid="ignore"):
+        return (values >= low) & (values <= high)
 
 
+def filter_message(data: RunData, state: ViewState, kept: np.ndarray | None) -> str:
+    """A line naming the filter, how many heads it keeps and the column's range, or what to choose next."""
+    values = filter_values(data, state)
+    if values is None:
+        return ""
+    name = "pattern label" if state.filter_by == LABEL_SORT else column_name(state.filter_by)
+    if kept is None:
+        if state.filter_by == LABEL_SORT:
+            return "Filter: choose the labels to keep."
+        finite = values[np.isfinite(values)]
+        span = (f" ({format_value(state.filter_by, finite.min())} to {format_value(state.filter_by, finite.max())} "
+                "over the heads)") if len(finite) else ""
+        return f"Filter: give a range of {name}{span}."
+    rest = "left out" if state.filter_mode == "hide" else "faded"
+    return f"Filter: {int(kept.sum()):,} of {len(kept):,} heads kept by {name}; the others {rest}."
 
 
+def in_model_order(order: np.ndarray, kept: np.ndarray | None, hide: bool) -> bool:
+    """Whether every head is drawn in model order (a model grid, its axes naming layers and heads)."""
+    return not (hide and kept is not None) and np.array_equal(order, np.arange(len(order)))
 
 
+def fitted_grid(data: RunData, order: np.ndarray, kept: np.ndarray | None, hide: bool, box: Box) -> Grid:
+    """The grid for ``box``: the model grid in model order (layers and heads on the axes), else the heads shown
+    (``order``, less those a hiding filter leaves out) row by row; with room for the cells' text when they are
+    large enough to write it."""
+    n_layers, n_heads = data.run.n_layers, data.run.n_heads
+    if in_model_order(order, kept, hide):
+        grid = model_grid(n_layers, n_heads, box)
+        return model_grid(n_layers, n_heads, box, text_lines=1) if grid.shows_text() else grid
+    shown = order if not (hide and kept is not None) else order[kept[order]]
+    grid = list_grid(shown, len(order), box)
+    return list_grid(shown, len(order), box, text_lines=2) if grid.shows_text() else grid
 
 
-def cell_pixels(n_rows: int, n_cols: int) -> int:
-    """Screen pixels per cell of a grid near :data:`CANVAS_PIXELS` in area (the label font is chosen by it; the
-    figure itself fills its graph's box). The area is that of a 1400 x 900 window's grid, since software
-    WebGL (and a browser on a laptop) spends its time filling pixels more than drawing points."""
-    return int(np.clip(np.sqrt(CANVAS_PIXELS / (n_rows * n_cols)), 56, 100))
+def grid_margin(grid_model: bool, legend: bool, cell_bar: bool, bars: bool) -> dict:
+    """The figure's margins: room for the axes' labels (a model grid), the legend, the cells' and points' bars."""
+    return dict(l=40 if grid_model else 12, r=12 + (COLOUR_BAR_PX if cell_bar else 0), t=36 if legend else 12,
+                b=(26 if grid_model else 12) + (POINT_BARS_PX if bars else 0), pad=0)
 
 
+def point_opacity(head: np.ndarray, kept: np.ndarray | None, searching: bool):
+    """The sampled points' opacity: one number, or float32 ``[point]`` fading the heads a filter leaves out
+    (``head``: each point's flat head, as :func:`place` returns it)."""
+    base = 0.25 if searching else 0.6
+    if kept is None:
+        return base
+    return np.where(kept[head], base, DIMMED_POINTS).astype(np.float32)
 
 
+def label_trace(grid: Grid, labels: list[str], kept: np.ndarray | None) -> go.Scatter:
+    """Slot 4: each cell's text at its top left (mode ``none`` when cells are too small to write it);
+    ``hovertext`` keeps every head's full label, ``text`` what its cell writes."""
+    across, down = grid.cell_px
+    size = 10 if across >= 90 else 9
+    characters = max(int(across / (0.56 * size)), 3)
+    origins = grid.origins()
+    texts = [cell_text(label, grid.model, characters) for label in labels]
+    colours = None if kept is None else np.where(kept, "#333", "#bbb").tolist()
+    return go.Scatter(x=origins[:, 0] + 0.03 * CELL, y=origins[:, 1] + CELL - 2 / max(down, 1) * CELL, text=texts,
+                      hovertext=labels, customdata=np.arange(len(labels), dtype=np.uint16),
+                      mode="text" if grid.shows_text() else "none", textposition="bottom right",
+                      textfont=dict(size=size, color=colours or "#333"), hoverinfo="none", showlegend=False,
+                      name="heads")
 
 
-def matrix_figure(points: np.ndarray, sample: np.ndarray, n_layers: int, n_heads: int, order: np.ndarray,
-                  labels: list[str], matches: np.ndarray | None = None, cells: go.Heatmap | None = None,
+def grid_axes(grid: Grid) -> tuple[dict, dict]:
+    """The x and y axes: the cells' borders as minor grid lines; a model grid's layers and heads named."""
+    common = dict(showgrid=False, zeroline=False, fixedrange=True, ticks="", tickfont=dict(size=10, color="#555"),
+                  minor=dict(tick0=0, dtick=CELL, showgrid=True, gridcolor="#d0d0d0", ticks=""))
+    x = dict(common, range=[0, grid.n_cols * CELL], showticklabels=False)
+    y = dict(common, range=[0, grid.n_rows * CELL], showticklabels=False)
+    if grid.model:
+        across, down = grid.cell_px
+        names = ("L", "H") if grid.layers_as_rows else ("H", "L")
+        y.update(axis_ticks(grid.n_rows, down, 13, names[0], downwards=True))
+        x.update(axis_ticks(grid.n_cols, across, 30, names[1]))
+    return x, y
+
+
+def matrix_figure(points: np.ndarray, sample: np.ndarray, grid: Grid, labels: list[str],
+                  matches: np.ndarray | None = None, cells: go.Heatmap | None = None,
                   values: np.ndarray | None = None, colour: str = "type", legend: list | None = None,
-                  thumbnails: list[str | None] | None = None, value_range: tuple[float, float] | None = None
-                  ) -> go.Figure:
-    """The matrix figure: traces queries, keys, query matches, key matches (all ``scattergl``), labels,
-    the cells' background when ``cells`` is given (drawn under the points whatever its slot), then
-    ``legend`` (legend-only entries). It fills its graph's box, cells kept square.
+                  thumbnails: list[str | None] | None = None, value_range: tuple[float, float] | None = None,
+                  kept: np.ndarray | None = None, margin: dict | None = None) -> go.Figure:
+    """The matrix figure: traces queries, keys, query matches, key matches (all ``scattergl``), labels, the
+    cells (hover, clicks and their background, drawn under the points), then ``legend`` (legend-only entries).
+    It fills its graph's box: the cells take the shape the box gives them, each head's layout a square in its
+    cell.
 
-    ``points`` ``[flat head, 2 * n_tokens, 2]`` normalised layouts; ``sample`` the token indices
-    drawn per head; ``order`` the flat head at each grid position; ``matches`` matched token indices;
-    ``values`` ``[flat head, 2 * n_tokens]`` what every head's points are coloured by (:func:`~dash_app.views.matrix_points.head_colours`,
-    None: queries green, keys pink), ``colour`` its name.
+    ``points`` ``[flat head, 2 * n_tokens, 2]`` normalised layouts; ``sample`` the token indices drawn per head;
+    ``grid`` where each head is drawn (:mod:`dash_app.views.matrix_grid`); ``matches`` matched token indices;
+    ``values`` ``[flat head, 2 * n_tokens]`` what every head's points are coloured by
+    (:func:`~dash_app.views.matrix_points.head_colours`, None: queries green, keys pink), ``colour`` its name;
+    ``kept`` bool ``[flat head]`` the heads a filter keeps (the others faded), None: all.
 
     With ``thumbnails`` (a PNG data URI per flat head, see :mod:`dash_app.views.matrix_raster`) the heads are
-    images instead: slot 0 is the cells' invisible click targets, slot 1 empty, ``sample`` and ``values``
-    unused, a continuous colouring's bars span ``value_range``."""
-    n_cols, n_rows = n_heads, n_layers
-    origins = cell_origins(order, n_rows, n_cols)
-    fits = fits_uint16(n_rows, n_cols)
+    images instead: slots 0 and 1 empty SVG traces, ``sample`` and ``values`` unused, a continuous colouring's
+    bars span ``value_range``."""
     searching = matches is not None and len(matches) > 0
+    drawn = grid.positions >= 0
     traces = []
     if thumbnails is not None:
-        traces += [click_cells(order, n_rows, n_cols), go.Scatter(x=[], y=[], name="keys", showlegend=False)]
+        traces += [go.Scatter(x=[], y=[], name=name, showlegend=False) for name in ("queries", "keys")]
         legend = (legend or []) + raster_extras(colour, value_range)
     else:
-        markers = colour_markers(points, sample, values, colour)
+        markers = colour_markers(points, sample, values, colour, drawn)
         for (name, keys), marker in zip((("queries", False), ("keys", True)), markers):
-            x, y, head = place(points, origins, sample, keys, fits)
-            traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
-                                       marker=dict(marker, size=2.5, opacity=0.25 if searching else 0.6)))
-    traces += match_traces(points, origins, matches, fits, thumbnails is not None)
-    cell_px = cell_pixels(n_rows, n_cols)
-    label_x = origins[:, 0] + INNER[0] - 80
-    label_y = origins[:, 1] + CELL - 20
-    traces.append(go.Scatter(x=label_x, y=label_y, text=labels, customdata=np.arange(len(labels), dtype=np.uint16),
-                             mode="text", textposition="bottom right",
-                             textfont=dict(size=10 if cell_px >= 80 else 8, color="#333"),
-                             hoverinfo="none", showlegend=False, name="heads"))
-    if cells is not None:
-        traces.append(cells)
+            x, y, head = place(points, grid, sample, keys)
+            traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="skip",
+                                       marker=dict(marker, size=2.5, opacity=point_opacity(head, kept, searching))))
+    traces += match_traces(points, grid, matches, thumbnails is not None)
+    traces.append(label_trace(grid, labels, kept))
+    traces.append(cells if cells is not None else cell_heatmap(grid, labels))
     figure = go.Figure(traces + (legend or []))
-    axis = dict(showgrid=True, gridcolor="#d0d0d0", dtick=CELL, tick0=0, showticklabels=False, zeroline=False,
-                fixedrange=True)
-    bars = colour != "type" and colour not in CATEGORIES and (values is not None or thumbnails is not None)
-    cell_bar = cells is not None and cells.showscale is not False
+    xaxis, yaxis = grid_axes(grid)
     figure.update_layout(
-        autosize=True, margin=dict(l=20, r=20 + (COLOUR_BAR_PX if cell_bar else 0), t=50,
-                                   b=20 + (POINT_BARS_PX if bars else 0)),
-        xaxis=dict(range=[0, n_cols * CELL], constrain="domain", **axis),
-        yaxis=dict(range=[0, n_rows * CELL], scaleanchor="x", scaleratio=1, constrain="domain", **axis),
+        autosize=True, margin=margin or grid_margin(grid.model, bool(legend), False, False), xaxis=xaxis, yaxis=yaxis,
         plot_bgcolor="white", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, groupclick="toggleitem"),
         hovermode="closest", uirevision="matrix",
-        images=thumbnail_images(thumbnails, order, n_rows, n_cols) if thumbnails is not None else None)
+        images=thumbnail_images(thumbnails, grid, kept) if thumbnails is not None else None)
     return figure
 
 
@@ -245,67 +343,121 @@ def drawn_matches(data: RunData, matches: np.ndarray | None) -> np.ndarray | Non
     return matches
 
 
-def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, matches: np.ndarray | None
-                  ) -> tuple[go.Figure, str]:
-    """The matrix figure and message for ``state`` (the callback's work, without Dash)."""
-    layouts = data.all_layouts(state.method)
+@dataclass(frozen=True)
+class MatrixParts:
+    """What a drawing of the matrix and a search's patch of it share: the grid order, labels, correlations and
+    cell values (:func:`head_figures`), the heads a filter keeps, the legend, margins and the grid."""
+
+    order: np.ndarray
+    labels: list[str]
+    correlations: np.ndarray | None
+    cell_values: np.ndarray | None
+    kept: np.ndarray | None
+    legend: list
+    margin: dict
+    grid: Grid
+
+
+def matrix_parts(data: RunData, state: ViewState, clusters: np.ndarray | None, viewport=None) -> MatrixParts:
+    """The grid for ``state`` in the browser's window ``viewport`` (``{width, height}``, checked here)."""
     order, labels, correlations, cell_values = head_figures(data, state, clusters)
-    cells = (cell_heatmap(cell_values, order, data.run.n_layers, data.run.n_heads, state.sort)
-             if cell_values is not None else None)
+    kept = filter_mask(data, state)
+    hide = state.filter_mode == "hide"
     legend = []
     if state.colour in CATEGORIES:
         names = CATEGORIES[state.colour]
         legend += legend_entries(names, CATEGORY_COLOURS[:len(names)], go.Scatter if rasterised(data) else go.Scattergl,
                                  title=f"{COLOURS[state.colour]}:")
-    if cells is not None and state.sort == LABEL_SORT:
+    if cell_values is not None and state.sort == LABEL_SORT:
         legend += label_legend(cell_values)
+    continuous = state.colour != "type" and state.colour not in CATEGORIES
+    shows_legend = bool(legend) or (rasterised(data) and state.colour == "type")
+    cell_bar = cell_values is not None and state.sort != LABEL_SORT
+    window = window_size(viewport)
+    margin = grid_margin(in_model_order(order, kept, hide), shows_legend, cell_bar, continuous)
+    grid = fitted_grid(data, order, kept, hide, plot_box(window, margin))
+    return MatrixParts(order, labels, correlations, cell_values, kept, legend, margin, grid)
+
+
+def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, matches: np.ndarray | None,
+                  viewport=None) -> tuple[go.Figure, str]:
+    """The matrix figure and message for ``state`` in the browser's window ``viewport`` (the callback's work,
+    without Dash)."""
+    layouts = data.all_layouts(state.method)
+    parts = matrix_parts(data, state, clusters, viewport)
+    grid, kept = parts.grid, parts.kept
+    cells = (cell_heatmap(grid, parts.labels, parts.cell_values, state.sort, kept)
+             if parts.cell_values is not None else None)
     sample, thumbnails, value_range = data.matrix_sample(), None, None
     if rasterised(data):
         cache = thumbnails_of(data)
         thumbnails = cache.all(state.method, state.colour, layouts.stand_in)
         value_range = cache.value_range(state.colour) if state.colour != "type" and state.colour not in CATEGORIES else None
-    figure = matrix_figure(layouts.points, sample, data.run.n_layers, data.run.n_heads, order, labels,
-                           drawn_matches(data, matches), cells,
-                           head_colours(data, state.colour) if thumbnails is None else None, state.colour, legend,
-                           thumbnails, value_range)
+    figure = matrix_figure(layouts.points, sample, grid, parts.labels, drawn_matches(data, matches), cells,
+                           head_colours(data, state.colour) if thumbnails is None else None, state.colour,
+                           list(parts.legend), thumbnails, value_range, kept, parts.margin)
     message = matrix_message(data, state.method, state.dim, layouts)
     if thumbnails is not None:
         message += (f" Each head is an image of all its {2 * data.run.n_tokens:,} points (darker where more fall); "
                     "click a head to see and hover its points.")
-    if state.sort == "correlation" and correlations is None:
+    if state.sort == "correlation" and parts.correlations is None:
         message += (" No correlation report for this run yet: make it with "
                     f"'qkviz report --run {data.run.path} --out reports/{data.name}'.")
     if state.sort == "clusters" and clusters is None:
         message += " Search a token to order heads by how many clusters its matches form."
     if state.sort == "related" and data.related() is None:
         message += f" {missing_related_message(data)}"
+    message += " " + filter_message(data, state, kept)
     return figure, message.strip()
 
 
-def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, matches: np.ndarray | None) -> Patch:
-    """Only what a new search changes in a drawn matrix (same run, method and an order that does not
-    depend on the search): the match traces, the labels' badges and the other points' opacity."""
-    order, labels, _, _ = head_figures(data, state, clusters)
+def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, matches: np.ndarray | None,
+                 viewport=None) -> Patch:
+    """Only what a new search changes in a drawn matrix (same run, method, window, filter and an order that does
+    not depend on the search): the match traces, the labels' badges, the cells' hover and the points' opacity."""
+    parts = matrix_parts(data, state, clusters, viewport)
     layouts = data.all_layouts(state.method)
-    origins = cell_origins(order, data.run.n_layers, data.run.n_heads)
-    fits = fits_uint16(data.run.n_layers, data.run.n_heads)
     searching = matches is not None and len(matches) > 0
     patch = Patch()
-    for slot, trace in enumerate(match_traces(layouts.points, origins, drawn_matches(data, matches), fits,
+    for slot, trace in enumerate(match_traces(layouts.points, parts.grid, drawn_matches(data, matches),
                                               rasterised(data)), start=2):
         patch["data"][slot] = typed_arrays(trace.to_plotly_json())
     if not rasterised(data):                 # sampled points dimmed under the matches (images are left as drawn)
+        sample = data.matrix_sample()
         for slot in (0, 1):
-            patch["data"][slot]["marker"]["opacity"] = 0.25 if searching else 0.6
-    patch["data"][4]["text"] = labels
+            _, _, head = place(layouts.points, parts.grid, sample, slot == 1)
+            opacity = point_opacity(head, parts.kept, searching)
+            patch["data"][slot]["marker"]["opacity"] = (typed_arrays({"o": opacity})["o"]
+                                                        if isinstance(opacity, np.ndarray) else opacity)
+    labels = label_trace(parts.grid, parts.labels, parts.kept)
+    patch["data"][4]["text"] = list(labels.text)
+    patch["data"][4]["hovertext"] = list(labels.hovertext)
+    patch["data"][5]["text"] = cell_heatmap(parts.grid, parts.labels).text
     return patch
+
+
+def opened_or_run_changed(state: ViewState, previous: ViewState | None) -> bool:
+    """Whether the action showed another run or opened the view (the atlas may have appeared meanwhile)."""
+    return run_changed(state, previous) or (state.view == VIEW.name and (previous is None or previous.view != VIEW.name))
 
 
 def sort_options_sent(data: RunData, state: ViewState, previous: ViewState | None):
     """The order control's options: the atlas's columns, which may appear while the app runs, sent when the run
     changes or the view opens, not on every action."""
-    opened = state.view == VIEW.name and (previous is None or previous.view != VIEW.name)
-    return sort_control_options(data) if run_changed(state, previous) or opened else no_update
+    return sort_control_options(data) if opened_or_run_changed(state, previous) else no_update
+
+
+def filter_options_sent(data: RunData, state: ViewState, previous: ViewState | None):
+    """The filter control's options: none, then the atlas's label and numeric columns."""
+    return NO_FILTER + sort_options(data.atlas_sorts()) if opened_or_run_changed(state, previous) else no_update
+
+
+def filter_label_options_sent(data: RunData, state: ViewState, previous: ViewState | None):
+    """The labels the filter can keep: those of the run's atlas, in the rules' order."""
+    if not opened_or_run_changed(state, previous):
+        return no_update
+    present = set(data.atlas().table.label) if data.atlas() is not None else set()
+    return [{"label": label, "value": label} for label in LABELS if label in present]
 
 
 def register(app: dash.Dash, context: AppContext) -> None:
@@ -314,16 +466,18 @@ def register(app: dash.Dash, context: AppContext) -> None:
 
     @app.callback(Output(ids.MATRIX_GRAPH, "figure"), Output(ids.MATRIX_MESSAGE, "children"),
                   Output(ids.MATRIX_RENDERED, "data"), Input(VIEW.state_store, "data"), Input(ids.LAYOUT_STAMP, "data"),
-                  State(ids.MATRIX_RENDERED, "data"))
-    def draw_matrix(current, _landed, rendered):
+                  Input(ids.MATRIX_VIEWPORT, "data"), State(ids.MATRIX_RENDERED, "data"))
+    def draw_matrix(current, _landed, viewport, rendered):
         state = checked_state(current, runs)
         if current is None or state.view != VIEW.name:
             raise PreventUpdate
         data = runs[state.run]
         layouts = data.all_layouts(state.method)      # heads that landed since the last drawing are read here
+        atlas = state.sort in data.atlas_sorts() or bool(state.filter_by)
         key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort, state.colour,
-               data.atlas_stamp() if state.sort in data.atlas_sorts() else
-               data.related_stamp() if state.sort == "related" else None, [len(layouts.missing), len(layouts.stand_in)]]
+               data.atlas_stamp() if atlas else data.related_stamp() if state.sort == "related" else None,
+               [len(layouts.missing), len(layouts.stand_in)], list(window_size(viewport)),
+               [state.filter_by, state.filter_min, state.filter_max, list(state.filter_labels), state.filter_mode]]
         rendered = rendered if isinstance(rendered, list) and len(rendered) == len(key) else None   # ours, or nothing
         if key == rendered:
             raise PreventUpdate
@@ -333,14 +487,22 @@ def register(app: dash.Dash, context: AppContext) -> None:
                     if matches is not None else None)
         if rendered and rendered[:3] + rendered[5:] == key[:3] + key[5:] and state.sort != "clusters":
             # only the search changed: send the matches and badges, not every head's points again
-            return search_patch(data, state, clusters, matches), no_update, key
-        figure, message = render_matrix(data, state, clusters, matches)
+            return search_patch(data, state, clusters, matches, viewport), no_update, key
+        figure, message = render_matrix(data, state, clusters, matches, viewport)
         return figure, message, key
+
+    app.clientside_callback(ClientsideFunction(NAMESPACE, "matrixViewport"), Output(ids.MATRIX_VIEWPORT, "data"),
+                            Input(VIEW.state_store, "data"), State(ids.MATRIX_VIEWPORT, "id"),
+                            State(ids.MATRIX_VIEWPORT, "data"))
 
 
 VIEW = register_view(View(
     name="matrix", label="Matrix", order=10, layout=layout, register=register,
-    point_events={ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData")}, stores=(ids.MATRIX_RENDERED,),
+    point_events={ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData")}, stores=(ids.MATRIX_RENDERED, ids.MATRIX_VIEWPORT),
     actions={(ids.MATRIX_CLICK, "data"): open_clicked_head},
-    controls={ids.MATRIX_SORT: "sort"}, repeats={ids.MATRIX_COLOUR: "colour"},
-    options={ids.MATRIX_SORT: sort_options_sent, ids.MATRIX_COLOUR: colour_options}))
+    controls={ids.MATRIX_SORT: "sort", ids.MATRIX_FILTER: "filter_by", ids.MATRIX_FILTER_MIN: "filter_min",
+              ids.MATRIX_FILTER_MAX: "filter_max", ids.MATRIX_FILTER_LABELS: "filter_labels",
+              ids.MATRIX_FILTER_MODE: "filter_mode"},
+    repeats={ids.MATRIX_COLOUR: "colour"},
+    options={ids.MATRIX_SORT: sort_options_sent, ids.MATRIX_COLOUR: colour_options,
+             ids.MATRIX_FILTER: filter_options_sent, ids.MATRIX_FILTER_LABELS: filter_label_options_sent}))

@@ -12,39 +12,37 @@ import plotly.graph_objects as go
 from dash_app.figure_parts import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, MATCH_RING, QUERY_COLOUR, QUERY_MATCH_COLOUR,
                               QUERY_SCALE, category_marker, legend_entries)
 from dash_app.run_data import RunData
-from dash_app.views.matrix_cells import CELL, INNER, LABEL_BAND
+from dash_app.views.matrix_grid import Grid
 from qkviz.report import CATEGORIES, colour_ticks, colour_title, colour_values
 
 
-def fits_uint16(n_rows: int, n_cols: int) -> bool:
-    """Whether the grid's coordinates fit uint16 (half of float32's bytes in the figure)."""
-    return max(n_cols, n_rows) * CELL < np.iinfo(np.uint16).max
+def place(points: np.ndarray, grid: Grid, tokens: np.ndarray, keys: bool, heads: np.ndarray | None = None):
+    """Grid coordinates of the given tokens' queries (or keys) in every head (or in ``heads``, flat indices).
 
-
-def place(points: np.ndarray, origins: np.ndarray, tokens: np.ndarray, keys: bool, fits: bool):
-    """Grid coordinates of the given tokens' queries (or keys) in every head.
-
-    ``points`` ``[head, 2 * n_tokens, 2]`` in the unit square; returns ``(x, y, head)`` flat over
-    heads, NaN (missing heads) dropped; x and y are uint16 when ``fits`` (:func:`fits_uint16`), else float32."""
+    ``points`` ``[head, 2 * n_tokens, 2]`` in the unit square (all heads, or those of ``heads``); returns
+    ``(x, y, head)`` flat over heads, NaN (missing heads, heads the grid does not draw) dropped; x and y are uint16
+    when the grid's coordinates fit (:meth:`Grid.fits_uint16`), else float32."""
+    heads = np.arange(len(points)) if heads is None else np.asarray(heads)
     n_tokens = points.shape[1] // 2
     chosen = points[:, tokens + (n_tokens if keys else 0)]                       # [head, m, 2]
-    inside = INNER[0] + chosen * (INNER[1] - INNER[0])
-    inside[..., 1] -= LABEL_BAND
-    placed = origins[:, None, :] + inside
-    head = np.repeat(np.arange(len(points), dtype=np.uint16), chosen.shape[1])
+    x0, y0, width, height = grid.inner
+    inside = np.empty(chosen.shape, dtype=np.float64)
+    inside[..., 0] = x0 + chosen[..., 0] * width
+    inside[..., 1] = y0 + chosen[..., 1] * height
+    placed = grid.origins()[heads][:, None, :] + inside
+    head = np.repeat(heads.astype(np.uint16), chosen.shape[1])
     flat = placed.reshape(-1, 2)
-    keep = ~np.isnan(flat[:, 0])
-    dtype = np.uint16 if fits else np.float32
+    keep = ~np.isnan(flat[:, 0]) & ~np.isnan(flat[:, 1])
+    dtype = np.uint16 if grid.fits_uint16() else np.float32
     return np.rint(flat[keep, 0]).astype(dtype), np.rint(flat[keep, 1]).astype(dtype), head[keep]
 
 
-def match_traces(points: np.ndarray, origins: np.ndarray, matches: np.ndarray | None, fits: bool,
-                 raster: bool = False) -> list:
+def match_traces(points: np.ndarray, grid: Grid, matches: np.ndarray | None, raster: bool = False) -> list:
     """Traces 2 and 3: the matched tokens' queries and keys in every head (empty when not searching): WebGL,
     but in a rasterised matrix (``raster``) an empty SVG trace while there is no match (no WebGL context then)."""
     traces = []
     for name, colour, keys in (("query matches", QUERY_MATCH_COLOUR, False), ("key matches", KEY_MATCH_COLOUR, True)):
-        x, y, head = place(points, origins, matches if matches is not None else np.zeros(0, np.int64), keys, fits)
+        x, y, head = place(points, grid, matches if matches is not None else np.zeros(0, np.int64), keys)
         kind = go.Scatter if raster and not len(x) else go.Scattergl
         traces.append(kind(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="none",
                            marker=dict(color=colour, size=8, symbol="circle" if not keys else "diamond",
@@ -64,28 +62,34 @@ def head_colours(data: RunData, colour: str) -> np.ndarray | None:
     return np.broadcast_to(np.concatenate([values, values])[None], (data.n_total_heads, 2 * data.run.n_tokens))
 
 
-def placed_values(points: np.ndarray, values: np.ndarray, tokens: np.ndarray, keys: bool) -> np.ndarray:
+def placed_values(points: np.ndarray, values: np.ndarray, tokens: np.ndarray, keys: bool,
+                  drawn: np.ndarray | None = None) -> np.ndarray:
     """float32 values of the points :func:`place` returns, in its order: ``values`` ``[head, 2 * n_tokens]``
-    at the given tokens' queries (or keys), heads without a layout dropped."""
+    at the given tokens' queries (or keys), heads without a layout or not ``drawn`` (bool ``[head]``) dropped."""
     columns = tokens + (points.shape[1] // 2 if keys else 0)
-    keep = ~np.isnan(points[:, columns, 0]).ravel()
+    missing = np.isnan(points[:, columns, 0])
+    if drawn is not None:
+        missing |= ~np.asarray(drawn)[:, None]
+    keep = ~missing.ravel()
     return np.ascontiguousarray(values[:, columns]).reshape(-1)[keep].astype(np.float32)
 
 
-def colour_markers(points: np.ndarray, sample: np.ndarray, values: np.ndarray | None, colour: str) -> list[dict]:
+def colour_markers(points: np.ndarray, sample: np.ndarray, values: np.ndarray | None, colour: str,
+                   drawn: np.ndarray | None = None) -> list[dict]:
     """The queries' and keys' marker colour fields: solid green and pink (``values`` None), one colour per
-    category, or two sequential scales over one range with their bars side by side under the grid."""
+    category, or two sequential scales over one range with their bars side by side under the grid (``drawn``:
+    bool ``[head]``, the heads the grid draws; None: all)."""
     if values is None:
         return [dict(color=QUERY_COLOUR), dict(color=KEY_COLOUR)]
     columns = np.concatenate([sample, sample + points.shape[1] // 2])
-    drawn = values[:, columns]
+    sampled = values[:, columns]
     markers = []
     for side, scale in enumerate((QUERY_SCALE, KEY_SCALE)):
-        placed = placed_values(points, values, sample, keys=side == 1)
+        placed = placed_values(points, values, sample, keys=side == 1, drawn=drawn)
         if colour in CATEGORIES:
             markers.append(dict(color=placed, **category_marker(len(CATEGORIES[colour]))))
             continue
-        low, high = float(np.nanmin(drawn)), float(np.nanmax(drawn))
+        low, high = float(np.nanmin(sampled)), float(np.nanmax(sampled))
         high = high if high > low else low + 1
         markers.append(dict(color=placed, colorscale=scale, cmin=low, cmax=high, colorbar=point_bar(side, colour, low, high)))
     return markers

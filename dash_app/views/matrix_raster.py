@@ -30,11 +30,9 @@ from pathlib import Path
 import numpy as np
 from plotly.colors import hex_to_rgb, sample_colorscale, unlabel_rgb
 
-import plotly.graph_objects as go
-
 from dash_app.figure_parts import CATEGORY_COLOURS, KEY_COLOUR, KEY_SCALE, QUERY_COLOUR, QUERY_SCALE
 from dash_app.run_data import RunData, normalise_layout
-from dash_app.views.matrix_cells import CELL, INNER, LABEL_BAND, cell_origins
+from dash_app.views.matrix_grid import Grid
 from qkviz import QkvizError
 from qkviz.projection import FIRST_METHOD
 from qkviz.report import CATEGORIES, colour_values
@@ -55,6 +53,8 @@ ALPHA_LEVELS, COLOUR_STEP = 16, 8
 RASTER_DIRECTORY = "matrix_rasters"
 #: changes when the way thumbnails are drawn changes (old files are then no longer read)
 RASTER_VERSION = 2
+#: the opacity of a head's thumbnail that a filter dims
+DIMMED_OPACITY = 0.15
 #: colours a continuous scale is sampled into
 SCALE_STEPS = 256
 
@@ -159,31 +159,19 @@ def data_uri(png: bytes) -> str:
 
 
 # -- the figure's parts --------------------------------------------------------------------
-def thumbnail_images(thumbnails: list[str | None], order: np.ndarray, n_rows: int, n_cols: int) -> list[dict]:
+def thumbnail_images(thumbnails: list[str | None], grid: Grid, kept: np.ndarray | None = None) -> list[dict]:
     """``layout.images``: each head's thumbnail (flat order, None: left out) exactly where its points would lie
     in its cell (see :func:`dash_app.views.matrix_points.place`), above the cells' background, under the WebGL
-    traces (the search's matches, the only WebGL a rasterised matrix draws). They are not dimmed during a
-    search as sampled points are: changing 72 images' opacity took 0.2-0.4 s in the browser, and the matches,
-    ringed, stand out anyway."""
-    origins = cell_origins(order, n_rows, n_cols)
-    side = INNER[1] - INNER[0]
-    return [dict(source=source, xref="x", yref="y", x=float(origins[flat, 0] + INNER[0]),
-                 y=float(origins[flat, 1] + INNER[1] - LABEL_BAND), sizex=side, sizey=side, xanchor="left",
-                 yanchor="top", sizing="stretch", layer="above", name=f"head {flat}")
-            for flat, source in enumerate(thumbnails) if source is not None]
-
-
-def click_cells(order: np.ndarray, n_layers: int, n_heads: int) -> go.Heatmap:
-    """Slot 0 of a rasterised matrix: an invisible heatmap of one cell per head, its ``customdata`` the head's
-    flat index (a click opens the head, as a point's does; ``pointEvent`` finds it from the cell's x and y) and
-    hover naming the head. An SVG trace: a rasterised matrix starts no WebGL context (in a browser without a
-    GPU, starting one and drawing even a few thousand invisible points took 1-2 s)."""
-    grid = order.reshape(n_layers, n_heads)[::-1]                       # y grows upwards: bottom row first
-    names = [[f"L{flat // n_heads} H{flat % n_heads}" for flat in row] for row in grid]
-    return go.Heatmap(z=np.zeros(grid.shape, dtype=np.uint8), x=((np.arange(n_heads) + 0.5) * CELL).tolist(),
-                      y=((np.arange(n_layers) + 0.5) * CELL).tolist(), customdata=grid.tolist(), text=names,
-                      hovertemplate="%{text}<extra></extra>", opacity=0, showscale=False, name="heads",
-                      showlegend=False)
+    traces (the search's matches, the only WebGL a rasterised matrix draws); heads the grid does not draw left
+    out, heads a filter dims (``kept`` False) faded. They are not dimmed during a search as sampled points are:
+    changing 72 images' opacity took 0.2-0.4 s in the browser, and the matches, ringed, stand out anyway."""
+    origins = grid.origins()
+    x0, y0, width, height = grid.inner
+    return [dict(source=source, xref="x", yref="y", x=float(origins[flat, 0] + x0),
+                 y=float(origins[flat, 1] + y0 + height), sizex=width, sizey=height, xanchor="left",
+                 yanchor="top", sizing="stretch", layer="above", name=f"head {flat}",
+                 opacity=1.0 if kept is None or kept[flat] else DIMMED_OPACITY)
+            for flat, source in enumerate(thumbnails) if source is not None and grid.positions[flat] >= 0]
 
 
 # -- the cache ------------------------------------------------------------------------------

@@ -23,10 +23,10 @@ COUNT_WEBGL_JS = """(() => { window.__webgl = 0; const getContext = HTMLCanvasEl
   HTMLCanvasElement.prototype.getContext = function (kind, ...rest) {
     if (String(kind).includes('webgl')) { window.__webgl++; }
     return getContext.call(this, kind, ...rest); }; })()"""
-#: page coordinates of the centre of head ``flat``'s cell in the rasterised matrix's click heatmap (slot 0)
+#: page coordinates of the centre of head ``flat``'s cell in the matrix's click heatmap (slot 5)
 CELL_JS = """(flat) => {
   const graph = document.querySelector('#matrix-graph .js-plotly-plot'), layout = graph._fullLayout;
-  const cells = graph._fullData[0], box = graph.getBoundingClientRect();
+  const cells = graph._fullData[5], box = graph.getBoundingClientRect();
   const row = cells.customdata.findIndex(r => r.includes(flat)), column = cells.customdata[row].indexOf(flat);
   return [box.left + layout._size.l + layout.xaxis.l2p(cells.x[column]),
           box.top + layout._size.t + layout.yaxis.l2p(cells.y[row])];
@@ -55,7 +55,7 @@ def page(served):
 def test_thumbnails_are_images_a_click_opens_the_head_and_matches_are_drawn_on_top(page, served):
     page.add_init_script(COUNT_WEBGL_JS)
     page.goto(served)
-    page.wait_for_function(DRAWN_JS, arg=["matrix-graph", 5], timeout=30_000)
+    page.wait_for_function(DRAWN_JS, arg=["matrix-graph", 6], timeout=30_000)
     wait_idle(page)
     sources = page.evaluate(IMAGES_JS)
     assert len(sources) == 8 and all(source.startswith("data:image/png;base64,") for source in sources)
@@ -63,7 +63,7 @@ def test_thumbnails_are_images_a_click_opens_the_head_and_matches_are_drawn_on_t
     assert (width, height) == (THUMBNAIL_PIXELS, THUMBNAIL_PIXELS)
     assert max(base64.b64decode(pixels)[3::4]) > 0                          # the head's points are in it
     assert "image of all its" in page.inner_text("#matrix-message")
-    assert page.evaluate("() => document.querySelector('#matrix-graph .js-plotly-plot')._fullData[0].type") == "heatmap"
+    assert page.evaluate("() => document.querySelector('#matrix-graph .js-plotly-plot')._fullData[5].type") == "heatmap"
     assert page.evaluate("() => window.__webgl") == 0                          # images and SVG only: no WebGL
     assert page.locator("#matrix-graph canvas").count() == 0
 

@@ -83,7 +83,7 @@ def test_the_clicked_point_panel_the_url_and_the_ring_agree(page, served, relate
 
 def test_the_views_fill_the_window_and_3d_fits_its_cloud(page, served):
     shares = {}
-    for view, graph, traces in (("matrix", ids.MATRIX_GRAPH, 5), ("single", ids.SINGLE_GRAPH, 13),
+    for view, graph, traces in (("matrix", ids.MATRIX_GRAPH, 6), ("single", ids.SINGLE_GRAPH, 13),
                                 ("heads", ids.HEADS_GRAPH, 2)):
         open_view(page, served, f"view={view}&method=pca&dim=2", graph, traces)
         shares[view] = page.evaluate(WINDOW_SHARE_JS, graph)
@@ -91,12 +91,13 @@ def test_the_views_fill_the_window_and_3d_fits_its_cloud(page, served):
     # [0.54, 0.41], heads [0.69, 0.54] (scripts/screenshots.py prints them)
     assert shares["matrix"][0] >= 0.75 and shares["matrix"][1] >= 0.6, shares
     assert shares["single"][0] >= 0.55 and shares["heads"][0] >= 0.75, shares
-    # the matrix's cells stay square
-    open_view(page, served, "view=matrix&method=pca&dim=2", ids.MATRIX_GRAPH, 5)
-    width, height = page.evaluate("""() => { const l = document.querySelector('#matrix-graph .js-plotly-plot')._fullLayout;
-                                    return [l.xaxis._length / (l.xaxis.range[1] - l.xaxis.range[0]),
-                                            l.yaxis._length / (l.yaxis.range[1] - l.yaxis.range[0])]; }""")
-    assert width == pytest.approx(height, rel=0.01)
+    # the cells' grid spans the plot area (its shape fitted to the window; test_app_views checks each head's layout
+    # is a square on screen inside its cell)
+    open_view(page, served, "view=matrix&method=pca&dim=2", ids.MATRIX_GRAPH, 6)
+    grid, plot = page.evaluate("""() => { const g = document.querySelector('#matrix-graph .js-plotly-plot');
+                                  const r = g.querySelector('.heatmaplayer image').getBoundingClientRect(), l = g._fullLayout;
+                                  return [[r.width, r.height], [l.xaxis._length, l.yaxis._length]]; }""")
+    assert grid == pytest.approx(plot, abs=2)
 
     open_view(page, served, "view=single&layer=1&head=2&method=pca&dim=3", ids.SINGLE_GRAPH, 13)
     scene = page.evaluate("""() => {
@@ -151,7 +152,7 @@ def test_colour_bars_read_as_counts_categories_get_a_legend_and_no_scale_starts_
         open_view(page, served, f"view=matrix&method=pca&dim=2&colour={colour}", ids.MATRIX_GRAPH, 5)
         traces = colour_traces(page, ids.MATRIX_GRAPH)
         assert all(trace["colours"] == trace["points"] > 0 for trace in traces[:2])
-        assert [trace["name"] for trace in traces[5:]] == names
+        assert [trace["name"] for trace in traces[6:]] == names             # after the cells (slot 5)
     open_view(page, served, "view=matrix&method=pca&dim=2&colour=norm", ids.MATRIX_GRAPH, 5)
     traces = colour_traces(page, ids.MATRIX_GRAPH)
     assert all(trace["colours"] == trace["points"] > 0 for trace in traces[:2])
@@ -234,7 +235,7 @@ def test_a_rare_tokens_match_is_drawn_ringed_on_top(page, served, related_data):
     labels = page.evaluate("() => Array.from(document.querySelector('#matrix-graph .js-plotly-plot')._fullData[4].text)")
     assert all(not label.endswith(" cl") for label in labels)
     open_view(page, served, f"view=matrix&method=pca&dim=2&search={rare}&sort=clusters", ids.MATRIX_GRAPH, 5)
-    labels = page.evaluate("() => Array.from(document.querySelector('#matrix-graph .js-plotly-plot')._fullData[4].text)")
+    labels = page.evaluate("() => Array.from(document.querySelector('#matrix-graph .js-plotly-plot')._fullData[4].hovertext)")
     assert all(re.search(r"· [12] clusters?$", label.split("<br>")[0]) for label in labels), labels
 
 

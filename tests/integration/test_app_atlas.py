@@ -2,6 +2,7 @@
 atlas column, the Positions view; a run without an atlas names the command that makes one."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from dash_app.views import matrix as matrix_view, positions as positions_view, s
 from dash_app.app import next_state, open_runs
 from dash_app.atlas_columns import format_value, label_codes
 from dash_app.run_data import RunData
-from dash_app.state import ViewState
+from dash_app.state import ViewState, validate
 from dash_app.url_state import parse_url, to_url
 from qkviz.cli import main
 from qkviz.analysis.head_labels import LABELS
@@ -120,19 +121,20 @@ def test_the_matrix_is_ordered_coloured_and_badged_by_a_statistic(atlas_data):
     assert message == ""
     payload = json.loads(to_json_plotly(figure))
     labels, cells = payload["data"][4], payload["data"][5]
-    assert cells["type"] == "heatmap" and cells["hoverinfo"] == "skip" and 0 < cells["opacity"] < 1
+    assert cells["type"] == "heatmap" and cells["hovertemplate"] == "%{text}<extra></extra>" and 0 < cells["opacity"] < 1
     z = np.asarray(figure.data[5].z)
     highest = int(np.argmax(values))
     assert z[-1, 0] == values[highest] and z[0, -1] == values.min()          # highest at the top left
     assert np.array_equal(np.sort(z.ravel())[::-1], np.sort(values)[::-1])
     assert (cells["zmin"], cells["zmax"]) == (values.min(), values.max())
-    x = matrix_view.cell_origins(matrix_view.head_order(values, ascending=False), 2, 4)
-    assert x[highest].tolist() == [0, matrix_view.CELL]
+    grid = matrix_view.matrix_parts(atlas_data, ViewState(method="pca", sort="mean_distance"), None).grid
+    assert not grid.model and grid.origins()[highest].tolist() == [0, (grid.n_rows - 1) * matrix_view.CELL]
     row = table.query(f"layer == {highest // 4} and head == {highest % 4}").iloc[0]
     assert labels["text"][highest] == (f"L{highest // 4} H{highest % 4}<br>{atlas_panel_tag(row)} · "
                                        f"{format_value('mean_distance', row.mean_distance)}")
     plain, _ = matrix_view.render_matrix(atlas_data, ViewState(method="pca"), None, None)
-    assert len(plain.data) == 5 and "<br>" not in plain.data[4].text[0]      # model order: no colour, no badge
+    assert len(plain.data) == 6 and plain.data[4].text[0] == ""              # model order: no colour, no badge
+    assert plain.data[5].opacity == 0 and list(plain.layout.yaxis.ticktext) == ["L0", "L1"]
 
 
 def atlas_panel_tag(row) -> str:
@@ -213,3 +215,31 @@ def test_the_label_share_is_rounded_as_the_statistics_are():
     row = pd.Series({**shares, "argmax_offset": 0.9996, "argmax_first": 0.1, "offset": -4.0, "label": "fixed-offset",
                      "label_detail": "offset -4: 100% of queries"})
     assert atlas_panel.label_detail(row) == "offset -4: 100.0% of queries"
+
+
+def test_the_matrix_is_filtered_by_a_statistic_or_labels_fading_or_hiding_the_others(atlas_data):
+    values = atlas_data.atlas_grid("entropy_normalised")
+    middle = float(np.median(values))
+    state = ViewState(method="pca", filter_by="entropy_normalised", filter_min=middle)
+    kept = matrix_view.filter_mask(atlas_data, state)
+    assert kept.tolist() == (values >= middle).tolist() and 0 < kept.sum() < 8
+    figure, message = matrix_view.render_matrix(atlas_data, state, None, None)
+    assert f"{int(kept.sum())} of 8 heads kept by normalised entropy; the others faded" in message
+    opacity, heads = np.asarray(figure.data[0].marker.opacity), np.asarray(figure.data[0].customdata)
+    assert np.all(opacity[kept[heads]] == 0.6) and np.all(opacity[~kept[heads]] < 0.1)     # faded, still drawn
+    hidden, message = matrix_view.render_matrix(atlas_data, replace(state, filter_mode="hide"), None, None)
+    cells = np.asarray(hidden.data[5].customdata, dtype=object)
+    assert sorted(flat for flat in cells.ravel() if flat is not None) == np.flatnonzero(kept).tolist()
+    assert set(np.asarray(hidden.data[0].customdata).tolist()) == set(np.flatnonzero(kept).tolist())
+    assert "the others left out" in message
+
+    label = atlas_data.atlas().table.label.iat[0]
+    by_label = ViewState(method="pca", filter_by="label", filter_labels=(label,), filter_mode="hide")
+    kept = matrix_view.filter_mask(atlas_data, by_label)
+    assert kept.tolist() == (atlas_data.atlas().table.sort_values(["layer", "head"]).label == label).tolist()
+    assert matrix_view.filter_mask(atlas_data, replace(by_label, filter_labels=())) is None    # no label chosen: all
+    shape = atlas_data.shape
+    assert parse_url(to_url(by_label, [shape]), [shape]) == (by_label, [])
+    forged = validate(replace(by_label, filter_labels=["<script>", 3], filter_min=float("inf"), filter_by="../x"),
+                      shape, ViewState(method="pca"))
+    assert (forged.filter_labels, forged.filter_min, forged.filter_by) == ((), None, "")

@@ -2,6 +2,7 @@
 Heads map; a run without ``qkviz related`` names the command, and one made while the app runs is read."""
 
 import numpy as np
+import pytest
 from support.browser import copy_run
 from support.component_tree import find, texts
 from dash import html
@@ -99,11 +100,13 @@ def test_the_matrix_is_ordered_by_the_clustering(related_data):
     order = related_data.related().order
     figure, message = matrix_view.render_matrix(related_data, ViewState(method="pca", sort="related"), None, None)
     assert message == ""
-    origins = matrix_view.cell_origins(order, 2, 4)
+    grid = matrix_view.matrix_parts(related_data, ViewState(method="pca", sort="related"), None).grid
+    origins = grid.origins()
     first = int(order[0])
-    assert origins[first].tolist() == [0, matrix_view.CELL]                   # the first leaf at the top left
+    assert origins[first].tolist() == [0, (grid.n_rows - 1) * matrix_view.CELL]    # the first leaf at the top left
     labels = figure.data[4]
-    assert labels.x[first] == origins[first, 0] + matrix_view.INNER[0] - 80
+    assert labels.x[first] == pytest.approx(origins[first, 0] + 0.03 * matrix_view.CELL)
+    assert labels.text[first].startswith(f"L{first // 4} H{first % 4}")           # a list grid's cells name their heads
     state = ViewState(method="pca", sort="related")
     assert parse_url(to_url(state, [related_data.shape]), [related_data.shape]) == (state, [])
     assert "related" in [option["value"] for option in matrix_view.sort_control_options(related_data)]

@@ -7,7 +7,7 @@ import pytest
 from plotly.io.json import to_json_plotly
 
 from dash_app import ids
-from dash_app.views import matrix as matrix_view, sentence as sentence_view, single as single_view
+from dash_app.views import matrix as matrix_view, matrix_grid, sentence as sentence_view, single as single_view
 from dash_app.app import build_app, method_options, next_state, open_runs
 from qkviz.analysis import aggregate_attention
 from qkviz.report import token_features
@@ -61,7 +61,7 @@ def test_matrix_places_every_head_in_its_cell_and_a_click_finds_it(data):
     figure, message = matrix_view.render_matrix(data, state, None, None)
     assert message == ""
     payload = json.loads(to_json_plotly(figure))
-    queries, keys, query_matches, key_matches, labels = payload["data"]
+    queries, keys, query_matches, key_matches, labels, cells = payload["data"]
     assert queries["type"] == "scattergl" and queries["x"]["dtype"] == "u2" and queries["customdata"]["dtype"] == "u2"
     sample = len(data.matrix_sample())
     heads = decoded(queries["customdata"])
@@ -69,14 +69,17 @@ def test_matrix_places_every_head_in_its_cell_and_a_click_finds_it(data):
     x, y = decoded(queries["x"]).astype(int), decoded(queries["y"]).astype(int)
     # head 6 = layer 1, head 2: column 2, second row from the top (of two rows)
     assert (x[heads == 6] // matrix_view.CELL == 2).all() and (y[heads == 6] // matrix_view.CELL == 0).all()
-    assert len(decoded(query_matches["x"])) == 0 and labels["text"][6] == "L1 H2"
+    assert len(decoded(query_matches["x"])) == 0 and labels["hovertext"][6] == "L1 H2"
+    assert labels["text"][6] == "" and cells["type"] == "heatmap"          # the axes name layers and heads
 
 
 def test_sorting_moves_heads_and_their_labels_together(data):
     clusters = np.array([5, 1, 3, 2, 9, 0, 4, 7])
     order = matrix_view.head_order(clusters)
     assert order.tolist() == [5, 1, 3, 2, 6, 0, 7, 4]
-    origins = matrix_view.cell_origins(order, 2, 4)
+    grid = matrix_grid.list_grid(order, 8, matrix_grid.Box(400, 200))       # two rows of four cells 100 px square
+    origins = grid.origins()
+    assert (grid.n_rows, grid.n_cols) == (2, 4)
     assert origins[5].tolist() == [0, matrix_view.CELL]                    # fewest clusters: top left
     assert origins[4].tolist() == [3 * matrix_view.CELL, 0]                # most: bottom right
     labels = matrix_view.head_labels(2, 4, clusters, np.full(8, -0.5))
@@ -104,7 +107,8 @@ def test_a_new_search_patches_only_matches_badges_and_opacity(data):
     operations = matrix_view.search_patch(data, state, clusters, matches).to_plotly_json()["operations"]
     changed = {tuple(operation["location"]): operation["params"]["value"] for operation in operations}
     assert set(changed) == {("data", 2), ("data", 3), ("data", 0, "marker", "opacity"),
-                            ("data", 1, "marker", "opacity"), ("data", 4, "text")}
+                            ("data", 1, "marker", "opacity"), ("data", 4, "text"), ("data", 4, "hovertext"),
+                            ("data", 5, "text")}
     figure, _ = matrix_view.render_matrix(data, state, clusters, matches)
     assert changed[("data", 4, "text")] == list(figure.data[4].text)
     assert np.array_equal(decoded(changed[("data", 2)]["customdata"]), figure.data[2].customdata)   # typed arrays
@@ -298,3 +302,28 @@ def test_the_app_builds_with_its_stable_ids(app_run):
     assert "'label': 'tiny-llama-2'" in layout                             # duplicate names made unique
     with pytest.raises(QkvizError, match="no run at"):
         open_runs([app_run.path / "missing"])
+
+
+@pytest.mark.parametrize("layers, heads, layers_as_rows", [(6, 12, True), (12, 12, True), (30, 9, False), (32, 32, True)])
+def test_the_model_grid_fills_the_window_in_the_orientation_that_gives_larger_cells(layers, heads, layers_as_rows):
+    window = matrix_grid.window_size({"width": 1400, "height": 900})
+    margin = matrix_view.grid_margin(True, False, False, False)
+    box = matrix_grid.plot_box(window, margin)
+    grid = matrix_grid.model_grid(layers, heads, box)
+    assert grid.layers_as_rows == layers_as_rows and grid.n_rows * grid.n_cols == layers * heads
+    assert grid.cell_px[0] * grid.n_cols == pytest.approx(box.width) and box.width >= 0.6 * 1400
+    assert grid.cell_px[1] * grid.n_rows == pytest.approx(box.height) and box.height >= 0.55 * 900
+    x0, y0, width, height = grid.inner                       # the layout's square is square on screen
+    assert width / matrix_grid.CELL * grid.cell_px[0] == pytest.approx(height / matrix_grid.CELL * grid.cell_px[1])
+    assert 0 <= x0 and x0 + width <= matrix_grid.CELL and 0 <= y0 and y0 + height <= matrix_grid.CELL
+    assert sorted(grid.positions.tolist()) == list(range(layers * heads))
+    flat = 1 * heads + 2                                     # layer 1, head 2: row 1 (layers as rows) or column 1
+    assert divmod(int(grid.positions[flat]), grid.n_cols) == ((1, 2) if layers_as_rows else (2, 1))
+
+
+def test_window_sizes_from_the_browser_are_checked():
+    assert matrix_grid.window_size(None) == matrix_grid.DEFAULT_WINDOW
+    assert matrix_grid.window_size({"width": "1e9", "height": float("nan")}) == matrix_grid.DEFAULT_WINDOW
+    assert matrix_grid.window_size({"width": 10 ** 12, "height": -5}) == (8192, 240)
+    assert matrix_grid.list_columns(10, matrix_grid.Box(1000, 100)) == 10
+    assert matrix_grid.list_columns(1024, matrix_grid.Box(1300, 650)) in range(42, 48)

@@ -124,15 +124,16 @@ def test_a_rasterised_matrix_places_images_in_the_cells_and_clicks_open_heads(ra
     figure, message = matrix_view.render_matrix(raster_data, ViewState(method="pca"), None, None)
     assert "image of all its" in message
     payload = json.loads(to_json_plotly(figure))
-    heads, keys, query_matches, _, labels = payload["data"][:5]
+    queries, keys, query_matches, _, labels, heads = payload["data"][:6]
     images = payload["layout"]["images"]
     assert len(images) == 8 and all(image["source"].startswith("data:image/png") for image in images)
     layouts = raster_data.all_layouts("pca").points
-    origins = matrix_view.cell_origins(np.arange(8), 2, 4)
-    for flat, image in enumerate(images):                  # the points place() draws lie inside the head's image
-        x, y, _ = matrix_points.place(layouts[[flat]], origins[[flat]], np.arange(raster_data.run.n_tokens), False, False)
-        assert image["x"] <= x.min() and x.max() <= image["x"] + image["sizex"]
-        assert image["y"] - image["sizey"] <= y.min() and y.max() <= image["y"]
+    grid = matrix_view.matrix_parts(raster_data, ViewState(method="pca"), None).grid
+    origins = grid.origins()
+    for flat, image in enumerate(images):      # the points place() draws lie inside the head's image (to a grid unit)
+        x, y, _ = matrix_points.place(layouts[[flat]], grid, np.arange(raster_data.run.n_tokens), False, heads=[flat])
+        assert image["x"] - 1 <= x.min() and x.max() <= image["x"] + image["sizex"] + 1
+        assert image["y"] - image["sizey"] - 1 <= y.min() and y.max() <= image["y"] + 1
     # one invisible heatmap cell per head, its centre in the head's cell, its customdata the flat head
     assert heads["type"] == "heatmap" and heads["opacity"] == 0
     cells = {flat: (heads["x"][column], heads["y"][row]) for row, flats in enumerate(heads["customdata"])
@@ -142,8 +143,8 @@ def test_a_rasterised_matrix_places_images_in_the_cells_and_clicks_open_heads(ra
         assert origins[flat, 0] < x < origins[flat, 0] + matrix_view.CELL
         assert origins[flat, 1] < y < origins[flat, 1] + matrix_view.CELL
     row, column = next((r, c) for r, flats in enumerate(heads["customdata"]) for c, flat in enumerate(flats) if flat == 6)
-    assert heads["text"][row][column] == "L1 H2" and labels["text"][6] == "L1 H2"
-    assert keys["x"] == [] and not [trace for trace in payload["data"] if trace["type"] == "scattergl"]   # no WebGL
+    assert heads["text"][row][column] == "L1 H2" and labels["hovertext"][6] == "L1 H2"
+    assert queries["x"] == keys["x"] == [] and not [trace for trace in payload["data"] if trace["type"] == "scattergl"]
 
 
 def test_search_matches_are_drawn_over_the_images(raster_data):
@@ -154,7 +155,8 @@ def test_search_matches_are_drawn_over_the_images(raster_data):
     assert len(figure.data[2].x) == 8 * len(matches) and len(figure.layout.images) == 8
     patch = matrix_view.search_patch(raster_data, state, None, matches).to_plotly_json()
     changed = {tuple(operation["location"]): operation["params"]["value"] for operation in patch["operations"]}
-    assert set(changed) == {("data", 2), ("data", 3), ("data", 4, "text")}      # the images and click targets kept
+    assert set(changed) == {("data", 2), ("data", 3), ("data", 4, "text"), ("data", 4, "hovertext"),
+                            ("data", 5, "text")}                               # the images and click targets kept
     assert changed[("data", 2)]["x"]["dtype"] == "u2"                              # typed arrays, not lists
     assert len(np.frombuffer(base64.b64decode(changed[("data", 2)]["x"]["bdata"]), np.uint16)) == len(
         figure.data[2].x)

@@ -1,0 +1,174 @@
+"""How fast, and how large, the matrix view is drawn at 1,024 heads, in a real browser (issue 28, point 1):
+
+    python bench/matrix_grid.py --run RUN        # a run of 32 x 32 heads with its PCA layouts
+
+``RUN`` is, e.g., a copy of ``bench/modern_model.py``'s run (32 x 32 heads over 8 key-value heads, 9,123 tokens) with
+``qkviz project --run RUN --method pca``. Starts ``qkviz serve --background none`` on it, waits until the server has
+read every head's layout (its start-up warm-up), and drives Debian's headless Chromium (software WebGL, no GPU) in a
+1400 x 900 window:
+
+* **load to drawn**: milliseconds from the start of navigation to the matrix drawn (its six traces in the page and no
+  callback pending), ``--repeats`` times each way, alternating: *cold*, a new browser context (nothing cached), then
+  *warm*, a reload of the same page (Plotly's bundle and the assets cached); min, median and max of each;
+* **fill**: the drawn grid (the cells' heatmap) as shares of the window's width and height, for the run, and, unless
+  ``--no-grids``, for runs of 6 x 12, 12 x 12, 30 x 9 and 32 x 32 heads over two sentences built in ``--grids-dir``
+  (tests/support/grid_runs.py; the goal: >= 60% of the width and >= 55% of the height);
+* the matrix figure's bytes (the callback's response).
+
+Writes ``--out`` (``bench/results/matrix_grid.json``) with the date, the machine and its load average, and the
+arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from support.browser import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
+
+WINDOW = {"width": 1400, "height": 900}
+#: the matrix drawn: its six traces, shown, nothing pending; records the time once
+DRAWN = """() => {
+  const graph = document.querySelector('#matrix-graph .js-plotly-plot');
+  const ready = graph && graph.offsetParent !== null && graph._fullData && graph._fullData.length >= 6
+                && graph.querySelector('.heatmaplayer image') && !document.querySelector('[data-dash-is-loading="true"]');
+  return ready && (window.__done = window.__done || performance.now());
+}"""
+FILL = """() => { const r = document.querySelector('#matrix-graph .heatmaplayer image').getBoundingClientRect();
+  return [(Math.min(r.right, innerWidth) - Math.max(r.left, 0)) / innerWidth,
+          (Math.min(r.bottom, innerHeight) - Math.max(r.top, 0)) / innerHeight]; }"""
+
+
+def serve(runs: list[Path], timeout: float = 600.0) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    command = [sys.executable, "-m", "qkviz", "serve", "--port", str(port), "--background", "none"]
+    for run in runs:
+        command += ["--run", str(run)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=5)
+            return server, url
+        except OSError:
+            time.sleep(0.5)
+    server.terminate()
+    raise RuntimeError(f"qkviz serve did not answer at {url} within {timeout} s")
+
+
+def load(page, url: str) -> float:
+    """Milliseconds from navigation to the matrix drawn."""
+    page.goto(url)
+    page.wait_for_function(DRAWN, timeout=300_000, polling="raf")
+    return page.evaluate("() => window.__done")
+
+
+def summary(values: list[float]) -> dict:
+    return {"min_ms": round(min(values)), "median_ms": round(statistics.median(values)), "max_ms": round(max(values)),
+            "runs_ms": [round(value) for value in values]}
+
+
+def time_loads(browser, url: str, repeats: int) -> dict:
+    """``repeats`` cold loads (a new context each) and as many warm reloads, alternating, and the figure's bytes."""
+    cold, warm, sizes = [], [], []
+    for _ in range(repeats):
+        context = browser.new_context(viewport=WINDOW)
+        page = context.new_page()
+        page.on("response", lambda response: sizes.append(len(response.body()))
+                if "_dash-update-component" in response.url and response.status == 200
+                and '"matrix-graph"' in response.request.post_data else None)
+        cold.append(load(page, url))
+        warm.append(load(page, url))
+        context.close()
+    return {"cold": summary(cold), "warm": summary(warm), "figure_bytes": max(sizes) if sizes else None}
+
+
+def fill(browser, url: str, runs: int) -> list[list[float]]:
+    page = browser.new_page(viewport=WINDOW)
+    shares = []
+    for index in range(runs):
+        load(page, f"{url}?run={index}&view=matrix&method=pca")
+        shares.append([round(share, 3) for share in page.evaluate(FILL)])
+    page.close()
+    return shares
+
+
+def grid_runs(directory: Path) -> dict[str, Path]:
+    from support.grid_runs import GRIDS, grid_run
+
+    corpus = directory / "sentences.txt"
+    corpus.write_text("\n".join((ROOT / "data" / "sentences.txt").read_text(encoding="utf-8").splitlines()[:2]) + "\n",
+                      encoding="utf-8")
+    return {name: Path(grid_run(directory, name, corpus, max_sentences=2).path) for name in GRIDS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run", type=Path, required=True, help="a 32 x 32-head run with its PCA 2D layouts")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--grids-dir", type=Path, default=None, help="where the grids' runs are built (a temporary "
+                        "directory by default; kept and reused when given)")
+    parser.add_argument("--no-grids", action="store_true", help="measure only the run's fill")
+    parser.add_argument("--grid-run", type=Path, action="append", default=[], help="an existing run of a grid to "
+                        "measure the fill of instead of building them (repeatable)")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "matrix_grid.json")
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    from qkviz import open_run
+
+    run = open_run(args.run)
+    result = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
+              "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                          "chromium": str(CHROMIUM), "load_average_start": os.getloadavg()},
+              "arguments": {key: str(value) for key, value in vars(args).items()},
+              "run": {"path": str(args.run), "layers": run.n_layers, "heads": run.n_heads, "tokens": run.n_tokens},
+              "window": WINDOW}
+    with tempfile.TemporaryDirectory() as scratch, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        started = time.monotonic()
+        server, url = serve([args.run])
+        try:
+            result["server_start_s"] = round(time.monotonic() - started, 1)
+            first = browser.new_page(viewport=WINDOW)          # the first load waits for the server's warm-up
+            result["first_load_after_start_ms"] = round(load(first, url))
+            first.close()
+            result["load_to_drawn"] = time_loads(browser, url, args.repeats)
+            result["fill"] = {f"{run.n_layers}x{run.n_heads} ({run.n_tokens:,} tokens)": fill(browser, url, 1)[0]}
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        if not args.no_grids:
+            runs = ({f"{r.n_layers}x{r.n_heads}": r.path for r in map(open_run, args.grid_run)} if args.grid_run
+                    else grid_runs(args.grids_dir or Path(scratch)))
+            server, url = serve(list(runs.values()))
+            try:
+                result["fill"].update(dict(zip(runs, fill(browser, url, len(runs)))))
+            finally:
+                server.terminate()
+                server.wait(timeout=30)
+        browser.close()
+    result["machine"]["load_average_end"] = os.getloadavg()
+    result["goals"] = {"drawn_within_3_s": result["load_to_drawn"]["cold"]["median_ms"] <= 3000,
+                       "fills_60_55": all(width >= 0.6 and height >= 0.55 for width, height in result["fill"].values())}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
