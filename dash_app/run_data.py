@@ -128,6 +128,7 @@ class RunData:
         self._atlas: tuple[int, HeadAtlas | None] | None = None
         self._related: tuple[int, HeadSimilarity | None] | None = None
         self._available: tuple[float, dict[tuple[str, int], int]] = (-np.inf, {})
+        self._worker_mark: tuple[int, bool] | None = None     # the worker's (done, running) when last counted
         self._failures: tuple[float, dict[tuple[int, int, str, int], str]] = (-np.inf, {})
         self.layout = lru_cache(maxsize=32)(self._layout)
         self.norms = lru_cache(maxsize=32)(self._norms)
@@ -162,9 +163,13 @@ class RunData:
     def available(self) -> dict[tuple[str, int], int]:
         """``{(method, dim): number of heads cached}`` for every method and dimension.
 
-        Re-counted at most every :data:`AVAILABLE_TTL` seconds, so layouts made while the app runs appear."""
-        if time.monotonic() - self._available[0] > AVAILABLE_TTL:
+        Re-counted at most every :data:`AVAILABLE_TTL` seconds, so layouts made while the app runs appear, and
+        whenever the background worker has made more (or stopped): a view that reads its method as finished
+        must find its layouts counted, not the count from before they landed."""
+        worker_mark = None if self.worker is None else (self.worker.progress().done, self.worker.progress().running)
+        if time.monotonic() - self._available[0] > AVAILABLE_TTL or worker_mark != self._worker_mark:
             self._available = (time.monotonic(), self._count_cached())
+            self._worker_mark = worker_mark
         return self._available[1]
 
     def _count_cached(self) -> dict[tuple[str, int], int]:

@@ -12,7 +12,7 @@ from dash_app.run_data import RunData
 from dash_app.server import attach_workers, make_pca, start_in_turn
 
 LABELS_JS = """() => { const g = document.querySelector('#matrix-graph .js-plotly-plot');
-                       return g && g.data && g.data.length >= 5 ? Array.from(g.data[4].text) : null; }"""
+                       return g && g.data && g.data.length >= 5 && g.data[4].hovertext ? Array.from(g.data[4].hovertext) : null; }"""
 
 
 def test_pca_first_then_each_head_switches_to_its_layout_without_a_reload(tiny_run, tmp_path):

@@ -67,7 +67,7 @@ def test_clicked_heatmap_cell_is_checked():
 @pytest.fixture(scope="module")
 def two_runs(tiny_run, reseeded_run):
     """Two runs of one model over the same tokens, a run over other tokens, and one with other heads."""
-    return open_runs([tiny_run("llama").path, reseeded_run("llama").path, tiny_run("gpt2").path,
+    return open_runs([tiny_run("llama").path, reseeded_run("llama").path, tiny_run("llama", seed=1).path,
                       tiny_run("gemma3").path])
 
 

@@ -38,10 +38,11 @@ def rotated(positions, angle, length, head_dim):
 
 def previous_token_head(run, tmp_path):
     """A copy of ``run`` whose layer 0 head 0 attends to the previous token: ``q_p`` points where
-    ``k_(p-1)`` points, a million times longer, so the previous key wins by far."""
+    ``k_(p-1)`` points, 10^8 times longer, so the previous key wins by far (adjacent directions differ by less
+    than a degree in sentences of ~200 tokens)."""
     position = run.tokens.position.to_numpy()
     angle = np.pi / (2 * position.max() + 2)
-    return with_head(run, tmp_path, rotated(position - 1, angle, 1e6, run.head_dim),
+    return with_head(run, tmp_path, rotated(position - 1, angle, 1e8, run.head_dim),
                      rotated(position, angle, 1.0, run.head_dim))
 
 
