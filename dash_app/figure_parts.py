@@ -91,9 +91,10 @@ def typed_arrays(trace: dict) -> dict:
             if isinstance(value, np.ndarray) and value.dtype.kind in "uif" else value for name, value in trace.items()}
 
 
-def png_bytes(image: np.ndarray) -> bytes:
+def png_bytes(image: np.ndarray, level: int = 6) -> bytes:
     """An RGB ``[height, width, 3]`` or RGBA ``[height, width, 4]`` uint8 image as a PNG file's bytes (no filter,
-    zlib-compressed); small images drawn on the server (a document's attention map) go out as these."""
+    zlib-compressed at ``level``); images drawn on the server (a document's attention map, the matrix's head
+    thumbnails) go out as these."""
     image = np.ascontiguousarray(image, dtype=np.uint8)
     height, width, channels = image.shape
     rows = np.concatenate([np.zeros((height, 1), np.uint8), image.reshape(height, -1)], axis=1)
@@ -102,7 +103,7 @@ def png_bytes(image: np.ndarray) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
 
     header = struct.pack(">IIBBBBB", width, height, 8, 6 if channels == 4 else 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows.tobytes(), level))
             + chunk(b"IEND", b""))
 
 

@@ -21,16 +21,14 @@ import hashlib
 import json
 import logging
 import os
-import struct
 import threading
 import weakref
-import zlib
 from pathlib import Path
 
 import numpy as np
 from plotly.colors import hex_to_rgb, sample_colorscale, unlabel_rgb
 
-from dash_app.figure_parts import CATEGORY_COLOURS, KEY_COLOUR, KEY_SCALE, QUERY_COLOUR, QUERY_SCALE
+from dash_app.figure_parts import CATEGORY_COLOURS, KEY_COLOUR, KEY_SCALE, QUERY_COLOUR, QUERY_SCALE, png_bytes
 from dash_app.run_data import RunData, normalise_layout
 from dash_app.views.matrix_grid import Grid
 from qkviz import QkvizError
@@ -141,19 +139,6 @@ def head_thumbnail(points: np.ndarray, values: np.ndarray | None = None, colour:
     return np.rint(image).clip(0, 255).astype(np.uint8).reshape(pixels, pixels, 4)
 
 
-def png_bytes(image: np.ndarray) -> bytes:
-    """An RGBA image ``[height, width, 4]`` uint8 as a PNG file's bytes (no filter, zlib-compressed)."""
-    height, width = image.shape[:2]
-    rows = np.concatenate([np.zeros((height, 1), np.uint8), image.reshape(height, -1)], axis=1)
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)               # 8 bits per channel, RGBA
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows.tobytes(), 9))
-            + chunk(b"IEND", b""))
-
-
 def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
@@ -246,7 +231,8 @@ class HeadThumbnails:
         points = normalise_layout(self.data.run.projection(layer, head, method, 2))
         value_range = self.value_range(colour) if colour != "type" and colour not in CATEGORIES else (0.0, 1.0)
         self.drawn += 1
-        return png_bytes(head_thumbnail(points, self.colour_values(colour, flat), colour, value_range, self.pixels))
+        return png_bytes(head_thumbnail(points, self.colour_values(colour, flat), colour, value_range, self.pixels),
+                         level=9)
 
     def _write(self, path: Path, png: bytes) -> None:
         """Write atomically (a temporary file renamed, removed if the write fails); a run directory that cannot be

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from plotly.io.json import to_json_plotly
 
-from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR
+from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, png_bytes
 from dash_app.run_data import RunData
 from dash_app.token_search import TokenSearch
 from dash_app.state import ViewState
@@ -21,7 +21,7 @@ from support.browser import copy_run
 
 
 def decode_png(png: bytes) -> np.ndarray:
-    """An RGBA PNG whose rows carry no filter (as :func:`matrix_raster.png_bytes` writes them) back to pixels."""
+    """An RGBA PNG whose rows carry no filter (as :func:`dash_app.figure_parts.png_bytes` writes them) back to pixels."""
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     offset, chunks = 8, {}
     while offset < len(png):
@@ -54,7 +54,7 @@ def test_a_thumbnail_has_pixels_only_where_the_points_are():
     assert np.abs(image[45, 5, :3].astype(int) - hex_rgb(QUERY_COLOUR)).max() <= 4     # queries green
     assert np.abs(image[5, 45, :3].astype(int) - hex_rgb(KEY_COLOUR)).max() <= 4       # keys pink
     assert alpha[20:30, 20:30].max() == 0                          # nothing between
-    assert np.array_equal(decode_png(matrix_raster.png_bytes(image)), image)
+    assert np.array_equal(decode_png(png_bytes(image, level=9)), image)
 
 
 def test_density_sets_opacity_and_nan_points_are_left_out():
