@@ -23,9 +23,7 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -34,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import scale  # noqa: E402
 from modern_model import CLASSICS, make_model  # noqa: E402
 
 GOAL_GB = 2.0
@@ -54,25 +53,11 @@ def document_of(tokenizer, n_tokens: int) -> str:
 
 
 def measured(command: list[str]) -> dict:
-    """Run ``command``; its wall seconds and the peak of its process tree's summed resident memory."""
-    import psutil
-
+    """``bench/scale.py``'s :func:`measured` (wall seconds, the process tree's peak memory), with the load average
+    before and after: the machine is shared."""
     load_before = os.getloadavg()[0]
-    started = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    parent, peak = psutil.Process(process.pid), 0
-    while process.poll() is None:
-        try:
-            tree = [parent, *parent.children(recursive=True)]
-            peak = max(peak, sum(member.memory_info().rss for member in tree if member.is_running()))
-        except psutil.Error:
-            pass
-        time.sleep(0.1)
-    seconds = time.perf_counter() - started
-    if process.returncode:
-        raise SystemExit(f"{' '.join(command)} failed ({process.returncode}): {process.stderr.read()[-2000:]}")
-    return {"seconds": round(seconds, 1), "peak_gb": round(peak / 2**30, 3),
-            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    figures = scale.measured(command)
+    return {**figures, "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
 
 
 def main() -> None:

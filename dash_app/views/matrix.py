@@ -27,7 +27,7 @@ from dash import ClientsideFunction, Input, Output, Patch, State, dcc, html, no_
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.atlas_columns import LABEL_SORT, column_name, format_value, sort_options
+from dash_app.atlas_columns import LABEL_SORT, sort_options
 from dash_app.control_options import colour_options, run_changed
 from dash_app.events import NAMESPACE, open_clicked_head
 from dash_app.export import export_buttons
@@ -36,6 +36,7 @@ from dash_app.panels.related import missing_related_message
 from dash_app.run_data import HeadLayouts, RunData
 from dash_app.state import ViewState, checked_state
 from dash_app.view_registry import AppContext, View, register_view
+from dash_app.views.matrix_filter import NO_FILTER, filter_mask, filter_message
 from dash_app.views.matrix_cells import atlas_badges, cell_heatmap, label_legend
 from dash_app.views.matrix_grid import (CELL, MIN_GRAPH_HEIGHT_PX, PAGE_HEIGHT_PX, Box, Grid, axis_ticks, list_grid,
                                         model_grid, plot_box, window_size)
@@ -56,7 +57,6 @@ POINT_BARS_PX = 70          # extra height under the grid for the points' colour
 #: the figure's height: the window's, less the bars above it (matrix_grid fits the grid to it)
 GRAPH_HEIGHT = f"calc(100vh - {PAGE_HEIGHT_PX}px)"
 #: the filter control's first option
-NO_FILTER = [{"label": "nothing (every head)", "value": ""}]
 #: the opacity of the sampled points of a head a filter fades
 DIMMED_POINTS = 0.06
 
@@ -128,47 +128,6 @@ def cell_text(label: str, model: bool, characters: int) -> str:
         label = re.sub(r"^L\d+ H\d+( · )?", "", label).removeprefix("<br>")
     lines = [line if len(line) <= characters else line[:max(characters - 1, 1)] + "…" for line in label.split("<br>")]
     return "<br>".join(line for line in lines if line)
-
-
-def filter_values(data: RunData, state: ViewState) -> np.ndarray | None:
-    """float64 ``[flat head]``: the values the filter reads (label indices for ``label``), None without a filter."""
-    return data.atlas_grid(state.filter_by) if state.filter_by and state.filter_by in data.atlas_sorts() else None
-
-
-def filter_mask(data: RunData, state: ViewState) -> np.ndarray | None:
-    """bool ``[flat head]``: the heads the filter keeps (a label among ``filter_labels``, or a value within
-    ``[filter_min, filter_max]``; a head without a value is left out), None when nothing is filtered."""
-    values = filter_values(data, state)
-    if values is None:
-        return None
-    if state.filter_by == LABEL_SORT:
-        if not state.filter_labels:
-            return None
-        wanted = [LABELS.index(label) for label in state.filter_labels]
-        return np.isin(values, wanted)
-    if state.filter_min is None and state.filter_max is None:
-        return None
-    low = -np.inf if state.filter_min is None else state.filter_min
-    high = np.inf if state.filter_max is None else state.filter_max
-    with np.errstate(invalid="ignore"):
-        return (values >= low) & (values <= high)
-
-
-def filter_message(data: RunData, state: ViewState, kept: np.ndarray | None) -> str:
-    """A line naming the filter, how many heads it keeps and the column's range, or what to choose next."""
-    values = filter_values(data, state)
-    if values is None:
-        return ""
-    name = "pattern label" if state.filter_by == LABEL_SORT else column_name(state.filter_by)
-    if kept is None:
-        if state.filter_by == LABEL_SORT:
-            return "Filter: choose the labels to keep."
-        finite = values[np.isfinite(values)]
-        span = (f" ({format_value(state.filter_by, finite.min())} to {format_value(state.filter_by, finite.max())} "
-                "over the heads)") if len(finite) else ""
-        return f"Filter: give a range of {name}{span}."
-    rest = "left out" if state.filter_mode == "hide" else "faded"
-    return f"Filter: {int(kept.sum()):,} of {len(kept):,} heads kept by {name}; the others {rest}."
 
 
 def in_model_order(order: np.ndarray, kept: np.ndarray | None, hide: bool) -> bool:
