@@ -30,7 +30,7 @@ from qkviz import Run, open_run
 from qkviz.analysis import HeadAtlas, HeadSimilarity
 from qkviz.projection import LayoutWorker
 from qkviz.search import Partners, head_layout_overlap, run_token_index
-from qkviz.projection import FIRST_METHOD, method_names, projection_method
+from qkviz.projection import FIRST_METHOD, method_names
 from qkviz.store import StoredRun
 
 logger = logging.getLogger(__name__)
@@ -129,6 +129,7 @@ class RunData:
         self._related: tuple[int, HeadSimilarity | None] | None = None
         self._available: tuple[float, dict[tuple[str, int], int]] = (-np.inf, {})
         self._worker_mark: tuple[int, bool] | None = None     # the worker's (done, running) when last counted
+        self._counting = threading.Lock()
         self._failures: tuple[float, dict[tuple[int, int, str, int], str]] = (-np.inf, {})
         self.layout = lru_cache(maxsize=32)(self._layout)
         self.norms = lru_cache(maxsize=32)(self._norms)
@@ -165,17 +166,14 @@ class RunData:
 
         Re-counted at most every :data:`AVAILABLE_TTL` seconds, so layouts made while the app runs appear, and
         whenever the background worker has made more (or stopped): a view that reads its method as finished
-        must find its layouts counted, not the count from before they landed."""
+        must find its layouts counted, not the count from before they landed. One request counts at a time; the
+        others wait for its count (every callback asks, through the run's shape)."""
         worker_mark = None if self.worker is None else (self.worker.progress().done, self.worker.progress().running)
-        if time.monotonic() - self._available[0] > AVAILABLE_TTL or worker_mark != self._worker_mark:
-            self._available = (time.monotonic(), self._count_cached())
-            self._worker_mark = worker_mark
-        return self._available[1]
-
-    def _count_cached(self) -> dict[tuple[str, int], int]:
-        return {(method, dim): sum(self.is_cached(layer, head, method, dim)
-                                   for layer in range(self.run.n_layers) for head in range(self.run.n_heads))
-                for method in method_names() for dim in projection_method(method).dims}
+        with self._counting:
+            if time.monotonic() - self._available[0] > AVAILABLE_TTL or worker_mark != self._worker_mark:
+                self._available = (time.monotonic(), self.run.projection_counts())
+                self._worker_mark = worker_mark
+            return self._available[1]
 
     def in_background(self, method: str) -> bool:
         """Whether ``method``'s 2D layouts are being made in the background now."""

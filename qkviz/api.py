@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
 from qkviz.core import QkvizError
-from qkviz.projection import cached_layout, has_layout, layout_failures, layout_file
+from qkviz.projection import cached_layout, has_layout, layout_counts, layout_failures, layout_file
 from qkviz.report import describe_run
 from qkviz.report.head_figure import head_figure
 from qkviz.search import EXACT_LIMIT, PartnerIndexes, Partners
@@ -69,6 +69,11 @@ class Run(StoredRun):
     def has_projection(self, layer: int, head: int, method: str, dim: int = 2) -> bool:
         """Whether the head's ``method`` layout in default settings is cached (cheap; reading it checks it)."""
         return has_layout(self, layer, head, method, dim)
+
+    def projection_counts(self) -> dict[tuple[str, int], int]:
+        """``{(method, dim): number of heads}`` whose default-settings layout is cached, for every method and
+        dimension of the catalogue (one listing of the cache, not a look per head)."""
+        return layout_counts(self)
 
     def projection_file(self, layer: int, head: int, method: str, dim: int = 2) -> tuple[str, Path]:
         """The default-settings layout's cache key and ``.npy`` file (which may not exist yet)."""

@@ -19,6 +19,7 @@ from dash_app.atlas_columns import PANEL, column_name, format_value
 from dash_app.events import exemplar_target, relay_button_clicks
 from dash_app.run_data import RunData, RunShape
 from dash_app.state import ViewState, open_exemplar
+from qkviz.analysis import excerpt_pieces
 from qkviz.report import LABEL_COLOURS
 
 #: exemplars listed per head (the atlas keeps more)
@@ -101,18 +102,15 @@ def marked_sentence(data: RunData, sentence: int, query: int, key: int) -> list:
 
 def marked_tokens(data: RunData, sentence: int, marks: list[tuple[int, str]]) -> list:
     """The sentence's text as plain-text pieces, each ``(token, class)`` of ``marks`` in an ``html.Mark`` of
-    that class (a token without characters, or overlapping an earlier mark, is not marked)."""
+    that class (a token without characters, or overlapping an earlier mark, is not marked); of a long document,
+    only the text around the marks (:func:`qkviz.analysis.excerpt_pieces`)."""
     text = str(data.sentences.text.iat[sentence])
     spans = []
     for token, kind in marks:
         start, end = int(data.tokens.char_start.iat[token]), int(data.tokens.char_end.iat[token])
         if 0 <= start < end <= len(text) and all(end <= other[0] or start >= other[1] for other in spans):
             spans.append((start, end, kind))
-    pieces, at = [], 0
-    for start, end, kind in sorted(spans):
-        pieces += [text[at:start], html.Mark(text[start:end], className=kind)]
-        at = end
-    return pieces + [text[at:]]
+    return [piece if kind is None else html.Mark(piece, className=kind) for piece, kind in excerpt_pieces(text, spans)]
 
 
 def head_panel(data: RunData, layer: int, head: int) -> list:

@@ -34,6 +34,10 @@ NO_LABEL = "no atlas row"
 #: the figure's height: the window's, less the bars above it
 GRAPH_HEIGHT = "calc(100vh - 190px)"
 MIN_HEIGHT_PX = 480
+#: up to this many heads every point is named beside it; past it only the heads standing apart (hover names all)
+NAMED_HEADS = 150
+#: a head stands apart when no other lies within this share of the map's larger extent (a name's width, about)
+APART = 0.04
 
 
 def layout(_context: AppContext) -> html.Div:
@@ -85,20 +89,34 @@ def hover_texts(similarity: HeadSimilarity, names: list[str], labels: list[str] 
     return texts
 
 
+def named_heads(xy: np.ndarray) -> np.ndarray:
+    """bool ``[head]``: the heads whose name is written beside their point: all of up to :data:`NAMED_HEADS`,
+    else those with no other head within :data:`APART` of the map's extent (names in a crowd overlap)."""
+    if len(xy) <= NAMED_HEADS:
+        return np.ones(len(xy), dtype=bool)
+    extent = float(np.ptp(xy, axis=0).max()) if len(xy) else 0.0
+    gaps = np.sqrt(((xy[:, None, :] - xy[None, :, :]) ** 2).sum(axis=2))
+    np.fill_diagonal(gaps, np.inf)
+    return gaps.min(axis=1) > APART * extent
+
+
 def heads_figure(similarity: HeadSimilarity, names: list[str], hover: list[str], labels: list[str] | None,
                  current: int) -> go.Figure:
     """The map: one trace coloured by layer (``labels`` None), or one trace per pattern label (named in the
-    legend, above the map, clear of the layer's colour bar); every head named beside its point; then the ring
-    around the ``current`` flat head."""
+    legend, above the map, clear of the layer's colour bar); heads named beside their point where names do not
+    crowd (:func:`named_heads`); then the ring around the ``current`` flat head."""
     xy = similarity.map_xy
     flat = np.arange(len(xy))
-    marker = dict(size=11, line=dict(color="white", width=1))
+    shown = named_heads(xy)
+    written = [name if show else "" for name, show in zip(names, shown)]
+    crowded = len(xy) > NAMED_HEADS
+    marker = dict(size=7 if crowded else 11, line=dict(color="white", width=0.5 if crowded else 1))
     named = dict(mode="markers+text", textposition="top center", textfont=dict(size=9, color="#444"), hoverinfo="text")
     traces = []
     if labels is None:
         layer = flat // similarity.n_heads
         traces.append(go.Scatter(
-            x=xy[:, 0], y=xy[:, 1], customdata=flat, text=names, hovertext=hover, name="heads", **named,
+            x=xy[:, 0], y=xy[:, 1], customdata=flat, text=written, hovertext=hover, name="heads", **named,
             showlegend=False, marker=dict(marker, color=layer, colorscale="Viridis", cmin=0,
                                           cmax=max(similarity.n_layers - 1, 1), showscale=True,
                                           colorbar=dict(title=dict(text="layer", side="right"), thickness=12,
@@ -108,7 +126,7 @@ def heads_figure(similarity: HeadSimilarity, names: list[str], hover: list[str],
         for label in present:
             chosen = flat[np.asarray(labels) == label]
             traces.append(go.Scatter(
-                x=xy[chosen, 0], y=xy[chosen, 1], customdata=chosen, name=label, text=[names[i] for i in chosen],
+                x=xy[chosen, 0], y=xy[chosen, 1], customdata=chosen, name=label, text=[written[i] for i in chosen],
                 hovertext=[hover[i] for i in chosen], **named,
                 marker=dict(marker, color=LABEL_COLOURS.get(label, "#999"))))
     traces.append(go.Scatter(x=xy[[current], 0], y=xy[[current], 1], mode="markers", customdata=[current],

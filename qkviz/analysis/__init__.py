@@ -3,7 +3,7 @@ the head atlas (statistics, pattern labels, logit decomposition, syntax), relate
 each head's attention changed between two runs over the same tokens; for the app, a head's attention with
 tokens hidden or weighted by value norm (one sentence's, and the corpus average by position), one head's attention
 over a long document (its map pooled to pixels and its profile, computed block by block), and how many clusters a
-search's matches form in each head's layout.
+search's matches form in each head's layout; the text around a pair of tokens in a long document.
 """
 
 from qkviz.analysis.attention_weighting import (AGGREGATE_POSITIONS, adjusted_attention, aggregate_attention,
@@ -20,11 +20,13 @@ from qkviz.analysis.head_labels import LABELS, LabelThresholds
 from qkviz.analysis.head_similarity import HeadSimilarity, RelatedHead, load_head_similarity, related_heads, relate_heads
 from qkviz.analysis.head_stats import IMAGE_STATISTICS, STATISTICS
 from qkviz.analysis.match_clusters import CLUSTER_GRID, cluster_counts
+from qkviz.analysis.text_excerpt import excerpt, excerpt_pieces
 
 __all__ = ["AGGREGATE_POSITIONS", "CLUSTER_GRID", "CORRELATION_COLUMNS", "IMAGE_STATISTICS", "LABELS", "STATISTICS",
            "UPDATE_STATISTICS", "DocumentHead", "HeadAtlas", "HeadProfile", "HeadSimilarity", "LabelThresholds",
            "PooledMap", "RelatedHead", "RepeatedSpan", "adjusted_attention", "aggregate_attention",
            "attention_blocks", "attention_change", "check_comparable", "cluster_counts", "compute_stats",
-           "correlation_table", "document_head", "document_overview", "head_profile", "hidden_tokens", "load_atlas",
-           "load_head_similarity", "most_changed", "pixel_edges", "pooled_attention", "relate_heads",
-           "related_heads", "repeated_span", "shape_difference", "stored_correlations", "token_difference"]
+           "correlation_table", "document_head", "document_overview", "excerpt", "excerpt_pieces", "head_profile",
+           "hidden_tokens", "load_atlas", "load_head_similarity", "most_changed", "pixel_edges", "pooled_attention",
+           "relate_heads", "related_heads", "repeated_span", "shape_difference", "stored_correlations",
+           "token_difference"]

@@ -10,14 +10,15 @@ from qkviz.projection.catalogue import (FitInputs, Parameter, Projection, Projec
                                         layout_spec, method_label, method_labels, method_names, project_points,
                                         projection_method, projection_methods, register, resolve_params, unregister)
 from qkviz.projection.defaults import BACKGROUND_METHOD, DEFAULT_METHODS, FIRST_METHOD, LAYOUT_METHOD
-from qkviz.projection.layouts import best_cached_method, cached_layout, has_layout, layout_failures, layout_file
+from qkviz.projection.layouts import (best_cached_method, cached_layout, has_layout, layout_counts, layout_failures,
+                                      layout_file)
 from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
 from qkviz.projection.project_run import ProjectionSummary, project
 from qkviz.projection.tasks import plan_specs, project_head, projection_runner, run_tasks
 
 __all__ = ["BACKGROUND_METHOD", "DEFAULT_METHODS", "FIRST_METHOD", "FitInputs", "LAYOUT_METHOD", "LayoutProgress",
            "LayoutWorker", "NeighborGraph", "Parameter", "Projection", "ProjectionMethod", "ProjectionSummary",
-           "best_cached_method", "cached_layout", "command_line_options", "describe_seconds", "has_layout",
+           "best_cached_method", "cached_layout", "command_line_options", "describe_seconds", "has_layout", "layout_counts",
            "layout_failures", "layout_file", "layout_spec", "method_label", "method_labels", "method_names",
            "neighbor_graph", "plan_specs", "project", "project_head", "project_points", "projection_method",
            "projection_methods", "projection_runner", "register", "resolve_params", "run_tasks", "unregister"]

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
 
 from qkviz.core.errors import QkvizError
-from qkviz.projection.catalogue import layout_spec, method_names
+from qkviz.projection.catalogue import layout_spec, method_names, projection_method
 from qkviz.projection.defaults import LAYOUT_METHOD
 from qkviz.store.projections import ProjectionCache
 from qkviz.store.run import StoredRun
@@ -44,6 +45,25 @@ def layout_file(run: StoredRun, layer: int, head: int, method: str, dim: int = 2
 def has_layout(run: StoredRun, layer: int, head: int, method: str, dim: int = 2) -> bool:
     """Whether the head's default-settings layout is cached (cheap: the entry's sidecar; loading checks it)."""
     return ProjectionCache(run.path, run.manifest["fingerprint"]).exists(layout_spec(layer, head, method, dim))
+
+
+def layout_counts(run: StoredRun) -> dict[tuple[str, int], int]:
+    """``{(method, dim): number of heads whose default-settings layout is cached}`` for every method of the
+    catalogue and each dimension it makes: one listing of the cache against every head's key (the keys made once
+    per run; 1,024 heads x 10 layouts took 1 s asked one file at a time)."""
+    fingerprint = run.manifest["fingerprint"]
+    stored = ProjectionCache(run.path, fingerprint).stored_keys()
+    return {(method, dim): len(stored.intersection(_default_keys(str(run.path), fingerprint, run.n_layers,
+                                                                 run.n_heads, method, dim)))
+            for method in method_names() for dim in projection_method(method).dims}
+
+
+@functools.lru_cache(maxsize=64)
+def _default_keys(path: str, fingerprint: str, n_layers: int, n_heads: int, method: str, dim: int) -> frozenset[str]:
+    """The cache keys of every head's default-settings ``method`` layout in ``dim`` dimensions."""
+    cache = ProjectionCache(Path(path), fingerprint)
+    return frozenset(cache.key(layout_spec(layer, head, method, dim))
+                     for layer in range(n_layers) for head in range(n_heads))
 
 
 def layout_failures(run: StoredRun) -> dict[tuple[int, int, str, int], str]:

@@ -16,13 +16,16 @@ import plotly.graph_objects as go
 from qkviz.report.html_page import figure_html, page
 from qkviz.analysis.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS, HeadAtlas
 from qkviz.analysis.head_labels import LABELS
+from qkviz.analysis.text_excerpt import excerpt
 from qkviz.analysis.head_stats import STATISTICS
 from qkviz.report.colours import LABEL_COLOURS
 from qkviz.report.figure_grid import heatmap_grid
 from qkviz.report.position_heatmap import head_names, log_weights, relative_position_figure
 from qkviz.analysis.syntax import POS_TAGS
 
-ATLAS_STYLE = "mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; } table { font-size: 0.9em; }\n"
+ATLAS_STYLE = ("mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; } table { font-size: 0.9em; }\n"
+               ".swatch { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: middle; }\n"
+               "summary { cursor: pointer; margin: 4px 0; }\n")
 
 
 def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
@@ -36,7 +39,7 @@ def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
         f'<p class="note">Run <code>{html.escape(run_path)}</code>; attention recomputed from the stored vectors '
         f"over the whole corpus. Labels (thresholds: {html.escape(str(atlas.thresholds.as_dict()))}): "
         f"{count_text}. <a href=\"index.html\">Correlation report</a>.</p>",
-        "<h2>Pattern labels</h2>" + figure_html(_label_grid(atlas)),
+        "<h2>Pattern labels</h2>" + _label_grid(atlas),
         "<h2>Average attention by relative position</h2>"
         '<p class="note">Mean weight at key position &minus; query position, per head; colour on a log scale.</p>'
         + figure_html(relative_position_figure(atlas.relative_position, atlas.offsets)),
@@ -55,7 +58,13 @@ def _grid(table: pd.DataFrame, column: str) -> np.ndarray:
     return grid
 
 
-def _label_grid(atlas: HeadAtlas) -> go.Figure:
+#: the label grid writes each head's label in its cell up to this many heads a layer (past it the cells are too
+#: narrow for a word: the colour and the key above say it, hover names it)
+LABELLED_CELLS_HEADS = 16
+
+
+def _label_grid(atlas: HeadAtlas) -> str:
+    """The heads' labels as a layer x head grid of colours, with a key of the labels used and their counts."""
     table = atlas.table
     codes = {label: number for number, label in enumerate(LABELS)}
     table = table.assign(code=table.label.map(codes))
@@ -66,13 +75,20 @@ def _label_grid(atlas: HeadAtlas) -> go.Figure:
     colourscale = []
     for number, label in enumerate(LABELS):
         colourscale += [[number / steps, LABEL_COLOURS[label]], [(number + 1) / steps, LABEL_COLOURS[label]]]
+    in_cells = grid.shape[1] <= LABELLED_CELLS_HEADS
     figure = go.Figure(go.Heatmap(z=grid, zmin=-0.5, zmax=steps - 0.5, colorscale=colourscale, text=text,
-                                  texttemplate="%{text}", textfont={"size": 9}, showscale=False,
+                                  texttemplate="%{text}" if in_cells else None, textfont={"size": 9},
+                                  showscale=False, xgap=1 if not in_cells else 0, ygap=1 if not in_cells else 0,
                                   x=[f"H{h}" for h in range(grid.shape[1])], y=[f"L{l}" for l in range(grid.shape[0])],
                                   hovertemplate="%{y} %{x}: %{text}<extra></extra>"))
     figure.update_yaxes(autorange="reversed")
-    figure.update_layout(height=120 + 28 * grid.shape[0], margin={"l": 40, "r": 10, "t": 20, "b": 30})
-    return figure
+    figure.update_xaxes(tickangle=0)
+    figure.update_layout(height=120 + (28 if in_cells else 18) * grid.shape[0],
+                         margin={"l": 40, "r": 10, "t": 20, "b": 30})
+    counts = table.label.value_counts()
+    key = "".join(f'<span class="swatch" style="background:{LABEL_COLOURS[label]}"></span>'
+                  f"{html.escape(label)} {counts[label]:,} &nbsp; " for label in LABELS if counts.get(label, 0))
+    return f'<p class="note">{key}</p>' + figure_html(figure)
 
 
 def _syntax_section(atlas: HeadAtlas) -> str:
@@ -170,14 +186,23 @@ def _statistics_grid(atlas: HeadAtlas, names: list[str]) -> str:
     return figure_html(heatmap_grid(panels, columns=3, panel_height=50 + 22 * n_layers))
 
 
+#: past this many heads the exemplars are one collapsed table per layer (1,024 rows in one table is a long scroll)
+EXEMPLARS_BY_LAYER_HEADS = 144
 def _exemplar_table(atlas: HeadAtlas) -> str:
+    """Each head's strongest pair and its sentence; past :data:`EXEMPLARS_BY_LAYER_HEADS` heads, a table per layer,
+    each folded (``<details>``) under a line naming the layer."""
     best = atlas.exemplars[atlas.exemplars["rank"] == 0]
     labels = atlas.table.set_index(["layer", "head"]).label
-    rows = "".join(
-        f"<tr><td>L{row.layer} H{row.head}</td><td>{html.escape(labels.get((row.layer, row.head), ''))}</td>"
-        f"<td><mark class=\"q\">{html.escape(str(row.query_token))}</mark> &rarr; "
-        f"<mark class=\"k\">{html.escape(str(row.key_token))}</mark> ({row.weight:.2f})</td>"
-        f"<td>{html.escape(str(row.text))}</td></tr>" for row in best.itertuples())
-    return ("<table><tr><th>head</th><th>label</th><th>query &rarr; key (weight)</th><th>sentence</th></tr>"
-            f"{rows}</table>")
+    header = "<tr><th>head</th><th>label</th><th>query &rarr; key (weight)</th><th>sentence</th></tr>"
 
+    def rows(chosen: pd.DataFrame) -> str:
+        return "".join(
+            f"<tr><td>L{row.layer} H{row.head}</td><td>{html.escape(labels.get((row.layer, row.head), ''))}</td>"
+            f"<td><mark class=\"q\">{html.escape(str(row.query_token))}</mark> &rarr; "
+            f"<mark class=\"k\">{html.escape(str(row.key_token))}</mark> ({row.weight:.2f})</td>"
+            f"<td>{html.escape(excerpt(str(row.text), []))}</td></tr>" for row in chosen.itertuples())
+
+    if len(atlas.table) <= EXEMPLARS_BY_LAYER_HEADS:
+        return f"<table>{header}{rows(best)}</table>"
+    return "".join(f"<details><summary>Layer {layer}: {len(chosen)} heads</summary><table>{header}{rows(chosen)}"
+                   "</table></details>" for layer, chosen in best.groupby("layer", sort=True))

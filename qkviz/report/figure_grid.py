@@ -14,6 +14,8 @@ from plotly.subplots import make_subplots
 
 #: room between panels, as a share of the figure's width, for a colour bar and the next panel's row labels
 GAP_WITH_SCALE, GAP = 0.09, 0.05
+#: the most tick labels on a panel's horizontal axis (32 heads' names side by side overlap)
+TICKS_PER_PANEL = 12
 
 
 def heatmap_grid(panels: dict[str, go.Heatmap], columns: int, panel_height: int, shared_scale: bool = False
@@ -43,6 +45,8 @@ def heatmap_grid(panels: dict[str, go.Heatmap], columns: int, panel_height: int,
                                                                       if trace.colorbar else {})}
         figure.add_trace(trace, row=row + 1, col=column + 1)
     figure.update_yaxes(autorange="reversed")
+    # horizontal tick labels, thinned by Plotly to what fits: rotated ones ran into the next row's titles
+    figure.update_xaxes(tickangle=0, nticks=TICKS_PER_PANEL)
     figure.update_annotations(font_size=12)
     figure.update_layout(height=rows * (panel_height + title_px) + 40, margin={"l": 60, "r": 40, "t": 40, "b": 30})
     return figure

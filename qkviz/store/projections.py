@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -130,6 +131,15 @@ class ProjectionCache:
         if not intact:
             logger.warning("projection cache entry %s is damaged; it will be recomputed", array_path.name)
         return intact
+
+    def stored_keys(self) -> frozenset[str]:
+        """The keys of every entry whose sidecar is there, from one listing of the directory (what
+        :meth:`exists` asks one entry at a time)."""
+        try:
+            with os.scandir(self.directory) as entries:
+                return frozenset(entry.name[:-5] for entry in entries if entry.name.endswith(".json"))
+        except OSError:
+            return frozenset()
 
     def exists(self, spec: ProjectionSpec) -> bool:
         """Whether the entry's sidecar (written last) is there: cheap; :meth:`load` checks its integrity."""

@@ -136,3 +136,22 @@ def test_attention_layouts_through_the_api(api_run, tmp_path):
     for method, params in (("attn-tsne", {"k": 5}), ("attn-umap", {})):
         layout = run.projection(0, 1, method=method, **params)
         assert layout.shape == (2 * run.n_tokens, 2) and np.isfinite(layout).all()
+
+
+def test_projection_counts_are_the_heads_whose_layout_is_cached(api_run, tmp_path):
+    """One listing of the cache counts what asking each head gives, and follows a layout removed."""
+    import shutil
+
+    run = qkviz.open_run(shutil.copytree(api_run.path, tmp_path / "run"))
+    heads = [(layer, head) for layer in range(run.n_layers) for head in range(run.n_heads)]
+
+    def asked_one_by_one():
+        return {(method, dim): sum(run.has_projection(layer, head, method, dim) for layer, head in heads)
+                for method, dim in run.projection_counts()}
+
+    counts = run.projection_counts()
+    assert counts == asked_one_by_one()
+    assert counts[("pca", 2)] == counts[("pca", 3)] == len(heads) and counts[("attn-tsne", 2)] == 0
+    _, layout = run.projection_file(1, 0, "pca", 2)
+    layout.with_suffix(".json").unlink()
+    assert run.projection_counts()[("pca", 2)] == len(heads) - 1 == asked_one_by_one()[("pca", 2)]
