@@ -14,12 +14,18 @@ sliding-window mask), at most ``max_cells`` pairs at a time, and is reduced at o
   first token and on special tokens, its previous-token score and its induction score over a repeated passage
   (:func:`repeated_span`), all means over the document's queries;
 * :func:`document_overview` -- both from one pass over the document (what a head switch needs).
+
+The blocks are independent: :func:`each_block` computes them on two threads (numpy releases the GIL in their
+arithmetic), each writing its own rows of the map, the profile's sums added in block order (the same figures as
+one thread).
 """
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import numpy as np
 
@@ -30,6 +36,9 @@ MAX_BLOCK_CELLS = 1 << 21
 #: the shortest run of tokens that counts as a repeated passage
 MIN_REPEAT = 16
 REDUCTIONS = ("max", "mean")
+#: threads computing a document's blocks at once (a head switch in the app: two cores halve its time)
+MAX_THREADS = 2
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -115,30 +124,68 @@ def distance_edges(n_tokens: int) -> np.ndarray:
     return np.asarray(edges, dtype=np.int64)
 
 
-def attention_blocks(head: DocumentHead, row_edges: np.ndarray, max_cells: int = MAX_BLOCK_CELLS
-                     ) -> Iterator[tuple[int, int, int, np.ndarray]]:
-    """``(first row, stop row, first key, probabilities [rows, keys])`` for the query rows ``[row_edges[0],
-    row_edges[-1])`` in blocks that start and end on ``row_edges``: each row's exact attention over the keys
-    ``[first key, first key + keys)`` its block may see (zero where its own mask forbids), of at most
-    ``max_cells`` pairs a block (one run of ``row_edges`` at least)."""
+def block_spans(head: DocumentHead, row_edges: np.ndarray, max_cells: int = MAX_BLOCK_CELLS
+                ) -> list[tuple[int, int, int, int]]:
+    """``(first row, stop row, first key, stop key)`` of the blocks :func:`attention_blocks` computes: the query
+    rows ``[row_edges[0], row_edges[-1])`` in blocks that start and end on ``row_edges``, each with the keys its rows
+    may see, of at most ``max_cells`` pairs a block (one run of ``row_edges`` at least)."""
     row_edges = np.asarray(row_edges, dtype=np.int64)
     lo_first, _ = head.key_range(row_edges[:-1])          # the keys a run's first row may see start here ...
     _, hi_last = head.key_range(row_edges[1:] - 1)        # ... and its last row's stop here (both grow with the row)
-    edge = 0
+    spans, edge = [], 0
     while edge < len(row_edges) - 1:
         first = int(row_edges[edge])
         cells = (row_edges[edge + 1:] - first) * (hi_last[edge:] - lo_first[edge])     # non-decreasing
         stop_edge = edge + max(1, int(np.searchsorted(cells, max_cells, side="right")))
         stop = int(row_edges[stop_edge])
-        position = np.arange(first, stop)
-        lo, hi = head.key_range(position)
-        key_first, key_stop = int(lo.min()), int(hi.max())
-        key_position = np.arange(key_first, key_stop)
-        allowed = (key_position[None, :] >= lo[:, None]) & (key_position[None, :] < hi[:, None])
-        logits = attention_logits(head.queries[first:stop], head.keys[key_first:key_stop], head.scale, head.softcap,
-                                  allowed)
-        yield first, stop, key_first, masked_softmax(logits)
+        lo, hi = head.key_range(np.arange(first, stop))
+        spans.append((first, stop, int(lo.min()), int(hi.max())))
         edge = stop_edge
+    return spans
+
+
+def block_probabilities(head: DocumentHead, first: int, stop: int, key_first: int, key_stop: int) -> np.ndarray:
+    """``[stop - first, key_stop - key_first]``: each query row's exact attention over those keys (zero where its
+    own mask forbids)."""
+    lo, hi = head.key_range(np.arange(first, stop))
+    key_position = np.arange(key_first, key_stop)
+    allowed = (key_position[None, :] >= lo[:, None]) & (key_position[None, :] < hi[:, None])
+    logits = attention_logits(head.queries[first:stop], head.keys[key_first:key_stop], head.scale, head.softcap,
+                              allowed)
+    return masked_softmax(logits)
+
+
+def attention_blocks(head: DocumentHead, row_edges: np.ndarray, max_cells: int = MAX_BLOCK_CELLS
+                     ) -> Iterator[tuple[int, int, int, np.ndarray]]:
+    """``(first row, stop row, first key, probabilities [rows, keys])`` for the query rows ``[row_edges[0],
+    row_edges[-1])`` in blocks that start and end on ``row_edges`` (:func:`block_spans`): each row's exact
+    attention over the keys ``[first key, first key + keys)`` its block may see (zero where its own mask
+    forbids), of at most ``max_cells`` pairs a block (one run of ``row_edges`` at least)."""
+    for first, stop, key_first, key_stop in block_spans(head, row_edges, max_cells):
+        yield first, stop, key_first, block_probabilities(head, first, stop, key_first, key_stop)
+
+
+def each_block(head: DocumentHead, row_edges: np.ndarray, work: Callable[[int, int, int, np.ndarray], T],
+               max_cells: int = MAX_BLOCK_CELLS, threads: int | None = None) -> list[T]:
+    """``work(first, stop, key_first, probabilities)`` of every block of :func:`attention_blocks`, in order, on
+    ``threads`` threads at a time (default: the cores this process may use, at most :data:`MAX_THREADS`; numpy
+    releases the GIL in the blocks' arithmetic). ``work`` may write only its own rows of shared arrays."""
+    spans = block_spans(head, row_edges, max_cells)
+    threads = min(MAX_THREADS, available_cores()) if threads is None else max(1, threads)
+
+    def one(span: tuple[int, int, int, int]) -> T:
+        first, stop, key_first, key_stop = span
+        return work(first, stop, key_first, block_probabilities(head, first, stop, key_first, key_stop))
+
+    if threads == 1 or len(spans) < 2:
+        return [one(span) for span in spans]
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(one, spans))
+
+
+def available_cores() -> int:
+    """The cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -206,18 +253,17 @@ class _Pooler:
 
 def pooled_attention(head: DocumentHead, rows: tuple[int, int] | None = None, columns: tuple[int, int] | None = None,
                      shape: tuple[int, int] = (512, 512), reduce: str = "max",
-                     max_cells: int = MAX_BLOCK_CELLS) -> PooledMap:
+                     max_cells: int = MAX_BLOCK_CELLS, threads: int | None = None) -> PooledMap:
     """The attention map of queries ``rows`` ``[start, stop)`` and keys ``columns`` (default: the whole
     document) pooled to at most ``shape`` ``(height, width)`` pixels by ``reduce`` (``"max"`` or ``"mean"`` of each
     pixel's weights, masked pairs counting 0); every row's softmax is over all the keys it may see, not only the
-    region's."""
+    region's. Blocks run on ``threads`` threads (:func:`each_block`)."""
     if reduce not in REDUCTIONS:
         raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
     rows = rows or (0, head.n_tokens)
     columns = columns or (0, head.n_tokens)
     pooler = _Pooler(pixel_edges(*rows, shape[0]), pixel_edges(*columns, shape[1]), reduce)
-    for block in attention_blocks(head, pooler.row_edges, max_cells):
-        pooler.add(*block)
+    each_block(head, pooler.row_edges, pooler.add, max_cells, threads)
     return pooler.result(head)
 
 
@@ -277,21 +323,31 @@ class _Profiler:
         self.first = self.special_total = self.previous = self.induction = 0.0
         self.special_positions = np.flatnonzero(self.special)
 
-    def add(self, first: int, stop: int, key_first: int, probs: np.ndarray) -> None:
+    def contribution(self, first: int, stop: int, key_first: int, probs: np.ndarray) -> np.ndarray:
+        """float ``[bins + 4]``: the block's mass per distance bin, then on the first token, on special tokens,
+        on the previous token and on the induction targets (summed over its rows)."""
         width = probs.shape[1]
         rows = np.arange(stop - first)
         position = first + rows
-        self.mass += _distance_mass(probs, position - key_first, self.edges)
-        self.first += _gather(probs, rows, np.full(len(rows), -key_first)).sum()
         specials = self.special_positions - key_first
         specials = specials[(specials >= 0) & (specials < width)]
-        self.special_total += probs[:, specials].sum()
         after_first = position >= 1
-        self.previous += _gather(probs, rows[after_first], (position - 1 - key_first)[after_first]).sum()
+        induction = 0.0
         if self.repeat is not None:
             chosen = (self.repeat.queries >= first) & (self.repeat.queries < stop)
-            self.induction += _gather(probs, self.repeat.queries[chosen] - first,
-                                      self.repeat.targets[chosen] - key_first).sum()
+            induction = _gather(probs, self.repeat.queries[chosen] - first,
+                                self.repeat.targets[chosen] - key_first).sum()
+        return np.concatenate([_distance_mass(probs, position - key_first, self.edges), [
+            _gather(probs, rows, np.full(len(rows), -key_first)).sum(), probs[:, specials].sum(),
+            _gather(probs, rows[after_first], (position - 1 - key_first)[after_first]).sum(), induction]])
+
+    def add(self, contribution: np.ndarray) -> None:
+        bins = len(self.mass)
+        self.mass += contribution[:bins]
+        self.first += contribution[bins]
+        self.special_total += contribution[bins + 1]
+        self.previous += contribution[bins + 2]
+        self.induction += contribution[bins + 3]
 
     def result(self) -> HeadProfile:
         n = self.n_tokens
@@ -302,26 +358,31 @@ class _Profiler:
 
 
 def head_profile(head: DocumentHead, special: np.ndarray, repeat: RepeatedSpan | None,
-                 max_cells: int = MAX_BLOCK_CELLS) -> HeadProfile:
+                 max_cells: int = MAX_BLOCK_CELLS, threads: int | None = None) -> HeadProfile:
     """The head's :class:`HeadProfile` over the document (``special`` bool ``[token]``: its special tokens;
     ``repeat``: its repeated passage, :func:`repeated_span`)."""
     profiler = _Profiler(head.n_tokens, np.asarray(special, dtype=bool), repeat)
-    for block in attention_blocks(head, pixel_edges(0, head.n_tokens, head.n_tokens), max_cells):
-        profiler.add(*block)
+    for contribution in each_block(head, pixel_edges(0, head.n_tokens, head.n_tokens), profiler.contribution,
+                                   max_cells, threads):
+        profiler.add(contribution)
     return profiler.result()
 
 
 def document_overview(head: DocumentHead, special: np.ndarray, repeat: RepeatedSpan | None,
-                       shape: tuple[int, int] = (512, 512), reduce: str = "max",
-                       max_cells: int = MAX_BLOCK_CELLS) -> tuple[PooledMap, HeadProfile]:
+                      shape: tuple[int, int] = (512, 512), reduce: str = "max",
+                      max_cells: int = MAX_BLOCK_CELLS, threads: int | None = None) -> tuple[PooledMap, HeadProfile]:
     """The whole map pooled to ``shape`` (:func:`pooled_attention`) and the :func:`head_profile`, from one pass
-    over the document's attention."""
+    over the document's attention (its blocks on ``threads`` threads, :func:`each_block`)."""
     if reduce not in REDUCTIONS:
         raise ValueError(f"reduce must be one of {REDUCTIONS}, got {reduce!r}")
     n = head.n_tokens
     pooler = _Pooler(pixel_edges(0, n, shape[0]), pixel_edges(0, n, shape[1]), reduce)
     profiler = _Profiler(n, np.asarray(special, dtype=bool), repeat)
-    for block in attention_blocks(head, pooler.row_edges, max_cells):
-        pooler.add(*block)
-        profiler.add(*block)
+
+    def both(first: int, stop: int, key_first: int, probs: np.ndarray) -> np.ndarray:
+        pooler.add(first, stop, key_first, probs)           # its own rows of the map
+        return profiler.contribution(first, stop, key_first, probs)
+
+    for contribution in each_block(head, pooler.row_edges, both, max_cells, threads):   # summed in block order
+        profiler.add(contribution)
     return pooler.result(head), profiler.result()
