@@ -1,6 +1,6 @@
 """qkviz on a modern model's head grid and long documents (issue 28): every figure, in one run.
 
-    python bench/modern_scale.py [--dir /tmp/qkviz-modern-scale] [--parts commands,matrix,document,long,layouts]
+    python bench/modern_scale.py [--dir /tmp/qkviz-modern-scale] [--parts commands,long,matrix,document,layouts]
                                  [--json bench/results/modern_scale.json]
 
 The subject is ``bench/modern_model.py``'s: a random Llama-shaped decoder of 32 layers x 32 query heads over 8
@@ -11,12 +11,12 @@ repeats a passage). Parts (``--parts``):
   tree's resident memory (``bench/scale.py``'s ``measured``): ``extract``, ``project --method pca`` (the first
   picture), ``stats --jobs 2``, ``related``, ``index``, ``report``; then the report's pages opened in Chromium
   (``bench/report_pages.py``; goal: each in <= 3 s);
+* ``long`` -- ``bench/long_inputs.py``: extracting one 8,192-token document, peak memory beyond the weights (goal:
+  <= 2 GB); its run is the document part's 8,192-token document;
 * ``matrix`` -- ``bench/matrix_grid.py``: page load to the drawn 1,024-head matrix, and the grid's share of a
   1400 x 900 window for 6 x 12, 12 x 12, 30 x 9 and 32 x 32 grids (goals: <= 3 s; >= 60 % x 55 %);
 * ``document`` -- ``bench/document_view.py``: the document view's whole map of a 3,000-token document on screen
   after the click, and a head switch at 8,192 tokens (goals: <= 5 s; <= 2 s);
-* ``long`` -- ``bench/long_inputs.py``: extracting one 8,192-token document, peak memory beyond the weights (goal:
-  <= 2 GB);
 * ``layouts`` -- ``bench/thousand_heads.py``: every head's default layouts (``qkviz project --jobs 2``) and
   partner recall on 16 seeded random heads against full fits (goals: <= 30 min; >= 0.9x).
 
@@ -41,10 +41,20 @@ sys.path.insert(0, str(REPO / "bench"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-PARTS = ("commands", "matrix", "document", "long", "layouts")
+PARTS = ("commands", "long", "matrix", "document", "layouts")
 #: the part's script and the results file it writes
 SCRIPTS = {"matrix": ("matrix_grid.py", "matrix_grid.json"), "document": ("document_view.py", "document_view.json"),
            "long": ("long_inputs.py", "long_inputs.json"), "layouts": ("thousand_heads.py", "thousand_heads.json")}
+
+
+def part_arguments(name: str, directory: Path) -> list[str]:
+    """The part's script's arguments on this benchmark's own runs: ``commands``' run of the three documents
+    (``<dir>/run``) and ``long``'s run of one 8,192-token document (``<dir>/long/run-whole-float32``)."""
+    run, long_run = directory / "run", directory / "long" / "run-whole-float32"
+    return {"matrix": ["--run", str(run)],
+            "document": ["--run3k", str(run), "--run8k", str(long_run)],
+            "long": ["--dir", str(directory / "long")],
+            "layouts": ["--run", str(run), "--work", str(directory / "layouts")]}[name]
 QKVIZ = [sys.executable, "-m", "qkviz", "-q"]
 
 
@@ -72,17 +82,18 @@ def commands(directory: Path) -> dict:
     for name, command in planned.items():
         figures[name] = {**measured(command), **_load()}
         print(f"{name:>12}: {figures[name]['seconds']:8.1f} s  peak {figures[name]['peak_gb']:.2f} GB", flush=True)
-    pages = subprocess.run([sys.executable, str(REPO / "bench" / "report_pages.py"), "--report", str(report)],
+    pages = subprocess.run([sys.executable, str(REPO / "bench" / "report_pages.py"), "--run", str(run)],
                            capture_output=True, text=True)
     figures["report_pages"] = pages.stdout[-4000:] if pages.returncode == 0 else f"failed: {pages.stderr[-2000:]}"
     return figures
 
 
-def script_part(name: str) -> dict:
-    """One part's own benchmark script, in a child process; its results file read back."""
+def script_part(name: str, directory: Path) -> dict:
+    """One part's own benchmark script, in a child process (:func:`part_arguments`); its results file read back."""
     script, results = SCRIPTS[name]
     before = _load()
-    completed = subprocess.run([sys.executable, str(REPO / "bench" / script)], capture_output=True, text=True)
+    completed = subprocess.run([sys.executable, str(REPO / "bench" / script), *part_arguments(name, directory)],
+                               capture_output=True, text=True)
     path = RESULTS / results
     return {"returncode": completed.returncode, "load_before": before, **_load(),
             "results": json.loads(path.read_text()) if completed.returncode == 0 and path.exists() else None,
@@ -108,7 +119,7 @@ def main() -> None:
                "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
                "arguments": vars(args) | {"dir": str(args.dir), "json": str(args.json)}}
     for part in parts:
-        results[part] = commands(args.dir) if part == "commands" else script_part(part)
+        results[part] = commands(args.dir) if part == "commands" else script_part(part, args.dir)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
 

@@ -110,3 +110,22 @@ def test_one_pass_gives_the_map_and_the_profile():
     assert profile.induction == pytest.approx(other.induction)
     with pytest.raises(ValueError, match="reduce"):
         pooled_attention(head, reduce="median")
+
+
+@pytest.mark.parametrize("causal, window, softcap", SETTINGS)
+def test_blocks_on_two_threads_give_the_figures_of_one(causal, window, softcap):
+    """Each block writes its own rows of the map and the profile's sums are added in block order, so the
+    threaded overview is bit for bit the serial one."""
+    head = make_head(120, causal, window, softcap, seed=3)
+    special = np.zeros(120, dtype=bool)
+    special[[0, 50]] = True
+    ids = np.arange(120) % 40                                        # a passage repeated every 40 tokens
+    serial = document_overview(head, special, repeated_span(ids, 8), (30, 30), "mean", max_cells=300, threads=1)
+    threaded = document_overview(head, special, repeated_span(ids, 8), (30, 30), "mean", max_cells=300, threads=2)
+    assert np.array_equal(serial[0].values, threaded[0].values)
+    assert np.array_equal(serial[1].distance_mass, threaded[1].distance_mass)
+    assert (serial[1].first_token, serial[1].special_tokens, serial[1].previous_token, serial[1].induction) == (
+        threaded[1].first_token, threaded[1].special_tokens, threaded[1].previous_token, threaded[1].induction)
+    region = pooled_attention(head, (20, 90), (10, 80), (12, 12), "max", max_cells=200, threads=2)
+    assert np.array_equal(region.values, pooled_attention(head, (20, 90), (10, 80), (12, 12), "max", max_cells=200,
+                                                          threads=1).values)
