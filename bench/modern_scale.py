@@ -20,8 +20,9 @@ repeats a passage). Parts (``--parts``):
 * ``layouts`` -- ``bench/thousand_heads.py``: every head's default layouts (``qkviz project --jobs 2``) and
   partner recall on 16 seeded random heads against full fits (goals: <= 30 min; >= 0.9x).
 
-Each part writes its own ``bench/results/<name>.json`` too; this script gathers them with the date, the machine,
-the arguments and the load average before and after each part (a shared machine's figures say so).
+Each part writes its own ``bench/results/<name>.json`` too; this script gathers them into ``--json``, each part
+under its name with its date, its arguments and the load average before and after it (a shared machine's figures
+say so). A part run again replaces only its own entry, so parts may be run one at a time.
 """
 
 from __future__ import annotations
@@ -115,13 +116,14 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown parts {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
     args.dir.mkdir(parents=True, exist_ok=True)
-    results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()},
-               "arguments": vars(args) | {"dir": str(args.dir), "json": str(args.json)}}
-    for part in parts:
-        results[part] = commands(args.dir) if part == "commands" else script_part(part, args.dir)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
+    results = json.loads(args.json.read_text()) if args.json.exists() else {}
+    results["machine"] = {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()}
+    for part in parts:            # each part replaces its own entry: parts run at different times keep theirs
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        figures = commands(args.dir) if part == "commands" else script_part(part, args.dir)
+        results[part] = {"date": started, "arguments": {"dir": str(args.dir)}, **figures}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":
