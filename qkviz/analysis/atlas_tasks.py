@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from qkviz.analysis.attention_batches import SentenceBatch, sentence_batches
+from qkviz.analysis.attention_batches import SentenceBatch, release_workspace, sentence_batches
 from qkviz.analysis.head_labels import LabelThresholds, head_label
 from qkviz.analysis.head_stats import TokenKinds, head_statistics
 from qkviz.analysis.logit_decomposition import EmbeddingSplit, decompose_embeddings, decompose_head
@@ -129,5 +129,6 @@ def head_update_summary(updates: np.ndarray) -> tuple[dict[str, float], np.ndarr
 
 
 def forget_run_states() -> None:
-    """Drop this process's shared state (the caller's, once its serial atlas is made)."""
+    """Drop this process's shared state (the caller's, once its serial atlas is made) and its workspace."""
     _STATES.clear()
+    release_workspace()

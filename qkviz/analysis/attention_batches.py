@@ -8,6 +8,7 @@ softmax of :mod:`qkviz.core.attention`; a test checks it), with padded rows and 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -17,6 +18,8 @@ from qkviz.core.attention import allowed_pairs, attention_logits, masked_softmax
 from qkviz.store.run import StoredRun
 
 DEFAULT_MAX_CELLS = 1 << 22
+#: cells of the masks :func:`batch_mask` keeps for the next head (one byte each)
+MASK_CACHE_CELLS = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -54,20 +57,58 @@ def sentence_batches(run: StoredRun, max_cells: int = DEFAULT_MAX_CELLS,
 
 
 def batch_mask(batch: SentenceBatch, causal: bool, sliding_window: int | None) -> np.ndarray:
-    """bool ``[batch, query, key]``: both real tokens and allowed by the model's mask."""
+    """bool ``[batch, query, key]``: both real tokens and allowed by the model's mask (read-only: the masks
+    of the latest batches are kept, up to :data:`MASK_CACHE_CELLS` cells, since every head shares them)."""
+    key = (id(batch), causal, sliding_window)
+    if key in _MASKS:
+        _MASKS.move_to_end(key)
+        return _MASKS[key][1]
     width = batch.rows.shape[1]
     valid = batch.valid
-    return allowed_pairs(width, causal, sliding_window)[None] & valid[:, :, None] & valid[:, None, :]
+    mask = allowed_pairs(width, causal, sliding_window)[None] & valid[:, :, None] & valid[:, None, :]
+    mask.flags.writeable = False
+    if mask.size <= MASK_CACHE_CELLS:
+        _MASKS[key] = (batch, mask)          # the batch held with its mask: its id stays its own
+        while sum(held.size for _, held in _MASKS.values()) > MASK_CACHE_CELLS:
+            _MASKS.popitem(last=False)
+    return mask
+
+
+#: (id of the batch, causal, sliding window) -> (batch, mask), least recently used first
+_MASKS: OrderedDict[tuple[int, bool, int | None], tuple[SentenceBatch, np.ndarray]] = OrderedDict()
+
+
+def workspace(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A float64 array of ``shape`` with undefined contents, the same memory each time ``name`` is asked
+    (grown when a larger one is asked): the per-head analyses reuse it from head to head rather than
+    have the system hand out, and fault in, hundreds of megabytes of fresh pages per head. A caller keeps
+    none past its own work; :func:`release_workspace` frees them."""
+    size = int(np.prod(shape))
+    if name not in _WORKSPACE or _WORKSPACE[name].size < size:
+        _WORKSPACE.pop(name, None)
+        _WORKSPACE[name] = np.empty(size)
+    return _WORKSPACE[name][:size].reshape(shape)
+
+
+def release_workspace() -> None:
+    """Frees :func:`workspace`'s arrays."""
+    _WORKSPACE.clear()
+
+
+_WORKSPACE: dict[str, np.ndarray] = {}
 
 
 def batch_attention(run: StoredRun, layer: int, head: int, batch: SentenceBatch,
-                    queries: np.ndarray | None = None, keys: np.ndarray | None = None) -> np.ndarray:
-    """float64 ``[batch, query, key]`` attention probabilities; padding rows and columns are 0."""
+                    queries: np.ndarray | None = None, keys: np.ndarray | None = None,
+                    out: np.ndarray | None = None) -> np.ndarray:
+    """float64 ``[batch, query, key]`` attention probabilities; padding rows and columns are 0 (``out``: a
+    float64 array of that shape to hold them)."""
     queries = run.queries(layer, head) if queries is None else queries
     keys = run.keys(layer, head) if keys is None else keys
     rows = np.maximum(batch.rows, 0)
-    logits = attention_logits(queries[rows], keys[rows], run.scale(layer), run.softcap(layer))
-    return masked_softmax(logits, batch_mask(batch, run.is_causal, run.sliding_window(layer)))
+    logits = attention_logits(queries[rows], keys[rows], run.scale(layer), run.softcap(layer),
+                              batch_mask(batch, run.is_causal, run.sliding_window(layer)), out=out)
+    return masked_softmax(logits, overwrite=True)
 
 
 def head_attention(run: StoredRun, layer: int, head: int, batches: list[SentenceBatch] | None = None

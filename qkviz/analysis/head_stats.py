@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from qkviz.analysis.attention_batches import SentenceBatch, batch_mask, head_attention, sentence_batches
+from qkviz.analysis.attention_batches import SentenceBatch, batch_attention, batch_mask, sentence_batches, workspace
 from qkviz.store.run import StoredRun
 from qkviz.analysis.syntax import BatchSyntax, SyntaxSums
 
@@ -108,8 +108,10 @@ class _Accumulator:
         self.offset_weight = np.zeros(2 * max_offset + 1)
         self.offset_count = np.zeros(2 * max_offset + 1)
         self.argmax_offset = np.zeros(2 * max_offset + 1)
-        self.position_sum = np.zeros((max_width, max_width))
-        self.position_count = np.zeros((max_width, max_width))
+        self.position_sum = workspace("stats-position-sum", (max_width, max_width))
+        self.position_count = workspace("stats-position-count", (max_width, max_width))
+        self.position_sum.fill(0.0)
+        self.position_count.fill(0.0)
         self.totals: dict[str, float] = dict.fromkeys(
             ("queries", "distance", "distance_no_first", "queries_no_first", "entropy", "entropy_normalised",
              "queries_multi", "first", "previous", "next", "self", "delimiter", "concentration",
@@ -117,10 +119,17 @@ class _Accumulator:
         self.image = False
 
 
+#: bytes of one head's attention probabilities kept from the first pass for the second (variability) one;
+#: the batches beyond it are recomputed
+PROBS_CACHE_BYTES = 512 << 20
+
+
 def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | None = None,
                     batches: list[SentenceBatch] | None = None, max_offset: int = DEFAULT_MAX_OFFSET,
-                    n_exemplars: int = 5, syntax: list[BatchSyntax] | None = None) -> HeadStatistics:
-    """Every statistic of the module docstring for one head, in two passes over its attention.
+                    n_exemplars: int = 5, syntax: list[BatchSyntax] | None = None,
+                    cache_bytes: int = PROBS_CACHE_BYTES) -> HeadStatistics:
+    """Every statistic of the module docstring for one head, in two passes over its attention (the second
+    reuses the first's probabilities of up to ``cache_bytes``, and recomputes the rest).
 
     With ``syntax`` (one :class:`qkviz.analysis.syntax.BatchSyntax` per batch of ``batches``) the values
     also hold :data:`qkviz.analysis.syntax.SYNTAX_STATISTICS`."""
@@ -130,69 +139,114 @@ def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | N
     sums = _Accumulator(max_offset, width)
     syntax_sums = SyntaxSums()
     candidates = []
-    for number, (batch, probs) in enumerate(head_attention(run, layer, head, batches)):
+    queries, keys = run.queries(layer, head), run.keys(layer, head)
+    kept: dict[int, np.ndarray] = {}
+    room = cache_bytes
+    for number, batch in enumerate(batches):
+        shape = _cells(batch)
+        keep = 8 * int(np.prod(shape)) <= room
+        room -= 8 * int(np.prod(shape)) if keep else 0
+        probs = batch_attention(run, layer, head, batch, queries, keys,
+                                out=workspace(f"stats-probs-{number}" if keep else "spare", shape))
         mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
-        _accumulate(sums, batch, probs, mask, kinds)
-        candidates.append(_exemplar_candidates(batch, probs, mask, kinds, n_exemplars))
+        scratch = workspace("scratch", shape)
+        _accumulate(sums, batch, probs, mask, kinds, scratch)
+        candidates.append(_exemplar_candidates(batch, probs, mask, kinds, n_exemplars, scratch))
         if syntax is not None:
             syntax_sums.add(probs, mask, syntax[number])
-    mean_map = np.divide(sums.position_sum, sums.position_count, out=np.zeros_like(sums.position_sum),
+        if keep:
+            kept[number] = probs
+    mean_map = np.divide(sums.position_sum, sums.position_count, out=sums.position_sum,
                          where=sums.position_count > 0)
     deviation = 0.0
-    for batch, probs in head_attention(run, layer, head, batches):
+    for number, batch in enumerate(batches):
+        probs = kept.pop(number) if number in kept else batch_attention(
+            run, layer, head, batch, queries, keys, out=workspace("spare", _cells(batch)))
         mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
         side = probs.shape[1]
-        deviation += float(np.abs(probs - mean_map[None, :side, :side])[mask].sum())
+        np.subtract(probs, mean_map[None, :side, :side], out=probs)
+        np.abs(probs, out=probs)
+        probs *= mask
+        deviation += float(probs.sum())
     found = _finish(sums, deviation, pd.concat(candidates, ignore_index=True), n_exemplars)
     if syntax is not None:
         found.values.update(syntax_sums.values())
     return found
 
 
+def _cells(batch: SentenceBatch) -> tuple[int, int, int]:
+    """A batch's ``[sentence, query, key]`` shape."""
+    return len(batch.sentences), batch.rows.shape[1], batch.rows.shape[1]
+
+
+def _distances(side: int) -> np.ndarray:
+    """float32 ``[side, side]`` ``|i - j|`` (exact), a view of one cached matrix as wide as the widest asked."""
+    global _DISTANCES
+    if _DISTANCES.shape[0] < side:
+        position = np.arange(side)
+        _DISTANCES = np.abs(position[None, :] - position[:, None]).astype(np.float32)
+    return _DISTANCES[:side, :side]
+
+
+_DISTANCES = np.zeros((0, 0), dtype=np.float32)
+
+
 def _accumulate(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mask: np.ndarray,
-                kinds: TokenKinds) -> None:
+                kinds: TokenKinds, scratch: np.ndarray) -> None:
+    """Adds one batch to ``sums``; ``scratch`` is a spare array of ``probs``'s shape (``probs`` itself, whose
+    masked entries are exactly 0, is left as it was)."""
     side = probs.shape[1]
     position = np.arange(side)
-    offset = position[None, :] - position[:, None]                      # [query, key]: j - i
     queries = mask.any(axis=2)                                          # [batch, query]
     n_keys = mask.sum(axis=2)
     totals = sums.totals
     totals["queries"] += queries.sum()
 
-    in_range = (np.abs(offset) <= sums.max_offset)[None] & mask
-    bins = np.broadcast_to(offset + sums.max_offset, mask.shape)[in_range]
-    sums.offset_weight += np.bincount(bins, probs[in_range], minlength=len(sums.offset_weight))
-    sums.offset_count += np.bincount(bins, minlength=len(sums.offset_count))
-    sums.position_sum[:side, :side] += probs.sum(axis=0)
-    sums.position_count[:side, :side] += mask.sum(axis=0)
+    for offset in range(max(-sums.max_offset, 1 - side), min(sums.max_offset, side - 1) + 1):   # j - i
+        sums.offset_weight[offset + sums.max_offset] += np.diagonal(probs, offset, 1, 2).sum()
+        sums.offset_count[offset + sums.max_offset] += np.count_nonzero(np.diagonal(mask, offset, 1, 2))
+    if len(probs) == 1:
+        sums.position_sum[:side, :side] += probs[0]
+        sums.position_count[:side, :side] += mask[0]
+    else:
+        sums.position_sum[:side, :side] += probs.sum(axis=0)
+        sums.position_count[:side, :side] += mask.sum(axis=0)
 
     if kinds.patch is None:
-        distance = np.abs(offset)[None]
-        totals["distance"] += float((probs * distance).sum())
+        weighted = np.multiply(probs, _distances(side), out=scratch)
+        distance_rest = weighted[:, :, 1:].sum(axis=2)
+        totals["distance"] += float(distance_rest.sum() + weighted[:, :, 0].sum())
         rest = probs[:, :, 1:].sum(axis=2)
         has_rest = queries & (mask[:, :, 1:].any(axis=2)) & (rest > 0)
-        distance_rest = (probs[:, :, 1:] * distance[:, :, 1:]).sum(axis=2)
         totals["distance_no_first"] += float((distance_rest[has_rest] / rest[has_rest]).sum())
         totals["queries_no_first"] += has_rest.sum()
 
-    logs = np.log(probs, out=np.zeros_like(probs), where=probs > 0)
-    entropy = -(probs * logs).sum(axis=2)
+    # p log p, 0 where p is 0: log(max(p, the least subnormal)) is log p for every p > 0, and finite
+    logs = np.maximum(probs, np.finfo(np.float64).smallest_subnormal, out=scratch)
+    np.log(logs, out=logs)
+    logs *= probs
+    entropy = -logs.sum(axis=2)
     totals["entropy"] += float(entropy[queries].sum())
     multi = queries & (n_keys >= 2)
     totals["entropy_normalised"] += float((entropy[multi] / np.log(n_keys[multi])).sum())
     totals["queries_multi"] += multi.sum()
-    top_two = np.sort(np.where(mask, probs, -1.0), axis=2)[:, :, -2:]
-    margin = top_two[:, :, 1] - top_two[:, :, 0]
+    # The top two weights of a query: its strongest, then the strongest of the rest (the masked keys' 0 is
+    # below or equal to any allowed weight, so for a query with two keys or more it is never picked first).
+    strongest = probs.argmax(axis=2)                                    # [batch, query]
+    top = np.take_along_axis(probs, strongest[:, :, None], axis=2)
+    np.put_along_axis(probs, strongest[:, :, None], -1.0, axis=2)
+    second = probs.max(axis=2)
+    np.put_along_axis(probs, strongest[:, :, None], top, axis=2)
+    margin = top[:, :, 0] - second
     totals["concentration"] += float(margin[multi].sum())
 
     totals["first_weight"] += float(probs[:, :, 0][queries].sum())
     rows = np.maximum(batch.rows, 0)
     special = kinds.special[rows] & batch.valid
-    totals["special_weight"] += float((probs * special[:, None, :]).sum())
+    totals["special_weight"] += float(probs.sum(axis=1)[special].sum())
 
     # A query has a strongest key only when it is ahead of the next one (not among equals).
     decided = queries & ((n_keys == 1) | (margin > TIE_MARGIN))
-    strongest = probs.argmax(axis=2)                                    # [batch, query]
     strongest_offset = strongest - position[None, :]
     totals["self"] += (decided & (strongest_offset == 0)).sum()
     if kinds.patch is None:
@@ -236,13 +290,19 @@ def _accumulate_patches(sums: _Accumulator, batch: SentenceBatch, probs: np.ndar
 
 
 def _exemplar_candidates(batch: SentenceBatch, probs: np.ndarray, mask: np.ndarray, kinds: TokenKinds,
-                         count: int) -> pd.DataFrame:
-    """The strongest pair of each sentence of the batch, ignoring the first token and special tokens."""
+                         count: int, scratch: np.ndarray | None = None) -> pd.DataFrame:
+    """The strongest pair of each sentence of the batch, ignoring the first token and special tokens.
+
+    The weights of the pairs left out are set to 0 in ``scratch`` (masked pairs are 0 already): a sentence's
+    strongest weight is kept only when above 0, so it is one of the usable pairs, the first of them in the
+    sentence's row-major order as when the others were below every weight."""
     rows = np.maximum(batch.rows, 0)
     special = kinds.special[rows] | ~batch.valid
-    usable = mask & ~special[:, None, :] & ~special[:, :, None]
-    usable[:, :, 0] = False
-    weights = np.where(usable, probs, -1.0).reshape(len(batch.sentences), -1)
+    usable_keys = ~special
+    usable_keys[:, 0] = False
+    weights = np.multiply(probs, usable_keys[:, None, :], out=scratch)
+    weights[special] = 0.0
+    weights = weights.reshape(len(batch.sentences), -1)
     best = weights.argmax(axis=1)
     strongest = weights[np.arange(len(best)), best]
     keep = np.argsort(-strongest)[:count]

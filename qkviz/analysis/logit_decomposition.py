@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkviz.analysis.attention_batches import SentenceBatch, batch_mask
-from qkviz.core.attention import dot_logits, masked_softmax
+from qkviz.analysis.attention_batches import SentenceBatch, batch_mask, workspace
+from qkviz.core.attention import softmax_numerators
 from qkviz.store.run import StoredRun
 
 TERMS = ("content", "key_prior", "query_constant", "bias_bias", "positional")
@@ -62,28 +62,38 @@ def available_terms(run: StoredRun) -> tuple[str, ...]:
     return tuple(terms)
 
 
-def batch_terms(run: StoredRun, layer: int, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray
-                ) -> dict[str, np.ndarray]:
-    """``{term: [batch, query, key]}`` float64 for one sentence batch; the terms add up to ``q . k``."""
+def batch_terms(run: StoredRun, layer: int, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray,
+                reuse: bool = False) -> dict[str, np.ndarray]:
+    """``{term: [batch, query, key]}`` float64 for one sentence batch; the terms add up to ``q . k``.
+    ``reuse``: the products are written into :func:`~qkviz.analysis.attention_batches.workspace` arrays
+    (overwritten by the next call)."""
     rows = np.maximum(batch.rows, 0)
     q, k = queries[rows].astype(np.float64), keys[rows].astype(np.float64)
     terms = {}
     rotary = run.rotary(layer)
     if rotary is not None:
         positions = np.broadcast_to(np.arange(rows.shape[1]), rows.shape)
-        total = np.einsum("bqd,bkd->bqk", q, k)
-        q, k = unrotate(q, positions, *rotary), unrotate(k, positions, *rotary)
-        terms["positional"] = total - np.einsum("bqd,bkd->bqk", q, k)
+        terms["positional"] = _products(q, k, "decompose-positional" if reuse else None)
+        q, k = unrotated = unrotate(q, positions, *rotary), unrotate(k, positions, *rotary)
     query_bias, key_bias = run.query_bias(layer, head), run.key_bias(layer, head)
     if query_bias is not None and key_bias is not None:
+        query_bias, key_bias = query_bias.astype(np.float64), key_bias.astype(np.float64)
         q, k = q - query_bias, k - key_bias
-        terms["key_prior"] = np.einsum("d,bkd->bk", query_bias.astype(np.float64), k)[:, None, :].repeat(
-            rows.shape[1], axis=1)
-        terms["query_constant"] = np.einsum("bqd,d->bq", q, key_bias.astype(np.float64))[:, :, None].repeat(
-            rows.shape[1], axis=2)
-        terms["bias_bias"] = np.full(q.shape[:2] + (rows.shape[1],), float(query_bias.astype(np.float64) @ key_bias.astype(np.float64)))
-    terms["content"] = np.einsum("bqd,bkd->bqk", q, k)
+        shape = q.shape[:2] + (rows.shape[1],)
+        terms["key_prior"] = np.broadcast_to((k @ query_bias)[:, None, :], shape).copy()
+        terms["query_constant"] = np.broadcast_to((q @ key_bias)[:, :, None], shape).copy()
+        terms["bias_bias"] = np.full(shape, float(query_bias @ key_bias))
+    terms["content"] = _products(q, k, "decompose-content" if reuse else None)
+    if "positional" in terms:                            # what the rotation adds: q . k - q0 . k0
+        terms["positional"] -= terms["content"] if "bias_bias" not in terms else _products(*unrotated)
     return {term: terms[term] for term in TERMS if term in terms}
+
+
+def _products(a: np.ndarray, b: np.ndarray, into: str | None = None) -> np.ndarray:
+    """``[batch, query, key]`` dot products of ``a`` ``[batch, query, d]`` and ``b`` ``[batch, key, d]``
+    (``into``: in that workspace array)."""
+    out = None if into is None else workspace(into, a.shape[:2] + b.shape[1:2])
+    return np.matmul(a, np.swapaxes(b, -1, -2), out=out)
 
 
 @dataclass
@@ -98,7 +108,7 @@ def decompose_head(run: StoredRun, layer: int, head: int, batches: list[Sentence
     """The bias / rotary split (:func:`batch_terms`) of one head over the corpus."""
     queries, keys = run.queries(layer, head), run.keys(layer, head)
     return _decompose(run, layer, batches, max_offset, available_terms(run),
-                      lambda batch: batch_terms(run, layer, head, batch, queries, keys))
+                      lambda batch: batch_terms(run, layer, head, batch, queries, keys, reuse=True))
 
 
 def decompose_embeddings(run: StoredRun, split: "EmbeddingSplit", head: int, batches: list[SentenceBatch],
@@ -111,7 +121,8 @@ def decompose_embeddings(run: StoredRun, split: "EmbeddingSplit", head: int, bat
 
 def _decompose(run: StoredRun, layer: int, batches: list[SentenceBatch], max_offset: int, terms: tuple[str, ...],
                parts_of) -> HeadDecomposition:
-    """Shares and relative-position profiles of ``terms``; ``parts_of(batch)`` gives ``{term: [b, q, k]}``."""
+    """Shares and relative-position profiles of ``terms``; ``parts_of(batch)`` gives ``{term: [b, q, k]}``
+    (arrays of its own, overwritten here)."""
     bins = 2 * max_offset + 1
     weight, count = np.zeros((len(terms), bins)), np.zeros(bins)
     covariance, variance = np.zeros(len(terms)), 0.0
@@ -120,20 +131,37 @@ def _decompose(run: StoredRun, layer: int, batches: list[SentenceBatch], max_off
         mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
         parts = parts_of(batch)
         side = mask.shape[1]
-        offset = np.arange(side)[None, :] - np.arange(side)[:, None]
-        in_range = (np.abs(offset) <= max_offset)[None] & mask
-        offset_bins = np.broadcast_to(offset + max_offset, mask.shape)[in_range]
-        count += np.bincount(offset_bins, minlength=bins)
+        offsets = range(max(-max_offset, 1 - side), min(max_offset, side - 1) + 1)
+        for offset in offsets:
+            count[offset + max_offset] += np.count_nonzero(np.diagonal(mask, offset, 1, 2))
         n_keys = mask.sum(axis=2, keepdims=True)
         multi = (n_keys[..., 0] >= 2)
-        total = sum(parts.values())
-        total_centred = np.where(mask, total - _masked_mean(total, mask, n_keys), 0.0)
-        variance += float((total_centred ** 2).sum(axis=2)[multi].sum())
+        blocked = ~mask
+        scratch = workspace("scratch", mask.shape)
+        total = workspace("spare", mask.shape)
+        np.copyto(total, parts[terms[0]])
+        for term in terms[1:]:
+            total += parts[term]
+        total_centred = _centre(total, mask, n_keys, scratch)
+        variance += float(np.multiply(total_centred, total_centred, out=scratch).sum(axis=2)[multi].sum())
         for number, term in enumerate(terms):
-            probs = masked_softmax(dot_logits(parts[term], scale), mask)      # a term alone: never capped
-            weight[number] += np.bincount(offset_bins, probs[in_range], minlength=bins)
-            centred = np.where(mask, parts[term] - _masked_mean(parts[term], mask, n_keys), 0.0)
-            covariance[number] += float((centred * total_centred).sum(axis=2)[multi].sum())
+            part = parts.pop(term)
+            # the profile: masked_softmax(dot_logits(term, scale)) (a term alone: never capped), on the diagonals
+            # |offset| <= max_offset only
+            weights = np.multiply(part, scale, out=scratch)
+            np.copyto(weights, -np.inf, where=blocked)
+            weights, norm = softmax_numerators(weights)
+            norm = norm[..., 0]
+            norm[~(norm > 0)] = np.inf                     # a query with no key: weights 0
+            for offset in offsets:
+                first = max(0, -offset)
+                diagonal = np.diagonal(weights, offset, 1, 2) / norm[:, first:first + side - abs(offset)]
+                weight[number, offset + max_offset] += diagonal.sum()
+            # the share: sum over queries of the term's covariance with the logit over its keys
+            centred = np.subtract(part, _masked_mean(part, mask, n_keys, scratch), out=part)
+            centred *= total_centred                      # 0 where masked: total_centred is
+            covariance[number] += float(centred.sum(axis=2)[multi].sum())
+            del part, centred
     profiles = np.divide(weight, count, out=np.full_like(weight, np.nan), where=count > 0)
     shares = covariance / variance if variance > 0 else np.full(len(terms), np.nan)
     return HeadDecomposition(terms, profiles, shares)
@@ -198,13 +226,22 @@ class EmbeddingSplit:
         """``{term: [batch, query, key]}``; ``embedding_other`` is the stored logit minus the four."""
         rows = np.maximum(batch.rows, 0)
         query, key = self.projections(run, head, rows)
-        product = lambda a, b: np.einsum("bqd,bkd->bqk", a, b)  # noqa: E731
-        terms = {"token_token": product(query[0], key[0]), "token_position": product(query[0], key[1]),
-                 "position_token": product(query[1], key[0]), "position_position": product(query[1], key[1])}
-        total = product(queries[rows].astype(np.float64), keys[rows].astype(np.float64))
+        terms = {"token_token": _products(query[0], key[0]), "token_position": _products(query[0], key[1]),
+                 "position_token": _products(query[1], key[0]), "position_position": _products(query[1], key[1])}
+        total = _products(queries[rows].astype(np.float64), keys[rows].astype(np.float64))
         terms["embedding_other"] = total - sum(terms.values())
         return terms
 
 
-def _masked_mean(values: np.ndarray, mask: np.ndarray, n_keys: np.ndarray) -> np.ndarray:
-    return np.where(mask, values, 0.0).sum(axis=2, keepdims=True) / np.maximum(n_keys, 1)
+def _masked_mean(values: np.ndarray, mask: np.ndarray, n_keys: np.ndarray, scratch: np.ndarray | None = None
+                 ) -> np.ndarray:
+    """``[batch, query, 1]``: the mean of ``values`` over each query's allowed keys (``scratch``: a spare array of
+    their shape)."""
+    return np.multiply(values, mask, out=scratch).sum(axis=2, keepdims=True) / np.maximum(n_keys, 1)
+
+
+def _centre(values: np.ndarray, mask: np.ndarray, n_keys: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """``values`` minus each query's :func:`_masked_mean`, 0 where masked, in place."""
+    values -= _masked_mean(values, mask, n_keys, scratch)
+    values *= mask
+    return values

@@ -7,7 +7,8 @@ with the mask allowing every key in an encoder, ``j <= i`` in a decoder, and add
 under a sliding window (``i - j < window`` in a decoder). Every recomputation in qkviz goes through these
 functions: :func:`dot_logits` for dot products already computed (a search's scores, one pair at a time),
 :func:`attention_logits` for all pairs of queries and keys (one sentence, or a padded batch of sentences),
-:func:`allowed_keys` / :func:`allowed_pairs` for the mask, :func:`masked_softmax` for the probabilities. They are
+:func:`allowed_keys` / :func:`allowed_pairs` for the mask, :func:`masked_softmax` for the probabilities
+(:func:`softmax_numerators` its step before the division, for callers that need only some of them). They are
 the reference the extraction tests compare the model's own attention with, so they stay small and exact.
 """
 
@@ -46,26 +47,62 @@ def dot_logits(dots: np.ndarray, scale: float, softcap: float | None = None) -> 
     return logits
 
 
+def _cap(logits: np.ndarray, softcap: float | None) -> np.ndarray:
+    """The soft cap of :func:`dot_logits`, in place on ``logits`` (a fresh float64 array)."""
+    if softcap:
+        np.divide(logits, softcap, out=logits)
+        np.tanh(logits, out=logits)
+        logits *= softcap
+    return logits
+
+
 def attention_logits(queries: np.ndarray, keys: np.ndarray, scale: float, softcap: float | None = None,
-                     allowed: np.ndarray | None = None) -> np.ndarray:
+                     allowed: np.ndarray | None = None, *, out: np.ndarray | None = None) -> np.ndarray:
     """``[..., query, key]`` pre-softmax scores (:func:`dot_logits` of every ``q . k``, in float64) of
     ``queries`` ``[..., query, d_head]`` and ``keys`` ``[..., key, d_head]`` (one sentence, or a batch);
-    ``-inf`` where ``allowed`` (boolean, broadcast against the scores, e.g. :func:`allowed_pairs`) is false."""
+    ``-inf`` where ``allowed`` (boolean, broadcast against the scores, e.g. :func:`allowed_pairs`) is false.
+    ``out``: a float64 array of the scores' shape to write them into."""
     queries = np.asarray(queries, dtype=np.float64)
     keys = np.asarray(keys, dtype=np.float64)
-    logits = dot_logits(queries @ np.swapaxes(keys, -1, -2), scale, softcap)
-    return logits if allowed is None else np.where(allowed, logits, -np.inf)
-
-
-def masked_softmax(logits: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
-    """Softmax over the last axis among the ``allowed`` entries (and finite ones); masked entries are exactly
-    0, and a row with none allowed is all 0."""
+    logits = np.matmul(queries, np.swapaxes(keys, -1, -2), out=out)   # scaled, capped and masked in place
+    logits *= scale
+    _cap(logits, softcap)
     if allowed is not None:
-        logits = np.where(allowed, logits, -np.inf)
+        if np.broadcast_shapes(logits.shape, np.shape(allowed)) == logits.shape:
+            np.copyto(logits, -np.inf, where=~np.asarray(allowed, dtype=bool))
+        else:
+            logits = np.where(allowed, logits, -np.inf)
+    return logits
+
+
+def masked_softmax(logits: np.ndarray, allowed: np.ndarray | None = None, *, overwrite: bool = False) -> np.ndarray:
+    """Softmax over the last axis among the ``allowed`` entries (and finite ones); masked entries are exactly
+    0, and a row with none allowed is all 0. ``overwrite``: ``logits`` (a float array of the result's shape)
+    may be used as the result's storage, to spare a copy."""
+    if allowed is not None:
+        weights = np.where(allowed, logits, -np.inf)
+    else:
+        dtype = np.result_type(logits, 0.0)
+        weights = logits if overwrite and isinstance(logits, np.ndarray) and logits.dtype == dtype \
+            and logits.flags.writeable else np.array(logits, dtype=dtype, copy=True)
+    weights, total = softmax_numerators(weights)
+    empty = ~(total > 0)
+    total[empty] = 1.0
+    weights /= total
+    if empty.any():
+        weights[empty[..., 0]] = 0.0
+    return weights
+
+
+def softmax_numerators(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The softmax of :func:`masked_softmax` before its division, in place on ``logits`` (a float array,
+    ``-inf`` where masked): ``exp(logit - the row's largest finite logit)`` and the rows' totals ``[..., 1]``
+    (0 for a row with none allowed). The probabilities are the one divided by the other."""
     top = logits.max(axis=-1, keepdims=True)
-    weights = np.exp(logits - np.where(np.isfinite(top), top, 0.0))
-    total = weights.sum(axis=-1, keepdims=True)
-    return np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
+    top[~np.isfinite(top)] = 0.0
+    logits -= top
+    np.exp(logits, out=logits)
+    return logits, logits.sum(axis=-1, keepdims=True)
 
 
 def attention_probs(queries: np.ndarray, keys: np.ndarray, scale: float, causal: bool,
@@ -75,5 +112,5 @@ def attention_probs(queries: np.ndarray, keys: np.ndarray, scale: float, causal:
     ``queries`` and ``keys`` are ``[token, d_head]`` for the same tokens, as stored in a run.
     Returns float64; masked pairs are exactly 0 and every row sums to 1.
     """
-    return masked_softmax(attention_logits(queries, keys, scale, softcap),
-                          allowed_pairs(len(queries), causal, sliding_window))
+    allowed = allowed_pairs(len(queries), causal, sliding_window)
+    return masked_softmax(attention_logits(queries, keys, scale, softcap, allowed), overwrite=True)

@@ -1,0 +1,51 @@
+"""The head atlas's fast statistics and logit decomposition (in-place work, probabilities kept for the second
+pass, diagonals for the profiles, the top two weights without a sort) equal the straightforward reference
+(:mod:`support.stats_reference`, the code as first written) up to float rounding, on decoders and encoders,
+with rotary, biases, sliding windows, padded multi-sentence batches and the second pass recomputed."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from qkviz.analysis.attention_batches import sentence_batches
+from qkviz.analysis.head_stats import TokenKinds, head_statistics
+from qkviz.analysis.logit_decomposition import EmbeddingSplit, decompose_embeddings, decompose_head
+from support import stats_reference as reference
+
+RTOL, ATOL = 1e-9, 1e-12
+
+
+def assert_same_statistics(found, expected):
+    assert found.values.keys() == expected.values.keys()
+    for name, value in expected.values.items():
+        assert found.values[name] == pytest.approx(value, rel=RTOL, abs=ATOL), name
+    np.testing.assert_allclose(found.relative_position, expected.relative_position, rtol=RTOL, atol=ATOL)
+    pd.testing.assert_frame_equal(found.exemplars, expected.exemplars, check_exact=False, rtol=RTOL, atol=ATOL)
+
+
+def assert_same_decomposition(found, expected):
+    assert found.terms == expected.terms
+    np.testing.assert_allclose(found.profiles, expected.profiles, rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(found.variance_share, expected.variance_share, rtol=RTOL, atol=1e-9)
+
+
+@pytest.mark.parametrize("family", ["qwen2", "bert", "mistral", "gemma3"])
+@pytest.mark.parametrize("max_cells, cache_bytes", [(1 << 22, 1 << 30), (2000, 0), (2000, 20000)])
+def test_fast_head_statistics_and_decomposition_equal_the_reference(tiny_run, family, max_cells, cache_bytes):
+    run = tiny_run(family, max_sentences=30)
+    kinds = TokenKinds.of(run)
+    batches = sentence_batches(run, max_cells=max_cells)
+    assert (len(batches) > 1) == (max_cells == 2000)
+    assert max_cells > 2000 or any(len(batch.sentences) > 1 for batch in batches)   # padded batches
+    for layer, head in [(0, 0), (1, 2), (run.n_layers - 1, run.n_heads - 1)]:
+        found = head_statistics(run, layer, head, kinds, batches, 8, 5, cache_bytes=cache_bytes)
+        assert_same_statistics(found, reference.head_statistics(run, layer, head, kinds, batches, 8, 5))
+        assert_same_decomposition(decompose_head(run, layer, head, batches, 8),
+                                  reference.decompose_head(run, layer, head, batches, 8))
+    split = EmbeddingSplit.of(run)
+    if split is not None:
+        expected = reference.decompose(run, 0, batches, 8, ("token_token", "token_position", "position_token",
+                                                            "position_position", "embedding_other"),
+                                       lambda batch: reference.embedding_terms(split, run, 1, batch))
+        assert_same_decomposition(decompose_embeddings(run, split, 1, batches, 8), expected)
+    assert family != "bert" or split is not None
