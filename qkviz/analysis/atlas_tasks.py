@@ -21,6 +21,7 @@ from qkviz.analysis.head_labels import LabelThresholds, head_label
 from qkviz.analysis.head_stats import TokenKinds, head_statistics
 from qkviz.analysis.logit_decomposition import EmbeddingSplit, decompose_embeddings, decompose_head
 from qkviz.analysis.syntax import BatchSyntax, TokenSyntax, batch_syntax
+from qkviz.analysis.text_excerpt import excerpt
 from qkviz.store import files as run_files
 from qkviz.store.run import StoredRun, open_stored_run, read_manifest
 
@@ -107,13 +108,17 @@ def _run_state(run_path: str, token_syntax: TokenSyntax | None) -> _RunState:
 
 
 def exemplar_rows(run: StoredRun, exemplars: pd.DataFrame, layer: int, head: int) -> pd.DataFrame:
-    """A head's exemplars (:class:`qkviz.analysis.head_stats.HeadStatistics`) with the head, rank, tokens and text."""
+    """A head's exemplars (:class:`qkviz.analysis.head_stats.HeadStatistics`) with the head, rank, tokens and text:
+    the sentence, or of a long document the text around the pair (:func:`qkviz.analysis.text_excerpt.excerpt`)."""
     top = exemplars.assign(layer=layer, head=head, rank=np.arange(len(exemplars)))
     first = run.sentences.first_token.to_numpy()[top.sentence.to_numpy()]
-    tokens = run.tokens.token.to_numpy()
-    top["query_token"] = tokens[first + top["query"].to_numpy()]
-    top["key_token"] = tokens[first + top["key"].to_numpy()]
-    top["text"] = run.sentences.text.to_numpy()[top.sentence.to_numpy()]
+    tokens = run.tokens
+    query, key = first + top["query"].to_numpy(), first + top["key"].to_numpy()
+    top["query_token"] = tokens.token.to_numpy()[query]
+    top["key_token"] = tokens.token.to_numpy()[key]
+    starts, ends = tokens.char_start.to_numpy(), tokens.char_end.to_numpy()
+    top["text"] = [excerpt(str(text), [(int(starts[q]), int(ends[q])), (int(starts[k]), int(ends[k]))])
+                   for text, q, k in zip(run.sentences.text.to_numpy()[top.sentence.to_numpy()], query, key)]
     return top[list(EXEMPLAR_COLUMNS)]
 
 

@@ -17,11 +17,15 @@ ELLIPSIS = "…"
 
 def excerpt_pieces(text: str, spans: list[tuple[int, int, str]], whole: int = WHOLE_TEXT, context: int = CONTEXT
                    ) -> list[tuple[str, str | None]]:
-    """``text`` as ``(piece, kind)`` in order: each span ``(start, end, kind)`` of ``spans`` (character offsets,
-    not overlapping) a piece of that kind, the text between them pieces of kind None. A text longer than
+    """``text`` as ``(piece, kind)`` in order: each span ``(start, end, kind)`` of ``spans`` (character offsets;
+    one overlapping an earlier is left out) a piece of that kind, the text between them pieces of kind None. A text longer than
     ``whole`` keeps only ``context`` characters around each span (the first ``whole`` characters when there is
     no span), the parts left out replaced by ``…``."""
-    spans = sorted((start, end, kind) for start, end, kind in spans if 0 <= start < end <= len(text))
+    inside = sorted((start, end, kind) for start, end, kind in spans if 0 <= start < end <= len(text))
+    spans = []
+    for span in inside:                                   # a span overlapping an earlier one is not marked
+        if not spans or span[0] >= spans[-1][1]:
+            spans.append(span)
     if len(text) <= whole:
         keep = [(0, len(text))]
     elif not spans:

@@ -58,3 +58,10 @@ def test_the_heads_map_names_every_head_of_a_small_model_and_only_the_heads_apar
     crowd = np.concatenate([rng.normal(scale=0.01, size=(1020, 2)), [[5, 5], [-5, 5], [5, -5], [-5, -5]]])
     named = named_heads(crowd)
     assert len(crowd) > NAMED_HEADS and named[-4:].all() and not named[:-4].any()
+
+
+def test_an_excerpt_of_a_pair_on_one_token_keeps_the_text_as_it_is():
+    text = "Remove the oil filter before the engine cools. " * 20
+    for spans in ([(0, 6), (0, 6)], [(0, 6), (3, 9)], [(7, 10), (0, 6)]):
+        assert excerpt(text[:60], spans) == text[:60]
+        assert ELLIPSIS not in excerpt(text, spans)[:CONTEXT] and excerpt(text, spans).startswith("Remove the")
