@@ -151,14 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     related = commands.add_parser(
         "related", help="related heads: every pair of heads compared by attention (JS distance) and geometry (CKA)",
-        description="Compare every pair of heads over one seeded sample of whole sentences: the mean Jensen-Shannon "
-                    "distance between their attention distributions of the same queries, and linear CKA between "
-                    "their aligned query/key clouds; store them, a clustering order and a 2D map of the heads in "
-                    "<run>/related/.")
+        description="Compare every pair of heads over one seeded sample of queries (whole sentences; queries one by "
+                    "one, each with all its keys, when long sentences hold more query-key pairs than the budget for "
+                    "the model's head count): the mean Jensen-Shannon distance between their attention distributions "
+                    "of the same queries, and linear CKA between their aligned query/key clouds; store them, a "
+                    "clustering order and a 2D map of the heads in <run>/related/.")
     related.add_argument("--run", required=True, type=Path, help="run directory")
     related.add_argument("--max-queries", type=integer(1), default=2000,
-                         help="whole sentences are sampled until they hold this many query tokens (default 2000)")
-    related.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the sentence sample (default 0)")
+                         help="whole sentences are sampled until they hold this many query tokens; past the "
+                              "pair budget, at most this many queries one by one (default 2000)")
+    related.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the sample (default 0)")
 
     compare = commands.add_parser(
         "compare", help="how much each head's attention changed between two runs over the same tokens",

@@ -1,18 +1,20 @@
 """Related heads: how alike every pair of heads is, in what they attend to and in their query/key geometry.
 
-Over one seeded sample of whole sentences (about ``max_queries`` query tokens, the same for every head):
+Over one seeded sample of queries, the same for every head (:func:`sample_queries`):
 
 * ``js_distance[a, b]`` (Clark et al. 2019, "What does BERT look at?"): the mean over the sampled
   queries of the Jensen-Shannon distance between head ``a``'s and head ``b``'s attention of that query
   over its sentence's keys, ``sqrt(JS(P, Q))`` with ``JS(P, Q) = H(M) - (H(P) + H(Q)) / 2``,
   ``M = (P + Q) / 2`` and base-2 entropies, so it lies in [0, 1] (0: the same distribution). The
-  keys a query may see under the causal mask form its distribution's support for every head; a
-  layer's sliding window gives the keys outside it weight 0 there.
+  keys a query may see under the causal mask (every key of its sentence in an encoder) form its
+  distribution's support for every head, always in full; a layer's sliding window gives the keys
+  outside it weight 0 there.
 * ``geometry_similarity[a, b]``: linear CKA (Kornblith et al. 2019) between the heads' aligned joint
   clouds (:func:`qkviz.core.alignment.align_head` with the default alignment over the whole head: keys
-  translated, norms scaled -- the geometry the projections show), rows = the sampled tokens' queries,
-  then their keys, each cloud centred: ``CKA(X, Y) = |Y^T X|_F^2 / (|X^T X|_F |Y^T Y|_F)`` in [0, 1],
-  1 for a head with itself (and for clouds that differ by a rotation and a uniform scale).
+  translated, norms scaled -- the geometry the projections show), rows = the sampled queries' query
+  vectors, then the same tokens' key vectors, each cloud centred:
+  ``CKA(X, Y) = |Y^T X|_F^2 / (|X^T X|_F |Y^T Y|_F)`` in [0, 1], 1 for a head with itself (and for
+  clouds that differ by a rotation and a uniform scale).
 * ``order``: the leaf order of average-linkage hierarchical clustering on ``js_distance`` (scipy,
   optimal leaf ordering), for ordering the matrix view.
 * ``map_xy``: a 2D map of the heads from ``js_distance`` by classical (Torgerson) MDS: the top two
@@ -20,11 +22,26 @@ Over one seeded sample of whole sentences (about ``max_queries`` query tokens, t
   (SMACOF, scikit-learn's MDS, gives a different layout per seed), so the map of a run never changes;
   each axis's sign is fixed so that its largest coordinate is positive.
 
+The sample: whole sentences in a seeded random order until they hold ``max_queries`` query tokens, every
+token of them a query. When those queries' supports hold more query-key pairs than the budget
+:func:`pair_budget` allows for the run's head count (long sentences: a 3,000-token document alone holds
+4.5 M causal pairs), the queries themselves are sampled instead: a seeded random order of all the run's
+tokens, taken until the next query's support would pass the budget (or ``max_queries`` queries), each
+query with its whole support. The budget is the smaller of two: the attention array's memory
+(:data:`ATTENTION_BYTES` over ``8 * heads`` bytes a pair) and the JS step's time (:data:`JS_CELLS` over
+``heads * (heads - 1) / 2`` head pairs, each pair one ``m log m`` per query-key pair). The result records
+the pairs, the budget and whether queries were sampled.
+
 Heads are numbered flat everywhere: ``layer * n_heads + head``. The JS distance holds every head's
-attention on the sample at once (``8 * heads * pairs`` bytes; about 50 MB for 270 heads at 2,000
-queries of 20-token sentences) and computes ``H(M)`` of one head against all later heads in chunks;
-CKA takes one matrix product per layer against the layers after it. Stored in ``<run>/related/`` as
-plain ``.npy`` and ``related.json``, written last (see :func:`store_head_similarity`).
+attention on the sample at once (``8 * heads * pairs`` bytes, at most :data:`ATTENTION_BYTES`; about
+50 MB for 270 heads at 2,000 queries of 20-token sentences), recomputed per query over its support in
+padded blocks sorted by support size (:func:`qkviz.core.attention.attention_logits` and
+``masked_softmax``), and computes per-head entropies a few heads at a time, then ``H(M)`` of one head
+against all later heads in chunks of :data:`CHUNK_CELLS`. CKA holds the clouds (``8 * heads * d_head``
+bytes a sampled query, at most :data:`CLOUD_BYTES`: beyond it a seeded subset of the sampled queries)
+and takes one matrix product per layer against the later heads, in column chunks of
+:data:`PRODUCT_CELLS`. Stored in ``<run>/related/`` as plain ``.npy`` and ``related.json``, written last
+(see :func:`store_head_similarity`).
 """
 
 from __future__ import annotations
@@ -41,7 +58,7 @@ import numpy as np
 
 from qkviz.store import files as run_files
 from qkviz.core.alignment import align_head
-from qkviz.analysis.attention_batches import batch_attention, batch_mask, sentence_batches
+from qkviz.core.attention import allowed_keys, attention_logits, masked_softmax
 from qkviz.core.errors import QkvizError
 from qkviz.store.artifacts import ArtifactDirectory
 from qkviz.store.run import StoredRun, as_run
@@ -50,16 +67,24 @@ logger = logging.getLogger(__name__)
 
 SIMILARITY_SCHEMA_VERSION = 1
 BY = ("attention", "geometry")
+#: bytes of the attention array (float64 ``[heads, pairs]``) the sample may fill
+ATTENTION_BYTES = 1_500_000_000
+#: ``m log m`` cells of the JS step, head pairs x query-key pairs (about 90 M a second on one core: 4 minutes)
+JS_CELLS = 20_000_000_000
+#: bytes of the CKA clouds (float32 ``[2 * queries, heads * d_head]``)
+CLOUD_BYTES = 1_000_000_000
 #: cells of ``M`` computed at once in the JS distance (heads x pairs)
 CHUNK_CELLS = 1 << 20
-#: query-key cells per padded batch of sampled sentences (small batches waste little on padding)
+#: cells of one CKA matrix product (``d_head`` rows of a layer's heads x columns of later heads)
+PRODUCT_CELLS = 1 << 24
+#: query-key cells per padded block of sampled queries (small blocks waste little on padding)
 BATCH_CELLS = 1 << 14
 _TINY = np.finfo(np.float64).tiny
 
 
 @dataclass
 class HeadSimilarity:
-    """Every pair of heads compared over one sample of sentences (flat head index ``layer * n_heads + head``)."""
+    """Every pair of heads compared over one sample of queries (flat head index ``layer * n_heads + head``)."""
 
     n_layers: int
     n_heads: int
@@ -67,11 +92,15 @@ class HeadSimilarity:
     geometry_similarity: np.ndarray   # float64 [head, head], linear CKA in [0, 1], 1 on the diagonal
     order: np.ndarray                 # int64 [head]: leaf order of average-linkage clustering on js_distance
     map_xy: np.ndarray                # float64 [head, 2]: classical MDS of js_distance
-    sentences: np.ndarray             # int64 [sentence]: the sample, sorted
-    n_queries: int                    # query tokens in the sample
+    sentences: np.ndarray             # int64 [sentence]: the sentences of the sampled queries, sorted
+    n_queries: int                    # sampled queries (the JS distance's mean is over them)
     max_queries: int
     seed: int
     seconds: float
+    n_pairs: int = 0                  # query-key pairs of the sampled queries' supports
+    max_pairs: int | None = None      # the pair budget in force (None: a result of an older qkviz)
+    subsampled: bool = False          # queries sampled one by one (True) or whole sentences (False)
+    n_geometry_tokens: int = 0        # tokens of the CKA clouds: the sampled queries, or a subset of them
 
     def flat(self, layer: int, head: int) -> int:
         if not (0 <= layer < self.n_layers and 0 <= head < self.n_heads):
@@ -90,7 +119,18 @@ class RelatedHead:
     value: float   # JS distance (by attention) or CKA (by geometry)
 
 
-# -- computing ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QuerySample:
+    """The queries every head is compared on."""
+
+    tokens: np.ndarray      # int64 [query]: the queries' token numbers, sorted
+    sentences: np.ndarray   # int64 [sentence]: their sentences, sorted
+    n_pairs: int            # query-key pairs of their supports
+    max_pairs: int
+    subsampled: bool        # queries sampled one by one, not whole sentences
+
+
+# -- sampling -------------------------------------------------------------------------------------
 def sample_sentences(run: StoredRun, max_queries: int, seed: int = 0) -> np.ndarray:
     """Sorted int64 sentence numbers: a seeded random order of the run's sentences, taken whole until
     they hold at least ``max_queries`` tokens (all of them when the run has fewer)."""
@@ -100,11 +140,112 @@ def sample_sentences(run: StoredRun, max_queries: int, seed: int = 0) -> np.ndar
     return np.sort(order[:min(count, len(order))])
 
 
+def pair_budget(n_heads: int, max_attention_bytes: int | None = None, max_js_cells: int | None = None) -> int:
+    """The most query-key pairs a sample may hold for ``n_heads`` heads (at least 1): the attention
+    array within :data:`ATTENTION_BYTES` and the JS step within :data:`JS_CELLS`."""
+    max_attention_bytes = ATTENTION_BYTES if max_attention_bytes is None else max_attention_bytes
+    max_js_cells = JS_CELLS if max_js_cells is None else max_js_cells
+    by_memory = max_attention_bytes // (8 * max(n_heads, 1))
+    by_time = max_js_cells // max(n_heads * (n_heads - 1) // 2, 1)
+    return max(1, min(by_memory, by_time))
+
+
+def query_supports(run: StoredRun, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per query token: ``(sentence, position, lo, hi)``, its support: the keys ``[lo, hi)`` (positions in
+    its sentence) the causal or encoder mask allows (:func:`qkviz.core.attention.allowed_keys`; no window)."""
+    firsts = run.sentences.first_token.to_numpy(np.int64)
+    lengths = run.sentences.n_tokens.to_numpy(np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    sentence = np.searchsorted(firsts, tokens, side="right") - 1
+    position = tokens - firsts[sentence]
+    lo, hi = allowed_keys(position, lengths[sentence], run.is_causal)
+    return sentence, position, lo, hi
+
+
+def sentence_token_numbers(run: StoredRun, sentences: np.ndarray) -> np.ndarray:
+    """int64: the token numbers of ``sentences``, in their order."""
+    firsts = run.sentences.first_token.to_numpy(np.int64)
+    lengths = run.sentences.n_tokens.to_numpy(np.int64)
+    return np.concatenate([np.arange(firsts[s], firsts[s] + lengths[s]) for s in sentences] + [[]]).astype(np.int64)
+
+
+def queries_in_random_order(n_tokens: int, max_queries: int, seed: int) -> np.ndarray:
+    """int64: ``min(max_queries, n_tokens)`` distinct token numbers in a seeded random order (numpy draws a
+    few from many without a permutation of them all)."""
+    return np.random.default_rng(seed).choice(n_tokens, size=min(max_queries, n_tokens), replace=False).astype(np.int64)
+
+
+def sample_queries(run: StoredRun, max_queries: int, seed: int = 0, max_pairs: int | None = None) -> QuerySample:
+    """The queries to compare heads on: every token of :func:`sample_sentences` when their supports hold at
+    most ``max_pairs`` query-key pairs (default :func:`pair_budget` of the run's heads); else queries
+    one by one in a seeded random order of the run's tokens, taken while their supports fit the budget
+    (the first one always), at most ``max_queries``."""
+    max_pairs = pair_budget(run.n_layers * run.n_heads) if max_pairs is None else max_pairs
+    sentences = sample_sentences(run, max_queries, seed)
+    tokens = sentence_token_numbers(run, sentences)
+    _, _, lo, hi = query_supports(run, tokens)
+    if int((hi - lo).sum()) <= max_pairs:
+        return QuerySample(tokens, sentences, int((hi - lo).sum()), max_pairs, False)
+    candidates = queries_in_random_order(run.n_tokens, max_queries, seed)
+    sentence, _, lo, hi = query_supports(run, candidates)
+    count = max(1, int(np.searchsorted(np.cumsum(hi - lo), max_pairs, side="right")))
+    order = np.argsort(candidates[:count])
+    return QuerySample(candidates[:count][order], np.unique(sentence[:count]), int((hi - lo)[:count].sum()),
+                       max_pairs, True)
+
+
+@dataclass(frozen=True)
+class QueryBlock:
+    """Sampled queries of similar support size, their supports padded to ``width`` keys."""
+
+    queries: np.ndarray     # int64 [query]: token numbers
+    keys: np.ndarray        # int64 [query, width]: token numbers of the support's keys (the query itself as padding)
+    support: np.ndarray     # bool [query, width]: a key of the query's support, not padding
+    positions: np.ndarray   # int64 [query]: the query's position in its sentence
+    key_positions: np.ndarray   # int64 [query, width]: the keys' positions in the sentence
+    lengths: np.ndarray     # int64 [query]: its sentence's length
+
+
+def query_blocks(run: StoredRun, tokens: np.ndarray, max_cells: int = BATCH_CELLS) -> list[QueryBlock]:
+    """``tokens`` (queries) sorted by support size, descending, in padded blocks of at most ``max_cells``
+    cells (one query at least)."""
+    sentence, position, lo, hi = query_supports(run, tokens)
+    firsts = run.sentences.first_token.to_numpy(np.int64)
+    lengths = run.sentences.n_tokens.to_numpy(np.int64)
+    order = np.argsort(-(hi - lo), kind="stable")
+    blocks, start = [], 0
+    while start < len(order):
+        width = int(hi[order[start]] - lo[order[start]])
+        chosen = order[start:start + max(1, max_cells // max(width, 1))]
+        key_positions = lo[chosen, None] + np.arange(width)[None, :]
+        support = key_positions < hi[chosen, None]
+        keys = np.where(support, firsts[sentence[chosen], None] + key_positions, tokens[chosen, None])
+        blocks.append(QueryBlock(tokens[chosen], keys, support, position[chosen], key_positions,
+                                 lengths[sentence[chosen]]))
+        start += len(chosen)
+    return blocks
+
+
+def block_attention(run: StoredRun, layer: int, block: QueryBlock, queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """float64 ``[query, width]``: each query's attention over its support (the head's ``queries`` and
+    ``keys``, ``[token, d_head]``); 0 outside the layer's sliding window and on padding."""
+    window = run.sliding_window(layer)
+    allowed = block.support
+    if window is not None:
+        lo, hi = allowed_keys(block.positions, block.lengths, run.is_causal, window)
+        allowed = allowed & (block.key_positions >= lo[:, None]) & (block.key_positions < hi[:, None])
+    logits = attention_logits(queries[block.queries][:, None, :], keys[block.keys], run.scale(layer),
+                              run.softcap(layer))[:, 0, :]
+    return masked_softmax(logits, allowed)
+
+
+# -- computing ------------------------------------------------------------------------------------
 def relate_heads(run: StoredRun | str | Path, *, max_queries: int = 2000, seed: int = 0,
                  progress: bool = True) -> HeadSimilarity:
     """Compare every pair of heads and store the result in ``<run>/related/`` (what ``qkviz related`` does).
 
-    Over one seeded sample of whole sentences: the mean Jensen-Shannon distance between two heads'
+    Over one seeded sample of queries (whole sentences, or queries one by one under a budget of
+    query-key pairs when sentences are long): the mean Jensen-Shannon distance between two heads'
     attention distributions of the same queries, and linear CKA between their aligned query/key
     clouds; with a clustering order and a 2D map of the heads.
 
@@ -113,9 +254,10 @@ def relate_heads(run: StoredRun | str | Path, *, max_queries: int = 2000, seed: 
     run
         A run, or the path of one.
     max_queries
-        Whole sentences are sampled until they hold this many query tokens.
+        Whole sentences are sampled until they hold this many query tokens (at most this many queries
+        when queries are sampled one by one).
     seed
-        Seed of the sentence sample.
+        Seed of the sample.
     progress
         Show progress bars.
 
@@ -130,33 +272,40 @@ def relate_heads(run: StoredRun | str | Path, *, max_queries: int = 2000, seed: 
     closest = closest_across_layers(similarity)
     pair = (f"; closest heads in different layers: L{closest[0][0]} H{closest[0][1]} and "
             f"L{closest[1][0]} H{closest[1][1]} (JS distance {closest[2]:.3f})" if closest else "")
-    logger.info("%s: %d heads over %d queries (%d sentences) in %.1f s%s", directory,
-                run.n_layers * run.n_heads, similarity.n_queries, len(similarity.sentences), similarity.seconds, pair)
+    sampled = (f"queries sampled one by one under a budget of {similarity.max_pairs:,} pairs"
+               if similarity.subsampled else "whole sentences")
+    geometry = ("" if similarity.n_geometry_tokens == similarity.n_queries
+                else f"; CKA over {similarity.n_geometry_tokens:,} of them")
+    logger.info("%s: %d heads over %d queries (%d sentences, %s; %s query-key pairs%s) in %.1f s%s", directory,
+                run.n_layers * run.n_heads, similarity.n_queries, len(similarity.sentences), sampled,
+                f"{similarity.n_pairs:,}", geometry, similarity.seconds, pair)
     return similarity
 
 
-def compute_head_similarity(run: StoredRun, max_queries: int = 2000, seed: int = 0, progress: bool = False) -> HeadSimilarity:
-    """Every pair of heads' JS distance and CKA over one sample of about ``max_queries`` query tokens."""
+def compute_head_similarity(run: StoredRun, max_queries: int = 2000, seed: int = 0, progress: bool = False,
+                            max_pairs: int | None = None) -> HeadSimilarity:
+    """Every pair of heads' JS distance and CKA over :func:`sample_queries` (``max_pairs``: the pair
+    budget, default :func:`pair_budget` of the run's heads)."""
     from tqdm.auto import tqdm
 
     if max_queries < 1:
         raise QkvizError(f"max_queries must be at least 1, got {max_queries}")
     started = time.perf_counter()
-    sentences = sample_sentences(run, max_queries, seed)
-    batches = sentence_batches(run, BATCH_CELLS, sentences=sentences)
-    supports = [batch_mask(batch, run.is_causal, None) for batch in batches]   # every head's support per query
-    starts = query_starts(supports)
-    tokens = np.sort(np.concatenate([batch.rows[batch.valid] for batch in batches]))
     n_total, width = run.n_layers * run.n_heads, run.head_dim
-    attention = np.empty((n_total, sum(int(support.sum()) for support in supports)))
-    clouds = np.empty((2 * len(tokens), n_total * width), dtype=np.float32)
+    sample = sample_queries(run, max_queries, seed, max_pairs)
+    blocks = query_blocks(run, sample.tokens)
+    sizes = np.concatenate([block.support.sum(axis=1) for block in blocks])          # [query], in block order
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)   # each query's first pair
+    geometry_tokens = geometry_sample(sample.tokens, n_total * width, seed)
+    attention = np.empty((n_total, sample.n_pairs))
+    clouds = np.empty((2 * len(geometry_tokens), n_total * width), dtype=np.float32)
 
     def read(flat: int) -> None:
         layer, head = divmod(flat, run.n_heads)
         queries, keys = run.queries(layer, head), run.keys(layer, head)
-        attention[flat] = np.concatenate([batch_attention(run, layer, head, batch, queries, keys)[support]
-                                          for batch, support in zip(batches, supports)])
-        clouds[:, flat * width:(flat + 1) * width] = centred_cloud(queries, keys, tokens)
+        attention[flat] = np.concatenate([block_attention(run, layer, block, queries, keys)[block.support]
+                                          for block in blocks])
+        clouds[:, flat * width:(flat + 1) * width] = centred_cloud(queries, keys, geometry_tokens)
 
     bars = dict(unit="head", disable=not progress, dynamic_ncols=True)
     read(0)   # opens the run's arrays and tables before threads share them
@@ -169,20 +318,23 @@ def compute_head_similarity(run: StoredRun, max_queries: int = 2000, seed: int =
     attention = None   # frees the attention matrix before the CKA needs its memory
     with tqdm(total=n_total, desc="geometry (CKA)", **bars) as bar:
         cka = linear_cka(clouds, width, run.n_heads, bar.update)
-    return HeadSimilarity(run.n_layers, run.n_heads, js, cka, cluster_order(js), classical_mds(js), sentences,
-                          len(tokens), max_queries, seed, time.perf_counter() - started)
+    return HeadSimilarity(run.n_layers, run.n_heads, js, cka, cluster_order(js), classical_mds(js), sample.sentences,
+                          len(sample.tokens), max_queries, seed, time.perf_counter() - started, sample.n_pairs,
+                          sample.max_pairs, sample.subsampled, len(geometry_tokens))
+
+
+def geometry_sample(tokens: np.ndarray, columns: int, seed: int) -> np.ndarray:
+    """The CKA clouds' tokens: ``tokens`` (the sampled queries), or a seeded subset of them when their
+    clouds (``2 * 4 * columns`` bytes a token) would pass :data:`CLOUD_BYTES`."""
+    limit = max(2, CLOUD_BYTES // (8 * max(columns, 1)))
+    if len(tokens) <= limit:
+        return tokens
+    return np.sort(np.random.default_rng(seed).choice(tokens, size=limit, replace=False))
 
 
 def worker_count() -> int:
     """Threads for numpy work that releases the GIL: the cores this process may use."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def query_starts(supports: list[np.ndarray]) -> np.ndarray:
-    """int64 ``[query]``: where each query's keys begin in the flat pairs ``concat(probs[support])``
-    (``support`` ``[batch, query, key]`` in C order, so a query's keys are contiguous)."""
-    counts = np.concatenate([support.sum(axis=2)[support.any(axis=2)] for support in supports])
-    return np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
 
 
 def centred_cloud(queries: np.ndarray, keys: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -205,12 +357,14 @@ def mean_js_distance(attention: np.ndarray, starts: np.ndarray,
     """float64 ``[head, head]``: mean over queries of ``sqrt(H(M) - (H(P) + H(Q)) / 2)`` (base 2).
 
     ``attention`` ``[head, pair]``: each head's probabilities over the same flat pairs, a query's keys
-    contiguous from ``starts[query]``. Per-head entropies are computed once; each head is then compared
-    with every later head, ``M`` in chunks of :data:`CHUNK_CELLS`, heads spread over threads."""
+    contiguous from ``starts[query]``. Per-head entropies are computed once, a few heads at a time; each
+    head is then compared with every later head, ``M`` in chunks of :data:`CHUNK_CELLS`, heads spread over
+    threads. Temporaries stay within a few chunks: nothing as large as ``attention`` is allocated."""
     n_heads, n_pairs = attention.shape
-    entropy = -plogp_sums(attention, starts)                                 # [head, query]
-    distance = np.zeros((n_heads, n_heads))
     chunk = max(1, CHUNK_CELLS // max(n_pairs, 1))
+    entropy = np.concatenate([-plogp_sums(attention[first:first + chunk], starts)      # [head, query]
+                              for first in range(0, n_heads, chunk)])
+    distance = np.zeros((n_heads, n_heads))
 
     def compare(a: int) -> None:
         for first in range(a + 1, n_heads, chunk):
@@ -231,14 +385,18 @@ def linear_cka(clouds: np.ndarray, width: int, block: int,
                advance: Callable[[int], object] | None = None) -> np.ndarray:
     """float64 ``[head, head]``: linear CKA between heads whose centred clouds are the column blocks of
     ``clouds`` ``[row, head * width]``; ``|Y^T X|_F^2`` for ``block`` heads at a time (a layer) against
-    every later head from one matrix product."""
+    every later head, from matrix products of at most :data:`PRODUCT_CELLS` cells."""
     n_heads = clouds.shape[1] // width
     cross = np.zeros((n_heads, n_heads))
     for first in range(0, n_heads, block):
         count = min(block, n_heads - first)
-        products = clouds[:, first * width:(first + count) * width].T @ clouds[:, first * width:]
-        squares = np.square(products, dtype=np.float64).reshape(count, width, n_heads - first, width)
-        cross[first:first + count, first:] = squares.sum(axis=(1, 3))
+        rows = clouds[:, first * width:(first + count) * width].T
+        step = max(1, PRODUCT_CELLS // (count * width * width))
+        for other in range(first, n_heads, step):
+            stop = min(other + step, n_heads)
+            products = rows @ clouds[:, other * width:stop * width]
+            squares = np.square(products, dtype=np.float64).reshape(count, width, stop - other, width)
+            cross[first:first + count, other:stop] = squares.sum(axis=(1, 3))
         if advance is not None:
             advance(count)
     cross = np.triu(cross) + np.triu(cross, 1).T
@@ -315,8 +473,16 @@ def store_head_similarity(run: StoredRun, similarity: HeadSimilarity) -> Path:
     return _related_directory(run).write(
         arrays=dict(zip(_ARRAYS, arrays)), tables={},
         marker={"n_layers": similarity.n_layers, "n_heads": similarity.n_heads, "max_queries": similarity.max_queries,
-                "seed": similarity.seed, "n_queries": similarity.n_queries, "seconds": similarity.seconds,
+                "seed": similarity.seed, "n_queries": similarity.n_queries, "n_pairs": similarity.n_pairs,
+                "max_pairs": similarity.max_pairs, "queries_subsampled": similarity.subsampled,
+                "n_geometry_tokens": similarity.n_geometry_tokens, "seconds": similarity.seconds,
                 "alignment": {"translate_keys": True, "scale_norms": True}})
+
+
+def sentence_pairs(run: StoredRun, sentences: np.ndarray) -> int:
+    """Query-key pairs of every query of ``sentences`` over its support."""
+    _, _, lo, hi = query_supports(run, sentence_token_numbers(run, sentences))
+    return int((hi - lo).sum())
 
 
 def load_head_similarity(run: StoredRun) -> HeadSimilarity | None:
@@ -333,9 +499,16 @@ def load_head_similarity(run: StoredRun) -> HeadSimilarity | None:
                 or map_xy.shape != (n_total, 2):
             raise ValueError(f"arrays of shape {js.shape}, {cka.shape}, {order.shape}, {map_xy.shape} "
                              f"for {n_total} heads")
-        return HeadSimilarity(run.n_layers, run.n_heads, js, cka, order.astype(np.int64), map_xy,
-                              sentences.astype(np.int64), int(marker["n_queries"]), int(marker["max_queries"]),
-                              int(marker["seed"]), float(marker["seconds"]))
+        sentences = sentences.astype(np.int64)
+        n_queries = int(marker["n_queries"])
+        if "n_pairs" in marker:
+            n_pairs, max_pairs = int(marker["n_pairs"]), int(marker["max_pairs"])
+            subsampled, n_geometry_tokens = bool(marker["queries_subsampled"]), int(marker["n_geometry_tokens"])
+        else:   # an older qkviz's result: whole sentences, every token a query and in the clouds
+            n_pairs, max_pairs, subsampled, n_geometry_tokens = sentence_pairs(run, sentences), None, False, n_queries
+        return HeadSimilarity(run.n_layers, run.n_heads, js, cka, order.astype(np.int64), map_xy, sentences,
+                              n_queries, int(marker["max_queries"]), int(marker["seed"]), float(marker["seconds"]),
+                              n_pairs, max_pairs, subsampled, n_geometry_tokens)
     except (OSError, ValueError, KeyError, TypeError) as error:
         stored.warn_damaged(error)
         return None

@@ -11,8 +11,9 @@ from support.cli import run_main
 
 from qkviz.analysis import head_similarity
 from qkviz.core.alignment import align_head
-from qkviz.analysis.head_similarity import (classical_mds, cluster_order, compute_head_similarity,
-                                   load_head_similarity, related_heads, sample_sentences, store_head_similarity)
+from qkviz.analysis.head_similarity import (classical_mds, cluster_order, compute_head_similarity, geometry_sample,
+                                   load_head_similarity, pair_budget, query_supports, related_heads, sample_queries,
+                                   sample_sentences, store_head_similarity)
 from qkviz.store.run import open_stored_run
 from support.runs import reseal
 
@@ -26,9 +27,26 @@ def direct_js(run, sentences, first, second) -> float:
     return float(np.mean(distances))
 
 
-def direct_cka(run, sentences, first, second) -> float:
-    """Linear CKA from the Gram matrices of the two heads' aligned clouds over the sentences' tokens."""
-    rows = np.concatenate([np.arange(run.sentence_tokens(s).start, run.sentence_tokens(s).stop) for s in sentences])
+def direct_query_js(run, tokens, first, second) -> float:
+    """Mean over the query ``tokens`` of scipy's JS distance between two heads' attention rows, each row
+    taken from ``run.attention`` (``attention_probs``) of the query's whole sentence."""
+    firsts = run.sentences.first_token.to_numpy()
+    distances = []
+    for token in tokens:
+        sentence = int(np.searchsorted(firsts, token, side="right") - 1)
+        position = int(token - firsts[sentence])
+        p, q = (run.attention(*head, sentence)[position] for head in (first, second))
+        distances.append(jensenshannon(p, q, base=2))
+    return float(np.mean(distances))
+
+
+def sentence_rows(run, sentences):
+    return np.concatenate([np.arange(run.sentence_tokens(s).start, run.sentence_tokens(s).stop) for s in sentences])
+
+
+def direct_cka(run, sentences, first, second, rows=None) -> float:
+    """Linear CKA from the Gram matrices of the two heads' aligned clouds over the sentences' tokens (or ``rows``)."""
+    rows = sentence_rows(run, sentences) if rows is None else rows
     grams = []
     for layer, head in (first, second):
         aligned = align_head(run.queries(layer, head), run.keys(layer, head))
@@ -50,6 +68,9 @@ def test_matrices_equal_a_direct_computation(tiny_run, family):
     assert js[~np.eye(total, dtype=bool)].min() > 0.01                      # random heads differ
     sentences = similarity.sentences
     assert similarity.n_queries == run.sentences.n_tokens.to_numpy()[sentences].sum() >= 80
+    assert not similarity.subsampled and similarity.n_geometry_tokens == similarity.n_queries   # short sentences
+    _, _, lo, hi = query_supports(run, sentence_rows(run, sentences))
+    assert similarity.n_pairs == (hi - lo).sum() <= similarity.max_pairs == pair_budget(total)
     for first, second in ((0, 1), (0, total - 1), (2, 5), (3, 6)):
         heads = divmod(first, run.n_heads), divmod(second, run.n_heads)
         assert js[first, second] == pytest.approx(direct_js(run, sentences, *heads), abs=1e-9)
@@ -68,6 +89,79 @@ def test_the_sample_is_whole_sentences_seeded_and_as_small_as_it_can_be(tiny_run
     taken = order[:len(chosen)]
     assert lengths[taken].sum() >= 50 > lengths[taken[:-1]].sum()          # the last sentence made it reach 50
     assert np.array_equal(sample_sentences(run, 10 ** 9), np.arange(run.n_sentences))
+
+
+def test_the_pair_budget_bounds_the_attention_array_and_the_js_step():
+    assert pair_budget(1024) * 8 * 1024 <= head_similarity.ATTENTION_BYTES                # memory
+    assert pair_budget(1024) * 1024 * 1023 // 2 <= head_similarity.JS_CELLS               # time
+    assert pair_budget(72) * 8 * 72 <= head_similarity.ATTENTION_BYTES < (pair_budget(72) + 1) * 8 * 72
+    assert pair_budget(8, max_attention_bytes=640, max_js_cells=10 ** 9) == 10
+    assert pair_budget(8, max_attention_bytes=10 ** 9, max_js_cells=280) == 10 and pair_budget(10 ** 6) == 1
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "gemma3"])   # encoder; causal; sliding windows
+def test_long_sentences_are_sampled_by_queries_under_the_budget_with_whole_supports(tiny_run, family, monkeypatch):
+    run = tiny_run(family)
+    total = run.n_layers * run.n_heads
+    budget = 2 * int(run.sentences.n_tokens.max())     # two queries fit, 80 queries of whole sentences do not
+    shapes = []
+    measured = head_similarity.mean_js_distance
+    monkeypatch.setattr(head_similarity, "mean_js_distance",
+                        lambda attention, *args: shapes.append(attention.shape) or measured(attention, *args))
+    similarity = compute_head_similarity(run, max_queries=80, seed=3, max_pairs=budget)
+    sample = sample_queries(run, 80, seed=3, max_pairs=budget)
+    assert similarity.subsampled and sample.subsampled and shapes == [(total, similarity.n_pairs)]
+    assert similarity.n_queries == len(sample.tokens) > 1 and similarity.max_pairs == budget
+    # the first queries of a seeded order of all the run's tokens, while their whole supports fit the budget
+    order = np.random.default_rng(3).choice(run.n_tokens, size=80, replace=False)
+    sentence, position, lo, hi = query_supports(run, order[:len(sample.tokens) + 1])
+    sizes = hi - lo
+    assert np.array_equal(sample.tokens, np.sort(order[:len(sample.tokens)]))
+    assert similarity.n_pairs == sizes[:-1].sum() <= budget < sizes.sum()
+    lengths = run.sentences.n_tokens.to_numpy()[sentence]
+    assert np.array_equal(hi, position + 1 if run.is_causal else lengths)
+    assert np.array_equal(similarity.sentences, np.unique(sentence[:-1]))
+    js, cka = similarity.js_distance, similarity.geometry_similarity
+    for first, second in ((0, 1), (0, total - 1), (2, 5)):
+        heads = divmod(first, run.n_heads), divmod(second, run.n_heads)
+        assert js[first, second] == pytest.approx(direct_query_js(run, sample.tokens, *heads), abs=1e-9)
+        assert cka[first, second] == pytest.approx(direct_cka(run, None, *heads, rows=sample.tokens), abs=2e-5)
+    assert np.array_equal(sample.tokens, sample_queries(run, 80, seed=3, max_pairs=budget).tokens)
+    assert not np.array_equal(sample.tokens, sample_queries(run, 80, seed=4, max_pairs=budget).tokens)
+    few = sample_queries(run, 3, seed=3, max_pairs=budget)                          # max_queries still holds
+    assert few.subsampled and np.array_equal(few.tokens, np.sort(np.random.default_rng(3).choice(
+        run.n_tokens, size=3, replace=False)))
+    assert len(sample_queries(run, 80, seed=3, max_pairs=1).tokens) == 1            # one query at least
+
+
+def test_a_sample_within_the_budget_is_whole_sentences_as_before(tiny_run):
+    run = tiny_run("llama")
+    sentences = sample_sentences(run, 60, seed=2)
+    rows = sentence_rows(run, sentences)
+    _, _, lo, hi = query_supports(run, rows)
+    within = sample_queries(run, 60, seed=2, max_pairs=int((hi - lo).sum()))
+    assert not within.subsampled and np.array_equal(within.tokens, rows)
+    assert np.array_equal(within.sentences, sentences) and within.n_pairs == (hi - lo).sum()
+    assert sample_queries(run, 60, seed=2, max_pairs=int((hi - lo).sum()) - 1).subsampled
+    whole = compute_head_similarity(run, max_queries=60, seed=2)
+    assert not whole.subsampled and np.array_equal(whole.sentences, sentences) and whole.n_queries == len(rows)
+    assert whole.js_distance[0, 3] == pytest.approx(direct_js(run, sentences, (0, 0), (0, 3)), abs=1e-9)
+
+
+def test_the_clouds_are_bounded_and_the_chunked_cka_equals_one_product(tiny_run, monkeypatch):
+    run = tiny_run("llama")
+    whole = compute_head_similarity(run, max_queries=60)
+    columns = run.n_layers * run.n_heads * run.head_dim
+    monkeypatch.setattr(head_similarity, "PRODUCT_CELLS", 1)
+    assert np.allclose(compute_head_similarity(run, max_queries=60).geometry_similarity, whole.geometry_similarity,
+                       rtol=0, atol=1e-6)
+    monkeypatch.setattr(head_similarity, "CLOUD_BYTES", 8 * columns * 25)           # 25 tokens' clouds
+    bounded = compute_head_similarity(run, max_queries=60)
+    tokens = geometry_sample(sentence_rows(run, bounded.sentences), columns, 0)
+    assert bounded.n_geometry_tokens == len(tokens) == 25 < bounded.n_queries
+    assert np.array_equal(bounded.js_distance, whole.js_distance)                 # the JS sample is untouched
+    assert bounded.geometry_similarity[1, 6] == pytest.approx(direct_cka(run, None, (0, 1), (1, 2), rows=tokens),
+                                                              abs=2e-5)
 
 
 def with_copies(run, directory):
@@ -134,6 +228,8 @@ def test_store_and_load_round_trip_and_a_half_written_directory_is_none(tiny_run
     for name in ("js_distance", "geometry_similarity", "order", "map_xy", "sentences"):
         assert np.array_equal(getattr(loaded, name), getattr(similarity, name)), name
     assert (loaded.n_queries, loaded.max_queries, loaded.seed) == (similarity.n_queries, 40, 5)
+    assert (loaded.n_pairs, loaded.max_pairs, loaded.subsampled, loaded.n_geometry_tokens) == (
+        similarity.n_pairs, similarity.max_pairs, False, similarity.n_queries)
     assert sorted(path.name for path in directory.iterdir()) == sorted(
         ["js_distance.npy", "geometry_similarity.npy", "order.npy", "map_xy.npy", "sentences.npy", "related.json"])
     marker = directory / "related.json"
@@ -146,7 +242,15 @@ def test_store_and_load_round_trip_and_a_half_written_directory_is_none(tiny_run
     assert "qkviz related --run" in caplog.text
     marker.write_text(json.dumps(dict(json.loads(saved), run_fingerprint="another extraction")))
     assert load_head_similarity(run) is None
-    marker.write_text(saved)
+    older = {key: value for key, value in json.loads(saved).items()                # an older qkviz's marker
+             if key not in ("n_pairs", "max_pairs", "queries_subsampled", "n_geometry_tokens")}
+    marker.write_text(json.dumps(older))
+    old = load_head_similarity(run)
+    assert np.array_equal(old.js_distance, similarity.js_distance) and old.n_pairs == similarity.n_pairs
+    assert (old.max_pairs, old.subsampled, old.n_geometry_tokens) == (None, False, similarity.n_queries)
+    store_head_similarity(run, compute_head_similarity(run, max_queries=40, seed=5, max_pairs=100))
+    sampled = load_head_similarity(run)
+    assert sampled.subsampled and sampled.max_pairs == 100 and 0 < sampled.n_pairs <= 100
     np.save(directory / "order.npy", np.arange(3))                          # damaged: warned, not read
     assert load_head_similarity(run) is None
 
@@ -160,6 +264,7 @@ def test_cli_related_stores_and_bad_input_is_one_line(tiny_run, tmp_path):
     result = qkviz("related", "--run", str(copy), "--max-queries", "50")
     assert result.returncode == 0, result.stderr
     assert "closest heads in different layers" in result.stderr and "8 heads over" in result.stderr
+    assert "whole sentences" in result.stderr and "query-key pairs" in result.stderr
     assert load_head_similarity(open_stored_run(copy)).max_queries == 50
     for args, fragment in ((["--run", str(copy), "--max-queries", "0"], "argument --max-queries: 0 is out of range"),
                            (["--run", str(tmp_path / "nothing")], "no run at")):
