@@ -59,8 +59,13 @@ def part_arguments(name: str, directory: Path) -> list[str]:
 QKVIZ = [sys.executable, "-m", "qkviz", "-q"]
 
 
-def commands(directory: Path) -> dict:
-    """Every command on the 32 x 32-head run, timed with its peak memory; then the report's pages opened."""
+#: the commands part's steps, in order (``--steps`` runs some of them; the others keep their figures)
+STEPS = ("extract", "project_pca", "stats", "related", "index", "report", "report_pages")
+
+
+def commands(directory: Path, steps: tuple[str, ...] = STEPS) -> dict:
+    """Every command on the 32 x 32-head run, timed with its peak memory; then the report's pages opened (the
+    report written by the ``report`` step). A step that fails is recorded as failed and the next ones still run."""
     from modern_model import make_documents, make_model
     from scale import measured
     from transformers import AutoTokenizer
@@ -80,12 +85,20 @@ def commands(directory: Path) -> dict:
         "report": [*QKVIZ, "report", "--run", str(run), "--out", str(report), "--overwrite"],
     }
     figures = {}
-    for name, command in planned.items():
-        figures[name] = {**measured(command), **_load()}
+    for name in (step for step in steps if step in planned):
+        try:
+            figures[name] = {**measured(planned[name]), **_load()}
+        except SystemExit as failure:
+            figures[name] = {"failed": str(failure)[-2000:], **_load()}
+            print(f"{name:>12}: failed", flush=True)
+            continue
         print(f"{name:>12}: {figures[name]['seconds']:8.1f} s  peak {figures[name]['peak_gb']:.2f} GB", flush=True)
-    pages = subprocess.run([sys.executable, str(REPO / "bench" / "report_pages.py"), "--run", str(run)],
-                           capture_output=True, text=True)
-    figures["report_pages"] = pages.stdout[-4000:] if pages.returncode == 0 else f"failed: {pages.stderr[-2000:]}"
+    if "report_pages" in steps:
+        pages = subprocess.run([sys.executable, str(REPO / "bench" / "report_pages.py"), "--report", str(report),
+                                "--only-reports"], capture_output=True, text=True)
+        figures["report_pages"] = (pages.stdout[-4000:] if pages.returncode == 0
+                                   else f"failed: {pages.stderr[-2000:]}")
+        print(figures["report_pages"], flush=True)
     return figures
 
 
@@ -110,7 +123,9 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-modern-scale"))
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument("--json", type=Path, default=RESULTS / "modern_scale.json")
+    parser.add_argument("--steps", default=",".join(STEPS), help="the commands part's steps to run")
     args = parser.parse_args()
+    steps = tuple(step.strip() for step in args.steps.split(",") if step.strip())
     parts = [part.strip() for part in args.parts.split(",") if part.strip()]
     unknown = set(parts) - set(PARTS)
     if unknown:
@@ -120,8 +135,13 @@ def main() -> None:
     results["machine"] = {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()}
     for part in parts:            # each part replaces its own entry: parts run at different times keep theirs
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        figures = commands(args.dir) if part == "commands" else script_part(part, args.dir)
-        results[part] = {"date": started, "arguments": {"dir": str(args.dir)}, **figures}
+        if part == "commands":    # the steps run now replace theirs; the others keep their figures and dates
+            kept = {name: figures for name, figures in results.get("commands", {}).items() if name in STEPS}
+            kept.update({name: {"date": started, **figures} if isinstance(figures, dict) else figures
+                         for name, figures in commands(args.dir, steps).items()})
+            results[part] = {"arguments": {"dir": str(args.dir)}, **kept}
+        else:
+            results[part] = {"date": started, "arguments": {"dir": str(args.dir)}, **script_part(part, args.dir)}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
 

@@ -175,7 +175,13 @@ def main() -> None:
     parser.add_argument("--report", type=Path, action="append", default=[],
                         help="also measure this report directory (already written, e.g. by an older qkviz)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--only-reports", action="store_true",
+                        help="measure only the --report directories (no MiniLM report of --run)")
     args = parser.parse_args()
+    if args.only_reports:
+        print_table(measure([*(path for directory in args.report for path in sorted(directory.glob("*.html")))],
+                            args.repeats))
+        return
     ensure_run(args.run, args.tokens)
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report"

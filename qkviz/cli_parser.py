@@ -125,9 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--run", required=True, type=Path, help="run directory")
     report.add_argument("--out", required=True, type=Path, help="report directory to write")
     report.add_argument("--overwrite", action="store_true", help="replace an existing report directory")
-    report.add_argument("--max-pairs", type=integer(10), default=5_000_000,
+    report.add_argument("--max-pairs", type=integer(10), default=None,
                         help="exact up to this many attending pairs per layer, a uniform sample past it "
-                             "(default 5,000,000)")
+                             "(default 5,000,000, or fewer past 30 heads: all heads' pairs within 150 million, "
+                             "146,484 at 1,024 heads)")
     report.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the pair sample (default 0)")
 
     stats = commands.add_parser(

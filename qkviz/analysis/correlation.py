@@ -24,7 +24,8 @@ change the per-token terms (``|c q - (k + t) / c|^2 = c^2 |q|^2 + |k + t|^2 / c^
 so one dot product per pair serves the three head-space spaces.
 
 Up to ``max_pairs`` attending pairs per layer (default 5,000,000: every pair of 10,000 tokens in
-sentences of up to 500 tokens) the figures are exact. Past that, ``max_pairs`` pairs are drawn
+sentences of up to 500 tokens; past 30 heads fewer, :func:`default_max_pairs`, so that a report of a thousand
+heads takes minutes) the figures are exact. Past that, ``max_pairs`` pairs are drawn
 uniformly at random with replacement (seeded), and each row's ``ci95`` is the half-width of the
 95% interval of its Pearson and Spearman coefficients (the larger of the two, from
 :func:`~qkviz.analysis.rank_correlation.sampling_error_bound`); exact rows have ``ci95`` 0. ``query_spearman`` (Spearman among each
@@ -53,6 +54,9 @@ logger = logging.getLogger(__name__)
 
 HEAD_SPACES = ("original", "translated", "translated+scaled")
 DEFAULT_MAX_PAIRS = 5_000_000
+#: heads x pairs a report computes by default: past 30 heads each head gets fewer pairs than DEFAULT_MAX_PAIRS (a
+#: 1,024-head model 146,484 a layer: 21 s a head at 5,000,000 pairs would have been six hours)
+RUN_PAIR_BUDGET = 150_000_000
 COLUMNS = ("layer", "head", "space", "n_pairs", "pearson", "spearman", "query_spearman", "exact", "ci95",
            "recall_query", "recall_key")
 #: Partner recall@RECALL_K (qkviz.neighbours.partner_recall) is measured on this many sampled queries and as many keys.
@@ -85,6 +89,12 @@ def key_ranges(sentence: np.ndarray, position: np.ndarray, sentence_first: np.nd
     first = sentence_first[sentence]
     lo, hi = allowed_keys(position, sentence_length[sentence], causal, sliding_window)
     return first + lo, first + hi
+
+
+def default_max_pairs(run: StoredRun) -> int:
+    """Pairs per layer when none are asked for: :data:`DEFAULT_MAX_PAIRS`, or fewer so that every head's pairs
+    together stay within :data:`RUN_PAIR_BUDGET` (at least 10,000 a layer)."""
+    return int(min(DEFAULT_MAX_PAIRS, max(10_000, RUN_PAIR_BUDGET // (run.n_layers * run.n_heads))))
 
 
 def attending_pairs(run: StoredRun, layer: int, max_pairs: int = DEFAULT_MAX_PAIRS, seed: int = 0) -> PairSet:

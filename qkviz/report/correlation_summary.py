@@ -53,7 +53,7 @@ class Report:
     atlas: HeadAtlas | None = None               # the run's head statistics, when 'qkviz stats' made them
 
 
-def correlation_report(run: StoredRun | str | Path, *, max_pairs: int = correlation.DEFAULT_MAX_PAIRS,
+def correlation_report(run: StoredRun | str | Path, *, max_pairs: int | None = None,
                        seed: int = 0, progress: bool = True) -> Report:
     """How faithfully each head's joint query/key picture shows its attention: the distance-dot-product
     correlation of every head in every space, also kept in the run for the app (what ``qkviz report`` computes).
@@ -66,7 +66,8 @@ def correlation_report(run: StoredRun | str | Path, *, max_pairs: int = correlat
     run
         A run, or the path of one.
     max_pairs
-        Exact up to this many attending pairs per layer.
+        Exact up to this many attending pairs per layer; None: 5,000,000, or fewer past 30 heads so that all the
+        heads' pairs stay within 150 million (:func:`qkviz.analysis.correlation.default_max_pairs`).
     seed
         Seed of the pair sample.
     progress
@@ -78,6 +79,7 @@ def correlation_report(run: StoredRun | str | Path, *, max_pairs: int = correlat
         Write it with :func:`qkviz.write_report`.
     """
     run = as_run(run)
+    max_pairs = correlation.default_max_pairs(run) if max_pairs is None else max_pairs
     if max_pairs < 10:
         raise QkvizError(f"max_pairs must be at least 10, got {max_pairs}")
     report = build_report(run, max_pairs=max_pairs, seed=seed, progress=progress)

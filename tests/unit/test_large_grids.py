@@ -65,3 +65,11 @@ def test_an_excerpt_of_a_pair_on_one_token_keeps_the_text_as_it_is():
     for spans in ([(0, 6), (0, 6)], [(0, 6), (3, 9)], [(7, 10), (0, 6)]):
         assert excerpt(text[:60], spans) == text[:60]
         assert ELLIPSIS not in excerpt(text, spans)[:CONTEXT] and excerpt(text, spans).startswith("Remove the")
+
+
+def test_a_report_of_a_thousand_heads_samples_fewer_pairs_a_head_and_a_small_model_keeps_them_all():
+    from qkviz.analysis.correlation import DEFAULT_MAX_PAIRS, RUN_PAIR_BUDGET, default_max_pairs
+
+    assert default_max_pairs(SimpleNamespace(n_layers=6, n_heads=12)) == min(DEFAULT_MAX_PAIRS, RUN_PAIR_BUDGET // 72)
+    assert default_max_pairs(SimpleNamespace(n_layers=2, n_heads=4)) == DEFAULT_MAX_PAIRS
+    assert default_max_pairs(SimpleNamespace(n_layers=32, n_heads=32)) == RUN_PAIR_BUDGET // 1024 == 146_484
