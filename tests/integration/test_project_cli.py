@@ -75,8 +75,10 @@ def test_ctrl_c_keeps_the_cache_consistent_and_the_next_run_resumes(small_run, t
         arguments = ["project", "--run", str(run_path), "--method", "tsne", "--dim", "2", "--n-iter", str(n_iter),
                      "--early-exaggeration-iter", "10"]
         command = [sys.executable, "-m", "qkviz", *arguments]
-        child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
-                                 env=dict(os.environ, HF_HUB_OFFLINE="1"))
+        # A user's shell delivers Ctrl-C; a test process may have come to ignore SIGINT (a worker's set-up run in
+        # it), and an ignored signal stays ignored in a child: the child gets the default back.
+        child = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"),
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 120
         while not list((run_path / CACHE_DIRECTORY).glob("*.json")) and time.monotonic() < deadline:
             time.sleep(0.05)
