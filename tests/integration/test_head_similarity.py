@@ -11,9 +11,10 @@ from support.cli import run_main
 
 from qkviz.analysis import head_similarity
 from qkviz.core.alignment import align_head
+from qkviz.analysis import related_sample
 from qkviz.analysis.head_similarity import (classical_mds, cluster_order, compute_head_similarity, geometry_sample,
-                                   load_head_similarity, pair_budget, query_supports, related_heads, sample_queries,
-                                   sample_sentences, store_head_similarity)
+                                   load_head_similarity, related_heads, store_head_similarity)
+from qkviz.analysis.related_sample import pair_budget, query_supports, sample_queries, sample_sentences
 from qkviz.store.run import open_stored_run
 from support.runs import reseal
 
@@ -92,9 +93,9 @@ def test_the_sample_is_whole_sentences_seeded_and_as_small_as_it_can_be(tiny_run
 
 
 def test_the_pair_budget_bounds_the_attention_array_and_the_js_step():
-    assert pair_budget(1024) * 8 * 1024 <= head_similarity.ATTENTION_BYTES                # memory
-    assert pair_budget(1024) * 1024 * 1023 // 2 <= head_similarity.JS_CELLS               # time
-    assert pair_budget(72) * 8 * 72 <= head_similarity.ATTENTION_BYTES < (pair_budget(72) + 1) * 8 * 72
+    assert pair_budget(1024) * 8 * 1024 <= related_sample.ATTENTION_BYTES                # memory
+    assert pair_budget(1024) * 1024 * 1023 // 2 <= related_sample.JS_CELLS               # time
+    assert pair_budget(72) * 8 * 72 <= related_sample.ATTENTION_BYTES < (pair_budget(72) + 1) * 8 * 72
     assert pair_budget(8, max_attention_bytes=640, max_js_cells=10 ** 9) == 10
     assert pair_budget(8, max_attention_bytes=10 ** 9, max_js_cells=280) == 10 and pair_budget(10 ** 6) == 1
 
