@@ -5,7 +5,8 @@ head's normalised 2D layout is placed in its grid cell, a fixed seeded sample of
 (:meth:`RunData.matrix_sample`). Coordinates are sent as uint16 grid units when they fit (half of
 float32's bytes). Every point carries its head's flat index (``layer * n_heads + head``) as
 ``customdata``, so a click opens that head. Search matches are two more traces over all heads.
-How the points are placed and coloured is :mod:`dash_app.views.matrix_points`.
+How the points are placed and coloured is :mod:`dash_app.views.matrix_points`; the figure is built by
+:mod:`dash_app.views.matrix_figure`.
 Ordered by a head-atlas column, the cells get a background (one translucent heatmap under the points,
 slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value (see
 :mod:`dash_app.views.matrix_cells`). A large run's heads are images of all their points instead of a sample
@@ -17,7 +18,6 @@ changed) and the clientside relay of a click.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import dash
@@ -38,10 +38,11 @@ from dash_app.state import ViewState, checked_state
 from dash_app.view_registry import AppContext, View, register_view
 from dash_app.views.matrix_filter import NO_FILTER, filter_mask, filter_message
 from dash_app.views.matrix_cells import atlas_badges, cell_heatmap, label_legend
-from dash_app.views.matrix_grid import (CELL, MIN_GRAPH_HEIGHT_PX, PAGE_HEIGHT_PX, Box, Grid, axis_ticks, list_grid,
+from dash_app.views.matrix_figure import grid_margin, head_labels, label_trace, matrix_figure, point_opacity
+from dash_app.views.matrix_grid import (MIN_GRAPH_HEIGHT_PX, PAGE_HEIGHT_PX, Box, Grid, list_grid,
                                         model_grid, plot_box, window_size)
-from dash_app.views.matrix_points import colour_markers, head_colours, match_traces, place, raster_extras
-from dash_app.views.matrix_raster import rasterised, thumbnail_images, thumbnails_of
+from dash_app.views.matrix_points import head_colours, match_traces, place
+from dash_app.views.matrix_raster import rasterised, thumbnails_of
 from qkviz.analysis import LABELS
 from qkviz.projection import method_label
 from qkviz.report import CATEGORIES, COLOURS
@@ -52,13 +53,8 @@ SORT_OPTIONS = [
     {"label": "clusters of the matches' queries and keys (fewest first)", "value": "clusters"},
     {"label": "related heads (attention clusters)", "value": "related"},
 ]
-COLOUR_BAR_PX = 110         # extra width for the colour bar when cells are coloured
-POINT_BARS_PX = 70          # extra height under the grid for the points' colour bars (a continuous colouring)
 #: the figure's height: the window's, less the bars above it (matrix_grid fits the grid to it)
 GRAPH_HEIGHT = f"calc(100vh - {PAGE_HEIGHT_PX}px)"
-#: the filter control's first option
-#: the opacity of the sampled points of a head a filter fades
-DIMMED_POINTS = 0.06
 
 
 def layout(_context: AppContext) -> html.Div:
@@ -104,32 +100,6 @@ def sort_control_options(data: RunData) -> list[dict]:
     return SORT_OPTIONS + sort_options(data.atlas_sorts())
 
 
-def head_labels(n_layers: int, n_heads: int, clusters: np.ndarray | None = None,
-                correlations: np.ndarray | None = None, badges: list[str] | None = None) -> list[str]:
-    """``"L{l} H{h}"`` per flat head, with the cluster count (``"· 3 clusters"``) and correlation (``"r -0.84"``)
-    when given, and a second line with the head's badge from ``badges`` ``[flat head]`` when not empty."""
-    labels = []
-    for flat in range(n_layers * n_heads):
-        label = f"L{flat // n_heads} H{flat % n_heads}"
-        if clusters is not None and clusters[flat] >= 0:
-            label += f" · {clusters[flat]} cluster{'' if clusters[flat] == 1 else 's'}"
-        if correlations is not None and not np.isnan(correlations[flat]):
-            label += f" · r {correlations[flat]:+.2f}"
-        if badges is not None and badges[flat]:
-            label += f"<br>{badges[flat]}"
-        labels.append(label)
-    return labels
-
-
-def cell_text(label: str, model: bool, characters: int) -> str:
-    """What a cell writes of its head's label (:func:`head_labels`): all of it in a list grid, its badges only in
-    a model grid (whose axes name the head); each line cut to ``characters``."""
-    if model:
-        label = re.sub(r"^L\d+ H\d+( · )?", "", label).removeprefix("<br>")
-    lines = [line if len(line) <= characters else line[:max(characters - 1, 1)] + "…" for line in label.split("<br>")]
-    return "<br>".join(line for line in lines if line)
-
-
 def in_model_order(order: np.ndarray, kept: np.ndarray | None, hide: bool) -> bool:
     """Whether every head is drawn in model order (a model grid, its axes naming layers and heads)."""
     return not (hide and kept is not None) and np.array_equal(order, np.arange(len(order)))
@@ -146,95 +116,6 @@ def fitted_grid(data: RunData, order: np.ndarray, kept: np.ndarray | None, hide:
     shown = order if not (hide and kept is not None) else order[kept[order]]
     grid = list_grid(shown, len(order), box)
     return list_grid(shown, len(order), box, text_lines=2) if grid.shows_text() else grid
-
-
-def grid_margin(grid_model: bool, legend: bool, cell_bar: bool, bars: bool) -> dict:
-    """The figure's margins: room for the axes' labels (a model grid), the legend, the cells' and points' bars."""
-    return dict(l=40 if grid_model else 12, r=12 + (COLOUR_BAR_PX if cell_bar else 0), t=36 if legend else 12,
-                b=(26 if grid_model else 12) + (POINT_BARS_PX if bars else 0), pad=0)
-
-
-def point_opacity(head: np.ndarray, kept: np.ndarray | None, searching: bool):
-    """The sampled points' opacity: one number, or float32 ``[point]`` fading the heads a filter leaves out
-    (``head``: each point's flat head, as :func:`place` returns it)."""
-    base = 0.25 if searching else 0.6
-    if kept is None:
-        return base
-    return np.where(kept[head], base, DIMMED_POINTS).astype(np.float32)
-
-
-def label_trace(grid: Grid, labels: list[str], kept: np.ndarray | None) -> go.Scatter:
-    """Slot 4: each cell's text at its top left (mode ``none`` when cells are too small to write it);
-    ``hovertext`` keeps every head's full label, ``text`` what its cell writes."""
-    across, down = grid.cell_px
-    size = 10 if across >= 90 else 9
-    characters = max(int(across / (0.56 * size)), 3)
-    origins = grid.origins()
-    texts = [cell_text(label, grid.model, characters) for label in labels]
-    colours = None if kept is None else np.where(kept, "#333", "#bbb").tolist()
-    return go.Scatter(x=origins[:, 0] + 0.03 * CELL, y=origins[:, 1] + CELL - 2 / max(down, 1) * CELL, text=texts,
-                      hovertext=labels, customdata=np.arange(len(labels), dtype=np.uint16),
-                      mode="text" if grid.shows_text() else "none", textposition="bottom right",
-                      textfont=dict(size=size, color=colours or "#333"), hoverinfo="none", showlegend=False,
-                      name="heads")
-
-
-def grid_axes(grid: Grid) -> tuple[dict, dict]:
-    """The x and y axes: the cells' borders as minor grid lines; a model grid's layers and heads named."""
-    common = dict(showgrid=False, zeroline=False, fixedrange=True, ticks="", tickfont=dict(size=10, color="#555"),
-                  minor=dict(tick0=0, dtick=CELL, showgrid=True, gridcolor="#d0d0d0", ticks=""))
-    x = dict(common, range=[0, grid.n_cols * CELL], showticklabels=False)
-    y = dict(common, range=[0, grid.n_rows * CELL], showticklabels=False)
-    if grid.model:
-        across, down = grid.cell_px
-        names = ("L", "H") if grid.layers_as_rows else ("H", "L")
-        y.update(axis_ticks(grid.n_rows, down, 13, names[0], downwards=True))
-        x.update(axis_ticks(grid.n_cols, across, 30, names[1]))
-    return x, y
-
-
-def matrix_figure(points: np.ndarray, sample: np.ndarray, grid: Grid, labels: list[str],
-                  matches: np.ndarray | None = None, cells: go.Heatmap | None = None,
-                  values: np.ndarray | None = None, colour: str = "type", legend: list | None = None,
-                  thumbnails: list[str | None] | None = None, value_range: tuple[float, float] | None = None,
-                  kept: np.ndarray | None = None, margin: dict | None = None) -> go.Figure:
-    """The matrix figure: traces queries, keys, query matches, key matches (all ``scattergl``), labels, the
-    cells (hover, clicks and their background, drawn under the points), then ``legend`` (legend-only entries).
-    It fills its graph's box: the cells take the shape the box gives them, each head's layout a square in its
-    cell.
-
-    ``points`` ``[flat head, 2 * n_tokens, 2]`` normalised layouts; ``sample`` the token indices drawn per head;
-    ``grid`` where each head is drawn (:mod:`dash_app.views.matrix_grid`); ``matches`` matched token indices;
-    ``values`` ``[flat head, 2 * n_tokens]`` what every head's points are coloured by
-    (:func:`~dash_app.views.matrix_points.head_colours`, None: queries green, keys pink), ``colour`` its name;
-    ``kept`` bool ``[flat head]`` the heads a filter keeps (the others faded), None: all.
-
-    With ``thumbnails`` (a PNG data URI per flat head, see :mod:`dash_app.views.matrix_raster`) the heads are
-    images instead: slots 0 and 1 empty SVG traces, ``sample`` and ``values`` unused, a continuous colouring's
-    bars span ``value_range``."""
-    searching = matches is not None and len(matches) > 0
-    drawn = grid.positions >= 0
-    traces = []
-    if thumbnails is not None:
-        traces += [go.Scatter(x=[], y=[], name=name, showlegend=False) for name in ("queries", "keys")]
-        legend = (legend or []) + raster_extras(colour, value_range)
-    else:
-        markers = colour_markers(points, sample, values, colour, drawn)
-        for (name, keys), marker in zip((("queries", False), ("keys", True)), markers):
-            x, y, head = place(points, grid, sample, keys)
-            traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="skip",
-                                       marker=dict(marker, size=2.5, opacity=point_opacity(head, kept, searching))))
-    traces += match_traces(points, grid, matches, thumbnails is not None)
-    traces.append(label_trace(grid, labels, kept))
-    traces.append(cells if cells is not None else cell_heatmap(grid, labels))
-    figure = go.Figure(traces + (legend or []))
-    xaxis, yaxis = grid_axes(grid)
-    figure.update_layout(
-        autosize=True, margin=margin or grid_margin(grid.model, bool(legend), False, False), xaxis=xaxis, yaxis=yaxis,
-        plot_bgcolor="white", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, groupclick="toggleitem"),
-        hovermode="closest", uirevision="matrix",
-        images=thumbnail_images(thumbnails, grid, kept) if thumbnails is not None else None)
-    return figure
 
 
 def matrix_message(data: RunData, method: str, dim: int, layouts: HeadLayouts) -> str:

@@ -13,7 +13,7 @@ from plotly.io.json import to_json_plotly
 
 from dash_app import ids
 from dash_app.panels import atlas as atlas_panel
-from dash_app.views import matrix as matrix_view, positions as positions_view, sentence as sentence_view
+from dash_app.views import matrix as matrix_view, matrix_grid, positions as positions_view, sentence as sentence_view
 from dash_app.app import next_state, open_runs
 from dash_app.atlas_columns import format_value, label_codes
 from dash_app.run_data import RunData
@@ -128,7 +128,7 @@ def test_the_matrix_is_ordered_coloured_and_badged_by_a_statistic(atlas_data):
     assert np.array_equal(np.sort(z.ravel())[::-1], np.sort(values)[::-1])
     assert (cells["zmin"], cells["zmax"]) == (values.min(), values.max())
     grid = matrix_view.matrix_parts(atlas_data, ViewState(method="pca", sort="mean_distance"), None).grid
-    assert not grid.model and grid.origins()[highest].tolist() == [0, (grid.n_rows - 1) * matrix_view.CELL]
+    assert not grid.model and grid.origins()[highest].tolist() == [0, (grid.n_rows - 1) * matrix_grid.CELL]
     row = table.query(f"layer == {highest // 4} and head == {highest % 4}").iloc[0]
     assert labels["text"][highest] == (f"L{highest // 4} H{highest % 4}<br>{atlas_panel_tag(row)} · "
                                        f"{format_value('mean_distance', row.mean_distance)}")

@@ -9,7 +9,7 @@ from dash import html
 
 from dash_app import ids
 from dash_app.panels import related as related_panel
-from dash_app.views import heads as heads_view, matrix as matrix_view
+from dash_app.views import heads as heads_view, matrix as matrix_view, matrix_grid
 from dash_app.app import build_app, next_state, open_runs
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
@@ -103,9 +103,9 @@ def test_the_matrix_is_ordered_by_the_clustering(related_data):
     grid = matrix_view.matrix_parts(related_data, ViewState(method="pca", sort="related"), None).grid
     origins = grid.origins()
     first = int(order[0])
-    assert origins[first].tolist() == [0, (grid.n_rows - 1) * matrix_view.CELL]    # the first leaf at the top left
+    assert origins[first].tolist() == [0, (grid.n_rows - 1) * matrix_grid.CELL]    # the first leaf at the top left
     labels = figure.data[4]
-    assert labels.x[first] == pytest.approx(origins[first, 0] + 0.03 * matrix_view.CELL)
+    assert labels.x[first] == pytest.approx(origins[first, 0] + 0.03 * matrix_grid.CELL)
     assert labels.text[first].startswith(f"L{first // 4} H{first % 4}")           # a list grid's cells name their heads
     state = ViewState(method="pca", sort="related")
     assert parse_url(to_url(state, [related_data.shape]), [related_data.shape]) == (state, [])

@@ -68,7 +68,7 @@ def test_matrix_places_every_head_in_its_cell_and_a_click_finds_it(data):
     assert np.array_equal(heads, np.repeat(np.arange(8), sample))
     x, y = decoded(queries["x"]).astype(int), decoded(queries["y"]).astype(int)
     # head 6 = layer 1, head 2: column 2, second row from the top (of two rows)
-    assert (x[heads == 6] // matrix_view.CELL == 2).all() and (y[heads == 6] // matrix_view.CELL == 0).all()
+    assert (x[heads == 6] // matrix_grid.CELL == 2).all() and (y[heads == 6] // matrix_grid.CELL == 0).all()
     assert len(decoded(query_matches["x"])) == 0 and labels["hovertext"][6] == "L1 H2"
     assert labels["text"][6] == "" and cells["type"] == "heatmap"          # the axes name layers and heads
 
@@ -80,8 +80,8 @@ def test_sorting_moves_heads_and_their_labels_together(data):
     grid = matrix_grid.list_grid(order, 8, matrix_grid.Box(400, 200))       # two rows of four cells 100 px square
     origins = grid.origins()
     assert (grid.n_rows, grid.n_cols) == (2, 4)
-    assert origins[5].tolist() == [0, matrix_view.CELL]                    # fewest clusters: top left
-    assert origins[4].tolist() == [3 * matrix_view.CELL, 0]                # most: bottom right
+    assert origins[5].tolist() == [0, matrix_grid.CELL]                    # fewest clusters: top left
+    assert origins[4].tolist() == [3 * matrix_grid.CELL, 0]                # most: bottom right
     labels = matrix_view.head_labels(2, 4, clusters, np.full(8, -0.5))
     assert labels[5] == "L1 H1 · 0 clusters · r -0.50" and labels[1].startswith("L0 H1 · 1 cluster ·")
     assert matrix_view.head_order(np.array([np.nan, 2.0, 1.0])).tolist() == [2, 1, 0]   # NaN last

@@ -14,7 +14,7 @@ from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, png_bytes
 from dash_app.run_data import RunData
 from dash_app.token_search import TokenSearch
 from dash_app.state import ViewState
-from dash_app.views import matrix as matrix_view, matrix_points, matrix_raster
+from dash_app.views import matrix as matrix_view, matrix_grid, matrix_points, matrix_raster
 from qkviz.core.errors import QkvizError
 from qkviz.store.run import open_stored_run
 from support.browser import copy_run
@@ -140,8 +140,8 @@ def test_a_rasterised_matrix_places_images_in_the_cells_and_clicks_open_heads(ra
              for column, flat in enumerate(flats)}
     assert sorted(cells) == list(range(8))
     for flat, (x, y) in cells.items():
-        assert origins[flat, 0] < x < origins[flat, 0] + matrix_view.CELL
-        assert origins[flat, 1] < y < origins[flat, 1] + matrix_view.CELL
+        assert origins[flat, 0] < x < origins[flat, 0] + matrix_grid.CELL
+        assert origins[flat, 1] < y < origins[flat, 1] + matrix_grid.CELL
     row, column = next((r, c) for r, flats in enumerate(heads["customdata"]) for c, flat in enumerate(flats) if flat == 6)
     assert heads["text"][row][column] == "L1 H2" and labels["hovertext"][6] == "L1 H2"
     assert queries["x"] == keys["x"] == [] and not [trace for trace in payload["data"] if trace["type"] == "scattergl"]
