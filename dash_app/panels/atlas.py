@@ -105,11 +105,8 @@ def marked_tokens(data: RunData, sentence: int, marks: list[tuple[int, str]]) ->
     that class (a token without characters, or overlapping an earlier mark, is not marked); of a long document,
     only the text around the marks (:func:`qkviz.analysis.excerpt_pieces`)."""
     text = str(data.sentences.text.iat[sentence])
-    spans = []
-    for token, kind in marks:
-        start, end = int(data.tokens.char_start.iat[token]), int(data.tokens.char_end.iat[token])
-        if 0 <= start < end <= len(text) and all(end <= other[0] or start >= other[1] for other in spans):
-            spans.append((start, end, kind))
+    spans = [(int(data.tokens.char_start.iat[token]), int(data.tokens.char_end.iat[token]), kind)
+             for token, kind in marks]
     return [piece if kind is None else html.Mark(piece, className=kind) for piece, kind in excerpt_pieces(text, spans)]
 
 

@@ -152,7 +152,7 @@ def block_probabilities(head: DocumentHead, first: int, stop: int, key_first: in
     allowed = (key_position[None, :] >= lo[:, None]) & (key_position[None, :] < hi[:, None])
     logits = attention_logits(head.queries[first:stop], head.keys[key_first:key_stop], head.scale, head.softcap,
                               allowed)
-    return masked_softmax(logits)
+    return masked_softmax(logits, overwrite=True)           # the block's own logits: no copy
 
 
 def attention_blocks(head: DocumentHead, row_edges: np.ndarray, max_cells: int = MAX_BLOCK_CELLS

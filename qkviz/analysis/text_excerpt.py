@@ -17,15 +17,15 @@ ELLIPSIS = "…"
 
 def excerpt_pieces(text: str, spans: list[tuple[int, int, str]], whole: int = WHOLE_TEXT, context: int = CONTEXT
                    ) -> list[tuple[str, str | None]]:
-    """``text`` as ``(piece, kind)`` in order: each span ``(start, end, kind)`` of ``spans`` (character offsets;
-    one overlapping an earlier is left out) a piece of that kind, the text between them pieces of kind None. A text longer than
-    ``whole`` keeps only ``context`` characters around each span (the first ``whole`` characters when there is
-    no span), the parts left out replaced by ``…``."""
-    inside = sorted((start, end, kind) for start, end, kind in spans if 0 <= start < end <= len(text))
-    spans = []
-    for span in inside:                                   # a span overlapping an earlier one is not marked
-        if not spans or span[0] >= spans[-1][1]:
-            spans.append(span)
+    """``text`` as ``(piece, kind)`` in order: each span ``(start, end, kind)`` of ``spans`` (character
+    offsets; one overlapping an earlier one in the list is left out) a piece of that kind, the text between
+    them pieces of kind None. A text longer than ``whole`` keeps only ``context`` characters around each span
+    (the first ``whole`` characters when there is no span), the parts left out replaced by ``…``."""
+    kept: list[tuple[int, int, str]] = []
+    for start, end, kind in spans:                        # in the order given: one overlapping an earlier is left out
+        if 0 <= start < end <= len(text) and all(end <= other[0] or start >= other[1] for other in kept):
+            kept.append((start, end, kind))
+    spans = sorted(kept)
     if len(text) <= whole:
         keep = [(0, len(text))]
     elif not spans:
