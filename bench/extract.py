@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 import qkviz  # noqa: E402
 from qkviz.extraction import extract_run  # noqa: E402
-from qkviz.extraction.adapters import adapter_for  # noqa: E402
+from qkviz.extraction.adapters import model_adapter  # noqa: E402
 from qkviz.extraction.corpus import DEFAULT_CORPUS, load_corpus  # noqa: E402
 from qkviz.extraction.text_capture import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
 from qkviz.extraction.models import load_model  # noqa: E402
@@ -46,7 +46,7 @@ def repeated_corpus(directory: Path, copies: int) -> Path:
 
 def bare_forward_seconds(loaded, sentences, batch_size: int, dtype: str) -> float:
     """The same chunks and length-sorted batches as extraction, with no capture and no writing."""
-    model, adapter = loaded.model, adapter_for(loaded.model.config)
+    model, adapter = loaded.model, model_adapter(loaded.model)
     limit = max(1, CHUNK_BYTES // bytes_per_token(adapter.shape(model.config), np.dtype(dtype)))
     pad = pad_token_id(loaded.tokenizer)
     device = str(next(model.parameters()).device)

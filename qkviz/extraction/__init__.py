@@ -3,7 +3,7 @@ per architecture family (:mod:`qkviz.extraction.adapters`), capturing queries an
 the attention dot product, and streaming them to the store.
 
 Importing this package does not import torch: the corpus readers (text and images) and the bundled models' table are
-plain Python, and the names that need torch (``extract_run``, ``ADAPTERS``, ``adapter_for``,
+plain Python, and the names that need torch (``extract_run``, ``ADAPTERS``, ``model_adapter``,
 ``load_model``, ``ExtractionResult``) are imported on first use.
 """
 
@@ -12,7 +12,8 @@ from qkviz.extraction.image_corpus import SAMPLE_IMAGES, ImageCorpus, load_image
 from qkviz.extraction.models import BUNDLED_MODELS
 
 __all__ = ["ADAPTERS", "BUNDLED_MODELS", "DEFAULT_CORPUS", "SAMPLE_IMAGES", "Corpus", "ExtractionResult", "ImageCorpus",
-           "adapter_for", "extract_run", "load_corpus", "load_images", "load_model", "sample_images"]
+           "model_adapter",
+           "extract_run", "load_corpus", "load_images", "load_model", "sample_images"]
 
 
 def __getattr__(name: str):
@@ -20,7 +21,7 @@ def __getattr__(name: str):
         from qkviz.extraction import pipeline
 
         return getattr(pipeline, name)
-    if name in ("ADAPTERS", "adapter_for"):
+    if name in ("ADAPTERS", "model_adapter"):
         from qkviz.extraction import adapters
 
         return getattr(adapters, name)

@@ -53,16 +53,16 @@ def borrowed_model(model, tokenizer=None, device: str | None = None, progress: b
     """``model`` (a transformers ``PreTrainedModel``) in eval mode on ``device`` (default: where it is) for the
     extraction, with its training flags and device restored afterwards; the tokenizer checked against it (an
     image model: its image processor, ``processor=`` or the one saved in its ``name_or_path``)."""
-    from qkviz.extraction.adapters import adapter_for, vision_tower
+    from qkviz.extraction.adapters import declared_adapter, vision_tower
 
     _check_model_object(model)
     try:
-        adapter = adapter_for(model.config)          # an unsupported family is refused before anything changes
+        adapter = declared_adapter(model.config)     # a refused family is refused before anything changes
     except QkvizError as error:
         raise QkvizError(f"model object {type(model).__name__}: {error}") from None
-    check_modality(f"model object {type(model).__name__}", adapter, modality)
+    check_modality(f"model object {type(model).__name__}", adapter, modality, model.config)
     base = vision_tower(getattr(model, "base_model", model))   # no head: its outputs are not needed
-    if adapter.modality == "image":
+    if adapter is not None and adapter.modality == "image":
         if tokenizer is not None:
             raise QkvizError("tokenizer= goes with a text model; give an image model its image processor with processor=")
         processor = processor if processor is not None else _processor_of(model)

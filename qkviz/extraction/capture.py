@@ -20,6 +20,8 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from qkviz.core.errors import QkvizError
+
 CAPTURE_IMPLEMENTATION = "qkviz_capture"
 #: an attention that computes nothing (zeros), for passes that read only what enters attention (positions)
 SKIP_IMPLEMENTATION = "qkviz_skip_attention"
@@ -57,9 +59,10 @@ class AttentionRecorder:
         scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
         window = kwargs.get("sliding_window")
         softcap = kwargs.get("softcap")
+        causal = kwargs.get("is_causal")
         self.settings[layer] = LayerAttentionSettings(
             scale=scale,
-            causal=bool(getattr(module, "is_causal", False)),
+            causal=bool(getattr(module, "is_causal", False) if causal is None else causal),
             sliding_window=int(window) if window else None,
             softcap=float(softcap) if softcap else None,
         )
@@ -78,21 +81,95 @@ def _capturing_attention(module, query, key, value, attention_mask, scaling=None
     recorder = _active_recorder.get()
     if recorder is not None:
         recorder.record(module, query, key, value, scaling, kwargs)
-    output = ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask,
-                                             scaling=scaling, dropout=dropout, **kwargs)
+    compute = _softcapped_attention if kwargs.get("softcap") is not None else ALL_ATTENTION_FUNCTIONS["sdpa"]
+    output = compute(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
     if recorder is not None:
         recorder.record_output(module, output[0])
     return output
 
 
+def _softcapped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
+                          **kwargs):
+    """Eager attention with the logit soft-capped (``softcap * tanh(logit / softcap)``, Gemma 2), which
+    PyTorch's scaled-dot-product attention cannot do: ``(output [batch, pos, head, d_value], probabilities)``."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    logits = torch.tanh(torch.matmul(query, key.transpose(2, 3)) * scale / softcap) * softcap
+    if attention_mask is None and getattr(module, "is_causal", True) and query.shape[2] > 1:
+        attention_mask = torch.ones(query.shape[2], key.shape[2], dtype=torch.bool, device=query.device).tril()
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            logits = logits.masked_fill(~attention_mask, torch.finfo(logits.dtype).min)
+        else:
+            logits = logits + attention_mask[..., : key.shape[2]]
+    probabilities = torch.softmax(logits, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(probabilities, value).transpose(1, 2).contiguous(), probabilities
+
+
 def _skipped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    return torch.zeros_like(query).transpose(1, 2), None     # [batch, pos, head, d_head], as attention returns
+    zeros = query.new_zeros(*query.shape[:-1], value.shape[-1])
+    return zeros.transpose(1, 2), None     # [batch, pos, head, d_value], as attention returns
 
 
 AttentionInterface.register(CAPTURE_IMPLEMENTATION, _capturing_attention)
 AttentionMaskInterface.register(CAPTURE_IMPLEMENTATION, sdpa_mask)
 AttentionInterface.register(SKIP_IMPLEMENTATION, _skipped_attention)
 AttentionMaskInterface.register(SKIP_IMPLEMENTATION, sdpa_mask)
+
+
+@dataclass(frozen=True)
+class MethodCapture:
+    """A family that computes attention in a method of its own instead of calling the attention interface: the
+    method, which receives ``(query, key, value, attention_mask)`` after every rotation and before the scale,
+    and what it applies beyond ``q . k`` (``scaling``, ``is_causal``, ``sliding_window``), read from the module."""
+
+    method: str
+    settings: Callable[[torch.nn.Module], dict]
+
+
+#: attention class name -> where its queries and keys are captured (declared exceptions; every other family
+#: goes through the attention interface)
+METHOD_CAPTURES: dict[str, MethodCapture] = {
+    "GPTJAttention": MethodCapture("_attn", lambda m: {"scaling": 1 / float(m.scale_attn), "is_causal": True}),
+    "CodeGenAttention": MethodCapture("_attn", lambda m: {"scaling": 1 / float(m.scale_attn), "is_causal": True}),
+    # GPT-Neo does not scale its logits; its local layers see the last window_size positions
+    "GPTNeoSelfAttention": MethodCapture("_attn", lambda m: {
+        "scaling": 1.0, "is_causal": True,
+        "sliding_window": int(m.config.window_size) if m.attention_type == "local" else None}),
+}
+
+
+def _captured_method(module: torch.nn.Module, declared: MethodCapture):
+    original = getattr(module, declared.method)
+
+    def method(query, key, value, attention_mask=None, *args, **kwargs):
+        recorder = _active_recorder.get()
+        if recorder is not None:
+            settings = declared.settings(module)
+            recorder.record(module, query, key, value, settings.pop("scaling"), settings)
+        output = original(query, key, value, attention_mask, *args, **kwargs)
+        if recorder is not None:
+            recorder.record_output(module, output[0].transpose(1, 2))     # [batch, pos, head, d_head]
+        return output
+
+    return method
+
+
+@contextlib.contextmanager
+def _method_captures(model: torch.nn.Module) -> Iterator[None]:
+    """The declared :data:`METHOD_CAPTURES` of ``model``'s modules, in place while the context lasts."""
+    patched = []
+    for module in model.modules():
+        declared = METHOD_CAPTURES.get(type(module).__name__)
+        if declared is not None:
+            setattr(module, declared.method, _captured_method(module, declared))
+            patched.append((module, declared.method))
+    try:
+        yield
+    finally:
+        for module, name in patched:
+            delattr(module, name)
 
 
 @contextlib.contextmanager
@@ -107,14 +184,27 @@ def without_attention(model: torch.nn.Module) -> Iterator[None]:
         model.set_attn_implementation(previous)
 
 
+def switch_attention(model: torch.nn.Module, implementation: str) -> None:
+    """``model.set_attn_implementation(implementation)``, or a one-line :class:`QkvizError` where the model cannot
+    switch (its attention is fixed)."""
+    try:
+        model.set_attn_implementation(implementation)
+    except Exception as error:  # noqa: BLE001 -- transformers refuses in several ways
+        detail = (str(error).strip().splitlines() or [""])[0][:160]
+        family = getattr(model.config, "model_type", None) or type(model).__name__
+        raise QkvizError(f"{family}: its attention implementation cannot be switched to {implementation!r} "
+                         f"({detail}); qkviz captures and checks attention through that switch") from None
+
+
 @contextlib.contextmanager
 def capturing(model: torch.nn.Module, recorder: AttentionRecorder) -> Iterator[AttentionRecorder]:
     """Run ``model`` with ``recorder`` receiving every layer's queries and keys."""
     previous = model.config._attn_implementation
-    model.set_attn_implementation(CAPTURE_IMPLEMENTATION)
+    switch_attention(model, CAPTURE_IMPLEMENTATION)
     token = _active_recorder.set(recorder)
     try:
-        yield recorder
+        with _method_captures(model):
+            yield recorder
     finally:
         _active_recorder.reset(token)
         model.set_attn_implementation(previous)

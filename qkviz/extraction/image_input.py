@@ -16,6 +16,8 @@ import pandas as pd
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 from qkviz.extraction.capture import LayerAttentionSettings
+from qkviz.extraction.chunk_capture import attention_layers
+from qkviz.extraction.exactness_gate import GateResult, check_exactness
 from qkviz.extraction.image_capture import ImageLayout, PixelSource, capture_images, image_layout
 from qkviz.extraction.image_corpus import ImageCorpus
 from qkviz.extraction.image_tokens import image_table, image_token_table, select_images
@@ -83,6 +85,13 @@ class ImageInput:
     @property
     def n_truncated(self) -> int:
         return 0
+
+    def check_exactness(self) -> GateResult:
+        """The exactness gate (:mod:`qkviz.extraction.exactness_gate`) on the first image."""
+        model = self.loaded.model
+        return check_exactness(model, self.adapter, self.shape, attention_layers(model, self.adapter, self.shape),
+                               {"pixel_values": self.source_pixels.pixels(self.selected[:1])}, [self.layout.n_tokens],
+                               expected_causal=self.adapter.causal)
 
     def capture(self, writer: RunWriter, batch_size: int, progress: bool) -> dict[int, LayerAttentionSettings]:
         """Capture the images not yet on disk and cut every image's thumbnails; each layer's attention settings."""

@@ -29,8 +29,9 @@ logger = logging.getLogger(__name__)
 
 def query_key_biases(module: torch.nn.Module, adapter: FamilyAdapter,
                      shape: ModelShape) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """One attention module's ``([head, d_head], [kv_head, d_head])`` biases, or ``None`` each."""
-    if adapter.qk_norm:
+    """One attention module's ``([head, d_head], [kv_head, d_head])`` biases, or ``None`` each (also where the
+    family's projections are fused in a layout qkviz does not know: the biases then stay part of the content)."""
+    if adapter.qk_norm or not adapter.has_projections:
         return None, None
 
     def per_head(part: int, heads: int) -> np.ndarray | None:

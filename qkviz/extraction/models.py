@@ -105,7 +105,7 @@ def load_model(spec: str, device: str = "cpu", progress: bool = False, modality:
     import torch
     from transformers import AutoConfig, AutoTokenizer
 
-    from qkviz.extraction.adapters import adapter_for, vision_tower
+    from qkviz.extraction.adapters import declared_adapter, vision_tower
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise QkvizError(f"--device {device} was asked for but no CUDA device is available; use --device cpu")
@@ -114,9 +114,9 @@ def load_model(spec: str, device: str = "cpu", progress: bool = False, modality:
         config = AutoConfig.from_pretrained(directory)
     except (OSError, ValueError) as error:
         raise QkvizError(_unreachable_message(spec, error)) from None
-    adapter = adapter_for(config)
-    check_modality(f"model {spec}", adapter, modality)
-    if adapter.modality == "image":
+    adapter = declared_adapter(config)
+    check_modality(f"model {spec}", adapter, modality, config)
+    if adapter is not None and adapter.modality == "image":
         processor = image_processor(directory, spec)
         model = vision_tower(_read_weights(spec, directory, config))
         return LoadedModel(model=model.to(device).eval(), tokenizer=None, model_id=spec, source=source,
@@ -148,17 +148,19 @@ def _read_weights(spec: str, directory, config):
                          "damaged or not plain tensors: download or save them again (safetensors)") from None
 
 
-def check_modality(what: str, adapter, modality: str | None) -> None:
-    """A text model given images, or an image model given text, is a one-line error."""
-    if modality is None or adapter.modality == modality:
+def check_modality(what: str, adapter, modality: str | None, config) -> None:
+    """A text model given images, or an image model given text, is a one-line error (``adapter`` None: a text
+    family found from the model's structure)."""
+    if modality is None or (adapter.modality if adapter is not None else "text") == modality:
         return
-    if adapter.modality == "image":
+    if adapter is not None and adapter.modality == "image":
         raise QkvizError(f"{what} is an image model ({adapter.description}); give it images: --images FOLDER, "
                          "a list file, imagefolder:DIR or skimage-samples (in Python: a list of PIL images)")
     from qkviz.extraction.adapters import ADAPTERS
 
     vision = ", ".join(a.family for a in ADAPTERS if a.modality == "image")
-    raise QkvizError(f"{what} reads text ({adapter.family}); images need an image model of a supported family "
+    family = adapter.family if adapter is not None else getattr(config, "model_type", "?")
+    raise QkvizError(f"{what} reads text ({family}); images need an image model of a supported family "
                      f"({vision})")
 
 

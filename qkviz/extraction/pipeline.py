@@ -24,10 +24,11 @@ import numpy as np
 import pandas as pd
 
 from qkviz.core.errors import QkvizError
-from qkviz.extraction.adapters import FamilyAdapter, adapter_for
+from qkviz.extraction.adapters import FamilyAdapter, model_adapter
 from qkviz.extraction.borrowed_model import model_for_extraction
 from qkviz.extraction.capture import LayerAttentionSettings
 from qkviz.extraction.corpus import load_corpus
+from qkviz.extraction.exactness_gate import GateResult
 from qkviz.extraction.image_corpus import is_image_source, load_images
 from qkviz.extraction.image_input import ImageInput
 from qkviz.extraction.models import LoadedModel
@@ -73,7 +74,7 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
                         busy_message=f"another qkviz extract is writing {out}; wait for it to finish"), \
             model_for_extraction(model, tokenizer, device, progress, processor=processor,
                                  modality="image" if images else "text") as loaded:
-        adapter = adapter_for(loaded.model.config)
+        adapter = model_adapter(loaded.model)
         limits = dict(max_tokens=max_tokens, max_sentences=max_sentences, seed=seed)
         run_input = (ImageInput.select(loaded, adapter, corpus_data, **limits) if images else
                      TextInput.select(loaded, adapter, corpus_data, max_length=max_length, chunk=chunk,
@@ -93,6 +94,10 @@ class RunInput(Protocol):
     n_sequences: int       # sentences or images in the run
     n_tokens: int
     n_truncated: int
+
+    def check_exactness(self) -> GateResult:
+        """The exactness gate on the input's first batch (:mod:`qkviz.extraction.exactness_gate`): a one-line
+        refusal where qkviz cannot reproduce the model's attention."""
 
     def capture(self, writer: RunWriter, batch_size: int, progress: bool) -> dict[int, LayerAttentionSettings]:
         """Stream every sequence not yet on disk through ``writer``; each layer's attention settings."""
@@ -135,6 +140,7 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     if plan is DirectoryPlan.REUSE:
         logger.info("%s already holds this run; reusing it", out)
         return ExtractionResult(open_stored_run(out), "reused", time.perf_counter() - started)
+    gate = run_input.check_exactness()          # before anything is written
     layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, run_input.n_tokens, dtype,
                          head_update)
     writer = RunWriter(out, run_fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
@@ -149,7 +155,7 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
                             n_truncated=run_input.n_truncated)
     if (described := run_input.manifest_input()) is not None:
         manifest["input"] = described
-    manifest["extraction"] = {"device": device, "batch_size": batch_size}
+    manifest["extraction"] = {"device": device, "batch_size": batch_size, "exactness_gate": gate.as_manifest()}
     parts = run_input.logit_parts(tokens)
     manifest["logit_parts"] = sorted(parts)
     writer.finish(manifest, tokens, run_input.sequence_table(), {**parts, **run_input.extra_arrays()})

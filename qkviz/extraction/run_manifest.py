@@ -79,7 +79,9 @@ def run_manifest(identity: dict, loaded: LoadedModel, adapter: FamilyAdapter, sh
         "model": {**identity["model"], "id": loaded.model_id, "source": loaded.source,
                   "description": adapter.description, **loaded.origin},
         "shape": {"n_layers": shape.n_layers, "n_heads": shape.n_heads, "n_kv_heads": shape.n_kv_heads,
-                  "head_dim": shape.head_dim},
+                  "head_dim": shape.head_dim,
+                  # a model mixing attention with other layers: the model layer of each run layer
+                  **({"model_layers": list(adapter.layer_indices)} if adapter.layer_indices is not None else {})},
         "attention": {
             "causal": adapter.causal,
             "scales": [settings[layer].scale for layer in layers],

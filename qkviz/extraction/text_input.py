@@ -8,7 +8,7 @@ first layer's embedding parts of the tokens used.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -17,12 +17,14 @@ from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 from qkviz.extraction.borrowed_model import check_token_ids
 from qkviz.extraction.capture import LayerAttentionSettings
+from qkviz.extraction.chunk_capture import attention_layers
 from qkviz.extraction.corpus import Corpus
+from qkviz.extraction.exactness_gate import GATE_SENTENCES, GATE_TOKENS, GateResult, check_exactness
 from qkviz.extraction.long_documents import DocumentRule, default_overlap, refused_past, windows_of
 from qkviz.extraction.logit_parts_capture import capture_logit_parts
 from qkviz.extraction.models import LoadedModel
 from qkviz.extraction.selection import TokenizedSentence, select_sentences
-from qkviz.extraction.text_capture import capture_sentences, pad_token_id
+from qkviz.extraction.text_capture import capture_sentences, pad_token_id, padded_batch
 from qkviz.extraction.token_table import sentence_table, token_table
 from qkviz.store.run import StoredRun
 from qkviz.store.run_writer import RunWriter
@@ -89,6 +91,16 @@ class TextInput:
     @property
     def n_truncated(self) -> int:
         return sum(s.truncated for s in self.sentences)
+
+    def check_exactness(self) -> GateResult:
+        """The exactness gate (:mod:`qkviz.extraction.exactness_gate`) on the first sentences, cut short."""
+        model = self.loaded.model
+        batch = [replace(s, token_ids=s.token_ids[:GATE_TOKENS]) for s in self.sentences[:GATE_SENTENCES]]
+        input_ids, attention_mask = padded_batch(batch, pad_token_id(self.loaded.tokenizer),
+                                                 str(next(model.parameters()).device))
+        return check_exactness(model, self.adapter, self.shape, attention_layers(model, self.adapter, self.shape),
+                               {"input_ids": input_ids, "attention_mask": attention_mask}, [len(s) for s in batch],
+                               expected_causal=self.adapter.causal)
 
     def capture(self, writer: RunWriter, batch_size: int, progress: bool) -> dict[int, LayerAttentionSettings]:
         """Capture the sentences not yet on disk; each layer's attention settings."""

@@ -6,14 +6,14 @@ import torch
 from transformers import AutoImageProcessor, AutoModel
 
 import qkviz
-from qkviz.extraction.adapters import adapter_for
+from qkviz.extraction.adapters import model_adapter
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
 def test_head_updates_match_the_models_output_projection_inputs(family, tiny_run, tiny_model):
     run = tiny_run(family, max_sentences=8, head_update=True)
     model = AutoModel.from_pretrained(tiny_model(family), attn_implementation="eager", dtype=torch.float32).eval()
-    adapter = adapter_for(model.config)
+    adapter = model_adapter(model)
     shape = adapter.shape(model.config)
     layer = 1
     seen = {}
@@ -71,7 +71,7 @@ def test_image_head_updates_match_the_models_output_projection_inputs(family, ti
     model_dir = tiny_vision(family)
     run = qkviz.extract(str(model_dir), images, tmp_path / "run", head_update=True, progress=False)
     model = AutoModel.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32).eval()
-    adapter = adapter_for(model.config)
+    adapter = model_adapter(model)
     shape = adapter.shape(model.config)
     layer, seen = 1, {}
     adapter.output_projections(model)[layer].register_forward_hook(lambda m, args, out: seen.__setitem__("heads", args[0]))

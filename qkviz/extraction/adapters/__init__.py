@@ -1,39 +1,60 @@
-"""Family adapters, registered by Hugging Face model type and architecture name."""
+"""How qkviz reaches a model's attention: found from the model's structure, with declared exceptions.
+
+Most text families need nothing of their own: :func:`model_adapter` finds the attention modules and their
+layers from the model itself (:mod:`qkviz.extraction.adapters.discovery`). Declared adapters remain where a
+family needs what structure cannot tell: BERT-layout encoders (the output projection outside the attention
+module, the embedding parts), DistilBERT, GPT-2 (one fused ``Conv1D`` projection) and the image encoders.
+Families that add a term q.k cannot express are refused by name (:mod:`qkviz.extraction.adapters.refusals`);
+every other one passes the exactness gate before a run is written.
+"""
 
 from __future__ import annotations
 
 from qkviz.extraction.adapters.base import FamilyAdapter, ModelShape
 from qkviz.extraction.adapters.bert import BERT, ROBERTA
+from qkviz.extraction.adapters.discovery import discover_adapter
 from qkviz.extraction.adapters.distilbert import DISTILBERT
-from qkviz.extraction.adapters.gemma3 import GEMMA3
 from qkviz.extraction.adapters.gpt2 import GPT2
-from qkviz.extraction.adapters.llama import LLAMA, MISTRAL, QWEN2
+from qkviz.extraction.adapters.refusals import refusal_reason
 from qkviz.extraction.adapters.vision import VISION_ADAPTERS, tower_config, vision_tower
 from qkviz.core.errors import QkvizError
 
-ADAPTERS: tuple[FamilyAdapter, ...] = (BERT, ROBERTA, DISTILBERT, GPT2, LLAMA, QWEN2, MISTRAL, GEMMA3, *VISION_ADAPTERS)
+#: families declared because structure alone cannot tell all qkviz needs of them
+ADAPTERS: tuple[FamilyAdapter, ...] = (BERT, ROBERTA, DISTILBERT, GPT2, *VISION_ADAPTERS)
 
 _BY_MODEL_TYPE = {model_type: adapter for adapter in ADAPTERS for model_type in adapter.model_types}
 _BY_ARCHITECTURE = {arch: adapter for adapter in ADAPTERS for arch in adapter.architectures}
 
 
-def supported_families() -> list[str]:
-    return [adapter.family for adapter in ADAPTERS]
-
-
-def adapter_for(config) -> FamilyAdapter:
-    """The adapter for a model configuration (a CLIP / SigLIP checkpoint's: its vision tower's), or a
-    :class:`QkvizError` naming the supported ones."""
+def declared_adapter(config) -> FamilyAdapter | None:
+    """The declared adapter for a model configuration (a CLIP / SigLIP checkpoint's: its vision tower's); None
+    for a family found from the model's structure once loaded (:func:`model_adapter`). A family that adds a term
+    q.k cannot express is a one-line :class:`QkvizError` saying which."""
     config = tower_config(config)
     adapter = _BY_MODEL_TYPE.get(getattr(config, "model_type", None))
     for architecture in getattr(config, "architectures", None) or ():
         adapter = adapter or _BY_ARCHITECTURE.get(architecture)
-    if adapter is None:
-        name = ", ".join(getattr(config, "architectures", None) or [str(getattr(config, "model_type", "?"))])
-        raise QkvizError(f"unsupported architecture {name}; supported families: {', '.join(supported_families())}")
-    adapter.check_supported(config)
+    reason = adapter.unsupported_reason(config) if adapter is not None else refusal_reason(config)
+    if reason:
+        family = adapter.family if adapter is not None else getattr(config, "model_type", "?")
+        raise QkvizError(f"{family} model not supported: {reason}")
     return adapter
 
 
-__all__ = ["ADAPTERS", "FamilyAdapter", "ModelShape", "adapter_for", "supported_families", "tower_config",
-           "vision_tower"]
+def modality_of(config) -> str:
+    """``"image"`` for a declared image family, else ``"text"`` (refused families raise, as in
+    :func:`declared_adapter`)."""
+    adapter = declared_adapter(config)
+    return "text" if adapter is None else adapter.modality
+
+
+def model_adapter(model) -> FamilyAdapter:
+    """The adapter of a loaded model: its declared one, or one found from its structure."""
+    adapter = declared_adapter(model.config)
+    if adapter is not None:
+        return adapter
+    return discover_adapter(model, str(getattr(model.config, "model_type", None) or type(model).__name__))
+
+
+__all__ = ["ADAPTERS", "FamilyAdapter", "ModelShape", "declared_adapter", "modality_of", "model_adapter",
+           "tower_config", "vision_tower"]

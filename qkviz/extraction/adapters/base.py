@@ -14,7 +14,6 @@ from typing import Callable
 
 import torch
 
-from qkviz.core.errors import QkvizError
 
 
 @dataclass(frozen=True)
@@ -23,6 +22,8 @@ class ModelShape:
     n_heads: int
     n_kv_heads: int
     head_dim: int
+    #: the size of a head's values (its output), where it differs from the query / key size (latent attention)
+    value_dim: int | None = None
 
     def kv_head_of(self, head: int) -> int:
         """The key-value head that serves query head ``head`` (grouped-query attention)."""
@@ -77,8 +78,16 @@ class FamilyAdapter:
     #: Image families: the names of the special tokens before the patches, in sequence order (CLS,
     #: distillation, registers); the patches follow row by row.
     prefix_tokens: Callable[[object], tuple[str, ...]] = lambda config: ()
+    #: the model layers that have attention, where not all do (a model mixing attention with linear-attention or
+    #: state-space layers); ``None``: every layer
+    layer_indices: tuple[int, ...] | None = None
+    #: found from the model itself (:mod:`qkviz.extraction.adapters.discovery`): its shape as captured
+    discovered_shape: ModelShape | None = None
+    discovered: bool = False
 
     def shape(self, config) -> ModelShape:
+        if self.discovered_shape is not None:
+            return self.discovered_shape
         config = config.get_text_config()
         n_heads = int(config.num_attention_heads)
         n_kv_heads = int(getattr(config, "num_key_value_heads", None) or n_heads)
@@ -96,8 +105,18 @@ class FamilyAdapter:
         return [_follow(layer, self.attention_path) for layer in self.layer_modules(model)]
 
     def layer_modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
-        """Every decoder / encoder layer, in order."""
-        return list(_follow(_base_model(model), self.layers_path))
+        """Every decoder / encoder layer with attention, in order."""
+        layers = list(_follow(_base_model(model), self.layers_path))
+        return layers if self.layer_indices is None else [layers[index] for index in self.layer_indices]
+
+    @property
+    def has_projections(self) -> bool:
+        """Whether the query and key projections are known (a fused or unrecognised one is not)."""
+        return bool(self.fused_projection_path or (self.query_projection_path and self.key_projection_path))
+
+    @property
+    def has_output_projection(self) -> bool:
+        return bool(self.output_projection_path)
 
     def output_projections(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         """The output projection of every layer's attention, in layer order."""
@@ -121,8 +140,8 @@ class FamilyAdapter:
         slices = []
         for projection in self.output_projections(model):
             weight = projection.weight.detach().float()
-            per_input = weight if self.conv1d_output else weight.T     # [heads x d_head, d_model]
-            slices.append(per_input.reshape(shape.n_heads, shape.head_dim, -1))
+            per_input = weight if self.conv1d_output else weight.T     # [heads x d_value, d_model]
+            slices.append(per_input.reshape(shape.n_heads, shape.value_dim or shape.head_dim, -1))
         return slices
 
     def embedding_modules(self, model: torch.nn.Module) -> tuple | None:
@@ -133,10 +152,6 @@ class FamilyAdapter:
         token_types = None if paths.token_types is None else _follow(base, paths.token_types)
         return _follow(base, paths.tokens), _follow(base, paths.positions), token_types, _follow(base, paths.norm)
 
-    def check_supported(self, config) -> None:
-        reason = self.unsupported_reason(config)
-        if reason:
-            raise QkvizError(f"{self.family} model not supported: {reason}")
 
 
 def _base_model(model: torch.nn.Module) -> torch.nn.Module:

@@ -1,18 +1,11 @@
 """BERT and RoBERTa: bidirectional encoders with query/key biases and absolute positions."""
 
 from qkviz.extraction.adapters.base import EmbeddingPaths, FamilyAdapter
+from qkviz.extraction.adapters.refusals import relative_positions
 
 #: BERT and RoBERTa normalise the sum of token, position and token-type embeddings in ``embeddings.LayerNorm``.
 EMBEDDINGS = EmbeddingPaths("embeddings.word_embeddings", "embeddings.position_embeddings",
                             "embeddings.token_type_embeddings", "embeddings.LayerNorm")
-
-
-def _relative_positions(config) -> str | None:
-    kind = getattr(config, "position_embedding_type", "absolute") or "absolute"
-    if kind != "absolute":
-        return (f"position_embedding_type={kind!r} adds relative-position terms to the attention logit; "
-                "only 'absolute' can be reproduced from queries and keys")
-    return None
 
 
 def _encoder(family: str, model_types: tuple[str, ...], architectures: tuple[str, ...], description: str,
@@ -31,7 +24,7 @@ def _encoder(family: str, model_types: tuple[str, ...], architectures: tuple[str
         embeddings=EMBEDDINGS,
         description=description,
         reserved_positions=reserved_positions,
-        unsupported_reason=_relative_positions,
+        unsupported_reason=relative_positions,
     )
 
 

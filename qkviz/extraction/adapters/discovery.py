@@ -1,0 +1,133 @@
+"""Finding a text model's attention from the model itself, for a family qkviz has no declaration for.
+
+One forward pass over a few tokens runs with qkviz's capture implementation (:mod:`qkviz.extraction.capture`)
+and a :class:`CallLog` that notes every module calling the attention interface, in call order. Their
+qualified names give the layer list and the attention's place in a layer (``layers.3.self_attn`` ->
+``layers``, index 3, ``self_attn``); the captured tensors give the head counts and sizes. Where a model mixes
+attention and other layers (linear attention, state-space blocks), only the layers that call attention are
+kept (:attr:`FamilyAdapter.layer_indices`) and the run says which.
+
+What discovery cannot see, whether the model adds a term to the logit that ``q . k`` cannot express, is
+left to the exactness gate (:mod:`qkviz.extraction.exactness_gate`), which every extraction passes first.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from qkviz.core.errors import QkvizError
+from qkviz.extraction.adapters.base import FamilyAdapter, ModelShape, _base_model, _follow
+from qkviz.extraction.capture import capturing
+from qkviz.extraction.model_families import OWN_CODE, SHARED
+
+#: a layer's attention output projection, by the names families give it (inside the attention module)
+OUTPUT_PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "out_lin", "o")
+#: separate query and key projections, by the names families give them
+QUERY_KEY_NAMES = (("q_proj", "k_proj"), ("query", "key"), ("q_lin", "k_lin"), ("wq", "wk"), ("q", "k"))
+#: a norm applied to queries or keys after their projection (QK-norm)
+QK_NORM_PATTERN = re.compile(r"^(q|k|query|key)_?(layer)?_?norm$|^(q|k)_ln$")
+_LAYER_NAME = re.compile(r"^(?P<layers>.+)\.(?P<index>\d+)\.(?P<attention>[^\d].*)$")
+PROBE_IDS = 12
+
+
+@dataclass
+class CallLog:
+    """Every attention call of one forward pass: the calling modules in order and what they passed."""
+
+    modules: list[torch.nn.Module] = field(default_factory=list)
+    shapes: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+    causal: list[bool] = field(default_factory=list)
+
+    def record(self, module, query, key, value, scaling, kwargs) -> None:
+        self.modules.append(module)
+        self.shapes.append((tuple(query.shape), tuple(key.shape), tuple(value.shape)))
+        causal = kwargs.get("is_causal")
+        self.causal.append(bool(getattr(module, "is_causal", False) if causal is None else causal))
+
+    def record_output(self, module, output) -> None:
+        pass
+
+
+def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
+    """A :class:`FamilyAdapter` for ``model`` found from its structure, or a one-line :class:`QkvizError` saying
+    why its attention cannot be reached."""
+    base = _base_model(model)
+    log = _probe(model)
+    if not log.modules:
+        raise QkvizError(f"{family}: {OWN_CODE}, so qkviz cannot capture its queries and keys")
+    if len({id(module) for module in log.modules}) != len(log.modules):
+        raise QkvizError(f"{family}: {SHARED}; qkviz needs one attention call per layer")
+    names = {id(module): name for name, module in base.named_modules()}
+    places = [_LAYER_NAME.match(names.get(id(module), "")) for module in log.modules]
+    if not all(places):
+        where = ", ".join(sorted({names.get(id(m), type(m).__name__) for m in log.modules}))
+        raise QkvizError(f"{family}: attention modules outside a layer list ({where}); qkviz needs one attention "
+                         "per numbered layer")
+    layers_paths = {place["layers"] for place in places}
+    attention_paths = {place["attention"] for place in places}
+    if len(layers_paths) > 1 or len(attention_paths) > 1:
+        where = ", ".join(sorted(names[id(m)] for m in log.modules))
+        raise QkvizError(f"{family}: attention at different places ({where}: e.g. cross-attention beside "
+                         "self-attention); qkviz extracts one self-attention per layer")
+    indices = tuple(sorted(int(place["index"]) for place in places))
+    layers_path, attention_path = layers_paths.pop(), attention_paths.pop()
+    n_model_layers = len(_follow(base, layers_path))
+    shape = _shape(family, log)
+    attention = log.modules[0]
+    qk_names = next(((q, k) for q, k in QUERY_KEY_NAMES if _is_linear(attention, q) and _is_linear(attention, k)),
+                    None)
+    output_name = next((name for name in OUTPUT_PROJECTION_NAMES if _is_linear(attention, name)), None)
+    qk_norm = any(QK_NORM_PATTERN.match(name) for name, _ in attention.named_children())
+    return FamilyAdapter(
+        family=family,
+        model_types=(family,),
+        layers_path=layers_path,
+        attention_path=attention_path,
+        causal=log.causal[0],
+        description=f"{type(base).__name__}: found from the model's structure",
+        output_projection_path=f"{attention_path}.{output_name}" if output_name else "",
+        query_projection_path=qk_names[0] if qk_names else "",
+        key_projection_path=qk_names[1] if qk_names else "",
+        qk_norm=qk_norm,
+        layer_indices=None if indices == tuple(range(n_model_layers)) else indices,
+        discovered_shape=shape,
+        discovered=True,
+    )
+
+
+def _probe(model: torch.nn.Module) -> CallLog:
+    """One forward pass over :data:`PROBE_IDS` tokens, noting every attention call."""
+    log = CallLog()
+    parameter = next(model.parameters())
+    vocab = int(getattr(model.config.get_text_config(), "vocab_size", 0) or 0)
+    ids = torch.arange(PROBE_IDS, device=parameter.device)[None] % max(vocab, 1) + (1 if vocab > PROBE_IDS + 1 else 0)
+    try:
+        with torch.inference_mode(), capturing(model, log):
+            model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    except QkvizError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- a family's forward that does not run through the interface
+        detail = (str(error).strip().splitlines() or [""])[0][:160]
+        raise QkvizError(f"{model.config.model_type}: a forward pass with qkviz's attention capture fails "
+                         f"({type(error).__name__}: {detail})") from None
+    return log
+
+
+def _shape(family: str, log: CallLog) -> ModelShape:
+    """Heads, key-value heads and the query / key size, the same in every attention layer."""
+    sizes = {(query[1], key[1], query[3], key[3], value[3]) for query, key, value in log.shapes}
+    if len(sizes) > 1:
+        raise QkvizError(f"{family}: attention layers differ in head count or size ({sorted(sizes)}); qkviz needs "
+                         "the same heads in every layer")
+    n_heads, n_kv_heads, query_dim, key_dim, value_dim = sizes.pop()
+    if query_dim != key_dim or n_heads % n_kv_heads:
+        raise QkvizError(f"{family}: queries of size {query_dim} x {n_heads} heads meet keys of size {key_dim} x "
+                         f"{n_kv_heads}; qkviz needs q . k per head")
+    return ModelShape(len(log.modules), n_heads, n_kv_heads, query_dim, value_dim)
+
+
+def _is_linear(module: torch.nn.Module, name: str) -> bool:
+    return isinstance(getattr(module, name, None), torch.nn.Linear)

@@ -1,0 +1,61 @@
+"""Families whose attention adds a term to ``scale * q . k`` that the queries and keys cannot express.
+
+Declared by model type (and, where a configuration decides it, by a check of the configuration), so that such
+a model is refused before its weights load, in one line that says why. Anything not declared here still passes
+the exactness gate (:mod:`qkviz.extraction.exactness_gate`) before a run is written.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from qkviz.extraction.model_families import ALIBI, CHUNKS, DEBERTA, MPNET, SINKS
+
+_INEXPRESSIBLE = ", which q.k cannot express"
+
+#: model type -> why its attention cannot be recomputed from queries and keys
+REFUSED_MODEL_TYPES: dict[str, str] = {
+    "bloom": ALIBI + _INEXPRESSIBLE,
+    "mpt": ALIBI + _INEXPRESSIBLE,
+    "deberta": DEBERTA + _INEXPRESSIBLE,
+    "deberta-v2": DEBERTA + _INEXPRESSIBLE,
+    "mpnet": MPNET + _INEXPRESSIBLE,
+    "gpt_oss": SINKS + _INEXPRESSIBLE,
+}
+
+
+def _falcon(config) -> str | None:
+    return ALIBI + _INEXPRESSIBLE if getattr(config, "alibi", False) else None
+
+
+def _chunked(config) -> str | None:
+    chunk = getattr(config, "attention_chunk_size", None)
+    if chunk:
+        return (f"{CHUNKS} (attention_chunk_size={chunk}: a mask qkviz does not store) and scales queries by a "
+                "position-dependent temperature on its layers without rotary")
+    return None
+
+
+def relative_positions(config) -> str | None:
+    kind = getattr(config, "position_embedding_type", "absolute") or "absolute"
+    if kind not in ("absolute", "rope", "rotary"):
+        return (f"position_embedding_type={kind!r} adds relative-position terms to the attention logit; "
+                "only 'absolute' can be reproduced from queries and keys")
+    return None
+
+
+#: model type -> a check of the configuration returning why it is refused, or None
+REFUSED_CONFIGURATIONS: dict[str, Callable[[object], str | None]] = {
+    "falcon": _falcon,
+    "llama4": _chunked,
+    "llama4_text": _chunked,
+}
+
+
+def refusal_reason(config) -> str | None:
+    """Why a model of ``config`` cannot be captured exactly, or None where nothing declared stands in its way."""
+    model_type = str(getattr(config, "model_type", ""))
+    if model_type in REFUSED_MODEL_TYPES:
+        return REFUSED_MODEL_TYPES[model_type]
+    check = REFUSED_CONFIGURATIONS.get(model_type)
+    return check(config) if check is not None else relative_positions(config)

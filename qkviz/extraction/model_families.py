@@ -1,0 +1,116 @@
+"""The model types qkviz has been tried on, each exact or refused, and why: the table behind ``qkviz models`` and
+docs/families.md.
+
+Plain Python (no torch). Every row is proven by ``tests/integration/test_model_families.py`` on a tiny random
+model of that type: an exact one by recomputing the model's own eager attention from the stored queries and
+keys, a refused one by the one-line refusal quoted here. A model type not listed is not refused for that: it is
+found from its structure and passes the exactness gate or is refused by it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EXACT = "exact"
+REFUSED = "refused"
+
+#: the refusal of a family whose attention does not go through transformers' attention interface
+OWN_CODE = "no layer calls transformers' attention interface (its attention is computed by its own code)"
+#: the refusal of a family whose layers share one attention module
+SHARED = "one attention module is called several times per forward pass (shared or recurrent layers)"
+ALIBI = "ALiBi adds a distance-dependent bias to every attention logit"
+DEBERTA = "DeBERTa adds disentangled relative-position terms (content-to-position, position-to-content) to every logit"
+MPNET = "MPNet adds a learned relative-position bias to every attention logit"
+SINKS = "gpt-oss adds a learned sink logit per head to every softmax"
+CHUNKS = "Llama 4 attends within chunks of tokens on its chunked layers"
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    model_type: str
+    status: str
+    #: exact: what its attention has beyond plain q.k (all recomputed); refused: why
+    note: str
+
+
+def _exact(model_type: str, note: str = "") -> ModelFamily:
+    return ModelFamily(model_type, EXACT, note)
+
+
+def _refused(model_type: str, why: str) -> ModelFamily:
+    return ModelFamily(model_type, REFUSED, why)
+
+
+MODEL_FAMILIES: tuple[ModelFamily, ...] = (
+    # encoders
+    _exact("bert", "query/key biases, absolute positions"),
+    _exact("roberta", "positions offset by the padding index"),
+    _exact("xlm-roberta", "as RoBERTa"),
+    _exact("camembert", "as RoBERTa"),
+    _exact("distilbert"),
+    _exact("electra", "embedding projection before the encoder"),
+    _exact("modernbert", "local (sliding-window, both sides) / global layers, rotary"),
+    _refused("albert", SHARED),
+    _refused("mpnet", MPNET),
+    _refused("deberta", DEBERTA),
+    _refused("deberta-v2", DEBERTA),
+    # decoders with learned or no positions
+    _exact("gpt2", "fused Conv1D projection, layer-dependent scale"),
+    _exact("gpt_bigcode", "multi-query attention"),
+    _exact("opt"),
+    _exact("biogpt", "scaled embeddings"),
+    _refused("xglm", OWN_CODE),
+    _refused("bloom", ALIBI),
+    _refused("mpt", ALIBI),
+    _refused("falcon", OWN_CODE),
+    # rotary decoders
+    _exact("llama", "grouped-query"),
+    _exact("mistral", "sliding window"),
+    _exact("ministral", "sliding-window / full layers"),
+    _exact("mixtral", "mixture-of-experts MLP, sliding window"),
+    _exact("qwen2", "query/key biases"),
+    _exact("qwen2_moe", "mixture-of-experts MLP"),
+    _exact("qwen3", "QK-norm, sliding-window layers"),
+    _exact("qwen3_moe", "QK-norm, mixture-of-experts MLP"),
+    _exact("qwen3_next", "attention layers among linear-attention layers: only those are extracted; gated output"),
+    _exact("gemma", "grouped-query"),
+    _exact("gemma2", "logit soft-capping, query_pre_attn_scalar, sliding-window / global layers"),
+    _exact("gemma3_text", "QK-norm, sliding-window / global layers"),
+    _exact("phi", "partial rotary, QK layer norm"),
+    _exact("phi3", "fused QKV projection, sliding window"),
+    _exact("gpt_neox", "fused QKV projection, partial rotary"),
+    _exact("gptj", "interleaved partial rotary (captured in its own attention method)"),
+    _exact("codegen", "interleaved partial rotary (captured in its own attention method)"),
+    _exact("gpt_neo", "unscaled logits, local / global layers (captured in its own attention method)"),
+    _exact("olmo"),
+    _exact("olmo2", "QK-norm over all heads"),
+    _exact("olmoe", "QK-norm, mixture-of-experts MLP"),
+    _exact("stablelm", "partial rotary, per-head QK layer norm"),
+    _exact("starcoder2", "sliding window, biases"),
+    _exact("cohere", "interleaved rotary, parallel block"),
+    _exact("cohere2", "sliding-window / global layers"),
+    _exact("granite", "custom attention multiplier"),
+    _exact("glm", "partial interleaved rotary"),
+    _exact("glm4", "partial interleaved rotary, extra norms"),
+    _exact("helium"),
+    _exact("nemotron", "partial rotary"),
+    _exact("exaone4", "QK-norm, sliding-window / global layers"),
+    _exact("smollm3", "layers without rotary"),
+    _exact("arcee"),
+    _exact("ernie4_5"),
+    _exact("seed_oss", "query/key biases"),
+    _exact("deepseek_v3", "multi-head latent attention: query/key size differs from the value's; mixture of experts"),
+    _refused("gpt_oss", SINKS),
+    _refused("llama4_text", CHUNKS),
+)
+
+
+def counts() -> dict[str, int]:
+    return {status: sum(family.status == status for family in MODEL_FAMILIES) for status in (EXACT, REFUSED)}
+
+
+def families_markdown() -> str:
+    """The table of docs/families.md."""
+    lines = ["| model type | status | beyond plain q.k (exact) / why (refused) |", "|---|---|---|"]
+    lines += [f"| `{f.model_type}` | {f.status} | {f.note} |" for f in MODEL_FAMILIES]
+    return "\n".join(lines)

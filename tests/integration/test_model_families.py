@@ -1,0 +1,85 @@
+"""Every model type of qkviz's families table, on a tiny random model of it: exact, or refused in one line.
+
+Exact: a run extracted from the model in memory (``qkviz.extract``) recomputes, from its stored queries and keys
+(``Run.attention``), the attention the model itself computes with its eager implementation
+(``output_attentions``), to 1e-5, on sentences of different lengths in one padded batch; and that attention is
+far from uniform, so the comparison can fail. Refused: the one-line error quotes the table's reason, and no run
+directory is left behind.
+"""
+
+import numpy as np
+import pytest
+import torch
+from support import CORPUS
+from support.family_configs import tiny_family_model
+from support.tiny_models import decoder_tokenizer
+
+import qkviz
+from qkviz.core.errors import QkvizError
+from qkviz.extraction.model_families import EXACT, MODEL_FAMILIES, REFUSED, counts
+
+TOLERANCE = 1e-5
+SENTENCES = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line][:6]
+CHECKED = 3
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return decoder_tokenizer(CORPUS.read_text(encoding="utf-8").splitlines())
+
+
+def model_attentions(model, run: qkviz.Run, sentences: list[int]) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """The token ids of ``sentences`` and the model's eager attention ``[batch, head, query, key]`` of every layer
+    that has attention, for one right-padded batch of them."""
+    token_ids = [run.tokens.token_id.to_numpy()[run.sentence_tokens(s)].tolist() for s in sentences]
+    width = max(len(ids) for ids in token_ids)
+    input_ids = torch.zeros((len(token_ids), width), dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for row, ids in enumerate(token_ids):
+        input_ids[row, :len(ids)] = torch.tensor(ids)
+        mask[row, :len(ids)] = 1
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        attentions = model(input_ids=input_ids, attention_mask=mask, output_attentions=True).attentions
+    return token_ids, [layer for layer in attentions if layer is not None]
+
+
+@pytest.mark.parametrize("family", MODEL_FAMILIES, ids=lambda family: family.model_type)
+def test_every_family_is_exact_or_refused_in_one_line(family, tokenizer, tmp_path):
+    model = tiny_family_model(family.model_type)
+    out = tmp_path / "run"
+    if family.status == REFUSED:
+        with pytest.raises(QkvizError) as refusal:
+            qkviz.extract(model, SENTENCES, out, tokenizer=tokenizer, progress=False)
+        message = str(refusal.value)
+        assert "\n" not in message and family.note in message, message
+        assert not out.exists()
+        return
+    run = qkviz.extract(model, SENTENCES, out, tokenizer=tokenizer, progress=False)
+    token_ids, attentions = model_attentions(model, run, list(range(CHECKED)))
+    assert len(attentions) == run.n_layers
+    worst, departure = 0.0, 0.0
+    for layer in range(run.n_layers):
+        for head in range(run.n_heads):
+            for row, ids in enumerate(token_ids):
+                n = len(ids)
+                ours = run.attention(layer, head, row)
+                theirs = attentions[layer][row, head, :n, :n].double().numpy()
+                worst = max(worst, float(np.abs(ours - theirs).max()))
+                allowed = ours > 0
+                departure = max(departure, float(np.abs(theirs - allowed / allowed.sum(1, keepdims=True)).max()))
+    assert worst <= TOLERANCE, f"{family.model_type}: max abs error {worst:.2e}"
+    assert departure > 0.05, f"{family.model_type}: attention is near uniform ({departure:.3f}); the test proves nothing"
+    gate = run.manifest["extraction"]["exactness_gate"]
+    assert gate["max_error"] <= 1e-4
+
+
+def test_at_least_45_of_the_57_model_types_are_exact():
+    assert len(MODEL_FAMILIES) == 57 and len({family.model_type for family in MODEL_FAMILIES}) == 57
+    assert counts()[EXACT] >= 45
+
+
+def test_a_model_mixing_attention_and_linear_attention_layers_says_which_it_extracted(tokenizer, tmp_path):
+    model = tiny_family_model("qwen3_next")        # layer 0: linear attention (Gated DeltaNet); layer 1: attention
+    run = qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
+    assert run.n_layers == 1 and run.manifest["shape"]["model_layers"] == [1]

@@ -1,0 +1,106 @@
+"""Tiny randomly initialised models of every model type in :data:`qkviz.extraction.model_families.MODEL_FAMILIES`,
+built from ``AutoConfig.for_model`` (no downloads).
+
+Every model gets the same small shape (:data:`COMMON`; a configuration maps the names to its own through its
+``attribute_map``) and, where a family needs it, a few settings of its own (:data:`OVERRIDES`): windows shorter
+than the test sentences so that a sliding-window mask matters, layer-type patterns that alternate within the
+few layers, sizes that a family's layout requires. Weights are drawn with a large ``initializer_range`` so that
+attention is far from uniform and an error in the captured vectors shows.
+"""
+
+from __future__ import annotations
+
+import torch
+import transformers
+
+VOCAB_SIZE = 400
+HIDDEN = 64
+HEADS = 4
+KV_HEADS = 2
+LAYERS = 2
+CONTEXT = 256
+INIT_RANGE = 0.12
+WINDOW = 6
+
+COMMON = dict(vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=LAYERS,
+              num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HIDDEN // HEADS,
+              max_position_embeddings=CONTEXT, initializer_range=INIT_RANGE, pad_token_id=0, bos_token_id=1,
+              eos_token_id=2, tie_word_embeddings=False)
+_SLIDING = dict(sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"])
+_MOE = dict(num_experts=4, num_experts_per_tok=2, num_local_experts=4, moe_intermediate_size=HIDDEN)
+
+#: a family's own settings, beside :data:`COMMON`
+OVERRIDES: dict[str, dict] = {
+    "mistral": dict(sliding_window=WINDOW),
+    "ministral": dict(sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"]),
+    "gemma2": dict(_SLIDING, query_pre_attn_scalar=24, attn_logit_softcapping=2.0, final_logit_softcapping=None),
+    "gemma3_text": dict(_SLIDING, query_pre_attn_scalar=24),
+    "cohere2": dict(_SLIDING),
+    "qwen2": dict(use_sliding_window=False),
+    "qwen3": dict(_SLIDING, use_sliding_window=True, max_window_layers=1),
+    "mixtral": dict(_MOE, sliding_window=WINDOW),
+    "qwen2_moe": dict(_MOE, shared_expert_intermediate_size=HIDDEN, decoder_sparse_step=1),
+    "qwen3_moe": dict(_MOE, decoder_sparse_step=1),
+    "olmoe": dict(_MOE),
+    "phi3": dict(sliding_window=WINDOW, partial_rotary_factor=1.0),
+    "phi": dict(partial_rotary_factor=0.5, qk_layernorm=True, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0),
+    "stablelm": dict(partial_rotary_factor=0.5, qk_layernorm=True, use_qkv_bias=True),
+    "starcoder2": dict(sliding_window=WINDOW, use_bias=True, residual_dropout=0.0, embedding_dropout=0.0),
+    "gpt_neox": dict(rotary_pct=0.5, use_parallel_residual=True, attention_bias=True),
+    "gptj": dict(rotary_dim=8, n_positions=CONTEXT),
+    "codegen": dict(rotary_dim=8, n_positions=CONTEXT, n_ctx=CONTEXT),
+    "gpt_neo": dict(attention_types=[[["global", "local"], 1]], window_size=WINDOW, max_position_embeddings=CONTEXT),
+    "gpt_bigcode": dict(multi_query=True, n_positions=CONTEXT),
+    "opt": dict(ffn_dim=2 * HIDDEN, word_embed_proj_dim=HIDDEN, do_layer_norm_before=True, init_std=INIT_RANGE),
+    "falcon": dict(new_decoder_architecture=True, num_kv_heads=KV_HEADS, alibi=False, bias=True),
+    "biogpt": dict(scale_embedding=True),
+    "xglm": dict(d_model=HIDDEN, ffn_dim=2 * HIDDEN, num_layers=LAYERS, attention_heads=HEADS),
+    "deepseek_v3": dict(kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
+                        n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=HIDDEN, n_group=1,
+                        topk_group=1, first_k_dense_replace=1, n_shared_experts=1, num_key_value_heads=HEADS,
+                        head_dim=8),
+    "llama4_text": dict(attention_chunk_size=8, no_rope_layers=[1, 0], interleave_moe_layer_step=1,
+                        num_local_experts=4, intermediate_size_mlp=2 * HIDDEN),
+    "gpt_oss": dict(_SLIDING, num_local_experts=4, num_experts_per_tok=2),
+    "qwen3_next": dict(layer_types=["linear_attention", "full_attention"], linear_num_value_heads=4,
+                       linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
+                       num_experts_per_tok=2, moe_intermediate_size=HIDDEN, shared_expert_intermediate_size=HIDDEN,
+                       decoder_sparse_step=1),
+    "exaone4": dict(sliding_window=WINDOW, sliding_window_pattern="LG", layer_types=["sliding_attention",
+                                                                                    "full_attention"]),
+    "smollm3": dict(no_rope_layers=[1, 0], use_sliding_window=False),
+    "modernbert": dict(global_attn_every_n_layers=2, local_attention=WINDOW, layer_types=["full_attention",
+                                                                                        "sliding_attention"]),
+    "jetmoe": dict(num_local_experts=4, num_experts_per_tok=2, kv_channels=HIDDEN // HEADS),
+    "dbrx": dict(d_model=HIDDEN, n_heads=HEADS, n_layers=LAYERS, attn_config=dict(kv_n_heads=KV_HEADS),
+                 ffn_config=dict(ffn_hidden_size=2 * HIDDEN, moe_num_experts=4, moe_top_k=2)),
+    "albert": dict(embedding_size=32),
+    "electra": dict(embedding_size=32),
+    "bloom": dict(n_head=HEADS),
+    "mpt": dict(d_model=HIDDEN, n_heads=HEADS, n_layers=LAYERS),
+    "nemotron": dict(partial_rotary_factor=0.5),
+    "persimmon": dict(partial_rotary_factor=0.5, qk_layernorm=True),
+    "glm": dict(partial_rotary_factor=0.5),
+    "glm4": dict(partial_rotary_factor=0.5),
+}
+
+
+def tiny_family_config(model_type: str):
+    """The tiny configuration: :data:`COMMON` where the family has the setting (by its name or an alias; a real
+    checkpoint has no others), then the family's :data:`OVERRIDES`."""
+    default = transformers.AutoConfig.for_model(model_type)
+    known = set(default.to_dict()) | set(getattr(default, "attribute_map", {}))
+    common = {name: value for name, value in COMMON.items() if name in known}
+    return transformers.AutoConfig.for_model(model_type, **{**common, **OVERRIDES.get(model_type, {})})
+
+
+def tiny_family_model(model_type: str, seed: int = 0) -> torch.nn.Module:
+    """A tiny random ``model_type`` base model in float32 with eager-comparable weights: norms and biases that start
+    at zero or one are given some spread, so that QK-norms and biases matter."""
+    torch.manual_seed(seed)
+    model = transformers.AutoModel.from_config(tiny_family_config(model_type), dtype=torch.float32)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.ndim == 1 and ("norm" in name or name.endswith("bias")):
+                parameter.add_(torch.randn_like(parameter) * 0.3)
+    return model.eval()
