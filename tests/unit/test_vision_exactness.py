@@ -106,7 +106,7 @@ def test_an_interrupted_image_run_resumes_to_the_same_vectors_and_thumbnails(tin
 
     def failing(self, indices):
         calls.append(len(indices))
-        if len(calls) == 7:            # layout, probe, then batch 5 = the fifth chunk
+        if len(calls) == 8:            # layout, exactness gate, probe, then batch 5 = the fifth chunk
             raise KeyboardInterrupt
         return real_pixels(self, indices)
 
