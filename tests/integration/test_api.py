@@ -200,9 +200,12 @@ def test_a_fresh_run_makes_the_heads_default_layout_on_demand_as_qkviz_project_w
     assert cache_entries(run) == before          # the same files, not written again
 
 
-def test_plot_on_a_fresh_run_draws_the_layout_it_makes(fresh_run):
-    figure = fresh_run.plot(0, 3, colour="type", progress=False)
+def test_plot_on_a_fresh_run_draws_the_layout_it_makes(fresh_run, capsys):
+    capsys.readouterr()
+    figure = fresh_run.plot(0, 3, colour="type")
     assert "attn-tsne 2D" in figure.layout.title.text
+    progress = capsys.readouterr().err                    # the progress line while the layout is made
+    assert "projecting" in progress and "1/1" in progress, progress
     n = fresh_run.n_tokens
     np.testing.assert_array_equal(np.asarray(figure.data[0].x), fresh_run.projection(0, 3, progress=False)[:n, 0])
     with pytest.raises(qkviz.QkvizError, match="unknown colour 'hue'"):
