@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
 from qkviz.analysis import HeadAtlas, HeadSimilarity, load_atlas, load_head_similarity, stored_correlations
 from qkviz.core import QkvizError
-from qkviz.projection import cached_layout, has_layout, layout_counts, layout_failures, layout_file
-from qkviz.report import describe_run
+from qkviz.projection import has_layout, layout_counts, layout_failures, layout_file, layout_on_demand
+from qkviz.report import COLOURS, describe_run
 from qkviz.report.head_figure import head_figure
 from qkviz.search import EXACT_LIMIT, PartnerIndexes, Partners
 from qkviz.store import StoredRun
@@ -57,14 +57,20 @@ class Run(StoredRun):
         return stored_correlations(self)
 
     def projection(self, layer: int, head: int, method: str | None = None, dim: int = 2, *,
-                   translate_keys: bool = True, scale_norms: bool = True, seed: int = 0, **params) -> np.ndarray:
-        """``[2 * n_tokens, dim]`` float32 layout of the head's queries (first) and keys, from the run's cache.
+                   translate_keys: bool = True, scale_norms: bool = True, seed: int = 0, make: bool = True,
+                   progress: bool = True, **params) -> np.ndarray:
+        """``[2 * n_tokens, dim]`` float32 layout of the head's queries (first) and keys.
 
-        ``method`` None takes the most faithful layout the head has (in default settings), else the run's default
-        layout method (``attn-tsne``); ``params`` override the method's defaults (``qkviz project --help``). A layout
-        not in the cache is a :class:`QkvizError` naming the command that makes it."""
-        return cached_layout(self, layer, head, method, dim, translate_keys=translate_keys, scale_norms=scale_norms,
-                             seed=seed, **params)
+        Read from the run's cache, or, where it is not there yet, made now for this head (seconds, with a progress
+        bar unless ``progress`` is False) and cached exactly as ``qkviz project`` caches it, so the app and later
+        calls read it (:func:`qkviz.projection.layout_on_demand`). ``method`` None takes the most faithful layout the
+        head has cached (in default settings), else the run's default layout method (``attn-tsne``); ``params``
+        override the method's defaults (``qkviz project --help``). With ``make=False`` (what the app reads: it
+        never computes inside a request), on a run opened read-only, for a layout too costly to make in one call
+        or a run whose directory cannot be written, a layout not cached is a :class:`QkvizError` naming the
+        command that makes it."""
+        return layout_on_demand(self, layer, head, method, dim, translate_keys=translate_keys,
+                                scale_norms=scale_norms, seed=seed, make=make, progress=progress, **params)[1]
 
     def has_projection(self, layer: int, head: int, method: str, dim: int = 2) -> bool:
         """Whether the head's ``method`` layout in default settings is cached (cheap; reading it checks it)."""
@@ -111,17 +117,21 @@ class Run(StoredRun):
         search (what :meth:`partners` asks)."""
         return PartnerIndexes(self)
 
-    def plot(self, layer: int, head: int, colour: str = "position", method: str | None = None, dim: int = 2,
-             **options) -> "go.Figure":
+    def plot(self, layer: int, head: int, colour: str = "position", method: str | None = None, dim: int = 2, *,
+             progress: bool = True, **options) -> "go.Figure":
         """One head's joint query+key layout as a Plotly figure: queries circles, keys diamonds, coloured by
         ``colour`` (one of :data:`qkviz.report.COLOURS`: ``"type"``, ``"position"``, ``"punctuation"``,
         ``"norm"``, ...), the token on hover.
 
         ``method`` None takes the most faithful layout the run has cached for the head (the catalogue's order,
-        :func:`qkviz.projection.method_names`); make one with :func:`qkviz.project`. ``options``: ``marker_size``, ``width``, ``height``,
-        ``title``. ``fig.write_image("head.svg")`` needs the ``kaleido`` package (see
+        :func:`qkviz.projection.method_names`), else the run's default layout method; a layout not cached yet is made
+        now, as :meth:`projection` makes it (``progress``: its progress bar). ``options``: ``marker_size``, ``width``,
+        ``height``, ``title``. ``fig.write_image("head.svg")`` needs the ``kaleido`` package (see
         :mod:`qkviz.report.head_figure`).
         """
+        if colour not in COLOURS:     # refused before a layout is made for a figure that cannot be drawn
+            raise QkvizError(f"unknown colour {colour!r}; choose one of {', '.join(COLOURS)}")
+        method, _ = layout_on_demand(self, layer, head, method, dim, progress=progress)
         return head_figure(self, layer, head, colour=colour, method=method, dim=dim, **options)
 
     def show(self, mode: str = "inline", port: int | None = None, height: int = 900, **options) -> None:
@@ -172,9 +182,20 @@ def app_entry_point(name: str, user: str = "the app"):
                          "pip install 'qkviz[app]'") from None
 
 
-def open_run(path: str | Path) -> Run:
-    """Open the complete run directory ``path`` (an interrupted or damaged one is a :class:`qkviz.QkvizError`)."""
-    return Run(path)
+def open_run(path: str | Path, *, read_only: bool = False) -> Run:
+    """Open the complete run directory ``path`` (an interrupted or damaged one is a :class:`qkviz.QkvizError`).
+
+    A run whose manifest lacks its files' checksums (made by an older qkviz) gets them now, with a logged warning.
+
+    Parameters
+    ----------
+    path
+        The run directory (``qkviz extract --out``).
+    read_only
+        Write nothing into the run: not by opening it (a run without checksums is then refused, in one line) nor by
+        :meth:`Run.projection` / :meth:`Run.plot`, which then only read the layouts cached.
+    """
+    return Run(path, read_only=read_only)
 
 
 def extract(model: str | Path | object, corpus: str | Path | Iterable, out: str | Path, *,

@@ -19,12 +19,10 @@ def cached_layout(run: StoredRun, layer: int, head: int, method: str | None = No
                   translate_keys: bool = True, scale_norms: bool = True, seed: int = 0, **params) -> np.ndarray:
     """``[2 * n_tokens, dim]`` float32 layout of the head's queries (first) and keys, from the cache.
 
-    ``method`` None takes the most faithful method whose layout (default settings) the head has
-    (:func:`best_cached_method`), else the run's default layout method. A layout not in the cache is a
+    ``method`` None is :func:`default_method`. A layout not in the cache is a
     :class:`QkvizError` naming the command that makes it."""
     run.check_head(layer, head)
-    if method is None:
-        method = best_cached_method(run, layer, head, dim) or LAYOUT_METHOD
+    method = default_method(run, layer, head, dim) if method is None else method
     spec = layout_spec(layer, head, method, dim, translate_keys=translate_keys, scale_norms=scale_norms, seed=seed,
                        params=params)
     coordinates = ProjectionCache(run.path, run.manifest["fingerprint"]).load(spec)
@@ -89,3 +87,9 @@ def best_cached_method(run: StoredRun, layer: int, head: int, dim: int = 2) -> s
         if cache.exists(spec):
             return method
     return None
+
+
+def default_method(run: StoredRun, layer: int, head: int, dim: int = 2) -> str:
+    """The layout a head is shown in when no method is named: the most faithful one it has cached in default settings
+    (:func:`best_cached_method`), else the layout a run is meant to be read in (:data:`LAYOUT_METHOD`)."""
+    return best_cached_method(run, layer, head, dim) or LAYOUT_METHOD

@@ -39,6 +39,7 @@ last (see :mod:`qkviz.store.artifacts`) or as entries with a JSON sidecar writte
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -165,20 +166,35 @@ def matches_checksum(path: Path, expected: str) -> bool:
     return True
 
 
+def sha256_of_intact(path: Path) -> str:
+    """The sha256 of a file taken as intact now (what a manifest without checksums records): hashed, and
+    remembered as verified in this process like a file :func:`matches_checksum` found intact."""
+    digest = file_sha256(path)
+    status = Path(path).stat()
+    _VERIFIED.add((str(Path(path).resolve()), status.st_size, status.st_mtime_ns, digest))
+    return digest
+
+
 def temporary_name(path: Path) -> Path:
     """A temporary file beside ``path``, unique to this process and call (two writers never share one)."""
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
-    """Write JSON to ``path`` through a temporary file, fsync and rename."""
+    """Write JSON to ``path`` through a temporary file, fsync and rename: ``path`` is the old file or the whole new
+    one, never part of it (a write that fails removes its temporary file)."""
     temporary = temporary_name(path)
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(payload, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        raise
 
 
 def save_npy_atomic(path: Path, array: np.ndarray) -> None:

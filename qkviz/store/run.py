@@ -7,6 +7,7 @@ run and reading one head costs only that head's bytes; every accessor returns fl
 from __future__ import annotations
 
 import json
+import logging
 from functools import cached_property
 from pathlib import Path
 
@@ -16,6 +17,9 @@ import pandas as pd
 from qkviz.core import attention
 from qkviz.store import files as run_files
 from qkviz.core.errors import IncompleteRunError, QkvizError
+from qkviz.store.locks import exclusive_lock
+
+logger = logging.getLogger(__name__)
 
 TOKEN_COLUMNS = ("sentence", "position", "token", "piece", "token_id", "char_start", "char_end",
                  "is_special", "sentence_chars")
@@ -26,10 +30,10 @@ SENTENCE_COLUMNS = ("sentence", "corpus_index", "text", "first_token", "n_tokens
 SENTENCE_DEFAULTS = {"token_offset": 0, "char_offset": 0}
 
 
-def open_stored_run(path: str | Path) -> "StoredRun":
+def open_stored_run(path: str | Path, *, read_only: bool = False) -> "StoredRun":
     """Open a complete run directory written by ``qkviz extract`` as the store's :class:`StoredRun`
     (``qkviz.open_run`` opens it as the public ``qkviz.Run``, which extends it)."""
-    return StoredRun(path)
+    return StoredRun(path, read_only=read_only)
 
 
 def as_run(run: "StoredRun | str | Path") -> "StoredRun":
@@ -72,12 +76,55 @@ def read_manifest(directory: Path) -> dict:
     return manifest
 
 
-class StoredRun:
-    """A complete extraction: per-head queries, keys and value norms plus the token table."""
+def unchecked_files(manifest: dict) -> list[str]:
+    """The files of a run's manifest that it records no sha256 of (all of them in runs made before checksums)."""
+    recorded = manifest.get("sha256")
+    recorded = recorded if isinstance(recorded, dict) else {}
+    return [name for name in manifest["files"] if not isinstance(recorded.get(name), str)]
 
-    def __init__(self, path: str | Path):
+
+def with_checksums(directory: Path, manifest: dict, read_only: bool = False) -> dict:
+    """``manifest`` with a sha256 for every file: one without is checksummed now, as its files are, and its manifest
+    rewritten atomically (under the run's manifest lock, so two processes opening it do it once), with a logged
+    warning. Where that cannot be written (``read_only``, a read-only directory) it is an
+    :class:`IncompleteRunError` saying what to do: a run's files are never read unchecked."""
+    missing = unchecked_files(manifest)
+    if not missing:
+        return manifest
+    listed = "any of its files" if len(missing) == len(manifest["files"]) else ", ".join(missing)
+    what = f"{directory}'s manifest has no checksum of {listed} (made by an older qkviz, or edited)"
+    remedy = (f"open it once where it can be written ('qkviz status --run {directory}' records them), or extract it "
+              "again with --overwrite")
+    if read_only:
+        raise IncompleteRunError(f"{what}, and it is opened read-only: {remedy}")
+    try:
+        with exclusive_lock(directory / f".{run_files.MANIFEST}.lock"):
+            manifest = read_manifest(directory)    # another process may have recorded them meanwhile
+            missing = unchecked_files(manifest)
+            if missing:
+                logger.warning("%s: recording the sha256 of the files as they are now, so that later damage is "
+                               "caught (damage before now cannot be told)", what)
+                recorded = manifest.get("sha256") if isinstance(manifest.get("sha256"), dict) else {}
+                manifest = {**manifest, "sha256": {**recorded, **{name: run_files.sha256_of_intact(directory / name)
+                                                                   for name in missing}}}
+                run_files.write_json_atomic(directory / run_files.MANIFEST, manifest)
+    except OSError as error:
+        raise IncompleteRunError(f"{what}, and they cannot be recorded there ({error.strerror or error}): "
+                                 f"{remedy}") from None
+    return manifest
+
+
+class StoredRun:
+    """A complete extraction: per-head queries, keys and value norms plus the token table.
+
+    A run whose manifest lacks its files' checksums gets them when opened (:func:`with_checksums`); with
+    ``read_only`` nothing is written into the run by opening it (such a run is refused) nor by what reads it
+    (``run.projection`` makes no layout)."""
+
+    def __init__(self, path: str | Path, *, read_only: bool = False):
         self.path = Path(path)
-        self.manifest = read_manifest(self.path)
+        self.read_only = read_only
+        self.manifest = with_checksums(self.path, read_manifest(self.path), read_only)
         shape = self.manifest["shape"]
         self.n_layers: int = shape["n_layers"]
         self.n_heads: int = shape["n_heads"]
@@ -97,10 +144,12 @@ class StoredRun:
     # -- tables -------------------------------------------------------------------------------
     def verified(self, name: str) -> Path:
         """The path of the run's file ``name``, checked against the manifest's sha256 (once per file and process;
-        runs made before checksums were recorded are read unchecked); damage is an IncompleteRunError."""
+        every file has one, :func:`with_checksums`); damage is an IncompleteRunError."""
         path = self.path / name
-        expected = self.manifest.get("sha256", {}).get(name)
-        if expected is not None and not run_files.matches_checksum(path, expected):
+        expected = self.manifest["sha256"].get(name)
+        if expected is None:       # a file the manifest does not list: never read as if it were checked
+            raise IncompleteRunError(f"{self.path} has no {name} in its manifest; extract the run again with --overwrite")
+        if not run_files.matches_checksum(path, expected):
             raise IncompleteRunError(f"{self.path} is damaged: {name} does not match its checksum (changed after "
                                      "extraction); extract the run again with --overwrite")
         return path
@@ -108,7 +157,7 @@ class StoredRun:
     def check_files(self) -> None:
         """Check every file of the run against its checksum now (commands call it before their work, so that
         damage is one line up front rather than a failure per head)."""
-        for name in self.manifest.get("sha256", {}):
+        for name in self.manifest["files"]:
             self.verified(name)
 
     @cached_property

@@ -155,3 +155,126 @@ def test_projection_counts_are_the_heads_whose_layout_is_cached(api_run, tmp_pat
     _, layout = run.projection_file(1, 0, "pca", 2)
     layout.with_suffix(".json").unlink()
     assert run.projection_counts()[("pca", 2)] == len(heads) - 1 == asked_one_by_one()[("pca", 2)]
+
+
+# -- layouts on demand (issue 30, point 2) ------------------------------------------------------
+@pytest.fixture
+def fresh_run(tiny_run, tmp_path):
+    """A copy of the tiny Llama run as 'qkviz extract' left it: no layout cached."""
+    import shutil
+
+    copy = shutil.copytree(tiny_run("llama").path, tmp_path / "fresh", ignore=shutil.ignore_patterns("projections"))
+    return qkviz.open_run(copy)
+
+
+def cache_entries(run) -> dict[str, tuple[int, int]]:
+    """``{file name: (inode, mtime_ns)}`` of the run's cache entries (arrays and sidecars; not locks or failures)."""
+    directory = run.path / "projections"
+    return {path.name: (path.stat().st_ino, path.stat().st_mtime_ns)
+            for path in directory.glob("*.*")} if directory.exists() else {}
+
+
+def test_a_fresh_run_makes_the_heads_default_layout_on_demand_as_qkviz_project_would(fresh_run, tmp_path):
+    """run.projection(L, H) on a run without layouts makes the run's default layout of that head only, in the cache
+    entry 'qkviz project' writes (the same key and coordinates); a second call and a later 'qkviz project' reuse it."""
+    import shutil
+
+    run = fresh_run
+    assert cache_entries(run) == {}
+    layout = run.projection(1, 2, progress=False)
+    assert layout.shape == (2 * run.n_tokens, 2) and layout.dtype == np.float32 and np.isfinite(layout).all()
+    key, array = run.projection_file(1, 2, qkviz.projection.LAYOUT_METHOD, 2)
+    assert sorted(cache_entries(run)) == [f"{key}.json", f"{key}.npy"] and run.has_projection(1, 2, "attn-tsne")
+
+    other = shutil.copytree(run.path, tmp_path / "by-cli", ignore=shutil.ignore_patterns("projections"))
+    assert main(["-q", "project", "--run", str(other), "--method", "attn-tsne", "--dim", "2", "--layers", "1",
+                 "--heads", "2"]) == 0
+    assert sorted(path.name for path in (other / "projections").glob("*.*")) == sorted(cache_entries(run))
+    np.testing.assert_allclose(np.load(other / "projections" / array.name), layout, atol=1e-5)
+
+    before = cache_entries(run)
+    np.testing.assert_array_equal(run.projection(1, 2, progress=False), layout)
+    np.testing.assert_array_equal(qkviz.open_run(run.path).projection(1, 2, method="attn-tsne", progress=False), layout)
+    summary = qkviz.project(run, methods=["attn-tsne"], dims=[2], layers=[1], heads=[2], progress=False)
+    assert (summary.computed, summary.cached) == (0, 1)
+    assert cache_entries(run) == before          # the same files, not written again
+
+
+def test_plot_on_a_fresh_run_draws_the_layout_it_makes(fresh_run, capsys):
+    capsys.readouterr()
+    figure = fresh_run.plot(0, 3, colour="type")
+    assert "attn-tsne 2D" in figure.layout.title.text
+    progress = capsys.readouterr().err                    # the progress line while the layout is made
+    assert "projecting" in progress and "1/1" in progress, progress
+    n = fresh_run.n_tokens
+    np.testing.assert_array_equal(np.asarray(figure.data[0].x), fresh_run.projection(0, 3, progress=False)[:n, 0])
+    with pytest.raises(qkviz.QkvizError, match="unknown colour 'hue'"):
+        fresh_run.plot(0, 1, colour="hue")
+    assert not fresh_run.has_projection(0, 1, "attn-tsne")      # refused before any layout was made
+
+
+def test_a_named_method_is_made_and_one_too_costly_is_refused_with_the_exact_command(fresh_run, monkeypatch):
+    import shlex
+
+    from qkviz.projection import on_demand
+
+    run = fresh_run
+    assert run.projection(0, 1, method="pca", dim=3, progress=False).shape == (2 * run.n_tokens, 3)
+    assert run.has_projection(0, 1, "pca", 3) and not run.has_projection(0, 1, "pca", 2)
+    with pytest.raises(qkviz.QkvizError, match="unknown projection method 'nope'"):
+        run.projection(0, 1, method="nope")
+    with pytest.raises(qkviz.QkvizError, match="tsne's perplexity must be a finite number above 0"):
+        run.projection(0, 1, method="tsne", perplexity=-1.0)
+
+    monkeypatch.setattr(on_demand, "ON_DEMAND_FIT_TOKENS", run.n_tokens - 1)   # the tiny run as if it were large
+    settings = dict(method="tsne", seed=3, scale_norms=False, perplexity=7.5, progress=False)
+    with pytest.raises(qkviz.QkvizError) as refused:
+        run.projection(1, 0, **settings)
+    message = str(refused.value)
+    assert "\n" not in message and "would take minutes" in message and cache_entries(run).keys() == {
+        f"{run.projection_file(0, 1, 'pca', 3)[0]}.{suffix}" for suffix in ("json", "npy")}
+    command = message.split("make it with '")[1].rstrip("'")
+    assert command == (f"qkviz project --run {run.path} --method tsne --dim 2 --layers 1 --heads 0 --seed 3 "
+                       "--no-scale --perplexity 7.5")
+    assert main(["-q", *shlex.split(command)[1:]]) == 0
+    layout = run.projection(1, 0, **settings)        # the command made exactly this entry: read, not refused
+    assert layout.shape == (2 * run.n_tokens, 2)
+    assert run.projection(1, 0, method="pca", progress=False).shape == (2 * run.n_tokens, 2)   # PCA: always cheap
+
+
+def test_a_layout_another_process_is_making_is_waited_for_not_made_twice(fresh_run):
+    """While the head's lock is held (by 'qkviz project' or the app's background worker), run.projection waits;
+    what the holder cached is then returned as it is."""
+    import threading
+
+    from qkviz.projection import layout_spec
+    from qkviz.store.locks import exclusive_lock
+    from qkviz.store.projections import ProjectionCache
+
+    run = fresh_run
+    cache = ProjectionCache(run.path, run.manifest["fingerprint"])
+    planted = np.arange(2 * run.n_tokens * 2, dtype=np.float32).reshape(-1, 2)   # no method makes this
+    found = {}
+    with exclusive_lock(cache.head_lock(1, 3)):
+        reader = threading.Thread(target=lambda: found.setdefault("layout", run.projection(1, 3, progress=False)))
+        reader.start()
+        reader.join(timeout=2.0)
+        assert reader.is_alive() and cache_entries(run) == {}     # waiting, nothing written
+        cache.store(layout_spec(1, 3, "attn-tsne", 2), planted)   # what the holder makes
+    reader.join(timeout=60)
+    np.testing.assert_array_equal(found["layout"], planted)
+
+
+def test_nothing_is_made_without_make_or_on_a_run_opened_read_only(fresh_run):
+    """What the app reads (make=False: it never computes inside a request) and a read-only run: the command
+    instead of a layout, and the cache untouched."""
+    command = f"'qkviz project --run {fresh_run.path} --method attn-tsne --dim 2 --layers 0 --heads 2'"
+    with pytest.raises(qkviz.QkvizError, match="no attn-tsne 2D projection of layer 0 head 2") as refused:
+        fresh_run.projection(0, 2, make=False)
+    assert str(refused.value).endswith(f"make it with {command}")
+    read_only = qkviz.open_run(fresh_run.path, read_only=True)
+    for call in (lambda: read_only.projection(0, 2), lambda: read_only.plot(0, 2)):
+        with pytest.raises(qkviz.QkvizError, match="opened read-only") as refused:
+            call()
+        assert str(refused.value).endswith(command)
+    assert cache_entries(fresh_run) == {} and not (fresh_run.path / "projections").exists()

@@ -92,7 +92,7 @@ def test_run_projection_without_a_method_reads_the_heads_best_layout(toy_run):
     np.testing.assert_array_equal(toy_run.projection(0, 1), toy_run.projection(0, 1, "attn-tsne"))
     shutil.rmtree(toy_run.path / "projections")
     with pytest.raises(qkviz.QkvizError, match="--method attn-tsne --dim 2 --layers 0 --heads 1"):
-        toy_run.projection(0, 1)
+        toy_run.projection(0, 1, make=False)
 
 
 def test_every_method_declares_what_the_catalogue_derives_from():

@@ -28,7 +28,7 @@ def fresh_run(tiny_run, tmp_path):
     """A copy of the tiny Llama run without any layout."""
     run = qkviz.open_run(copy_run(tiny_run("llama"), tmp_path / "run", atlas=False).path)
     with pytest.raises(qkviz.QkvizError, match="no pca 2D projection"):
-        run.projection(0, 0, method="pca")
+        run.projection(0, 0, method="pca", make=False)
     return run
 
 

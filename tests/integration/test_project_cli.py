@@ -17,7 +17,7 @@ def small_run(tiny_model, tiny_corpus, tmp_path_factory):
 
 def test_project_caches_layouts_and_skips_them_next_time(small_run, capsys):
     with pytest.raises(QkvizError, match="qkviz project --run .* --method pca --dim 2 --layers 1 --heads 2"):
-        small_run.projection(1, 2, "pca", 2)
+        small_run.projection(1, 2, "pca", 2, make=False)
     assert main(["project", "--run", str(small_run.path), "--method", "pca,tsne",
                  "--layers", "1", "--heads", "0-2"]) == 0
     entries = sorted((small_run.path / CACHE_DIRECTORY).glob("*.npy"))

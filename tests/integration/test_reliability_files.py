@@ -3,6 +3,7 @@ wrong is read or stored (checksums, corpus rows, tokenizers, ``--max-length``). 
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from support.cli import one_line_error, run_main
@@ -171,3 +172,100 @@ def test_a_stored_result_changed_since_it_was_made_is_not_read(tiny_run, tmp_pat
     corrupt_in_place(copy / "stats" / "relative_position.npy")
     assert load_atlas(qkviz.open_run(copy)) is None
     assert "relative_position.npy does not match its checksum" in caplog.text and "qkviz stats" in caplog.text
+
+
+# -- runs without checksums (issue 30, point 3) -----------------------------------------------
+def strip_checksums(run_path, names=None) -> dict:
+    """Remove the manifest's sha256 of ``names`` (default: all of them, as a run made before checksums has it);
+    returns the checksums removed."""
+    manifest_path = run_path / "manifest.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    removed = {name: manifest["sha256"].pop(name) for name in (names or list(manifest["sha256"]))}
+    if names is None:
+        del manifest["sha256"]
+    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return removed
+
+
+def test_a_run_without_checksums_gets_them_on_first_open_and_damage_is_then_caught(tiny_run, tmp_path, caplog):
+    from qkviz.core.errors import IncompleteRunError
+
+    copy = shutil.copytree(tiny_run("llama").path, tmp_path / "run")
+    expected = strip_checksums(copy)
+    assert len(expected) >= 7
+    with caplog.at_level("WARNING", logger="qkviz.store.run"):
+        run = qkviz.open_run(copy)
+    assert "manifest has no checksum of any of its files" in caplog.text and "recording the sha256" in caplog.text
+    on_disk = json.loads((copy / "manifest.json").read_text(encoding="utf-8"))
+    assert on_disk["sha256"] == run.manifest["sha256"] == expected and on_disk["files"] == run.manifest["files"]
+    assert not list(copy.glob(".*.tmp"))                       # written through a temporary file, renamed
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="qkviz.store.run"):
+        qkviz.open_run(copy).tokens                            # recorded once: no warning again
+    assert caplog.text == ""
+
+    corrupt_in_place(copy / "keys.npy")
+    with pytest.raises(IncompleteRunError, match="keys.npy does not match its checksum"):
+        qkviz.open_run(copy).keys(0, 0)
+
+    one = shutil.copytree(tiny_run("llama").path, tmp_path / "one")
+    assert strip_checksums(one, ["tokens.parquet"]) == {"tokens.parquet": expected["tokens.parquet"]}
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="qkviz.store.run"):
+        assert qkviz.open_run(one).manifest["sha256"] == expected   # the missing one recorded, the others kept
+    assert "no checksum of tokens.parquet (" in caplog.text
+
+
+def test_a_run_without_checksums_opened_read_only_is_refused_in_one_line(tiny_run, tmp_path):
+    from qkviz.core.errors import IncompleteRunError
+
+    copy = shutil.copytree(tiny_run("llama").path, tmp_path / "run")
+    strip_checksums(copy)
+    before = (copy / "manifest.json").read_bytes()
+    with pytest.raises(IncompleteRunError) as refused:
+        qkviz.open_run(copy, read_only=True)
+    message = str(refused.value)
+    assert "\n" not in message and "has no checksum of" in message and "opened read-only" in message
+    assert f"'qkviz status --run {copy}' records them" in message
+    assert (copy / "manifest.json").read_bytes() == before and sorted(p.name for p in copy.iterdir()) == sorted(
+        p.name for p in tiny_run("llama").path.iterdir())        # nothing written, not even a lock
+
+
+def test_a_run_in_a_directory_it_cannot_write_is_refused_or_read_in_one_line(tiny_run):
+    """As a user who cannot write the run's directory (a shared, read-only copy): a run without checksums is
+    refused with what to do; one with them opens, and run.projection of a layout not cached names its command."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(prefix="qkviz-shared-"))
+    try:
+        shared.chmod(0o755)
+        plain, old = (shutil.copytree(tiny_run("llama").path, shared / name, ignore=shutil.ignore_patterns("projections"))
+                      for name in ("plain", "old"))
+        strip_checksums(old)
+        for run_path in (plain, old):
+            run_path.chmod(0o555)
+        code = ("import sys, qkviz\ntry:\n    qkviz.open_run(sys.argv[1]).projection(0, 1, progress=False)\n"
+                "except qkviz.QkvizError as error:\n    sys.exit(f'refused: {error}')\n")
+        as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] if os.geteuid() == 0 else []
+        env = dict(os.environ, HOME=str(shared), NUMBA_CACHE_DIR=str(shared / "numba"), PYTHONDONTWRITEBYTECODE="1")
+        results = {run_path.name: subprocess.run([*as_user, sys.executable, "-c", code, str(run_path)],
+                                                 capture_output=True, text=True, timeout=300, env=env, cwd=shared)
+                   for run_path in (plain, old)}
+        if "No module named" in results["plain"].stderr:
+            pytest.skip(f"the unprivileged user cannot import this checkout: {results['plain'].stderr[-200:]}")
+        for name, fragments in (("old", ("has no checksum of", "cannot be recorded there", "qkviz status --run")),
+                                ("plain", ("cannot cache a layout in", "make it where the run can be written",
+                                           f"'qkviz project --run {plain} --method attn-tsne --dim 2 --layers 0 "
+                                           "--heads 1'"))):
+            lines = results[name].stderr.strip().splitlines()
+            assert results[name].returncode == 1 and len(lines) == 1 and lines[0].startswith("refused: "), results[name]
+            assert all(fragment in lines[0] for fragment in fragments), lines[0]
+        assert "sha256" not in json.loads((old / "manifest.json").read_text())
+    finally:
+        for directory in shared.rglob("*"):
+            if directory.is_dir():
+                directory.chmod(0o755)
+        shutil.rmtree(shared, ignore_errors=True)
