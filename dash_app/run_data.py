@@ -223,7 +223,7 @@ class RunData:
     # -- per head ---------------------------------------------------------------------------
     def _layout(self, layer: int, head: int, method: str, dim: int) -> np.ndarray:
         """``[2 * n_tokens, dim]`` float32, queries first; QkvizError naming the command when missing."""
-        return self.run.projection(layer, head, method, dim)
+        return self.run.projection(layer, head, method, dim, make=False)
 
     def _partners(self, layer: int, head: int, point: int, k: int, skip_special: bool = False,
                   skip_first: bool = False) -> Partners:
@@ -269,7 +269,7 @@ class RunData:
         missing, stand_in = [], []
         for layer, head in unread:
             if self.is_cached(layer, head, method, 2):
-                points[layer * n_heads + head] = normalise_layout(self.run.projection(layer, head, method, 2))
+                points[layer * n_heads + head] = normalise_layout(self.run.projection(layer, head, method, 2, make=False))
                 continue
             missing.append((layer, head))
             points[layer * n_heads + head] = np.nan

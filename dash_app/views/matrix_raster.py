@@ -228,7 +228,7 @@ class HeadThumbnails:
 
     def _draw(self, layer: int, head: int, method: str, colour: str) -> bytes:
         flat = layer * self.data.run.n_heads + head
-        points = normalise_layout(self.data.run.projection(layer, head, method, 2))
+        points = normalise_layout(self.data.run.projection(layer, head, method, 2, make=False))
         value_range = self.value_range(colour) if colour != "type" and colour not in CATEGORIES else (0.0, 1.0)
         self.drawn += 1
         return png_bytes(head_thumbnail(points, self.colour_values(colour, flat), colour, value_range, self.pixels),

@@ -31,7 +31,9 @@ from qkviz.analysis.attention_batches import SentenceBatch, batch_mask, workspac
 from qkviz.core.attention import softmax_numerators
 from qkviz.store.run import StoredRun
 
-TERMS = ("content", "key_prior", "query_constant", "bias_bias", "positional")
+TERMS = ("content", "key_prior", "query_constant", "bias_bias", "positional", "content_and_position")
+#: the one term of a run whose rotation qkviz does not invert (``qkviz.store.files.POSITION_UNSPLIT``)
+UNSPLIT = "content_and_position"
 
 
 def unrotate(vectors: np.ndarray, positions: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
@@ -54,6 +56,8 @@ def available_terms(run: StoredRun) -> tuple[str, ...]:
     """The terms this run can split its logits into (just ``content`` when it holds no parts)."""
     from qkviz.store import files as run_files
 
+    if run.has_part(run_files.POSITION_UNSPLIT):
+        return (UNSPLIT,)
     terms = ["content"]
     if run.has_part(run_files.QUERY_BIAS) and run.has_part(run_files.KEY_BIAS):
         terms += ["key_prior", "query_constant", "bias_bias"]
@@ -67,8 +71,12 @@ def batch_terms(run: StoredRun, layer: int, head: int, batch: SentenceBatch, que
     """``{term: [batch, query, key]}`` float64 for one sentence batch; the terms add up to ``q . k``.
     ``reuse``: the products are written into :func:`~qkviz.analysis.attention_batches.workspace` arrays
     (overwritten by the next call)."""
+    from qkviz.store import files as run_files
+
     rows = np.maximum(batch.rows, 0)
     q, k = queries[rows].astype(np.float64), keys[rows].astype(np.float64)
+    if run.has_part(run_files.POSITION_UNSPLIT):
+        return {UNSPLIT: _products(q, k, "decompose-content" if reuse else None)}
     terms = {}
     rotary = run.rotary(layer)
     if rotary is not None:

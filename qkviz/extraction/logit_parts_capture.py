@@ -23,9 +23,12 @@ import torch
 
 from qkviz.store import files as run_files
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
-from qkviz.extraction.capture import without_attention
+from qkviz.extraction.capture import capturing, without_attention
 
 logger = logging.getLogger(__name__)
+
+#: positions of the first-layer rotation check (:func:`rotation_explained`)
+ROTATION_POSITIONS = 16
 
 def query_key_biases(module: torch.nn.Module, adapter: FamilyAdapter,
                      shape: ModelShape) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -127,12 +130,63 @@ def bias_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape
     return parts
 
 
+class _FirstLayerQueries:
+    """A recorder keeping the queries of one attention module (the first layer's)."""
+
+    def __init__(self, module: torch.nn.Module):
+        self.module, self.queries = module, None
+
+    def record(self, module, query, key, value, scaling, kwargs) -> None:
+        if module is self.module:
+            self.queries = query.detach()[0].double().cpu()     # [head, position, d]
+
+    def record_output(self, module, output) -> None:
+        pass
+
+
+def rotation_explained(model: torch.nn.Module, first: torch.nn.Module, tables: tuple[np.ndarray, np.ndarray] | None,
+                       token_id: int, device: str) -> bool:
+    """Whether what positions do to the first layer's queries is explained: one token repeated at
+    :data:`ROTATION_POSITIONS` positions gives every position the same layer input (rotary models), so its query
+    at position ``p`` must be its query at position 0 rotated by the recorded tables (the ``rotate_half``
+    convention on the first ``rotary_dim`` sizes, which :func:`qkviz.analysis.logit_decomposition.unrotate`
+    inverts). Queries that change with position but keep their norm are rotated by a convention qkviz does not
+    invert (interleaved pairs, the rotary part last) or inside the model's own code: ``False``. Queries that do
+    not change, or change their norm too (absolute position embeddings), need no rotary split: ``True``."""
+    recorder = _FirstLayerQueries(first)
+    input_ids = torch.full((1, ROTATION_POSITIONS), token_id, dtype=torch.long, device=device)
+    with torch.inference_mode(), capturing(model, recorder):
+        model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+    queries = recorder.queries
+    size = float(queries.abs().max()) or 1.0
+    if float((queries - queries[:, :1]).abs().max()) <= 1e-5 * size:
+        return True                                      # no position in the first layer's queries
+    norms = queries.norm(dim=-1)
+    if float((norms - norms[:, :1]).abs().max()) > 1e-4 * float(norms.max()):
+        return True                                      # positions added, not rotated (absolute embeddings)
+    if tables is None:
+        return False
+    cos, sin = (torch.from_numpy(table[0, :ROTATION_POSITIONS]).double() for table in tables)
+    rotary, half = cos.shape[-1], cos.shape[-1] // 2
+    start = queries[:, :1, :rotary]                      # position 0: cos 1, sin 0
+    turned = torch.cat([-start[..., half:], start[..., :half]], dim=-1)
+    expected = torch.cat([start * cos + turned * sin, queries[:, :1, rotary:].expand(-1, ROTATION_POSITIONS, -1)], -1)
+    return float((queries - expected).abs().max()) <= 1e-4 * size
+
+
 def capture_logit_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, n_positions: int,
                         pad_id: int, device: str, used_token_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """``{run file: array}`` of the biases, rotary tables and first-layer embedding parts the model has."""
+    """``{run file: array}`` of the biases, rotary tables and first-layer embedding parts the model has. Where the
+    rotation of queries and keys is not one qkviz can invert (:func:`rotation_explained`), no rotary table and no
+    bias is kept, and :data:`~qkviz.store.files.POSITION_UNSPLIT` says the logit is not split by position."""
     modules = adapter.attention_modules(model)
     parts = bias_parts(model, adapter, shape)
     tables = rotary_tables(model, modules, n_positions, pad_id, device)
+    filler = int(used_token_ids[0]) if used_token_ids is not None and len(used_token_ids) else pad_id
+    if adapter.modality == "text" and not rotation_explained(model, modules[0], tables, filler, device):
+        logger.info("%s rotates queries and keys in a way qkviz does not invert: its logits are not split by "
+                    "position", adapter.family)
+        return {run_files.POSITION_UNSPLIT: np.ones(1, dtype=np.int8)}
     if tables is not None:
         parts[run_files.ROTARY_COS], parts[run_files.ROTARY_SIN] = tables
     if used_token_ids is not None and run_files.QUERY_BIAS in parts:

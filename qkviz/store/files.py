@@ -63,6 +63,8 @@ QUERY_BIAS = "query_bias.npy"     # [layer, head, d_head] float32
 KEY_BIAS = "key_bias.npy"         # [layer, kv_head, d_head] float32
 ROTARY_COS = "rotary_cos.npy"     # [layer, position, rotary_dim] float32
 ROTARY_SIN = "rotary_sin.npy"     # [layer, position, rotary_dim] float32
+#: present (int8 [1]) where the model rotates queries and keys in a way qkviz does not invert: no rotary or bias split
+POSITION_UNSPLIT = "position_unsplit.npy"
 #: Optional, absolute-position models: what splits the first layer's q / k into token and position parts.
 EMBED_TOKEN_IDS = "embed_token_ids.npy"        # [used token] int64, sorted
 EMBED_TOKENS = "embed_tokens.npy"              # [used token, d_model] float32: their token embeddings
@@ -71,7 +73,7 @@ EMBED_NORM = "embed_norm.npy"                  # [4, d_model] float32: token-typ
 EMBED_QUERY_WEIGHT = "embed_query_weight.npy"  # [head, d_head, d_model] float32: first layer's query projection
 EMBED_KEY_WEIGHT = "embed_key_weight.npy"      # [kv_head, d_head, d_model] float32
 EMBED_FILES = (EMBED_TOKEN_IDS, EMBED_TOKENS, EMBED_POSITIONS, EMBED_NORM, EMBED_QUERY_WEIGHT, EMBED_KEY_WEIGHT)
-LOGIT_PART_FILES = (QUERY_BIAS, KEY_BIAS, ROTARY_COS, ROTARY_SIN, *EMBED_FILES)
+LOGIT_PART_FILES = (QUERY_BIAS, KEY_BIAS, ROTARY_COS, ROTARY_SIN, POSITION_UNSPLIT, *EMBED_FILES)
 #: Optional, with ``qkviz extract --head-update`` (see qkviz.extraction.head_update_capture), streamed like the vectors.
 #: image runs: every token's patch thumbnail (zeros for special tokens), see qkviz.extraction.image_capture
 PATCHES = "patches.npy"            # [token, t, t, 3] uint8

@@ -118,3 +118,18 @@ def test_the_docs_table_is_the_families_table():
     from qkviz.extraction.model_families import families_markdown
 
     assert families_markdown() in (REPO / "docs" / "families.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("model_type, split", [("llama", True), ("phi", True), ("cohere", False), ("gptj", False)])
+def test_the_logit_is_split_by_position_only_where_the_rotation_is_inverted(model_type, split, tokenizer, tmp_path):
+    """Llama (rotate_half) and Phi (partial rotate_half) keep their rotary tables; Cohere (interleaved pairs) and
+    GPT-J (rotated inside its own code) are marked unsplit, and their logits stay one term."""
+    from qkviz.analysis.logit_decomposition import UNSPLIT, available_terms
+    from qkviz.store import files as run_files
+
+    run = qkviz.extract(tiny_family_model(model_type), SENTENCES, tmp_path / "run", tokenizer=tokenizer,
+                        progress=False)
+    assert run.has_part(run_files.ROTARY_COS) == split
+    assert run.has_part(run_files.POSITION_UNSPLIT) == (not split)
+    assert ("positional" in available_terms(run)) == split
+    assert (available_terms(run) == (UNSPLIT,)) == (not split)
