@@ -44,11 +44,9 @@ class LayerAttentionSettings:
 class AttentionRecorder:
     """Receives every attention call of one model and forwards it to a sink, per layer."""
 
-    def __init__(self, layer_of_module: dict[int, int], sink: LayerSink,
-                 output_sink: Callable[[int, torch.Tensor], None] | None = None):
+    def __init__(self, layer_of_module: dict[int, int], sink: LayerSink):
         self._layer_of_module = layer_of_module
         self._sink = sink
-        self._output_sink = output_sink   # output_sink(layer, per-head outputs [batch, pos, head, d_head])
         self.settings: dict[int, LayerAttentionSettings] = {}
 
     def record(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -68,10 +66,6 @@ class AttentionRecorder:
         )
         self._sink(layer, query.detach(), key.detach(), value.detach().norm(dim=-1))
 
-    def record_output(self, module: torch.nn.Module, output: torch.Tensor) -> None:
-        if self._output_sink is not None:
-            self._output_sink(self._layer_of_module[id(module)], output.detach())
-
 
 _active_recorder: contextvars.ContextVar[AttentionRecorder | None] = contextvars.ContextVar(
     "qkviz_active_recorder", default=None)
@@ -82,10 +76,7 @@ def _capturing_attention(module, query, key, value, attention_mask, scaling=None
     if recorder is not None:
         recorder.record(module, query, key, value, scaling, kwargs)
     compute = _softcapped_attention if kwargs.get("softcap") is not None else ALL_ATTENTION_FUNCTIONS["sdpa"]
-    output = compute(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-    if recorder is not None:
-        recorder.record_output(module, output[0])
-    return output
+    return compute(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
 
 
 def _softcapped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
@@ -148,10 +139,7 @@ def _captured_method(module: torch.nn.Module, declared: MethodCapture):
         if recorder is not None:
             settings = declared.settings(module)
             recorder.record(module, query, key, value, settings.pop("scaling"), settings)
-        output = original(query, key, value, attention_mask, *args, **kwargs)
-        if recorder is not None:
-            recorder.record_output(module, output[0].transpose(1, 2))     # [batch, pos, head, d_head]
-        return output
+        return original(query, key, value, attention_mask, *args, **kwargs)
 
     return method
 

@@ -134,7 +134,7 @@ def recording(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module:
     """Inference with every attention call of ``model`` captured into ``scatter`` (with ``head_update``, each
     head's update relative to the hidden state too)."""
     probe = HeadUpdateProbe(model, adapter, shape, scatter.head_updates) if head_update else None
-    recorder = AttentionRecorder(layer_of_module, scatter, output_sink=probe)
+    recorder = AttentionRecorder(layer_of_module, scatter)
     with torch.inference_mode(), capturing(model, recorder), probe or contextlib.nullcontext():
         yield
 

@@ -2,7 +2,8 @@
 extraction with ``--head-update`` (torch).
 
 A head's update is its output through its slice of the attention's output projection,
-``u_h = o_h W_O[h]`` (``o_h`` the attention-weighted values of the head, ``[d_head]``; the shared
+``u_h = o_h W_O[h]`` (``o_h`` the head's part of what enters the projection: its attention-weighted values,
+after any output gate the family applies, ``[d_value]``; the shared
 output bias and any post-attention norm left out), and the hidden state is the layer's input
 ``x``, the residual stream the update is added to. Per token and head the run keeps
 ``|u_h| / |x|`` and ``cos(u_h, x)``.
@@ -16,21 +17,25 @@ from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 
 
 class HeadUpdateProbe:
-    """Keeps each layer's input and turns each layer's head outputs into (ratio, cosine) per token.
+    """Keeps each layer's input and turns what enters each layer's attention output projection (every head's
+    output side by side, after any gate the family applies) into (ratio, cosine) per head and token.
 
-    Use as the recorder's ``output_sink``; ``sink(layer, updates [batch, head, pos, 2])`` receives
-    the results."""
+    A context manager: while it lasts, ``sink(layer, updates [batch, head, pos, 2])`` receives each layer's
+    results as the model runs."""
 
     def __init__(self, model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, sink):
         self._slices = adapter.output_head_slices(model, shape)
         self._layers = adapter.layer_modules(model)
+        self._projections = adapter.output_projections(model)
+        self._heads = shape.n_heads
         self._inputs: dict[int, torch.Tensor] = {}
         self._sink = sink
         self._handles = []
 
     def __enter__(self) -> "HeadUpdateProbe":
-        for layer, module in enumerate(self._layers):
+        for layer, (module, projection) in enumerate(zip(self._layers, self._projections)):
             self._handles.append(module.register_forward_pre_hook(self._keeper(layer), with_kwargs=True))
+            self._handles.append(projection.register_forward_pre_hook(self._updater(layer)))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -45,7 +50,14 @@ class HeadUpdateProbe:
             self._inputs[layer] = hidden.detach()
         return keep
 
+    def _updater(self, layer: int):
+        def update(_projection, args):
+            heads = args[0].detach()                                          # [batch, pos, heads x d_value]
+            self(layer, heads.reshape(*heads.shape[:-1], self._heads, -1))
+        return update
+
     def __call__(self, layer: int, outputs: torch.Tensor) -> None:
+        """``outputs`` ``[batch, pos, head, d_value]``: every head's output as the output projection receives it."""
         hidden = self._inputs.pop(layer).float()                              # [batch, pos, d_model]
         slices = self._slices[layer].to(hidden.device)
         updates = torch.einsum("bphd,hdm->bhpm", outputs.float(), slices)       # [batch, head, pos, d_model]

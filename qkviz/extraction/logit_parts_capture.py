@@ -140,8 +140,6 @@ class _FirstLayerQueries:
         if module is self.module:
             self.queries = query.detach()[0].double().cpu()     # [head, position, d]
 
-    def record_output(self, module, output) -> None:
-        pass
 
 
 def rotation_explained(model: torch.nn.Module, first: torch.nn.Module, tables: tuple[np.ndarray, np.ndarray] | None,

@@ -140,6 +140,9 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     if plan is DirectoryPlan.REUSE:
         logger.info("%s already holds this run; reusing it", out)
         return ExtractionResult(open_stored_run(out), "reused", time.perf_counter() - started)
+    if head_update and not adapter.has_output_projection:
+        raise QkvizError(f"--head-update needs the attention's output projection, which qkviz does not find in "
+                         f"{adapter.family} models; extract without it")
     gate = run_input.check_exactness()          # before anything is written
     layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, run_input.n_tokens, dtype,
                          head_update)

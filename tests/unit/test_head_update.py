@@ -92,3 +92,60 @@ def test_image_head_updates_match_the_models_output_projection_inputs(family, ti
         np.testing.assert_allclose(stored[:, 0], (update.norm(dim=-1) / hidden.norm(dim=-1)).numpy(), rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(stored[:, 1], torch.nn.functional.cosine_similarity(update, hidden, dim=-1).numpy(),
                                    atol=1e-4)
+
+
+@pytest.mark.parametrize("model_type, layer, projection", [
+    ("phi3", 1, "layers.1.self_attn.o_proj"),            # fused QKV projection
+    ("qwen3_next", 0, "layers.1.self_attn.o_proj"),      # its one attention layer, model layer 1; gated output
+    ("gptj", 1, "h.1.attn.out_proj"),                    # attention in its own method
+    ("deepseek_v3", 1, "layers.1.self_attn.o_proj"),     # values smaller than queries and keys
+])
+def test_head_updates_of_families_found_from_their_structure(model_type, layer, projection, tmp_path):
+    """The output projection named here by hand (not the one discovery found) receives every head's output; each
+    head's slice of it gives the update the run stored."""
+    from support import CORPUS
+    from support.family_configs import tiny_family_model
+    from support.tiny_models import decoder_tokenizer
+
+    lines = CORPUS.read_text(encoding="utf-8").splitlines()
+    model = tiny_family_model(model_type)
+    run = qkviz.extract(model, lines[:4], tmp_path / "run", tokenizer=decoder_tokenizer(lines), head_update=True,
+                        progress=False)
+    output = model.get_submodule(projection)
+    seen = {}
+    output.register_forward_pre_hook(lambda module, args: seen.__setitem__("heads", args[0]))
+    model.get_submodule(projection.split(".")[0] + "." + projection.split(".")[1]).register_forward_pre_hook(
+        lambda module, args, kwargs: seen.__setitem__("hidden", args[0] if args else kwargs["hidden_states"]),
+        with_kwargs=True)
+    rows = run.sentence_tokens(2)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([run.tokens.token_id.to_numpy()[rows].tolist()]))
+    heads = seen["heads"][0].reshape(rows.stop - rows.start, run.n_heads, -1)
+    hidden = seen["hidden"][0]
+    slices = output.weight.detach().T.reshape(run.n_heads, heads.shape[-1], -1)
+    for head in range(run.n_heads):
+        update = heads[:, head] @ slices[head]
+        stored = run.head_updates(layer, head)[rows]
+        np.testing.assert_allclose(stored[:, 0], (update.norm(dim=-1) / hidden.norm(dim=-1)).numpy(), rtol=1e-4,
+                                   atol=1e-6)
+        np.testing.assert_allclose(stored[:, 1], torch.nn.functional.cosine_similarity(update, hidden, dim=-1).numpy(),
+                                   atol=1e-4)
+
+
+def test_head_update_without_an_output_projection_found_is_one_line(tmp_path):
+    """A family whose output projection discovery does not find refuses the option in one line, before anything is
+    written."""
+    from support import CORPUS
+    from support.family_configs import tiny_family_model
+    from support.tiny_models import decoder_tokenizer
+
+    from qkviz.extraction.adapters import discovery
+
+    lines = CORPUS.read_text(encoding="utf-8").splitlines()
+    names = tuple(name for name in discovery.OUTPUT_PROJECTION_NAMES if name != "o_proj")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(discovery, "OUTPUT_PROJECTION_NAMES", names)    # as if llama named it in a way not known
+        with pytest.raises(qkviz.QkvizError, match="--head-update needs the attention's output projection"):
+            qkviz.extract(tiny_family_model("llama"), lines[:4], tmp_path / "run", tokenizer=decoder_tokenizer(lines),
+                          head_update=True, progress=False)
+    assert not (tmp_path / "run").exists()

@@ -24,7 +24,7 @@ from qkviz.extraction.capture import capturing
 from qkviz.extraction.model_families import OWN_CODE, SHARED
 
 #: a layer's attention output projection, by the names families give it (inside the attention module)
-OUTPUT_PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "out_lin", "o")
+OUTPUT_PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "Wo", "out_lin", "o")
 #: separate query and key projections, by the names families give them
 QUERY_KEY_NAMES = (("q_proj", "k_proj"), ("query", "key"), ("q_lin", "k_lin"), ("wq", "wk"), ("q", "k"))
 #: a norm applied to queries or keys after their projection (QK-norm)
@@ -47,8 +47,6 @@ class CallLog:
         causal = kwargs.get("is_causal")
         self.causal.append(bool(getattr(module, "is_causal", False) if causal is None else causal))
 
-    def record_output(self, module, output) -> None:
-        pass
 
 
 def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
@@ -79,7 +77,9 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
     attention = log.modules[0]
     qk_names = next(((q, k) for q, k in QUERY_KEY_NAMES if _is_linear(attention, q) and _is_linear(attention, k)),
                     None)
-    output_name = next((name for name in OUTPUT_PROJECTION_NAMES if _is_linear(attention, name)), None)
+    heads_width = shape.n_heads * (shape.value_dim or shape.head_dim)     # every head's output side by side
+    output_name = next((name for name in OUTPUT_PROJECTION_NAMES
+                        if _is_linear(attention, name) and getattr(attention, name).in_features == heads_width), None)
     qk_norm = any(QK_NORM_PATTERN.match(name) for name, _ in attention.named_children())
     return FamilyAdapter(
         family=family,
