@@ -44,9 +44,10 @@ class GateResult:
 
 
 def tolerance(dtype: torch.dtype) -> float:
-    """The largest difference accepted between recomputed and model probabilities: the two passes differ only by
-    rounding (float32: about 1e-7; an attention term left out moves probabilities by 1e-2 or more)."""
-    return 1e-4 if dtype in (torch.float32, torch.float64) else 3e-2
+    """The largest difference accepted between recomputed and model probabilities. The two passes differ only by
+    rounding, which grows with depth (float32: 1e-7 on two layers, 7e-6 on SmolLM2's 30, 1e-4 on a random
+    32-layer model); a term left out or a mask not reproduced moves a probability over 40 keys by about 1/40."""
+    return 1e-3 if dtype in (torch.float32, torch.float64) else 3e-2
 
 
 def check_exactness(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape,

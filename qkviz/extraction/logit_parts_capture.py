@@ -155,7 +155,8 @@ def rotation_explained(model: torch.nn.Module, first: torch.nn.Module, tables: t
     input_ids = torch.full((1, ROTATION_POSITIONS), token_id, dtype=torch.long, device=device)
     with torch.inference_mode(), capturing(model, recorder):
         model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
-    queries = recorder.queries
+    positions = ROTATION_POSITIONS if tables is None else min(ROTATION_POSITIONS, tables[0].shape[1])
+    queries = recorder.queries[:, :positions]
     size = float(queries.abs().max()) or 1.0
     if float((queries - queries[:, :1]).abs().max()) <= 1e-5 * size:
         return True                                      # no position in the first layer's queries
@@ -164,11 +165,11 @@ def rotation_explained(model: torch.nn.Module, first: torch.nn.Module, tables: t
         return True                                      # positions added, not rotated (absolute embeddings)
     if tables is None:
         return False
-    cos, sin = (torch.from_numpy(table[0, :ROTATION_POSITIONS]).double() for table in tables)
+    cos, sin = (torch.from_numpy(table[0, :positions]).double() for table in tables)
     rotary, half = cos.shape[-1], cos.shape[-1] // 2
     start = queries[:, :1, :rotary]                      # position 0: cos 1, sin 0
     turned = torch.cat([-start[..., half:], start[..., :half]], dim=-1)
-    expected = torch.cat([start * cos + turned * sin, queries[:, :1, rotary:].expand(-1, ROTATION_POSITIONS, -1)], -1)
+    expected = torch.cat([start * cos + turned * sin, queries[:, :1, rotary:].expand(-1, positions, -1)], -1)
     return float((queries - expected).abs().max()) <= 1e-4 * size
 
 
