@@ -2,7 +2,6 @@
 the hosts it is told; the HOST variable and Dash's other ways of exposing callbacks change nothing; a server
 bug is a 500 with an id in the log; the request limit holds at its boundary; ``--read-only`` writes nothing."""
 
-import hashlib
 import http.client
 import json
 import logging
@@ -12,7 +11,7 @@ import threading
 import pytest
 from support.browser import copy_run
 from support.cli import one_line_error, run_main
-from support.serving import listening_addresses, request, serving
+from support.serving import listening_addresses, request, serving, snapshot
 
 from dash_app.guard import CALLBACK_PATH, MAX_REQUEST_BYTES
 from qkviz import QkvizError
@@ -173,13 +172,6 @@ def test_a_server_bug_is_a_500_with_an_id_the_log_repeats_with_its_traceback(app
 
 
 # -- read-only ---------------------------------------------------------------------------------
-def snapshot(directory) -> dict[str, tuple[int, str, int]]:
-    """Every file and folder under ``directory``: its size, sha256 and modification time."""
-    return {str(path.relative_to(directory)): (path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
-                                               if path.is_file() else "", path.stat().st_mtime_ns)
-            for path in sorted(directory.rglob("*"))} | {".": (0, "", directory.stat().st_mtime_ns)}
-
-
 def test_read_only_refuses_a_run_with_nothing_to_show(fresh_run, tmp_path):
     run = copy_run(fresh_run, tmp_path / "bare", atlas=False)
     before = snapshot(run.path)

@@ -1,5 +1,5 @@
-"""``qkviz serve`` with any options in a subprocess, plain HTTP requests to it with a chosen ``Host``, and what
-the operating system says the server listens on."""
+"""``qkviz serve`` with any options in a subprocess, plain HTTP requests to it with a chosen ``Host``, what the
+operating system says the server listens on, and a directory's files as they are (to show nothing changed)."""
 
 from __future__ import annotations
 
@@ -81,3 +81,12 @@ def listening_addresses(port: int) -> set[str]:
                     words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))   # each 32-bit word is little-endian
                     found.add(str(ipaddress.ip_address(words if width == 32 else raw[::-1])))
     return found
+
+
+def snapshot(directory: Path) -> dict[str, tuple[int, str, int]]:
+    """Every file and folder under ``directory`` (itself included): its size, sha256 and modification time."""
+    import hashlib
+
+    return {str(path.relative_to(directory)): (path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+                                               if path.is_file() else "", path.stat().st_mtime_ns)
+            for path in [directory, *sorted(directory.rglob("*"))]}
