@@ -204,3 +204,29 @@ def test_a_run_served_read_only_is_left_as_it_was(app_run, tmp_path):
         threading.Event().wait(3)                        # time for a background worker, were there one
     assert "read-only" in server.output and "background" not in server.output, server.output
     assert snapshot(run.path) == before
+
+
+def test_ctrl_c_stops_the_server_with_one_line(app_run):
+    """waitress takes Ctrl-C itself and closes the server: 'qkviz serve' then ends with exit 0 and one line."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from support.browser import free_port
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "qkviz", "serve", "--run", str(app_run.path), "--port", str(port),
+                               "--background", "none"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # not the test's SIG_IGN
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            if request(port)[0] == 200:
+                break
+        except OSError:
+            time.sleep(0.2)
+    server.send_signal(signal.SIGINT)
+    output, _ = server.communicate(timeout=30)
+    assert server.returncode == 0 and output.rstrip().endswith("qkviz: stopped"), output
+    assert "Traceback" not in output
