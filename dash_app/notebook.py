@@ -130,7 +130,7 @@ def proxied_location(port: int) -> ProxiedLocation | None:
     prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "").strip()
     if not prefix:
         return None
-    root_path = "/" + "/".join(part for part in prefix.split("/") if part) + f"/proxy/{port}/"
+    root_path = "/" + "/".join([*(part for part in prefix.split("/") if part), "proxy", str(port)]) + "/"
     public = urlsplit(os.environ.get("JUPYTERHUB_PUBLIC_URL", "").strip())
     if public.scheme in ("http", "https") and public.hostname:
         origin = f"{public.scheme}://{public.netloc}"
