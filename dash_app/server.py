@@ -31,6 +31,10 @@ logger = logging.getLogger(__name__)
 
 
 
+#: how long a stopped server waits for its warm-up to end before exiting
+WARM_JOIN_S = 30.0
+
+
 def warm(data: RunData) -> None:
     """Read the default projection's 2D layouts of every head, and for a large run draw (or read) their matrix
     thumbnails, so the first matrix view is quick."""
@@ -130,9 +134,12 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
     app = build_app(runs, allowed_hosts(host, tuple(allow_hosts)), prefix)
     server = production_server(app.server, host, port)
     start_in_turn(workers)
-    threading.Thread(target=warm, args=(runs[0],), daemon=True).start()
+    warming = threading.Thread(target=warm, args=(runs[0],), name="warm-layouts", daemon=True)
+    warming.start()
     quiet_banners()
     shown = f"[{host}]" if ":" in host else host
     logger.info("serving %s at http://%s:%d%s (waitress%s; Ctrl-C stops)", ", ".join(data.name for data in runs),
                 shown, port, prefix, ", read-only" if read_only else "")
     server.run()           # until Ctrl-C, which waitress takes and closes the server on
+    # a native library torn down under a thread still inside it aborts the interpreter's exit: let warming end
+    warming.join(timeout=WARM_JOIN_S)

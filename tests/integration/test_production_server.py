@@ -9,7 +9,7 @@ import re
 import threading
 
 import pytest
-from support.browser import copy_run
+from support.browser import copy_run, free_port
 from support.cli import one_line_error, run_main
 from support.serving import listening_addresses, request, serving, snapshot
 
@@ -21,7 +21,7 @@ PREFIX = "/user/x/proxy/8050/"
 
 @pytest.fixture(scope="module")
 def fresh_run(tiny_run, tmp_path_factory):
-    """A copy of the tiny Llama run as 'qkviz extract' left it: no layout, no atlas."""
+    """A copy of the tiny Llama run as 'qkviz extract' left it: no layout, no atlas (serving it makes its PCA)."""
     return copy_run(tiny_run("llama"), tmp_path_factory.mktemp("fresh") / "run", atlas=False)
 
 
@@ -172,11 +172,12 @@ def test_a_server_bug_is_a_500_with_an_id_the_log_repeats_with_its_traceback(app
 
 
 # -- read-only ---------------------------------------------------------------------------------
-def test_read_only_refuses_a_run_with_nothing_to_show(fresh_run, tmp_path):
-    run = copy_run(fresh_run, tmp_path / "bare", atlas=False)
+def test_read_only_refuses_a_run_with_nothing_to_show(tiny_run, tmp_path):
+    run = copy_run(tiny_run("llama"), tmp_path / "bare", atlas=False)       # as extracted: no layout
+    assert not any(run.projection_counts().values())
     before = snapshot(run.path)
-    one_line_error(run_main("serve", "--run", str(run.path), "--read-only"), "no 2D layouts to serve read-only",
-                   "qkviz project")
+    one_line_error(run_main("serve", "--run", str(run.path), "--read-only", "--port", str(free_port())),
+                   "no 2D layouts to serve read-only", "qkviz project")
     assert snapshot(run.path) == before
 
 
@@ -212,8 +213,6 @@ def test_ctrl_c_stops_the_server_with_one_line(app_run):
     import subprocess
     import sys
     import time
-
-    from support.browser import free_port
 
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "qkviz", "serve", "--run", str(app_run.path), "--port", str(port),
