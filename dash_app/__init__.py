@@ -9,7 +9,9 @@ Layout:
 * ``app.py`` -- the shell: ``create_app``, the top bar, the stores, and the one state callback that turns
   every user action into the next :class:`~dash_app.state.ViewState`, all derived from the views registry;
 * ``view_registry.py`` -- the views registry: each view declares itself once (``register_view``);
-* ``server.py`` -- ``qkviz serve``: open the runs, build the app, serve it;
+* ``server.py`` -- ``qkviz serve``: open the runs, build the app, serve it; ``wsgi_server.py`` -- waitress, the
+  production server, and the path prefix behind a proxy; ``guard.py`` -- what the server accepts (hosts, body
+  size, callback requests) and its 400 / 500 answers; ``notebook.py`` -- ``run.show()``;
 * ``views/`` -- one module per view (matrix, single, sentence, positions, heads, compare): its layout, its
   figures, its own callbacks (``register``) and its declaration to the registry;
 * ``panels/`` -- the single view's side panels (atlas, partners, related, selection);

@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import dash
+import flask
 from dash import Input, Output, State, dcc, html, no_update
 
 import dash_app.views  # noqa: F401  (each view registers itself)
@@ -28,6 +29,7 @@ from dash_app.state import ViewState, checked_state, select_run, validate
 from dash_app.token_search import TokenSearch
 from dash_app.url_state import parse_url, to_url
 from dash_app.view_registry import AppContext, registered_views
+from dash_app.wsgi_server import PrefixedPaths
 from qkviz import QkvizError, open_run
 from qkviz.projection import method_label
 from qkviz.search import ImageIds
@@ -58,13 +60,14 @@ def create_app(run_paths: list[Path]) -> dash.Dash:
     return build_app(open_runs(run_paths))
 
 
-def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts()) -> dash.Dash:
-    """The app over opened runs, answering only for ``hosts`` (see :mod:`dash_app.guard`)."""
+def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts(), root_path: str = "/") -> dash.Dash:
+    """The app over opened runs, answering only for ``hosts`` (see :mod:`dash_app.guard`), its page asking for
+    everything under ``root_path`` (``/user/x/proxy/8050/`` behind a proxy; see :mod:`dash_app.wsgi_server`)."""
     searches = [TokenSearch(data.token_index, lambda method, data=data: data.all_layouts(method).points,
                             ImageIds(data.sentences) if data.patches is not None else None)
                 for data in runs]
-    app = dash.Dash(__name__, title="qkviz", update_title=None, serve_locally=True, assets_folder=str(ASSETS))
-    guard(app.server, hosts)
+    app = dash_app(root_path)
+    guard(app.server, hosts, lambda: app.callback_map)
     # every comparable pair's attention change, computed in the background
     context = AppContext(runs, searches, AttentionChanges(runs))
     app.layout = shell_layout(context)
@@ -76,6 +79,24 @@ def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts()) -> d
         relay_point_events(app, view.point_events)
     export.register(app)
     context.changes.start()
+    return app
+
+
+def dash_app(root_path: str) -> dash.Dash:
+    """The ``dash.Dash`` with every setting given here, so that Dash's own environment variables
+    (``DASH_URL_BASE_PATHNAME``, ``DASH_MCP_ENABLED``, ...) change nothing: Flask as the only backend, routes at
+    the root and the page's requests under ``root_path`` (:class:`PrefixedPaths` serves both), no MCP endpoint,
+    no websocket callbacks, no health endpoint, and a Flask without its static route. A prefix set in the
+    environment is refused with one line."""
+    try:
+        app = dash.Dash(__name__, server=flask.Flask(__name__, static_folder=None), title="qkviz", update_title=None,
+                        serve_locally=True, assets_folder=str(ASSETS),
+                        backend="flask", routes_pathname_prefix="/", requests_pathname_prefix=root_path,
+                        enable_mcp=False, websocket_callbacks=False, health_endpoint=None)
+    except dash.exceptions.InvalidConfig as error:
+        raise QkvizError(f"Dash's environment sets a path prefix ({str(error).strip().splitlines()[0]}); unset "
+                         "DASH_URL_BASE_PATHNAME / DASH_ROUTES_PATHNAME_PREFIX and give --root-path instead") from None
+    app.server.wsgi_app = PrefixedPaths(app.server.wsgi_app, root_path)
     return app
 
 

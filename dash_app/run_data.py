@@ -137,6 +137,8 @@ class RunData:
         self.aggregate = lru_cache(maxsize=16)(partial(aggregate_attention, run))
         self.partners = lru_cache(maxsize=64)(self._partners)
         self.layout_overlap = lru_cache(maxsize=32)(self._layout_overlap)
+        #: served read-only (``qkviz serve --read-only``): the app writes none of the run's files
+        self.read_only = False
         #: the worker making this run's default layouts while the app runs (set by ``qkviz serve``), or None
         self.worker: LayoutWorker | None = None
         #: the last lasso / box selection in the single view, one row per selected point (see

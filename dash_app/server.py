@@ -1,10 +1,12 @@
-"""``qkviz serve``: open the runs, make what the first picture needs, build the app, serve it (debug off,
-localhost by default), and make the default layouts in the background meanwhile.
+"""``qkviz serve``: open the runs, make what the first picture needs, build the app, serve it from waitress
+(debug off, localhost by default, under a path prefix behind a proxy), and make the default layouts in the
+background meanwhile.
 
 A run without layouts is served at once: its PCA layouts (a few seconds for every head) are made before
 the server starts -- never inside a request -- and the missing layouts of ``background`` (the faithful
 ``qkviz.projection.BACKGROUND_METHOD`` by default) are made by a :class:`qkviz.projection.LayoutWorker` while the app runs; the
-app shows each head's PCA layout until its own lands, and the progress per head.
+app shows each head's PCA layout until its own lands, and the progress per head. ``--read-only`` (a shared
+host) makes nothing and writes nothing: the runs are served as they are.
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ import threading
 from pathlib import Path
 
 from dash_app.app import build_app, open_runs
-from dash_app.guard import allowed_hosts
+from dash_app.guard import allowed_hosts, check_listen
 from dash_app.run_data import RunData
 from dash_app.views.matrix_raster import rasterised, thumbnails_of
+from dash_app.wsgi_server import production_server
+from dash_app.wsgi_server import root_path as normalised_root_path
 from qkviz import QkvizError, project
 from qkviz.projection import LayoutWorker
 from qkviz.projection import BACKGROUND_METHOD, FIRST_METHOD, method_names
 
 logger = logging.getLogger(__name__)
 
+
+
+#: how long a stopped server waits for its warm-up to end before exiting
+WARM_JOIN_S = 30.0
 
 
 def warm(data: RunData) -> None:
@@ -82,34 +90,56 @@ def check_port(host: str, port: int) -> None:
 
 
 def quiet_banners() -> None:
-    """One start-up line, ours: Dash's "Dash is running on ..." (logged, and printed when it has no handler)
-    and Flask's "* Serving Flask app" / "* Debug mode" banner are silenced, with werkzeug's request log."""
-    import flask.cli
-
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    """One start-up line, ours: Dash's "Dash is running on ..." (logged, and printed when it has no handler) is
+    silenced."""
     logging.getLogger("dash.dash").setLevel(logging.WARNING)
-    flask.cli.show_server_banner = lambda *args, **kwargs: None
+
+
+def read_only_runs(runs: list[RunData]) -> None:
+    """Mark the runs read-only (the app writes none of their files: no matrix thumbnails on disk); a run with no
+    2D layout to show is refused, since nothing may be made for it."""
+    for data in runs:
+        if not any(count for (_, dim), count in data.available().items() if dim == 2):
+            raise QkvizError(f"{data.run.path} has no 2D layouts to serve read-only: make them first with "
+                             f"'qkviz project --run {data.run.path}', or serve it without --read-only")
+        data.read_only = True
 
 
 def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, background: str | None = BACKGROUND_METHOD,
-          jobs: int = 1, allow_hosts: tuple[str, ...] = ()) -> None:
-    """Serve the app until interrupted. Runs are opened first: a bad one raises QkvizError.
+          jobs: int = 1, allow_hosts: tuple[str, ...] = (), root_path: str = "/", read_only: bool = False) -> None:
+    """Serve the app from waitress (a production WSGI server) until interrupted. Runs are opened first: a bad
+    one raises QkvizError.
 
     ``background`` names the method whose missing 2D layouts are made while the app runs (None: none
     are), in ``jobs`` worker processes. The server answers only for the loopback names, ``host`` and
-    ``allow_hosts`` (see :func:`dash_app.guard.allowed_hosts`)."""
+    ``allow_hosts`` (see :func:`dash_app.guard.allowed_hosts`); a ``host`` beyond this machine needs
+    ``allow_hosts``. ``root_path``: the path prefix the browser sees the app at behind a proxy (see
+    :mod:`dash_app.wsgi_server`). ``read_only``: write nothing into the runs (no PCA made before serving, no
+    background layouts, no thumbnails on disk), for a shared host."""
     if background is not None and background not in method_names():
         raise QkvizError(f"unknown background method {background!r}; choose from {', '.join(method_names())} or none")
     if not 1 <= jobs <= (os.cpu_count() or 1):
         raise QkvizError(f"--jobs must be between 1 and this machine's {os.cpu_count()} CPUs, got {jobs}")
+    check_listen(host, tuple(allow_hosts))
+    prefix = normalised_root_path(root_path)
     check_port(host, port)
     runs = open_runs(run_paths)
-    for data in runs:
-        make_pca(data)
-    workers = attach_workers(runs, background, jobs) if background is not None else []
-    app = build_app(runs, allowed_hosts(host, tuple(allow_hosts)))
+    if read_only:
+        read_only_runs(runs)
+        workers = []
+    else:
+        for data in runs:
+            make_pca(data)
+        workers = attach_workers(runs, background, jobs) if background is not None else []
+    app = build_app(runs, allowed_hosts(host, tuple(allow_hosts)), prefix)
+    server = production_server(app.server, host, port)
     start_in_turn(workers)
-    threading.Thread(target=warm, args=(runs[0],), daemon=True).start()
+    warming = threading.Thread(target=warm, args=(runs[0],), name="warm-layouts", daemon=True)
+    warming.start()
     quiet_banners()
-    logger.info("serving %s at http://%s:%d/ (Ctrl-C stops)", ", ".join(data.name for data in runs), host, port)
-    app.run(host=host, port=port, debug=False)
+    shown = f"[{host}]" if ":" in host else host
+    logger.info("serving %s at http://%s:%d%s (waitress%s; Ctrl-C stops)", ", ".join(data.name for data in runs),
+                shown, port, prefix, ", read-only" if read_only else "")
+    server.run()           # until Ctrl-C, which waitress takes and closes the server on
+    # a native library torn down under a thread still inside it aborts the interpreter's exit: let warming end
+    warming.join(timeout=WARM_JOIN_S)

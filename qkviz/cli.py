@@ -180,7 +180,8 @@ def _serve(args: argparse.Namespace) -> int:
     serve = app_entry_point("serve")
     background = None if args.background.lower() == "none" else args.background
     serve(args.run, host=args.host, port=args.port, background=background, jobs=args.jobs,
-          allow_hosts=tuple(args.allow_host))
+          allow_hosts=tuple(args.allow_host), root_path=args.root_path, read_only=args.read_only)
+    sys.stderr.write("qkviz: stopped\n")
     return 0
 
 

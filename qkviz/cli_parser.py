@@ -193,14 +193,17 @@ def build_parser() -> argparse.ArgumentParser:
     _dask_option(index, "each head's inverted files past --exact-limit (each worker writes its own)")
 
     serve = commands.add_parser("serve", help="serve the web app (matrix, single-head and sentence views)",
-                                description="Serve the Dash app over one or more runs. Listens on 127.0.0.1 "
-                                            "unless --host says otherwise; debug mode is off. A run without "
+                                description="Serve the Dash app over one or more runs from waitress, a "
+                                            "production WSGI server. Listens on 127.0.0.1 unless --host says "
+                                            "otherwise (then --allow-host is needed); debug mode is off. A run without "
                                             "layouts is served at once with PCA, and its default layouts are "
                                             "made in the background. Two runs over the same tokens "
                                             "(checkpoints, a fine-tune) add a Compare tab.")
     serve.add_argument("--run", required=True, type=Path, action="append", help="run directory (repeatable)")
     serve.add_argument("--port", type=integer(1, 65535), default=8050, help="port (default 8050)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1; the HOST environment variable is not read). "
+                            "An address beyond this machine needs --allow-host")
     serve.add_argument("--background", default=BACKGROUND_METHOD, metavar="METHOD",
                        help="make this method's missing 2D layouts while the app runs, each head's appearing as "
                             f"it lands (default {BACKGROUND_METHOD}; 'none' makes none)")
@@ -209,6 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                        help="also answer requests for this host name (repeatable; e.g. behind a proxy). By default "
                             "only the loopback names and --host are answered (against DNS rebinding)")
+    serve.add_argument("--root-path", default="/", metavar="PREFIX",
+                       help="the path the browser sees the app under behind a proxy, e.g. /user/NAME/proxy/8050/ "
+                            "(JupyterHub) or /qkviz/ (nginx); a proxy may forward the full path or strip it "
+                            "(default /)")
+    serve.add_argument("--read-only", action="store_true",
+                       help="for a shared host: write nothing into the runs (no layouts made before serving or in "
+                            "the background, no thumbnails on disk); each run must already have 2D layouts")
 
     commands.add_parser("models", help="list the bundled models and the supported families")
     return parser

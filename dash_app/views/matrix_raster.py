@@ -236,7 +236,9 @@ class HeadThumbnails:
 
     def _write(self, path: Path, png: bytes) -> None:
         """Write atomically (a temporary file renamed, removed if the write fails); a run directory that cannot be
-        written is only logged."""
+        written is only logged, and a run served read-only is not written (the thumbnail stays in memory)."""
+        if self.data.read_only:
+            return
         partial = path.with_suffix(f".{os.getpid()}.part")
         try:
             self.directory.mkdir(exist_ok=True)

@@ -3,7 +3,11 @@
 kernel (Dash's Jupyter mode) it is tested by executing the example notebook (tests/integration/test_notebook.py)."""
 
 import http.client
+import json
+import re
 import subprocess
+import urllib.error
+import urllib.request
 import sys
 
 import pandas as pd
@@ -98,3 +102,56 @@ def test_without_dash_show_names_the_extra(tiny_run):
     assert result.returncode == 0, result.stderr
     assert result.stdout == ("run.show() needs the app's optional dependencies (dash is missing): "
                              "pip install 'qkviz[app]'\n"), result.stdout
+
+
+def test_inside_jupyterhub_the_app_is_served_at_its_proxied_url_for_the_hubs_host(fresh_run, monkeypatch):
+    """JUPYTERHUB_SERVICE_PREFIX set (as JupyterHub sets it in a user's server): the app answers under
+    ``{prefix}proxy/{port}/``, through a proxy that strips the prefix (jupyter-server-proxy's ``/proxy/<port>/``)
+    or keeps it, for the hub's host name from JUPYTERHUB_PUBLIC_URL, and for no other; HOST changes nothing."""
+    from support.reverse_proxy import reverse_proxy
+    from support.serving import listening_addresses
+
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/x/")
+    monkeypatch.setenv("JUPYTERHUB_PUBLIC_URL", "https://hub.example.org/user/x/")
+    monkeypatch.setenv("HOST", "0.0.0.0")
+    fresh_run.show(mode="external", background=None, progress=False)
+    shown = fresh_run._shown
+    try:
+        prefix = f"/user/x/proxy/{shown.port}/"
+        assert fresh_run.app_url == shown.url == f"https://hub.example.org{prefix}"
+        assert listening_addresses(shown.port) == {"127.0.0.1"}
+        for strip in (True, False):
+            with reverse_proxy(shown.port, prefix, "hub.example.org", strip=strip) as url:
+                for path in ("", "_dash-layout"):
+                    with urllib.request.urlopen(url + path, timeout=30) as response:
+                        body = response.read().decode()
+                        assert response.status == 200
+                assert fresh_run.path.name in body
+            with reverse_proxy(shown.port, prefix, "attacker.example", strip=strip) as url:
+                with pytest.raises(urllib.error.HTTPError, match="403"):
+                    urllib.request.urlopen(url, timeout=30)
+        status, page = get(shown.port, prefix, host="hub.example.org")
+        config = re.search(r'<script id="_dash-config" type="application/json">(.*?)</script>', page, re.S).group(1)
+        assert status == 200 and json.loads(config)["requests_pathname_prefix"] == prefix
+    finally:
+        shown.stop()
+
+
+def test_inside_jupyterhub_without_its_public_url_the_hub_host_is_given(fresh_run, monkeypatch, caplog):
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", "/user/x")
+    monkeypatch.delenv("JUPYTERHUB_PUBLIC_URL", raising=False)
+    with caplog.at_level("WARNING", logger="dash_app.notebook"):
+        shown = notebook.show(fresh_run, mode="external", background=None, progress=False)
+    try:
+        assert shown.url == f"/user/x/proxy/{shown.port}/"                  # under the page's own origin
+        assert "allow_hosts=('hub.example.org',)" in caplog.text
+        assert get(shown.port, shown.url, host="hub.example.org")[0] == 403
+    finally:
+        shown.stop()
+    fresh_run.show(mode="external", background=None, progress=False, allow_hosts=("hub.example.org",))
+    try:
+        assert get(fresh_run._shown.port, fresh_run.app_url, host="hub.example.org")[0] == 200
+    finally:
+        fresh_run._shown.stop()
+    with pytest.raises(qkviz.QkvizError, match="allow_hosts must be a tuple of host names"):
+        fresh_run.show(mode="external", allow_hosts="hub.example.org")
