@@ -47,12 +47,13 @@ STORES = (*(store for view in VIEWS for store in (*view.stores, *view.point_even
 ASSETS = Path(__file__).parent / "assets"
 
 
-def open_runs(run_paths: list[Path]) -> list[RunData]:
-    """Open every run (a QkvizError names the first that cannot be read)."""
+def open_runs(run_paths: list[Path], read_only: bool = False) -> list[RunData]:
+    """Open every run (a QkvizError names the first that cannot be read); ``read_only``: nothing is written into
+    them, not even checksums a manifest lacks (:func:`qkviz.open_run`)."""
     if not run_paths:
         raise QkvizError("give at least one run: 'qkviz serve --run runs/minilm'")
     names = unique_names([Path(path) for path in run_paths])
-    return [RunData(open_run(path), name) for path, name in zip(run_paths, names)]
+    return [RunData(open_run(path, read_only=read_only), name) for path, name in zip(run_paths, names)]
 
 
 def create_app(run_paths: list[Path]) -> dash.Dash:

@@ -123,7 +123,7 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
     check_listen(host, tuple(allow_hosts))
     prefix = normalised_root_path(root_path)
     check_port(host, port)
-    runs = open_runs(run_paths)
+    runs = open_runs(run_paths, read_only=read_only)
     if read_only:
         read_only_runs(runs)
         workers = []

@@ -138,8 +138,9 @@ class Run(StoredRun):
         """The whole app over this run, in the notebook (``mode="inline"``), as a link (``"external"``) or in a
         new browser tab (``"tab"``), served from this process on 127.0.0.1 (the app's ``notebook`` entry point, ``dash_app.notebook``:
         every head's PCA first, the attention t-SNE layouts in the background). Outside Jupyter the server
-        runs in a background thread and :attr:`app_url` says where. ``options``: ``width``, ``background``
-        (the method made in the background, or None), ``jobs``, ``progress``. Needs the app's extra
+        runs in a background thread and :attr:`app_url` says where; inside JupyterHub it is served at the hub's
+        proxied address. ``options``: ``width``, ``background`` (the method made in the background, or None),
+        ``jobs``, ``progress``, ``allow_hosts`` (host names the app answers besides the loopback ones: the hub's). Needs the app's extra
         (``pip install 'qkviz[app]'``)."""
         show = app_entry_point("notebook", "run.show()")
         self._shown = show(self, mode=mode, port=port, height=height, **options)
