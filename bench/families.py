@@ -1,0 +1,113 @@
+"""Every model type of qkviz's families table, measured: exact (with its error) or refused (with its line).
+
+For each model type of ``qkviz.extraction.model_families.MODEL_FAMILIES``, a tiny random model of it
+(``tests/support/family_configs.py``) is extracted in memory over the first sentences of the corpus; an exact
+one's attention recomputed from the run (``Run.attention``) is compared with the model's own eager attention
+on three sentences in one padded batch (as ``tests/integration/test_model_families.py`` does), and the exactness
+gate's own error is read from the manifest. A refused one's one-line error is kept. Then the exactness gate's
+time and error on the bundled models (MiniLM, SmolLM2), min / median / max of five runs.
+
+    python bench/families.py            # writes bench/results/families.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
+
+from results_file import Recorder, summary  # noqa: E402
+from support.family_configs import tiny_family_model  # noqa: E402
+from support.tiny_models import decoder_tokenizer  # noqa: E402
+
+import qkviz  # noqa: E402
+from qkviz.core.errors import QkvizError  # noqa: E402
+from qkviz.extraction.model_families import MODEL_FAMILIES, REFUSED, counts  # noqa: E402
+
+CORPUS = REPO / "data" / "sentences.txt"
+
+
+def eager_error(model, run: qkviz.Run, sentences: int = 3) -> float:
+    """Largest |recomputed - model| over every layer, head and pair of ``sentences`` in one padded batch."""
+    token_ids = [run.tokens.token_id.to_numpy()[run.sentence_tokens(s)].tolist() for s in range(sentences)]
+    width = max(len(ids) for ids in token_ids)
+    input_ids = torch.zeros((len(token_ids), width), dtype=torch.long)
+    mask = torch.zeros_like(input_ids)
+    for row, ids in enumerate(token_ids):
+        input_ids[row, :len(ids)], mask[row, :len(ids)] = torch.tensor(ids), 1
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        attentions = [a for a in model(input_ids=input_ids, attention_mask=mask, output_attentions=True).attentions
+                      if a is not None]
+    return max(float(np.abs(run.attention(layer, head, row) - attentions[layer][row, head, :len(ids), :len(ids)]
+                            .double().numpy()).max())
+               for layer in range(run.n_layers) for head in range(run.n_heads) for row, ids in enumerate(token_ids))
+
+
+def measure_family(model_type: str, status: str, sentences: list[str], tokenizer) -> dict:
+    model = tiny_family_model(model_type)
+    with tempfile.TemporaryDirectory() as directory:
+        started = time.perf_counter()
+        try:
+            run = qkviz.extract(model, sentences, Path(directory) / "run", tokenizer=tokenizer, progress=False)
+        except QkvizError as error:
+            return {"model_type": model_type, "expected": status, "status": REFUSED, "refusal": str(error),
+                    "seconds": round(time.perf_counter() - started, 2)}
+        seconds = time.perf_counter() - started
+        return {"model_type": model_type, "expected": status, "status": "exact", "max_error": eager_error(model, run),
+                "gate_error": run.manifest["extraction"]["exactness_gate"]["max_error"],
+                "layers": run.n_layers, "heads": run.n_heads, "kv_heads": run.n_kv_heads, "head_dim": run.head_dim,
+                "seconds": round(seconds, 2)}
+
+
+def gate_timing(name: str, repeats: int) -> dict:
+    """The exactness gate's seconds (min / median / max of ``repeats``) and error on a bundled model."""
+    from qkviz.extraction.adapters import model_adapter
+    from qkviz.extraction.corpus import DEFAULT_CORPUS, load_corpus
+    from qkviz.extraction.models import load_model
+    from qkviz.extraction.text_input import TextInput
+
+    loaded = load_model(name)
+    adapter = model_adapter(loaded.model)
+    text = TextInput.select(loaded, adapter, load_corpus(DEFAULT_CORPUS), max_tokens=None, max_sentences=8, seed=0,
+                            max_length=None)
+    text.check_exactness()                                  # torch's first pass is slower than the others
+    seconds, error = [], None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        error = text.check_exactness().max_error
+        seconds.append(time.perf_counter() - started)
+    return {"model": name, "seconds": summary(seconds), "max_error": error}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sentences", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    recorder = Recorder("families", vars(args))
+    lines = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
+    tokenizer = decoder_tokenizer(lines)
+    rows = []
+    for family in MODEL_FAMILIES:
+        rows.append(measure_family(family.model_type, family.status, lines[:args.sentences], tokenizer))
+        print(rows[-1]["model_type"], rows[-1]["status"], rows[-1].get("max_error", ""), flush=True)
+    exact = [row for row in rows if row["status"] == "exact"]
+    path = recorder.write(
+        families=rows, table=counts(), measured={"exact": len(exact), "refused": len(rows) - len(exact)},
+        agrees_with_table=all(row["status"] == row["expected"] for row in rows),
+        worst_error=max(row["max_error"] for row in exact),
+        gate=[gate_timing(name, args.repeats) for name in ("minilm", "smollm2")])
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
