@@ -9,7 +9,7 @@
 set -euo pipefail
 PYTHON=${PYTHON:-python3}
 missing=()
-"$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
+[ -x .venv/bin/python ] || "$PYTHON" -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
 command -v npm >/dev/null || missing+=(npm)
 if [ "${1:-}" = "--browser" ]; then
     # QKVIZ_CHROMIUM names another Chromium for the tests (tests/support/browser.py); it is used as it is

@@ -26,7 +26,9 @@ def run_script(tmp_path: Path, *args: str, chromium: str, npm: bool = True) -> t
         (bin_dir / "npm").unlink(missing_ok=True)
         (bin_dir / "npm").symlink_to(shutil.which("true"))
     env = {"PATH": str(bin_dir), "PYTHON": sys.executable, "QKVIZ_CHROMIUM": chromium}
-    done = subprocess.run([str(bin_dir / "bash"), str(SCRIPT), *args], env=env, capture_output=True, text=True)
+    # from the checkout, as scripts/test.sh runs it: its .venv exists (the tests run in it), so venv is not asked for
+    done = subprocess.run([str(bin_dir / "bash"), str(SCRIPT), *args], env=env, capture_output=True, text=True,
+                          cwd=SCRIPT.parents[1])
     return done, log.read_text() if log.exists() else ""
 
 
