@@ -96,6 +96,9 @@ def main() -> None:
                                  dtype=args.dtype, batch_size=args.batch_size, device=args.device)
             return result.seconds, load
 
+        # one untimed pass first: torch's first forward pass warms its kernels and allocator (4x a later one here),
+        # which would land in whichever side ran first
+        bare_forward_seconds(loaded, sentences, args.batch_size, args.dtype)
         bare, full, loads = [], [], []
         for repeat in range(args.repeats):
             if repeat % 2:

@@ -15,6 +15,7 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -39,23 +40,44 @@ def machine() -> dict:
 
 
 def commit() -> str | None:
+    """The checkout's commit, with ``+changes`` when its tracked files differ from it."""
     done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or None
+    changed = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                             capture_output=True, text=True).stdout.strip()
+    return (done.stdout.strip() + ("+changes" if changed else "")) or None
+
+
+def plain(value):
+    """An argument as JSON holds it: numbers, booleans and None as they are, lists item by item, the rest as text."""
+    if isinstance(value, (int, float, bool, type(None))):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    return str(value)
 
 
 class Recorder:
-    """Collects one bench's figures; :meth:`write` adds the date, machine, load averages, commit and arguments."""
+    """Collects one bench's figures; :meth:`write` adds the date, machine, load averages (before, every
+    ``every`` seconds during, after), commit and arguments."""
 
-    def __init__(self, name: str, arguments: dict, out: Path | None = None):
+    def __init__(self, name: str, arguments: dict, out: Path | None = None, every: float = 15.0):
         self.out = out or RESULTS / f"{name}.json"
         self.result = {"bench": f"bench/{Path(sys.argv[0]).name}", "date": datetime.datetime.now(datetime.timezone.utc)
                        .isoformat(timespec="seconds"), "machine": machine(), "commit": commit(),
-                       "arguments": {key: value if isinstance(value, (int, float, bool, type(None))) else str(value)
-                                     for key, value in arguments.items()},
+                       "arguments": {key: plain(value) for key, value in arguments.items()},
                        "load_average_before": list(os.getloadavg())}
+        self.during: list[float] = []
+        self.stopped = threading.Event()
+        threading.Thread(target=self.sample_load, args=(every,), daemon=True).start()
+
+    def sample_load(self, every: float) -> None:
+        while not self.stopped.wait(every):
+            self.during.append(round(os.getloadavg()[0], 2))
 
     def write(self, **figures) -> Path:
+        self.stopped.set()
         self.result.update(figures)
+        self.result["load_during"] = list(self.during)
         self.result["load_average_after"] = list(os.getloadavg())
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.out.write_text(json.dumps(self.result, indent=1, default=str) + "\n", encoding="utf-8")
