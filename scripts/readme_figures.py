@@ -29,6 +29,9 @@ class Results:
     def __init__(self, root: Path):
         self.root, self.cache, self.read = root, {}, []
 
+    def exists(self, name: str) -> bool:
+        return (self.root / "bench" / "results" / f"{name}.json").exists()
+
     def __call__(self, name: str) -> dict:
         if name not in self.cache:
             path = self.root / "bench" / "results" / f"{name}.json"
@@ -69,6 +72,8 @@ def source(results: Results, *names: str) -> str:
         load = load_average(result)
         where = f"load {load[0]:.1f}–{load[1]:.1f}" if load else "load not recorded"
         note = f" ({result['load_note']})" if result.get("load_note") else ""
+        if load and cpus and load[1] > cpus:
+            note += ": cores shared, times slower than idle"
         parts.append(f"`bench/results/{name}.json`: {date}, {where}" + (f" on {cpus} cores" if cpus else "") + note)
     return "; ".join(parts)
 
@@ -120,6 +125,14 @@ def faithful(results: Results) -> str:
               + f" | s / head ({names.get(first, first)}) |")
     rows = [f"| {labels[m]} | " + " | ".join(faithful_cell(models[model]["mean"], m) for model in models)
             + f" | {models[first]['mean'][m]['seconds']:.1f} |" for m in methods]
+    chosen = [name for name in (f"faithful_chosen_{model}" for model in models) if results.exists(name)]
+    if chosen:
+        means = {model: results(f"faithful_chosen_{model}")["means"] if f"faithful_chosen_{model}" in chosen else None
+                 for model in models}
+        count = len({(r["layer"], r["head"]) for r in results(chosen[0])["rows"]})
+        rows.append(f"| attn-tsne on {count} heads **chosen** for tuning (sinks, the hardest), on the tuning corpus | "
+                    + " | ".join(faithful_cell(means[model], "attn-tsne") if means[model] else "not measured"
+                                 for model in models) + " | |")
     attn = {model: [r for r in models[model]["rows"] if r["method"] == "attn-tsne"] for model in models}
     below = ", ".join(f"{sum(r['recall'] < 0.30 for r in rows_)} of {len(rows_)} {names.get(model, model)} heads"
                       for model, rows_ in attn.items())
@@ -127,11 +140,12 @@ def faithful(results: Results) -> str:
     tokens = " and ".join(f"{models[model]['tokens']:,}" for model in models)
     heads = next(iter(models.values()))["heads"]
     return (f"Partner recall@10 (of a token's 10 strongest partners, the share among its 10 nearest points of the "
-            f"other kind) / trustworthiness (k = 10), mean of **{len(heads)} random heads per model** (seed "
+            f"other kind) / trustworthiness, mean of **{len(heads)} random heads per model** (seed "
             f"{result['arguments']['seed']}) over {tokens} tokens of *Paradise Lost* (`data/classics.txt`), a text no "
             f"default was tuned on:\n\n{header}\n|---|" + "---|" * (len(models) + 1) + "\n" + "\n".join(rows)
             + f"\n\nattn-tsne's recall is below 0.30 on {below}; its trustworthiness below 0.90 on {untrusted}. "
-            f"`bench/faithful_sample.py` ({source(results, 'faithful_sample')}).\n")
+            f"`bench/faithful_sample.py` ({source(results, 'faithful_sample')})"
+            + (f"; the chosen heads: `bench/faithful.py --model` ({source(results, *chosen)})" if chosen else "") + ".\n")
 
 
 @figure("modern")
@@ -159,8 +173,7 @@ def modern(results: Results) -> str:
 
 @figure("extract")
 def extract(results: Results) -> str:
-    names = [name for name in ("extract_minilm", "extract_smollm2")
-             if (results.root / "bench" / "results" / f"{name}.json").exists()] or ["extract_minilm"]
+    names = [name for name in ("extract_minilm", "extract_smollm2") if results.exists(name)] or ["extract_minilm"]
     columns = [results(name) for name in names]
     labels = [f"{result['arguments']['model']} {result['arguments']['dtype']}" for result in columns]
 
