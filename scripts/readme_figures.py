@@ -71,10 +71,11 @@ def source(results: Results, *names: str) -> str:
         cpus = (result.get("machine") or {}).get("cpus")
         load = load_average(result)
         where = f"load {load[0]:.1f}–{load[1]:.1f}" if load else "load not recorded"
+        where += f" of {cpus} cores" if cpus else ""
         note = f" ({result['load_note']})" if result.get("load_note") else ""
         if load and cpus and load[1] > cpus:
-            note += ": cores shared, times slower than idle"
-        parts.append(f"`bench/results/{name}.json`: {date}, {where}" + (f" on {cpus} cores" if cpus else "") + note)
+            note += " (shared: slower than idle)"
+        parts.append(f"`bench/results/{name}.json`, {date}, {where}{note}")
     return "; ".join(parts)
 
 
@@ -130,7 +131,7 @@ def faithful(results: Results) -> str:
         means = {model: results(f"faithful_chosen_{model}")["means"] if f"faithful_chosen_{model}" in chosen else None
                  for model in models}
         count = len({(r["layer"], r["head"]) for r in results(chosen[0])["rows"]})
-        rows.append(f"| attn-tsne on {count} heads **chosen** for tuning (sinks, the hardest), on the tuning corpus | "
+        rows.append(f"| attn-tsne, {count} heads **chosen** (sinks, hardest), tuning corpus | "
                     + " | ".join(faithful_cell(means[model], "attn-tsne") if means[model] else "not measured"
                                  for model in models) + " | |")
     attn = {model: [r for r in models[model]["rows"] if r["method"] == "attn-tsne"] for model in models}

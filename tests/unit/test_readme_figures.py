@@ -63,7 +63,7 @@ def test_the_readme_has_no_measured_figure_outside_its_blocks():
 
 
 def test_the_readme_fits_its_first_page():
-    assert (REPO / "README.md").stat().st_size < 8192
+    assert (REPO / "README.md").stat().st_size < 8000       # the first page; detail goes to docs/
 
 
 def test_an_unknown_block_is_refused(tmp_path):
