@@ -3,19 +3,24 @@
 For each run, starts ``qkviz serve`` on it alone and drives Debian's headless Chromium (Playwright's
 Python package, ``/usr/bin/chromium``; software WebGL, no GPU) and reports:
 
+Every interactive timing is from the user's action (navigation, the click, Enter) to the result drawn in the
+page, and is given as min / median / max of ``--repeats`` (at least 5) runs:
+
 * matrix view interactive after navigation: from the start of navigation to the matrix drawn with
-  no callback pending (the first, cold load, and the median of the next ``--repeats``), and what an
+  no callback pending (the first, cold load apart, then ``--repeats`` warm loads), and what an
   empty Dash page with one Plotly WebGL graph takes in the same browser (the floor: loading
   Plotly's 4.8 MB bundle and starting WebGL);
 * with a head atlas (``qkviz stats``): the same for the matrix ordered and coloured by an atlas
   statistic (``?sort=entropy_normalised``: a translucent heatmap under the points, badges) and for the
-  Positions view (the relative-position heatmap), medians of ``--repeats`` loads;
-* switching heads in the single view: click "head >" until the next head's figure (its title) is drawn (median);
-* search across all heads: the server time of the matrix callback that finds the matches and counts
-  their clusters in every head (request start to response end, localhost), and the time from Enter
-  to the highlighted matrix drawn (medians over different tokens);
+  Positions view (the relative-position heatmap), ``--repeats`` loads;
+* switching heads in the single view: from the click on "head >" to the next head's figure (its title) drawn;
+* search across all heads: from Enter to the highlighted matrix drawn, one token after another (different
+  tokens); beside it, the server's part, the matrix callback's request start to response end (localhost);
 * bytes sent per single-head figure and for the matrix figure (the callbacks' JSON responses);
 * the server's resident memory after start-up and its peak after the whole bench.
+
+``--json`` (default ``bench/results/app.json``) records every run's figures with the date, machine, load averages
+and arguments.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "tests"), str(Path(__file__).resolve().parent)]
+from results_file import Recorder, summary  # noqa: E402
 from support.browser import CHROMIUM_ARGS, CHROMIUM, free_port  # noqa: E402
 
 SEARCHES = ("the", "and", "of", "to", "in", "a", "is", "was")
@@ -90,7 +96,7 @@ def floor_ms(browser, repeats: int) -> float:
     server = start([sys.executable, "-c", FLOOR_APP, str(port)], port)
     try:
         load_ms(browser, f"http://127.0.0.1:{port}/", "graph", 1)
-        return statistics.median(load_ms(browser, f"http://127.0.0.1:{port}/", "graph", 1) for _ in range(repeats))
+        return summary([load_ms(browser, f"http://127.0.0.1:{port}/", "graph", 1) for _ in range(repeats)], 0)
     finally:
         stop(server)
 
@@ -117,12 +123,12 @@ def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dic
               "points per head": 2 * opened.n_tokens, "rss start MB": rss_mb(server.pid)}
     try:
         result["matrix cold ms"] = load_ms(browser, url, "matrix-graph", 5)
-        result["matrix warm ms"] = statistics.median(load_ms(browser, url, "matrix-graph", 5) for _ in range(repeats))
+        result["matrix warm ms"] = summary([load_ms(browser, url, "matrix-graph", 5) for _ in range(repeats)], 0)
         if load_atlas(opened) is not None:
-            result["matrix coloured ms"] = statistics.median(
-                load_ms(browser, url + f"?sort={ATLAS_SORT}", "matrix-graph", 6) for _ in range(repeats))
-            result["positions ms"] = statistics.median(
-                load_ms(browser, url + "?view=positions", "positions-graph", 1) for _ in range(repeats))
+            result["matrix coloured ms"] = summary(
+                [load_ms(browser, url + f"?sort={ATLAS_SORT}", "matrix-graph", 6) for _ in range(repeats)], 0)
+            result["positions ms"] = summary(
+                [load_ms(browser, url + "?view=positions", "positions-graph", 1) for _ in range(repeats)], 0)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         responses = []
         page.on("response", lambda response: responses.append(response) if "_dash-update" in response.url else None)
@@ -137,7 +143,7 @@ def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dic
                                          f"location.search.includes('&head={head}&') && (() => {{ const g = document"
                                          f".querySelector('#single-graph .js-plotly-plot'); return g.layout.title"
                                          f".text.includes('head {head} ·'); }})()"))
-        result["head switch ms"] = statistics.median(switches)
+        result["head switch ms"] = summary(switches, 0)
         sizes = [len(response.body()) for response in responses
                  if '"single-graph"' in (response.request.post_data or "") and response.status == 200]
         result["single figure MB"] = statistics.median(sizes) / 1e6
@@ -149,7 +155,7 @@ def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dic
                                          if "matrix-graph.figure" in (response.request.post_data or "")) / 1e6
         responses.clear()
         searches = []
-        for query in SEARCHES[:max(3, repeats)]:
+        for query in SEARCHES[:repeats]:
             page.fill("#search-input", query)
             searches.append(timed_action(page, "document.getElementById('search-input').dispatchEvent("
                                                "new KeyboardEvent('keydown', {key: 'Enter', keyCode: 13, bubbles: true}))",
@@ -158,8 +164,8 @@ def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dic
                                          f" return g._fullData[2].x.length > 0 && location.search.includes('search={query}&'); }})()"))
         server_ms = [response.request.timing["responseEnd"] for response in responses
                      if '"matrix-graph"' in (response.request.post_data or "") and response.status == 200]
-        result["search server ms"] = statistics.median(server_ms)
-        result["search to drawn ms"] = statistics.median(searches)
+        result["search Enter to drawn ms"] = summary(searches, 0)
+        result["search server ms"] = summary(server_ms, 0)
         page.close()
         result["rss peak MB"] = rss_mb(server.pid, "VmHWM")
     finally:
@@ -170,10 +176,14 @@ def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, action="append", required=True)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help=f"runs of each timing, 5 to {len(SEARCHES)}")
     parser.add_argument("--background", default="none",
                         help="the server's --background method (default none: nothing projected while measuring)")
+    parser.add_argument("--json", type=Path, help="default: bench/results/app.json")
     args = parser.parse_args()
+    if not 5 <= args.repeats <= len(SEARCHES):
+        parser.error(f"--repeats must be 5 to {len(SEARCHES)} (min / median / max of at least 5 runs)")
+    recorder = Recorder("app", vars(args), args.json)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -181,11 +191,14 @@ def main() -> None:
         floor = floor_ms(browser, args.repeats)
         results = [bench_run(browser, run, args.repeats, args.background) for run in args.run]
         browser.close()
-    print(f"floor: an empty Dash page with one 10,000-point WebGL graph is drawn {floor:.0f} ms after navigation")
+    print(f"floor: an empty Dash page with one 10,000-point WebGL graph is drawn {floor['min']:.0f} / "
+          f"{floor['median']:.0f} / {floor['max']:.0f} ms after navigation")
     for result in results:
-        print(" | ".join(f"{name}: {value:,.0f}" if isinstance(value, (int, float)) and value > 10 else
-                         f"{name}: {value:.2f}" if isinstance(value, float) else f"{name}: {value}"
+        print(" | ".join(f"{name}: {value['min']:,.0f} / {value['median']:,.0f} / {value['max']:,.0f}"
+                         if isinstance(value, dict) else f"{name}: {value:,.0f}" if isinstance(value, (int, float))
+                         and value > 10 else f"{name}: {value:.2f}" if isinstance(value, float) else f"{name}: {value}"
                          for name, value in result.items()))
+    print(recorder.write(floor_ms=floor, runs=results))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -35,14 +34,18 @@ import qkviz  # noqa: E402
 from dash_app.panels.selection import selected_points, selection_frame, selection_table  # noqa: E402
 from dash_app.run_data import RunData  # noqa: E402
 
+from results_file import run_measured  # noqa: E402
+
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
 
 def time_compare(run: Path, other: Path, table: Path) -> tuple[float, float]:
-    start = time.perf_counter()
-    subprocess.run([*QKVIZ, "-q", "compare", "--run", str(run), "--run", str(other), "--out", str(table)],
-                   check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    """Wall seconds and peak RSS (MB) of one ``qkviz compare`` child process (its own peak: ``os.wait4``)."""
+    child = run_measured([*QKVIZ, "-q", "compare", "--run", str(run), "--run", str(other), "--out", str(table)],
+                         stdout=subprocess.DEVNULL)
+    if child["returncode"] != 0:
+        raise SystemExit(f"qkviz compare failed with exit status {child['returncode']}")
+    return child["seconds"], child["peak_mb"]
 
 
 def time_selection(run, count: int) -> None:

@@ -5,8 +5,10 @@
 The first ``--heads`` heads of the run (layer by layer) are projected by the local process pool of
 ``qkviz project --jobs W`` and by a Dask ``LocalCluster`` of W worker processes with one thread each
 (``--dask local:W``), through the same :func:`qkviz.projection.run_tasks` and the same per-head task,
-each time into a fresh copy of the run (no cached layouts), alternating for ``--rounds`` rounds so both
-meet the same load. Both executors are started and warmed (the libraries imported in every worker)
+each time into a fresh copy of the run (no cached layouts), for ``--rounds`` rounds, the local pool first in
+the first round, Dask first in the second, and so on, so that both meet the same load and neither always runs
+second. ``--json`` (default ``bench/results/dask_projection.json``) records each round with the date, machine,
+load averages and arguments. Both executors are started and warmed (the libraries imported in every worker)
 before the clock starts (start-up is printed apart); the layouts are checked to be equal. Default run:
 ``runs/minilm`` (MiniLM over 5,000 tokens, as ``scripts/demo.sh`` makes it) if it exists, else one extracted here.
 """
@@ -28,7 +30,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
@@ -37,6 +39,7 @@ from qkviz.cluster import HeadTask, dask_client  # noqa: E402
 from qkviz.projection import plan_specs, projection_runner, run_tasks  # noqa: E402
 from qkviz.store.files import CACHE_DIRECTORY  # noqa: E402
 from qkviz.store.projections import ProjectionCache  # noqa: E402
+from results_file import Recorder  # noqa: E402
 
 DEFAULT_RUN = REPO / "runs" / "minilm"
 
@@ -93,9 +96,11 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4, help="how many heads (the first ones, layer by layer)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2, help="alternating local / Dask rounds")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds, local first and Dask first in turn")
+    parser.add_argument("--json", type=Path, help="default: bench/results/dask_projection.json")
     parser.add_argument("--tokens", type=int, default=5000, help="tokens of the run extracted when --run is not given")
     args = parser.parse_args()
+    recorder = Recorder("dask_projection", vars(args), args.json)
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         source = (qkviz.open_run(args.run) if args.run
@@ -110,19 +115,29 @@ def main() -> None:
             client, cluster_start = start_cluster(args.workers, stack)
             print(f"start-up: local pool {pool_start:.1f} s, LocalCluster {cluster_start:.1f} s", flush=True)
             ratios, equal = [], True
-            for round_ in range(args.rounds):      # alternating, so that both meet the same load
-                local_seconds, local_work, local_cache = timed_projection(source, scratch / f"local-{round_}", specs,
-                                                                          lambda run: pool)
-                dask_seconds, dask_work, dask_cache = timed_projection(source, scratch / f"dask-{round_}", specs,
-                                                                       lambda run: projection_runner(run, client=client))
+            rounds = []
+            for round_ in range(args.rounds):
+                # the order alternates from round to round (local first, then Dask first, ...), so that neither
+                # always meets the other's leftovers (warm caches, a load that rises or falls over the run)
+                order = ("local", "dask") if round_ % 2 == 0 else ("dask", "local")
+                timed = {}
+                for side in order:
+                    executor = (lambda run: pool) if side == "local" else (lambda run: projection_runner(run, client=client))
+                    timed[side] = timed_projection(source, scratch / f"{side}-{round_}", specs, executor)
+                (local_seconds, local_work, local_cache), (dask_seconds, dask_work, dask_cache) = timed["local"], timed["dask"]
                 ratios.append(dask_seconds / local_seconds)
                 equal &= all(np.array_equal(local_cache.load(spec), dask_cache.load(spec)) for spec in specs)
-                print(f"round {round_ + 1}: local pool (--jobs {args.workers}) {local_seconds:.1f} s wall "
-                      f"({local_work:.1f} s in the layouts), Dask LocalCluster ({args.workers} processes) "
-                      f"{dask_seconds:.1f} s wall ({dask_work:.1f} s in the layouts): Dask / local {ratios[-1]:.2f}x",
-                      flush=True)
+                rounds.append({"order": list(order), "local_s": round(local_seconds, 2), "dask_s": round(dask_seconds, 2),
+                               "ratio": round(ratios[-1], 3)})
+                print(f"round {round_ + 1} ({' first, then '.join(order)}): local pool (--jobs {args.workers}) "
+                      f"{local_seconds:.1f} s wall ({local_work:.1f} s in the layouts), Dask LocalCluster "
+                      f"({args.workers} processes) {dask_seconds:.1f} s wall ({dask_work:.1f} s in the layouts): "
+                      f"Dask / local {ratios[-1]:.2f}x", flush=True)
         print(f"Dask / local, median of {len(ratios)} rounds: {float(np.median(ratios)):.2f}x; layouts equal: {equal}",
               flush=True)
+        print(recorder.write(tokens=source.n_tokens, heads=[list(pair) for pair in heads],
+                             start_up_s={"local": round(pool_start, 2), "dask": round(cluster_start, 2)},
+                             rounds=rounds, median_ratio=round(float(np.median(ratios)), 3), layouts_equal=equal))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
     python bench/dask_stats.py [--run runs/minilm] [--workers 2] [--rounds 2] [--no-syntax]
 
 Times ``qkviz -q stats [--syntax]`` end to end in a child process (as a user runs it: start-up of the pool or
-of the ``LocalCluster`` included) four ways, alternating for ``--rounds`` rounds so that all meet the same
-load: serially (numpy's BLAS using every core for the attention products), serially with one BLAS thread (a
+of the ``LocalCluster`` included) four ways, in turn for ``--rounds`` rounds, each round starting one way further on, so that all meet the
+same load: serially (numpy's BLAS using every core for the attention products), serially with one BLAS thread (a
 worker's share), with ``--jobs W`` and with ``--dask local:W`` (one BLAS thread per worker); each into a fresh
 copy of the run (without its layouts and results). The atlases made are checked to be equal (tables, exemplars and every array), and the
 time of the spaCy parse made once by the caller (``--syntax``) is printed apart. Default run: ``runs/minilm``
@@ -98,8 +98,12 @@ def main() -> None:
             print(f"spaCy parse of the corpus (once, by the caller): {parse_seconds(source):.1f} s", flush=True)
         seconds: dict[str, list[float]] = {way: [] for way in ways}
         first, equal = None, True
-        for round_ in range(args.rounds):        # alternating, so that all meet the same load
-            for number, (way, (options, env)) in enumerate(ways.items()):
+        for round_ in range(args.rounds):
+            # the order turns from round to round (round 2 starts with the second way, ...), so that all meet the
+            # same load and no way always runs first or last
+            names = list(ways)
+            for way in names[round_ % len(names):] + names[:round_ % len(names)]:
+                number, (options, env) = names.index(way), ways[way]
                 wall, atlas = timed_stats(source, scratch / f"{round_}-{number}", options + syntax, env)
                 seconds[way].append(wall)
                 first = atlas if first is None else first

@@ -3,19 +3,22 @@
     python bench/extract.py [--model minilm] [--tokens 10000] [--repeats 3] [--rss-tokens 100000]
 
 * ratio: wall time of ``qkviz.extract`` (tokenizing, capturing, writing, manifest; the model is
-  loaded and hashed inside it, reported apart) over a bare forward pass of the same model over the
-  same batches, measured alternately in one process; the median of ``--repeats`` pairs.
-* peak RSS: ``qkviz extract`` of ``--rss-tokens`` tokens in a child process (``ru_maxrss``).
-The corpus is the bundled one, repeated as often as needed to reach the token counts.
+  loaded and hashed inside it) over a bare forward pass of the same model over the same batches, in one
+  process; the median of ``--repeats`` pairs, each pair in the other order than the one before (bare first,
+  then extract first, ...), so that both meet the same load and the same warm caches.
+* ratio without the model's load: each pair also times a load of the model just before its extract (warm, as
+  the extract's own load is: the first, cold load is left out of every figure) and subtracts that one.
+* peak RSS: ``qkviz extract`` of ``--rss-tokens`` tokens in a child process, that process's own peak
+  (``os.wait4``'s ``ru_maxrss``; ``bench/results_file.py``).
+The corpus is the bundled one, repeated as often as needed to reach the token counts. ``--json`` (default
+``bench/results/extract_<model>.json``) records every figure with the date, machine, load averages and arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +29,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import qkviz  # noqa: E402
 from qkviz.extraction import extract_run  # noqa: E402
@@ -35,6 +38,7 @@ from qkviz.extraction.corpus import DEFAULT_CORPUS, load_corpus  # noqa: E402
 from qkviz.extraction.text_capture import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
 from qkviz.extraction.models import load_model  # noqa: E402
 from qkviz.extraction.selection import select_sentences  # noqa: E402
+from results_file import Recorder, run_measured, summary  # noqa: E402
 
 
 def repeated_corpus(directory: Path, copies: int) -> Path:
@@ -69,46 +73,69 @@ def main() -> None:
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rss-tokens", type=int, default=100_000, help="0 skips the memory run")
+    parser.add_argument("--json", type=Path, help="default: bench/results/extract_<model>.json")
     args = parser.parse_args()
+    recorder = Recorder(f"extract_{args.model}", vars(args), args.json)
+    figures: dict = {}
     print(f"torch threads: {torch.get_num_threads()}, model {args.model}, device {args.device}, dtype {args.dtype}")
 
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         copies = max(1, -(-max(args.tokens, args.rss_tokens) // 11_000) + 1)
         corpus = repeated_corpus(scratch, copies)
-        load_start = time.perf_counter()
-        loaded = load_model(args.model, device=args.device)
-        load_seconds = time.perf_counter() - load_start
+        loaded = load_model(args.model, device=args.device)     # cold: not timed
         sentences = select_sentences(load_corpus(corpus).sentences, loaded.tokenizer, None, args.tokens, None, 0)
         n_tokens = sum(len(s) for s in sentences)
 
-        bare, full = [], []
-        for repeat in range(args.repeats):
-            bare.append(bare_forward_seconds(loaded, sentences, args.batch_size, args.dtype))
+        def timed_extract(repeat: int) -> tuple[float, float]:
+            """(the extract's seconds, a warm load of the model's seconds just before it)."""
+            load_start = time.perf_counter()
+            load_model(args.model, device=args.device)
+            load = time.perf_counter() - load_start
             result = extract_run(args.model, corpus, scratch / f"run{repeat}", max_tokens=args.tokens,
                                  dtype=args.dtype, batch_size=args.batch_size, device=args.device)
-            full.append(result.seconds)
+            return result.seconds, load
+
+        # one untimed pass first: torch's first forward pass warms its kernels and allocator (4x a later one here),
+        # which would land in whichever side ran first
+        bare_forward_seconds(loaded, sentences, args.batch_size, args.dtype)
+        bare, full, loads = [], [], []
+        for repeat in range(args.repeats):
+            if repeat % 2:
+                full_s, load_s = timed_extract(repeat)
+                bare.append(bare_forward_seconds(loaded, sentences, args.batch_size, args.dtype))
+            else:
+                bare.append(bare_forward_seconds(loaded, sentences, args.batch_size, args.dtype))
+                full_s, load_s = timed_extract(repeat)
+            full.append(full_s)
+            loads.append(load_s)
+        ratios = [f / b for f, b in zip(full, bare)]
+        unloaded = [(f - load) / b for f, load, b in zip(full, loads, bare)]
         bare_s, full_s = statistics.median(bare), statistics.median(full)
         print(f"tokens per run: {n_tokens} ({len(sentences)} sentences)")
         print(f"bare forward: median {bare_s:.2f} s ({n_tokens / bare_s:,.0f} tok/s)")
-        print(f"qkviz extract: median {full_s:.2f} s ({n_tokens / full_s:,.0f} tok/s), "
-              f"of which loading the model (done again inside extract) about {load_seconds:.2f} s")
-        ratios = [f / b for f, b in zip(full, bare)]
-        print(f"ratio extract / bare forward: median {statistics.median(ratios):.2f} "
-              f"(without model load: {(full_s - load_seconds) / bare_s:.2f}); pairs {[round(r, 2) for r in ratios]}")
+        print(f"qkviz extract: median {full_s:.2f} s ({n_tokens / full_s:,.0f} tok/s); a warm model load: median "
+              f"{statistics.median(loads):.2f} s")
+        print(f"ratio extract / bare forward: median {statistics.median(ratios):.2f} (without its pair's warm model "
+              f"load: {statistics.median(unloaded):.2f}); pairs {[round(r, 2) for r in ratios]}")
+        figures.update(tokens=n_tokens, sentences=len(sentences), bare_forward_s=summary(bare, 2),
+                       extract_s=summary(full, 2), warm_model_load_s=summary(loads, 2), ratio=summary(ratios, 2),
+                       ratio_without_model_load=summary(unloaded, 2))
 
         if args.rss_tokens:
             out = scratch / "rss-run"
-            start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "qkviz", "-q", "extract", "--model", args.model, "--corpus",
-                            str(corpus), "--out", str(out), "--max-tokens", str(args.rss_tokens), "--dtype",
-                            args.dtype, "--device", args.device], check=True)
-            seconds = time.perf_counter() - start
-            peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+            child = run_measured([sys.executable, "-m", "qkviz", "-q", "extract", "--model", args.model, "--corpus",
+                                  str(corpus), "--out", str(out), "--max-tokens", str(args.rss_tokens), "--dtype",
+                                  args.dtype, "--device", args.device])
+            if child["returncode"] != 0:
+                raise SystemExit(f"qkviz extract failed with exit status {child['returncode']}")
             run = qkviz.open_run(out)
             size_mb = sum(f.stat().st_size for f in out.iterdir()) / 2**20
-            print(f"{run.n_tokens} tokens in a child process: {seconds:.1f} s wall, peak RSS {peak_mb:,.0f} MB, "
-                  f"run directory {size_mb:,.0f} MB")
+            print(f"{run.n_tokens} tokens in a child process: {child['seconds']:.1f} s wall, its peak RSS "
+                  f"{child['peak_mb']:,.0f} MB, run directory {size_mb:,.0f} MB")
+            figures["child_extract"] = {"tokens": run.n_tokens, "seconds": round(child["seconds"], 1),
+                                        "peak_mb": round(child["peak_mb"]), "run_mb": round(size_mb)}
+    print(recorder.write(**figures))
 
 
 if __name__ == "__main__":

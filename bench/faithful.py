@@ -1,4 +1,9 @@
-"""How faithful each 2D layout is to the attention: ``python bench/faithful.py --run RUN [--sweep]``.
+"""How faithful each 2D layout is to the attention: ``python bench/faithful.py --run RUN | --model NAME [--sweep]``.
+
+``--model minilm`` (or ``smollm2``) makes the run itself: the model over the bundled corpus, ``data/sentences.txt``,
+all of it (the corpus the attention graph's defaults were tuned on), in ``--dir``; the table's heads are then
+**chosen** (see below), and the result file says so. For heads nobody chose, over a text nobody tuned on, see
+``bench/faithful_sample.py``.
 
 Measured per head, for every layout (``--methods``): pca, tsne, umap (qkviz's defaults), ``av-tsne``
 (t-SNE as AttentionViz computes it: ``bench/project.py``'s recipe, scikit-learn TSNE, perplexity 50,
@@ -39,7 +44,6 @@ recall, trustworthiness and seconds per setting, averaged over the heads. ``--js
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -63,6 +67,7 @@ from qkviz.projection import projection_methods, resolve_params  # noqa: E402
 
 from head_survey import K, SAMPLE, choose_heads, survey_heads  # noqa: E402
 from project import attentionviz_layout  # noqa: E402
+from results_file import RESULTS, Recorder  # noqa: E402
 
 #: Labels measured as an attention method with one parameter set: (method, params).
 #: the methods whose neighbour graph is the head's attention
@@ -294,7 +299,10 @@ def sweep(run, heads, methods, trust_points: int, grid: bool, settings: list[dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", required=True, help="a run directory (qkviz extract --out ...)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run", help="a run directory (qkviz extract --out ...)")
+    source.add_argument("--model", help="a bundled model: extract it over data/sentences.txt into --dir first")
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-faithful"), help="where --model's run goes")
     parser.add_argument("--heads", nargs="*", help="layer,head pairs, each optionally with :kind (e.g. 4,5:sink); "
                         "default: chosen from the run, see above")
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS),
@@ -308,7 +316,8 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="sweep the attention graph's parameters instead")
     parser.add_argument("--settings", nargs="*", help="sweep only these settings, e.g. key_cap=inf,alpha=0.25 defaults")
     parser.add_argument("--no-grid", action="store_true", help="sweep: leave out the k x alpha grid")
-    parser.add_argument("--json", type=Path, help="write every measurement here")
+    parser.add_argument("--json", type=Path, help="write every measurement here (default with --model: "
+                        "bench/results/faithful_chosen_<model>.json; --sweep: faithful_sweep_<model>.json)")
     parser.add_argument("--save-layouts", type=Path, help="save every layout here as .npy")
     args = parser.parse_args()
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -320,7 +329,12 @@ def main() -> None:
         global SAVE
         SAVE = args.save_layouts
         SAVE.mkdir(parents=True, exist_ok=True)
-    run = qkviz.open_run(args.run)
+    if args.model:
+        run = qkviz.extract(args.model, REPO / "data" / "sentences.txt", args.dir / args.model, progress=False)
+        args.json = args.json or RESULTS / f"faithful_{'sweep' if args.sweep else 'chosen'}_{args.model}.json"
+    else:
+        run = qkviz.open_run(args.run)
+    recorder = Recorder("faithful", vars(args), args.json) if args.json else None
     print(f"{run.manifest['model']['id']}: {run.n_tokens} tokens, {run.n_layers} x {run.n_heads} heads", flush=True)
     survey = None
     if args.heads:
@@ -354,10 +368,17 @@ def main() -> None:
                 goals(rows, method)
     total = time.perf_counter() - started
     print(f"\nbench wall time {total / 60:.1f} min", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps({"run": str(args.run), "model": run.manifest["model"]["id"],
-                                         "n_tokens": run.n_tokens, "survey": survey, "rows": rows,
-                                         "seconds": total}, indent=1, default=str))
+    if recorder is not None:
+        print(recorder.write(run=str(run.path), model=run.manifest["model"]["id"], n_tokens=run.n_tokens,
+                             corpus="data/sentences.txt (the corpus the defaults were tuned on)" if args.model
+                             else f"the run's ({args.run})",
+                             heads_chosen_by="given (--heads)" if args.heads else "chosen: bench/head_survey.py's sinks, "
+                             "hardest and ordinary heads (not a random sample)", survey=survey, rows=rows,
+                             means={method: {"recall": float(np.mean([r["recall"] for r in rows if r["method"] == method])),
+                                             "trust": float(np.mean([r["trust"] for r in rows if r["method"] == method])),
+                                             "seconds": float(np.mean([r["seconds"] for r in rows if r["method"] == method]))}
+                                    for method in dict.fromkeys(r["method"] for r in rows)},
+                             seconds=total))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,9 @@ drives Debian's headless Chromium to the app as soon as it answers:
   tenth of them have landed), and the time they then took;
 * ``all layouts``: until the app's progress line says every head's attention t-SNE layout has landed,
   with ``qkviz project`` running beside the server as the demo runs it (``--no-project``: the server alone).
+
+One run (a fresh run directory each time); ``--json`` (``bench/results/first_picture.json``) records the times
+with the date, machine, load averages and arguments.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
+from results_file import Recorder  # noqa: E402
 from support.browser import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
@@ -51,7 +56,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="run directory to make (default: a temporary one)")
     parser.add_argument("--no-project", action="store_true", help="leave the layouts to the server alone")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for every layout")
+    parser.add_argument("--json", type=Path, help="where to write the result (default bench/results/first_picture.json)")
     args = parser.parse_args()
+    recorder = Recorder("first_picture", vars(args), args.json)
     from playwright.sync_api import sync_playwright
 
     scratch = Path(tempfile.mkdtemp(prefix="qkviz-first-"))
@@ -88,11 +95,14 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
         shutil.rmtree(scratch, ignore_errors=True)
-    estimate = next((f"{match.group(1)}, logged {seconds:.0f} s after the start" for seconds, line in log
-                     for match in [re.search(r"will take about (.+?) at this pace", line)] if match), "not logged")
+    logged = next(((seconds, match.group(1)) for seconds, line in log
+                   for match in [re.search(r"will take about (.+?) at this pace", line)] if match), None)
     for name, seconds in times.items():
         print(f"{name:<15} {seconds:6.1f} s after the start")
-    print(f"server's estimate of the rest, once a tenth had landed: {estimate}")
+    print("server's estimate of the rest, once a tenth had landed: "
+          + (f"{logged[1]}, logged {logged[0]:.0f} s after the start" if logged else "not logged"))
+    print(recorder.write(seconds_from_start={name: round(seconds, 1) for name, seconds in times.items()},
+                         estimate={"text": logged[1], "logged_at_s": round(logged[0], 1)} if logged else None))
 
 
 if __name__ == "__main__":

@@ -2,20 +2,22 @@
 
     python bench/report.py [--run runs/minilm] [--tokens 5000] [--repeats 3]
 
-Makes the run when it is missing (MiniLM over the bundled corpus, ``--tokens`` tokens, then
-``qkviz project`` with the default methods: PCA and UMAP in 2D and 3D, t-SNE in 2D), then times
-``qkviz -q report`` end to end in a child process (wall time and peak memory; goal: 72 heads, all
-spaces, within 60 s on 2 cores). For scale it also times, on a few heads and the original space
+Makes the run when it is missing (MiniLM over the bundled corpus, ``--tokens`` tokens), gives it the layouts
+the figure was measured with (``qkviz project --method pca,umap,tsne``: PCA and UMAP in 2D and 3D, t-SNE in 2D;
+named, not left to the defaults, which have changed since), then times ``qkviz -q report`` end to end in a child
+process, ``--repeats`` times (wall time and that process's own peak memory, ``os.wait4``: not the largest of every
+child so far, which would be the projection's; goal: 72 heads, all spaces, within 60 s on 2 cores).
+For scale it also times, on a few heads and the original space
 only, the straightforward implementation: per sentence, ``Q_s K_s^T`` and ``cdist``, the masked
 pairs concatenated, then ``scipy.stats.pearsonr`` and ``spearmanr``; and checks both give the same
-figures.
+figures. ``--json`` (default ``bench/results/report.json``) records the figures with the date, machine, load
+averages and arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -26,11 +28,12 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from qkviz import open_run  # noqa: E402
 from qkviz.core.attention import allowed_pairs  # noqa: E402
 from qkviz.analysis.correlation import attending_pairs, head_correlation_rows  # noqa: E402
+from results_file import Recorder, run_measured, summary  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -39,15 +42,16 @@ def ensure_run(path: Path, tokens: int) -> None:
     if not (path / "manifest.json").exists():
         subprocess.run([*QKVIZ, "extract", "--model", "minilm", "--out", str(path), "--max-tokens", str(tokens)],
                        check=True)
-    subprocess.run([*QKVIZ, "-q", "project", "--run", str(path), "--jobs", "2"], check=True)
+    subprocess.run([*QKVIZ, "-q", "project", "--run", str(path), "--method", "pca,umap,tsne", "--jobs", "2"],
+                   check=True)
 
 
 def time_report(run: Path, out: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one ``qkviz report`` child process."""
-    start = time.perf_counter()
-    subprocess.run([*QKVIZ, "-q", "report", "--run", str(run), "--out", str(out), "--overwrite"], check=True)
-    seconds = time.perf_counter() - start
-    return seconds, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    """Wall seconds and peak RSS (MB) of one ``qkviz report`` child process (its own peak)."""
+    child = run_measured([*QKVIZ, "-q", "report", "--run", str(run), "--out", str(out), "--overwrite"])
+    if child["returncode"] != 0:
+        raise SystemExit(f"qkviz report failed with exit status {child['returncode']}")
+    return child["seconds"], child["peak_mb"]
 
 
 def straightforward(run, layer: int, head: int) -> tuple[float, float]:
@@ -72,7 +76,9 @@ def main() -> None:
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
     parser.add_argument("--tokens", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="default: bench/results/report.json")
     args = parser.parse_args()
+    recorder = Recorder("report", vars(args), args.json)
     ensure_run(args.run, args.tokens)
     run = open_run(args.run)
     spaces = None
@@ -101,6 +107,9 @@ def main() -> None:
     print(f"per head, {len(heads)} heads: qkviz all three head spaces + query Spearman {ours / len(heads):.3f} s; "
           f"straightforward loop, original space only {plain / len(heads):.3f} s "
           f"(x{plain / ours:.1f}); same Pearson and Spearman to 1e-6")
+    print(recorder.write(heads=run.n_layers * run.n_heads, tokens=run.n_tokens, spaces=spaces,
+                         report_s=summary([t for t, _ in timings], 1), peak_mb=round(max(m for _, m in timings)),
+                         per_head_s={"qkviz": round(ours / len(heads), 3), "straightforward": round(plain / len(heads), 3)}))
 
 
 if __name__ == "__main__":

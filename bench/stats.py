@@ -16,26 +16,28 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from qkviz import open_run  # noqa: E402
 from qkviz.analysis.head_atlas import load_atlas  # noqa: E402
+
+from results_file import run_measured  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
 
 def time_stats(run: Path) -> tuple[float, float]:
-    start = time.perf_counter()
-    subprocess.run([*QKVIZ, "-q", "stats", "--run", str(run), "--syntax"], check=True)
-    return time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    """Wall seconds and peak RSS (MB) of one ``qkviz stats`` child process (its own peak: ``os.wait4``)."""
+    child = run_measured([*QKVIZ, "-q", "stats", "--run", str(run), "--syntax"])
+    if child["returncode"] != 0:
+        raise SystemExit(f"qkviz stats failed with exit status {child['returncode']}")
+    return child["seconds"], child["peak_mb"]
 
 
 def describe(path: Path) -> None:

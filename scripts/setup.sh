@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "qkviz needs Python >= 3.11")'
+bash scripts/debian_packages.sh   # python3-venv and npm, when missing
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[app,test,syntax,docs,dask,vision]"

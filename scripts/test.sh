@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Set up, then run the whole test suite (offline; no test is skipped for lack of a download).
+# Set up, then run the whole test suite (offline; no test is skipped for lack of a download). On a fresh Debian
+# machine this installs what the tests need first: Chromium and its driver for the browser tests, npm and the venv
+# module for the set-up (scripts/debian_packages.sh; nothing is installed when they are there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/debian_packages.sh --browser
 bash scripts/setup.sh
 # The suite runs on pytest-xdist (pyproject.toml: -n auto --dist loadgroup); tests/conftest.py's grouping relies on
 # the version constraints.txt pins (3.8.0), which setup.sh installs.

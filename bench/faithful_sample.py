@@ -1,0 +1,88 @@
+"""Faithfulness on heads nobody chose, over text nobody tuned on: ``python bench/faithful_sample.py``.
+
+The attention graph's defaults (k, alpha, temperature, key cap) were chosen by ``bench/faithful.py --sweep`` on
+runs of the bundled corpus, ``data/sentences.txt``, and its table averages 8 heads chosen for it (sink heads and
+the heads where t-SNE does worst). This bench instead takes a **held-out text**, *Paradise Lost* from
+``data/classics.txt`` (its lines from "Of Man's first disobedience" on; no default was tuned on it), extracts
+``--tokens`` tokens of it with each model, draws ``--heads`` heads per model with ``numpy.random.default_rng(--seed)``
+(without replacement, over all layers and heads) and measures each ``--methods`` layout of each head as
+``bench/faithful.py`` does: partner recall@10 (mean of query->key and key->query over 200 sampled points each),
+trustworthiness (k = 10, on a fixed sample of ``--trust-sample`` points) and seconds per head.
+
+Writes ``bench/results/faithful_sample.json`` (``--out``): per model, every head's row and each method's mean,
+with the date, machine, load averages and arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from faithful import REPO, compare, warm_up  # noqa: E402  (faithful.py puts the checkout on sys.path)
+from results_file import Recorder  # noqa: E402
+
+import qkviz  # noqa: E402
+
+HELD_OUT_START = "Of Man's first disobedience"
+
+
+def held_out_sentences() -> list[str]:
+    """*Paradise Lost*'s lines of ``data/classics.txt``."""
+    lines = (REPO / "data" / "classics.txt").read_text(encoding="utf-8").splitlines()
+    start = next(number for number, line in enumerate(lines) if line.startswith(HELD_OUT_START))
+    return lines[start:]
+
+
+def random_heads(run, count: int, seed: int) -> list[tuple[int, int, str]]:
+    """``count`` distinct (layer, head) pairs drawn with ``default_rng(seed)``, in the order drawn."""
+    drawn = np.random.default_rng(seed).choice(run.n_layers * run.n_heads, size=count, replace=False)
+    return [(int(index) // run.n_heads, int(index) % run.n_heads, "random") for index in drawn]
+
+
+def means(rows: list[dict], methods: list[str]) -> dict:
+    return {method: {"recall": round(float(np.mean([r["recall"] for r in rows if r["method"] == method])), 3),
+                     "trust": round(float(np.mean([r["trust"] for r in rows if r["method"] == method])), 3),
+                     "seconds": round(float(np.mean([r["seconds"] for r in rows if r["method"] == method])), 1),
+                     "min_recall": round(float(min(r["recall"] for r in rows if r["method"] == method)), 3)}
+            for method in methods}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="minilm,smollm2")
+    parser.add_argument("--tokens", type=int, default=6000)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--methods", default="pca,tsne,umap,attn-tsne")
+    parser.add_argument("--trust-sample", type=int, default=3000)
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-faithful-sample"))
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    recorder = Recorder("faithful_sample", vars(args), args.out)
+    methods = [method.strip() for method in args.methods.split(",") if method.strip()]
+    sentences = held_out_sentences()
+    warm_up()
+    models = {}
+    for model in (name.strip() for name in args.models.split(",") if name.strip()):
+        started = time.perf_counter()
+        run = qkviz.extract(model, sentences, args.dir / model, max_tokens=args.tokens, progress=False)
+        heads = random_heads(run, args.heads, args.seed)
+        print(f"{model}: {run.n_tokens} tokens of the held-out text; heads "
+              + ", ".join(f"L{layer} H{head}" for layer, head, _ in heads), flush=True)
+        rows = compare(run, heads, methods, args.trust_sample)
+        models[model] = {"model_id": run.manifest["model"]["id"], "tokens": run.n_tokens,
+                         "heads": [[layer, head] for layer, head, _ in heads], "mean": means(rows, methods),
+                         "rows": rows, "seconds": round(time.perf_counter() - started, 1)}
+        print(f"{model}: {models[model]['mean']}", flush=True)
+    print(recorder.write(corpus="data/classics.txt: Paradise Lost (held out: no default was tuned on it)",
+                         heads_chosen_by=f"numpy.random.default_rng({args.seed}).choice, without replacement",
+                         models=models))
+
+
+if __name__ == "__main__":
+    main()

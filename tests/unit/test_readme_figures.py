@@ -1,0 +1,74 @@
+"""The README's and the docs' measured figures are those of bench/results/*.json (scripts/readme_figures.py), each
+names its result file, and the README holds no measured figure outside the generated blocks."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("readme_figures", REPO / "scripts" / "readme_figures.py")
+readme_figures = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(readme_figures)
+
+#: a measured quantity: a number with a unit of time, memory or ratio, or a score such as 0.312
+MEASURED = re.compile(r"\b\d[\d,.]*\s?(?:ms|s|min|h|GB|MB|kB|KB|×)(?![\w-])|\b0\.\d{2,}\b")
+#: limits the README states as guarantees, not measurements
+LIMITS = ("2 MB a request",)
+
+
+def copy_checkout(tmp_path: Path) -> Path:
+    for page in readme_figures.PAGES:
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / page, tmp_path / page)
+    shutil.copytree(REPO / "bench" / "results", tmp_path / "bench" / "results")
+    return tmp_path
+
+
+def test_the_pages_are_those_of_the_results():
+    assert readme_figures.main(["--check"]) == 0, "run: python scripts/readme_figures.py"
+
+
+def test_a_changed_result_is_caught_then_written(tmp_path):
+    root = copy_checkout(tmp_path)
+    path = root / "bench" / "results" / "matrix_grid.json"
+    result = json.loads(path.read_text())
+    result["load_to_drawn"]["cold"]["median_ms"] = 9876
+    path.write_text(json.dumps(result))
+    assert readme_figures.main(["--check", "--root", str(root)]) == 1
+    assert readme_figures.main(["--root", str(root)]) == 0
+    assert " / 9.9 / " in (root / "README.md").read_text()
+    assert readme_figures.main(["--check", "--root", str(root)]) == 0
+
+
+def test_every_block_names_its_bench_result():
+    blocks = [(page, match) for page in readme_figures.PAGES
+              for match in readme_figures.BLOCK.finditer((REPO / page).read_text(encoding="utf-8"))]
+    assert {match["name"] for _, match in blocks} == set(readme_figures.FIGURES)
+    for page, match in blocks:
+        named = re.findall(r"bench/results/(\w+)\.json", match["body"])
+        assert named and all((REPO / "bench" / "results" / f"{name}.json").exists() for name in named), (page, match["name"])
+
+
+def test_the_readme_has_no_measured_figure_outside_its_blocks():
+    text = readme_figures.BLOCK.sub("", (REPO / "README.md").read_text(encoding="utf-8"))
+    for limit in LIMITS:
+        text = text.replace(limit, "")
+    assert MEASURED.findall(text) == []
+
+
+def test_the_readme_fits_its_first_page():
+    assert (REPO / "README.md").stat().st_size < 8000       # the first page; detail goes to docs/
+
+
+def test_an_unknown_block_is_refused(tmp_path):
+    root = copy_checkout(tmp_path)
+    readme = root / "README.md"
+    readme.write_text(readme.read_text() + "<!-- figures:no-such -->\n<!-- /figures -->\n")
+    with pytest.raises(SystemExit, match="unknown figure block 'no-such'"):
+        readme_figures.main(["--check", "--root", str(root)])
