@@ -1,7 +1,7 @@
 """Helpers for the app's tests: a tiny projected run (and a copy with a head atlas), ``qkviz serve`` in a
 subprocess, headless Chromium.
 
-Chromium is Debian's (``/usr/bin/chromium``, installed by ``.ci/run``), driven by Playwright's
+Chromium is Debian's (``/usr/bin/chromium``, installed by ``scripts/test.sh`` through ``scripts/debian_packages.sh``), driven by Playwright's
 Python package; Playwright's own browser download is never used. A missing Chromium fails the
 browser tests (it is never a skip).
 """
@@ -163,7 +163,7 @@ def launch_chromium(playwright):
     """Headless Debian Chromium through Playwright (fails, never skips, when it is not installed)."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: install it with 'apt-get install -y chromium chromium-driver' "
-                    "(.ci/run does)")
+                    "(bash scripts/test.sh does, through scripts/debian_packages.sh)")
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
 
 
