@@ -1,8 +1,8 @@
 """Helpers for the app's tests: a tiny projected run (and a copy with a head atlas), ``qkviz serve`` in a
 subprocess, headless Chromium.
 
-Chromium is Debian's (``/usr/bin/chromium``, installed by ``scripts/test.sh`` through ``scripts/debian_packages.sh``), driven by Playwright's
-Python package; Playwright's own browser download is never used. A missing Chromium fails the
+Chromium is Debian's (``/usr/bin/chromium``, installed by ``scripts/test.sh`` through
+``scripts/debian_packages.sh``), driven by Playwright's Python package; Playwright's own browser download is never used. A missing Chromium fails the
 browser tests (it is never a skip).
 """
 
