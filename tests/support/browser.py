@@ -2,8 +2,8 @@
 subprocess, headless Chromium.
 
 Chromium is Debian's (``/usr/bin/chromium``, installed by ``scripts/test.sh`` through
-``scripts/debian_packages.sh``), driven by Playwright's Python package; Playwright's own browser download is never used. A missing Chromium fails the
-browser tests (it is never a skip).
+``scripts/debian_packages.sh``), driven by Playwright's Python package; Playwright's own browser download is
+never used. A missing Chromium fails the browser tests (it is never a skip).
 """
 
 from __future__ import annotations
