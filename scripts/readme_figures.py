@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 #: the pages that hold figure blocks
-PAGES = ("README.md", "docs/index.md", "docs/benchmarks.md", "docs/scale.md")
+PAGES = ("README.md", "docs/index.md", "docs/benchmarks.md", "docs/scale.md", "docs/families.md")
 #: a block, indented as its opening comment (inside a list item, its lines are indented as the item's)
 BLOCK = re.compile(r"^(?P<indent>[ \t]*)(?P<open><!-- figures:(?P<name>[\w-]+) -->\n)(?P<body>.*?)"
                    r"(?P=indent)(?P<close><!-- /figures -->)", re.S | re.M)
@@ -277,6 +277,20 @@ def app(results: Results) -> str:
     return (f"{header}\n|---|" + "---|" * len(runs) + f"\n{table}\n\n{sizes}. An empty Dash page with one "
             f"10,000-point WebGL graph (the floor) is drawn {span(floor)} after navigation. "
             f"`bench/app.py --repeats {result['arguments']['repeats']}` ({source(results, 'app')}).\n")
+
+
+@figure("families")
+def families(results: Results) -> str:
+    result = results("families")
+    exact = [row for row in result["families"] if row["status"] == "exact"]
+    worst = max(exact, key=lambda row: row["max_error"])
+    agrees = "as the table says" if result["agrees_with_table"] else "**not** as the table says"
+    gates = "; ".join(f"{gate['model']} {gate['seconds']['min']:.2f} / {gate['seconds']['median']:.2f} / "
+                      f"{gate['seconds']['max']:.2f} s (error {gate['max_error']:.1e})" for gate in result["gate"])
+    return (f"Measured by `bench/families.py`: {result['measured']['exact']} model types exact and "
+            f"{result['measured']['refused']} refused, {agrees}; the largest error over every exact type's layers, "
+            f"heads and pairs is {worst['max_error']:.1e} ({worst['model_type']}). The gate on the bundled models, "
+            f"min / median / max of {result['gate'][0]['seconds']['runs']}: {gates}. ({source(results, 'families')}.)\n")
 
 
 def render(text: str, results: Results, page: str) -> str:
