@@ -2,9 +2,11 @@
 machine (its CPU count and model, Python, the system), the load average before and after, the commit and the
 arguments. ``scripts/readme_figures.py`` reads these files into the README and docs.
 
-A child process's own peak memory is :func:`run_measured`'s: ``os.wait4`` returns the resources of that one
-child (and the children it waited for), where ``RUSAGE_CHILDREN`` holds the largest of every child waited for so
-far, so a later, smaller command would report an earlier one's peak.
+A child process's own peak memory is :func:`run_measured`'s: the high-water mark of the child's own memory
+(``VmHWM`` in ``/proc/PID/status``), read every 20 ms while it runs. Neither ``RUSAGE_CHILDREN`` (the largest
+of every child waited for so far) nor the child's own ``ru_maxrss`` from ``os.wait4`` will do: Linux starts an
+exec'd child's ``ru_maxrss`` at what its forked copy of the parent held, so a 10 MB command started by a
+1.4 GB test worker reports 1.4 GB.
 """
 
 from __future__ import annotations
@@ -84,14 +86,27 @@ class Recorder:
         return self.out
 
 
-def run_measured(command: list[str], **popen) -> dict:
-    """Run ``command`` to its end: its wall seconds, its own peak resident memory (MB) and its exit status."""
+def high_water_mb(pid: int) -> float | None:
+    """The peak resident memory (MB) of process ``pid``'s own memory so far, or None once it has exited."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def run_measured(command: list[str], every: float = 0.02, **popen) -> dict:
+    """Run ``command`` to its end: its wall seconds, its own peak resident memory (MB; see the module) and its
+    exit status."""
     started = time.perf_counter()
     process = subprocess.Popen(command, **popen)
-    _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    return {"seconds": time.perf_counter() - started, "peak_mb": usage.ru_maxrss / 1024,
-            "returncode": process.returncode}
+    peak = 0.0
+    while process.poll() is None:
+        peak = max(peak, high_water_mb(process.pid) or 0.0)
+        time.sleep(every)
+    return {"seconds": time.perf_counter() - started, "peak_mb": peak, "returncode": process.returncode}
 
 
 def summary(values: list[float], digits: int = 3) -> dict:
