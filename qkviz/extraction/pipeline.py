@@ -144,6 +144,10 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
         raise QkvizError(f"--head-update needs the attention's output projection, which qkviz does not find in "
                          f"{adapter.family} models; extract without it")
     gate = run_input.check_exactness()          # before anything is written
+    if adapter.layer_indices is not None:
+        logger.info("%s mixes attention with other layers: the run's layers 0-%d are its attention layers, model "
+                    "layers %s (the manifest's shape.model_layers)", adapter.family, shape.n_layers - 1,
+                    ", ".join(map(str, adapter.layer_indices)))
     layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, run_input.n_tokens, dtype,
                          head_update)
     writer = RunWriter(out, run_fingerprint, layout, resume=plan is DirectoryPlan.RESUME)

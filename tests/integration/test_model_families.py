@@ -79,10 +79,12 @@ def test_at_least_45_of_the_57_model_types_are_exact():
     assert counts()[EXACT] >= 45
 
 
-def test_a_model_mixing_attention_and_linear_attention_layers_says_which_it_extracted(tokenizer, tmp_path):
+def test_a_model_mixing_attention_and_linear_attention_layers_says_which_it_extracted(tokenizer, tmp_path, caplog):
     model = tiny_family_model("qwen3_next")        # layer 0: linear attention (Gated DeltaNet); layer 1: attention
-    run = qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
+    with caplog.at_level("INFO", logger="qkviz.extraction.pipeline"):
+        run = qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
     assert run.n_layers == 1 and run.manifest["shape"]["model_layers"] == [1]
+    assert "the run's layers 0-0 are its attention layers, model layers 1" in caplog.text
 
 
 def test_the_gate_refuses_a_family_never_seen_that_adds_a_term(tokenizer, tmp_path, monkeypatch):
