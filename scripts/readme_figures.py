@@ -405,6 +405,24 @@ def faithful_sinks(results: Results) -> str:
             + f"\n\n`bench/faithful.py --model` ({source(results, *(f'faithful_chosen_{m}' for m in chosen))}).\n")
 
 
+@figure("report")
+def report(results: Results) -> str:
+    result = results("report")
+    seconds, per_head = result["report_s"], result["per_head_s"]
+    ratio = per_head["straightforward"] / per_head["qkviz"]
+    methods = result["arguments"].get("methods", "pca,umap,tsne")
+    return (f"`qkviz report` end to end in a child process, {result['heads']} heads, {result['tokens']:,} tokens, "
+            f"the run given `--method {methods}` layouts, "
+            f"{len(result['spaces'])} spaces ({', '.join(result['spaces'])}): {seconds['min']:.1f} / "
+            f"**{seconds['median']:.1f}** / {seconds['max']:.1f} s (min / median / max of {seconds['runs']}; goal "
+            f"≤ 60 s), the report process's own peak RSS {result['peak_mb']:,} MB. Per head, the three head spaces "
+            f"with query Spearman take {per_head['qkviz']:.2f} s; the straightforward implementation (per sentence "
+            f"`Q K^T` and `cdist`, then scipy's `pearsonr` / `spearmanr`) takes {per_head['straightforward']:.2f} s "
+            f"for the original space alone ({ratio:.1f}× qkviz's time, for a third of the work) and gives the same "
+            f"figures to 1e-6 (the bench asserts it). `bench/report.py --repeats {result['arguments']['repeats']} "
+            f"--methods {methods}` ({source(results, 'report')}).\n")
+
+
 def render(text: str, results: Results, page: str) -> str:
     def replace(match: re.Match) -> str:
         name = match["name"]
