@@ -385,24 +385,38 @@ def faithful_chosen(results: Results) -> str:
             + f"`bench/faithful.py --model` ({source(results, *(f'faithful_chosen_{m}' for m in chosen))}).\n")
 
 
+def sink_results(results: Results) -> dict[str, str]:
+    """For each bundled model, the result file of its chosen heads with the most of the hide-first-token variants:
+    ``faithful_hide_<model>`` (``bench/faithful.py --model M --methods attn-tsne,attn-tsne-hide1,... --json``) when
+    there is one, else ``faithful_chosen_<model>``."""
+    names = {}
+    for model in BUNDLED:
+        for name in (f"faithful_hide_{model}", f"faithful_chosen_{model}"):
+            if results.exists(name):
+                names[model] = name
+                break
+    return names
+
+
 @figure("faithful-sinks")
 def faithful_sinks(results: Results) -> str:
-    chosen = chosen_results(results)
+    names = sink_results(results)
     rows = []
-    for model, result in chosen.items():
+    for model, name in names.items():
         for method, label in HIDE_METHODS.items():
-            measured = method_rows(result, method)
+            measured = method_rows(results(name), method)
             if not measured:
                 continue
             sinks = [r for r in measured if r.get("kind") == "sink"]
             near = f"{mean(sinks, 'sink_near'):.2f}" if sinks else "no sink head"
             rows.append(f"| {BUNDLED[model]} {label} ({len(measured)} heads) | {mean(measured, 'recall'):.3f} | "
                         f"{mean(measured, 'recall_beyond_first'):.3f} | {mean(measured, 'trust'):.3f} | {near} |")
-    if not any("hide-first-token" in row for row in rows):
-        rows.append("| `--hide-first-token` | not measured in these files | | | |")
+    lacking = [BUNDLED[model] for model, name in names.items()
+               if not method_rows(results(name), "attn-tsne-hide1")]
     return ("| mean over the chosen heads | recall@10 | beyond-first | trustworthiness | sink-near (sink heads) |\n"
-            "|---|---|---|---|---|\n" + "\n".join(rows)
-            + f"\n\n`bench/faithful.py --model` ({source(results, *(f'faithful_chosen_{m}' for m in chosen))}).\n")
+            "|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+            + (f"`--hide-first-token` not measured on {' and '.join(lacking)}. " if lacking else "")
+            + f"`bench/faithful.py --model` ({source(results, *names.values())}).\n")
 
 
 @figure("report")
