@@ -1,11 +1,13 @@
 """Exactness table: max |attention recomputed from the run - the model's own eager attention|.
 
-    python bench/exactness.py [--real-sentences 24]
+    python bench/exactness.py [--real-sentences 24]   # writes bench/results/exactness.json
 
 Every tiny family (random weights, 24 sentences; image families: the 40 scikit-image sample images and
 crops) and both bundled models on the default corpus
 (all sentences extracted; the comparison batch is ``--real-sentences`` of them spread over the
 corpus), in float32 and float16 storage. The tests assert the same bounds (1e-5, 2e-3).
+``bench/results/exactness.json`` (``--json`` elsewhere) holds one row per model: its name, what was compared
+(sentences, images or tokens) and the two errors; ``scripts/readme_figures.py`` writes docs/models.md's table from it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from qkviz.extraction.models import load_model, model_directory  # noqa: E402
 from support.tiny_models import FAMILIES, build_tiny_model  # noqa: E402
 from support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error  # noqa: E402
 
+sys.path.insert(0, str(REPO / "bench"))
+from results_file import RESULTS, Recorder  # noqa: E402
+
 
 def spread(run, count: int) -> list[int]:
     return sorted(set(np.linspace(0, run.n_sentences - 1, count).astype(int).tolist()))
@@ -39,7 +44,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--real-sentences", type=int, default=24)
     parser.add_argument("--skip-real", action="store_true")
+    parser.add_argument("--json", type=Path, default=RESULTS / "exactness.json", help="where the rows go")
     args = parser.parse_args()
+    recorder = Recorder("exactness", vars(args), args.json)
+    rows: list[dict] = []
     sentences = DEFAULT_CORPUS.read_text(encoding="utf-8").splitlines()
     print(f"{'model':<22} {'float32':>10} {'float16':>10}")
     with tempfile.TemporaryDirectory() as scratch:
@@ -55,6 +63,8 @@ def main() -> None:
                                     dtype=dtype, batch_size=8)
                 errors.append(max_attention_error(run, model_dir, list(range(run.n_sentences)), pad)[0])
             print(f"tiny {family:<17} {errors[0]:>10.1e} {errors[1]:>10.1e}", flush=True)
+            rows.append({"model": family, "kind": "tiny text", "compared": f"{run.n_sentences} sentences",
+                         "float32": float(errors[0]), "float16": float(errors[1])})
         images = qkviz.sample_images(crops=2)
         for family in VISION_FAMILIES:
             model_dir = build_tiny_vision_model(family, scratch / family)
@@ -64,16 +74,27 @@ def main() -> None:
                                     progress=False)
                 errors.append(max_image_attention_error(run, model_dir, family, images)[0])
             print(f"tiny {family:<17} {errors[0]:>10.1e} {errors[1]:>10.1e}  ({run.n_sentences} images)", flush=True)
-        if args.skip_real:
-            return
-        for name in ("minilm", "smollm2"):
-            pad = pad_token_id(load_model(name).tokenizer)
-            errors = []
-            for dtype in ("float32", "float16"):
-                run = qkviz.extract(name, DEFAULT_CORPUS, scratch / f"{name}-{dtype}", dtype=dtype)
-                errors.append(max_attention_error(run, model_directory(name)[0],
-                                                  spread(run, args.real_sentences), pad)[0])
-            print(f"{name} ({run.n_tokens} tokens) {errors[0]:>8.1e} {errors[1]:>10.1e}", flush=True)
+            rows.append({"model": family, "kind": "tiny image", "compared": f"{run.n_sentences} images",
+                         "float32": float(errors[0]), "float16": float(errors[1])})
+        if not args.skip_real:
+            rows += real_models(scratch, args.real_sentences)
+    print(recorder.write(rows=rows))
+
+
+def real_models(scratch: Path, count: int) -> list[dict]:
+    """Both bundled models over the whole default corpus, compared on ``count`` sentences spread over it."""
+    rows = []
+    for name in ("minilm", "smollm2"):
+        pad = pad_token_id(load_model(name).tokenizer)
+        errors = []
+        for dtype in ("float32", "float16"):
+            run = qkviz.extract(name, DEFAULT_CORPUS, scratch / f"{name}-{dtype}", dtype=dtype)
+            compared = spread(run, count)
+            errors.append(max_attention_error(run, model_directory(name)[0], compared, pad)[0])
+        print(f"{name} ({run.n_tokens} tokens) {errors[0]:>8.1e} {errors[1]:>10.1e}", flush=True)
+        rows.append({"model": name, "kind": "bundled", "compared": f"{len(compared)} sentences",
+                     "tokens": run.n_tokens, "float32": float(errors[0]), "float16": float(errors[1])})
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """Correlation report benchmark: ``qkviz report`` on every MiniLM head, every space.
 
-    python bench/report.py [--run runs/minilm] [--tokens 5000] [--repeats 3]
+    python bench/report.py [--run runs/minilm] [--tokens 5000] [--repeats 3] [--methods pca,umap,tsne]
 
 Makes the run when it is missing (MiniLM over the bundled corpus, ``--tokens`` tokens), gives it the layouts
 the figure was measured with (``qkviz project --method pca,umap,tsne``: PCA and UMAP in 2D and 3D, t-SNE in 2D;
-named, not left to the defaults, which have changed since), then times ``qkviz -q report`` end to end in a child
+named, not left to the defaults, which have changed since; ``--methods pca`` gives it PCA's only, for a report
+of fewer spaces in minutes instead of most of an hour of t-SNE and UMAP on 2 cores), then times ``qkviz -q report`` end to end in a child
 process, ``--repeats`` times (wall time and that process's own peak memory, ``os.wait4``: not the largest of every
 child so far, which would be the projection's; goal: 72 heads, all spaces, within 60 s on 2 cores).
 For scale it also times, on a few heads and the original space
@@ -38,12 +39,11 @@ from results_file import Recorder, run_measured, summary  # noqa: E402
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
 
-def ensure_run(path: Path, tokens: int) -> None:
+def ensure_run(path: Path, tokens: int, methods: str) -> None:
     if not (path / "manifest.json").exists():
         subprocess.run([*QKVIZ, "extract", "--model", "minilm", "--out", str(path), "--max-tokens", str(tokens)],
                        check=True)
-    subprocess.run([*QKVIZ, "-q", "project", "--run", str(path), "--method", "pca,umap,tsne", "--jobs", "2"],
-                   check=True)
+    subprocess.run([*QKVIZ, "-q", "project", "--run", str(path), "--method", methods, "--jobs", "2"], check=True)
 
 
 def time_report(run: Path, out: Path) -> tuple[float, float]:
@@ -76,10 +76,11 @@ def main() -> None:
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
     parser.add_argument("--tokens", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--methods", default="pca,umap,tsne", help="the layouts the run is given before the report")
     parser.add_argument("--json", type=Path, help="default: bench/results/report.json")
     args = parser.parse_args()
     recorder = Recorder("report", vars(args), args.json)
-    ensure_run(args.run, args.tokens)
+    ensure_run(args.run, args.tokens, args.methods)
     run = open_run(args.run)
     spaces = None
     with tempfile.TemporaryDirectory() as scratch:

@@ -72,3 +72,26 @@ def test_an_unknown_block_is_refused(tmp_path):
     readme.write_text(readme.read_text() + "<!-- figures:no-such -->\n<!-- /figures -->\n")
     with pytest.raises(SystemExit, match="unknown figure block 'no-such'"):
         readme_figures.main(["--check", "--root", str(root)])
+
+
+def test_the_exactness_table_is_the_benchs_rows(tmp_path):
+    root = copy_checkout(tmp_path)
+    path = root / "bench" / "results" / "exactness.json"
+    result = json.loads(path.read_text())
+    next(row for row in result["rows"] if row["model"] == "llama")["float16"] = 1.234e-3
+    path.write_text(json.dumps(result))
+    assert readme_figures.main(["--root", str(root)]) == 0
+    row = next(line for line in (root / "docs" / "models.md").read_text().splitlines() if "tiny GPT-2 / Llama" in line)
+    assert "/ 1.2e-03 /" in row and "(llama) in float16" in (root / "docs" / "models.md").read_text()
+
+
+def test_a_method_the_chosen_heads_file_lacks_is_said_not_measured(tmp_path):
+    root = copy_checkout(tmp_path)
+    path = root / "bench" / "results" / "faithful_chosen_smollm2.json"
+    result = json.loads(path.read_text())
+    result["rows"] = [row for row in result["rows"] if row["method"] != "tsne"]
+    path.write_text(json.dumps(result))
+    assert readme_figures.main(["--root", str(root)]) == 0
+    text = (root / "docs" / "methods.md").read_text()
+    absent = re.search(r"Not measured in these files: (.*?)\. ", text)[1]
+    assert "SmolLM2 t-SNE" not in text and re.search(r"SmolLM2: [^;]*(?<!AttentionViz )t-SNE", absent)
