@@ -40,7 +40,7 @@ QKVIZ = [sys.executable, "-m", "qkviz"]
 
 
 def time_compare(run: Path, other: Path, table: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one ``qkviz compare`` child process (its own peak: ``os.wait4``)."""
+    """Wall seconds and peak RSS (MB) of one ``qkviz compare`` child process (its own peak: its ``VmHWM``, ``bench/results_file.py``)."""
     child = run_measured([*QKVIZ, "-q", "compare", "--run", str(run), "--run", str(other), "--out", str(table)],
                          stdout=subprocess.DEVNULL)
     if child["returncode"] != 0:

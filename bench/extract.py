@@ -9,7 +9,7 @@
 * ratio without the model's load: each pair also times a load of the model just before its extract (warm, as
   the extract's own load is: the first, cold load is left out of every figure) and subtracts that one.
 * peak RSS: ``qkviz extract`` of ``--rss-tokens`` tokens in a child process, that process's own peak
-  (``os.wait4``'s ``ru_maxrss``; ``bench/results_file.py``).
+  (its memory's high-water mark, ``VmHWM``; ``bench/results_file.py``).
 The corpus is the bundled one, repeated as often as needed to reach the token counts. ``--json`` (default
 ``bench/results/extract_<model>.json``) records every figure with the date, machine, load averages and arguments.
 """

@@ -6,7 +6,7 @@ Makes the run when it is missing (MiniLM over the bundled corpus, ``--tokens`` t
 the figure was measured with (``qkviz project --method pca,umap,tsne``: PCA and UMAP in 2D and 3D, t-SNE in 2D;
 named, not left to the defaults, which have changed since; ``--methods pca`` gives it PCA's only, for a report
 of fewer spaces in minutes instead of most of an hour of t-SNE and UMAP on 2 cores), then times ``qkviz -q report`` end to end in a child
-process, ``--repeats`` times (wall time and that process's own peak memory, ``os.wait4``: not the largest of every
+process, ``--repeats`` times (wall time and that process's own peak memory, its ``VmHWM``: not the largest of every
 child so far, which would be the projection's; goal: 72 heads, all spaces, within 60 s on 2 cores).
 For scale it also times, on a few heads and the original space
 only, the straightforward implementation: per sentence, ``Q_s K_s^T`` and ``cdist``, the masked

@@ -33,7 +33,7 @@ QKVIZ = [sys.executable, "-m", "qkviz"]
 
 
 def time_stats(run: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one ``qkviz stats`` child process (its own peak: ``os.wait4``)."""
+    """Wall seconds and peak RSS (MB) of one ``qkviz stats`` child process (its own peak: its ``VmHWM``, ``bench/results_file.py``)."""
     child = run_measured([*QKVIZ, "-q", "stats", "--run", str(run), "--syntax"])
     if child["returncode"] != 0:
         raise SystemExit(f"qkviz stats failed with exit status {child['returncode']}")
