@@ -30,7 +30,7 @@ from dash_app.app import build_app
 from dash_app.guard import allowed_hosts
 from dash_app.run_data import RunData
 from dash_app.server import attach_workers, check_port, make_pca, start_in_turn
-from dash_app.wsgi_server import serve_in_thread
+from dash_app.wsgi_server import serve_in_thread, stop_server
 from qkviz import QkvizError
 from qkviz.projection import BACKGROUND_METHOD
 
@@ -162,8 +162,7 @@ def _wait_for_port(port: int, timeout_s: float = PORT_RELEASE_S) -> None:
 
 def _stop_server(port: int, server) -> None:
     if server is not None:
-        server.close()
-        server.task_dispatcher.shutdown(timeout=1)
+        stop_server(server)
         return
     from dash import jupyter_dash   # the server Dash started in Jupyter mode
 

@@ -63,7 +63,29 @@ def production_server(wsgi_app, host: str, port: int, threads: int = THREADS):
 
 
 def serve_in_thread(wsgi_app, host: str, port: int, name: str):
-    """A :func:`production_server` serving from a daemon thread; returns the server (``close()`` stops it)."""
+    """A :func:`production_server` serving from a daemon thread; returns the server (:func:`stop_server` stops it)."""
     server = production_server(wsgi_app, host, port)
     threading.Thread(target=server.run, name=name, daemon=True).start()
     return server
+
+
+def stop_server(server, timeout: float = 5.0) -> None:
+    """Stop a server that :func:`serve_in_thread` started. Its sockets are closed by its own loop, woken through
+    its trigger: closed from this thread, they would be pulled from under the loop's ``select`` (``EBADF`` in the
+    server's thread). Then the loop finds nothing left to serve and ends, and the request threads are stopped."""
+    from waitress import wasyncore
+
+    sockets = server.map if hasattr(server, "map") else server._map      # several listening sockets: one map
+    trigger = getattr(server, "trigger", None) or next((s.trigger for s in sockets.values() if hasattr(s, "trigger")),
+                                                       None)
+    if trigger is None or trigger._closed:          # stopped already
+        return
+    closed = threading.Event()
+
+    def close_in_loop():
+        wasyncore.close_all(sockets, ignore_all=True)
+        closed.set()
+
+    trigger.pull_trigger(close_in_loop)
+    closed.wait(timeout)
+    server.task_dispatcher.shutdown(timeout=1)

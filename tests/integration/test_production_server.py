@@ -6,6 +6,7 @@ import http.client
 import json
 import logging
 import re
+import socket
 import threading
 
 import pytest
@@ -91,7 +92,7 @@ def test_dash_serves_no_other_routes_whatever_its_environment_says(app_run, monk
 @pytest.fixture
 def production(app_run):
     """``start(app)`` -> the port of ``app`` served by waitress (as 'qkviz serve' serves it) in this process."""
-    from dash_app.wsgi_server import serve_in_thread
+    from dash_app.wsgi_server import serve_in_thread, stop_server
 
     servers = []
 
@@ -102,7 +103,7 @@ def production(app_run):
 
     yield start
     for server in servers:
-        server.close()
+        stop_server(server)
 
 
 def count_request(app, padded_to: int | None = None) -> bytes:
@@ -229,3 +230,25 @@ def test_ctrl_c_stops_the_server_with_one_line(app_run):
     output, _ = server.communicate(timeout=30)
     assert server.returncode == 0 and output.rstrip().endswith("qkviz: stopped"), output
     assert "Traceback" not in output
+
+
+def test_a_server_in_a_thread_stops_cleanly(app_run):
+    """Stopping closes the sockets inside the server's own loop: the server's thread ends without an exception and the
+    port is free after. (Closing them from another thread, as before, now and then gave EBADF in that thread's select:
+    once in a CI run, in the JupyterHub notebook test.)"""
+    from dash_app.app import create_app
+    from dash_app.wsgi_server import serve_in_thread, stop_server
+
+    failures = []
+    previous, threading.excepthook = threading.excepthook, lambda args: failures.append(args.exc_value)
+    try:
+        server = serve_in_thread(create_app([app_run.path]).server, "127.0.0.1", 0, name="stopping-waitress")
+        port = server.effective_port
+        thread = next(t for t in threading.enumerate() if t.name == "stopping-waitress")
+        stop_server(server)
+        thread.join(timeout=10)
+    finally:
+        threading.excepthook = previous
+    assert not thread.is_alive() and failures == []
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", int(port)))
