@@ -4,16 +4,20 @@ Every figure block of a page sits between ``<!-- figures:NAME -->`` and ``<!-- /
 rewrites each block from the bench result files its renderer reads, and every block names those files, the date
 they were measured and the machine's load average then. ``--check`` rewrites nothing and exits 1 when a page
 differs from what the results give (the test suite runs it, so a page cannot drift from its results).
+The README's renderers are here, the docs pages' in ``docs_figures.py``, reading results in ``figure_results.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))   # its sibling modules, also when loaded by path
+
+import docs_figures  # noqa: E402,F401  (registers the docs pages' blocks)
+from figure_results import FIGURES, Results, figure, minutes, source  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 #: the pages that hold figure blocks
@@ -22,76 +26,6 @@ PAGES = ("README.md", "docs/index.md", "docs/benchmarks.md", "docs/scale.md", "d
 #: a block, indented as its opening comment (inside a list item, its lines are indented as the item's)
 BLOCK = re.compile(r"^(?P<indent>[ \t]*)(?P<open><!-- figures:(?P<name>[\w-]+) -->\n)(?P<body>.*?)"
                    r"(?P=indent)(?P<close><!-- /figures -->)", re.S | re.M)
-
-
-class Results:
-    """The bench result files under ``root``/bench/results, read once each; which ones a block read."""
-
-    def __init__(self, root: Path):
-        self.root, self.cache, self.read = root, {}, []
-
-    def exists(self, name: str) -> bool:
-        return (self.root / "bench" / "results" / f"{name}.json").exists()
-
-    def __call__(self, name: str) -> dict:
-        if name not in self.cache:
-            path = self.root / "bench" / "results" / f"{name}.json"
-            if not path.exists():
-                raise SystemExit(f"{path.relative_to(self.root)} is missing: run the bench that writes it (bench/*.py, --help)")
-            self.cache[name] = json.loads(path.read_text(encoding="utf-8"))
-        if name not in self.read:
-            self.read.append(name)
-        return self.cache[name]
-
-
-def load_average(result: dict) -> tuple[float, float] | None:
-    """The lowest and highest 1-minute load average a result recorded (its files name it in several ways)."""
-    found: list[float] = []
-
-    def walk(value, key=""):
-        if isinstance(value, dict):
-            for name, item in value.items():
-                walk(item, name)
-        elif isinstance(value, list) and "load" in key and value and all(isinstance(v, (int, float)) for v in value):
-            # os.getloadavg()'s three: the 1-minute one; a series sampled during the run: all of it
-            found.extend(value if key in ("load_during", "load_observed") or len(value) != 3 else value[:1])
-        elif isinstance(value, list):
-            for item in value:
-                walk(item, key)
-    walk(result)
-    return (min(found), max(found)) if found else None
-
-
-def source(results: Results, *names: str) -> str:
-    """``bench/results/a.json`` (date, load L on N cores) for each result file a block read."""
-    parts = []
-    for name in names:
-        result = results(name)
-        date = str(result.get("date") or next((v.get("date") for v in result.values()
-                                                 if isinstance(v, dict) and v.get("date")), "undated"))[:10]
-        cpus = (result.get("machine") or {}).get("cpus")
-        load = load_average(result)
-        where = f"load {load[0]:.1f}–{load[1]:.1f}" if load else "load not recorded"
-        where += f" of {cpus} cores" if cpus else ""
-        note = f" ({result['load_note']})" if result.get("load_note") else ""
-        if load and cpus and load[1] > cpus:
-            note += " (shared: slower than idle)"
-        parts.append(f"`bench/results/{name}.json`, {date}, {where}{note}")
-    return "; ".join(parts)
-
-
-FIGURES: dict[str, Callable[[Results], str]] = {}
-
-
-def figure(name: str):
-    def register(render):
-        FIGURES[name] = render
-        return render
-    return register
-
-
-def minutes(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
 
 
 @figure("first-picture")
@@ -278,163 +212,6 @@ def app(results: Results) -> str:
     return (f"{header}\n|---|" + "---|" * len(runs) + f"\n{table}\n\n{sizes}. An empty Dash page with one "
             f"10,000-point WebGL graph (the floor) is drawn {span(floor)} after navigation. "
             f"`bench/app.py --repeats {result['arguments']['repeats']}` ({source(results, 'app')}).\n")
-
-
-@figure("families")
-def families(results: Results) -> str:
-    result = results("families")
-    exact = [row for row in result["families"] if row["status"] == "exact"]
-    worst = max(exact, key=lambda row: row["max_error"])
-    agrees = "as the table says" if result["agrees_with_table"] else "**not** as the table says"
-    gates = "; ".join(f"{gate['model']} {gate['seconds']['min']:.2f} / {gate['seconds']['median']:.2f} / "
-                      f"{gate['seconds']['max']:.2f} s (error {gate['max_error']:.1e})" for gate in result["gate"])
-    return (f"Measured by `bench/families.py`: {result['measured']['exact']} model types exact and "
-            f"{result['measured']['refused']} refused, {agrees}; the largest error over every exact type's layers, "
-            f"heads and pairs is {worst['max_error']:.1e} ({worst['model_type']}). The gate on the bundled models, "
-            f"min / median / max of {result['gate'][0]['seconds']['runs']}: {gates}. ({source(results, 'families')}.)\n")
-
-
-#: docs/models.md's exactness rows: the families each row groups, as the tables name them
-EXACTNESS_GROUPS = ((("bert", "BERT"), ("roberta", "RoBERTa"), ("distilbert", "DistilBERT")),
-                    (("gpt2", "GPT-2"), ("llama", "Llama"), ("qwen2", "Qwen2")),
-                    (("mistral", "Mistral (window 6)"), ("gemma3", "Gemma 3 (window 5)")),
-                    (("vit", "ViT"), ("deit", "DeiT"), ("dinov2", "DINOv2"), ("dinov2-registers", "DINOv2 with registers")),
-                    (("clip-vision", "CLIP vision"), ("siglip-vision", "SigLIP vision"), ("clip", "whole CLIP")))
-BUNDLED = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
-
-
-@figure("exactness")
-def exactness(results: Results) -> str:
-    result = results("exactness")
-    by = {row["model"]: row for row in result["rows"]}
-    grouped = {model for group in EXACTNESS_GROUPS for model, _ in group}
-    groups = [[(model, label) for model, label in group if model in by] for group in EXACTNESS_GROUPS]
-    groups += [[(model, model)] for model in by if model not in grouped and model not in BUNDLED]
-    rows = [("tiny " + " / ".join(label for _, label in group),
-             *(" / ".join(f"{by[model][dtype]:.1e}" for model, _ in group) for dtype in ("float32", "float16")))
-            for group in groups if group]
-    rows += [(f"{BUNDLED[model]}, whole default corpus ({by[model]['tokens']:,} tokens)",
-              f"{by[model]['float32']:.1e}", f"{by[model]['float16']:.1e}") for model in BUNDLED if model in by]
-    table = "\n".join(f"| {name} | {f32} | {f16} |" for name, f32, f16 in rows)
-    compared = {row["kind"]: row["compared"] for row in result["rows"]}
-    worst = {dtype: max(result["rows"], key=lambda row: row[dtype]) for dtype in ("float32", "float16")}
-    return (f"| model | float32 storage | float16 storage |\n|---|---|---|\n{table}\n\n"
-            f"Compared: tiny text models on {compared.get('tiny text', 'no')} in one padded batch, tiny image models "
-            f"on {compared.get('tiny image', 'no')}, the bundled models on {compared.get('bundled', 'no')} spread over "
-            f"the corpus. Largest: {worst['float32']['float32']:.1e} ({worst['float32']['model']}) in float32, "
-            f"{worst['float16']['float16']:.1e} ({worst['float16']['model']}) in float16. `bench/exactness.py` "
-            f"({source(results, 'exactness')}).\n")
-
-
-#: docs/methods.md's chosen-heads tables: each method as they name it
-CHOSEN_METHODS = {"pca": "PCA", "tsne": "t-SNE", "umap": "UMAP", "av-tsne": "AttentionViz t-SNE",
-                  "attn-tsne": "**attn-tsne**", "attn-umap": "attn-umap"}
-HIDE_METHODS = {"attn-tsne": "attn-tsne", "attn-tsne-hide1": "attn-tsne `--hide-first-token`",
-                "attn-umap": "attn-umap", "attn-umap-hide1": "attn-umap `--hide-first-token`"}
-
-
-def chosen_results(results: Results) -> dict[str, dict]:
-    """``bench/results/faithful_chosen_<model>.json`` for each bundled model that has one, by model."""
-    return {model: results(f"faithful_chosen_{model}") for model in BUNDLED if results.exists(f"faithful_chosen_{model}")}
-
-
-def method_rows(result: dict, method: str) -> list[dict]:
-    return [row for row in result["rows"] if row["method"] == method]
-
-
-def mean(rows: list[dict], key: str) -> float:
-    return sum(row[key] for row in rows) / len(rows)
-
-
-def attn_goals(model: str, result: dict) -> str:
-    """attn-tsne against the goals, head by head (what ``bench/faithful.py`` prints as its goals)."""
-    ours = {(r["layer"], r["head"]): r for r in method_rows(result, "attn-tsne")}
-    tsne = {(r["layer"], r["head"]): r for r in method_rows(result, "tsne")}
-    heads = [head for head in ours if head in tsne]
-    if not heads:
-        return ""
-    low = min(heads, key=lambda head: ours[head]["recall"])
-    ratios = {head: ours[head]["recall"] / max(tsne[head]["recall"], 1e-9) for head in heads}
-    return (f"{BUNDLED[model]}: recall ≥ 0.30 on {sum(ours[h]['recall'] >= 0.30 for h in heads)} of {len(heads)} heads "
-            f"(lowest {ours[low]['recall']:.3f}, L{low[0]} H{low[1]}), ≥ 3× t-SNE on "
-            f"{sum(r >= 3 for r in ratios.values())} (lowest {min(ratios.values()):.1f}×), trustworthiness ≥ 0.90 on "
-            f"{sum(ours[h]['trust'] >= 0.90 for h in heads)} (lowest {min(ours[h]['trust'] for h in heads):.3f}), "
-            f"no slower than t-SNE on {sum(ours[h]['seconds'] <= tsne[h]['seconds'] for h in heads)}")
-
-
-@figure("faithful-chosen")
-def faithful_chosen(results: Results) -> str:
-    chosen = chosen_results(results)
-    rows = []
-    for model, result in chosen.items():
-        for method, label in CHOSEN_METHODS.items():
-            measured = method_rows(result, method)
-            if measured:
-                heads = len({(r["layer"], r["head"]) for r in measured})
-                rows.append(f"| {BUNDLED[model]} {label} ({heads} heads) | {mean(measured, 'recall'):.3f} | "
-                            f"{mean(measured, 'trust'):.3f} | {mean(measured, 'seconds'):.1f} |")
-    absent = [f"{BUNDLED[model]}: " + ", ".join(label.strip("*") for method, label in CHOSEN_METHODS.items()
-                                                 if not method_rows(result, method))
-              for model, result in chosen.items()]
-    absent = [text for text in absent if not text.endswith(": ")]
-    goals = "; ".join(text for text in (attn_goals(model, result) for model, result in chosen.items()) if text)
-    return ("| mean over the chosen heads | recall@10 | trustworthiness | s / head |\n|---|---|---|---|\n"
-            + "\n".join(rows) + "\n\n"
-            + (f"Not measured in these files: {'; '.join(absent)}. " if absent else "")
-            + (f"attn-tsne against the goals, head by head: {goals}. " if goals else "")
-            + f"`bench/faithful.py --model` ({source(results, *(f'faithful_chosen_{m}' for m in chosen))}).\n")
-
-
-def sink_results(results: Results) -> dict[str, str]:
-    """For each bundled model, the result file of its chosen heads with the most of the hide-first-token variants:
-    ``faithful_hide_<model>`` (``bench/faithful.py --model M --methods attn-tsne,attn-tsne-hide1,... --json``) when
-    there is one, else ``faithful_chosen_<model>``."""
-    names = {}
-    for model in BUNDLED:
-        for name in (f"faithful_hide_{model}", f"faithful_chosen_{model}"):
-            if results.exists(name):
-                names[model] = name
-                break
-    return names
-
-
-@figure("faithful-sinks")
-def faithful_sinks(results: Results) -> str:
-    names = sink_results(results)
-    rows = []
-    for model, name in names.items():
-        for method, label in HIDE_METHODS.items():
-            measured = method_rows(results(name), method)
-            if not measured:
-                continue
-            sinks = [r for r in measured if r.get("kind") == "sink"]
-            near = f"{mean(sinks, 'sink_near'):.2f}" if sinks else "no sink head"
-            rows.append(f"| {BUNDLED[model]} {label} ({len(measured)} heads) | {mean(measured, 'recall'):.3f} | "
-                        f"{mean(measured, 'recall_beyond_first'):.3f} | {mean(measured, 'trust'):.3f} | {near} |")
-    lacking = [BUNDLED[model] for model, name in names.items()
-               if not method_rows(results(name), "attn-tsne-hide1")]
-    return ("| mean over the chosen heads | recall@10 | beyond-first | trustworthiness | sink-near (sink heads) |\n"
-            "|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
-            + (f"`--hide-first-token` not measured on {' and '.join(lacking)}. " if lacking else "")
-            + f"`bench/faithful.py --model` ({source(results, *names.values())}).\n")
-
-
-@figure("report")
-def report(results: Results) -> str:
-    result = results("report")
-    seconds, per_head = result["report_s"], result["per_head_s"]
-    ratio = per_head["straightforward"] / per_head["qkviz"]
-    methods = result["arguments"].get("methods", "pca,umap,tsne")
-    return (f"`qkviz report` end to end in a child process, {result['heads']} heads, {result['tokens']:,} tokens, "
-            f"the run given `--method {methods}` layouts, "
-            f"{len(result['spaces'])} spaces ({', '.join(result['spaces'])}): {seconds['min']:.1f} / "
-            f"**{seconds['median']:.1f}** / {seconds['max']:.1f} s (min / median / max of {seconds['runs']}; goal "
-            f"≤ 60 s), the report process's own peak RSS {result['peak_mb']:,} MB. Per head, the three head spaces "
-            f"with query Spearman take {per_head['qkviz']:.2f} s; the straightforward implementation (per sentence "
-            f"`Q K^T` and `cdist`, then scipy's `pearsonr` / `spearmanr`) takes {per_head['straightforward']:.2f} s "
-            f"for the original space alone ({ratio:.1f}× qkviz's time, for a third of the work) and gives the same "
-            f"figures to 1e-6 (the bench asserts it). `bench/report.py --repeats {result['arguments']['repeats']} "
-            f"--methods {methods}` ({source(results, 'report')}).\n")
 
 
 def render(text: str, results: Results, page: str) -> str:

@@ -1,0 +1,78 @@
+"""Reading bench result files for the figure blocks (``scripts/readme_figures.py``): the files themselves, where and
+under what load each was measured, and the registry of block renderers (``@figure("name")``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+
+class Results:
+    """The bench result files under ``root``/bench/results, read once each; which ones a block read."""
+
+    def __init__(self, root: Path):
+        self.root, self.cache, self.read = root, {}, []
+
+    def exists(self, name: str) -> bool:
+        return (self.root / "bench" / "results" / f"{name}.json").exists()
+
+    def __call__(self, name: str) -> dict:
+        if name not in self.cache:
+            path = self.root / "bench" / "results" / f"{name}.json"
+            if not path.exists():
+                raise SystemExit(f"{path.relative_to(self.root)} is missing: run the bench that writes it (bench/*.py, --help)")
+            self.cache[name] = json.loads(path.read_text(encoding="utf-8"))
+        if name not in self.read:
+            self.read.append(name)
+        return self.cache[name]
+
+
+def load_average(result: dict) -> tuple[float, float] | None:
+    """The lowest and highest 1-minute load average a result recorded (its files name it in several ways)."""
+    found: list[float] = []
+
+    def walk(value, key=""):
+        if isinstance(value, dict):
+            for name, item in value.items():
+                walk(item, name)
+        elif isinstance(value, list) and "load" in key and value and all(isinstance(v, (int, float)) for v in value):
+            # os.getloadavg()'s three: the 1-minute one; a series sampled during the run: all of it
+            found.extend(value if key in ("load_during", "load_observed") or len(value) != 3 else value[:1])
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, key)
+    walk(result)
+    return (min(found), max(found)) if found else None
+
+
+def source(results: Results, *names: str) -> str:
+    """``bench/results/a.json`` (date, load L on N cores) for each result file a block read."""
+    parts = []
+    for name in names:
+        result = results(name)
+        date = str(result.get("date") or next((v.get("date") for v in result.values()
+                                                 if isinstance(v, dict) and v.get("date")), "undated"))[:10]
+        cpus = (result.get("machine") or {}).get("cpus")
+        load = load_average(result)
+        where = f"load {load[0]:.1f}–{load[1]:.1f}" if load else "load not recorded"
+        where += f" of {cpus} cores" if cpus else ""
+        note = f" ({result['load_note']})" if result.get("load_note") else ""
+        if load and cpus and load[1] > cpus:
+            note += " (shared: slower than idle)"
+        parts.append(f"`bench/results/{name}.json`, {date}, {where}{note}")
+    return "; ".join(parts)
+
+
+FIGURES: dict[str, Callable[[Results], str]] = {}
+
+
+def figure(name: str):
+    def register(render):
+        FIGURES[name] = render
+        return render
+    return register
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
