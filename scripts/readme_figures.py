@@ -17,12 +17,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))   # its sibling modules, also when loaded by path
 
 import docs_figures  # noqa: E402,F401  (registers the docs pages' blocks)
+import figures_dask  # noqa: E402,F401  (docs/dask.md and benchmarks.md's projections)
+import figures_methods  # noqa: E402,F401  (docs/methods.md's sweeps and sampling)
+import figures_scale  # noqa: E402,F401  (docs/scale.md and benchmarks.md's app at 100,000 tokens)
+import figures_tools  # noqa: E402,F401  (benchmarks.md's extraction to search, docs/search.md, docs/atlas.md)
+import figures_app  # noqa: E402,F401  (docs/app.md, images.md, cli.md and the other pages)
 from figure_results import FIGURES, Results, figure, minutes, source  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-#: the pages that hold figure blocks
-PAGES = ("README.md", "docs/index.md", "docs/benchmarks.md", "docs/scale.md", "docs/families.md", "docs/models.md",
-         "docs/methods.md")
+#: the pages that may hold figure blocks, and may hold no measured figure outside them: the README and every docs page
+PAGES = ("README.md", *sorted(f"docs/{page.name}" for page in (REPO / "docs").glob("*.md")))
 #: a block, indented as its opening comment (inside a list item, its lines are indented as the item's)
 BLOCK = re.compile(r"^(?P<indent>[ \t]*)(?P<open><!-- figures:(?P<name>[\w-]+) -->\n)(?P<body>.*?)"
                    r"(?P=indent)(?P<close><!-- /figures -->)", re.S | re.M)
