@@ -20,7 +20,8 @@ import docs_figures  # noqa: E402,F401  (registers the docs pages' blocks)
 import figures_dask  # noqa: E402,F401  (docs/dask.md and benchmarks.md's projections)
 import figures_methods  # noqa: E402,F401  (docs/methods.md's sweeps and sampling)
 import figures_scale  # noqa: E402,F401  (docs/scale.md and benchmarks.md's app at 100,000 tokens)
-import figures_tools  # noqa: E402,F401  (benchmarks.md's extraction to search, docs/search.md, docs/atlas.md)
+import figures_search  # noqa: E402,F401  (docs/search.md and benchmarks.md's search)
+import figures_tools  # noqa: E402,F401  (benchmarks.md's extraction to compare, docs/atlas.md, docs/images.md)
 import figures_app  # noqa: E402,F401  (docs/app.md, images.md, cli.md and the other pages)
 from figure_results import FIGURES, Results, figure, minutes, source  # noqa: E402
 
