@@ -1,6 +1,7 @@
 """Compare and selection benchmark: ``qkviz compare`` on every head, and the server's work for a large selection.
 
-    python bench/compare.py [--run runs/minilm] [--tokens 5000] [--other RUN] [--points 10000]
+    python bench/compare.py [--run runs/minilm] [--tokens 5000] [--other RUN] [--points 10000] [--repeats 2]
+                            [--browser] [--out bench/results/compare.json]
 
 Makes the MiniLM run when it is missing (the bundled corpus, ``--tokens`` tokens). Times ``qkviz -q compare``
 end to end in a child process (wall time and peak memory) between the run and ``--other`` -- by default a copy
@@ -10,6 +11,7 @@ of the run itself: the work does not depend on the values, only on the tokens an
 selection's table (every row, for the CSV) and the page's first rows, and writing the CSV. With ``--browser``,
 also in headless Chromium (the run served in this process): a box over the whole of the single view's PCA
 layout of layer 0 head 0 (every query and key selected), from the mouse's release to the table drawn.
+Writes ``bench/results/compare.json`` (``--out``); ``--repeats`` times the compare and the selection that often.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import qkviz  # noqa: E402
 from dash_app.panels.selection import selected_points, selection_frame, selection_table  # noqa: E402
 from dash_app.run_data import RunData  # noqa: E402
 
-from results_file import run_measured  # noqa: E402
+from results_file import Recorder, run_measured, summary  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -48,7 +50,7 @@ def time_compare(run: Path, other: Path, table: Path) -> tuple[float, float]:
     return child["seconds"], child["peak_mb"]
 
 
-def time_selection(run, count: int) -> None:
+def time_selection(run, count: int) -> dict:
     data = RunData(run, run.path.name)
     n_tokens = run.n_tokens
     points = np.random.default_rng(0).choice(2 * n_tokens, size=min(count, 2 * n_tokens), replace=False)
@@ -64,6 +66,7 @@ def time_selection(run, count: int) -> None:
     csv_seconds = time.perf_counter() - start
     print(f"selection of {len(chosen):,} points: checked, tabled and first rows drawn in {table_seconds * 1000:.0f} ms; "
           f"CSV ({len(csv) / 1e6:.1f} MB) in {csv_seconds * 1000:.0f} ms")
+    return {"points": len(chosen), "table_seconds": table_seconds, "csv_seconds": csv_seconds, "csv_mb": len(csv) / 1e6}
 
 
 PLOT_AREA_JS = """() => {
@@ -73,7 +76,7 @@ PLOT_AREA_JS = """() => {
 }"""
 
 
-def time_browser_selection(run) -> None:
+def time_browser_selection(run) -> float:
     """Seconds from releasing a box over every point of the single view to the selection's table drawn."""
     sys.path.insert(0, str(REPO / "tests"))
     from playwright.sync_api import sync_playwright
@@ -101,6 +104,7 @@ def time_browser_selection(run) -> None:
         seconds = time.perf_counter() - start
         browser.close()
     print(f"in the browser: a box over all {2 * run.n_tokens:,} points to its table drawn in {seconds:.2f} s")
+    return seconds
 
 
 def main() -> None:
@@ -110,7 +114,10 @@ def main() -> None:
     parser.add_argument("--other", type=Path, help="the run to compare with (default: a copy of --run)")
     parser.add_argument("--points", type=int, default=10_000)
     parser.add_argument("--browser", action="store_true", help="also time a whole-layout selection in Chromium")
+    parser.add_argument("--repeats", type=int, default=2, help="compares and selections timed (default 2)")
+    parser.add_argument("--out", type=Path, help="the result file (default bench/results/compare.json)")
     args = parser.parse_args()
+    recorder = Recorder("compare", vars(args), out=args.out)
     if not args.run.exists():
         qkviz.extract("minilm", REPO / "data" / "sentences.txt", args.run, max_tokens=args.tokens)
     run = qkviz.open_run(args.run)
@@ -119,15 +126,24 @@ def main() -> None:
         if other is None:
             other = Path(scratch) / "copy"
             shutil.copytree(args.run, other, ignore=shutil.ignore_patterns("projections", "indexes", "stats", "related"))
-        seconds, peak_mb = time_compare(args.run, other, Path(scratch) / "change.csv")
+        timings = [time_compare(args.run, other, Path(scratch) / "change.csv") for _ in range(args.repeats)]
         table = pd.read_csv(Path(scratch) / "change.csv")
-    print(f"qkviz compare: {len(table)} heads of {run.model_id} over {run.n_tokens:,} tokens in {seconds:.1f} s "
-          f"(peak {peak_mb:.0f} MB); mean JS distance {table.mean_js.mean():.4f} (max {table.mean_js.max():.4f})")
+    seconds = [t for t, _ in timings]
+    peak_mb = max(m for _, m in timings)
+    print(f"qkviz compare: {len(table)} heads of {run.model_id} over {run.n_tokens:,} tokens in "
+          f"{', '.join(f'{t:.1f}' for t in seconds)} s (peak {peak_mb:.0f} MB); mean JS distance "
+          f"{table.mean_js.mean():.4f} (max {table.mean_js.max():.4f})")
     if args.other is None:
         assert (table.mean_js == 0).all(), "a run compared with its copy must give 0"
-    time_selection(run, args.points)
-    if args.browser:
-        time_browser_selection(run)
+    selections = [time_selection(run, args.points) for _ in range(args.repeats)]
+    browser = [time_browser_selection(run)] if args.browser else []
+    written = recorder.write(
+        model=run.model_id, tokens=run.n_tokens, heads=len(table), with_itself=args.other is None,
+        compare_seconds=summary(seconds), compare_peak_mb=peak_mb, selection_points=selections[0]["points"],
+        selection_seconds=summary([s["table_seconds"] for s in selections]),
+        csv_seconds=summary([s["csv_seconds"] for s in selections]), csv_mb=selections[0]["csv_mb"],
+        browser_seconds=summary(browser) if browser else None)
+    print(f"wrote {written}")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """Image extraction benchmark: images per second, extraction over a bare forward pass, run size.
 
     python bench/extract_images.py [--repeats 3] [--crops 2] [--batch-size 16] [--dtype float16]
+                                   [--out bench/results/extract_images.json]
 
 A ViT-B/16 at 224 x 224 pixels (12 layers x 12 heads, d_head 64, 197 tokens an image: the architecture of
 google/vit-base-patch16-224, with random weights: none installs offline) over scikit-image's sample
 images and their crops. The ratio is the wall time of ``qkviz.extract`` on the model object (preparing the
 images, capturing, writing the vectors and the patch thumbnails, the manifest; hashing the weights
 included) over a bare forward pass of the same batches with the same image processor, measured alternately
-in one process; the median of ``--repeats`` pairs.
+in one process, each pair in the other order than the one before; min / median / max of ``--repeats`` pairs.
+Writes ``bench/results/extract_images.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import transformers
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import qkviz  # noqa: E402
+from results_file import Recorder, summary  # noqa: E402
 
 
 def vit_base() -> tuple[transformers.PreTrainedModel, object]:
@@ -48,13 +51,22 @@ def bare_forward_seconds(model, processor, images, batch_size: int) -> float:
     return time.perf_counter() - start
 
 
+def timed_extract(model, processor, images, out: Path, args) -> tuple[object, float]:
+    start = time.perf_counter()
+    run = qkviz.extract(model, images, out, processor=processor, dtype=args.dtype, batch_size=args.batch_size,
+                        progress=False)
+    return run, time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--crops", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--dtype", default="float16")
+    parser.add_argument("--out", type=Path, help="the result file (default bench/results/extract_images.json)")
     args = parser.parse_args()
+    recorder = Recorder("extract_images", vars(args), out=args.out)
     model, processor = vit_base()
     images = qkviz.sample_images(crops=args.crops)
     print(f"torch threads: {torch.get_num_threads()}, ViT-B/16 (random weights), {len(images)} images, "
@@ -62,11 +74,14 @@ def main() -> None:
     bare, full = [], []
     with tempfile.TemporaryDirectory() as scratch:
         for repeat in range(args.repeats):
-            bare.append(bare_forward_seconds(model, processor, images, args.batch_size))
-            start = time.perf_counter()
-            run = qkviz.extract(model, images, Path(scratch) / f"run{repeat}", processor=processor, dtype=args.dtype,
-                                batch_size=args.batch_size, progress=False)
-            full.append(time.perf_counter() - start)
+            if repeat % 2:   # each pair in the other order than the one before
+                run, seconds = timed_extract(model, processor, images, Path(scratch) / f"run{repeat}", args)
+                full.append(seconds)
+                bare.append(bare_forward_seconds(model, processor, images, args.batch_size))
+            else:
+                bare.append(bare_forward_seconds(model, processor, images, args.batch_size))
+                run, seconds = timed_extract(model, processor, images, Path(scratch) / f"run{repeat}", args)
+                full.append(seconds)
         size_mb = sum(f.stat().st_size for f in run.path.iterdir() if f.is_file()) / 2**20
         patches_mb = (run.path / "patches.npy").stat().st_size / 2**20
     bare_s, full_s = statistics.median(bare), statistics.median(full)
@@ -76,6 +91,10 @@ def main() -> None:
     ratios = [f / b for f, b in zip(full, bare)]
     print(f"ratio extract / bare forward: median {statistics.median(ratios):.2f}; pairs {[round(r, 2) for r in ratios]}")
     print(f"run directory {size_mb:.1f} MB, of which patch thumbnails {patches_mb:.2f} MB")
+    written = recorder.write(model="ViT-B/16, random weights", layers=12, heads=12, head_dim=64, images=len(images),
+                             tokens=run.n_tokens, bare_seconds=summary(bare), extract_seconds=summary(full),
+                             ratio=summary(ratios), run_mb=size_mb, patches_mb=patches_mb)
+    print(f"wrote {written}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ counted). Per page it prints:
 The first row, ``floor/floor.html``, is a page with the shared plotly.js and one 2 x 2 heatmap: what loading
 plotly.js alone takes in the same browser. Goal (issue 17): at most 1.5 MB per page and 2 s to open.
 ``--report DIR`` (repeatable) also measures a report directory already written (e.g. by an older qkviz),
-its pages opened in turn with the new ones.
+its pages opened in turn with the new ones. Writes ``bench/results/report_pages.json`` (``--out``): each page's
+row as printed, and the run's layouts.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "bench")]
+from results_file import Recorder  # noqa: E402
 from support.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
@@ -177,11 +179,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only-reports", action="store_true",
                         help="measure only the --report directories (no MiniLM report of --run)")
+    parser.add_argument("--out", type=Path, help="the result file (default bench/results/report_pages.json)")
     args = parser.parse_args()
     if args.only_reports:
         print_table(measure([*(path for directory in args.report for path in sorted(directory.glob("*.html")))],
                             args.repeats))
         return
+    recorder = Recorder("report_pages", vars(args), out=args.out)
     ensure_run(args.run, args.tokens)
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report"
@@ -190,7 +194,13 @@ def main() -> None:
         floor_directory.mkdir()
         pages = [floor_page(floor_directory), *sorted(report.glob("*.html")),
                  *(path for directory in args.report for path in sorted(directory.glob("*.html")))]
-        print_table(measure(pages, args.repeats))
+        rows = measure(pages, args.repeats)
+        print_table(rows)
+    layouts = sorted(path.name for path in (args.run / "projections").glob("*") if path.is_dir()) \
+        if (args.run / "projections").exists() else []
+    for row in rows:
+        row["page"] = "floor.html" if row["page"].endswith("floor.html") else row["page"].removeprefix("report/")
+    print(f"wrote {recorder.write(goal_mb=1.5, goal_seconds=2.0, run_layouts=layouts, pages=rows)}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Head-atlas benchmark: ``qkviz stats`` on every head, and what it finds.
 
     python bench/stats.py [--run runs/minilm-atlas] [--tokens 5000] [--repeats 3] [--also runs/smollm2-atlas]
+                          [--out bench/results/stats.json]
 
 Makes the MiniLM run when it is missing (the bundled corpus, ``--tokens`` tokens, with
 ``--head-update``), then times ``qkviz -q stats --syntax`` (every statistic: the attention
@@ -9,7 +10,9 @@ alignment) end to end in a child process (wall time and peak memory; goal: 72 he
 tokens within 2 minutes on 2 cores). For each run (``--also`` adds more, e.g. SmolLM2) it
 prints the label counts, the share of heads labelled first-token (sink), and the mean share of
 queries whose strongest key is the first token, a delimiter ([SEP] and punctuation), and the mean
-attention to special tokens.
+attention to special tokens. Writes ``bench/results/stats.json`` (``--out``): the timings (each run's wall
+seconds and peak memory; a run given by ``--also`` without an atlas is timed once when its atlas is made) and
+each run's figures.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from qkviz import open_run  # noqa: E402
 from qkviz.analysis.head_atlas import load_atlas  # noqa: E402
 
-from results_file import run_measured  # noqa: E402
+from results_file import Recorder, run_measured, summary  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -40,36 +43,56 @@ def time_stats(run: Path) -> tuple[float, float]:
     return child["seconds"], child["peak_mb"]
 
 
-def describe(path: Path) -> None:
+def describe(path: Path) -> dict:
+    """The run's atlas figures (printed, and returned for the result file)."""
     run = open_run(path)
     atlas = load_atlas(run)
     table = atlas.table
     counts = table.label.value_counts()
     heads = len(table)
+    figures = {"run": path.name, "model": run.model_id, "layers": run.n_layers, "heads": run.n_heads,
+               "tokens": run.n_tokens, "labels": {label: int(count) for label, count in counts.items()}}
     print(f"{run.model_id} ({run.n_layers}x{run.n_heads} heads, {run.n_tokens} tokens): "
           + ", ".join(f"{label} {count}" for label, count in counts.items()))
     by_layer = table.groupby("layer").label.apply(lambda labels: (labels == "first-token").mean())
+    figures["first_token_share"] = counts.get("first-token", 0) / heads
+    figures["first_token_share_by_layer"] = [round(float(share), 4) for share in by_layer]
     print(f"  first-token (sink) heads: {counts.get('first-token', 0)}/{heads} "
           f"({counts.get('first-token', 0) / heads:.0%}); by layer: "
           + " ".join(f"{share:.0%}" for share in by_layer))
+    figures.update(argmax_first=table.argmax_first.mean(), argmax_delimiter=table.argmax_delimiter.mean(),
+                   special_attention=table.special_attention.mean(),
+                   first_token_attention=table.first_token_attention.mean())
     print(f"  mean over heads: strongest key is the first token {table.argmax_first.mean():.1%} of queries, "
           f"a later delimiter {table.argmax_delimiter.mean():.1%}; attention to special tokens "
           f"{table.special_attention.mean():.1%}, to the first token {table.first_token_attention.mean():.1%}")
     shares = {column.removeprefix("share_"): table[column].mean() for column in table if column.startswith("share_")}
+    figures["logit_shares"] = shares
     print("  logit variance shares (mean over heads): " + ", ".join(f"{k} {v:.1%}" for k, v in shares.items()))
     first = table[table.layer == 0].filter(like="embed_share_")
     if not first.empty:
+        figures["first_layer_split"] = {column.removeprefix("embed_share_"): first[column].mean() for column in first}
         print("  first layer, token / position split (mean over its heads): " + ", ".join(
             f"{column.removeprefix('embed_share_')} {first[column].mean():.1%}" for column in first))
         strongest = table.loc[first["embed_share_position_position"].idxmax()]
+        figures["most_positional_first_layer_head"] = {
+            "layer": 0, "head": int(strongest["head"]), "label": strongest.label,
+            "position_position": strongest.embed_share_position_position}
         print(f"  most positional first-layer head: L0 H{strongest['head']} ({strongest.label}), "
               f"position-position share {strongest.embed_share_position_position:.1%}")
     if "update_ratio_median" in table:
+        figures["update_ratio_median"] = table.update_ratio_median.median()
+        figures["update_cosine_mean"] = table.update_cosine_mean.mean()
         print(f"  head update: median |update|/|hidden| {table.update_ratio_median.median():.3f}, "
               f"mean cosine {table.update_cosine_mean.mean():+.3f}")
     if "dependency_alignment" in table:
+        top = table.loc[table.dependency_alignment.idxmax()]
+        figures["dependency_alignment"] = {"mean": table.dependency_alignment.mean(),
+                                           "max": table.dependency_alignment.max(), "max_layer": int(top["layer"]),
+                                           "max_head": int(top["head"]), "max_label": top.label}
         print(f"  dependency alignment: mean {table.dependency_alignment.mean():.3f}, "
-              f"max {table.dependency_alignment.max():.3f}")
+              f"max {table.dependency_alignment.max():.3f} (L{top['layer']} H{top['head']}, {top.label})")
+    return {key: (float(value) if hasattr(value, "dtype") else value) for key, value in figures.items()}
 
 
 def main() -> None:
@@ -78,7 +101,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--also", type=Path, action="append", default=[], help="further runs to describe")
+    parser.add_argument("--out", type=Path, help="the result file (default bench/results/stats.json)")
     args = parser.parse_args()
+    recorder = Recorder("stats", vars(args), out=args.out)
     if not (args.run / "manifest.json").exists():
         subprocess.run([*QKVIZ, "extract", "--model", "minilm", "--out", str(args.run), "--head-update",
                         "--max-tokens", str(args.tokens)], check=True)
@@ -88,10 +113,18 @@ def main() -> None:
     print(f"qkviz stats: {run.n_layers * run.n_heads} heads, {run.n_tokens} tokens: wall "
           f"{seconds[len(seconds) // 2]:.1f} s median of {len(seconds)} (min {seconds[0]:.1f}); "
           f"peak RSS {max(m for _, m in timings):.0f} MB")
+    timed = [{"run": args.run.name, "heads": run.n_layers * run.n_heads, "tokens": run.n_tokens,
+              "seconds": summary([t for t, _ in timings]), "peak_mb": max(m for _, m in timings)}]
+    described = []
     for path in [args.run, *args.also]:
         if load_atlas(open_run(path)) is None:
-            time_stats(path)
-        describe(path)
+            seconds, peak_mb = time_stats(path)
+            other = open_run(path)
+            timed.append({"run": path.name, "heads": other.n_layers * other.n_heads, "tokens": other.n_tokens,
+                          "seconds": summary([seconds]), "peak_mb": peak_mb})
+            print(f"qkviz stats on {path.name}: {seconds:.1f} s, peak RSS {peak_mb:.0f} MB")
+        described.append(describe(path))
+    print(f"wrote {recorder.write(goal_seconds=120, timings=timed, runs=described)}")
 
 
 if __name__ == "__main__":
