@@ -46,6 +46,15 @@ def time_related(run: Path, max_queries: int) -> dict:
     return {**child, "compute_seconds": marker["seconds"]}
 
 
+def longest_together(order: np.ndarray, n_heads: int, layer: int) -> int:
+    """The most heads of ``layer`` that stand side by side in the clustering order."""
+    best = current = 0
+    for flat in order:
+        current = current + 1 if flat // n_heads == layer else 0
+        best = max(best, current)
+    return best
+
+
 def findings(path: Path) -> dict:
     """What the stored comparison shows (see the module)."""
     run = open_run(path)
@@ -58,7 +67,9 @@ def findings(path: Path) -> dict:
     closest = np.unravel_index(np.argmin(np.where(upper, js, np.inf)), js.shape)
     found = {"run": path.name, "model": run.model_id, "layers": run.n_layers, "heads": run.n_heads,
              "kv_heads": run.n_kv_heads, "queries": similarity.n_queries, "sentences": len(similarity.sentences),
-             "head_pairs": int(upper.sum()),
+             "head_pairs": int(upper.sum()), "query_key_pairs": int(similarity.n_pairs),
+             "longest_together_by_layer": [longest_together(similarity.order, run.n_heads, number)
+                                           for number in range(run.n_layers)],
              "js_within_layer": float(js[upper & (apart == 0)].mean()),
              "js_layers_apart": float(js[upper & (apart >= 2)].mean()),
              "spearman_js_cka": float(spearmanr(js[upper], cka[upper]).statistic),
