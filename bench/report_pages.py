@@ -170,6 +170,20 @@ def print_table(rows: list[dict]) -> None:
             print(f"console error on {row['page']}: {error}")
 
 
+def run_layouts(run: Path) -> set[str]:
+    """The run's stored layouts, as ``method-dimD`` (from each projection's ``.json``)."""
+    import json
+
+    found = set()
+    for path in (run / "projections").glob("*.json"):
+        try:
+            spec = json.loads(path.read_text(encoding="utf-8"))["spec"]
+            found.add(f"{spec['method']}-{spec['dim']}d")
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
@@ -196,8 +210,7 @@ def main() -> None:
                  *(path for directory in args.report for path in sorted(directory.glob("*.html")))]
         rows = measure(pages, args.repeats)
         print_table(rows)
-    layouts = sorted(path.name for path in (args.run / "projections").glob("*") if path.is_dir()) \
-        if (args.run / "projections").exists() else []
+    layouts = sorted(run_layouts(args.run))
     for row in rows:
         row["page"] = "floor.html" if row["page"].endswith("floor.html") else row["page"].removeprefix("report/")
     print(f"wrote {recorder.write(goal_mb=1.5, goal_seconds=2.0, run_layouts=layouts, pages=rows)}")

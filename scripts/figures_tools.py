@@ -1,3 +1,268 @@
-"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`figure_results.figure` when imported."""
+"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`figure_results.figure` when imported.
+
+This module's area: extraction (its goal, long inputs, images), the report's pages, the head atlas
+(``bench/stats.py``), related heads (``bench/related.py``) and compare / selection (``bench/compare.py``), on
+docs/benchmarks.md, docs/atlas.md and docs/images.md.
+"""
 
 from __future__ import annotations
+
+import re
+
+from figure_results import Results, figure, minutes, source
+
+#: the bundled runs as the pages name them (a result's run directory name, else its name as it is)
+RUN_NAMES = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
+#: issue 17's goals for the report's pages
+PAGE_GOAL_MB, PAGE_GOAL_S = 1.5, 2.0
+#: extraction's goals: a ratio over a bare forward pass, a peak at 100,000 tokens
+EXTRACT_GOAL_RATIO, EXTRACT_GOAL_GB = 1.25, 4.0
+
+
+def met(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def span(values: dict, digits: int = 1, unit: str = " s") -> str:
+    """min / median / max of a ``results_file.summary``."""
+    return f"{values['min']:.{digits}f} / {values['median']:.{digits}f} / {values['max']:.{digits}f}{unit}"
+
+
+def run_name(row: dict) -> str:
+    return RUN_NAMES.get(row["run"], row["run"])
+
+
+def head_name(pair) -> str:
+    return f"L{pair[0]} H{pair[1]}"
+
+
+# -- extraction ------------------------------------------------------------------------------------
+@figure("extract-goal")
+def extract_goal(results: Results) -> str:
+    result = results("extract_minilm")
+    ratio, child = result["ratio"]["median"], result["child_extract"]
+    return (f"Goals: a ratio ≤ {EXTRACT_GOAL_RATIO} over a bare forward pass, {met(ratio <= EXTRACT_GOAL_RATIO)} "
+            f"(median {ratio:.2f}); ≤ {EXTRACT_GOAL_GB:.0f} GB peak RSS at 100,000 tokens, "
+            f"{met(child['peak_mb'] <= EXTRACT_GOAL_GB * 1024)} ({child['peak_mb']:,.0f} MB at "
+            f"{child['tokens']:,} tokens). ({source(results, 'extract_minilm')}.)\n")
+
+
+@figure("long-inputs")
+def long_inputs(results: Results) -> str:
+    result = results("long_inputs")
+    model = result["model"]
+    limit = float(re.search(r"\+ ([\d.]+) GB", result["goal"])[1])
+    rows = "\n".join(
+        f"| {row['dtype']} | {minutes(row['seconds'])} (load {row['load_average'][0]:.0f}–{row['load_average'][-1]:.0f}) "
+        f"| {row['peak_gb']:.2f} GB | {row['beyond_weights_gb']:.2f} GB | {met(row['beyond_weights_gb'] <= limit)} |"
+        for row in result["results"])
+    tokens = result["results"][0]["document_tokens"]
+    return (f"A model of {model['layers']} layers × {model['heads']} query heads over {model['kv_heads']} key-value "
+            f"heads (head size {model['head_dim']}, context {model['context']:,}; weights {model['weights_gb']:.2f} GB), "
+            f"one document of {tokens:,} tokens:\n\n"
+            f"| stored dtype | wall | peak RSS | beyond the weights | goal: the weights + {limit:.0f} GB |\n"
+            f"|---|---|---|---|---|\n{rows}\n\n"
+            f"`bench/long_inputs.py` ({source(results, 'long_inputs')}).\n")
+
+
+@figure("extract-images")
+def extract_images(results: Results) -> str:
+    result = results("extract_images")
+    bare, full, images = result["bare_seconds"], result["extract_seconds"], result["images"]
+    arguments = result["arguments"]
+    return (f"{result['model']}: {result['layers']} layers × {result['heads']} heads, d_head {result['head_dim']}, "
+            f"{images} images, {result['tokens']:,} tokens ({result['tokens'] // images} an image), "
+            f"{arguments['dtype']} storage, batch {arguments['batch_size']}.\n\n"
+            f"| min / median / max of {full['runs']} pairs | |\n|---|---|\n"
+            f"| bare forward pass | {span(bare, 2)} ({images / bare['median']:.1f} images/s) |\n"
+            f"| `qkviz.extract` (processing, capture, vectors, patch thumbnails, weight hash, manifest) | "
+            f"{span(full, 2)} ({images / full['median']:.1f} images/s, {result['tokens'] / full['median']:,.0f} tokens/s) |\n"
+            f"| extract / bare forward | {span(result['ratio'], 2, '')} |\n"
+            f"| run directory | {result['run_mb']:.0f} MB, of which patch thumbnails {result['patches_mb']:.1f} MB |\n\n"
+            f"`bench/extract_images.py --repeats {arguments['repeats']}` ({source(results, 'extract_images')}).\n")
+
+
+# -- the report's pages ----------------------------------------------------------------------------
+@figure("report-pages")
+def report_pages(results: Results) -> str:
+    result = results("report_pages")
+    goal_mb, goal_s = result.get("goal_mb", PAGE_GOAL_MB), result.get("goal_seconds", PAGE_GOAL_S)
+    floor = next(row for row in result["pages"] if row["page"] == "floor.html")
+    pages = [row for row in result["pages"] if row is not floor]
+    shared = {name: size for row in pages for name, size in row["scripts"].items()}
+    shared_mb = sum(shared.values()) / 1e6
+    rows = [f"| `{row['page']}` | {row['own'] / 1e6:.2f} MB | {sum(row['scripts'].values()) / 1e6:.2f} MB, once | "
+            f"{row['drawn'] / 1e3:.2f} s | {row['cpu'] / 1e3:.2f} s | {row['drawn_graphs']} of {row['graphs']} |"
+            for row in pages]
+    rows.append(f"| plotly.js alone (one 2 × 2 heatmap) | | {sum(floor['scripts'].values()) / 1e6:.2f} MB | "
+                f"{floor['drawn'] / 1e3:.2f} s | {floor['cpu'] / 1e3:.2f} s | |")
+    per_page = (sum(row["own"] for row in pages) / 1e6 + shared_mb) / len(pages)
+    slow = [row["page"] for row in pages if row["drawn"] / 1e3 > goal_s]
+    fast = [row["page"] for row in pages if row["page"] not in slow]
+    time = ("met by every page" if not slow else
+            f"met by {', '.join(f'`{p}`' for p in fast) or 'no page'}, **not by {', '.join(f'`{p}`' for p in slow)}**")
+    refused = sum(row["refused"] for row in result["pages"])
+    errors = sum(len(row["errors"]) for row in result["pages"])
+    # layouts as method-dimD (a result of an earlier bench/report_pages.py named the projections folder's entries)
+    layouts = ", ".join(name for name in result.get("run_layouts") or [] if re.fullmatch(r"[\w-]+-\dd", name))
+    return ("| page | size | + shared plotly.js | open, every graph drawn | main-thread CPU | graphs drawn |\n"
+            "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+            f"Medians of {result['arguments']['repeats']} cold opens{f'; the run has {layouts} layouts' if layouts else ''}. "
+            f"Goal (issue 17): ≤ {goal_mb} MB a page and ≤ {goal_s:.0f} s to open. Size: "
+            f"{met(per_page <= goal_mb)}, counting each page's share of the shared script ({per_page:.2f} MB a page). "
+            f"Time: {time}. Requests refused: {refused}; console errors: {errors}. "
+            f"`bench/report_pages.py --repeats {result['arguments']['repeats']}` ({source(results, 'report_pages')}).\n")
+
+
+# -- the head atlas --------------------------------------------------------------------------------
+def percent(value: float) -> str:
+    return f"{value:.1%}"
+
+
+def atlas_rows(run: dict) -> dict[str, str]:
+    labels = ", ".join(f"{label} {count}" for label, count in run["labels"].items())
+    none = [str(layer) for layer, share in enumerate(run["first_token_share_by_layer"]) if share == 0]
+    sink = f"{run['first_token_share']:.0%}" + (f" (none in layers {', '.join(none)})" if none else "")
+    shares = ", ".join(f"{name.replace('_', ' ')} {percent(value)}" for name, value in run["logit_shares"].items()
+                       if abs(value) >= 0.0005)   # terms a model has but that carry nothing (a zero bias) left out
+    rows = {"labels": labels, "heads labelled first-token (sink)": sink,
+            "queries whose strongest key is the first token / a later delimiter ([SEP], punctuation)":
+                f"{percent(run['argmax_first'])} / {percent(run['argmax_delimiter'])}",
+            "mean attention to special tokens / to the first token":
+                f"{percent(run['special_attention'])} / {percent(run['first_token_attention'])}",
+            "logit variance shares (mean over heads)": shares}
+    split = run.get("first_layer_split")
+    if split:
+        strongest = run["most_positional_first_layer_head"]
+        rows["first layer, token / position split (mean over its heads)"] = (
+            ", ".join(f"{name.replace('_', '·')} {percent(value)}" for name, value in split.items())
+            + f"; the most positional head L0 H{strongest['head']} ({strongest['label']}): position·position "
+              f"{percent(strongest['position_position'])}")
+    else:
+        rows["first layer, token / position split (mean over its heads)"] = "(no absolute positions)"
+    if "update_ratio_median" in run:
+        rows["head update: median norm ratio, mean cosine"] = \
+            f"{run['update_ratio_median']:.3f}, {run['update_cosine_mean']:+.3f}"
+    if "dependency_alignment" in run:
+        alignment = run["dependency_alignment"]
+        rows["dependency alignment, mean / max"] = (
+            f"{alignment['mean']:.3f} / {alignment['max']:.3f} (L{alignment['max_layer']} H{alignment['max_head']}, "
+            f"{alignment['max_label']})")
+    return rows
+
+
+def stats_timings(result: dict) -> str:
+    timings = []
+    for row in result["timings"]:
+        runs = row["seconds"]["runs"]
+        seconds = (span(row["seconds"]) + f" (min / median / max of {runs})" if runs > 1
+                   else f"{row['seconds']['median']:.1f} s (one run)")
+        goal = (f"; goal ≤ {minutes(result['goal_seconds'])} at 72 heads: {met(row['seconds']['median'] <= result['goal_seconds'])}"
+                if row["heads"] == 72 and result.get("goal_seconds") else "")
+        timings.append(f"{run_name(row)}, {row['heads']} heads at {row['tokens']:,} tokens: {seconds}{goal}, "
+                       f"peak RSS {row['peak_mb']:,.0f} MB")
+    return "; ".join(timings)
+
+
+@figure("atlas-findings")
+def atlas_findings(results: Results) -> str:
+    result = results("stats")
+    runs = result["runs"]
+    table = [atlas_rows(run) for run in runs]
+    names = list(dict.fromkeys(name for rows in table for name in rows))
+    header = "| | " + " | ".join(f"{run_name(run)} ({run['layers'] * run['heads']} heads)" for run in runs) + " |"
+    body = "\n".join(f"| {name} | " + " | ".join(rows.get(name, "") for rows in table) + " |" for name in names)
+    return (f"{header}\n|---|{'---|' * len(runs)}\n{body}\n\n"
+            f"`qkviz stats --syntax` with every statistic, in a child process: {stats_timings(result)}. "
+            f"`bench/stats.py` ({source(results, 'stats')}).\n")
+
+
+@figure("stats-time")
+def stats_time(results: Results) -> str:
+    result = results("stats")
+    return (f"{stats_timings(result)}. `bench/stats.py --repeats {result['arguments']['repeats']}` with "
+            f"`--also` the SmolLM2 run ({source(results, 'stats')}).\n")
+
+
+# -- related heads ---------------------------------------------------------------------------------
+def related_runs(results: Results) -> list[dict]:
+    return results("related")["runs"]
+
+
+@figure("related-cost")
+def related_cost(results: Results) -> str:
+    parts = [f"{run_name(row)}: {row['queries']:,} queries in {row['sentences']} sentences, "
+             f"{row['query_key_pairs']:,} query-key pairs, so {8 * row['layers'] * row['heads'] * row['query_key_pairs'] / 1e6:.0f} MB "
+             f"of attention; the command {span(row['seconds'])} (min / median / max of {row['seconds']['runs']}), "
+             f"peak RSS {row['peak_mb']:,.0f} MB" for row in related_runs(results)]
+    return f"{'; '.join(parts)}. `bench/related.py` ({source(results, 'related')}).\n"
+
+
+@figure("related-time")
+def related_time(results: Results) -> str:
+    rows = related_runs(results)
+    header = "| `qkviz related`, default sample | " + " | ".join(
+        f"{run_name(row)} ({row['layers'] * row['heads']} heads, {row['head_pairs']:,} head pairs)" for row in rows) + " |"
+    lines = [("queries (sentences)", lambda row: f"{row['queries']:,} ({row['sentences']})"),
+             ("its own compute time (`related.json`)", lambda row: span(row["compute_seconds"])),
+             ("the command, start to end", lambda row: span(row["seconds"])),
+             ("peak RSS of the command", lambda row: f"{row['peak_mb']:,.0f} MB")]
+    body = "\n".join(f"| {name} | " + " | ".join(value(row) for row in rows) + " |" for name, value in lines)
+    runs = rows[0]["seconds"]["runs"]
+    return (f"{header}\n|---|{'---|' * len(rows)}\n{body}\n\nMin / median / max of {runs} runs. "
+            f"`bench/related.py --repeats {runs}` ({source(results, 'related')}).\n")
+
+
+@figure("related-findings")
+def related_findings(results: Results) -> str:
+    rows = related_runs(results)
+    layers = "; ".join(f"{run_name(row)} {row['js_within_layer']:.2f} / {row['js_layers_apart']:.2f}" for row in rows)
+    alike = all(row["js_within_layer"] < row["js_layers_apart"] for row in rows)
+    lines = [f"- {'Heads of one layer attend more alike' if alike else 'Heads of one layer do not always attend more alike'}: "
+             f"mean JS distance within a layer / between layers two or more apart: {layers}. The most heads of each "
+             "layer that stand side by side in the clustering order, layer by layer: "
+             + "; ".join(f"{run_name(row)} (of {row['heads']}) {' '.join(map(str, row['longest_together_by_layer']))}"
+                         for row in rows) + "."]
+    for row in rows:
+        previous = row.get("previous_token")
+        if previous:
+            heads = ", ".join(head_name(pair) for pair in previous["heads"])
+            lines.append(f"- {run_name(row)}'s {len(previous['heads'])} previous-token heads ({heads}): mean JS distance "
+                         f"{previous['js_among']:.2f} among them, {previous['js_to_others']:.2f} to the other heads.")
+    closest = [f"{run_name(row)} {head_name(row['closest']['a'])} and {head_name(row['closest']['b'])} (JS distance "
+               f"{row['closest']['js']:.3f}, CKA {row['closest']['cka']:.2f})" for row in rows]
+    lines.append(f"- The closest pair of heads: {'; '.join(closest)}.")
+    spearman = ", ".join(f"{row['spearman_js_cka']:+.2f} on {run_name(row)}" for row in rows)
+    lines.append(f"- JS distance against CKA over the head pairs: Spearman {spearman} (a strong agreement would be "
+                 "near −1: a small distance with a high similarity).")
+    for row in rows:
+        grouped = row.get("grouped_keys")
+        if grouped:
+            lines.append(f"- {run_name(row)} (grouped keys, {row['heads'] // row['kv_heads']} query heads a key-value "
+                         f"head): the highest-CKA partner shares the head's key-value head for "
+                         f"{grouped['top_cka_partner_shares_kv_head']:.0%} of heads; mean CKA "
+                         f"{grouped['cka_within_group']:.2f} within a group, {grouped['cka_other_groups_of_layer']:.2f} "
+                         "with the layer's other groups.")
+    return "\n".join(lines) + f"\n\n`bench/related.py` ({source(results, 'related')}).\n"
+
+
+# -- compare and selection -------------------------------------------------------------------------
+@figure("compare")
+def compare(results: Results) -> str:
+    result = results("compare")
+    runs = result["compare_seconds"]["runs"]
+    itself = (" with a copy of itself (every head's distance is then 0, as the bench checks)" if result["with_itself"]
+              else " with another run")
+    browser = result.get("browser_seconds")
+    text = (f"`qkviz compare` of the {RUN_NAMES.get(result['model'], result['model'])} run ({result['tokens']:,} tokens)"
+            f"{itself}, {result['heads']} heads, end to end in a child process: {span(result['compare_seconds'])} "
+            f"(min / median / max of {runs}), peak RSS {result['compare_peak_mb']:,.0f} MB. The server's work for a "
+            f"selection of {result['selection_points']:,} points (checking the payload, the table of every point for "
+            f"the CSV, the page's first rows): {span(result['selection_seconds'], 2)}; the CSV ({result['csv_mb']:.1f} MB): "
+            f"{span(result['csv_seconds'], 2)}.")
+    if browser:
+        text += (f" In headless Chromium, a box over the whole PCA layout of L0 H0 (all {2 * result['tokens']:,} "
+                 f"queries and keys) shows its table {span(browser, 2)} after the mouse is released "
+                 f"({browser['runs']} run{'s' if browser['runs'] > 1 else ''}).")
+    flags = f" --repeats {result['arguments']['repeats']}" + (" --browser" if browser else "")
+    return f"{text} `bench/compare.py{flags}` ({source(results, 'compare')}).\n"
