@@ -47,13 +47,18 @@ def extract_goal(results: Results) -> str:
             f"{child['tokens']:,} tokens). ({source(results, 'extract_minilm')}.)\n")
 
 
+def load_range(loads: list[float]) -> str:
+    low, high = f"{min(loads):.0f}", f"{max(loads):.0f}"
+    return low if low == high else f"{low}–{high}"
+
+
 @figure("long-inputs")
 def long_inputs(results: Results) -> str:
     result = results("long_inputs")
     model = result["model"]
     limit = float(re.search(r"\+ ([\d.]+) GB", result["goal"])[1])
     rows = "\n".join(
-        f"| {row['dtype']} | {minutes(row['seconds'])} (load {row['load_average'][0]:.0f}–{row['load_average'][-1]:.0f}) "
+        f"| {row['dtype']} | {minutes(row['seconds'])} (load {load_range(row['load_average'])}) "
         f"| {row['peak_gb']:.2f} GB | {row['beyond_weights_gb']:.2f} GB | {met(row['beyond_weights_gb'] <= limit)} |"
         for row in result["results"])
     tokens = result["results"][0]["document_tokens"]
@@ -157,10 +162,10 @@ def stats_timings(result: dict) -> str:
         runs = row["seconds"]["runs"]
         seconds = (span(row["seconds"]) + f" (min / median / max of {runs})" if runs > 1
                    else f"{row['seconds']['median']:.1f} s (one run)")
-        goal = (f"; goal ≤ {minutes(result['goal_seconds'])} at 72 heads: {met(row['seconds']['median'] <= result['goal_seconds'])}"
+        goal = (f" (goal ≤ {minutes(result['goal_seconds'])} at 72 heads: {met(row['seconds']['median'] <= result['goal_seconds'])})"
                 if row["heads"] == 72 and result.get("goal_seconds") else "")
-        timings.append(f"{run_name(row)}, {row['heads']} heads at {row['tokens']:,} tokens: {seconds}{goal}, "
-                       f"peak RSS {row['peak_mb']:,.0f} MB")
+        timings.append(f"{run_name(row)}, {row['heads']} heads at {row['tokens']:,} tokens: {seconds}, "
+                       f"peak RSS {row['peak_mb']:,.0f} MB{goal}")
     return "; ".join(timings)
 
 
@@ -213,6 +218,12 @@ def related_time(results: Results) -> str:
             f"`bench/related.py --repeats {runs}` ({source(results, 'related')}).\n")
 
 
+def one_group(row: dict) -> str:
+    """", one key-value head" when the closest pair of a grouped-keys run shares one."""
+    a, b, size = row["closest"]["a"], row["closest"]["b"], row["heads"] // row["kv_heads"]
+    return ", one key-value head" if size > 1 and a[0] == b[0] and a[1] // size == b[1] // size else ""
+
+
 @figure("related-findings")
 def related_findings(results: Results) -> str:
     rows = related_runs(results)
@@ -229,8 +240,9 @@ def related_findings(results: Results) -> str:
             heads = ", ".join(head_name(pair) for pair in previous["heads"])
             lines.append(f"- {run_name(row)}'s {len(previous['heads'])} previous-token heads ({heads}): mean JS distance "
                          f"{previous['js_among']:.2f} among them, {previous['js_to_others']:.2f} to the other heads.")
-    closest = [f"{run_name(row)} {head_name(row['closest']['a'])} and {head_name(row['closest']['b'])} (JS distance "
-               f"{row['closest']['js']:.3f}, CKA {row['closest']['cka']:.2f})" for row in rows]
+    closest = [f"{run_name(row)} {head_name(row['closest']['a'])} and {head_name(row['closest']['b'])}"
+               f"{one_group(row)} (JS distance {row['closest']['js']:.3f}, CKA {row['closest']['cka']:.2f})"
+               for row in rows]
     lines.append(f"- The closest pair of heads: {'; '.join(closest)}.")
     spearman = ", ".join(f"{row['spearman_js_cka']:+.2f} on {run_name(row)}" for row in rows)
     lines.append(f"- JS distance against CKA over the head pairs: Spearman {spearman} (a strong agreement would be "
@@ -262,7 +274,8 @@ def compare(results: Results) -> str:
             f"{span(result['csv_seconds'], 2)}.")
     if browser:
         text += (f" In headless Chromium, a box over the whole PCA layout of L0 H0 (all {2 * result['tokens']:,} "
-                 f"queries and keys) shows its table {span(browser, 2)} after the mouse is released "
-                 f"({browser['runs']} run{'s' if browser['runs'] > 1 else ''}).")
+                 f"queries and keys) shows its table "
+                 + (f"{span(browser, 2)} (min / median / max of {browser['runs']})" if browser["runs"] > 1
+                    else f"{browser['median']:.2f} s (one run)") + " after the mouse is released.")
     flags = f" --repeats {result['arguments']['repeats']}" + (" --browser" if browser else "")
     return f"{text} `bench/compare.py{flags}` ({source(results, 'compare')}).\n"
