@@ -120,6 +120,11 @@ def report_pages(results: Results) -> str:
 
 
 # -- the head atlas --------------------------------------------------------------------------------
+#: the logit decomposition's terms as the atlas page explains them
+SHARE_NAMES = {"key_prior": "key prior (query bias · key)", "query_constant": "constant per query (key bias)",
+               "bias_bias": "bias · bias", "positional": "position (rotary)"}
+
+
 def percent(value: float) -> str:
     return f"{value:.1%}"
 
@@ -128,19 +133,21 @@ def atlas_rows(run: dict) -> dict[str, str]:
     labels = ", ".join(f"{label} {count}" for label, count in run["labels"].items())
     none = [str(layer) for layer, share in enumerate(run["first_token_share_by_layer"]) if share == 0]
     sink = f"{run['first_token_share']:.0%}" + (f" (none in layers {', '.join(none)})" if none else "")
-    shares = ", ".join(f"{name.replace('_', ' ')} {percent(value)}" for name, value in run["logit_shares"].items()
+    shares = ", ".join(f"{SHARE_NAMES.get(name, name.replace('_', ' '))} {percent(value)}"
+                       for name, value in run["logit_shares"].items()
                        if abs(value) >= 0.0005)   # terms a model has but that carry nothing (a zero bias) left out
     rows = {"labels": labels, "heads labelled first-token (sink)": sink,
             "queries whose strongest key is the first token / a later delimiter ([SEP], punctuation)":
                 f"{percent(run['argmax_first'])} / {percent(run['argmax_delimiter'])}",
-            "mean attention to special tokens / to the first token":
+            "mean attention to special tokens ([CLS], [SEP]) / to the first token":
                 f"{percent(run['special_attention'])} / {percent(run['first_token_attention'])}",
             "logit variance shares (mean over heads)": shares}
     split = run.get("first_layer_split")
     if split:
         strongest = run["most_positional_first_layer_head"]
         rows["first layer, token / position split (mean over its heads)"] = (
-            ", ".join(f"{name.replace('_', '·')} {percent(value)}" for name, value in split.items())
+            ", ".join(f"{'rest' if name == 'embedding_other' else name.replace('_', '·')} {percent(value)}"
+                      for name, value in split.items())
             + f"; the most positional head L0 H{strongest['head']} ({strongest['label']}): position·position "
               f"{percent(strongest['position_position'])}")
     else:
