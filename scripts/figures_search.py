@@ -5,6 +5,9 @@ Corpus-wide search (docs/search.md, the Search section of docs/benchmarks.md), f
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from figure_results import Results, figure, source
 
 #: the goals of docs/benchmarks.md's Search table: (part, key, goal in ms on the p95)
@@ -26,6 +29,24 @@ def p50_p95(timing: dict, n: bool = False) -> str:
 
 def size(nbytes: float) -> str:
     return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.0f} kB"
+
+
+def exact_limit() -> int:
+    """qkviz's default exact limit (``qkviz.search.mips_index.EXACT_LIMIT``), read from its source so that
+    rendering imports no part of qkviz."""
+    text = (Path(__file__).resolve().parent.parent / "qkviz" / "search" / "mips_index.py").read_text(encoding="utf-8")
+    return int(re.search(r"^EXACT_LIMIT = ([\d_]+)", text, re.M)[1])
+
+
+def head_list(names: list[str]) -> str:
+    """``L1 H4, L3 H8`` for a few heads; ``18: L0–L5 × H0, H4, H8`` for a grid of them."""
+    pairs = [tuple(int(part[1:]) for part in name.split()) for name in names]
+    layers, heads = sorted({layer for layer, _ in pairs}), sorted({head for _, head in pairs})
+    if len(names) <= 4 or len(pairs) != len(layers) * len(heads):
+        return ", ".join(names)
+    spans = (f"L{layers[0]}–L{layers[-1]}" if layers == list(range(layers[0], layers[-1] + 1))
+             else ", ".join(f"L{layer}" for layer in layers))
+    return f"{len(names)}: {spans} × " + ", ".join(f"H{head}" for head in heads)
 
 
 def part(results: Results, key: str) -> tuple[str, dict]:
@@ -111,11 +132,20 @@ def search_large(results: Results) -> str:
         f"| {row['keys']:,} | {p50_p95(row['exact'])} | {row['ivf_build_s']:.1f} s, {row['nlist']:,} lists, nprobe "
         f"{row['nprobe']}, {row['bytes_per_vector']:.1f} bytes/vector, {p50_p95(row['ivf'])}, "
         f"{row['recall_at_10_held_out']:.3f} |" for row in rows)
-    verdict = "; ".join(f"at {row['keys']:,} keys the inverted file answers {row['exact']['p50_ms'] / row['ivf']['p50_ms']:.1f}× "
-                        f"faster (p50) than the exact scan, after a build of {row['ivf_build_s']:.0f} s for this one index"
-                        for row in rows)
+    def listed(values: list[str]) -> str:
+        return values[0] if len(values) == 1 else ", ".join(values[:-1]) + " and " + values[-1]
+    speedups = listed(["{:.1f}×".format(row["exact"]["p50_ms"] / row["ivf"]["p50_ms"]) for row in rows])
+    sizes = listed(["{:,}".format(row["keys"]) for row in rows])
+    builds = listed(["{:.0f}".format(row["ivf_build_s"]) for row in rows])
+    verdict = (f"The inverted file answers {speedups} faster (p50) than the exact scan at {sizes} keys, after a build "
+               f"of {builds} s for this one index")
+    limit = exact_limit()
+    at_limit = max((row for row in rows if row["keys"] <= limit), key=lambda row: row["keys"], default=None)
+    if at_limit:
+        verdict += (f". Up to the default exact limit ({limit:,} tokens) nothing is built: at {at_limit['keys']:,} keys "
+                    f"of d_head {at_limit['d_head']} the exact scan took {p50_p95(at_limit['exact'])} a query here")
     return (f"| keys ({head}, d_head {rows[0]['d_head']}) | exact in blocks | inverted file: build, lists, nprobe, size, "
-            f"query, recall@10 on held-out queries |\n|---|---|---|\n{table}\n\n{verdict[0].upper() + verdict[1:]}. "
+            f"query, recall@10 on held-out queries |\n|---|---|---|\n{table}\n\n{verdict}. "
             f"`{command(result)}` ({source(results, name)}).\n")
 
 
@@ -131,7 +161,7 @@ def search_overlap(results: Results) -> str:
     rows, chance = [], layouts[0]["chance"]
     for row in layouts:
         heads = len(row["heads"])
-        which = f"all {heads}" if row["all_heads"] else ", ".join(row["heads"])
+        which = f"all {heads}" if row["all_heads"] else head_list(row["heads"])
         beside = ""
         if pca and row is not pca and not row["all_heads"] and all(name in pca["per_head"] for name in row["heads"]):
             same = [pca["per_head"][name] for name in row["heads"]]
@@ -200,5 +230,6 @@ def search_benchmarks(results: Results) -> str:
                      f"{row['recall_at_10_held_out']:.3f} on held-out queries", ""))
     table = "\n".join(f"| {label} | {value} | {goal} |" for label, value, goal in rows)
     names = ["search"] + ([large_name] if large_name != "search" and large.get("large") else [])
-    return (f"`{command(result)}` ({measured_on(result)}; one run):\n\n| | figure | goal |\n|---|---|---|\n{table}\n\n"
+    commands = " and ".join(f"`{command(results(name))}`" for name in names)
+    return (f"{commands} ({measured_on(result)}; one run each):\n\n| | figure | goal |\n|---|---|---|\n{table}\n\n"
             f"({source(results, *names)}.)\n")
