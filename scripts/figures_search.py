@@ -49,6 +49,12 @@ def head_list(names: list[str]) -> str:
     return f"{len(names)}: {spans} × " + ", ".join(f"H{head}" for head in heads)
 
 
+def layout_name(layout: str) -> str:
+    """``pca 2D`` as the pages name it: ``PCA 2D``."""
+    method, _, dim = layout.partition(" ")
+    return f"{LAYOUT_NAMES.get(method, method)} {dim}".strip()
+
+
 def part(results: Results, key: str) -> tuple[str, dict]:
     """The result file holding ``key`` (``overlap``, ``large``): ``search_<key>.json`` when a separate run of the
     bench wrote it there (``--out``), else ``search.json``."""
@@ -100,7 +106,7 @@ def search_speed(results: Results) -> str:
               p50_p95(partners["flat_copy_later"])),
              ("for comparison, next ones: numpy `K @ q` and a partial sort on the decoded head",
               p50_p95(partners["numpy_later"])),
-             (f"the app's partner panel ({panel['layout']}), next clicks", p50_p95(panel["later"])),
+             (f"the app's partner panel ({layout_name(panel['layout'])}), next clicks", p50_p95(panel["later"])),
              (f"the app's partner panel, a head's first click (averages the layout overlap over "
               f"{panel['overlap_sample']} points)", f"{p50_p95(panel['first'])} ({panel['heads']} heads)"),
              (f"all-head token search (matches and cluster counts in all {tokens['heads']} heads), whole token / "
