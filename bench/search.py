@@ -13,11 +13,13 @@ Reports, on one run (extracted and PCA-projected first when missing):
 * the app's whole partner panel for a clicked point (search, list, the layout's overlap with it);
 * all-head token search: the token index's answer plus the cluster count in every head's 2D
   layout, p50 / p95 over common words, whole-token and substring; next to a scan of the tokens;
-* with ``--overlap-run`` (a run with t-SNE / UMAP / PCA layouts): how much of each head's top-10
-  partners its layouts keep near each point, mean over heads;
+* with ``--overlap-run`` (a run with cached layouts of any method): how much of each head's top-10
+  partners its layouts keep near each point, mean over the heads that have the layout (all of them or a few);
 * with ``--large N,N,...``: one real head's keys grown to each N by jittered resampling and stored as a
   memory-mapped array, searched by its real queries: blocked exact query time against the inverted
   file's (build time, nprobe, recall@10, bytes per vector) -- where an approximate index starts to pay.
+
+Every figure is also written to ``bench/results/search.json`` (``--out``) with the date, machine, load and arguments.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from dash_app.panels.partners import render_partners  # noqa: E402
-from dash_app.run_data import RunData  # noqa: E402
+from dash_app.run_data import LAYOUT_OVERLAP_SAMPLE, RunData  # noqa: E402
 from dash_app.token_search import TokenSearch  # noqa: E402
 from dash_app.state import ViewState  # noqa: E402
 from qkviz import open_run  # noqa: E402
@@ -46,6 +48,7 @@ from qkviz.neighbours.top_k import MappedVectors, tie_aware_recall, top_products
 from qkviz.search.mips_index import build_inverted_lists, write_inverted_lists  # noqa: E402
 from qkviz.search.partner_index import PartnerIndexes, head_layout_overlap, index_targets  # noqa: E402
 from qkviz.search.token_index import TokenIndex, normalise  # noqa: E402
+from results_file import Recorder, run_measured  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 WORDS = ("the", "and", "of", "to", "in", "a", "is", "was", "he", "it", "for", "on")
@@ -55,6 +58,13 @@ K = 10
 def percentiles(values_ms: list[float]) -> str:
     values = np.asarray(values_ms)
     return f"p50 {np.percentile(values, 50):.2f} ms, p95 {np.percentile(values, 95):.2f} ms (n={len(values)})"
+
+
+def spread(values_ms: list[float]) -> dict:
+    """p50 / p95 / max (ms) and how many, as the result file holds them."""
+    values = np.asarray(values_ms)
+    return {"p50_ms": round(float(np.percentile(values, 50)), 3), "p95_ms": round(float(np.percentile(values, 95)), 3),
+            "max_ms": round(float(values.max()), 3), "n": len(values)}
 
 
 def timed(function, *args, **kwargs) -> tuple[float, object]:
@@ -70,22 +80,25 @@ def ensure_run(path: Path, tokens: int) -> None:
     subprocess.run([*QKVIZ, "-q", "project", "--run", str(path), "--method", "pca", "--dim", "2"], check=True)
 
 
-def bench_build(run, approximate_count: int) -> None:
-    command = [*QKVIZ, "-q", "index", "--run", str(run.path)]
-    start = time.perf_counter()
-    measured = subprocess.run(["/usr/bin/time", "-v", *command], check=True, capture_output=True, text=True).stderr
-    seconds = time.perf_counter() - start
-    peak = next((int(line.split()[-1]) / 1024 for line in measured.splitlines() if "Maximum resident" in line), float("nan"))
+def bench_build(run, approximate_count: int) -> dict:
+    measured = run_measured([*QKVIZ, "-q", "index", "--run", str(run.path)])
+    if measured["returncode"]:
+        raise SystemExit(f"qkviz index failed ({measured['returncode']})")
+    seconds, peak = measured["seconds"], measured["peak_mb"]
     stored = sum(path.stat().st_size for path in (run.path / "indexes").iterdir())
     vectors = sum((run.path / name).stat().st_size for name in ("queries.npy", "keys.npy"))
     print(f"qkviz index: {seconds:.1f} s, peak RSS {peak:.0f} MB; indexes/ holds {stored / 1e6:.2f} MB = "
           f"{stored / run.n_tokens:.1f} bytes/token (the stored queries and keys: {vectors / run.n_tokens:,.0f} bytes/token; "
           f"files: {sorted(path.name for path in (run.path / 'indexes').iterdir())})")
+    figures = {"index_seconds": round(seconds, 3), "index_peak_mb": round(peak, 1), "indexes_bytes": stored,
+               "indexes_bytes_per_token": round(stored / run.n_tokens, 2),
+               "indexes_files": sorted(path.name for path in (run.path / "indexes").iterdir()),
+               "vectors_bytes_per_token": round(vectors / run.n_tokens, 1)}
     approximate = PartnerIndexes(run, exact_limit=run.n_tokens // 4)
     targets = index_targets(run, list(range(run.n_layers)), list(range(run.n_heads)))
     recalls, nprobes, times, sizes = [], [], [], []
     if not approximate_count:
-        return
+        return figures
     directory = Path(tempfile.mkdtemp())
     for target in targets[::max(1, len(targets) // approximate_count)][:approximate_count]:
         start = time.perf_counter()
@@ -99,9 +112,17 @@ def bench_build(run, approximate_count: int) -> None:
           f"per index, {np.median(sizes) / run.n_tokens:.2f} bytes/token per index ({len(targets)} indexes: "
           f"{len(targets) * np.median(sizes) / run.n_tokens:.0f} bytes/token); recall@10 {min(recalls):.3f} to "
           f"{max(recalls):.3f} (mean {np.mean(recalls):.3f}); nprobe/nlist {sorted(set(nprobes))}")
+    figures["approximate"] = {
+        "indexes": len(times), "of": len(targets), "exact_limit": run.n_tokens // 4,
+        "build_ms": {"median": round(1e3 * float(np.median(times)), 1), "max": round(1e3 * max(times), 1)},
+        "bytes_per_token_each": round(float(np.median(sizes)) / run.n_tokens, 2),
+        "bytes_per_token_all": round(len(targets) * float(np.median(sizes)) / run.n_tokens, 1),
+        "recall_at_10": {"min": round(min(recalls), 3), "max": round(max(recalls), 3), "mean": round(float(np.mean(recalls)), 3)},
+        "nprobe_of_nlist": sorted(set(nprobes), key=lambda text: [int(part) for part in text.split("/")])}
+    return figures
 
 
-def bench_partners(run, points_per_head: int) -> None:
+def bench_partners(run, points_per_head: int) -> dict:
     rng = np.random.default_rng(0)
     first, later, flat_later, numpy_later = [], [], [], []
     for layer in range(run.n_layers):
@@ -118,6 +139,8 @@ def bench_partners(run, points_per_head: int) -> None:
     print(f"partner query, exact on the memory-mapped arrays, next ones: {percentiles(later)}")
     print(f"  the previous way, a faiss IndexFlatIP copy held in memory (built before timing): {percentiles(flat_later)}; "
           f"numpy on the decoded head (decoding included): {percentiles(numpy_later)}")
+    return {"heads": run.n_layers * run.n_heads, "points_per_head": points_per_head, "k": K, "first": spread(first),
+            "later": spread(later), "flat_copy_later": spread(flat_later), "numpy_later": spread(numpy_later)}
 
 
 def flat_index(run, side, layer, head):
@@ -145,7 +168,7 @@ def numpy_top_k(run, layer, head, point):
     return best[np.argsort(-scores[best])]
 
 
-def bench_panel(run) -> None:
+def bench_panel(run) -> dict:
     data = RunData(run, run.path.name)
     rng = np.random.default_rng(1)
     first, later = [], []
@@ -155,14 +178,17 @@ def bench_panel(run) -> None:
                 state = ViewState(view="single", layer=layer, head=head, method="pca", point=int(point))
                 (first if number == 0 else later).append(timed(render_partners, data, state, K, [])[0])
     print(f"app partner panel (search, list, layout overlap; the head's first click also averages the overlap over "
-          f"100 points): first click of a head {percentiles(first)}; next clicks {percentiles(later)}")
+          f"{LAYOUT_OVERLAP_SAMPLE} points): first click of a head {percentiles(first)}; next clicks {percentiles(later)}")
+    return {"heads": len(first), "layout": "pca 2D", "overlap_sample": LAYOUT_OVERLAP_SAMPLE, "first": spread(first),
+            "later": spread(later)}
 
 
-def bench_token_search(run) -> None:
+def bench_token_search(run) -> dict:
     data = RunData(run, run.path.name)
     layouts = data.all_layouts("pca").points
     load_ms, index = timed(TokenIndex.build, run.tokens.token)
     text = normalise(run.tokens.token)
+    figures = {"heads": run.n_layers * run.n_heads, "words": list(WORDS), "layout": "pca 2D"}
     for substring in (False, True):
         indexed, scanned = [], []
         for word in WORDS:
@@ -170,10 +196,15 @@ def bench_token_search(run) -> None:
             indexed.append(timed(lambda: search.clusters(word, substring, "pca"))[0])
             scanned.append(timed(lambda: scan(text, word, substring))[0])
         kind = "substring" if substring else "whole token"
+        lookup = float(np.median([timed(index.find, w, substring)[0] for w in WORDS]))
         print(f"all-head token search, {kind} ({run.n_layers * run.n_heads} heads, matches + cluster counts): "
               f"{percentiles(indexed)}; the token lookup alone vs a scan of the tokens: "
-              f"{np.median([timed(index.find, w, substring)[0] for w in WORDS]):.3f} ms vs {np.median(scanned):.2f} ms")
+              f"{lookup:.3f} ms vs {np.median(scanned):.2f} ms")
+        figures["substring" if substring else "whole"] = {**spread(indexed), "lookup_median_ms": round(lookup, 4),
+                                                          "scan_median_ms": round(float(np.median(scanned)), 3)}
     print(f"token index built in {load_ms:.0f} ms ({len(index.vocabulary)} entries for {index.n_tokens} tokens)")
+    figures["index"] = {"build_ms": round(load_ms, 1), "vocabulary": len(index.vocabulary), "tokens": index.n_tokens}
+    return figures
 
 
 def scan(text, word, substring):
@@ -182,26 +213,40 @@ def scan(text, word, substring):
     return np.flatnonzero(text == word)
 
 
-def bench_overlap(path: Path) -> None:
+OVERLAP_METHODS = ("attn-tsne", "tsne", "attn-umap", "umap", "pca")
+
+
+def bench_overlap(path: Path, sample: int = 100) -> dict:
+    """Each cached layout's share of the top-K partners kept, mean over the heads that have it (every head when
+    all are cached; the rows name the heads), with the same heads' PCA 2D beside a partial method for a fair pair."""
     run = open_run(path)
     data = RunData(run, path.name)
     indexes = PartnerIndexes(run)
-    for method in ("tsne", "umap", "pca"):
+    rows = []
+    for method in OVERLAP_METHODS:
         for dim in (2, 3):
-            if not all(data.is_cached(layer, head, method, dim) for layer in range(run.n_layers)
-                       for head in range(run.n_heads)):
+            heads = [(layer, head) for layer in range(run.n_layers) for head in range(run.n_heads)
+                     if data.is_cached(layer, head, method, dim)]
+            if not heads:
                 continue
-            shares = [head_layout_overlap(indexes, layer, head, run.projection(layer, head, method, dim), K, sample=100)
-                      for layer in range(run.n_layers) for head in range(run.n_heads)]
+            shares = [head_layout_overlap(indexes, layer, head, run.projection(layer, head, method, dim), K, sample=sample)
+                      for layer, head in heads]
             query, key = np.mean([s["query"] for s in shares]), np.mean([s["key"] for s in shares])
             best = max(range(len(shares)), key=lambda i: shares[i]["query"])
-            print(f"layout overlap {method} {dim}D ({run.n_tokens} tokens): a query's top-{K} keys among its {K} "
-                  f"nearest keys {100 * query:.1f}%, a key's top-{K} queries {100 * key:.1f}% (random "
-                  f"{100 * shares[0]['chance']:.2f}%); best head L{best // run.n_heads} H{best % run.n_heads} "
-                  f"{100 * shares[best]['query']:.0f}%")
+            row = {"method": method, "dim": dim, "heads": [f"L{layer} H{head}" for layer, head in heads],
+                   "all_heads": len(heads) == run.n_layers * run.n_heads, "query": round(float(query), 4),
+                   "key": round(float(key), 4), "chance": round(float(shares[0]["chance"]), 5),
+                   "best_head": f"L{heads[best][0]} H{heads[best][1]}", "best_query": round(float(shares[best]["query"]), 4),
+                   "per_head": {f"L{layer} H{head}": [round(float(s["query"]), 4), round(float(s["key"]), 4)]
+                                for (layer, head), s in zip(heads, shares)}}
+            rows.append(row)
+            print(f"layout overlap {method} {dim}D ({run.n_tokens} tokens, {len(heads)} heads): a query's top-{K} keys "
+                  f"among its {K} nearest keys {100 * query:.1f}%, a key's top-{K} queries {100 * key:.1f}% (random "
+                  f"{100 * shares[0]['chance']:.2f}%); best head {row['best_head']} {100 * row['best_query']:.0f}%")
+    return {"run": str(path), "tokens": run.n_tokens, "k": K, "sample": sample, "layouts": rows}
 
 
-def bench_large(run, sizes: list[int], layer: int = 3, head: int = 4) -> None:
+def bench_large(run, sizes: list[int], layer: int = 3, head: int = 4) -> list[dict]:
     """One head grown to each of ``sizes`` keys: the run's keys of ``(layer, head)`` resampled with Gaussian
     jitter (a quarter of each dimension's spread), stored as a memory-mapped .npy file, searched by the
     head's real queries, exactly in blocks and by an inverted file over the same mapped array."""
@@ -209,6 +254,7 @@ def bench_large(run, sizes: list[int], layer: int = 3, head: int = 4) -> None:
     keys, queries = run.keys(layer, head), run.queries(layer, head)
     probes = queries[rng.choice(len(queries), 750, replace=False)]
     directory = Path(tempfile.mkdtemp())
+    rows = []
     for n in sizes:
         path = directory / f"keys-{n}.npy"
         stored = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, keys.shape[1]))
@@ -232,8 +278,13 @@ def bench_large(run, sizes: list[int], layer: int = 3, head: int = 4) -> None:
               f"exact in blocks {percentiles(exact_ms)}; inverted file built in {build_s:.0f} s ({info.nlist} lists, "
               f"nprobe {info.nprobe}, {size / n:.1f} bytes/vector), query {percentiles(ivf_ms)}, recall@10 "
               f"{info.recall_at_10:.3f} at build, {recall:.3f} on 250 other queries")
+        rows.append({"keys": n, "head": f"L{layer} H{head}", "d_head": int(keys.shape[1]), "exact": spread(exact_ms),
+                     "ivf_build_s": round(build_s, 2), "nlist": int(info.nlist), "nprobe": int(info.nprobe),
+                     "bytes_per_vector": round(size / n, 2), "ivf": spread(ivf_ms),
+                     "recall_at_10_build": round(float(info.recall_at_10), 3), "recall_at_10_held_out": round(float(recall), 3)})
         path.unlink()
     shutil.rmtree(directory)
+    return rows
 
 
 def main() -> None:
@@ -245,24 +296,35 @@ def main() -> None:
     parser.add_argument("--large", default="", help="comma-separated sizes of a synthetic head (e.g. 100000,1000000)")
     parser.add_argument("--approximate", type=int, default=12, help="inverted files built to measure them (0: none)")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: build,partners,panel,tokens")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "search.json",
+                        help="result file (default bench/results/search.json)")
     args = parser.parse_args()
+    recorder = Recorder("search", vars(args), out=args.out)
     ensure_run(args.run, args.tokens)
     run = open_run(args.run)
     print(f"{run.model_id}: {run.n_layers} x {run.n_heads} heads, {run.n_tokens} tokens, d_head {run.head_dim}")
+    figures = {"run": {"model": run.model_id, "layers": run.n_layers, "heads": run.n_heads, "tokens": run.n_tokens,
+                       "d_head": run.head_dim}}
     skip = set(filter(None, args.skip.split(",")))
-    if "build" not in skip:
-        shutil.rmtree(args.run / "indexes", ignore_errors=True)
-        bench_build(run, args.approximate)
-    if "partners" not in skip:
-        bench_partners(run, args.points)
-    if "panel" not in skip:
-        bench_panel(run)
-    if "tokens" not in skip:
-        bench_token_search(run)
+    timings = {}
+    for part, measure in (("build", lambda: bench_build(run, args.approximate)),
+                          ("partners", lambda: bench_partners(run, args.points)), ("panel", lambda: bench_panel(run)),
+                          ("tokens", lambda: bench_token_search(run))):
+        if part not in skip:
+            if part == "build":
+                shutil.rmtree(args.run / "indexes", ignore_errors=True)
+            start = time.perf_counter()
+            figures[part] = measure()
+            timings[part] = round(time.perf_counter() - start, 1)
     if args.overlap_run:
-        bench_overlap(args.overlap_run)
+        start = time.perf_counter()
+        figures["overlap"] = bench_overlap(args.overlap_run)
+        timings["overlap"] = round(time.perf_counter() - start, 1)
     if args.large:
-        bench_large(run, [int(n) for n in args.large.split(",")])
+        start = time.perf_counter()
+        figures["large"] = bench_large(run, [int(n) for n in args.large.split(",")])
+        timings["large"] = round(time.perf_counter() - start, 1)
+    print(f"wrote {recorder.write(**figures, part_seconds=timings)}")
 
 
 if __name__ == "__main__":

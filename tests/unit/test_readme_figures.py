@@ -34,7 +34,7 @@ NOT_MEASURED: dict[str, tuple[str, ...]] = {
     "docs/models.md": (),
     "docs/run-format.md": (),
     "docs/scale.md": (),
-    "docs/search.md": (),
+    "docs/search.md": ("reaches 0.95",),  # the recall@10 an inverted file is tuned to at build time
 }
 
 
