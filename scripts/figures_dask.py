@@ -16,11 +16,15 @@ def seconds(value: float) -> str:
     return "< 0.1 s" if value < 0.05 else minutes(value)
 
 
+#: below this many seconds (both sides) a time is the clock's noise, and a ratio of two of them means nothing
+NOISE_S = 0.2
+
+
 def ratio(theirs: float, ours: float) -> str:
-    """How many times ``ours`` fits in ``theirs``; a dash where both round to nothing (noise, not a ratio)."""
-    if theirs < 0.05 and ours < 0.05:
+    """How many times ``ours`` fits in ``theirs``; a dash where both are too short to compare."""
+    if (theirs < NOISE_S and ours < NOISE_S) or not ours:
         return "–"
-    return f"{theirs / ours:.1f}×" if ours else "–"
+    return f"{theirs / ours:.1f}×"
 
 
 def heads_named(pairs) -> str:
@@ -49,7 +53,7 @@ def project_recipe(results: Results) -> str:
     text = (f"Summed over {len(rows_)} heads ({heads_named(row['head'] for row in rows_)}) of MiniLM at "
             f"{result['tokens']:,} tokens ({points:,} points per head), one process; trustworthiness (k = 10, the "
             f"mean over the heads) on a fixed 3,000-point sample:\n\n"
-            f"| layout | qkviz | AttentionViz recipe | recipe / qkviz | trustworthiness qkviz / recipe |\n"
+            f"| layout | qkviz | AttentionViz recipe | time: recipe / qkviz | trustworthiness qkviz / recipe |\n"
             f"|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
             f"qkviz's 3D t-SNE refines the head's 2D layout ({seconds(refine)} for the refinement alone): its row "
             f"counts the 2D layout too, against the recipe's 3D fit from scratch. Order of each head's two sets: "
