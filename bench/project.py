@@ -18,8 +18,8 @@ Then (unless ``--skip-parallel``) the same layouts of the same heads with the he
 ``--jobs`` workers, against the AttentionViz recipe's total.
 Part 2 (unless ``--skip-all-heads``): ``qkviz project`` over all heads (or ``--all-heads-layers``) in a child
 process with ``--jobs`` workers, per method (wall time and the child's own peak memory), then the cached re-run.
-Everything is written to ``--json`` (default ``bench/results/project.json``) with the date, machine, load and
-arguments.
+Everything is written to ``--json`` (default ``bench/results/project.json``; ``project_all_heads.json`` when
+``--compare-heads`` names no head) with the date, machine, load and arguments.
 """
 
 from __future__ import annotations
@@ -195,9 +195,11 @@ def main() -> None:
     parser.add_argument("--skip-parallel", action="store_true", help="leave out part 1's heads over a warm pool")
     parser.add_argument("--skip-all-heads", action="store_true")
     parser.add_argument("--all-heads-layers", help="part 2 on these layers only (e.g. 0 or 0,3), as --layers")
-    parser.add_argument("--json", type=Path, help="default: bench/results/project.json")
+    parser.add_argument("--json", type=Path, help="default: bench/results/project.json (project_all_heads.json "
+                        "without --compare-heads heads)")
     args = parser.parse_args()
-    recorder = Recorder("project", vars(args), args.json)
+    # part 2 alone (no --compare-heads) goes to a file of its own, so that part 1's stays
+    recorder = Recorder("project" if args.compare_heads else "project_all_heads", vars(args), args.json)
     figures = {}
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
