@@ -92,12 +92,15 @@ def dask_projection(results: Results) -> str:
         for number, round_ in enumerate(result["rounds"], 1))
     start = result["start_up_s"]
     equal = "equal to the bit in every round" if result["layouts_equal"] else "**not** equal in every round"
+    order = result.get("start_up_order")
+    started = (f" ({'the pool' if order[0] == 'local' else 'the cluster'} was started first: its workers were the "
+               f"first to load the libraries)" if order else "")
     return (f"{len(result['heads'])} heads ({heads_named(result['heads'])}), {arguments['method']} "
             f"{arguments['dim']}D, {result['tokens']:,} tokens, {workers} workers:\n\n"
             f"| round (order) | local pool (`--jobs {workers}`) | Dask `LocalCluster` ({workers} processes) | "
             f"Dask / local |\n|---|---|---|---|\n{rows}\n\n"
             f"Median Dask / local {result['median_ratio']:.2f}×. Start-up, not in the times above: local pool "
-            f"{seconds(start['local'])}, `LocalCluster` {seconds(start['dask'])}. The layouts were {equal}. "
+            f"{seconds(start['local'])}, `LocalCluster` {seconds(start['dask'])}{started}. The layouts were {equal}. "
             f"(`python bench/dask_projection.py`; {source(results, 'dask_projection')}.)\n")
 
 
