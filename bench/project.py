@@ -16,7 +16,8 @@ layout and refines it, so the file also gives it as 2D + refinement, the figure 
 fit from scratch. Trustworthiness (k = 10) of every layout on a fixed 3,000-point subsample.
 Then (unless ``--skip-parallel``) the same layouts of the same heads with the heads in parallel over a warm pool of
 ``--jobs`` workers, against the AttentionViz recipe's total.
-Part 2 (unless ``--skip-all-heads``): ``qkviz project`` over all heads (or ``--all-heads-layers``) in a child
+Part 2 (unless ``--skip-all-heads``): ``qkviz project`` over all heads (or ``--all-heads-layers`` and
+``--all-heads-heads``) in a child
 process with ``--jobs`` workers, per method (wall time and the child's own peak memory), then the cached re-run.
 Everything is written to ``--json`` (default ``bench/results/project.json``; ``project_all_heads.json`` when
 ``--compare-heads`` names no head) with the date, machine, load and arguments.
@@ -165,10 +166,18 @@ def parallel_heads(run, heads: list[tuple[int, int]], jobs: int, directory: Path
     return {"jobs": jobs, "seconds": round(seconds, 3)}
 
 
-def all_heads(run, jobs: int, layers: str | None, directory: Path) -> dict:
+def count(selection: str | None, every: int) -> int:
+    """How many layers (heads) a ``--layers`` (``--heads``) selection such as ``0-2,5`` names; None: all ``every``."""
+    if not selection:
+        return every
+    return len({number for part in selection.split(",")
+                for number in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)})
+
+
+def all_heads(run, jobs: int, layers: str | None, heads: str | None, directory: Path) -> dict:
     copy = fresh_copy(run, directory)
     command = [sys.executable, "-m", "qkviz", "-q", "project", "--run", str(copy.path), "--jobs", str(jobs)]
-    command += ["--layers", layers] if layers else []
+    command += (["--layers", layers] if layers else []) + (["--heads", heads] if heads else [])
     requests = (("PCA 2D+3D", ["--method", "pca", "--dim", "2,3"]),
                 ("UMAP 2D", ["--method", "umap", "--dim", "2"]),
                 ("t-SNE 2D", ["--method", "tsne", "--dim", "2"]))
@@ -182,7 +191,7 @@ def all_heads(run, jobs: int, layers: str | None, directory: Path) -> dict:
     cached = [run_measured(command + extra, env=env)["seconds"] for _, extra in requests]
     figures["cached re-run"] = {"seconds": round(sum(cached), 2)}
     print(f"cached re-run of the three requests above: {sum(cached):.1f} s (three child processes)", flush=True)
-    return {"heads": (len(layers.split(",")) if layers else run.n_layers) * run.n_heads, "requests": figures}
+    return {"heads": count(layers, run.n_layers) * count(heads, run.n_heads), "requests": figures}
 
 
 def main() -> None:
@@ -195,6 +204,7 @@ def main() -> None:
     parser.add_argument("--skip-parallel", action="store_true", help="leave out part 1's heads over a warm pool")
     parser.add_argument("--skip-all-heads", action="store_true")
     parser.add_argument("--all-heads-layers", help="part 2 on these layers only (e.g. 0 or 0,3), as --layers")
+    parser.add_argument("--all-heads-heads", help="part 2 on these heads of each layer only (e.g. 0-3), as --heads")
     parser.add_argument("--json", type=Path, help="default: bench/results/project.json (project_all_heads.json "
                         "without --compare-heads heads)")
     args = parser.parse_args()
@@ -214,7 +224,7 @@ def main() -> None:
             if not args.skip_parallel:
                 figures["compare"]["parallel"] = parallel_heads(source, heads, args.jobs, scratch / "parallel")
         if not args.skip_all_heads:
-            figures["all_heads"] = all_heads(source, args.jobs, args.all_heads_layers, scratch / "all")
+            figures["all_heads"] = all_heads(source, args.jobs, args.all_heads_layers, args.all_heads_heads, scratch / "all")
     print(recorder.write(**figures))
 
 
