@@ -28,7 +28,14 @@ def ratio(theirs: float, ours: float) -> str:
 
 
 def heads_named(pairs) -> str:
-    return ", ".join(f"L{layer} H{head}" for layer, head in pairs)
+    """``L0 H0–H11, L3 H4``: a layer's consecutive heads as one range, in the order given."""
+    runs: list[list[int]] = []           # [layer, first head, last head]
+    for layer, head in pairs:
+        if runs and runs[-1][0] == layer and runs[-1][2] == head - 1:
+            runs[-1][2] = head
+        else:
+            runs.append([layer, head, head])
+    return ", ".join(f"L{layer} H{first}" + (f"–H{last}" if last > first else "") for layer, first, last in runs)
 
 
 @figure("project-recipe")
