@@ -70,17 +70,23 @@ def project_recipe(results: Results) -> str:
         text += (f" The same layouts with the heads over a warm pool of {parallel['jobs']} workers: "
                  f"{seconds(parallel['seconds'])} ({ratio(six['recipe_s'], parallel['seconds'])} less than the "
                  f"recipe in one process).")
-    everything = result.get("all_heads")
-    named = ["project"]
-    if not everything and results.exists("project_all_heads"):
-        everything, named = results("project_all_heads")["all_heads"], ["project", "project_all_heads"]
+    holder, named = result, ["project"]
+    if "all_heads" not in result and results.exists("project_all_heads"):
+        holder, named = results("project_all_heads"), ["project", "project_all_heads"]
+    everything = holder.get("all_heads")
     if everything:
+        arguments = holder["arguments"]
+        chosen = " ".join(f"--{option} {arguments[f'all_heads_{option}']}" for option in ("layers", "heads")
+                          if arguments.get(f"all_heads_{option}"))
         requests = "; ".join(f"{label} {seconds(figures['seconds'])}"
                              + (f", {figures['peak_mb']:.0f} MB" if "peak_mb" in figures else "")
                              for label, figures in everything["requests"].items())
-        text += (f"\n\n{everything['heads']} heads through `qkviz project --jobs {result['arguments']['jobs']}` (a child "
-                 f"process, start-up and numba compilation included; its own peak memory, not its workers'): "
-                 f"{requests}.")
+        text += (f"\n\n{everything['heads']} heads{f' (`{chosen}`)' if chosen else ''} through `qkviz project --jobs "
+                 f"{arguments['jobs']}` (a child process, start-up and numba compilation included; its own peak "
+                 f"memory, not its workers'): {requests}.")
+        if chosen:
+            text += (" Every head of the run is not measured in the current result files: `python bench/project.py "
+                     "--run runs/minilm --compare-heads` measures them.")
     else:
         text += ("\n\nAll heads through `qkviz project --jobs 2` (PCA, UMAP, t-SNE, then the cached re-run) are not "
                  "measured in the current result files: `python bench/project.py --run runs/minilm --compare-heads` "
