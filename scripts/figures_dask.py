@@ -78,15 +78,16 @@ def project_recipe(results: Results) -> str:
         arguments = holder["arguments"]
         chosen = " ".join(f"--{option} {arguments[f'all_heads_{option}']}" for option in ("layers", "heads")
                           if arguments.get(f"all_heads_{option}"))
-        requests = "; ".join(f"{label} {seconds(figures['seconds'])}"
+        requests = "; ".join(f"{'the three again, cached' if label == 'cached re-run' else label} "
+                             f"{seconds(figures['seconds'])}"
                              + (f", {figures['peak_mb']:.0f} MB" if "peak_mb" in figures else "")
                              for label, figures in everything["requests"].items())
         text += (f"\n\n{everything['heads']} heads{f' (`{chosen}`)' if chosen else ''} through `qkviz project --jobs "
                  f"{arguments['jobs']}` (a child process, start-up and numba compilation included; its own peak "
                  f"memory, not its workers'): {requests}.")
         if chosen:
-            text += (" Every head of the run is not measured in the current result files: `python bench/project.py "
-                     "--run runs/minilm --compare-heads` measures them.")
+            text += (" All the run's heads together are not measured in the current result files: `python "
+                     "bench/project.py --run runs/minilm --compare-heads` measures them.")
     else:
         text += ("\n\nAll heads through `qkviz project --jobs 2` (PCA, UMAP, t-SNE, then the cached re-run) are not "
                  "measured in the current result files: `python bench/project.py --run runs/minilm --compare-heads` "
