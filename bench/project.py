@@ -1,19 +1,26 @@
 """Projection benchmark: qkviz vs the AttentionViz recipe on the same points, and all heads.
 
-    python bench/project.py [--tokens 5000] [--compare-heads 3,4 0,0] [--jobs 2] [--skip-all-heads]
+    python bench/project.py [--run runs/minilm] [--compare-heads 3,4 0,0] [--jobs 2] [--skip-parallel]
+                            [--skip-all-heads] [--all-heads-layers 0] [--json bench/results/project.json]
 
-Part 1, per head (MiniLM, ``--tokens`` tokens: twice as many points): the six layouts AttentionViz
-precomputes (t-SNE, UMAP, PCA x 2D, 3D), timed for qkviz (the per-head task of ``qkviz project``:
-alignment once, one shared neighbour graph, openTSNE with FFT in 2D, 3D t-SNE refined from the 2D
-one, UMAP on the shared graph; one process, no parallel heads) and for the AttentionViz recipe
-(scikit-learn TSNE, perplexity 50, 300 iterations, cosine; umap-learn defaults with cosine;
-scikit-learn PCA) on the same aligned points in the same process, alternating; UMAP's numba code is
-compiled before either is timed. Trustworthiness (k = 10) of every 2D layout on a fixed
-3,000-point subsample.
-Then the same layouts of the same heads with the heads in parallel over a warm pool of ``--jobs``
-workers, against the AttentionViz recipe's total.
-Part 2: ``qkviz project`` over all heads in a child process with ``--jobs`` workers, per method,
-then the cached re-run of everything.
+Part 1, per head (``--run``, default ``runs/minilm`` if it exists, else MiniLM over ``--tokens`` tokens extracted
+here: twice as many points as tokens): the six layouts AttentionViz precomputes (t-SNE, UMAP, PCA x 2D, 3D),
+timed for qkviz at its defaults (the per-head task of ``qkviz project``: alignment once, one shared neighbour
+graph, openTSNE with FFT in 2D, 3D t-SNE refined from the 2D one, UMAP on the shared graph; one process, one
+thread for the layouts, no parallel heads) and for the AttentionViz recipe (scikit-learn TSNE, perplexity 50, 300
+iterations, cosine; umap-learn defaults with cosine; scikit-learn PCA; the libraries' own thread settings) on the
+same aligned points in the same process, into a fresh copy of the run (no cached layouts). The order alternates
+from head to head: qkviz's six layouts first for the first head, the recipe's first for the second, and so on.
+UMAP's and NN-descent's numba code is compiled before either is timed. qkviz's 3D t-SNE starts from the head's 2D
+layout and refines it, so the file also gives it as 2D + refinement, the figure to set against the recipe's 3D
+fit from scratch. Trustworthiness (k = 10) of every layout on a fixed 3,000-point subsample.
+Then (unless ``--skip-parallel``) the same layouts of the same heads with the heads in parallel over a warm pool of
+``--jobs`` workers, against the AttentionViz recipe's total.
+Part 2 (unless ``--skip-all-heads``): ``qkviz project`` over all heads (or ``--all-heads-layers`` and
+``--all-heads-heads``) in a child
+process with ``--jobs`` workers, per method (wall time and the child's own peak memory), then the cached re-run.
+Everything is written to ``--json`` (default ``bench/results/project.json``; ``project_all_heads.json`` when
+``--compare-heads`` names no head) with the date, machine, load and arguments.
 """
 
 from __future__ import annotations
@@ -21,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +38,7 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
@@ -41,7 +47,10 @@ from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
 from qkviz.cluster import HeadTask  # noqa: E402
 from qkviz.projection.tasks import plan_specs, project_head, projection_runner, run_tasks  # noqa: E402
 from qkviz.projection import project_points as project  # noqa: E402
+from qkviz.store.files import RUN_DIRECTORIES  # noqa: E402
+from results_file import Recorder, run_measured  # noqa: E402
 
+DEFAULT_RUN = REPO / "runs" / "minilm"
 LAYOUTS = [("tsne", 2), ("tsne", 3), ("umap", 2), ("umap", 3), ("pca", 2), ("pca", 3)]
 
 
@@ -49,6 +58,12 @@ def timed(function):
     start = time.perf_counter()
     result = function()
     return result, time.perf_counter() - start
+
+
+def fresh_copy(run, directory: Path):
+    """A copy of ``run`` without its layouts and results (nothing cached)."""
+    shutil.copytree(run.path, directory, ignore=shutil.ignore_patterns(*RUN_DIRECTORIES, "correlation.parquet"))
+    return qkviz.open_run(directory)
 
 
 def attentionviz_layout(points: np.ndarray, method: str, dim: int) -> np.ndarray:
@@ -70,105 +85,147 @@ def qkviz_layouts(run, layer: int, head: int) -> tuple[dict, float]:
     """Our six layouts of one head through the real per-head task (alignment, shared graph, 3D
     t-SNE lifted from the 2D one), into the run's cache; the rest of the head's wall time
     (loading, alignment, the neighbour graph) is reported apart and counted in the set."""
-    specs = plan_specs(run, ["tsne", "umap", "pca"], [2, 3], [layer], [head])
+    specs = plan_specs(run, sorted({method for method, _ in LAYOUTS}), sorted({dim for _, dim in LAYOUTS}),
+                       [layer], [head])
     outcomes, seconds = timed(lambda: project_head(str(run.path), specs))
     layouts = {(o["spec"].method, o["spec"].dim): (run.projection(layer, head, o["spec"].method, o["spec"].dim),
                                                    o["seconds"]) for o in outcomes}
     return layouts, seconds - sum(o["seconds"] for o in outcomes)
 
 
-def compare_heads(run, heads: list[tuple[int, int]]) -> None:
+def recipe_layouts(points: np.ndarray) -> dict:
+    return {(method, dim): timed(lambda: attentionviz_layout(points, method, dim)) for method, dim in LAYOUTS}
+
+
+def name(method: str, dim: int) -> str:
+    return f"{method} {dim}D"
+
+
+def compare_heads(run, heads: list[tuple[int, int]]) -> dict:
     from sklearn.manifold import trustworthiness
 
-    # Compile numba for both first (5,000 points: below 4,096 umap-learn skips its NN-descent).
+    # Compile numba for both first (5,000 points: above 4,096, so umap-learn's NN-descent is compiled too).
     warm = np.random.default_rng(0).normal(size=(5000, 8)).astype(np.float32)
-    project(warm, "umap", 2)
-    attentionviz_layout(warm, "umap", 2)
-    totals = {"ours": 0.0, "attentionviz": 0.0}
-    per_method = {layout: [0.0, 0.0] for layout in LAYOUTS}
-    trust = {layout: [[], []] for layout in LAYOUTS if layout[1] == 2}
-    for layer, head in heads:
+    _, warm_seconds = timed(lambda: (project(warm, "umap", 2), attentionviz_layout(warm, "umap", 2)))
+    rows = []
+    for number, (layer, head) in enumerate(heads):
         points = align_head(run.queries(layer, head), run.keys(layer, head)).points
         sample = np.random.default_rng(0).choice(len(points), min(3000, len(points)), replace=False)
-        ours, graph_seconds = qkviz_layouts(run, layer, head)
-        totals["ours"] += graph_seconds
-        print(f"L{layer} H{head}: {len(points)} points; loading, alignment and shared neighbour graph "
-              f"{graph_seconds:.1f} s", flush=True)
+        order = ["qkviz", "recipe"] if number % 2 == 0 else ["recipe", "qkviz"]
+        for side in order:
+            if side == "qkviz":
+                ours, shared_seconds = qkviz_layouts(run, layer, head)
+            else:
+                theirs = recipe_layouts(points)
+        print(f"L{layer} H{head} ({' first, then '.join(order)}): {len(points)} points; qkviz's loading, alignment "
+              f"and shared neighbour graph {shared_seconds:.1f} s", flush=True)
+        layouts = {}
         for method, dim in LAYOUTS:
-            theirs, their_seconds = timed(lambda: attentionviz_layout(points, method, dim))
             our_layout, our_seconds = ours[method, dim]
-            totals["ours"] += our_seconds
-            totals["attentionviz"] += their_seconds
-            per_method[method, dim][0] += our_seconds
-            per_method[method, dim][1] += their_seconds
-            line = f"  {method} {dim}D: qkviz {our_seconds:6.1f} s, AttentionViz {their_seconds:6.1f} s"
-            if dim == 2:
-                ours_t = trustworthiness(points[sample], our_layout[sample], n_neighbors=10)
-                theirs_t = trustworthiness(points[sample], theirs[sample], n_neighbors=10)
-                trust[method, dim][0].append(ours_t)
-                trust[method, dim][1].append(theirs_t)
-                line += f"; trustworthiness qkviz {ours_t:.3f}, AttentionViz {theirs_t:.3f}"
-            print(line, flush=True)
+            their_layout, their_seconds = theirs[method, dim]
+            row = {"qkviz_s": round(our_seconds, 3), "recipe_s": round(their_seconds, 3),
+                   "trust_qkviz": round(float(trustworthiness(points[sample], our_layout[sample], n_neighbors=10)), 4),
+                   "trust_recipe": round(float(trustworthiness(points[sample], their_layout[sample], n_neighbors=10)), 4)}
+            if (method, dim) == ("tsne", 3):   # a refinement of the 2D layout: with the 2D layout it needs
+                row["qkviz_with_2d_s"] = round(our_seconds + ours["tsne", 2][1], 3)
+            layouts[name(method, dim)] = row
+            print(f"  {name(method, dim)}: qkviz {our_seconds:6.1f} s, AttentionViz {their_seconds:6.1f} s; "
+                  f"trustworthiness qkviz {row['trust_qkviz']:.3f}, AttentionViz {row['trust_recipe']:.3f}", flush=True)
+        rows.append({"head": [layer, head], "points": len(points), "order": order,
+                     "qkviz_shared_s": round(shared_seconds, 3), "layouts": layouts})
+    totals = {}
+    for method, dim in LAYOUTS:
+        key = name(method, dim)
+        cells = [row["layouts"][key] for row in rows]
+        totals[key] = {field: round(sum(cell[field] for cell in cells), 3)
+                       for field in ("qkviz_s", "recipe_s", "qkviz_with_2d_s") if field in cells[0]}
+        totals[key].update({field: round(float(np.mean([cell[field] for cell in cells])), 4)
+                            for field in ("trust_qkviz", "trust_recipe")})
+    six = {"qkviz_s": round(sum(row["qkviz_shared_s"] for row in rows)
+                            + sum(cell["qkviz_s"] for row in rows for cell in row["layouts"].values()), 3),
+           "recipe_s": round(sum(cell["recipe_s"] for row in rows for cell in row["layouts"].values()), 3)}
     print(f"\nover {len(heads)} heads (time ratio = AttentionViz / qkviz):")
-    for (method, dim), (ours_s, theirs_s) in per_method.items():
-        extra = ""
-        if (method, dim) in trust:
-            extra = (f", mean trustworthiness {np.mean(trust[method, dim][0]):.3f} vs "
-                     f"{np.mean(trust[method, dim][1]):.3f}")
-        print(f"  {method} {dim}D: {ours_s:7.1f} s vs {theirs_s:7.1f} s, ratio {theirs_s / ours_s:5.1f}x{extra}")
-    print(f"  the six layouts: {totals['ours']:.1f} s vs {totals['attentionviz']:.1f} s, "
-          f"ratio {totals['attentionviz'] / totals['ours']:.1f}x", flush=True)
-    return totals["attentionviz"]
+    for key, total in totals.items():
+        ours_s = total.get("qkviz_with_2d_s", total["qkviz_s"])
+        print(f"  {key}: {ours_s:7.1f} s vs {total['recipe_s']:7.1f} s, ratio {total['recipe_s'] / ours_s:5.1f}x, "
+              f"mean trustworthiness {total['trust_qkviz']:.3f} vs {total['trust_recipe']:.3f}")
+    print(f"  the six layouts: {six['qkviz_s']:.1f} s vs {six['recipe_s']:.1f} s, "
+          f"ratio {six['recipe_s'] / six['qkviz_s']:.1f}x", flush=True)
+    return {"warm_up_s": round(warm_seconds, 2), "heads": rows, "totals": totals, "six_layouts": six}
 
 
-def parallel_heads(run, heads: list[tuple[int, int]], jobs: int, attentionviz_seconds: float) -> None:
+def parallel_heads(run, heads: list[tuple[int, int]], jobs: int, directory: Path) -> dict:
     """The same six layouts of the same heads, heads in parallel over a warm pool of ``jobs`` workers."""
-    with tempfile.TemporaryDirectory() as scratch:
-        copy = Path(scratch) / "run"
-        shutil.copytree(run.path, copy, ignore=shutil.ignore_patterns("projections"))
-        fresh = qkviz.open_run(copy)
-        specs = [spec for layer, head in heads
-                 for spec in plan_specs(fresh, ["tsne", "umap", "pca"], [2, 3], [layer], [head])]
-        with projection_runner(fresh, jobs) as runner:
-            list(runner.run(os.getpid, [HeadTask(0, 0, ())] * jobs))   # start and warm the workers
-            _, seconds = timed(lambda: list(run_tasks(fresh, specs, runner)))
-    print(f"  the six layouts of the {len(heads)} heads, {jobs} warm workers: {seconds:.1f} s wall vs "
-          f"{attentionviz_seconds:.1f} s for the AttentionViz recipe, ratio {attentionviz_seconds / seconds:.1f}x",
-          flush=True)
+    fresh = fresh_copy(run, directory)
+    specs = [spec for layer, head in heads
+             for spec in plan_specs(fresh, ["tsne", "umap", "pca"], [2, 3], [layer], [head])]
+    with projection_runner(fresh, jobs, methods=("tsne", "umap", "pca")) as runner:
+        list(runner.run(os.getpid, [HeadTask(0, 0, ())] * jobs))   # start and warm the workers
+        _, seconds = timed(lambda: list(run_tasks(fresh, specs, runner)))
+    print(f"  the six layouts of the {len(heads)} heads, {jobs} warm workers: {seconds:.1f} s wall", flush=True)
+    return {"jobs": jobs, "seconds": round(seconds, 3)}
 
 
-def all_heads(run_path: Path, jobs: int) -> None:
-    with tempfile.TemporaryDirectory() as scratch:
-        copy = Path(scratch) / "run"
-        shutil.copytree(run_path, copy, ignore=shutil.ignore_patterns("projections"))
-        command = [sys.executable, "-m", "qkviz", "-q", "project", "--run", str(copy), "--jobs", str(jobs)]
-        requests = (("PCA 2D+3D", ["--method", "pca", "--dim", "2,3"]),
-                    ("UMAP 2D", ["--method", "umap", "--dim", "2"]),
-                    ("t-SNE 2D", ["--method", "tsne", "--dim", "2"]))
-        for label, extra in requests:
-            _, seconds = timed(lambda: subprocess.run(command + extra, check=True))
-            print(f"all heads, {label}, --jobs {jobs}: {seconds:.1f} s (child process, start-up included)", flush=True)
-        _, seconds = timed(lambda: [subprocess.run(command + extra, check=True) for _, extra in requests])
-        print(f"cached re-run of the three requests above: {seconds:.1f} s (three child processes)", flush=True)
+def count(selection: str | None, every: int) -> int:
+    """How many layers (heads) a ``--layers`` (``--heads``) selection such as ``0-2,5`` names; None: all ``every``."""
+    if not selection:
+        return every
+    return len({number for part in selection.split(",")
+                for number in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)})
+
+
+def all_heads(run, jobs: int, layers: str | None, heads: str | None, directory: Path) -> dict:
+    copy = fresh_copy(run, directory)
+    command = [sys.executable, "-m", "qkviz", "-q", "project", "--run", str(copy.path), "--jobs", str(jobs)]
+    command += (["--layers", layers] if layers else []) + (["--heads", heads] if heads else [])
+    requests = (("PCA 2D+3D", ["--method", "pca", "--dim", "2,3"]),
+                ("UMAP 2D", ["--method", "umap", "--dim", "2"]),
+                ("t-SNE 2D", ["--method", "tsne", "--dim", "2"]))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    figures = {}
+    for label, extra in requests:
+        done = run_measured(command + extra, env=env)
+        figures[label] = {"seconds": round(done["seconds"], 2), "peak_mb": round(done["peak_mb"], 1)}
+        print(f"all heads, {label}, --jobs {jobs}: {done['seconds']:.1f} s, {done['peak_mb']:.0f} MB (child process, "
+              "start-up included)", flush=True)
+    cached = [run_measured(command + extra, env=env)["seconds"] for _, extra in requests]
+    figures["cached re-run"] = {"seconds": round(sum(cached), 2)}
+    print(f"cached re-run of the three requests above: {sum(cached):.1f} s (three child processes)", flush=True)
+    return {"heads": count(layers, run.n_layers) * count(heads, run.n_heads), "requests": figures}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, default=5000)
+    parser.add_argument("--run", type=Path, default=DEFAULT_RUN if DEFAULT_RUN.exists() else None)
+    parser.add_argument("--tokens", type=int, default=5000, help="tokens of the run extracted when --run is not given")
     parser.add_argument("--compare-heads", nargs="*", default=["3,4", "0,0", "5,11", "1,7"],
                         help="layer,head pairs for part 1")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--skip-parallel", action="store_true", help="leave out part 1's heads over a warm pool")
     parser.add_argument("--skip-all-heads", action="store_true")
+    parser.add_argument("--all-heads-layers", help="part 2 on these layers only (e.g. 0 or 0,3), as --layers")
+    parser.add_argument("--all-heads-heads", help="part 2 on these heads of each layer only (e.g. 0-3), as --heads")
+    parser.add_argument("--json", type=Path, help="default: bench/results/project.json (project_all_heads.json "
+                        "without --compare-heads heads)")
     args = parser.parse_args()
+    # part 2 alone (no --compare-heads) goes to a file of its own, so that part 1's stays
+    recorder = Recorder("project" if args.compare_heads else "project_all_heads", vars(args), args.json)
+    figures = {}
     with tempfile.TemporaryDirectory() as scratch:
-        run = qkviz.extract("minilm", DEFAULT_CORPUS, Path(scratch) / "minilm", max_tokens=args.tokens)
-        print(f"MiniLM run: {run.n_tokens} tokens, {run.n_layers * run.n_heads} heads", flush=True)
+        scratch = Path(scratch)
+        source = (qkviz.open_run(args.run) if args.run
+                  else qkviz.extract("minilm", DEFAULT_CORPUS, scratch / "minilm", max_tokens=args.tokens))
+        print(f"{source.path}: {source.n_tokens} tokens, {source.n_layers * source.n_heads} heads", flush=True)
+        figures["model"] = source.manifest.get("model")
+        figures["tokens"] = source.n_tokens
         heads = [tuple(int(x) for x in pair.split(",")) for pair in args.compare_heads]
         if heads:
-            attentionviz_seconds = compare_heads(run, heads)
-            parallel_heads(run, heads, args.jobs, attentionviz_seconds)
+            figures["compare"] = compare_heads(fresh_copy(source, scratch / "compare"), heads)
+            if not args.skip_parallel:
+                figures["compare"]["parallel"] = parallel_heads(source, heads, args.jobs, scratch / "parallel")
         if not args.skip_all_heads:
-            all_heads(run.path, args.jobs)
+            figures["all_heads"] = all_heads(source, args.jobs, args.all_heads_layers, args.all_heads_heads, scratch / "all")
+    print(recorder.write(**figures))
 
 
 if __name__ == "__main__":
