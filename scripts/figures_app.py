@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from figure_results import Results, figure, source
 
-#: the app's goals (issue 17), each with the ``bench/app.py`` figure it is read from, a unit and a scale
-APP_GOALS = (("matrix view interactive after navigation (median of the warm loads)", "matrix warm ms", 1500, "s", 1000),
-             ("switching heads in the single view, click to drawn", "head switch ms", 300, "ms", 1),
-             ("search across all heads: the server's callback", "search server ms", 200, "ms", 1),
-             ("bytes per single-head figure", "single figure MB", 0.6, "MB", 1))
+#: the app's goals (issue 17): the table's label, the sentence's, the ``bench/app.py`` figure, the goal, unit, scale
+APP_GOALS = (("matrix view interactive after navigation (warm loads)", "the matrix view is interactive after navigation",
+              "matrix warm ms", 1500, "s", 1000),
+             ("switching heads in the single view, click to drawn", "a head switch in the single view is drawn in",
+              "head switch ms", 300, "ms", 1),
+             ("search across all heads: the server's callback", "a search across all heads takes the server",
+              "search server ms", 200, "ms", 1),
+             ("bytes per single-head figure", "a single-head figure is", "single figure MB", 0.6, "MB", 1))
 #: the names the bench's runs go by on the pages
 MODELS = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
 
@@ -49,11 +52,11 @@ def app_runs(results: Results) -> str:
     heads = " and ".join(f"{model(run)} ({run['heads']} heads)" for run in runs)
     header = "| goal, median | " + " | ".join(model(run) for run in runs) + " |\n|---|" + "---|" * len(runs)
     rows = []
-    for label, key, goal, unit, scale in APP_GOALS:
+    for label, _, key, goal, unit, scale in APP_GOALS:
         cells = [f"{amount(median(run[key]), unit, scale)}, {verdict(median(run[key]), goal)}" if key in run
                  else "not measured" for run in runs]
         rows.append(f"| {label}: ≤ {amount(goal, unit, scale)} | " + " | ".join(cells) + " |")
-    matrix_goal = APP_GOALS[0][2]
+    matrix_goal = APP_GOALS[0][3]
     floor_says = (f"The floor alone (the empty page's median, {amount(floor['median'], 's', 1000)}) is "
                   + ("over the matrix goal: no matrix can meet it in this browser on this machine."
                      if floor["median"] > matrix_goal else "within the matrix goal."))
@@ -62,7 +65,7 @@ def app_runs(results: Results) -> str:
     memory = "; ".join(f"{model(run)} {run['rss start MB']:,.0f} MB after start, {run['rss peak MB']:,.0f} MB at "
                        f"its peak" for run in runs)
     runs_held = "; ".join(f"{model(run)}: {held(run)}" for run in runs)
-    return (f"{heads}. What each run held: {runs_held}.\n\n{header}\n" + "\n".join(rows) + "\n\n"
+    return (f"The runs: {heads}. What each held: {runs_held}.\n\n{header}\n" + "\n".join(rows) + "\n\n"
             f"{floor_says} The matrix adds to the floor (medians): {adds}. The server's resident memory: {memory}. "
             f"`bench/app.py --repeats {result['arguments']['repeats']}` ({source(results, 'app')}).\n")
 
@@ -73,13 +76,16 @@ def app_summary(results: Results) -> str:
     result = results("app")
     runs, floor = result["runs"], result["floor_ms"]
     parts = []
-    for label, key, goal, unit, scale in APP_GOALS:
+    for _, said, key, goal, unit, scale in APP_GOALS:
         measured = [run for run in runs if key in run]
-        values = ", ".join(f"{amount(median(run[key]), unit, scale)} ({model(run)})" for run in measured)
+        values = " and ".join(f"{amount(median(run[key]), unit, scale)} ({model(run)})" for run in measured)
         met = all(median(run[key]) <= goal for run in measured)
-        parts.append(f"{label} {values}: goal ≤ {amount(goal, unit, scale)} {'met' if met else '**not met**'}")
-    return (f"Medians of {result['arguments']['repeats']} in headless Chromium with software WebGL on a "
-            f"{result['machine']['cpus']}-core machine, " + "; ".join(parts) + ". An empty Dash page with one "
+        parts.append(f"{said} {values}, goal ≤ {amount(goal, unit, scale)} {'met' if met else '**not met**'}")
+    about = ", ".join(f"{model(run)} ({run['heads']} heads" + (f", {run['tokens']:,} tokens)" if "tokens" in run
+                                                              else f", {run['points per head']:,} points a head)")
+                      for run in runs)
+    return (f"{about}; medians of {result['arguments']['repeats']} in headless Chromium with software WebGL on a "
+            f"{result['machine']['cpus']}-core machine: " + "; ".join(parts) + ". An empty Dash page with one "
             f"10,000-point WebGL graph is drawn {amount(floor['median'], 's', 1000)} after navigation in the same "
             f"browser. `bench/app.py` ({source(results, 'app')}).\n")
 
