@@ -195,14 +195,15 @@ def main() -> None:
         floor = floor_ms(browser, args.repeats)
         results = [bench_run(browser, run, args.repeats, args.background) for run in args.run]
         browser.close()
+    written = recorder.write(floor_ms=floor, runs=results)
     print(f"floor: an empty Dash page with one 10,000-point WebGL graph is drawn {floor['min']:.0f} / "
           f"{floor['median']:.0f} / {floor['max']:.0f} ms after navigation")
     for result in results:
         print(" | ".join(f"{name}: {value['min']:,.0f} / {value['median']:,.0f} / {value['max']:,.0f}"
-                         if isinstance(value, dict) else f"{name}: {value:,.0f}" if isinstance(value, (int, float))
+                         if isinstance(value, dict) and "median" in value else f"{name}: {value:,.0f}" if isinstance(value, (int, float))
                          and value > 10 else f"{name}: {value:.2f}" if isinstance(value, float) else f"{name}: {value}"
                          for name, value in result.items()))
-    print(recorder.write(floor_ms=floor, runs=results))
+    print(written)
 
 
 if __name__ == "__main__":
