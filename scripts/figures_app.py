@@ -65,7 +65,11 @@ def app_runs(results: Results) -> str:
     memory = "; ".join(f"{model(run)} {run['rss start MB']:,.0f} MB after start, {run['rss peak MB']:,.0f} MB at "
                        f"its peak" for run in runs)
     runs_held = "; ".join(f"{model(run)}: {held(run)}" for run in runs)
-    return (f"The runs: {heads}. What each held: {runs_held}.\n\n{header}\n" + "\n".join(rows) + "\n\n"
+    missing = [name for key, name in MODELS.items() if key not in {run.get("model") or run["run"] for run in runs}]
+    missing_says = (f" {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not in the current result file: "
+                    f"`python bench/app.py --run runs/minilm --run runs/smollm2 --repeats 5` measures both."
+                    if missing else "")
+    return (f"The runs: {heads}. What each held: {runs_held}.{missing_says}\n\n{header}\n" + "\n".join(rows) + "\n\n"
             f"{floor_says} The matrix adds to the floor (medians): {adds}. The server's resident memory: {memory}. "
             f"`bench/app.py --repeats {result['arguments']['repeats']}` ({source(results, 'app')}).\n")
 
