@@ -119,8 +119,12 @@ def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dic
     server = start([sys.executable, "-m", "qkviz", "serve", "--run", str(run), "--port", str(port),
                     "--background", background], port)
     url = f"http://127.0.0.1:{port}/"
-    result = {"run": run.name, "heads": f"{opened.n_layers} x {opened.n_heads}",
-              "points per head": 2 * opened.n_tokens, "rss start MB": rss_mb(server.pid)}
+    result = {"run": run.name, "model": opened.model_id, "tokens": opened.n_tokens,
+              "heads": f"{opened.n_layers} x {opened.n_heads}", "points per head": 2 * opened.n_tokens,
+              # what the run held: every method's 2D layouts (heads), and whether it has a head atlas
+              "layouts": {method: count for (method, dim), count in opened.projection_counts().items()
+                          if dim == 2 and count},
+              "atlas": load_atlas(opened) is not None, "rss start MB": rss_mb(server.pid)}
     try:
         result["matrix cold ms"] = load_ms(browser, url, "matrix-graph", 5)
         result["matrix warm ms"] = summary([load_ms(browser, url, "matrix-graph", 5) for _ in range(repeats)], 0)
@@ -191,14 +195,15 @@ def main() -> None:
         floor = floor_ms(browser, args.repeats)
         results = [bench_run(browser, run, args.repeats, args.background) for run in args.run]
         browser.close()
+    written = recorder.write(floor_ms=floor, runs=results)
     print(f"floor: an empty Dash page with one 10,000-point WebGL graph is drawn {floor['min']:.0f} / "
           f"{floor['median']:.0f} / {floor['max']:.0f} ms after navigation")
     for result in results:
         print(" | ".join(f"{name}: {value['min']:,.0f} / {value['median']:,.0f} / {value['max']:,.0f}"
-                         if isinstance(value, dict) else f"{name}: {value:,.0f}" if isinstance(value, (int, float))
+                         if isinstance(value, dict) and "median" in value else f"{name}: {value:,.0f}" if isinstance(value, (int, float))
                          and value > 10 else f"{name}: {value:.2f}" if isinstance(value, float) else f"{name}: {value}"
                          for name, value in result.items()))
-    print(recorder.write(floor_ms=floor, runs=results))
+    print(written)
 
 
 if __name__ == "__main__":
