@@ -69,7 +69,7 @@ def layouts_keep(results: Results) -> str:
                      f"{mean(r['seconds'] for r in rows):.1f} |")
     absent = [label for method, label in labels.items() if label not in {line[0] for line in lines}]
     return ("\n".join(table) + "\n\n"
-            + (f"Not measured in these files: {', '.join(absent)}. " if absent else "")
+            + (f"Not measured in these files for this table: {', '.join(absent)}. " if absent else "")
             + "Seconds: one layout in one process on the shared 2-core machine, compare within a file only. "
             + f"`bench/faithful.py` ({source(results, *names)}).\n")
 
