@@ -84,6 +84,11 @@ def umap_defaults(results: Results) -> str:
                 (f"**defaults now** ({current['init']} start, rate {current['negative_sample_rate']})",
                  setting_rows(result, "umap"))]
     settings = [(label, rows) for label, rows in settings if rows]
+    names = ["umap_sweep_minilm"]
+    if results.exists("umap_sweep_tsne_minilm"):
+        names.append("umap_sweep_tsne_minilm")
+        settings.append(("t-SNE, for comparison (its defaults)",
+                         [row for row in results("umap_sweep_tsne_minilm")["rows"] if row["method"] == "tsne"]))
     heads = list(dict.fromkeys(head_label(row) for _, rows in settings for row in rows))
     table = ["| MiniLM UMAP 2D, trustworthiness | " + " | ".join(heads)
              + f" | mean | ≥ {TRUST_GOAL:.2f} | recall@10 | s / head |",
@@ -94,8 +99,8 @@ def umap_defaults(results: Results) -> str:
                      + f" | {mean(r['trust'] for r in rows):.3f} | {sum(r['trust'] >= TRUST_GOAL for r in rows)}/{len(rows)}"
                      f" | {mean(r['recall'] for r in rows):.3f} | {mean(r['seconds'] for r in rows):.1f} |")
     verdict = ""
-    if len(settings) == 2:
-        (_, before), (_, now) = settings
+    if len(settings) >= 2:
+        (_, before), (_, now) = settings[:2]
         change = mean(r["trust"] for r in now) - mean(r["trust"] for r in before)
         ratio = mean(r["seconds"] for r in now) / mean(r["seconds"] for r in before)
         met = sum(r["trust"] >= TRUST_GOAL for r in now)
@@ -106,7 +111,8 @@ def umap_defaults(results: Results) -> str:
     return ("\n".join(table) + "\n\n" + verdict
             + f"{tokens(result)}, trustworthiness k = 10 on {result['arguments']['trust_sample']:,} of the points; "
             f"`bench/faithful.py --run RUN --sweep --methods umap --settings init=spectral,negative_sample_rate=5 "
-            f"defaults` ({source(results, 'umap_sweep_minilm')}).\n")
+            f"defaults`" + (" and, for t-SNE, `--methods tsne`" if len(names) > 1 else "")
+            + f" ({source(results, *names)}).\n")
 
 
 # -- Attention-faithful layouts: the k x alpha trade-off --------------------------------------------
@@ -206,3 +212,45 @@ def sink_survey(results: Results) -> str:
         parts.append(f"{model}: {sinks} of {len(survey)} heads give the first token half their attention or more "
                      f"({tokens(result)})")
     return "; ".join(parts) + f". `bench/faithful.py --model` ({source(results, *names)}).\n"
+
+
+# -- Large heads: what fitting on a sample costs ----------------------------------------------------
+@figure("sampling-cost")
+def sampling_cost(results: Results) -> str:
+    return sampling_table(results, "sampling")
+
+
+def sampling_table(results: Results, name: str) -> str:
+    """``bench/sample_cost.py``'s figures: each sample size against the full fit, per method."""
+    result = results(name)
+    rows = result["rows"]
+    labels = {"attn-tsne": "attn-tsne", "tsne": "t-SNE", "umap": "UMAP", "attn-umap": "attn-umap"}
+    heads = ", ".join(f"{layer}/{head}" for layer, head in result["heads"])
+    tables = []
+    for method in dict.fromkeys(row["method"] for row in rows):
+        default = defaults(method).get("sample")
+        of = {sample: [r for r in rows if r["method"] == method and r["sample"] == sample]
+              for sample in dict.fromkeys(r["sample"] for r in rows if r["method"] == method)}
+        lines = [f"| {labels.get(method, method)}, a run of at most {result['tokens']:,} tokens (layers/heads {heads}) | recall@10 | "
+                 "trustworthiness | s / head |", "|---|---|---|---|"]
+        for sample in sorted(of, key=lambda size: size or float("inf")):
+            found = of[sample]
+            label = "full fit" if sample == 0 else f"sample {sample:,}"
+            if sample and sample >= result["tokens"]:
+                label += " (every token: a full fit)"
+            elif sample == default:
+                label = f"**{label} (default)**"
+            lines.append(f"| {label} | {mean(r['recall'] for r in found):.3f} | {mean(r['trust'] for r in found):.3f} | "
+                         f"{mean(r['seconds'] for r in found):.1f} |")
+        text = "\n".join(lines) + "\n"
+        if 0 in of and default in of and default < result["tokens"]:
+            full, ours = of[0], of[default]
+            below = mean(r["trust"] for r in full) - mean(r["trust"] for r in ours)
+            text += (f"\nAt the default sample: {mean(r['recall'] for r in ours) / mean(r['recall'] for r in full):.0%} "
+                     f"of the full fit's recall, trustworthiness {abs(below):.3f} {'below' if below >= 0 else 'above'} "
+                     f"the full fit's, in {mean(r['seconds'] for r in ours) / mean(r['seconds'] for r in full):.0%} "
+                     "of its time.\n")
+        tables.append(text)
+    arguments = result["arguments"]
+    return ("\n".join(tables) + f"\n`bench/sample_cost.py --tokens {result['tokens']} --heads {arguments['heads']} "
+            f"--samples {arguments['samples']} --methods {arguments['methods']}` ({source(results, name)}).\n")
