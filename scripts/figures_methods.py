@@ -54,6 +54,12 @@ def layouts_keep(results: Results) -> str:
             rows = [row for row in chosen["rows"] if row["method"] == method]
             if rows:
                 lines.append((label, rows, f"{len(rows)} chosen heads, {tokens(chosen)}", chosen))
+    if results.exists("faithful_hide_minilm"):
+        hide = results("faithful_hide_minilm")
+        rows = [row for row in hide["rows"] if row["method"] == "attn-umap"]
+        if rows and "attn-umap" not in {line[0] for line in lines}:
+            names.append("faithful_hide_minilm")
+            lines.append(("attn-umap", rows, f"{len(rows)} chosen heads, {tokens(hide)}", hide))
     if results.exists("umap_sweep_minilm"):
         swept = results("umap_sweep_minilm")
         rows = setting_rows(swept, "umap")
