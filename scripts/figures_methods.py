@@ -226,6 +226,11 @@ def sampling_cost(results: Results) -> str:
     return sampling_table(results, "sampling")
 
 
+@figure("sampling-cost-100k")
+def sampling_cost_100k(results: Results) -> str:
+    return sampling_table(results, "sampling_100k")
+
+
 def sampling_table(results: Results, name: str) -> str:
     """``bench/sample_cost.py``'s figures: each sample size against the full fit, per method."""
     result = results(name)
