@@ -139,10 +139,15 @@ def faithful_sinks(results: Results) -> str:
                         f"{mean(measured, 'recall_beyond_first'):.3f} | {mean(measured, 'trust'):.3f} | {near} |")
     lacking = [BUNDLED[model] for model, name in names.items()
                if not method_rows(results(name), "attn-tsne-hide1")]
+    runs = "; ".join(f"{BUNDLED[model]}: {results(name)['n_tokens']:,} tokens"
+                     + (" (the whole bundled corpus)" if results(name)["arguments"].get("model") else
+                        " (the bundled corpus, capped at that)")
+                     for model, name in names.items() if results(name).get("n_tokens"))
     return ("| mean over the chosen heads | recall@10 | beyond-first | trustworthiness | sink-near (sink heads) |\n"
             "|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
             + (f"`--hide-first-token` not measured on {' and '.join(lacking)}. " if lacking else "")
-            + f"`bench/faithful.py --model` ({source(results, *names.values())}).\n")
+            + (f"{runs}. " if runs else "")
+            + f"`bench/faithful.py` ({source(results, *names.values())}).\n")
 
 
 @figure("report")
