@@ -12,7 +12,7 @@ For scale it also times, on a few heads and the original space
 only, the straightforward implementation: per sentence, ``Q_s K_s^T`` and ``cdist``, the masked
 pairs concatenated, then ``scipy.stats.pearsonr`` and ``spearmanr``; and checks both give the same
 figures. ``--json`` (default ``bench/results/report.json``) records the figures with the date, machine, load
-averages and arguments.
+averages and arguments, and each space's mean correlations over the heads (what the report's ``summary.json`` says).
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def main() -> None:
         timings = [time_report(args.run, Path(scratch) / "report") for _ in range(args.repeats)]
         import pandas as pd
 
-        spaces = sorted(set(pd.read_csv(Path(scratch) / "report" / "correlation.csv").space))
+        table = pd.read_csv(Path(scratch) / "report" / "correlation.csv")
+        spaces = sorted(set(table.space))
     seconds = sorted(t for t, _ in timings)
     print(f"qkviz report: {run.n_layers * run.n_heads} heads, {run.n_tokens} tokens, spaces {', '.join(spaces)}")
     print(f"  wall {seconds[len(seconds) // 2]:.1f} s median of {len(seconds)} (min {seconds[0]:.1f}, "
@@ -110,7 +111,23 @@ def main() -> None:
           f"(x{plain / ours:.1f}); same Pearson and Spearman to 1e-6")
     print(recorder.write(heads=run.n_layers * run.n_heads, tokens=run.n_tokens, spaces=spaces,
                          report_s=summary([t for t, _ in timings], 1), peak_mb=round(max(m for _, m in timings)),
-                         per_head_s={"qkviz": round(ours / len(heads), 3), "straightforward": round(plain / len(heads), 3)}))
+                         per_head_s={"qkviz": round(ours / len(heads), 3), "straightforward": round(plain / len(heads), 3)},
+                         correlation=space_means(table)))
+
+
+def space_means(table) -> dict[str, dict]:
+    """Per space, the mean over heads of each correlation and partner recall the report writes, the most negative
+    head's Pearson and the share of heads at Pearson <= -0.5 (near means a high dot product)."""
+    means = {}
+    for space, rows in table.groupby("space"):
+        worst = rows.loc[rows.pearson.idxmin()]
+        means[space] = {"heads": len(rows), **{column: round(float(rows[column].mean()), 4) for column in
+                        ("pearson", "spearman", "query_spearman", "recall_query", "recall_key")
+                        if column in rows and rows[column].notna().any()},
+                        "strongest": {"layer": int(worst["layer"]), "head": int(worst["head"]),
+                                      "pearson": round(float(worst.pearson), 4)},
+                        "share_pearson_le_minus_half": round(float((rows.pearson <= -0.5).mean()), 4)}
+    return means
 
 
 if __name__ == "__main__":

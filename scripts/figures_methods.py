@@ -265,3 +265,35 @@ def sampling_table(results: Results, name: str) -> str:
     arguments = result["arguments"]
     return ("\n".join(tables) + f"\n`bench/sample_cost.py --tokens {result['tokens']} --heads {arguments['heads']} "
             f"--samples {arguments['samples']} --methods {arguments['methods']}` ({source(results, name)}).\n")
+
+
+#: the report's spaces in the order the page explains them, and what each is
+SPACES = (("original", "original (stored vectors)"), ("translated", "translated"),
+          ("translated+scaled", "translated+scaled (what is projected)"))
+
+
+@figure("correlation-spaces")
+def correlation_spaces(results: Results) -> str:
+    """Each space's mean correlations over the run's heads, from ``bench/report.py``'s copy of the report."""
+    result = results("report_spaces")
+    spaces = result["correlation"]
+    layouts = sorted(space for space in spaces if space not in dict(SPACES))
+    rows = []
+    for space, label in (*SPACES, *((space, space) for space in layouts)):
+        if space not in spaces:
+            continue
+        row = spaces[space]
+        strongest = row["strongest"]
+        recall = (f"{(row['recall_query'] + row['recall_key']) / 2:.3f}" if "recall_query" in row and "recall_key" in row
+                  else "–")
+        rows.append(f"| {label} | {row['pearson']:.3f} | {row['spearman']:.3f} | {row['query_spearman']:.3f} | "
+                    f"{row['share_pearson_le_minus_half']:.0%} | {strongest['pearson']:.3f} (L{strongest['layer']} "
+                    f"H{strongest['head']}) | {recall} |")
+    return (f"MiniLM, all {result['heads']} heads over {result['tokens']:,} tokens of the bundled corpus, every "
+            f"attending pair (means over the heads; a strongly negative correlation means near is a high dot "
+            f"product):\n\n"
+            "| space | Pearson | Spearman | query Spearman | heads with Pearson ≤ −0.5 | most negative head | "
+            "partner recall@10 |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) +
+            f"\n\nThe run's layouts: `qkviz project --method {result['arguments']['methods']}` at the defaults "
+            f"(PCA in 2D and 3D, the t-SNE methods in 2D). `bench/report.py --methods {result['arguments']['methods']}` "
+            f"({source(results, 'report_spaces')}).\n")
