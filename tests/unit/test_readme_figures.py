@@ -32,7 +32,7 @@ NOT_MEASURED: dict[str, tuple[str, ...]] = {
     "docs/methods.md": (),
     "docs/models.md": (),
     "docs/run-format.md": (),
-    "docs/scale.md": (),
+    "docs/scale.md": ("Goal: 4 GB",),
     "docs/search.md": (),
 }
 
