@@ -114,7 +114,7 @@ def scale_stages(results: Results) -> str:
     if heads:
         each = "; ".join(f"{row['layer']}/{row['head']} {minutes(row['seconds'])}" for row in heads)
         peak = max(row["peak_gb"] for row in heads)
-        rows.append(f"| `project --method attn-tsne`, one head alone (layer/head {each}) | "
+        rows.append(f"| `project --method attn-tsne`, one head in a process of its own (layer/head {each}) | "
                     f"{minutes(median([row['seconds'] for row in heads]))} a head (median) | {peak:.2f} GB | "
                     f"{SCALES_WITH['project']} |")
         derived = median([row["seconds"] for row in heads]) * all_heads / JOBS
@@ -128,9 +128,9 @@ def scale_stages(results: Results) -> str:
     measured.update({f"attn-tsne {row['layer']}/{row['head']}": row for row in heads})
     worst = max(measured, key=lambda stage: measured[stage]["peak_gb"])
     over = [stage for stage, figures in measured.items() if figures["peak_gb"] > MEMORY_GOAL_GB]
-    goal = (f"Every command measured stays under the {MEMORY_GOAL_GB:.0f} GB goal (the most: {worst}, "
+    goal = (f"Every command measured stays under the {MEMORY_GOAL_GB:.0f} GB goal (the most: `{worst}`, "
             f"{measured[worst]['peak_gb']:.2f} GB)" if not over else
-            f"Over the {MEMORY_GOAL_GB:.0f} GB goal: {', '.join(over)} (**not met**)")
+            f"Over the {MEMORY_GOAL_GB:.0f} GB goal (**not met**): {', '.join(f'`{stage}`' for stage in over)}")
     quality = ""
     if heads:
         quality = (" The attn-tsne heads' layouts, at today's defaults: " + "; ".join(
@@ -152,7 +152,7 @@ def span(value, unit: str = "ms") -> str:
 def met(run: dict, key: str) -> str:
     goal = APP_GOALS_MS[key]
     shown = f"≤ {goal / 1000:.0f} s" if goal >= 1000 else f"≤ {goal} ms"
-    return f"{shown}: {'met' if run[key]['median'] <= goal else '**not met**'} (median)"
+    return f"{shown}, {'met' if run[key]['median'] <= goal else '**not met**'} by the median"
 
 
 APP_MISSING = ("Not measured in the current result files: `python bench/app.py --run RUN --repeats 5 --json "
