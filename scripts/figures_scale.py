@@ -11,6 +11,8 @@ from figure_results import Results, figure, minutes, source
 
 #: every command's peak memory goal (docs/scale.md)
 MEMORY_GOAL_GB = 4.0
+#: the default layouts of every head at 100,000 tokens (docs/scale.md)
+PROJECT_GOAL_S = 30 * 60
 #: the app's goals at 100,000 tokens (docs/benchmarks.md): matrix interactive, head switch, search's server part
 APP_GOALS_MS = {"matrix warm ms": 2000, "head switch ms": 500, "search server ms": 150}
 #: MiniLM's shape (what bench/scale.py extracts) and the float32 storage of a token's vectors
@@ -99,7 +101,8 @@ def scale_stages(results: Results) -> str:
     if not stages:
         return ("Not measured in the current result files: `python bench/scale.py --stages "
                 "extract,project,stats,related,index,report` measures every command.\n")
-    tokens = stages.get("extract", {}).get("tokens") or results(names[0])["arguments"]["tokens"]
+    asked = results(names[0])["arguments"]["tokens"]
+    tokens = stages.get("extract", {}).get("tokens") or asked
     bytes_per_token = MINILM["layers"] * MINILM["heads"] * MINILM["d_head"] * 2 * 4
     rows = []
     for stage in ("extract", "index", "related", "project-pca", "stats"):
@@ -108,7 +111,7 @@ def scale_stages(results: Results) -> str:
         if figures:
             rows.append(f"| {LABELS[stage]} | {minutes(figures['seconds'])} | {figures['peak_gb']:.2f} GB | {scales} |")
         else:
-            rows.append(f"| {LABELS[stage]} | {not_measured(stage, tokens)} | | {scales} |")
+            rows.append(f"| {LABELS[stage]} | {not_measured(stage, asked)} | | {scales} |")
     heads = tsne_heads(results)
     all_heads = MINILM["layers"] * MINILM["heads"]
     if heads:
@@ -119,11 +122,12 @@ def scale_stages(results: Results) -> str:
                     f"{SCALES_WITH['project']} |")
         derived = median([row["seconds"] for row in heads]) * all_heads / JOBS
         rows.append(f"| {LABELS['project']} | derived, not measured: about {minutes(derived)} (the median head × "
-                    f"{all_heads} heads / {JOBS} workers, PCA left out); `python bench/scale.py --stages "
-                    f"extract,project` measures it | | {SCALES_WITH['project']} |")
+                    f"{all_heads} heads / {JOBS} workers, PCA left out; goal {PROJECT_GOAL_S // 60} min: "
+                    f"{'met' if derived <= PROJECT_GOAL_S else '**not met**'} by this estimate); `python "
+                    f"bench/scale.py --stages extract,project` measures it | | {SCALES_WITH['project']} |")
     else:
-        rows.append(f"| {LABELS['project']} | {not_measured('project', tokens)} | | {SCALES_WITH['project']} |")
-    rows.append(f"| {LABELS['report']} | {not_measured('report', tokens)} | | {SCALES_WITH['report']} |")
+        rows.append(f"| {LABELS['project']} | {not_measured('project', asked)} | | {SCALES_WITH['project']} |")
+    rows.append(f"| {LABELS['report']} | {not_measured('report', asked)} | | {SCALES_WITH['report']} |")
     measured = {stage: figures for stage, figures in stages.items() if "peak_gb" in figures}
     measured.update({f"attn-tsne {row['layer']}/{row['head']}": row for row in heads})
     worst = max(measured, key=lambda stage: measured[stage]["peak_gb"])
