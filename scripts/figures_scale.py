@@ -273,3 +273,23 @@ def scale_paper(results: Results) -> str:
         lines.append("**Projection**: no attn-tsne head is measured at 100,000 tokens in the current result files "
                      "(`python bench/scale.py --stages extract,attn-tsne-heads`), so nothing is derived here.")
     return "\n\n".join(lines) + (f"\n\n(Arithmetic on the format{' and on ' + source(results, 'scale') if heads_rows else ''}.)\n")
+
+
+@figure("scale-sampling")
+def scale_sampling(results: Results) -> str:
+    result = results("scale_sample_cost")
+    rows = result["sample_cost"]
+    full = {(row["layer"], row["head"]): row for row in rows if row["sample"] == 0}
+    sampled = [row for row in rows if row["sample"] and (row["layer"], row["head"]) in full]
+    alone = {(row["layer"], row["head"]): row for row in tsne_heads(results)}
+    lines = []
+    for row in sampled:
+        head = (row["layer"], row["head"])
+        whole = full[head]
+        timed = (f" ({minutes(alone[head]['seconds'])} in a process of its own, above)" if head in alone else "")
+        lines.append(f"layer/head {row['layer']}/{row['head']}, {row['method']} fitted on {row['sample']:,} tokens"
+                     f"{timed}: partner recall {row['recall']:.3f}, trustworthiness {row['trust']:.3f}; a full fit "
+                     f"of all {result['arguments']['cost_tokens']:,} tokens: {minutes(whole['seconds'])}, recall "
+                     f"{whole['recall']:.3f} ({row['recall'] / whole['recall']:.2f}× kept), trustworthiness "
+                     f"{whole['trust']:.3f}")
+    return ("; ".join(lines) + f". `bench/scale.py --stages sample-cost` ({source(results, 'scale_sample_cost')}).\n")
