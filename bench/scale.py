@@ -1,6 +1,7 @@
 """qkviz at 100,000 tokens on one machine: every command end to end, and what sampling costs.
 
     python bench/scale.py [--tokens 100000] [--dir /tmp/qkviz-scale] [--stages extract,project,stats,related,index,report]
+                          [--tsne-heads 3:4,5:2] [--json bench/results/scale.json]
     python bench/scale.py --stages sample-cost [--cost-tokens 20000] [--cost-heads 3:4,0:1,5:2] [--samples 2500,5000,10000]
                           [--cost-methods attn-tsne,tsne]
 
@@ -10,7 +11,10 @@ tokens of it:
 
 * ``extract`` (with ``--head-update``, as the demo), ``project`` (the default layouts: PCA for every head in
   2D and 3D and ``attn-tsne`` 2D fitted on the default sample, ``--jobs 2``), ``stats --syntax``,
-  ``related``, ``index``, ``report``;
+  ``related``, ``index``, ``report``; ``project-pca`` (``project --method pca --jobs 2``: PCA for every head in
+  2D and 3D, what the app shows without the t-SNE layouts);
+* ``attn-tsne-heads``: ``project --method attn-tsne`` on each of ``--tsne-heads`` alone (one process, default
+  settings), its seconds and peak a head, and the layout's partner recall@10 and trustworthiness (as below);
 * each one's wall time and **peak memory**: the largest resident set of the command's whole process tree
   (its workers added up), polled every 0.2 s with psutil; goal: 4 GB for every command.
 
@@ -20,13 +24,13 @@ the full fit (``sample`` 0), the seconds, partner recall@10 (of 200 sampled quer
 partners over the corpus, the share among their 10 nearest points of the other kind; chance is 10 / n) and
 trustworthiness (k = 10, against the aligned points, on 3,000 sampled points), averaged over the heads.
 
-``--json PATH`` writes every figure.
+``--json PATH`` (default ``bench/results/scale.json``) writes every figure with the date, machine, load averages
+and arguments (``bench/results_file.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -47,9 +51,12 @@ import qkviz  # noqa: E402
 from qkviz.core.alignment import Alignment, align_head  # noqa: E402
 from qkviz.neighbours import partner_recall  # noqa: E402
 
+sys.path.insert(0, str(REPO / "bench"))
+from results_file import Recorder  # noqa: E402
+
 QKVIZ = [sys.executable, "-m", "qkviz", "-q"]
 CORPUS_FILES = (REPO / "data" / "sentences.txt", REPO / "data" / "classics.txt")
-STAGES = ("extract", "project", "stats", "related", "index", "report")
+STAGES = ("extract", "project", "project-pca", "stats", "related", "index", "report")
 
 
 def corpus(directory: Path) -> Path:
@@ -83,6 +90,7 @@ def commands(run: Path, corpus_path: Path, tokens: int, report: Path) -> dict[st
         "extract": [*QKVIZ, "extract", "--model", "minilm", "--corpus", str(corpus_path), "--out", str(run),
                     "--max-tokens", str(tokens), "--head-update", "--overwrite"],
         "project": [*QKVIZ, "project", "--run", str(run), "--jobs", "2"],
+        "project-pca": [*QKVIZ, "project", "--run", str(run), "--method", "pca", "--jobs", "2"],
         "stats": [*QKVIZ, "stats", "--run", str(run), "--syntax"],
         "related": [*QKVIZ, "related", "--run", str(run)],
         "index": [*QKVIZ, "index", "--run", str(run)],
@@ -102,6 +110,35 @@ def end_to_end(directory: Path, tokens: int, stages: list[str]) -> dict:
             figures[stage]["tokens"] = qkviz.open_run(run).n_tokens
         print(f"{stage:>8}: {figures[stage]['seconds']:8.1f} s  peak {figures[stage]['peak_gb']:.2f} GB", flush=True)
     return figures
+
+
+def layout_quality(run, layer: int, head: int, layout: np.ndarray, points: np.ndarray | None = None) -> dict:
+    """Partner recall@10 (queries' and keys' mean) and trustworthiness (k = 10, 3,000 sampled points) of a layout."""
+    from sklearn.manifold import trustworthiness
+
+    queries, keys = run.queries(layer, head), run.keys(layer, head)
+    if points is None:
+        points = align_head(queries, keys, Alignment()).points
+    recall = partner_recall(queries, keys, run.scale(layer), layout)
+    sampled = np.random.default_rng(0).choice(2 * run.n_tokens, min(3000, 2 * run.n_tokens), replace=False)
+    return {"recall": round(float((recall["query"] + recall["key"]) / 2), 4),
+            "trust": round(float(trustworthiness(points[sampled], layout[sampled], n_neighbors=10)), 4)}
+
+
+def attn_tsne_heads(directory: Path, tokens: int, heads: list[tuple[int, int]]) -> list[dict]:
+    """Each head's default attn-tsne layout made alone in a child process: its seconds, peak and quality."""
+    run_path = directory / f"minilm-{tokens}"
+    run = qkviz.open_run(run_path)
+    rows = []
+    for layer, head in heads:
+        row = {"layer": layer, "head": head, "tokens": run.n_tokens,
+               **measured([*QKVIZ, "project", "--run", str(run_path), "--method", "attn-tsne", "--layers", str(layer),
+                           "--heads", str(head)])}
+        row.update(layout_quality(run, layer, head, run.projection(layer, head, "attn-tsne", 2, make=False)))
+        rows.append(row)
+        print(f"attn-tsne {layer}/{head}: {row['seconds']:.1f} s  peak {row['peak_gb']:.2f} GB  "
+              f"recall {row['recall']:.3f}  trust {row['trust']:.3f}", flush=True)
+    return rows
 
 
 def sample_cost(directory: Path, tokens: int, heads: list[tuple[int, int]], samples: list[int],
@@ -145,9 +182,11 @@ def main() -> None:
     parser.add_argument("--cost-heads", default="3:4,0:1,5:2")
     parser.add_argument("--samples", default="2500,5000,10000")
     parser.add_argument("--cost-methods", default="attn-tsne,tsne")
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--tsne-heads", default="3:4,5:2", help="layer:head pairs for the attn-tsne-heads stage")
+    parser.add_argument("--json", type=Path, help="default: bench/results/scale.json")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
+    recorder = Recorder("scale", vars(args), args.json)
     stages = [stage.strip() for stage in args.stages.split(",") if stage.strip()]
     results: dict = {}
     if set(stages) & set(STAGES):
@@ -157,8 +196,10 @@ def main() -> None:
         results["sample_cost"] = sample_cost(args.dir, args.cost_tokens, heads,
                                              [int(size) for size in args.samples.split(",")],
                                              args.cost_methods.split(","))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+    if "attn-tsne-heads" in stages:
+        results["attn_tsne_heads"] = attn_tsne_heads(
+            args.dir, args.tokens, [tuple(int(part) for part in pair.split(":")) for pair in args.tsne_heads.split(",")])
+    print(f"wrote {recorder.write(**results)}")
 
 
 if __name__ == "__main__":
