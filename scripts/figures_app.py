@@ -4,7 +4,7 @@ their goals), rendered from ``bench/results/app.json`` and ``document_view.json`
 
 from __future__ import annotations
 
-from figure_results import Results, figure, source
+from figure_results import Results, figure, source, verdict
 
 #: the app's goals (issue 17): the table's label, the sentence's, the ``bench/app.py`` figure, the goal, unit, scale
 APP_GOALS = (("matrix view interactive after navigation (warm loads)", "the matrix view is interactive after navigation",
@@ -40,10 +40,6 @@ def held(run: dict) -> str:
     return f"{run.get('tokens', run['points per head'] // 2):,} tokens, 2D layouts: {made}; {atlas}"
 
 
-def verdict(value: float, goal: float) -> str:
-    return "met" if value <= goal else "**not met**"
-
-
 @figure("app-runs")
 def app_runs(results: Results) -> str:
     """docs/benchmarks.md: what each run held, and every goal against each run's median."""
@@ -53,7 +49,7 @@ def app_runs(results: Results) -> str:
     header = "| goal, median | " + " | ".join(model(run) for run in runs) + " |\n|---|" + "---|" * len(runs)
     rows = []
     for label, _, key, goal, unit, scale in APP_GOALS:
-        cells = [f"{amount(median(run[key]), unit, scale)}, {verdict(median(run[key]), goal)}" if key in run
+        cells = [f"{amount(median(run[key]), unit, scale)}, {verdict(median(run[key]) <= goal)}" if key in run
                  else "not measured" for run in runs]
         rows.append(f"| {label}: ≤ {amount(goal, unit, scale)} | " + " | ".join(cells) + " |")
     matrix_goal = APP_GOALS[0][3]
@@ -84,7 +80,7 @@ def app_summary(results: Results) -> str:
         measured = [run for run in runs if key in run]
         values = " and ".join(f"{amount(median(run[key]), unit, scale)} ({model(run)})" for run in measured)
         met = all(median(run[key]) <= goal for run in measured)
-        parts.append(f"{said} {values}, goal ≤ {amount(goal, unit, scale)} {'met' if met else '**not met**'}")
+        parts.append(f"{said} {values}, goal ≤ {amount(goal, unit, scale)} {verdict(met)}")
     about = ", ".join(f"{model(run)} ({run['heads']} heads" + (f", {run['tokens']:,} tokens)" if "tokens" in run
                                                               else f", {run['points per head']:,} points a head)")
                       for run in runs)
@@ -101,7 +97,7 @@ def document_view(results: Results) -> str:
     opened, switch, server = result["open_to_drawn_3k"], result["head_switch_8k"], result["server_compute_8k"]
 
     def row(label: str, value: dict, goal: float | None) -> str:
-        said = f"≤ {goal:.0f} s, " + verdict(value["median"], goal) if goal else ""
+        said = f"≤ {goal:.0f} s, " + verdict(value["median"] <= goal) if goal else ""
         return f"| {label} | {value['min']:.2f} s | {value['median']:.2f} s | {value['max']:.2f} s | {said} |"
     rows = [row(f"Document tab clicked → whole map drawn, {opened['tokens']:,} tokens", opened, opened.get("goal_s")),
             row(f"head switch (Head menu) → new map drawn, {switch['tokens']:,} tokens", switch, switch.get("goal_s")),

@@ -6,7 +6,7 @@ the thousand heads (``thousand_heads``)."""
 
 from __future__ import annotations
 
-from figure_results import Results, figure, minutes, source
+from figure_results import Results, figure, minutes, source, verdict
 
 #: the goals the pages name (not measurements)
 TRUST_GOAL = 0.90
@@ -176,8 +176,8 @@ def thousand_heads_quality(results: Results) -> str:
             f"| **default now** | **{summary['mean_default_recall']:.4f}** ({summary['recall_ratio']:.3f}×; lowest "
             f"head {summary['recall_ratio_min_head']:.2f}×) | {summary['mean_default_trust']:.3f} | "
             f"**{summary['mean_default_cpu_s']:.1f}** |\n\n"
-            f"Recall goal (≥ 0.9× the full fit's): {'met' if summary['recall_ratio'] >= 0.9 else 'not met'} on the "
-            f"mean, {'met' if summary['recall_ratio_min_head'] >= 0.9 else 'not met'} on every head. "
+            f"Recall goal (≥ 0.9× the full fit's): {verdict(summary['recall_ratio'] >= 0.9)} on the "
+            f"mean, {verdict(summary['recall_ratio_min_head'] >= 0.9)} on every head. "
             f"Trustworthiness {summary['mean_full_trust'] - summary['mean_default_trust']:.3f} lower than the full "
             f"fit's. `bench/thousand_heads.py --sample {result['arguments']['sample']} --seed "
             f"{result['arguments']['seed']}` ({source(results, 'thousand_heads')}).\n")
@@ -197,10 +197,10 @@ def thousand_heads_time(results: Results) -> str:
             f"{timing['cpu_s_per_head']:.2f} CPU s a head. ")
     if idle is not None:
         text += (f"The CPU time over 2 cores, the time on 2 idle cores, is {minutes(idle)}: goal ≤ 30 min "
-                 f"{'met' if idle <= goal else 'not met'} (from the CPU time; the wall time on a machine of its "
+                 f"{verdict(idle <= goal)} (from the CPU time; the wall time on a machine of its "
                  "own is not measured). ")
     else:
-        text += f"Goal ≤ 30 min: {'met' if timing['wall_s_all'] <= goal else 'not met'} on the wall time. "
+        text += f"Goal ≤ 30 min: {verdict(timing['wall_s_all'] <= goal)} on the wall time. "
     return text + f"`bench/thousand_heads.py` ({source(results, 'thousand_heads')}).\n"
 
 

@@ -7,7 +7,7 @@ docs/benchmarks.md's app at 100,000 tokens: from ``bench/results/scale.json`` an
 
 from __future__ import annotations
 
-from figure_results import Results, figure, minutes, source
+from figure_results import Results, figure, minutes, source, verdict
 
 #: every command's peak memory goal (docs/scale.md)
 MEMORY_GOAL_GB = 4.0
@@ -123,7 +123,7 @@ def scale_stages(results: Results) -> str:
         derived = median([row["seconds"] for row in heads]) * all_heads / JOBS
         rows.append(f"| {LABELS['project']} | derived, not measured: about {minutes(derived)} (the median head × "
                     f"{all_heads} heads / {JOBS} workers, PCA left out; goal {PROJECT_GOAL_S // 60} min: "
-                    f"{'met' if derived <= PROJECT_GOAL_S else '**not met**'} by this estimate); `python "
+                    f"{verdict(derived <= PROJECT_GOAL_S)} by this estimate); `python "
                     f"bench/scale.py --stages extract,project` measures it | | {SCALES_WITH['project']} |")
     else:
         rows.append(f"| {LABELS['project']} | {not_measured('project', asked)} | | {SCALES_WITH['project']} |")
@@ -156,7 +156,7 @@ def span(value, unit: str = "ms") -> str:
 def met(run: dict, key: str) -> str:
     goal = APP_GOALS_MS[key]
     shown = f"≤ {goal / 1000:.0f} s" if goal >= 1000 else f"≤ {goal} ms"
-    return f"{shown}, {'met' if run[key]['median'] <= goal else '**not met**'} by the median"
+    return f"{shown}, {verdict(run[key]['median'] <= goal)} by the median"
 
 
 APP_MISSING = ("Not measured in the current result files: `python bench/app.py --run RUN --repeats 5 --json "
@@ -224,8 +224,8 @@ def scale_thousand(results: Results) -> str:
             f"({shape['layers']} layers of {shape['heads']}, {shape['tokens']:,} tokens): {minutes(timing['wall_s'])} "
             f"wall, {minutes(timing['cpu_s'])} of CPU, {timing['cpu_s_per_head']:.2f} CPU seconds a head; "
             f"{minutes(timing['cpu_s'] / 2)} on 2 idle cores from the CPU time (goal 30 min: "
-            f"{'met' if timing['cpu_s'] / 2 <= 1800 else '**not met**'} by that estimate, "
-            f"{'met' if timing['wall_s'] <= 1800 else '**not met**'} by the wall time). "
+            f"{verdict(timing['cpu_s'] / 2 <= 1800)} by that estimate, "
+            f"{verdict(timing['wall_s'] <= 1800)} by the wall time). "
             f"`bench/thousand_heads.py` ({source(results, 'thousand_heads')}).\n")
 
 

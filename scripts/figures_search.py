@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from figure_results import Results, figure, source
+from figure_results import Results, figure, source, verdict
 
 #: the goals of docs/benchmarks.md's Search table: (part, key, goal in ms on the p95)
 GOALS = {"partner": 50.0, "token search": 150.0}
@@ -199,7 +199,7 @@ def search_tokens(results: Results) -> str:
 
 
 def against(value_ms: float, goal_ms: float) -> str:
-    return f"p95 ≤ {goal_ms:.0f} ms: " + ("met" if value_ms <= goal_ms else "**not met**")
+    return f"p95 ≤ {goal_ms:.0f} ms: " + verdict(value_ms <= goal_ms)
 
 
 @figure("search-benchmarks")

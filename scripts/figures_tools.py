@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from figure_results import Results, figure, minutes, source
+from figure_results import Results, figure, minutes, source, verdict
 
 #: the bundled runs as the pages name them (a result's run directory name, else its name as it is)
 RUN_NAMES = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
@@ -17,10 +17,6 @@ RUN_NAMES = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
 PAGE_GOAL_MB, PAGE_GOAL_S = 1.5, 2.0
 #: extraction's goals: a ratio over a bare forward pass, a peak at 100,000 tokens
 EXTRACT_GOAL_RATIO, EXTRACT_GOAL_GB = 1.25, 4.0
-
-
-def met(ok: bool) -> str:
-    return "met" if ok else "**not met**"
 
 
 def span(values: dict, digits: int = 1, unit: str = " s") -> str:
@@ -41,9 +37,9 @@ def head_name(pair) -> str:
 def extract_goal(results: Results) -> str:
     result = results("extract_minilm")
     ratio, child = result["ratio"]["median"], result["child_extract"]
-    return (f"Goals: a ratio ≤ {EXTRACT_GOAL_RATIO} over a bare forward pass, {met(ratio <= EXTRACT_GOAL_RATIO)} "
+    return (f"Goals: a ratio ≤ {EXTRACT_GOAL_RATIO} over a bare forward pass, {verdict(ratio <= EXTRACT_GOAL_RATIO)} "
             f"(median {ratio:.2f}); ≤ {EXTRACT_GOAL_GB:.0f} GB peak RSS at 100,000 tokens, "
-            f"{met(child['peak_mb'] <= EXTRACT_GOAL_GB * 1024)} ({child['peak_mb']:,.0f} MB at "
+            f"{verdict(child['peak_mb'] <= EXTRACT_GOAL_GB * 1024)} ({child['peak_mb']:,.0f} MB at "
             f"{child['tokens']:,} tokens). ({source(results, 'extract_minilm')}.)\n")
 
 
@@ -59,7 +55,7 @@ def long_inputs(results: Results) -> str:
     limit = float(re.search(r"\+ ([\d.]+) GB", result["goal"])[1])
     rows = "\n".join(
         f"| {row['dtype']} | {minutes(row['seconds'])} (load {load_range(row['load_average'])}) "
-        f"| {row['peak_gb']:.2f} GB | {row['beyond_weights_gb']:.2f} GB | {met(row['beyond_weights_gb'] <= limit)} |"
+        f"| {row['peak_gb']:.2f} GB | {row['beyond_weights_gb']:.2f} GB | {verdict(row['beyond_weights_gb'] <= limit)} |"
         for row in result["results"])
     tokens = result["results"][0]["document_tokens"]
     return (f"A model of {model['layers']} layers × {model['heads']} query heads over {model['kv_heads']} key-value "
@@ -114,7 +110,7 @@ def report_pages(results: Results) -> str:
             "|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
             f"Medians of {result['arguments']['repeats']} cold opens{f'; the run has {layouts} layouts' if layouts else ''}. "
             f"Goal (issue 17): ≤ {goal_mb} MB a page and ≤ {goal_s:.0f} s to open. Size: "
-            f"{met(per_page <= goal_mb)}, counting each page's share of the shared script ({per_page:.2f} MB a page). "
+            f"{verdict(per_page <= goal_mb)}, counting each page's share of the shared script ({per_page:.2f} MB a page). "
             f"Time: {time}. Requests refused: {refused}; console errors: {errors}. "
             f"`bench/report_pages.py --repeats {result['arguments']['repeats']}` ({source(results, 'report_pages')}).\n")
 
@@ -169,7 +165,7 @@ def stats_timings(result: dict) -> str:
         runs = row["seconds"]["runs"]
         seconds = (span(row["seconds"]) + f" (min / median / max of {runs})" if runs > 1
                    else f"{row['seconds']['median']:.1f} s (one run)")
-        goal = (f" (goal ≤ {minutes(result['goal_seconds'])} at 72 heads: {met(row['seconds']['median'] <= result['goal_seconds'])})"
+        goal = (f" (goal ≤ {minutes(result['goal_seconds'])} at 72 heads: {verdict(row['seconds']['median'] <= result['goal_seconds'])})"
                 if row["heads"] == 72 and result.get("goal_seconds") else "")
         timings.append(f"{run_name(row)}, {row['heads']} heads at {row['tokens']:,} tokens: {seconds}, "
                        f"peak RSS {row['peak_mb']:,.0f} MB{goal}")
