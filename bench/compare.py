@@ -1,7 +1,7 @@
 """Compare and selection benchmark: ``qkviz compare`` on every head, and the server's work for a large selection.
 
     python bench/compare.py [--run runs/minilm] [--tokens 5000] [--other RUN] [--points 10000] [--repeats 2]
-                            [--browser] [--out bench/results/compare.json]
+                            [--browser] [--browser-repeats 5] [--out bench/results/compare.json]
 
 Makes the MiniLM run when it is missing (the bundled corpus, ``--tokens`` tokens). Times ``qkviz -q compare``
 end to end in a child process (wall time and peak memory) between the run and ``--other`` -- by default a copy
@@ -115,6 +115,8 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=10_000)
     parser.add_argument("--browser", action="store_true", help="also time a whole-layout selection in Chromium")
     parser.add_argument("--repeats", type=int, default=2, help="compares and selections timed (default 2)")
+    parser.add_argument("--browser-repeats", type=int, default=5,
+                        help="whole-layout selections timed in Chromium with --browser, each in a fresh page (default 5)")
     parser.add_argument("--out", type=Path, help="the result file (default bench/results/compare.json)")
     args = parser.parse_args()
     recorder = Recorder("compare", vars(args), out=args.out)
@@ -136,7 +138,7 @@ def main() -> None:
     if args.other is None:
         assert (table.mean_js == 0).all(), "a run compared with its copy must give 0"
     selections = [time_selection(run, args.points) for _ in range(args.repeats)]
-    browser = [time_browser_selection(run)] if args.browser else []
+    browser = [time_browser_selection(run) for _ in range(args.browser_repeats)] if args.browser else []
     written = recorder.write(
         model=run.model_id, tokens=run.n_tokens, heads=len(table), with_itself=args.other is None,
         compare_seconds=summary(seconds), compare_peak_mb=peak_mb, selection_points=selections[0]["points"],

@@ -280,5 +280,7 @@ def compare(results: Results) -> str:
                  f"queries and keys) shows its table "
                  + (f"{span(browser, 2)} (min / median / max of {browser['runs']})" if browser["runs"] > 1
                     else f"{browser['median']:.2f} s (one run)") + " after the mouse is released.")
-    flags = f" --repeats {result['arguments']['repeats']}" + (" --browser" if browser else "")
+    flags = f" --repeats {result['arguments']['repeats']}" + (" --browser" if browser else "") + (
+        f" --browser-repeats {result['arguments']['browser_repeats']}" if browser and "browser_repeats" in result["arguments"]
+        else "")
     return f"{text} `bench/compare.py{flags}` ({source(results, 'compare')}).\n"
