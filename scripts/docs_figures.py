@@ -3,7 +3,7 @@ rendered from ``bench/results/*.json``; registered with :func:`figure_results.fi
 
 from __future__ import annotations
 
-from figure_results import Results, figure, source
+from figure_results import BUNDLED, Results, figure, source
 
 
 @figure("families")
@@ -26,7 +26,6 @@ EXACTNESS_GROUPS = ((("bert", "BERT"), ("roberta", "RoBERTa"), ("distilbert", "D
                     (("mistral", "Mistral (window 6)"), ("gemma3", "Gemma 3 (window 5)")),
                     (("vit", "ViT"), ("deit", "DeiT"), ("dinov2", "DINOv2"), ("dinov2-registers", "DINOv2 with registers")),
                     (("clip-vision", "CLIP vision"), ("siglip-vision", "SigLIP vision"), ("clip", "whole CLIP")))
-BUNDLED = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
 
 
 @figure("exactness")

@@ -64,6 +64,20 @@ def source(results: Results, *names: str) -> str:
     return "; ".join(parts)
 
 
+#: the bundled models as the pages name them, by the key a result file gives (a run's directory name or the model)
+BUNDLED = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
+
+
+def model_name(key: str) -> str:
+    """A bundled model's name on the pages (any other key as it is)."""
+    return BUNDLED.get(key, key)
+
+
+def span(values: dict, digits: int = 1, unit: str = " s", scale: float = 1.0) -> str:
+    """``min / median / max`` of a ``results_file.summary``, each divided by ``scale``."""
+    return " / ".join(f"{values[key] / scale:,.{digits}f}" for key in ("min", "median", "max")) + unit
+
+
 FIGURES: dict[str, Callable[[Results], str]] = {}
 
 

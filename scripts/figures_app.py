@@ -4,7 +4,7 @@ their goals), rendered from ``bench/results/app.json`` and ``document_view.json`
 
 from __future__ import annotations
 
-from figure_results import Results, figure, source, verdict
+from figure_results import BUNDLED, Results, figure, model_name, source, verdict
 
 #: the app's goals (issue 17): the table's label, the sentence's, the ``bench/app.py`` figure, the goal, unit, scale
 APP_GOALS = (("matrix view interactive after navigation (warm loads)", "the matrix view is interactive after navigation",
@@ -15,11 +15,10 @@ APP_GOALS = (("matrix view interactive after navigation (warm loads)", "the matr
               "search server ms", 200, "ms", 1),
              ("bytes per single-head figure", "a single-head figure is", "single figure MB", 0.6, "MB", 1))
 #: the names the bench's runs go by on the pages
-MODELS = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
 
 
 def model(run: dict) -> str:
-    return MODELS.get(run.get("model") or run["run"], run.get("model") or run["run"])
+    return model_name(run.get("model") or run["run"])
 
 
 def median(value) -> float:
@@ -61,7 +60,7 @@ def app_runs(results: Results) -> str:
     memory = "; ".join(f"{model(run)} {run['rss start MB']:,.0f} MB after start, {run['rss peak MB']:,.0f} MB at "
                        f"its peak" for run in runs)
     runs_held = "; ".join(f"{model(run)}: {held(run)}" for run in runs)
-    missing = [name for key, name in MODELS.items() if key not in {run.get("model") or run["run"] for run in runs}]
+    missing = [name for key, name in BUNDLED.items() if key not in {run.get("model") or run["run"] for run in runs}]
     missing_says = (f" {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not in the current result file: "
                     f"`python bench/app.py --run runs/minilm --run runs/smollm2 --repeats 5` measures both."
                     if missing else "")

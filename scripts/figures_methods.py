@@ -6,17 +6,13 @@ the thousand heads (``thousand_heads``)."""
 
 from __future__ import annotations
 
-from figure_results import Results, figure, minutes, source, verdict
+from statistics import mean
+
+from figure_results import Results, figure, minutes, model_name, source, verdict
 
 #: the goals the pages name (not measurements)
 TRUST_GOAL = 0.90
 RECALL_GOAL = 0.30
-MODELS = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
-
-
-def mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values)
 
 
 def head_label(row: dict) -> str:
@@ -214,7 +210,7 @@ def sink_survey(results: Results) -> str:
         result = results(name)
         survey = result["survey"]
         sinks = sum(row["first_token"] >= 0.5 for row in survey)
-        model = MODELS.get(result.get("model"), result.get("model", name))
+        model = model_name(result["model"]) if result.get("model") else name
         parts.append(f"{model}: {sinks} of {len(survey)} heads give the first token half their attention or more "
                      f"({tokens(result)})")
     return "; ".join(parts) + f". `bench/faithful.py --model` ({source(results, *names)}).\n"

@@ -7,7 +7,9 @@ docs/benchmarks.md's app at 100,000 tokens: from ``bench/results/scale.json`` an
 
 from __future__ import annotations
 
-from figure_results import Results, figure, minutes, source, verdict
+from statistics import median
+
+from figure_results import Results, figure, minutes, source, span, verdict
 
 #: every command's peak memory goal (docs/scale.md)
 MEMORY_GOAL_GB = 4.0
@@ -84,12 +86,6 @@ def tsne_heads(results: Results) -> list[dict]:
     return results("scale").get("attn_tsne_heads", []) if results.exists("scale") else []
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def not_measured(stage: str, tokens: int) -> str:
     return (f"not measured in the current result files: `python bench/scale.py --tokens {tokens} --stages "
             f"extract,{stage}` measures it")
@@ -145,11 +141,10 @@ def scale_stages(results: Results) -> str:
             f"({source(results, *names)}).\n")
 
 
-def span(value, unit: str = "ms") -> str:
+def milliseconds(value, unit: str = "ms") -> str:
+    """A timing in ms (a summary's min / median / max, or one value), written in ``unit``: ms or s."""
     if isinstance(value, dict):
-        if unit == "s":
-            return f"{value['min'] / 1000:.2f} / {value['median'] / 1000:.2f} / {value['max'] / 1000:.2f} s"
-        return f"{value['min']:,.0f} / {value['median']:,.0f} / {value['max']:,.0f} ms"
+        return span(value, 2, " s", 1000) if unit == "s" else span(value, 0, " ms")
     return f"{value / 1000:.2f} s" if unit == "s" else f"{value:,.0f} ms"
 
 
@@ -164,26 +159,33 @@ APP_MISSING = ("Not measured in the current result files: `python bench/app.py -
                "bench/scale.py --stages extract,project-pca` makes one) measures it.\n")
 
 
+def app_result(results: Results) -> tuple[dict, dict] | None:
+    """``bench/results/app_100k.json`` and its one run, or None when it is missing."""
+    if not results.exists("app_100k"):
+        return None
+    result = results("app_100k")
+    return result, result["runs"][0]
+
+
 @figure("app-100k")
 def app_100k(results: Results) -> str:
-    if not results.exists("app_100k"):
+    if not (found := app_result(results)):
         return APP_MISSING
-    result = results("app_100k")
-    run = result["runs"][0]
-    rows = [("empty Dash page with one 10,000-point WebGL graph (the floor)", span(result["floor_ms"], "s"), ""),
+    result, run = found
+    rows = [("empty Dash page with one 10,000-point WebGL graph (the floor)", milliseconds(result["floor_ms"], "s"), ""),
             ("matrix view, navigation to drawn: first load after the server starts (one)",
-             span(run["matrix cold ms"], "s"), ""),
-            ("matrix view, navigation to drawn: later loads", span(run["matrix warm ms"], "s"),
+             milliseconds(run["matrix cold ms"], "s"), ""),
+            ("matrix view, navigation to drawn: later loads", milliseconds(run["matrix warm ms"], "s"),
              met(run, "matrix warm ms"))]
     if "matrix coloured ms" in run:
-        rows.append(("the matrix coloured by an atlas statistic", span(run["matrix coloured ms"], "s"), ""))
+        rows.append(("the matrix coloured by an atlas statistic", milliseconds(run["matrix coloured ms"], "s"), ""))
     if "positions ms" in run:
-        rows.append(("Positions view", span(run["positions ms"], "s"), ""))
-    rows += [("head switch in the single view, click to the new head drawn", span(run["head switch ms"]),
+        rows.append(("Positions view", milliseconds(run["positions ms"], "s"), ""))
+    rows += [("head switch in the single view, click to the new head drawn", milliseconds(run["head switch ms"]),
               met(run, "head switch ms")),
-             ("search across all heads: the server's callback", span(run["search server ms"]),
+             ("search across all heads: the server's callback", milliseconds(run["search server ms"]),
               met(run, "search server ms")),
-             ("search: Enter to the matches drawn", span(run["search Enter to drawn ms"]), ""),
+             ("search: Enter to the matches drawn", milliseconds(run["search Enter to drawn ms"]), ""),
              ("bytes per head switch", f"{run['single figure MB']:.2f} MB", ""),
              ("bytes of the matrix figure", f"{run['matrix figure MB']:.2f} MB", ""),
              ("server memory: after start / peak", f"{run['rss start MB']:,.0f} / {run['rss peak MB']:,.0f} MB", "")]
@@ -197,16 +199,15 @@ def app_100k(results: Results) -> str:
 
 @figure("scale-app")
 def scale_app(results: Results) -> str:
-    if not results.exists("app_100k"):
+    if not (found := app_result(results)):
         return APP_MISSING
-    result = results("app_100k")
-    run = result["runs"][0]
+    result, run = found
     return (f"Medians of {result['arguments']['repeats']} or more: the matrix view is drawn "
-            f"{span(run['matrix warm ms']['median'], 's')} after navigation ({met(run, 'matrix warm ms')}), where "
-            f"an empty Dash page with one WebGL graph takes {span(result['floor_ms']['median'], 's')}; a head "
-            f"switch takes {span(run['head switch ms']['median'])} from the click to the new head drawn "
-            f"({met(run, 'head switch ms')}); an all-head search {span(run['search server ms']['median'])} on the "
-            f"server ({met(run, 'search server ms')}) and {span(run['search Enter to drawn ms']['median'])} from "
+            f"{milliseconds(run['matrix warm ms']['median'], 's')} after navigation ({met(run, 'matrix warm ms')}), where "
+            f"an empty Dash page with one WebGL graph takes {milliseconds(result['floor_ms']['median'], 's')}; a head "
+            f"switch takes {milliseconds(run['head switch ms']['median'])} from the click to the new head drawn "
+            f"({met(run, 'head switch ms')}); an all-head search {milliseconds(run['search server ms']['median'])} on the "
+            f"server ({met(run, 'search server ms')}) and {milliseconds(run['search Enter to drawn ms']['median'])} from "
             f"Enter to the matches drawn; the server peaks at {run['rss peak MB']:,.0f} MB. "
             f"({source(results, 'app_100k')}.)\n")
 

@@ -9,23 +9,16 @@ from __future__ import annotations
 
 import re
 
-from figure_results import Results, figure, minutes, source, verdict
+from figure_results import Results, figure, minutes, model_name, source, span, verdict
 
-#: the bundled runs as the pages name them (a result's run directory name, else its name as it is)
-RUN_NAMES = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
 #: issue 17's goals for the report's pages
 PAGE_GOAL_MB, PAGE_GOAL_S = 1.5, 2.0
 #: extraction's goals: a ratio over a bare forward pass, a peak at 100,000 tokens
 EXTRACT_GOAL_RATIO, EXTRACT_GOAL_GB = 1.25, 4.0
 
 
-def span(values: dict, digits: int = 1, unit: str = " s") -> str:
-    """min / median / max of a ``results_file.summary``."""
-    return f"{values['min']:.{digits}f} / {values['median']:.{digits}f} / {values['max']:.{digits}f}{unit}"
-
-
 def run_name(row: dict) -> str:
-    return RUN_NAMES.get(row["run"], row["run"])
+    return model_name(row["run"])
 
 
 def head_name(pair) -> str:
@@ -269,7 +262,7 @@ def compare(results: Results) -> str:
     itself = (" with a copy of itself (every head's distance is then 0, as the bench checks)" if result["with_itself"]
               else " with another run")
     browser = result.get("browser_seconds")
-    text = (f"`qkviz compare` of the {RUN_NAMES.get(result['model'], result['model'])} run ({result['tokens']:,} tokens)"
+    text = (f"`qkviz compare` of the {model_name(result['model'])} run ({result['tokens']:,} tokens)"
             f"{itself}, {result['heads']} heads, end to end in a child process: {span(result['compare_seconds'])} "
             f"(min / median / max of {runs}), peak RSS {result['compare_peak_mb']:,.0f} MB. The server's work for a "
             f"selection of {result['selection_points']:,} points (checking the payload, the table of every point for "

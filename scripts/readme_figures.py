@@ -23,7 +23,7 @@ import figures_scale  # noqa: E402,F401  (docs/scale.md and benchmarks.md's app 
 import figures_search  # noqa: E402,F401  (docs/search.md and benchmarks.md's search)
 import figures_tools  # noqa: E402,F401  (benchmarks.md's extraction to compare, docs/atlas.md, docs/images.md)
 import figures_app  # noqa: E402,F401  (docs/app.md, images.md, cli.md and the other pages)
-from figure_results import FIGURES, Results, figure, minutes, source  # noqa: E402
+from figure_results import FIGURES, Results, figure, minutes, source, span  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 #: the pages that may hold figure blocks, and may hold no measured figure outside them: the README and every docs page
@@ -118,14 +118,12 @@ def extract(results: Results) -> str:
     columns = [results(name) for name in names]
     labels = [f"{result['arguments']['model']} {result['arguments']['dtype']}" for result in columns]
 
-    def span(value: dict, unit: str = "", digits: int = 2) -> str:
-        return f"{value['min']:.{digits}f} / {value['median']:.{digits}f} / {value['max']:.{digits}f}{unit}"
     rows = [("tokens per run", [f"{r['tokens']:,}" for r in columns]),
-            ("bare forward pass", [span(r["bare_forward_s"], " s") for r in columns]),
-            ("`qkviz.extract`, all included", [span(r["extract_s"], " s") for r in columns]),
-            ("a warm load of the model", [span(r["warm_model_load_s"], " s") for r in columns]),
-            ("ratio extract / bare forward", [span(r["ratio"]) for r in columns]),
-            ("ratio less the pair's warm model load", [span(r["ratio_without_model_load"]) for r in columns]),
+            ("bare forward pass", [span(r["bare_forward_s"], 2, " s") for r in columns]),
+            ("`qkviz.extract`, all included", [span(r["extract_s"], 2, " s") for r in columns]),
+            ("a warm load of the model", [span(r["warm_model_load_s"], 2, " s") for r in columns]),
+            ("ratio extract / bare forward", [span(r["ratio"], 2, "") for r in columns]),
+            ("ratio less the pair's warm model load", [span(r["ratio_without_model_load"], 2, "") for r in columns]),
             ("a run in a child process: tokens, wall, its peak RSS, run size",
              [f"{c['tokens']:,}, {c['seconds']:.1f} s, {c['peak_mb']:,} MB, {c['run_mb']:,} MB"
               if (c := r.get("child_extract")) else "not run" for r in columns])]
@@ -198,8 +196,8 @@ def app(results: Results) -> str:
     result = results("app")
     runs = result["runs"]
 
-    def span(value) -> str:
-        return (f"{value['min']:,.0f} / {value['median']:,.0f} / {value['max']:,.0f} ms" if isinstance(value, dict)
+    def timing(value) -> str:
+        return (span(value, 0, " ms") if isinstance(value, dict)
                 else "not measured" if value is None else f"{value:,.0f} ms")
     rows = [("matrix view, navigation to drawn: cold (one)", "matrix cold ms"),
             ("matrix view, navigation to drawn: warm", "matrix warm ms"),
@@ -210,12 +208,12 @@ def app(results: Results) -> str:
     rows = [(label, key) for label, key in rows if any(key in run for run in runs)]
     header = "| min / median / max | " + " | ".join(f"{run['run']} ({run['heads']} heads, {run['points per head']:,} "
                                                        f"points a head)" for run in runs) + " |"
-    table = "\n".join(f"| {label} | " + " | ".join(span(run.get(key)) for run in runs) + " |" for label, key in rows)
+    table = "\n".join(f"| {label} | " + " | ".join(timing(run.get(key)) for run in runs) + " |" for label, key in rows)
     sizes = "; ".join(f"{run['run']}: a head switch sends {run['single figure MB']:.2f} MB, the matrix "
                       f"{run['matrix figure MB']:.2f} MB, the server peaks at {run['rss peak MB']:,.0f} MB" for run in runs)
     floor = result["floor_ms"]
     return (f"{header}\n|---|" + "---|" * len(runs) + f"\n{table}\n\n{sizes}. An empty Dash page with one "
-            f"10,000-point WebGL graph (the floor) is drawn {span(floor)} after navigation. "
+            f"10,000-point WebGL graph (the floor) is drawn {timing(floor)} after navigation. "
             f"`bench/app.py --repeats {result['arguments']['repeats']}` ({source(results, 'app')}).\n")
 
 
