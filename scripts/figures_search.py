@@ -5,8 +5,6 @@ Corpus-wide search (docs/search.md, the Search section of docs/benchmarks.md), f
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 
 from figure_results import Results, figure, source, verdict
 
@@ -29,13 +27,6 @@ def p50_p95(timing: dict, n: bool = False) -> str:
 
 def size(nbytes: float) -> str:
     return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.0f} kB"
-
-
-def exact_limit() -> int:
-    """qkviz's default exact limit (``qkviz.search.mips_index.EXACT_LIMIT``), read from its source so that
-    rendering imports no part of qkviz."""
-    text = (Path(__file__).resolve().parent.parent / "qkviz" / "search" / "mips_index.py").read_text(encoding="utf-8")
-    return int(re.search(r"^EXACT_LIMIT = ([\d_]+)", text, re.M)[1])
 
 
 def head_list(names: list[str]) -> str:
@@ -145,8 +136,8 @@ def search_large(results: Results) -> str:
     builds = listed(["{:.0f}".format(row["ivf_build_s"]) for row in rows])
     verdict = (f"The inverted file answers {speedups} faster (p50) than the exact scan at {sizes} keys, after a build "
                f"of {builds} s for this one index")
-    limit = exact_limit()
-    at_limit = max((row for row in rows if row["keys"] <= limit), key=lambda row: row["keys"], default=None)
+    limit = result.get("default_exact_limit")   # recorded by the bench: qkviz's limit when it ran
+    at_limit = limit and max((row for row in rows if row["keys"] <= limit), key=lambda row: row["keys"], default=None)
     if at_limit:
         verdict += (f". Up to the default exact limit ({limit:,} tokens) nothing is built: at {at_limit['keys']:,} keys "
                     f"of d_head {at_limit['d_head']} the exact scan took {p50_p95(at_limit['exact'])} a query here")
