@@ -87,7 +87,7 @@ def findings(path: Path) -> dict:
                                        "js_among": float(among.mean()),
                                        "js_to_others": float(js[np.ix_(previous, others)].mean())}
     if run.n_kv_heads < run.n_heads:
-        group = np.arange(n) // run.n_heads * run.n_kv_heads + np.arange(n) % run.n_heads // (run.n_heads // run.n_kv_heads)
+        group = np.array([flat // run.n_heads * run.n_kv_heads + run.kv_head(flat % run.n_heads) for flat in range(n)])
         partner = np.argmax(np.where(np.eye(n, dtype=bool), -np.inf, cka), axis=1)
         same_layer = upper & (apart == 0)
         shares = group[:, None] == group[None, :]
