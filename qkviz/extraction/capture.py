@@ -99,8 +99,9 @@ def _softcapped_attention(module, query, key, value, attention_mask, scaling=Non
 
 
 def _skipped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    zeros = query.new_zeros(*query.shape[:-1], value.shape[-1])
-    return zeros.transpose(1, 2), None     # [batch, pos, head, d_value], as attention returns
+    batch, heads, positions, _ = query.shape
+    # [batch, pos, head, d_value] and contiguous, as attention returns (some families .view() it)
+    return query.new_zeros(batch, positions, heads, value.shape[-1]), None
 
 
 AttentionInterface.register(CAPTURE_IMPLEMENTATION, _capturing_attention)
@@ -150,7 +151,9 @@ def _method_captures(model: torch.nn.Module) -> Iterator[None]:
     patched = []
     for module in model.modules():
         declared = METHOD_CAPTURES.get(type(module).__name__)
-        if declared is not None:
+        # A release that moved the family onto the attention interface (GPT-J and CodeGen in transformers 5.24)
+        # has no such method: the interface captures it.
+        if declared is not None and callable(getattr(module, declared.method, None)):
             setattr(module, declared.method, _captured_method(module, declared))
             patched.append((module, declared.method))
     try:

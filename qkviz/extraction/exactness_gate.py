@@ -22,6 +22,7 @@ from qkviz.core.attention import attention_probs
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, capturing, switch_attention
+from qkviz.extraction.forward_pass import forward
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def _captured(model, layer_of_module: dict[int, int], inputs: dict, shape: Model
 
     recorder = AttentionRecorder(layer_of_module, keep)
     with torch.inference_mode(), capturing(model, recorder):
-        model(**inputs)
+        forward(model, **inputs)
     expected = ((shape.n_heads, shape.head_dim), (shape.n_kv_heads, shape.head_dim))
     shapes = {layer: (q.shape[1::2], k.shape[1::2]) for layer, (q, k) in seen.items()}
     if sorted(seen) != list(range(shape.n_layers)) or any(v != expected for v in shapes.values()):
@@ -119,7 +120,7 @@ def _eager_probabilities(model, adapter: FamilyAdapter, inputs: dict) -> list[np
     handles = [module.register_forward_hook(hook(layer)) for layer, module in enumerate(modules)]
     try:
         with torch.inference_mode():
-            model(**inputs, output_attentions=True)
+            forward(model, **inputs, output_attentions=True)
     finally:
         for handle in handles:
             handle.remove()

@@ -25,6 +25,7 @@ from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, 
 from qkviz.extraction.chunk_capture import (CHUNK_BYTES, MAX_OFFSET_POSITIONS, ChunkBuffers, Scatter, attention_layers,
                                             bytes_per_token, progress_bar, recording, store_chunk)
 from qkviz.store.run_writer import RunWriter
+from qkviz.extraction.forward_pass import forward
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ def capture_images(model, adapter: FamilyAdapter, shape: ModelShape, source: Pix
                 rows = (members[:, None] - first) * layout.n_tokens + np.arange(layout.n_tokens)
                 scatter.set_batch(torch.ones(len(members), layout.n_tokens, dtype=torch.long, device=pixels.device),
                                   rows.reshape(-1))
-                model(pixel_values=pixels)
+                forward(model, pixel_values=pixels)
                 bar.update(len(members) * layout.n_tokens)
             if done:
                 continue
@@ -170,7 +171,7 @@ def probe_image_layers(model, layer_of_module: dict[int, int], pixels: torch.Ten
 
     recorder = AttentionRecorder(layer_of_module, inspect)
     with capturing(model, recorder):
-        model(pixel_values=pixels)
+        forward(model, pixel_values=pixels)
     expected = ((shape.n_heads, layout.n_tokens, shape.head_dim), (shape.n_kv_heads, layout.n_tokens, shape.head_dim))
     if sorted(seen) != list(range(shape.n_layers)) or any(v != expected for v in seen.values()):
         raise RuntimeError(f"captured (heads, tokens, d_head) per layer {seen} do not match the model's {shape} "

@@ -112,7 +112,7 @@ class ImageInput:
         """The manifest's ``input``: the image layout."""
         return self.layout.as_manifest()
 
-    def logit_parts(self, tokens: pd.DataFrame) -> dict[str, np.ndarray]:
+    def logit_parts(self) -> dict[str, np.ndarray]:
         """``{run file: array}``: the query and key biases (all an image model's logit parts are)."""
         return bias_parts(self.loaded.model, self.adapter, self.shape)
 

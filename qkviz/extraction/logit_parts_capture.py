@@ -24,6 +24,7 @@ import torch
 from qkviz.store import files as run_files
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 from qkviz.extraction.capture import capturing, without_attention
+from qkviz.extraction.forward_pass import forward
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +45,17 @@ def query_key_biases(module: torch.nn.Module, adapter: FamilyAdapter,
     return per_head(0, shape.n_heads), per_head(1, shape.n_kv_heads)
 
 
+class PartialRotation(Exception):
+    """Rotary tables reached some attention layers only (others rotate in their own way or not at all)."""
+
+    def __init__(self, layers: list[int], n_layers: int):
+        super().__init__(f"rotary tables reach layers {layers} only, of {n_layers}")
+
+
 def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_positions: int, pad_id: int,
                   device: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(cos, sin)`` float32 ``[layer, position, rotary_dim]`` as each layer receives them, or ``None``."""
+    """``(cos, sin)`` float32 ``[layer, position, rotary_dim]`` as each layer receives them, or ``None``;
+    :class:`PartialRotation` where only some layers receive them."""
     seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def recorder(layer):
@@ -62,7 +71,7 @@ def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_posi
     if not seen:
         return None
     if sorted(seen) != list(range(len(modules))):
-        raise RuntimeError(f"rotary embeddings reached layers {sorted(seen)} only, of {len(modules)}")
+        raise PartialRotation(sorted(seen), len(modules))
     cos = torch.stack([seen[layer][0] for layer in range(len(modules))]).numpy()
     sin = torch.stack([seen[layer][1] for layer in range(len(modules))]).numpy()
     return cos, sin
@@ -74,7 +83,7 @@ def _one_pass(model: torch.nn.Module, handles: list, token_id: int, n_positions:
     try:
         input_ids = torch.full((1, n_positions), token_id, dtype=torch.long, device=device)
         with torch.inference_mode(), without_attention(model):
-            model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+            forward(model, input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
     finally:
         for handle in handles:
             handle.remove()
@@ -154,7 +163,7 @@ def rotation_explained(model: torch.nn.Module, first: torch.nn.Module, tables: t
     recorder = _FirstLayerQueries(first)
     input_ids = torch.full((1, ROTATION_POSITIONS), token_id, dtype=torch.long, device=device)
     with torch.inference_mode(), capturing(model, recorder):
-        model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+        forward(model, input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
     positions = ROTATION_POSITIONS if tables is None else min(ROTATION_POSITIONS, tables[0].shape[1])
     queries = recorder.queries[:, :positions]
     size = float(queries.abs().max()) or 1.0
@@ -180,7 +189,11 @@ def capture_logit_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: M
     bias is kept, and :data:`~qkviz.store.files.POSITION_UNSPLIT` says the logit is not split by position."""
     modules = adapter.attention_modules(model)
     parts = bias_parts(model, adapter, shape)
-    tables = rotary_tables(model, modules, n_positions, pad_id, device)
+    try:
+        tables = rotary_tables(model, modules, n_positions, pad_id, device)
+    except PartialRotation as partial:
+        logger.info("%s: %s; its logits are not split by position", adapter.family, partial)
+        return {run_files.POSITION_UNSPLIT: np.ones(1, dtype=np.int8)}
     filler = int(used_token_ids[0]) if used_token_ids is not None and len(used_token_ids) else pad_id
     if adapter.modality == "text" and not rotation_explained(model, modules[0], tables, filler, device):
         logger.info("%s rotates queries and keys in a way qkviz does not invert: its logits are not split by "

@@ -16,6 +16,7 @@ columns, the manifest's image layout, the patch thumbnails).
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Protocol
@@ -31,13 +32,14 @@ from qkviz.extraction.corpus import load_corpus
 from qkviz.extraction.exactness_gate import GateResult
 from qkviz.extraction.image_corpus import is_image_source, load_images
 from qkviz.extraction.image_input import ImageInput
+from qkviz.extraction.model_boundary import CAPTURE, DISCOVERY, GATE, IDENTITY, LOGIT_PARTS, model_step
 from qkviz.extraction.models import LoadedModel
 from qkviz.extraction.run_manifest import ExtractionResult, fingerprint, model_identity, run_manifest
 from qkviz.extraction.text_input import TextInput
 from qkviz.store import files as run_files
 from qkviz.store.locks import exclusive_lock
 from qkviz.store.run import StoredRun, open_stored_run
-from qkviz.store.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory
+from qkviz.store.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_directory, remove_run
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +76,8 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
                         busy_message=f"another qkviz extract is writing {out}; wait for it to finish"), \
             model_for_extraction(model, tokenizer, device, progress, processor=processor,
                                  modality="image" if images else "text") as loaded:
-        adapter = model_adapter(loaded.model)
+        with model_step(family_name(loaded.model), DISCOVERY):
+            adapter = model_adapter(loaded.model)
         limits = dict(max_tokens=max_tokens, max_sentences=max_sentences, seed=seed)
         run_input = (ImageInput.select(loaded, adapter, corpus_data, **limits) if images else
                      TextInput.select(loaded, adapter, corpus_data, max_length=max_length, chunk=chunk,
@@ -111,8 +114,9 @@ class RunInput(Protocol):
     def manifest_input(self) -> dict | None:
         """The manifest's ``input`` (how an image's tokens are laid out), or None."""
 
-    def logit_parts(self, tokens: pd.DataFrame) -> dict[str, np.ndarray]:
-        """``{run file: array}`` of what the logit decomposition needs from the model."""
+    def logit_parts(self) -> dict[str, np.ndarray]:
+        """``{run file: array}`` of what the logit decomposition needs from the model (taken before the capture,
+        so that a model failing here leaves nothing written)."""
 
     def extra_arrays(self) -> dict[str, np.ndarray]:
         """``{run file: array}`` of the input's own arrays (the patch thumbnails)."""
@@ -124,12 +128,16 @@ class RunInput(Protocol):
 def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, out: Path, started: float, *,
               dtype: str, batch_size: int, overwrite: bool, head_update: bool, progress: bool) -> ExtractionResult:
     """Write the run of ``run_input`` into ``out``: reuse, resume or refuse what is there (see the module),
-    stream the vectors, then the tables, the arrays and the manifest last."""
+    stream the vectors, then the tables, the arrays and the manifest last. Every step that runs the model's own
+    code sits behind :func:`~qkviz.extraction.model_boundary.model_step`; all of them but the capture run before
+    anything is written, and a refused capture of a fresh run removes what it wrote."""
     device = str(next(loaded.model.parameters()).device)
     shape = adapter.shape(loaded.model.config)
+    with model_step(adapter.family, IDENTITY):
+        model = model_identity(loaded, adapter.family)
     identity = {
         "schema_version": run_files.SCHEMA_VERSION,
-        "model": model_identity(loaded, adapter.family),
+        "model": model,
         "corpus": run_input.corpus,
         "selection": run_input.selection,
         "dtype": dtype,
@@ -143,17 +151,27 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     if head_update and not adapter.has_output_projection:
         raise QkvizError(f"--head-update needs the attention's output projection, which qkviz does not find in "
                          f"{adapter.family} models; extract without it")
-    gate = run_input.check_exactness()          # before anything is written
+    with model_step(adapter.family, GATE):
+        gate = run_input.check_exactness()          # before anything is written
+    with model_step(adapter.family, LOGIT_PARTS):
+        parts = run_input.logit_parts()
     if adapter.layer_indices is not None:
         logger.info("%s mixes attention with other layers: the run's layers 0-%d are its attention layers, model "
                     "layers %s (the manifest's shape.model_layers)", adapter.family, shape.n_layers - 1,
                     ", ".join(map(str, adapter.layer_indices)))
     layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, run_input.n_tokens, dtype,
                          head_update)
+    existed = out.exists()
     writer = RunWriter(out, run_fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
     resumed = writer.tokens_done > 0
     try:
-        settings = run_input.capture(writer, batch_size, progress)
+        with model_step(adapter.family, CAPTURE):
+            settings = run_input.capture(writer, batch_size, progress)
+    except QkvizError:
+        writer.close()
+        if plan is DirectoryPlan.FRESH:
+            _remove_fresh_run(out, existed)
+        raise
     finally:
         writer.close()
     tokens = run_input.token_table()
@@ -163,7 +181,6 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     if (described := run_input.manifest_input()) is not None:
         manifest["input"] = described
     manifest["extraction"] = {"device": device, "batch_size": batch_size, "exactness_gate": gate.as_manifest()}
-    parts = run_input.logit_parts(tokens)
     manifest["logit_parts"] = sorted(parts)
     writer.finish(manifest, tokens, run_input.sequence_table(), {**parts, **run_input.extra_arrays()})
     seconds = time.perf_counter() - started
@@ -173,6 +190,20 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     if result.n_truncated:
         logger.warning("%d sentences were longer than the model allows and were truncated", result.n_truncated)
     return result
+
+
+def family_name(model) -> str:
+    """The model's type as refusals name it (its class where the configuration has none)."""
+    return str(getattr(model.config, "model_type", None) or type(model).__name__)
+
+
+def _remove_fresh_run(out: Path, existed: bool) -> None:
+    """What a refused capture wrote into a run directory that held nothing before it: the run's files, and the
+    directory itself where this extraction made it."""
+    if existed:
+        remove_run(out)
+    else:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def _check_options(dtype: str, batch_size: int, max_tokens, max_sentences, max_length) -> None:

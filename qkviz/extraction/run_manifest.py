@@ -39,7 +39,9 @@ def model_identity(loaded, family: str) -> dict:
     weights = hashlib.sha256()
     for name, tensor in sorted(loaded.model.state_dict().items()):
         weights.update(name.encode())
-        weights.update(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes()
+        # flattened first: a 0-dim parameter (a scalar gate or temperature) cannot be viewed as bytes; the bytes of
+        # every other tensor are the same either way, so runs made before keep their fingerprint
+        weights.update(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
                        if tensor.numel() else b"")
     config = loaded.model.config.to_diff_dict()
     config.pop("_attn_implementation_autoset", None)

@@ -23,6 +23,7 @@ from qkviz.extraction.chunk_capture import (CHUNK_BYTES, MAX_OFFSET_POSITIONS, C
 from qkviz.extraction.models import LoadedModel
 from qkviz.extraction.selection import TokenizedSentence
 from qkviz.store.run_writer import RunWriter
+from qkviz.extraction.forward_pass import forward
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ def _capture_chunk(model, scatter: Scatter, chunk: list[TokenizedSentence], batc
         input_ids, attention_mask = padded_batch(batch, pad_id, device)
         scatter.set_batch(attention_mask,
                           np.concatenate([row_of_sentence[i] + np.arange(len(chunk[i])) for i in members]))
-        model(input_ids=input_ids, attention_mask=attention_mask)
+        forward(model, input_ids=input_ids, attention_mask=attention_mask)
         bar.update(int(attention_mask.sum()))
 
 
@@ -134,7 +135,7 @@ def probe_layers(model, layer_of_module: dict[int, int], sentence: TokenizedSent
     recorder = AttentionRecorder(layer_of_module, inspect)
     with capturing(model, recorder):
         input_ids, attention_mask = padded_batch([sentence], pad_id, device)
-        model(input_ids=input_ids, attention_mask=attention_mask)
+        forward(model, input_ids=input_ids, attention_mask=attention_mask)
     expected = ((shape.n_heads, shape.head_dim), (shape.n_kv_heads, shape.head_dim))
     if sorted(seen) != list(range(shape.n_layers)) or any(v != expected for v in seen.values()):
         raise RuntimeError(f"captured (heads, d_head) per layer {seen} do not match the model's {shape}")

@@ -120,13 +120,14 @@ class TextInput:
         """A text run's manifest has no ``input``."""
         return None
 
-    def logit_parts(self, tokens: pd.DataFrame) -> dict[str, np.ndarray]:
+    def logit_parts(self) -> dict[str, np.ndarray]:
         """``{run file: array}``: the biases, rotary tables and the first layer's embedding parts of the tokens
         used."""
         model = self.loaded.model
+        used = np.unique(np.concatenate([np.asarray(s.token_ids, dtype=np.int64) for s in self.sentences]))
         return capture_logit_parts(model, self.adapter, self.shape, max(len(s) for s in self.sentences),
                                    pad_token_id(self.loaded.tokenizer), str(next(model.parameters()).device),
-                                   used_token_ids=np.unique(tokens.token_id.to_numpy()))
+                                   used_token_ids=used)
 
     def extra_arrays(self) -> dict[str, np.ndarray]:
         """A text run has no array but the vectors and the logit parts."""

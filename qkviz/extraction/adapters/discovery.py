@@ -22,6 +22,7 @@ from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters.base import FamilyAdapter, ModelShape, _base_model, _follow
 from qkviz.extraction.capture import capturing
 from qkviz.extraction.model_families import OWN_CODE, SHARED
+from qkviz.extraction.forward_pass import forward
 
 #: a layer's attention output projection, by the names families give it (inside the attention module)
 OUTPUT_PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "Wo", "out_lin", "o")
@@ -104,15 +105,10 @@ def _probe(model: torch.nn.Module) -> CallLog:
     parameter = next(model.parameters())
     vocab = int(getattr(model.config.get_text_config(), "vocab_size", 0) or 0)
     ids = torch.arange(PROBE_IDS, device=parameter.device)[None] % max(vocab, 1) + (1 if vocab > PROBE_IDS + 1 else 0)
-    try:
-        with torch.inference_mode(), capturing(model, log):
-            model(input_ids=ids, attention_mask=torch.ones_like(ids))
-    except QkvizError:
-        raise
-    except Exception as error:  # noqa: BLE001 -- a family's forward that does not run through the interface
-        detail = (str(error).strip().splitlines() or [""])[0][:160]
-        raise QkvizError(f"{model.config.model_type}: a forward pass with qkviz's attention capture fails "
-                         f"({type(error).__name__}: {detail})") from None
+    # a failure of the model's own code here is refused by the extraction's boundary
+    # (qkviz.extraction.model_boundary), which names this step
+    with torch.inference_mode(), capturing(model, log):
+        forward(model, input_ids=ids, attention_mask=torch.ones_like(ids))
     return log
 
 
