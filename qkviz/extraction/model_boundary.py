@@ -9,7 +9,8 @@ it is and turns any other exception into a one-line refusal naming the family an
 every step that can fail before it writes anything, and removes what the capture wrote of a fresh run when the
 capture itself is refused (:func:`qkviz.extraction.pipeline.write_run`), so a refusal leaves nothing behind.
 
-An interrupt (Ctrl-C) is not a refusal: it passes through, and an interrupted run resumes.
+An interrupt (Ctrl-C) or a kill is not a refusal: it passes through, and the interrupted run resumes; so does a
+capture that ran out of memory (:class:`OutOfMemory`), with a smaller batch.
 """
 
 from __future__ import annotations
@@ -39,12 +40,18 @@ def failure_detail(error: BaseException) -> str:
     return f"{type(error).__name__}: {detail}" if detail else type(error).__name__
 
 
+class OutOfMemory(QkvizError):
+    """A step ran out of memory: not the family's fault, and a capture that ran out keeps what it wrote, so that
+    the same extraction with a smaller batch resumes."""
+
+
 def refusal(family: str, step: str, error: BaseException) -> QkvizError:
     """The one-line refusal of ``family`` whose ``step`` raised ``error`` (memory running out is said as such)."""
     if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
-        return QkvizError(f"{family}: {step} ran out of memory ({failure_detail(error)}); lower --batch-size, or "
-                          "extract fewer tokens (--max-tokens) or shorter texts (--max-length, --chunk); nothing "
-                          "was written")
+        kept = ("what was captured is kept: run it again with a lower --batch-size and it resumes" if step == CAPTURE
+                else "nothing was written: lower --batch-size")
+        return OutOfMemory(f"{family}: {step} ran out of memory ({failure_detail(error)}); {kept}, or extract "
+                           "fewer tokens (--max-tokens) or shorter texts (--max-length, --chunk)")
     return QkvizError(f"{family}: refused: {step} fails with this model's own code ({failure_detail(error)}); "
                       "qkviz cannot extract it exactly, and nothing was written")
 

@@ -16,6 +16,8 @@ REFUSED = "refused"
 
 #: the refusal of a family whose attention does not go through transformers' attention interface
 OWN_CODE = "no layer calls transformers' attention interface (its attention is computed by its own code)"
+#: the refusal of a model with no attention at all
+NO_ATTENTION = "no attention layer at all (a state-space or recurrent model)"
 #: the refusal of a family whose layers share one attention module
 SHARED = "one attention module is called several times per forward pass (shared or recurrent layers)"
 ALIBI = "ALiBi adds a distance-dependent bias to every attention logit"

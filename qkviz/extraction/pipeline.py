@@ -32,7 +32,8 @@ from qkviz.extraction.corpus import load_corpus
 from qkviz.extraction.exactness_gate import GateResult
 from qkviz.extraction.image_corpus import is_image_source, load_images
 from qkviz.extraction.image_input import ImageInput
-from qkviz.extraction.model_boundary import CAPTURE, DISCOVERY, GATE, IDENTITY, LOGIT_PARTS, model_step
+from qkviz.extraction.model_boundary import (CAPTURE, DISCOVERY, GATE, IDENTITY, LOGIT_PARTS, OutOfMemory,
+                                            model_step)
 from qkviz.extraction.models import LoadedModel
 from qkviz.extraction.run_manifest import ExtractionResult, fingerprint, model_identity, run_manifest
 from qkviz.extraction.text_input import TextInput
@@ -167,9 +168,9 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     try:
         with model_step(adapter.family, CAPTURE):
             settings = run_input.capture(writer, batch_size, progress)
-    except QkvizError:
+    except QkvizError as refused:
         writer.close()
-        if plan is DirectoryPlan.FRESH:
+        if plan is DirectoryPlan.FRESH and not isinstance(refused, OutOfMemory):
             _remove_fresh_run(out, existed)
         raise
     finally:

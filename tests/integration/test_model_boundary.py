@@ -3,6 +3,7 @@ of an extraction is a one-line refusal that names the family and the step, and n
 
 import re
 
+import numpy as np
 import pytest
 import torch
 from support import CORPUS
@@ -93,19 +94,34 @@ def test_a_model_with_a_scalar_parameter_is_hashed_and_exact(tokenizer, tmp_path
     assert first.manifest["model"]["weights_sha256"] != second.manifest["model"]["weights_sha256"]
 
 
-def test_memory_running_out_in_a_pass_says_so_and_what_to_lower(tokenizer, tmp_path):
+def test_memory_running_out_in_the_capture_says_so_keeps_what_was_written_and_resumes(tokenizer, tmp_path):
+    """Running out of memory is not the family's fault: the refusal says what to lower, and the same extraction
+    with a smaller batch resumes from the chunks already written."""
+    from qkviz.extraction import text_capture
+
     model = tiny_family_model("llama")
-    calls = [0]
+    reference = qkviz.extract(model, SENTENCES, tmp_path / "reference", tokenizer=tokenizer, progress=False)
+    chunks = [0]
+    real_chunk = text_capture._capture_chunk
 
-    def exhaust(module, args):
-        calls[0] += 1
-        if calls[0] > 6:
+    def exhaust_on_second_chunk(*args, **kwargs):
+        chunks[0] += 1
+        if chunks[0] == 2:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real_chunk(*args, **kwargs)
 
-    handle = model.register_forward_pre_hook(exhaust)
-    with pytest.raises(QkvizError) as refusal:
-        qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
-    handle.remove()
-    message = str(refusal.value)
-    assert "ran out of memory" in message and "--batch-size" in message and "\n" not in message, message
-    assert not (tmp_path / "run").exists()
+    out = tmp_path / "run"
+    patch = pytest.MonkeyPatch()
+    patch.setattr(text_capture, "CHUNK_BYTES", 2 * text_capture.bytes_per_token(
+        qkviz.extraction.adapters.ModelShape(2, 4, 2, 16), np.dtype("float32")) * 40)
+    patch.setattr(text_capture, "_capture_chunk", exhaust_on_second_chunk)
+    try:
+        with pytest.raises(model_boundary.OutOfMemory) as refusal:
+            qkviz.extract(model, SENTENCES, out, tokenizer=tokenizer, progress=False)
+        message = str(refusal.value)
+        assert "ran out of memory" in message and "lower --batch-size and it resumes" in message, message
+        assert "\n" not in message and out.is_dir()
+        resumed = qkviz.extract(model, SENTENCES, out, tokenizer=tokenizer, progress=False, batch_size=1)
+    finally:
+        patch.undo()
+    np.testing.assert_allclose(resumed.queries(1, 2), reference.queries(1, 2), atol=1e-5)

@@ -14,8 +14,9 @@ from qkviz.core.errors import IncompleteRunError, QkvizError
 from qkviz.store.run import SENTENCE_COLUMNS, TOKEN_COLUMNS
 
 
-class SimulatedCrash(Exception):
-    """Stands for a kill or power cut in the middle of an extraction."""
+class SimulatedCrash(BaseException):
+    """Stands for a kill or power cut in the middle of an extraction: like a real one, nothing the extraction
+    catches (its boundary turns a failure of the model's own code, an ``Exception``, into a refusal)."""
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,9 @@ COMMON = dict(vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, intermediate_size=2 * H
               max_position_embeddings=CONTEXT, initializer_range=INIT_RANGE, pad_token_id=0, bos_token_id=1,
               eos_token_id=2, tie_word_embeddings=False)
 _SLIDING = dict(sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"])
+#: multi-head latent attention (DeepSeek-V2 and its kin): low-rank queries and keys, a rotary part beside the rest
+_MLA = dict(kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
+            num_key_value_heads=HEADS, head_dim=8)
 _MOE = dict(num_experts=4, num_experts_per_tok=2, num_local_experts=4, moe_intermediate_size=HIDDEN)
 
 #: a family's own settings, beside :data:`COMMON`
@@ -66,6 +69,23 @@ OVERRIDES: dict[str, dict] = {
                        linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
                        num_experts_per_tok=2, moe_intermediate_size=HIDDEN, shared_expert_intermediate_size=HIDDEN,
                        decoder_sparse_step=1),
+    "deepseek_v2": dict(_MLA, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=HIDDEN, n_group=1,
+                        topk_group=1, first_k_dense_replace=1, n_shared_experts=1),
+    "deepseek_v32": dict(_MLA, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=HIDDEN, n_group=1,
+                         topk_group=1, n_shared_experts=1, index_n_heads=2, index_head_dim=16,
+                         layer_types=["indexed_attention"] * LAYERS, mlp_layer_types=["dense", "sparse"]),
+    "kimi_linear": dict(_MLA, q_lora_rank=None, layer_types=["linear_attention", "full_attention"],
+                        mlp_layer_types=["dense", "sparse"], linear_head_dim=16, linear_num_heads=HEADS,
+                        num_experts=4, num_experts_per_token=2, moe_intermediate_size=HIDDEN),
+    "bailing_hybrid": dict(_MLA, layer_types=["linear_attention", "full_attention"], layer_group_size=2, n_group=1,
+                           topk_group=1,
+                           mlp_layer_types=["dense", "sparse"], linear_head_dim=16, linear_num_heads=HEADS,
+                           num_experts=4, num_experts_per_tok=2, moe_intermediate_size=HIDDEN),
+    "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
+                  num_experts=4, num_experts_per_tok=2, mamba_d_state=8, mamba_expand=2),
+    "mamba2": dict(num_heads=HEADS, head_dim=2 * HIDDEN // HEADS, n_groups=1, state_size=8),
+    "whisper": dict(d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=HEADS,
+                    decoder_attention_heads=HEADS, encoder_ffn_dim=2 * HIDDEN, decoder_ffn_dim=2 * HIDDEN),
     "exaone4": dict(sliding_window=WINDOW, sliding_window_pattern="LG", layer_types=["sliding_attention",
                                                                                     "full_attention"]),
     "smollm3": dict(no_rope_layers=[1, 0], use_sliding_window=False),

@@ -30,6 +30,7 @@ from support.family_configs import tiny_family_model
 EXACT, REFUSED, NO_CONFIG = "exact", "refused", "config cannot be built"
 #: outcomes that are qkviz's failures
 TRACEBACK, TIMEOUT, WRONG = "traceback", "timeout", "wrong"
+FAILURES = (TRACEBACK, TIMEOUT, WRONG)
 TOLERANCE = 1e-5
 CHECKED_SENTENCES = 3
 SECONDS_PER_TYPE = 120

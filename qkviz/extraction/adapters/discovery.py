@@ -21,7 +21,7 @@ import torch
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters.base import FamilyAdapter, ModelShape, _base_model, _follow
 from qkviz.extraction.capture import capturing
-from qkviz.extraction.model_families import OWN_CODE, SHARED
+from qkviz.extraction.model_families import NO_ATTENTION, OWN_CODE, SHARED
 from qkviz.extraction.forward_pass import forward
 
 #: a layer's attention output projection, by the names families give it (inside the attention module)
@@ -56,6 +56,8 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
     base = _base_model(model)
     log = _probe(model)
     if not log.modules:
+        if not any("attention" in type(module).__name__.lower() for module in base.modules()):
+            raise QkvizError(f"{family}: {NO_ATTENTION}: there are no queries and keys to extract")
         raise QkvizError(f"{family}: {OWN_CODE}, so qkviz cannot capture its queries and keys")
     if len({id(module) for module in log.modules}) != len(log.modules):
         raise QkvizError(f"{family}: {SHARED}; qkviz needs one attention call per layer")

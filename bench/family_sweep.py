@@ -1,0 +1,116 @@
+"""Every text model type transformers registers, through qkviz, on the pinned transformers and on the newest release
+``pyproject.toml`` allows: exact, refused in one line, or "config cannot be built" (stated) — and nothing else.
+
+Each type is a tiny random model (``tests/support/family_configs.py``) extracted in memory, its attention recomputed
+from the run compared with the model's own eager attention (``tests/support/family_sweep.py``). The newest release
+runs in a child process with the release that ``scripts/newest_transformers.py`` installed (by ``scripts/setup.sh``)
+first on its path. The result says, per release, every type's outcome, and the counts for the 57 types of issue 27
+and for the held-out batch of 32 types no issue names (goals: at least 52 and 24 exact; no failure anywhere).
+
+    python bench/family_sweep.py                  # both releases: bench/results/family_sweep.json (~1 h on 2 cores)
+    python bench/family_sweep.py --types llama,gptj --out /tmp/sweep.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import warnings
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests"), str(REPO / "scripts")]
+
+from results_file import Recorder  # noqa: E402
+
+GOALS = {"issue_27_exact": 52, "held_out_exact": 24}
+
+
+def sweep(types: list[str] | None, seconds: int) -> dict:
+    """This process's transformers: ``{"transformers", "rows"}`` (rows as ``support.family_sweep.sweep_type``)."""
+    import transformers
+
+    from support import CORPUS
+    from support.family_sweep import registered_text_types, sweep_type
+    from support.tiny_models import decoder_tokenizer
+
+    transformers.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    lines = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
+    tokenizer = decoder_tokenizer(lines)
+    rows = []
+    for model_type in types or registered_text_types():
+        rows.append(sweep_type(model_type, lines[:6], tokenizer, seconds))
+        print(f"{transformers.__version__} {model_type}: {rows[-1]['status']}", file=sys.stderr, flush=True)
+    return {"transformers": transformers.__version__, "rows": rows}
+
+
+def summarise(release: dict) -> dict:
+    """Counts of every outcome, over all types, the 57 of issue 27 and the held-out batch."""
+    from support.family_sweep import FAILURES, HELD_OUT, ISSUE_27
+
+    by_type = {row["model_type"]: row for row in release["rows"]}
+
+    def counts(types) -> dict:
+        present = [by_type[t]["status"] for t in types if t in by_type]
+        return {"tried": len(present), **Counter(present)}
+
+    return {"all": counts(by_type), "issue_27": counts(ISSUE_27), "held_out": counts(HELD_OUT),
+            "failures": sorted(t for t, row in by_type.items() if row["status"] in FAILURES)}
+
+
+def in_child(python_path: str, types: list[str] | None, seconds: int) -> dict:
+    """:func:`sweep` in a child process with ``python_path`` first on its path (another transformers release)."""
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"family_sweep_{os.getpid()}.json"
+    command = [sys.executable, __file__, "--child", str(out), "--seconds", str(seconds)]
+    if types:
+        command += ["--types", ",".join(types)]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [python_path,
+                                                                             os.environ.get("PYTHONPATH")]))}
+    subprocess.run(command, check=True, env=environment)
+    try:
+        return json.loads(out.read_text(encoding="utf-8"))
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--types", type=lambda text: text.split(","), default=None,
+                        help="comma-separated model types (default: every registered text model type)")
+    parser.add_argument("--seconds", type=int, default=120, help="time limit per type")
+    parser.add_argument("--releases", default="pinned,newest", help="pinned, newest or both (comma-separated)")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        args.child.write_text(json.dumps(sweep(args.types, args.seconds)), encoding="utf-8")
+        return
+    from newest_transformers import NEWEST_DIRECTORY, installed_version
+
+    recorder = Recorder("family_sweep", {key: value for key, value in vars(args).items() if key != "child"},
+                        out=args.out)
+    releases = []
+    for release in args.releases.split(","):
+        if release == "pinned":
+            releases.append(sweep(args.types, args.seconds))
+        elif release == "newest":
+            if installed_version() is None:
+                raise SystemExit(f"{NEWEST_DIRECTORY} holds no transformers: run scripts/setup.sh")
+            releases.append(in_child(str(NEWEST_DIRECTORY), args.types, args.seconds))
+        else:
+            raise SystemExit(f"--releases: {release!r} is not pinned or newest")
+    for release in releases:
+        release["summary"] = summarise(release)
+    path = recorder.write(releases=releases, goals=GOALS)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

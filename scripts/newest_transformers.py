@@ -1,0 +1,85 @@
+"""Install, beside the pinned one, the newest transformers release that ``pyproject.toml`` allows, so that the tests
+and ``bench/family_sweep.py`` prove qkviz on both ends of the declared range (a user gets the newest, not the pin).
+
+It goes to :data:`NEWEST_DIRECTORY` (``pip install --target``, without dependencies: the venv's own, at the versions
+``constraints.txt`` pins, must serve it, which its import check proves). Nothing is done when that release is there
+already; without a registry, whatever is there is kept. Run by ``scripts/setup.sh``; ``python
+scripts/newest_transformers.py --version`` prints the release installed there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+NEWEST_DIRECTORY = REPO / ".venv" / "share" / "qkviz" / "newest-transformers"
+
+
+def declared_range() -> str:
+    """The transformers requirement of ``pyproject.toml``'s dependencies, e.g. ``transformers>=5.0,<6``."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return next(item for item in project["dependencies"] if item.replace(" ", "").startswith("transformers"))
+
+
+def newest_allowed(requirement: str) -> str | None:
+    """The newest release on the registry that ``requirement`` admits (pip's own resolution, nothing installed), or
+    None where the registry cannot be reached."""
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--no-deps",
+                           "--ignore-installed", "--report", "-", requirement], capture_output=True, text=True)
+    if done.returncode != 0:
+        return None
+    report = json.loads(done.stdout)
+    return next((item["metadata"]["version"] for item in report.get("install", [])
+                 if item["metadata"]["name"].lower() == "transformers"), None)
+
+
+def installed_version(directory: Path = NEWEST_DIRECTORY) -> str | None:
+    """The transformers release installed in ``directory``, or None."""
+    found = sorted(directory.glob("transformers-*.dist-info")) if directory.is_dir() else []
+    return found[-1].name.removeprefix("transformers-").removesuffix(".dist-info") if found else None
+
+
+def install(version: str, directory: Path = NEWEST_DIRECTORY) -> None:
+    """``transformers==version`` into ``directory`` (replacing what is there), then an import check with the venv's
+    own dependencies."""
+    staging = directory.with_name(directory.name + ".partial")
+    subprocess.run(["rm", "-rf", str(staging)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(staging),
+                    f"transformers=={version}"], check=True)
+    check = subprocess.run([sys.executable, "-c", "import transformers, transformers.models.auto.modeling_auto; "
+                            "print(transformers.__version__)"], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(staging)})
+    if check.returncode != 0 or check.stdout.strip() != version:
+        last = (check.stderr.strip().splitlines() or ["?"])[-1]
+        raise SystemExit(f"transformers {version} does not import with this venv's dependencies ({last}): raise the "
+                         "pins in constraints.txt or narrow pyproject.toml's range")
+    subprocess.run(["rm", "-rf", str(directory)], check=True)
+    staging.rename(directory)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="store_true", help="print the release installed and exit")
+    args = parser.parse_args()
+    if args.version:
+        print(installed_version() or "none")
+        return
+    requirement = declared_range()
+    newest = newest_allowed(requirement)
+    if newest is None:
+        print(f"newest transformers: the registry cannot be reached; keeping {installed_version() or 'none'}",
+              file=sys.stderr)
+        return
+    if installed_version() != newest:
+        install(newest)
+    print(f"newest transformers allowed by {requirement!r}: {newest} ({NEWEST_DIRECTORY.relative_to(REPO)})")
+
+
+if __name__ == "__main__":
+    main()
