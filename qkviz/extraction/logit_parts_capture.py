@@ -45,18 +45,16 @@ def query_key_biases(module: torch.nn.Module, adapter: FamilyAdapter,
     return per_head(0, shape.n_heads), per_head(1, shape.n_kv_heads)
 
 
-class PartialRotation(Exception):
-    """Rotary tables as ``(cos, sin)`` reached some attention layers only (others rotate in their own way, take
-    their positions in another form, or do not rotate)."""
-
-    def __init__(self, layers: list[int], n_layers: int):
-        super().__init__(f"rotary tables as (cos, sin) reach layers {layers} only, of {n_layers}")
+class UnstoredRotation(Exception):
+    """Rotary tables that one ``[layer, position, rotary_dim]`` array cannot hold: as ``(cos, sin)`` in some
+    attention layers only (others rotate in their own way, take their positions in another form, or do not
+    rotate), or of different sizes in different layers."""
 
 
 def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_positions: int, pad_id: int,
                   device: str) -> tuple[np.ndarray, np.ndarray] | None:
     """``(cos, sin)`` float32 ``[layer, position, rotary_dim]`` as each layer receives them, or ``None``;
-    :class:`PartialRotation` where only some layers receive them."""
+    :class:`UnstoredRotation` where one array cannot hold them."""
     seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     foreign: list[int] = []
 
@@ -72,12 +70,12 @@ def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_posi
 
     _one_pass(model, [module.register_forward_pre_hook(recorder(layer), with_kwargs=True)
                       for layer, module in enumerate(modules)], pad_id, n_positions, device)
-    if foreign:
-        raise PartialRotation(sorted(seen), len(modules))
-    if not seen:
+    if not seen and not foreign:
         return None
-    if sorted(seen) != list(range(len(modules))):
-        raise PartialRotation(sorted(seen), len(modules))
+    if foreign or sorted(seen) != list(range(len(modules))):
+        raise UnstoredRotation(f"rotary tables as (cos, sin) reach layers {sorted(seen)} only, of {len(modules)}")
+    if len({table.shape for pair in seen.values() for table in pair}) > 1:
+        raise UnstoredRotation("rotary tables differ in size between layers")
     cos = torch.stack([seen[layer][0] for layer in range(len(modules))]).numpy()
     sin = torch.stack([seen[layer][1] for layer in range(len(modules))]).numpy()
     return cos, sin
@@ -197,8 +195,8 @@ def capture_logit_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: M
     parts = bias_parts(model, adapter, shape)
     try:
         tables = rotary_tables(model, modules, n_positions, pad_id, device)
-    except PartialRotation as partial:
-        logger.info("%s: %s; its logits are not split by position", adapter.family, partial)
+    except UnstoredRotation as unstored:
+        logger.info("%s: %s; its logits are not split by position", adapter.family, unstored)
         return {run_files.POSITION_UNSPLIT: np.ones(1, dtype=np.int8)}
     filler = int(used_token_ids[0]) if used_token_ids is not None and len(used_token_ids) else pad_id
     if adapter.modality == "text" and not rotation_explained(model, modules[0], tables, filler, device):

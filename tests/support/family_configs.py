@@ -27,6 +27,9 @@ COMMON = dict(vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, intermediate_size=2 * H
               max_position_embeddings=CONTEXT, initializer_range=INIT_RANGE, pad_token_id=0, bos_token_id=1,
               eos_token_id=2, tie_word_embeddings=False)
 _SLIDING = dict(sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"])
+#: one tower of a model built of several (a sub-configuration)
+_TOWER = dict(hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_attention_heads=HEADS, num_key_value_heads=HEADS,
+              head_dim=HIDDEN // HEADS)
 #: multi-head latent attention (DeepSeek-V2 and its kin): low-rank queries and keys, a rotary part beside the rest
 _MLA = dict(kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
             num_key_value_heads=HEADS, head_dim=8)
@@ -86,6 +89,13 @@ OVERRIDES: dict[str, dict] = {
     "mamba2": dict(num_heads=HEADS, head_dim=2 * HIDDEN // HEADS, n_groups=1, state_size=8),
     "whisper": dict(d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=HEADS,
                     decoder_attention_heads=HEADS, encoder_ffn_dim=2 * HIDDEN, decoder_ffn_dim=2 * HIDDEN),
+    "longcat_flash": dict(_MLA, n_routed_experts=4, moe_topk=2, expert_ffn_hidden_size=HIDDEN, zero_expert_num=0),
+    "mellum": dict(_MOE, moe_intermediate_size=HIDDEN),
+    # the byte latent transformer: a patcher, a local encoder and decoder and a global model, each with its own shape
+    "blt": dict(encoder_hash_byte_group_vocab=1000, patcher_config=dict(_TOWER, num_hidden_layers=LAYERS),
+                encoder_config=dict(_TOWER, hidden_size_global=HIDDEN, num_hidden_layers=1),
+                decoder_config=dict(_TOWER, hidden_size_global=HIDDEN, num_hidden_layers=LAYERS),
+                global_config=dict(_TOWER, num_hidden_layers=LAYERS)),
     "exaone4": dict(sliding_window=WINDOW, sliding_window_pattern="LG", layer_types=["sliding_attention",
                                                                                     "full_attention"]),
     "smollm3": dict(no_rope_layers=[1, 0], use_sliding_window=False),
