@@ -8,8 +8,8 @@ logarithms, so it lies in [0, 1] (0: the same distribution, 1: disjoint ones); p
 over all queries of all sentences (the runs hold the same sentences, :func:`check_same_tokens`).
 
 Attention is recomputed from the stored queries and keys exactly as ``run.attention(layer, head, sentence)``
-does (:func:`qkviz.analysis.attention_batches.batch_attention`: each run's own scale, causal mask, sliding
-window and softcap, and its key-value head for grouped-query attention), padded sentence batches at a time.
+does (:func:`qkviz.analysis.attention_batches.batch_attention`: each run's own logit rule -- scale, mask,
+soft cap, ALiBi, sink -- and its key-value head for grouped-query attention), padded sentence batches at a time.
 A key that one run's mask hides has weight 0 there, which the distance counts like any other 0.
 
 Runs of different shapes (layers or heads) are refused: a head of one architecture has no counterpart in

@@ -54,10 +54,10 @@ def aggregate_attention(run: StoredRun, layer: int, head: int, hide_first: bool 
     token_positions, specials = tokens.position.to_numpy(), tokens.is_special.to_numpy()
     totals = np.zeros((positions, positions))
     counts = np.zeros((positions, positions))
-    settings = dict(causal=run.is_causal, sliding_window=run.sliding_window(layer), softcap=run.softcap(layer))
+    rule = run.logit_rule(layer, head)
     for first, count in zip(run.sentences.first_token.to_numpy(), run.sentences.n_tokens.to_numpy()):
         rows = slice(int(first), int(first + count))
-        attention = attention_probs(queries[rows], keys[rows], run.scale(layer), **settings)
+        attention = attention_probs(queries[rows], keys[rows], rule)
         hidden = hidden_tokens(token_positions[rows], specials[rows], hide_first, hide_special)
         weights = adjusted_attention(attention, hidden, None if norms is None else norms[rows])
         shown = min(int(count), positions)

@@ -172,7 +172,7 @@ def compute_head_similarity(run: StoredRun, max_queries: int = 2000, seed: int =
     def read(flat: int) -> None:
         layer, head = divmod(flat, run.n_heads)
         queries, keys = run.queries(layer, head), run.keys(layer, head)
-        attention[flat] = np.concatenate([block_attention(run, layer, block, queries, keys)[block.support]
+        attention[flat] = np.concatenate([block_attention(run, layer, head, block, queries, keys)[block.support]
                                           for block in blocks])
         clouds[:, flat * width:(flat + 1) * width] = centred_cloud(queries, keys, geometry_tokens)
 

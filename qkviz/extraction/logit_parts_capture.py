@@ -52,7 +52,9 @@ def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_posi
     def recorder(layer):
         def hook(_module, args, kwargs):
             embeddings = kwargs.get("position_embeddings")
-            if embeddings is not None:
+            # a (cos, sin) pair; another form (Llama 4's complex table) is a rotation qkviz does not invert, which
+            # rotation_explained then finds
+            if isinstance(embeddings, (tuple, list)) and len(embeddings) == 2:
                 cos, sin = embeddings
                 seen[layer] = (cos[0].float().cpu(), sin[0].float().cpu())
         return hook

@@ -21,8 +21,6 @@ SHARED = "one attention module is called several times per forward pass (shared 
 ALIBI = "ALiBi adds a distance-dependent bias to every attention logit"
 DEBERTA = "DeBERTa adds disentangled relative-position terms (content-to-position, position-to-content) to every logit"
 MPNET = "MPNet adds a learned relative-position bias to every attention logit"
-SINKS = "gpt-oss adds a learned sink logit per head to every softmax"
-CHUNKS = "Llama 4 attends within chunks of tokens on its chunked layers"
 
 
 @dataclass(frozen=True)
@@ -100,8 +98,10 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     _exact("ernie4_5"),
     _exact("seed_oss", "query/key biases"),
     _exact("deepseek_v3", "multi-head latent attention: query/key size differs from the value's; mixture of experts"),
-    _refused("gpt_oss", SINKS),
-    _refused("llama4_text", CHUNKS),
+    _exact("gpt_oss", "a learned sink logit per head in every softmax (stored with the run), sliding-window layers, "
+                      "mixture of experts"),
+    _exact("llama4_text", "chunked attention on its rotary layers (the chunk size stored with the run); "
+                          "position-dependent query temperature on the others (in the captured queries)"),
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from qkviz.extraction.model_families import ALIBI, CHUNKS, DEBERTA, MPNET, SINKS
+from qkviz.extraction.model_families import ALIBI, DEBERTA, MPNET
 
 _INEXPRESSIBLE = ", which q.k cannot express"
 
@@ -20,20 +20,11 @@ REFUSED_MODEL_TYPES: dict[str, str] = {
     "deberta": DEBERTA + _INEXPRESSIBLE,
     "deberta-v2": DEBERTA + _INEXPRESSIBLE,
     "mpnet": MPNET + _INEXPRESSIBLE,
-    "gpt_oss": SINKS + _INEXPRESSIBLE,
 }
 
 
 def _falcon(config) -> str | None:
     return ALIBI + _INEXPRESSIBLE if getattr(config, "alibi", False) else None
-
-
-def _chunked(config) -> str | None:
-    chunk = getattr(config, "attention_chunk_size", None)
-    if chunk:
-        return (f"{CHUNKS} (attention_chunk_size={chunk}: a mask qkviz does not store) and scales queries by a "
-                "position-dependent temperature on its layers without rotary")
-    return None
 
 
 def relative_positions(config) -> str | None:
@@ -47,8 +38,6 @@ def relative_positions(config) -> str | None:
 #: model type -> a check of the configuration returning why it is refused, or None
 REFUSED_CONFIGURATIONS: dict[str, Callable[[object], str | None]] = {
     "falcon": _falcon,
-    "llama4": _chunked,
-    "llama4_text": _chunked,
 }
 
 
