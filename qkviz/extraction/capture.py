@@ -22,6 +22,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from qkviz.core.errors import QkvizError
 from qkviz.core.logit_rule import LogitRule
+from qkviz.extraction.alibi_capture import bloom_settings, mpt_settings, mpt_split
 
 CAPTURE_IMPLEMENTATION = "qkviz_capture"
 #: an attention that computes nothing (zeros), for passes that read only what enters attention (positions)
@@ -155,11 +156,14 @@ AttentionMaskInterface.register(SKIP_IMPLEMENTATION, sdpa_mask)
 @dataclass(frozen=True)
 class MethodCapture:
     """A family that computes attention in a method of its own instead of calling the attention interface: the
-    method, which receives ``(query, key, value, attention_mask)`` after every rotation and before the scale,
-    and what it applies beyond ``q . k`` (``scaling``, ``is_causal``, ``sliding_window``), read from the module."""
+    method, which receives ``(query, key, value, attention_mask)`` after every rotation and before the scale (or,
+    with ``returns_qkv``, returns ``(query, key, value)``: it splits them off a fused projection), and what it
+    applies beyond ``q . k`` (``scaling``, ``is_causal``, ``sliding_window``, ``alibi_slopes``), read from the
+    module."""
 
     method: str
     settings: Callable[[torch.nn.Module], dict]
+    returns_qkv: bool = False
 
 
 #: attention class name -> where its queries and keys are captured (declared exceptions; every other family
@@ -171,36 +175,82 @@ METHOD_CAPTURES: dict[str, MethodCapture] = {
     "GPTNeoSelfAttention": MethodCapture("_attn", lambda m: {
         "scaling": 1.0, "is_causal": True,
         "sliding_window": int(m.config.window_size) if m.attention_type == "local" else None}),
+    # BLOOM splits queries, keys and values off its fused projection in _reshape, and adds ALiBi to their logits
+    "BloomAttention": MethodCapture("_reshape", bloom_settings, returns_qkv=True),
 }
+
+
+@dataclass(frozen=True)
+class ProjectionCapture:
+    """A family whose attention's forward makes its queries and keys from one fused projection and computes
+    attention inline, with no method that receives or returns them: the projection (a child module), how the
+    forward splits its output into ``(query, key, value)`` ``[batch, head, pos, d_head]``, and what the attention
+    applies beyond ``q . k``, read from the module. The split repeats a few lines of the family's code; the
+    exactness gate checks it against the model's own attention."""
+
+    projection: str
+    split: Callable[[torch.nn.Module, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    settings: Callable[[torch.nn.Module], dict]
+
+
+#: attention class name -> the fused projection its queries and keys are split off (declared exceptions)
+PROJECTION_CAPTURES: dict[str, ProjectionCapture] = {
+    "MptAttention": ProjectionCapture("Wqkv", mpt_split, mpt_settings),
+}
+
+
+def _projection_hook(module: torch.nn.Module, declared: ProjectionCapture):
+    def hook(_projection, _inputs, output):
+        recorder = _active_recorder.get()
+        if recorder is not None:
+            query, key, value = declared.split(module, output)
+            settings = declared.settings(module)
+            recorder.record(module, query, key, value, settings.pop("scaling"), settings)
+    return hook
 
 
 def _captured_method(module: torch.nn.Module, declared: MethodCapture):
     original = getattr(module, declared.method)
 
-    def method(query, key, value, attention_mask=None, *args, **kwargs):
+    def record(query, key, value) -> None:
         recorder = _active_recorder.get()
         if recorder is not None:
             settings = declared.settings(module)
             recorder.record(module, query, key, value, settings.pop("scaling"), settings)
+
+    def method(query, key, value, attention_mask=None, *args, **kwargs):
+        record(query, key, value)
         return original(query, key, value, attention_mask, *args, **kwargs)
 
-    return method
+    def splitting(*args, **kwargs):
+        query, key, value = split = original(*args, **kwargs)
+        record(query, key, value)
+        return split
+
+    return splitting if declared.returns_qkv else method
 
 
 @contextlib.contextmanager
 def _method_captures(model: torch.nn.Module) -> Iterator[None]:
-    """The declared :data:`METHOD_CAPTURES` of ``model``'s modules, in place while the context lasts."""
-    patched = []
+    """The declared :data:`METHOD_CAPTURES` and :data:`PROJECTION_CAPTURES` of ``model``'s modules, in place while
+    the context lasts."""
+    patched, hooks = [], []
     for module in model.modules():
         declared = METHOD_CAPTURES.get(type(module).__name__)
         if declared is not None:
             setattr(module, declared.method, _captured_method(module, declared))
             patched.append((module, declared.method))
+        split = PROJECTION_CAPTURES.get(type(module).__name__)
+        if split is not None:
+            projection = getattr(module, split.projection)
+            hooks.append(projection.register_forward_hook(_projection_hook(module, split)))
     try:
         yield
     finally:
         for module, name in patched:
             delattr(module, name)
+        for hook in hooks:
+            hook.remove()
 
 
 @contextlib.contextmanager

@@ -58,8 +58,10 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     _exact("opt"),
     _exact("biogpt", "scaled embeddings"),
     _refused("xglm", OWN_CODE),
-    _refused("bloom", ALIBI),
-    _refused("mpt", ALIBI),
+    _exact("bloom", "ALiBi (a slope per head, stored with the run); fused QKV projection (captured in its own "
+                    "_reshape)"),
+    _exact("mpt", "ALiBi (a slope per head, stored with the run); fused QKV projection (split as its own forward "
+                  "does)"),
     _refused("falcon", OWN_CODE),
     # rotary decoders
     _exact("llama", "grouped-query"),

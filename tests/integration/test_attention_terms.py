@@ -1,6 +1,7 @@
-"""The terms a run stores beside its vectors (gpt-oss's sink logits, Llama 4's chunks) reach every recomputation
-of attention, not only ``Run.attention``: the corpus batches of the statistics, the document view's blocks and
-the related-heads sample each give the model's own eager attention, on tiny random models of those families."""
+"""The terms a run stores beside its vectors (gpt-oss's sink logits, Llama 4's chunks, BLOOM's and MPT's ALiBi
+slopes) reach every recomputation of attention, not only ``Run.attention``: the corpus batches of the statistics,
+the document view's blocks and the related-heads sample each give the model's own eager attention, on tiny random
+models of those families."""
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ SENTENCES = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if
 CHECKED = [0, 1, 2]
 
 
-@pytest.fixture(scope="module", params=["gpt_oss", "llama4_text"])
+@pytest.fixture(scope="module", params=["gpt_oss", "llama4_text", "bloom", "mpt"])
 def family_run(request, tmp_path_factory):
     """``(run, theirs)``: a run of the family's tiny model and the model's own eager attention of every layer,
     ``theirs[layer][sentence]`` ``[head, query, key]`` for the sentences :data:`CHECKED`, each alone."""
@@ -41,13 +42,15 @@ def family_run(request, tmp_path_factory):
 def test_the_run_holds_the_families_term(family_run):
     run, _ = family_run
     rules = [run.logit_rule(layer, head) for layer in range(run.n_layers) for head in range(run.n_heads)]
+    terms = {"gpt_oss": "sinks", "llama4_text": "chunks", "bloom": "alibi_slopes", "mpt": "alibi_slopes"}
+    assert set(run.manifest["attention"]) & {"sinks", "chunks", "alibi_slopes"} == {terms[run.family]}
     if run.family == "gpt_oss":
         assert all(rule.sink is not None for rule in rules) and len({rule.sink for rule in rules}) == len(rules)
         assert run.manifest["attention"]["sinks"][1][2] == rules[run.n_heads + 2].sink
-    else:
+    elif run.family == "llama4_text":
         assert [run.chunk(layer) for layer in range(run.n_layers)] == [8, None]
-        assert "sinks" not in run.manifest["attention"] and all(rule.sink is None for rule in rules)
-    assert "alibi_slopes" not in run.manifest["attention"]
+    else:       # the geometric ALiBi slopes of 4 heads, the same in every layer (BLOOM and MPT agree on them)
+        assert [rule.alibi_slope for rule in rules] == [0.25, 0.0625, 0.015625, 0.00390625] * run.n_layers
 
 
 def test_run_attention_and_the_statistics_batches_are_the_models(family_run):

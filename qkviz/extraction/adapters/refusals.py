@@ -15,8 +15,6 @@ _INEXPRESSIBLE = ", which q.k cannot express"
 
 #: model type -> why its attention cannot be recomputed from queries and keys
 REFUSED_MODEL_TYPES: dict[str, str] = {
-    "bloom": ALIBI + _INEXPRESSIBLE,
-    "mpt": ALIBI + _INEXPRESSIBLE,
     "deberta": DEBERTA + _INEXPRESSIBLE,
     "deberta-v2": DEBERTA + _INEXPRESSIBLE,
     "mpnet": MPNET + _INEXPRESSIBLE,
