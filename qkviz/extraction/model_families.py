@@ -18,7 +18,9 @@ REFUSED = "refused"
 OWN_CODE = "no layer calls transformers' attention interface (its attention is computed by its own code)"
 #: the refusal of a family whose layers share one attention module
 SHARED = "one attention module is called several times per forward pass (shared or recurrent layers)"
-ALIBI = "ALiBi adds a distance-dependent bias to every attention logit"
+#: the refusal of Falcon with ``alibi=True`` (not a row of the table: a configuration of the falcon type)
+FALCON_ALIBI = ("Falcon with alibi=True: transformers' eager attention adds its ALiBi bias twice (to the logits and "
+                "again in the mask) and SDPA once, so the model has no one attention to reproduce")
 DEBERTA = "DeBERTa adds disentangled relative-position terms (content-to-position, position-to-content) to every logit"
 MPNET = "MPNet adds a learned relative-position bias to every attention logit"
 

@@ -119,6 +119,33 @@ def test_the_gate_refuses_a_family_never_seen_that_adds_a_term(tokenizer, tmp_pa
     assert not (tmp_path / "run").exists()
 
 
+def test_falcon_with_alibi_is_refused_in_one_line_while_its_eager_and_sdpa_attention_differ(tokenizer, tmp_path):
+    """The refusal's reason holds: the same Falcon with ALiBi gives different hidden states under transformers'
+    eager and SDPA attention (eager adds the bias twice). When a release agrees with itself, this test fails, and
+    the refusal can be replaced by a capture."""
+    import transformers
+
+    from qkviz.extraction.model_families import FALCON_ALIBI
+    from support.family_configs import tiny_family_config
+
+    config = tiny_family_config("falcon")
+    config.alibi, config.new_decoder_architecture, config.multi_query = True, False, False
+    config.num_kv_heads = config.num_attention_heads
+    ids = torch.arange(3, 23)[None]
+    hidden = {}
+    for implementation in ("eager", "sdpa"):
+        torch.manual_seed(0)
+        model = transformers.AutoModel.from_config(config, dtype=torch.float32, attn_implementation=implementation)
+        with torch.no_grad():
+            hidden[implementation] = model.eval()(input_ids=ids).last_hidden_state
+    assert float((hidden["eager"] - hidden["sdpa"]).abs().max()) > 1e-2
+    with pytest.raises(QkvizError) as refusal:
+        qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
+    message = str(refusal.value)
+    assert FALCON_ALIBI in message and "\n" not in message, message
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_model_whose_attention_cannot_be_switched_is_one_line(tokenizer, tmp_path, monkeypatch):
     model = tiny_family_model("llama")
 

@@ -1,4 +1,5 @@
-"""Families whose attention adds a term to ``scale * q . k`` that the queries and keys cannot express.
+"""Families whose attention adds a term to ``scale * q . k`` that the queries and keys cannot express (and one
+configuration, Falcon with ALiBi, whose attention transformers computes two ways).
 
 Declared by model type (and, where a configuration decides it, by a check of the configuration), so that such
 a model is refused before its weights load, in one line that says why. Anything not declared here still passes
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from qkviz.extraction.model_families import ALIBI, DEBERTA, MPNET
+from qkviz.extraction.model_families import DEBERTA, FALCON_ALIBI, MPNET
 
 _INEXPRESSIBLE = ", which q.k cannot express"
 
@@ -22,7 +23,7 @@ REFUSED_MODEL_TYPES: dict[str, str] = {
 
 
 def _falcon(config) -> str | None:
-    return ALIBI + _INEXPRESSIBLE if getattr(config, "alibi", False) else None
+    return FALCON_ALIBI if getattr(config, "alibi", False) else None
 
 
 def relative_positions(config) -> str | None:
