@@ -1,6 +1,6 @@
 """A head's attention adjusted as the app's sentence view shows it: tokens hidden (the first, the special
-ones) with every query's row renormalised, weighted by the keys' value norms, and averaged over the corpus
-by (query position, key position).
+ones) with every query's row renormalised (to its keys' share, less a sink's), weighted by the keys' value
+norms, and averaged over the corpus by (query position, key position).
 
 All functions take and return numpy arrays; shapes are ``[query, key]`` for one sentence and
 ``[query position, key position]`` for the corpus average.
@@ -30,13 +30,16 @@ def hidden_tokens(positions: np.ndarray, is_special: np.ndarray, hide_first: boo
 def adjusted_attention(attention: np.ndarray, hidden: np.ndarray, value_norms: np.ndarray | None = None
                        ) -> np.ndarray:
     """``[query, key]`` weights with hidden keys removed, optionally times each key's value norm
-    (``[key]``), every visible query's row renormalised to sum 1; hidden queries' rows are 0."""
+    (``[key]``), every visible query's row renormalised to the share its keys had: 1, or 1 less the sink's
+    share where the head has a sink logit (its rows of ``attention`` sum to less than 1; the sink keeps its
+    share); hidden queries' rows are 0."""
     weights = np.array(attention, dtype=np.float64)
+    shares = weights.sum(axis=1, keepdims=True)
     weights[:, hidden] = 0.0
     if value_norms is not None:
         weights *= np.asarray(value_norms, dtype=np.float64)[None, :]
     totals = weights.sum(axis=1, keepdims=True)
-    weights = np.divide(weights, totals, out=np.zeros_like(weights), where=totals > 0)
+    weights = np.divide(weights * shares, totals, out=np.zeros_like(weights), where=totals > 0)
     weights[hidden] = 0.0
     return weights
 
