@@ -97,3 +97,54 @@ def test_the_related_heads_sample_is_the_models(family_run):
                     np.testing.assert_allclose(probs[row, support], expected[block.key_positions[row, support]],
                                                atol=TOLERANCE)
                     assert (probs[row, ~support] == 0).all()
+
+
+def test_a_manifest_without_the_terms_reads_as_a_run_without_them(family_run, tmp_path):
+    """The terms' manifest keys are optional: a run written before they existed (here: a copy of this run with
+    them taken out) opens, and its heads have no such term."""
+    import json
+    import shutil
+
+    run, _ = family_run
+    copy = tmp_path / "older"
+    shutil.copytree(run.path, copy)
+    manifest = json.loads((copy / "manifest.json").read_text(encoding="utf-8"))
+    for key in ("sinks", "chunks", "alibi_slopes"):
+        manifest["attention"].pop(key, None)
+    (copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    older = qkviz.open_run(copy)
+    rule = older.logit_rule(0, 1)
+    assert (rule.sink, rule.chunk, rule.alibi_slope) == (None, None, None)
+    assert rule.scale == run.logit_rule(0, 1).scale and rule.window == run.logit_rule(0, 1).window
+    np.testing.assert_allclose(older.attention(0, 1, 0).sum(axis=1), 1.0)
+
+
+def test_attention_change_counts_a_changed_sink_share(family_run, tmp_path):
+    """Two runs of gpt-oss whose sinks differ: each query's JS distance is that of its two attention rows with the
+    sink's share as one more outcome (scipy's distance as the reference), not of the keys' weights alone."""
+    import json
+    import shutil
+
+    from scipy.spatial.distance import jensenshannon
+
+    from qkviz.analysis.attention_change import query_js_distances
+
+    run, _ = family_run
+    if run.family != "gpt_oss":
+        pytest.skip("a head with a sink logit")
+    copy = tmp_path / "other_sinks"
+    shutil.copytree(run.path, copy)
+    manifest = json.loads((copy / "manifest.json").read_text(encoding="utf-8"))
+    manifest["attention"]["sinks"] = [[sink + 1.5 for sink in layer] for layer in manifest["attention"]["sinks"]]
+    (copy / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    other = qkviz.open_run(copy)
+    layer, head = 1, 0
+    batches = sentence_batches(run, sentences=np.array(CHECKED))
+    found = query_js_distances(run, other, layer, head, batches)
+    expected = []
+    for batch in batches:
+        for sentence in batch.sentences:
+            for ours, theirs in zip(run.attention(layer, head, int(sentence)), other.attention(layer, head, int(sentence))):
+                expected.append(jensenshannon(np.append(ours, 1 - ours.sum()), np.append(theirs, 1 - theirs.sum()), base=2))
+    np.testing.assert_allclose(found, expected, atol=1e-7)
+    assert min(expected) > 0.05
