@@ -281,16 +281,16 @@ def correlation_table(run: StoredRun, max_pairs: int = DEFAULT_MAX_PAIRS, seed: 
     layers = list(range(run.n_layers)) if layers is None else layers
     heads = list(range(run.n_heads)) if heads is None else heads
     rows: list[dict] = []
-    pair_sets: dict[int | None, PairSet] = {}
+    pair_sets: dict[tuple[int | None, int | None], PairSet] = {}      # (window, chunk) -> pairs
     projections = cached_projections(run) if projections is None else projections
     with tqdm(total=len(layers) * len(heads), unit="head", desc="correlating", disable=not progress,
               dynamic_ncols=True) as bar:
         for layer in layers:
-            window = (run.sliding_window(layer), run.chunk(layer))
-            if window not in pair_sets:
-                pair_sets[window] = attending_pairs(run, layer, max_pairs, seed)
+            mask = (run.sliding_window(layer), run.chunk(layer))
+            if mask not in pair_sets:
+                pair_sets[mask] = attending_pairs(run, layer, max_pairs, seed)
             for head in heads:
-                rows.extend(head_correlation_rows(run, layer, head, pair_sets[window],
+                rows.extend(head_correlation_rows(run, layer, head, pair_sets[mask],
                                                   projections.get((layer, head)))[0])
                 bar.update()
     return pd.DataFrame(rows, columns=list(COLUMNS))
