@@ -59,6 +59,7 @@ sys.path.insert(0, str(REPO / "bench"))
 warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
+from qkviz.core import LogitRule  # noqa: E402
 from qkviz.core.alignment import align_head  # noqa: E402
 from qkviz.projection.attention_graph import GRAPH_PARAMS, attention_graph  # noqa: E402
 from qkviz.projection import project_points  # noqa: E402
@@ -89,8 +90,8 @@ def layout(run, layer: int, head: int, points: np.ndarray, method: str, **params
         method, fixed = VARIANTS.get(method, (method, {}))
         params = resolve_params(method, {**params, **fixed}, 2)
         graph_params = {name: params.pop(name) for name in GRAPH_PARAMS}
-        graph = attention_graph(run.queries(layer, head), run.keys(layer, head), points, run.scale(layer),
-                                softcap=run.softcap(layer), first_tokens=first_tokens(run), **graph_params)
+        graph = attention_graph(run.queries(layer, head), run.keys(layer, head), points,
+                                run.logit_rule(layer, head), first_tokens=first_tokens(run), **graph_params)
         extra["capped_keys"] = int(len(graph.sinks))
         coordinates = project_points(points, method, 2, attention=graph, **params).coordinates
     else:
@@ -160,7 +161,7 @@ def warm_up() -> None:
     rng = np.random.default_rng(0)
     warm = rng.normal(size=(600, 8)).astype(np.float32)
     project_points(warm, "umap", 2)
-    graph = attention_graph(warm[:300], warm[300:], warm, 1.0, k=5, same_kind_k=5)
+    graph = attention_graph(warm[:300], warm[300:], warm, LogitRule(1.0), k=5, same_kind_k=5)
     project_points(warm, "attn-umap", 2, attention=graph)
 
 

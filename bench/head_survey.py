@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qkviz.core import LogitRule
 from qkviz.core.alignment import align_head
 from qkviz.core.attention import attention_probs
 from qkviz.neighbours import top_logits
@@ -21,8 +22,7 @@ def first_token_share(run, layer: int, head: int, sentences: list[int]) -> float
     shares = []
     for sentence in sentences:
         rows = run.sentence_tokens(sentence)
-        probs = attention_probs(queries[rows], keys[rows], run.scale(layer), causal=run.is_causal,
-                                sliding_window=run.sliding_window(layer), softcap=run.softcap(layer))
+        probs = attention_probs(queries[rows], keys[rows], run.logit_rule(layer, head))
         shares.append(probs[1:, 0])
     return float(np.concatenate(shares).mean())
 
@@ -37,8 +37,8 @@ def cosine_fidelity(run, layer: int, head: int, seed: int = 0) -> float:
     chosen = np.random.default_rng(seed).choice(n, min(SAMPLE, n), replace=False)
     shares = []
     for own, other, own_unit, other_unit in ((queries, keys, unit[:n], unit[n:]), (keys, queries, unit[n:], unit[:n])):
-        partners = top_logits(own[chosen], other, K, 1.0)[0]
-        near = top_logits(own_unit[chosen], other_unit, K, 1.0)[0]          # cosine: dot products of unit vectors
+        partners = top_logits(own[chosen], other, K, LogitRule(1.0))[0]
+        near = top_logits(own_unit[chosen], other_unit, K, LogitRule(1.0))[0]          # cosine: dot products of unit vectors
         shares.append(np.mean([len(np.intersect1d(a, b)) / K for a, b in zip(partners, near)]))
     return float(np.mean(shares))
 

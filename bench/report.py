@@ -64,7 +64,7 @@ def straightforward(run, layer: int, head: int) -> tuple[float, float]:
     for sentence in range(run.n_sentences):
         rows = run.sentence_tokens(sentence)
         q, k = queries[rows].astype(np.float64), keys[rows].astype(np.float64)
-        allowed = allowed_pairs(len(q), run.is_causal, run.sliding_window(layer))
+        allowed = allowed_pairs(len(q), run.logit_rule(layer, head))
         distances.append(cdist(q, k)[allowed])
         dots.append((q @ k.T)[allowed])
     distances, dots = np.concatenate(distances), np.concatenate(dots)

@@ -119,7 +119,7 @@ def layout_quality(run, layer: int, head: int, layout: np.ndarray, points: np.nd
     queries, keys = run.queries(layer, head), run.keys(layer, head)
     if points is None:
         points = align_head(queries, keys, Alignment()).points
-    recall = partner_recall(queries, keys, run.scale(layer), layout)
+    recall = partner_recall(queries, keys, run.logit_rule(layer, head), layout)
     sampled = np.random.default_rng(0).choice(2 * run.n_tokens, min(3000, 2 * run.n_tokens), replace=False)
     return {"recall": round(float((recall["query"] + recall["key"]) / 2), 4),
             "trust": round(float(trustworthiness(points[sampled], layout[sampled], n_neighbors=10)), 4)}
@@ -162,7 +162,7 @@ def sample_cost(directory: Path, tokens: int, heads: list[tuple[int, int]], samp
                               progress=False)
                 seconds = time.perf_counter() - started
                 layout = run.projection(layer, head, method, 2, sample=sample)
-                recall = partner_recall(queries, keys, run.scale(layer), layout)
+                recall = partner_recall(queries, keys, run.logit_rule(layer, head), layout)
                 rows.append({"method": method, "sample": sample, "layer": layer, "head": head,
                              "seconds": round(seconds, 1), "recall": (recall["query"] + recall["key"]) / 2,
                              "trust": float(trustworthiness(points[trust_points], layout[trust_points], n_neighbors=10))})

@@ -142,7 +142,7 @@ def compare_heads(run, heads, recall_points: int, seed: int) -> list[dict]:
     for layer, head in heads:
         queries, keys = run.queries(layer, head), run.keys(layer, head)
         points = align_head(queries, keys).points.astype(np.float32)
-        sample = partner_sample(queries, keys, run.scale(layer), 10, recall_points, seed, run.softcap(layer))
+        sample = partner_sample(queries, keys, run.logit_rule(layer, head), 10, recall_points, seed)
         trust_points = np.random.default_rng(seed).choice(len(points), min(TRUST_POINTS, len(points)), replace=False)
         row = {"layer": layer, "head": head}
         for label, params in (("default", None), ("full", FULL_FIT)):

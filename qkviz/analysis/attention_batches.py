@@ -15,6 +15,7 @@ from typing import Iterator
 import numpy as np
 
 from qkviz.core.attention import allowed_pairs, attention_logits, masked_softmax
+from qkviz.core.logit_rule import LogitRule
 from qkviz.store.run import StoredRun
 
 DEFAULT_MAX_CELLS = 1 << 22
@@ -56,16 +57,16 @@ def sentence_batches(run: StoredRun, max_cells: int = DEFAULT_MAX_CELLS,
     return batches
 
 
-def batch_mask(batch: SentenceBatch, causal: bool, sliding_window: int | None) -> np.ndarray:
-    """bool ``[batch, query, key]``: both real tokens and allowed by the model's mask (read-only: the masks
+def batch_mask(batch: SentenceBatch, rule: LogitRule) -> np.ndarray:
+    """bool ``[batch, query, key]``: both real tokens and allowed by the mask of ``rule`` (read-only: the masks
     of the latest batches are kept, up to :data:`MASK_CACHE_CELLS` cells, since every head shares them)."""
-    key = (id(batch), causal, sliding_window)
+    key = (id(batch), rule.causal, rule.window, rule.chunk)
     if key in _MASKS:
         _MASKS.move_to_end(key)
         return _MASKS[key][1]
     width = batch.rows.shape[1]
     valid = batch.valid
-    mask = allowed_pairs(width, causal, sliding_window)[None] & valid[:, :, None] & valid[:, None, :]
+    mask = allowed_pairs(width, rule)[None] & valid[:, :, None] & valid[:, None, :]
     mask.flags.writeable = False
     if mask.size <= MASK_CACHE_CELLS:
         _MASKS[key] = (batch, mask)          # the batch held with its mask: its id stays its own
@@ -74,8 +75,8 @@ def batch_mask(batch: SentenceBatch, causal: bool, sliding_window: int | None) -
     return mask
 
 
-#: (id of the batch, causal, sliding window) -> (batch, mask), least recently used first
-_MASKS: OrderedDict[tuple[int, bool, int | None], tuple[SentenceBatch, np.ndarray]] = OrderedDict()
+#: (id of the batch, causal, sliding window, chunk) -> (batch, mask), least recently used first
+_MASKS: OrderedDict[tuple[int, bool, int | None, int | None], tuple[SentenceBatch, np.ndarray]] = OrderedDict()
 
 
 def workspace(name: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -106,9 +107,9 @@ def batch_attention(run: StoredRun, layer: int, head: int, batch: SentenceBatch,
     queries = run.queries(layer, head) if queries is None else queries
     keys = run.keys(layer, head) if keys is None else keys
     rows = np.maximum(batch.rows, 0)
-    logits = attention_logits(queries[rows], keys[rows], run.scale(layer), run.softcap(layer),
-                              batch_mask(batch, run.is_causal, run.sliding_window(layer)), out=out)
-    return masked_softmax(logits, overwrite=True)
+    rule = run.logit_rule(layer, head)
+    logits = attention_logits(queries[rows], keys[rows], rule, batch_mask(batch, rule), out=out)
+    return masked_softmax(logits, sink=rule.sink, overwrite=True)
 
 
 def head_attention(run: StoredRun, layer: int, head: int, batches: list[SentenceBatch] | None = None

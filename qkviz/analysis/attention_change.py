@@ -8,8 +8,8 @@ logarithms, so it lies in [0, 1] (0: the same distribution, 1: disjoint ones); p
 over all queries of all sentences (the runs hold the same sentences, :func:`check_same_tokens`).
 
 Attention is recomputed from the stored queries and keys exactly as ``run.attention(layer, head, sentence)``
-does (:func:`qkviz.analysis.attention_batches.batch_attention`: each run's own scale, causal mask, sliding
-window and softcap, and its key-value head for grouped-query attention), padded sentence batches at a time.
+does (:func:`qkviz.analysis.attention_batches.batch_attention`: each run's own logit rule -- scale, mask,
+soft cap, ALiBi, sink -- and its key-value head for grouped-query attention), padded sentence batches at a time.
 A key that one run's mask hides has weight 0 there, which the distance counts like any other 0.
 
 Runs of different shapes (layers or heads) are refused: a head of one architecture has no counterpart in
@@ -85,15 +85,26 @@ def check_comparable(run_a: StoredRun, run_b: StoredRun) -> None:
 def query_js_distances(run_a: StoredRun, run_b: StoredRun, layer: int, head: int,
                        batches: list[SentenceBatch]) -> np.ndarray:
     """float64 ``[query]``: base-2 JS distance between the head's attention of each query in the two runs, for
-    the queries of ``batches`` in batch order (padding left out)."""
+    the queries of ``batches`` in batch order (padding left out). Where either run's head has a sink logit, the
+    share of no key (:func:`with_sink_share`) is one more outcome of both distributions."""
     vectors_a = run_a.queries(layer, head), run_a.keys(layer, head)
     vectors_b = run_b.queries(layer, head), run_b.keys(layer, head)
+    sinks = run_a.sink(layer, head) is not None or run_b.sink(layer, head) is not None
     distances = []
     for batch in batches:
         probs_a = batch_attention(run_a, layer, head, batch, *vectors_a)
         probs_b = batch_attention(run_b, layer, head, batch, *vectors_b)
+        if sinks:
+            probs_a, probs_b = with_sink_share(probs_a), with_sink_share(probs_b)
         distances.append(js_distance_rows(probs_a, probs_b)[batch.valid])
     return np.concatenate(distances) if distances else np.zeros(0)
+
+
+def with_sink_share(probs: np.ndarray) -> np.ndarray:
+    """``[..., key + 1]``: attention rows (which sum to less than 1 under a sink logit) with what they lack of 1,
+    the sink's share, as one more entry: distributions again."""
+    share = np.clip(1.0 - probs.sum(axis=-1, keepdims=True), 0.0, 1.0)
+    return np.concatenate([probs, share], axis=-1)
 
 
 def js_distance_rows(p: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -1,6 +1,6 @@
 """A head's attention adjusted as the app's sentence view shows it: tokens hidden (the first, the special
-ones) with every query's row renormalised, weighted by the keys' value norms, and averaged over the corpus
-by (query position, key position).
+ones) with every query's row renormalised (to its keys' share, less a sink's), weighted by the keys' value
+norms, and averaged over the corpus by (query position, key position).
 
 All functions take and return numpy arrays; shapes are ``[query, key]`` for one sentence and
 ``[query position, key position]`` for the corpus average.
@@ -30,13 +30,16 @@ def hidden_tokens(positions: np.ndarray, is_special: np.ndarray, hide_first: boo
 def adjusted_attention(attention: np.ndarray, hidden: np.ndarray, value_norms: np.ndarray | None = None
                        ) -> np.ndarray:
     """``[query, key]`` weights with hidden keys removed, optionally times each key's value norm
-    (``[key]``), every visible query's row renormalised to sum 1; hidden queries' rows are 0."""
+    (``[key]``), every visible query's row renormalised to the share its keys had: 1, or 1 less the sink's
+    share where the head has a sink logit (its rows of ``attention`` sum to less than 1; the sink keeps its
+    share); hidden queries' rows are 0."""
     weights = np.array(attention, dtype=np.float64)
+    shares = weights.sum(axis=1, keepdims=True)
     weights[:, hidden] = 0.0
     if value_norms is not None:
         weights *= np.asarray(value_norms, dtype=np.float64)[None, :]
     totals = weights.sum(axis=1, keepdims=True)
-    weights = np.divide(weights, totals, out=np.zeros_like(weights), where=totals > 0)
+    weights = np.divide(weights * shares, totals, out=np.zeros_like(weights), where=totals > 0)
     weights[hidden] = 0.0
     return weights
 
@@ -54,10 +57,10 @@ def aggregate_attention(run: StoredRun, layer: int, head: int, hide_first: bool 
     token_positions, specials = tokens.position.to_numpy(), tokens.is_special.to_numpy()
     totals = np.zeros((positions, positions))
     counts = np.zeros((positions, positions))
-    settings = dict(causal=run.is_causal, sliding_window=run.sliding_window(layer), softcap=run.softcap(layer))
+    rule = run.logit_rule(layer, head)
     for first, count in zip(run.sentences.first_token.to_numpy(), run.sentences.n_tokens.to_numpy()):
         rows = slice(int(first), int(first + count))
-        attention = attention_probs(queries[rows], keys[rows], run.scale(layer), **settings)
+        attention = attention_probs(queries[rows], keys[rows], rule)
         hidden = hidden_tokens(token_positions[rows], specials[rows], hide_first, hide_special)
         weights = adjusted_attention(attention, hidden, None if norms is None else norms[rows])
         shown = min(int(count), positions)

@@ -44,6 +44,7 @@ import pandas as pd
 from qkviz.store import files as run_files
 from qkviz.core.alignment import Alignment, align_head, norm_scale
 from qkviz.core.attention import allowed_keys
+from qkviz.core.logit_rule import LogitRule
 from qkviz.neighbours.partner_recall import layout_recall, partner_sample
 from qkviz.store.projections import ProjectionCache, ProjectionSpec
 from qkviz.store.run import StoredRun
@@ -78,16 +79,15 @@ class PairSet:
 
 
 def key_ranges(sentence: np.ndarray, position: np.ndarray, sentence_first: np.ndarray,
-               sentence_length: np.ndarray, causal: bool, sliding_window: int | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+               sentence_length: np.ndarray, rule: LogitRule) -> tuple[np.ndarray, np.ndarray]:
     """Per token (as a query), the global key indices ``[lo, hi)`` it can attend to.
 
     ``sentence`` and ``position`` are per token; ``sentence_first`` and ``sentence_length`` per
     sentence. The rule is :func:`qkviz.core.attention.allowed_keys` (that of
-    :func:`~qkviz.core.attention.allowed_pairs`): keys of the same sentence, not after the query when
-    causal, and closer than ``sliding_window`` when there is one."""
+    :func:`~qkviz.core.attention.allowed_pairs`) of ``rule``'s mask: keys of the same sentence, not after the
+    query when causal, closer than the window and within the chunk where there are."""
     first = sentence_first[sentence]
-    lo, hi = allowed_keys(position, sentence_length[sentence], causal, sliding_window)
+    lo, hi = allowed_keys(position, sentence_length[sentence], rule)
     return first + lo, first + hi
 
 
@@ -102,7 +102,7 @@ def attending_pairs(run: StoredRun, layer: int, max_pairs: int = DEFAULT_MAX_PAI
     tokens, sentences = run.tokens, run.sentences
     lo, hi = key_ranges(tokens.sentence.to_numpy(np.int64), tokens.position.to_numpy(np.int64),
                         sentences.first_token.to_numpy(np.int64), sentences.n_tokens.to_numpy(np.int64),
-                        run.is_causal, run.sliding_window(layer))
+                        run.logit_rule(layer, 0))         # the mask is the layer's, the same for every head
     counts = hi - lo
     ends = np.cumsum(counts)
     n_all = int(ends[-1]) if len(ends) else 0
@@ -221,7 +221,7 @@ def head_correlation_rows(run: StoredRun, layer: int, head: int, pairs: PairSet,
     queries, keys = run.queries(layer, head), run.keys(layer, head)
     figures = head_space_figures(queries, keys, pairs, pair_dots(queries, keys, pairs))
     projected_dots = figures["translated+scaled"][1]
-    recall_sample = partner_sample(queries, keys, run.scale(layer), RECALL_K, RECALL_SAMPLE, softcap=run.softcap(layer))
+    recall_sample = partner_sample(queries, keys, run.logit_rule(layer, head), RECALL_K, RECALL_SAMPLE)
     recalls = {space: layout_recall(recall_sample, cloud) for space, cloud in head_space_clouds(queries, keys).items()}
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
     for space, spec in (projections or {}).items():
@@ -281,16 +281,16 @@ def correlation_table(run: StoredRun, max_pairs: int = DEFAULT_MAX_PAIRS, seed: 
     layers = list(range(run.n_layers)) if layers is None else layers
     heads = list(range(run.n_heads)) if heads is None else heads
     rows: list[dict] = []
-    pair_sets: dict[int | None, PairSet] = {}
+    pair_sets: dict[tuple[int | None, int | None], PairSet] = {}      # (window, chunk) -> pairs
     projections = cached_projections(run) if projections is None else projections
     with tqdm(total=len(layers) * len(heads), unit="head", desc="correlating", disable=not progress,
               dynamic_ncols=True) as bar:
         for layer in layers:
-            window = run.sliding_window(layer)
-            if window not in pair_sets:
-                pair_sets[window] = attending_pairs(run, layer, max_pairs, seed)
+            mask = (run.sliding_window(layer), run.chunk(layer))
+            if mask not in pair_sets:
+                pair_sets[mask] = attending_pairs(run, layer, max_pairs, seed)
             for head in heads:
-                rows.extend(head_correlation_rows(run, layer, head, pair_sets[window],
+                rows.extend(head_correlation_rows(run, layer, head, pair_sets[mask],
                                                   projections.get((layer, head)))[0])
                 bar.update()
     return pd.DataFrame(rows, columns=list(COLUMNS))

@@ -4,8 +4,9 @@ the map pooled to a grid of pixels, and the head's profile over the document.
 A document of ``n`` tokens has ``n^2`` query-key pairs (67 million at 8,192 tokens): they are never held at once.
 Queries are taken in blocks of rows; each block's attention over the keys its rows may see is
 :func:`qkviz.core.attention.attention_logits` and :func:`~qkviz.core.attention.masked_softmax` under the mask of
-:func:`~qkviz.core.attention.allowed_keys` (the one place that applies the scale, the soft cap and the causal /
-sliding-window mask), at most ``max_cells`` pairs at a time, and is reduced at once to what is kept:
+:func:`~qkviz.core.attention.allowed_keys` (the one place that applies the head's
+:class:`~qkviz.core.logit_rule.LogitRule`: scale, soft cap, causal / sliding-window / chunk mask, ALiBi, sink),
+at most ``max_cells`` pairs at a time, and is reduced at once to what is kept:
 
 * :func:`pooled_attention` -- a ``[height, width]`` grid over a region of the map (all of it, or a zoomed part),
   each pixel the max or the mean of the weights of its query-key cells (``pixel_edges`` splits rows and columns),
@@ -30,6 +31,7 @@ from typing import Callable, Iterator, TypeVar
 import numpy as np
 
 from qkviz.core.attention import allowed_keys, attention_logits, masked_softmax
+from qkviz.core.logit_rule import LogitRule
 
 #: query-key pairs computed at a time (float64: 16 MB a block, a few times that with the softmax's temporaries)
 MAX_BLOCK_CELLS = 1 << 21
@@ -44,14 +46,11 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class DocumentHead:
     """One head over one document: ``queries`` and ``keys`` ``[token, d_head]`` (the document's tokens, its first
-    token first) and the layer's attention settings."""
+    token first) and the head's logit rule."""
 
     queries: np.ndarray
     keys: np.ndarray
-    scale: float
-    causal: bool
-    sliding_window: int | None = None
-    softcap: float | None = None
+    rule: LogitRule
 
     @property
     def n_tokens(self) -> int:
@@ -59,7 +58,7 @@ class DocumentHead:
 
     def key_range(self, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per query position, the keys ``[lo, hi)`` it may attend to (:func:`allowed_keys`)."""
-        return allowed_keys(position, self.n_tokens, self.causal, self.sliding_window)
+        return allowed_keys(position, self.n_tokens, self.rule)
 
 
 def document_head(run, layer: int, head: int, sentence: int) -> DocumentHead:
@@ -67,7 +66,7 @@ def document_head(run, layer: int, head: int, sentence: int) -> DocumentHead:
     the memory-mapped vectors (only its rows)."""
     rows = run.sentence_tokens(sentence)
     return DocumentHead(run.vector_rows("queries", layer, head, rows), run.vector_rows("keys", layer, head, rows),
-                        run.scale(layer), run.is_causal, run.sliding_window(layer), run.softcap(layer))
+                        run.logit_rule(layer, head))
 
 
 @dataclass(frozen=True)
@@ -150,9 +149,9 @@ def block_probabilities(head: DocumentHead, first: int, stop: int, key_first: in
     lo, hi = head.key_range(np.arange(first, stop))
     key_position = np.arange(key_first, key_stop)
     allowed = (key_position[None, :] >= lo[:, None]) & (key_position[None, :] < hi[:, None])
-    logits = attention_logits(head.queries[first:stop], head.keys[key_first:key_stop], head.scale, head.softcap,
-                              allowed)
-    return masked_softmax(logits, overwrite=True)           # the block's own logits: no copy
+    logits = attention_logits(head.queries[first:stop], head.keys[key_first:key_stop], head.rule, allowed,
+                              query_positions=np.arange(first, stop), key_positions=key_position)
+    return masked_softmax(logits, sink=head.rule.sink, overwrite=True)           # the block's own logits: no copy
 
 
 def attention_blocks(head: DocumentHead, row_edges: np.ndarray, max_cells: int = MAX_BLOCK_CELLS

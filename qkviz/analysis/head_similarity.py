@@ -172,7 +172,7 @@ def compute_head_similarity(run: StoredRun, max_queries: int = 2000, seed: int =
     def read(flat: int) -> None:
         layer, head = divmod(flat, run.n_heads)
         queries, keys = run.queries(layer, head), run.keys(layer, head)
-        attention[flat] = np.concatenate([block_attention(run, layer, block, queries, keys)[block.support]
+        attention[flat] = np.concatenate([block_attention(run, layer, head, block, queries, keys)[block.support]
                                           for block in blocks])
         clouds[:, flat * width:(flat + 1) * width] = centred_cloud(queries, keys, geometry_tokens)
 
@@ -182,8 +182,11 @@ def compute_head_similarity(run: StoredRun, max_queries: int = 2000, seed: int =
         bar.update()
         for _ in pool.map(read, range(1, n_total)):
             bar.update()
+    # heads with a sink logit (gpt-oss): what each query's row lacks of 1 is the sink's share, one more outcome
+    has_sinks = any(run.sink(layer, head) is not None for layer in range(run.n_layers) for head in range(run.n_heads))
+    shares = np.clip(1.0 - np.add.reduceat(attention, starts, axis=1), 0.0, 1.0) if has_sinks else None
     with tqdm(total=n_total, desc="attention distance", **bars) as bar:
-        js = mean_js_distance(attention, starts, bar.update)
+        js = mean_js_distance(attention, starts, bar.update, shares)
     attention = None   # frees the attention matrix before the CKA needs its memory
     with tqdm(total=n_total, desc="geometry (CKA)", **bars) as bar:
         cka = linear_cka(clouds, width, run.n_heads, bar.update)
@@ -221,18 +224,26 @@ def plogp_sums(probs: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.add.reduceat(terms, starts, axis=-1)
 
 
+def plogp(probs: np.ndarray) -> np.ndarray:
+    """``p log2 p`` elementwise (0 log 0 = 0)."""
+    return probs * np.log2(np.maximum(probs, _TINY))
+
+
 def mean_js_distance(attention: np.ndarray, starts: np.ndarray,
-                     advance: Callable[[int], object] | None = None) -> np.ndarray:
+                     advance: Callable[[int], object] | None = None, shares: np.ndarray | None = None) -> np.ndarray:
     """float64 ``[head, head]``: mean over queries of ``sqrt(H(M) - (H(P) + H(Q)) / 2)`` (base 2).
 
-    ``attention`` ``[head, pair]``: each head's probabilities over the same flat pairs, a query's keys
-    contiguous from ``starts[query]``. Per-head entropies are computed once, a few heads at a time; each
-    head is then compared with every later head, ``M`` in chunks of :data:`CHUNK_CELLS`, heads spread over
-    threads. Temporaries stay within a few chunks: nothing as large as ``attention`` is allocated."""
+    ``attention`` ``[head, pair]``: each head's probabilities over the same flat pairs, a query's keys contiguous
+    from ``starts[query]``; ``shares`` ``[head, query]``: where heads have sink logits, each query's share of no key
+    (its row's lack of 1), one more outcome of its distribution. Per-head entropies are computed once, a few heads
+    at a time; each head is then compared with every later head, ``M`` in chunks of :data:`CHUNK_CELLS`, heads
+    spread over threads. Temporaries stay within a few chunks: nothing as large as ``attention`` is allocated."""
     n_heads, n_pairs = attention.shape
     chunk = max(1, CHUNK_CELLS // max(n_pairs, 1))
     entropy = np.concatenate([-plogp_sums(attention[first:first + chunk], starts)      # [head, query]
                               for first in range(0, n_heads, chunk)])
+    if shares is not None:
+        entropy -= plogp(shares)
     distance = np.zeros((n_heads, n_heads))
 
     def compare(a: int) -> None:
@@ -241,6 +252,8 @@ def mean_js_distance(attention: np.ndarray, starts: np.ndarray,
             mixture = np.add(attention[others], attention[a])
             mixture *= 0.5
             divergence = -plogp_sums(mixture, starts) - (entropy[others] + entropy[a]) * 0.5
+            if shares is not None:
+                divergence -= plogp((shares[others] + shares[a]) * 0.5)
             distance[a, others] = np.sqrt(np.maximum(divergence, 0.0)).mean(axis=1)
 
     with ThreadPoolExecutor(worker_count()) as pool:

@@ -148,7 +148,7 @@ def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | N
         room -= 8 * int(np.prod(shape)) if keep else 0
         probs = batch_attention(run, layer, head, batch, queries, keys,
                                 out=workspace(f"stats-probs-{number}" if keep else "spare", shape))
-        mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
+        mask = batch_mask(batch, run.logit_rule(layer, head))
         scratch = workspace("scratch", shape)
         _accumulate(sums, batch, probs, mask, kinds, scratch)
         candidates.append(_exemplar_candidates(batch, probs, mask, kinds, n_exemplars, scratch))
@@ -162,7 +162,7 @@ def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | N
     for number, batch in enumerate(batches):
         probs = kept.pop(number) if number in kept else batch_attention(
             run, layer, head, batch, queries, keys, out=workspace("spare", _cells(batch)))
-        mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
+        mask = batch_mask(batch, run.logit_rule(layer, head))
         side = probs.shape[1]
         np.subtract(probs, mean_map[None, :side, :side], out=probs)
         np.abs(probs, out=probs)

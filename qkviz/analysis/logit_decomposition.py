@@ -15,7 +15,8 @@ For each term, over the corpus (attention batches as in :mod:`qkviz.analysis.hea
 ``profile``: the attention ``softmax(scale * term)`` would pay, averaged by relative position;
 ``variance_share``: ``sum_i cov_j(term, logit) / sum_i var_j(logit)`` over each query's keys, the
 term's share of the logit's variation across keys (the shares add up to 1; a per-query constant
-gets 0). Soft-capped models (Gemma 2) are decomposed before the cap.
+gets 0). Soft-capped models (Gemma 2) are decomposed before the cap; what a head adds beside ``q . k``
+(ALiBi's distance bias, a sink logit: its :class:`~qkviz.core.logit_rule.LogitRule`) is no part of the split.
 
 Absolute-position models (BERT, RoBERTa, DistilBERT, GPT-2) also get, at their first layer, the
 split of each logit into token and position parts (:class:`EmbeddingSplit`).
@@ -115,7 +116,7 @@ def decompose_head(run: StoredRun, layer: int, head: int, batches: list[Sentence
                    ) -> HeadDecomposition:
     """The bias / rotary split (:func:`batch_terms`) of one head over the corpus."""
     queries, keys = run.queries(layer, head), run.keys(layer, head)
-    return _decompose(run, layer, batches, max_offset, available_terms(run),
+    return _decompose(run, layer, head, batches, max_offset, available_terms(run),
                       lambda batch: batch_terms(run, layer, head, batch, queries, keys, reuse=True))
 
 
@@ -123,20 +124,21 @@ def decompose_embeddings(run: StoredRun, split: "EmbeddingSplit", head: int, bat
                          max_offset: int) -> HeadDecomposition:
     """The token / position split (:class:`EmbeddingSplit`) of a first-layer head over the corpus."""
     queries, keys = run.queries(0, head), run.keys(0, head)
-    return _decompose(run, 0, batches, max_offset, EMBEDDING_TERMS,
+    return _decompose(run, 0, head, batches, max_offset, EMBEDDING_TERMS,
                       lambda batch: split.batch_terms(run, head, batch, queries, keys))
 
 
-def _decompose(run: StoredRun, layer: int, batches: list[SentenceBatch], max_offset: int, terms: tuple[str, ...],
-               parts_of) -> HeadDecomposition:
+def _decompose(run: StoredRun, layer: int, head: int, batches: list[SentenceBatch], max_offset: int,
+               terms: tuple[str, ...], parts_of) -> HeadDecomposition:
     """Shares and relative-position profiles of ``terms``; ``parts_of(batch)`` gives ``{term: [b, q, k]}``
     (arrays of its own, overwritten here)."""
     bins = 2 * max_offset + 1
     weight, count = np.zeros((len(terms), bins)), np.zeros(bins)
     covariance, variance = np.zeros(len(terms)), 0.0
-    scale = run.scale(layer)
+    rule = run.logit_rule(layer, head)
+    scale = rule.scale
     for batch in batches:
-        mask = batch_mask(batch, run.is_causal, run.sliding_window(layer))
+        mask = batch_mask(batch, rule)
         parts = parts_of(batch)
         side = mask.shape[1]
         offsets = range(max(-max_offset, 1 - side), min(max_offset, side - 1) + 1)

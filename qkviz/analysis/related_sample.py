@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkviz.core.attention import allowed_keys, attention_logits, masked_softmax
+from qkviz.core.logit_rule import LogitRule
 from qkviz.store.run import StoredRun
 
 #: bytes of the attention array (float64 ``[heads, pairs]``) the sample may fill
@@ -64,7 +65,7 @@ def query_supports(run: StoredRun, tokens: np.ndarray) -> tuple[np.ndarray, np.n
     tokens = np.asarray(tokens, dtype=np.int64)
     sentence = np.searchsorted(firsts, tokens, side="right") - 1
     position = tokens - firsts[sentence]
-    lo, hi = allowed_keys(position, lengths[sentence], run.is_causal)
+    lo, hi = allowed_keys(position, lengths[sentence], LogitRule(scale=1.0, causal=run.is_causal))
     return sentence, position, lo, hi
 
 
@@ -132,17 +133,20 @@ def query_blocks(run: StoredRun, tokens: np.ndarray, max_cells: int = BATCH_CELL
     return blocks
 
 
-def block_attention(run: StoredRun, layer: int, block: QueryBlock, queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+def block_attention(run: StoredRun, layer: int, head: int, block: QueryBlock, queries: np.ndarray, keys: np.ndarray
+                    ) -> np.ndarray:
     """float64 ``[query, width]``: each query's attention over its support (the head's ``queries`` and
-    ``keys``, ``[token, d_head]``); 0 outside the layer's sliding window and on padding."""
-    window = run.sliding_window(layer)
+    ``keys``, ``[token, d_head]``, under its :class:`~qkviz.core.logit_rule.LogitRule`); 0 outside the layer's
+    sliding window or chunk and on padding."""
+    rule = run.logit_rule(layer, head)
     allowed = block.support
-    if window is not None:
-        lo, hi = allowed_keys(block.positions, block.lengths, run.is_causal, window)
+    if rule.window is not None or rule.chunk is not None:
+        lo, hi = allowed_keys(block.positions, block.lengths, rule)
         allowed = allowed & (block.key_positions >= lo[:, None]) & (block.key_positions < hi[:, None])
-    logits = attention_logits(queries[block.queries][:, None, :], keys[block.keys], run.scale(layer),
-                              run.softcap(layer))[:, 0, :]
-    return masked_softmax(logits, allowed)
+    logits = attention_logits(queries[block.queries][:, None, :], keys[block.keys], rule,
+                              query_positions=block.positions[:, None], key_positions=block.key_positions
+                              )[:, 0, :]
+    return masked_softmax(logits, allowed, sink=rule.sink)
 
 
 def sentence_pairs(run: StoredRun, sentences: np.ndarray) -> int:

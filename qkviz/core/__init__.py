@@ -1,5 +1,6 @@
 """The maths every layer shares, in numpy only: attention recomputed from queries and keys (logits with
-their scale, soft cap and mask, probabilities), the alignment of keys with queries, and the one exception
+their scale, soft cap, mask, position bias and sink: one head's
+:class:`LogitRule`, probabilities), the alignment of keys with queries, and the one exception
 type for mistakes a user can fix. Attention partners and partner recall, which search, are
 :mod:`qkviz.neighbours`.
 
@@ -10,6 +11,7 @@ from qkviz.core.alignment import AlignedHead, Alignment, align_head, norm_scale
 from qkviz.core.attention import (allowed_keys, allowed_pairs, attention_logits, attention_probs, dot_logits,
                                   masked_softmax)
 from qkviz.core.errors import IncompleteRunError, QkvizError
+from qkviz.core.logit_rule import LogitRule
 
-__all__ = ["AlignedHead", "Alignment", "IncompleteRunError", "QkvizError", "align_head", "allowed_keys", "allowed_pairs",
+__all__ = ["AlignedHead", "Alignment", "IncompleteRunError", "LogitRule", "QkvizError", "align_head", "allowed_keys", "allowed_pairs",
            "attention_logits", "attention_probs", "dot_logits", "masked_softmax", "norm_scale"]

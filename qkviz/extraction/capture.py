@@ -21,6 +21,8 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from qkviz.core.errors import QkvizError
+from qkviz.core.logit_rule import LogitRule
+from qkviz.extraction.alibi_capture import bloom_settings, mpt_settings, mpt_split
 
 CAPTURE_IMPLEMENTATION = "qkviz_capture"
 #: an attention that computes nothing (zeros), for passes that read only what enters attention (positions)
@@ -33,12 +35,23 @@ LayerSink = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 @dataclass(frozen=True)
 class LayerAttentionSettings:
-    """What a layer's attention applies beyond ``q . k``, as the model passed it."""
+    """What a layer's attention applies beyond ``q . k``, as the model passed it: per layer, and per head the
+    ALiBi slopes and sink logits where the model has them."""
 
     scale: float
     causal: bool
     sliding_window: int | None
     softcap: float | None
+    chunk: int | None = None
+    alibi_slopes: tuple[float, ...] | None = None
+    sinks: tuple[float, ...] | None = None
+
+    def rule(self, head: int) -> LogitRule:
+        """Query head ``head``'s :class:`~qkviz.core.logit_rule.LogitRule` (what every recomputation applies)."""
+        return LogitRule(scale=self.scale, causal=self.causal, window=self.sliding_window, chunk=self.chunk,
+                         softcap=self.softcap,
+                         alibi_slope=None if self.alibi_slopes is None else self.alibi_slopes[head],
+                         sink=None if self.sinks is None else self.sinks[head])
 
 
 class AttentionRecorder:
@@ -58,13 +71,34 @@ class AttentionRecorder:
         window = kwargs.get("sliding_window")
         softcap = kwargs.get("softcap")
         causal = kwargs.get("is_causal")
+        chunk = attention_chunk(module)
         self.settings[layer] = LayerAttentionSettings(
             scale=scale,
             causal=bool(getattr(module, "is_causal", False) if causal is None else causal),
             sliding_window=int(window) if window else None,
             softcap=float(softcap) if softcap else None,
+            chunk=int(chunk) if chunk else None,
+            alibi_slopes=per_head(kwargs.get("alibi_slopes")),
+            sinks=per_head(kwargs.get("s_aux")),
         )
         self._sink(layer, query.detach(), key.detach(), value.detach().norm(dim=-1))
+
+
+def attention_chunk(module: torch.nn.Module) -> int | None:
+    """The chunk size of ``module``'s layer where the model attends within chunks of tokens there (Llama 4: its
+    layers of type ``chunked_attention`` build their mask from ``attention_chunk_size``), else None."""
+    config = getattr(module, "config", None)
+    chunk = getattr(config, "attention_chunk_size", None)
+    layer_types = getattr(config, "layer_types", None)
+    layer = getattr(module, "layer_idx", None)
+    if not chunk or layer_types is None or layer is None or layer >= len(layer_types):
+        return None
+    return int(chunk) if layer_types[layer] == "chunked_attention" else None
+
+
+def per_head(values: torch.Tensor | None) -> tuple[float, ...] | None:
+    """A per-head term the model passed (a sink logit, an ALiBi slope per head) as plain floats, or None."""
+    return None if values is None else tuple(float(v) for v in values.detach().float().reshape(-1).cpu())
 
 
 _active_recorder: contextvars.ContextVar[AttentionRecorder | None] = contextvars.ContextVar(
@@ -75,18 +109,22 @@ def _capturing_attention(module, query, key, value, attention_mask, scaling=None
     recorder = _active_recorder.get()
     if recorder is not None:
         recorder.record(module, query, key, value, scaling, kwargs)
-    compute = _softcapped_attention if kwargs.get("softcap") is not None else ALL_ATTENTION_FUNCTIONS["sdpa"]
+    plain = kwargs.get("softcap") is None and kwargs.get("s_aux") is None
+    compute = ALL_ATTENTION_FUNCTIONS["sdpa"] if plain else _eager_terms_attention
     return compute(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
 
 
-def _softcapped_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
-                          **kwargs):
-    """Eager attention with the logit soft-capped (``softcap * tanh(logit / softcap)``, Gemma 2), which
-    PyTorch's scaled-dot-product attention cannot do: ``(output [batch, pos, head, d_value], probabilities)``."""
+def _eager_terms_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
+                           s_aux=None, **kwargs):
+    """Eager attention with what PyTorch's scaled-dot-product attention cannot do: the logit soft-capped
+    (``softcap * tanh(logit / softcap)``, Gemma 2) and a sink logit per head in the softmax's denominator
+    (``s_aux``, gpt-oss): ``(output [batch, pos, head, d_value], probabilities)``, as the model computes them."""
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    logits = torch.tanh(torch.matmul(query, key.transpose(2, 3)) * scale / softcap) * softcap
+    logits = torch.matmul(query, key.transpose(2, 3)) * scale
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
     if attention_mask is None and getattr(module, "is_causal", True) and query.shape[2] > 1:
         attention_mask = torch.ones(query.shape[2], key.shape[2], dtype=torch.bool, device=query.device).tril()
     if attention_mask is not None:
@@ -94,7 +132,13 @@ def _softcapped_attention(module, query, key, value, attention_mask, scaling=Non
             logits = logits.masked_fill(~attention_mask, torch.finfo(logits.dtype).min)
         else:
             logits = logits + attention_mask[..., : key.shape[2]]
+    if s_aux is not None:
+        sinks = s_aux.reshape(1, -1, 1, 1).to(logits.dtype).expand(*logits.shape[:-1], 1)
+        logits = torch.cat([logits, sinks], dim=-1)
+        logits = logits - logits.max(dim=-1, keepdim=True).values
     probabilities = torch.softmax(logits, dim=-1, dtype=torch.float32).to(query.dtype)
+    if s_aux is not None:
+        probabilities = probabilities[..., :-1]
     return torch.matmul(probabilities, value).transpose(1, 2).contiguous(), probabilities
 
 
@@ -113,11 +157,14 @@ AttentionMaskInterface.register(SKIP_IMPLEMENTATION, sdpa_mask)
 @dataclass(frozen=True)
 class MethodCapture:
     """A family that computes attention in a method of its own instead of calling the attention interface: the
-    method, which receives ``(query, key, value, attention_mask)`` after every rotation and before the scale,
-    and what it applies beyond ``q . k`` (``scaling``, ``is_causal``, ``sliding_window``), read from the module."""
+    method, which receives ``(query, key, value, attention_mask)`` after every rotation and before the scale (or,
+    with ``returns_qkv``, returns ``(query, key, value)``: it splits them off a fused projection), and what it
+    applies beyond ``q . k`` (``scaling``, ``is_causal``, ``sliding_window``, ``alibi_slopes``), read from the
+    module."""
 
     method: str
     settings: Callable[[torch.nn.Module], dict]
+    returns_qkv: bool = False
 
 
 #: attention class name -> where its queries and keys are captured (declared exceptions; every other family
@@ -129,26 +176,66 @@ METHOD_CAPTURES: dict[str, MethodCapture] = {
     "GPTNeoSelfAttention": MethodCapture("_attn", lambda m: {
         "scaling": 1.0, "is_causal": True,
         "sliding_window": int(m.config.window_size) if m.attention_type == "local" else None}),
+    # BLOOM splits queries, keys and values off its fused projection in _reshape, and adds ALiBi to their logits
+    "BloomAttention": MethodCapture("_reshape", bloom_settings, returns_qkv=True),
 }
+
+
+@dataclass(frozen=True)
+class ProjectionCapture:
+    """A family whose attention's forward makes its queries and keys from one fused projection and computes
+    attention inline, with no method that receives or returns them: the projection (a child module), how the
+    forward splits its output into ``(query, key, value)`` ``[batch, head, pos, d_head]``, and what the attention
+    applies beyond ``q . k``, read from the module. The split repeats a few lines of the family's code; the
+    exactness gate checks it against the model's own attention."""
+
+    projection: str
+    split: Callable[[torch.nn.Module, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+    settings: Callable[[torch.nn.Module], dict]
+
+
+#: attention class name -> the fused projection its queries and keys are split off (declared exceptions)
+PROJECTION_CAPTURES: dict[str, ProjectionCapture] = {
+    "MptAttention": ProjectionCapture("Wqkv", mpt_split, mpt_settings),
+}
+
+
+def _projection_hook(module: torch.nn.Module, declared: ProjectionCapture):
+    def hook(_projection, _inputs, output):
+        recorder = _active_recorder.get()
+        if recorder is not None:
+            query, key, value = declared.split(module, output)
+            settings = declared.settings(module)
+            recorder.record(module, query, key, value, settings.pop("scaling"), settings)
+    return hook
 
 
 def _captured_method(module: torch.nn.Module, declared: MethodCapture):
     original = getattr(module, declared.method)
 
-    def method(query, key, value, attention_mask=None, *args, **kwargs):
+    def record(query, key, value) -> None:
         recorder = _active_recorder.get()
         if recorder is not None:
             settings = declared.settings(module)
             recorder.record(module, query, key, value, settings.pop("scaling"), settings)
+
+    def method(query, key, value, attention_mask=None, *args, **kwargs):
+        record(query, key, value)
         return original(query, key, value, attention_mask, *args, **kwargs)
 
-    return method
+    def splitting(*args, **kwargs):
+        query, key, value = split = original(*args, **kwargs)
+        record(query, key, value)
+        return split
+
+    return splitting if declared.returns_qkv else method
 
 
 @contextlib.contextmanager
 def _method_captures(model: torch.nn.Module) -> Iterator[None]:
-    """The declared :data:`METHOD_CAPTURES` of ``model``'s modules, in place while the context lasts."""
-    patched = []
+    """The declared :data:`METHOD_CAPTURES` and :data:`PROJECTION_CAPTURES` of ``model``'s modules, in place while
+    the context lasts."""
+    patched, hooks = [], []
     for module in model.modules():
         declared = METHOD_CAPTURES.get(type(module).__name__)
         # A release that moved the family onto the attention interface (GPT-J and CodeGen in transformers 5.24)
@@ -156,11 +243,17 @@ def _method_captures(model: torch.nn.Module) -> Iterator[None]:
         if declared is not None and callable(getattr(module, declared.method, None)):
             setattr(module, declared.method, _captured_method(module, declared))
             patched.append((module, declared.method))
+        split = PROJECTION_CAPTURES.get(type(module).__name__)
+        if split is not None:
+            projection = getattr(module, split.projection)
+            hooks.append(projection.register_forward_hook(_projection_hook(module, split)))
     try:
         yield
     finally:
         for module, name in patched:
             delattr(module, name)
+        for hook in hooks:
+            hook.remove()
 
 
 @contextlib.contextmanager

@@ -66,8 +66,8 @@ def check_exactness(model: torch.nn.Module, adapter: FamilyAdapter, shape: Model
         setting = settings[layer]
         for row, n in enumerate(lengths):
             for head in range(shape.n_heads):
-                ours = attention_probs(queries[row, head, :n], keys[row, shape.kv_head_of(head), :n], setting.scale,
-                                       setting.causal, setting.sliding_window, setting.softcap)
+                ours = attention_probs(queries[row, head, :n], keys[row, shape.kv_head_of(head), :n],
+                                       setting.rule(head))
                 error = float(np.abs(ours - theirs[layer][row, head, :n, :n]).max())
                 if not error <= worst[0]:
                     worst = (error, layer, head)

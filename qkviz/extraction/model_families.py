@@ -20,11 +20,11 @@ OWN_CODE = "no layer calls transformers' attention interface (its attention is c
 NO_ATTENTION = "no attention layer at all (a state-space or recurrent model)"
 #: the refusal of a family whose layers share one attention module
 SHARED = "one attention module is called several times per forward pass (shared or recurrent layers)"
-ALIBI = "ALiBi adds a distance-dependent bias to every attention logit"
+#: the refusal of Falcon with ``alibi=True`` (not a row of the table: a configuration of the falcon type)
+FALCON_ALIBI = ("Falcon with alibi=True: transformers' eager attention adds its ALiBi bias twice (to the logits and "
+                "again in the mask) and SDPA once, so the model has no one attention to reproduce")
 DEBERTA = "DeBERTa adds disentangled relative-position terms (content-to-position, position-to-content) to every logit"
 MPNET = "MPNet adds a learned relative-position bias to every attention logit"
-SINKS = "gpt-oss adds a learned sink logit per head to every softmax"
-CHUNKS = "Llama 4 attends within chunks of tokens on its chunked layers"
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,10 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     _exact("opt"),
     _exact("biogpt", "scaled embeddings"),
     _refused("xglm", OWN_CODE),
-    _refused("bloom", ALIBI),
-    _refused("mpt", ALIBI),
+    _exact("bloom", "ALiBi (a slope per head, stored with the run); fused QKV projection (captured in its own "
+                    "_reshape)"),
+    _exact("mpt", "ALiBi (a slope per head, stored with the run); fused QKV projection (split as its own forward "
+                  "does)"),
     _refused("falcon", OWN_CODE),
     # rotary decoders
     _exact("llama", "grouped-query"),
@@ -102,8 +104,10 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     _exact("ernie4_5"),
     _exact("seed_oss", "query/key biases"),
     _exact("deepseek_v3", "multi-head latent attention: query/key size differs from the value's; mixture of experts"),
-    _refused("gpt_oss", SINKS),
-    _refused("llama4_text", CHUNKS),
+    _exact("gpt_oss", "a learned sink logit per head in every softmax (stored with the run), sliding-window layers, "
+                      "mixture of experts"),
+    _exact("llama4_text", "chunked attention on its rotary layers (the chunk size stored with the run); "
+                          "position-dependent query temperature on the others (in the captured queries)"),
 )
 
 

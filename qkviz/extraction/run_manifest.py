@@ -69,6 +69,21 @@ def software_versions() -> dict:
             "numpy": np.__version__, "python": platform.python_version()}
 
 
+#: the manifest's optional ``attention`` keys -> the per-layer setting each holds; a key is written only where some
+#: layer has the term, so that its absence (in runs of other models, and of qkviz before it) means "no such term"
+OPTIONAL_TERMS = {"chunks": "chunk", "alibi_slopes": "alibi_slopes", "sinks": "sinks"}
+
+
+def optional_terms(settings: dict[int, LayerAttentionSettings], layers: range) -> dict:
+    """The manifest's optional per-layer terms (:data:`OPTIONAL_TERMS`) that the model has."""
+    found = {}
+    for key, name in OPTIONAL_TERMS.items():
+        values = [getattr(settings[layer], name) for layer in layers]
+        if any(value is not None for value in values):
+            found[key] = [list(value) if isinstance(value, tuple) else value for value in values]
+    return found
+
+
 def run_manifest(identity: dict, loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
                  settings: dict[int, LayerAttentionSettings], tokens, *, corpus_source: str, n_corpus_items: int,
                  n_sentences: int, n_truncated: int) -> dict:
@@ -90,6 +105,7 @@ def run_manifest(identity: dict, loaded: LoadedModel, adapter: FamilyAdapter, sh
             "sliding_windows": [settings[layer].sliding_window for layer in layers],
             "softcaps": [settings[layer].softcap for layer in layers],
             "kv_head_of_head": [shape.kv_head_of(head) for head in range(shape.n_heads)],
+            **optional_terms(settings, layers),
         },
         "corpus": {**identity["corpus"], "source": corpus_source, "n_corpus_sentences": n_corpus_items},
         "counts": {"n_sentences": n_sentences, "n_tokens": int(len(tokens)),

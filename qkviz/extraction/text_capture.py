@@ -125,7 +125,7 @@ def probe_layers(model, layer_of_module: dict[int, int], sentence: TokenizedSent
                  pad_id: int, device: str) -> dict[int, LayerAttentionSettings]:
     """One forward pass on one sentence: every layer must be captured, with the expected shapes.
 
-    Returns each layer's attention settings (scale, causal, window, softcap), which do not depend
+    Returns each layer's attention settings (scale, causal, window, chunk, softcap, ALiBi slopes, sinks), which do not depend
     on the input."""
     seen: dict[int, tuple] = {}
 

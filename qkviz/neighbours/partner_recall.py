@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkviz.core.attention import dot_logits
+from qkviz.core.logit_rule import LogitRule
 from qkviz.neighbours.top_k import nearest_euclidean, top_logits
 
 
@@ -26,8 +27,7 @@ class PartnerSample:
 
     queries: np.ndarray
     keys: np.ndarray
-    scale: float
-    softcap: float | None
+    rule: LogitRule
     k: int
     chosen: np.ndarray                  # int64 token indices of the sampled queries (and keys)
     thresholds: dict[str, np.ndarray]   # side -> [n_chosen] k-th best logit
@@ -36,19 +36,20 @@ class PartnerSample:
         """``[n_chosen, m]`` logits between each sampled point of ``side`` and its ``partners`` (token indices)."""
         own, other = (self.queries, self.keys) if side == "query" else (self.keys, self.queries)
         return dot_logits(np.einsum("rd,rkd->rk", own[self.chosen].astype(np.float64), other[partners].astype(np.float64)),
-                          self.scale, self.softcap)
+                          self.rule)
 
 
-def partner_sample(queries: np.ndarray, keys: np.ndarray, scale: float, k: int = 10, sample: int | None = 200,
-                   seed: int = 0, softcap: float | None = None) -> PartnerSample:
-    """Sample ``sample`` queries and as many keys (all with ``None``) and find each one's ``k``-th best logit."""
+def partner_sample(queries: np.ndarray, keys: np.ndarray, rule: LogitRule, k: int = 10, sample: int | None = 200,
+                   seed: int = 0) -> PartnerSample:
+    """Sample ``sample`` queries and as many keys (all with ``None``) and find each one's ``k``-th best logit
+    (the content logit of ``rule``: partners are sought across sentences)."""
     n = len(queries)
     rng = np.random.default_rng(seed)
     chosen = np.arange(n) if sample is None or sample >= n else np.sort(rng.choice(n, size=sample, replace=False))
     k = min(k, n)
-    thresholds = {side: top_logits(own[chosen], other, k, scale, softcap)[1][:, -1]
+    thresholds = {side: top_logits(own[chosen], other, k, rule)[1][:, -1]
                   for side, own, other in (("query", queries, keys), ("key", keys, queries))}
-    return PartnerSample(queries, keys, scale, softcap, k, chosen, thresholds)
+    return PartnerSample(queries, keys, rule, k, chosen, thresholds)
 
 
 def layout_recall(sample: PartnerSample, layout: np.ndarray) -> dict[str, float]:
@@ -68,7 +69,7 @@ def layout_recall(sample: PartnerSample, layout: np.ndarray) -> dict[str, float]
     return shares
 
 
-def partner_recall(queries: np.ndarray, keys: np.ndarray, scale: float, layout: np.ndarray, k: int = 10,
-                   sample: int | None = 200, seed: int = 0, softcap: float | None = None) -> dict[str, float]:
+def partner_recall(queries: np.ndarray, keys: np.ndarray, rule: LogitRule, layout: np.ndarray, k: int = 10,
+                   sample: int | None = 200, seed: int = 0) -> dict[str, float]:
     """Partner recall@``k`` of one ``layout`` of a head (:func:`layout_recall` of a :func:`partner_sample`)."""
-    return layout_recall(partner_sample(queries, keys, scale, k, sample, seed, softcap), layout)
+    return layout_recall(partner_sample(queries, keys, rule, k, sample, seed), layout)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkviz.core.attention import dot_logits
+from qkviz.core.logit_rule import LogitRule
 
 #: bytes of float32 vectors read where they are stored and searched at a time (fits a core's cache with its scores)
 BLOCK_BYTES = 1 << 19
@@ -141,19 +142,21 @@ def top_products(rows: np.ndarray, columns: np.ndarray | MappedVectors, k: int, 
     return ordered(best_scores, best_ids)
 
 
-def top_logits(rows: np.ndarray, columns: np.ndarray, k: int, scale: float, softcap: float | None = None,
-               *, approximate: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def top_logits(rows: np.ndarray, columns: np.ndarray, k: int, rule: LogitRule, *, approximate: bool = False
+               ) -> tuple[np.ndarray, np.ndarray]:
     """``(indices [n_rows, k] int64, logits [n_rows, k] float64)``: each row's ``k`` columns of highest
-    ``scale * row . column`` (soft-capped: :func:`qkviz.core.attention.dot_logits`), best first, by
+    content logit under ``rule`` (``scale * row . column``, soft-capped: :func:`qkviz.core.attention.dot_logits`
+    without distances: rows and columns of any sentences, where no position term is defined), best first, by
     :func:`top_products` on one thread (a head is one core's work: two threads beside other work took 0.92 s, one 0.55 s)."""
     with faiss_threads(1):
         scores, found = top_products(rows, columns, k, approximate=approximate)
-    return found, dot_logits(scores, scale, softcap)
+    return found, dot_logits(scores, rule)
 
 
 def nearest_cosine(rows: np.ndarray, reference: np.ndarray, k: int, *, approximate: bool = False) -> np.ndarray:
     """int64 ``[n_rows, k]``: each row's ``k`` nearest ``reference`` points by cosine, nearest first."""
-    return top_logits(unit_rows(rows), unit_rows(reference), k, 1.0, approximate=approximate)[0]
+    with faiss_threads(1):
+        return top_products(unit_rows(rows), unit_rows(reference), k, approximate=approximate)[1]
 
 
 def unit_rows(points: np.ndarray) -> np.ndarray:

@@ -36,6 +36,7 @@ import scipy.sparse as sp
 
 from qkviz.core.errors import QkvizError
 from qkviz.projection.catalogue import Parameter
+from qkviz.core.logit_rule import LogitRule
 from qkviz.neighbours.top_k import nearest_cosine, top_logits
 from qkviz.projection.neighbors import neighbor_graph
 
@@ -101,15 +102,15 @@ def check_graph_params(n_tokens: int, k: int, alpha: float, temperature: float, 
         raise QkvizError(f"hide_first_token must be true or false, got {hide_first_token!r}")
 
 
-def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, scale: float, *, k: int = 10,
+def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, rule: LogitRule, *, k: int = 10,
                     alpha: float = 0.5, temperature: float = 1.0, same_kind_k: int = 10, key_cap: float = float("inf"),
-                    hide_first_token: bool = False, softcap: float | None = None,
-                    first_tokens: np.ndarray | None = None, exact_search: int = EXACT_SEARCH,
+                    hide_first_token: bool = False, first_tokens: np.ndarray | None = None, exact_search: int = EXACT_SEARCH,
                     approximate: bool = False) -> AttentionGraph:
     """The attention-faithful affinities of one head (see the module docstring).
 
     ``queries`` and ``keys`` ``[n, d_head]`` are the head's vectors as they enter ``q . k`` (the logits
-    come from them); ``aligned`` ``[2n, d_head]`` is the joint aligned cloud (the same-kind term's space).
+    come from them, under ``rule``: the content logit, since a query's partners are sought in every sentence);
+    ``aligned`` ``[2n, d_head]`` is the joint aligned cloud (the same-kind term's space).
     ``first_tokens`` (token indices: each sentence's first token, the token table's ``position == 0``) is
     needed only with ``hide_first_token``: those keys are then left out of every query's candidate keys
     (its top ``k`` and their softmax are over the other keys, as AttentionViz's "hide first token"); they
@@ -129,9 +130,9 @@ def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, 
         candidates = np.setdiff1d(candidates, first)
         if k > len(candidates):
             raise QkvizError(f"k must be at most the {len(candidates)} keys left once first tokens are hidden, got {k}")
-    found, query_logits = top_logits(queries, keys[candidates], k, scale, softcap, approximate=approximate)
+    found, query_logits = top_logits(queries, keys[candidates], k, rule, approximate=approximate)
     key_of_query = candidates[found]
-    query_of_key, key_logits = top_logits(keys, queries, k, scale, softcap, approximate=approximate)
+    query_of_key, key_logits = top_logits(keys, queries, k, rule, approximate=approximate)
     query_weights = softmax_rows(query_logits, temperature)          # [n, k], each row sums to 1
     key_weights = softmax_rows(key_logits, temperature)
     incoming = np.bincount(key_of_query.ravel(), weights=query_weights.ravel(), minlength=n)

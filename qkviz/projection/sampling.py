@@ -35,6 +35,7 @@ import unicodedata
 import numpy as np
 import scipy.sparse as sp
 
+from qkviz.core.logit_rule import LogitRule
 from qkviz.neighbours.top_k import nearest_cosine, top_logits, unit_rows
 from qkviz.projection.attention_graph import softmax_rows
 from qkviz.projection.catalogue import Parameter
@@ -137,8 +138,8 @@ def sample_points(chosen: np.ndarray, n_tokens: int) -> np.ndarray:
 
 
 def attention_affinities(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, chosen: np.ndarray,
-                         scale: float, *, k: int, alpha: float, temperature: float, same_kind_k: int,
-                         softcap: float | None = None, hidden_keys: np.ndarray | None = None) -> sp.csr_matrix:
+                         rule: LogitRule, *, k: int, alpha: float, temperature: float, same_kind_k: int,
+                         hidden_keys: np.ndarray | None = None) -> sp.csr_matrix:
     """``[2m, 2s]`` affinities (rows summing to 1) of the ``m`` unsampled tokens' points (queries, then keys)
     to the sampled points (their queries, then keys, as :func:`sample_points` orders them): the head's
     attention to the sampled tokens, and with weight ``alpha`` the nearest sampled points of the same kind.
@@ -147,9 +148,9 @@ def attention_affinities(queries: np.ndarray, keys: np.ndarray, aligned: np.ndar
     rest = np.setdiff1d(np.arange(n), chosen)
     m = len(rest)
     candidates = np.setdiff1d(np.arange(s), hidden_keys) if hidden_keys is not None else np.arange(s)
-    found, logits = top_logits(queries[rest], keys[chosen][candidates], k, scale, softcap)
+    found, logits = top_logits(queries[rest], keys[chosen][candidates], k, rule)
     to_keys = s + candidates[found]
-    to_queries, key_logits = top_logits(keys[rest], queries[chosen], k, scale, softcap)
+    to_queries, key_logits = top_logits(keys[rest], queries[chosen], k, rule)
     rows = [np.repeat(np.arange(m), found.shape[1]), m + np.repeat(np.arange(m), to_queries.shape[1])]
     columns = [to_keys.ravel(), to_queries.ravel()]
     values = [softmax_rows(logits, temperature).ravel(), softmax_rows(key_logits, temperature).ravel()]
@@ -172,7 +173,7 @@ def perplexity_affinities(rest_points: np.ndarray, reference: np.ndarray, perple
     from openTSNE.affinity import joint_probabilities_nn
 
     k = min(len(reference), int(3 * perplexity))
-    near, cosines = top_logits(unit_rows(rest_points), unit_rows(reference), k, 1.0)
+    near, cosines = top_logits(unit_rows(rest_points), unit_rows(reference), k, LogitRule(scale=1.0))
     distances = 1.0 - cosines
     matrix = joint_probabilities_nn(near, np.maximum(distances, 0.0), [min(perplexity, (k - 1) / 3 or 1.0)],
                                     symmetrize=False, normalization="point-wise", n_reference_samples=len(reference),

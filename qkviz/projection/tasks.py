@@ -200,7 +200,7 @@ def _project_one(run: StoredRun, cache: ProjectionCache, spec: ProjectionSpec, f
         key = tuple(sorted(graph_params.items()))
         if key not in attention_graphs:
             attention_graphs[key] = attention_graph(
-                fit.queries, fit.keys, fit.points, run.scale(spec.layer), softcap=run.softcap(spec.layer),
+                fit.queries, fit.keys, fit.points, run.logit_rule(spec.layer, spec.head),
                 first_tokens=fit.first_tokens, **graph_params)
         attention = attention_graphs[key]
     projection = method.fit(FitInputs(fit.points, spec.dim, seed, params, graphs.get(params.get("metric")),
@@ -223,8 +223,7 @@ def _place_rest(run: StoredRun, spec: ProjectionSpec, method: ProjectionMethod, 
     placed by their affinities to the sample (attention affinities for the attention methods)."""
     n = run.n_tokens
     if method.polish_version and spec.dim == 2:
-        graph = attention_graph(fit.head_queries, fit.head_keys, aligned, run.scale(spec.layer),
-                                softcap=run.softcap(spec.layer),
+        graph = attention_graph(fit.head_queries, fit.head_keys, aligned, run.logit_rule(spec.layer, spec.head),
                                 first_tokens=fit.head_first_tokens,
                                 **{name: params[name] for name in GRAPH_PARAMS})
         start = spread_over_graph(graph.matrix, projection.coordinates, sample_points(fit.chosen, n))
@@ -232,8 +231,8 @@ def _place_rest(run: StoredRun, spec: ProjectionSpec, method: ProjectionMethod, 
     rest = np.setdiff1d(np.arange(n), fit.chosen)
     if method.uses_attention:
         affinities = attention_affinities(
-            fit.head_queries, fit.head_keys, aligned, fit.chosen, run.scale(spec.layer),
-            softcap=run.softcap(spec.layer), hidden_keys=fit.first_tokens if params["hide_first_token"] else None,
+            fit.head_queries, fit.head_keys, aligned, fit.chosen, run.logit_rule(spec.layer, spec.head),
+            hidden_keys=fit.first_tokens if params["hide_first_token"] else None,
             **{name: params[name] for name in ("k", "alpha", "temperature", "same_kind_k")})
     else:
         affinities = perplexity_affinities(aligned[np.concatenate([rest, n + rest])], fit.points)

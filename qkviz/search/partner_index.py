@@ -246,13 +246,15 @@ class PartnerIndexes:
             logger.info("asked for %d partners of a corpus of %d tokens; returning all %d", k, run.n_tokens, run.n_tokens)
         scores, found = index.search(vector, k, exclude)
         kept = found[0] >= 0
-        tokens, logits = found[0][kept][:k], self.logits(layer, scores[0][kept][:k])
+        tokens, logits = found[0][kept][:k], self.logits(layer, head, scores[0][kept][:k])
         points = tokens + (run.n_tokens if from_query else 0)
         return Partners(layer, head, int(point), tokens, points, logits, index.info, int(k))
 
-    def logits(self, layer: int, dots: np.ndarray) -> np.ndarray:
-        """``scale * q . k``, soft-capped where the layer caps (float64)."""
-        return dot_logits(dots, self.run.scale(layer), self.run.softcap(layer))
+    def logits(self, layer: int, head: int, dots: np.ndarray) -> np.ndarray:
+        """The content logits of dot products ``q . k`` of the head (float64): ``scale * q . k``, soft-capped where
+        the layer caps; partners come from every sentence, so no position term (ALiBi) is added, and a sink, which
+        is in every query's denominator alike, changes no ranking (:class:`qkviz.core.LogitRule`)."""
+        return dot_logits(dots, self.run.logit_rule(layer, head))
 
 
 # -- the layout's view of the same neighbourhood ------------------------------------------------
@@ -293,5 +295,5 @@ def head_layout_overlap(indexes: PartnerIndexes, layer: int, head: int, layout: 
     """The head's partner recall@``k`` in ``layout`` over a seeded sample of its queries and of its keys
     (:func:`qkviz.neighbours.partner_recall`, exact and tie-aware): ``{"query": ..., "key": ..., "chance": k / n_tokens}``."""
     run = indexes.run
-    return partner_recall(run.queries(layer, head), run.keys(layer, head), run.scale(layer), layout, k=k,
-                          sample=sample, seed=seed, softcap=run.softcap(layer))
+    return partner_recall(run.queries(layer, head), run.keys(layer, head), run.logit_rule(layer, head), layout,
+                          k=k, sample=sample, seed=seed)

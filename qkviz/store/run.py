@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from qkviz.core import attention
+from qkviz.core.logit_rule import LogitRule
 from qkviz.store import files as run_files
 from qkviz.core.errors import IncompleteRunError, QkvizError
 from qkviz.store.locks import exclusive_lock
@@ -295,12 +296,41 @@ class StoredRun:
         self.check_layer(layer)
         return self.manifest["attention"]["softcaps"][layer]
 
+    def chunk(self, layer: int) -> int | None:
+        """The tokens of one attention chunk on layer ``layer`` (Llama 4's chunked layers), or None."""
+        self.check_layer(layer)
+        return self._layer_term("chunks", layer)
+
+    def alibi_slope(self, layer: int, head: int) -> float | None:
+        """The ALiBi slope of head ``(layer, head)`` (BLOOM, MPT, Falcon with ALiBi), or None."""
+        self.check_head(layer, head)
+        slopes = self._layer_term("alibi_slopes", layer)
+        return None if slopes is None else float(slopes[head])
+
+    def sink(self, layer: int, head: int) -> float | None:
+        """The sink logit of head ``(layer, head)`` (gpt-oss), or None."""
+        self.check_head(layer, head)
+        sinks = self._layer_term("sinks", layer)
+        return None if sinks is None else float(sinks[head])
+
+    def _layer_term(self, name: str, layer: int):
+        """Layer ``layer``'s entry of the manifest's optional ``attention[name]``: None where the run has no such
+        term (a run written before the term was stored, or by a model without it)."""
+        values = self.manifest["attention"].get(name)
+        return None if values is None else values[layer]
+
+    def logit_rule(self, layer: int, head: int) -> LogitRule:
+        """Everything head ``(layer, head)`` adds to ``q . k`` on its way to the softmax, as the model applied it
+        (what every recomputation of its attention uses)."""
+        return LogitRule(
+            scale=self.scale(layer), causal=self.is_causal, window=self.sliding_window(layer), chunk=self.chunk(layer),
+            softcap=self.softcap(layer), alibi_slope=self.alibi_slope(layer, head), sink=self.sink(layer, head))
+
     def attention(self, layer: int, head: int, sentence: int) -> np.ndarray:
         """``[query, key]`` attention of one head over one sentence, recomputed from the vectors."""
         rows = self.sentence_tokens(sentence)
-        return attention.attention_probs(
-            self.queries(layer, head)[rows], self.keys(layer, head)[rows], self.scale(layer),
-            causal=self.is_causal, sliding_window=self.sliding_window(layer), softcap=self.softcap(layer))
+        return attention.attention_probs(self.queries(layer, head)[rows], self.keys(layer, head)[rows],
+                                         self.logit_rule(layer, head))
 
     def result_marker(self, result: str) -> Path:
         """The file written last of a derived result (``"atlas"``, ``"related"``, ``"correlations"``):

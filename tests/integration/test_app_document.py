@@ -13,6 +13,7 @@ from dash_app.url_state import parse_url, to_url
 from dash_app.view_registry import view_names
 from dash_app.views import document
 from qkviz.analysis import document_head, document_overview, repeated_span
+from qkviz.core import LogitRule
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,8 @@ def test_the_image_is_the_pooled_map_coloured_and_bounded(data):
 
 def test_a_long_documents_image_is_capped_at_the_plot_size():
     generator = np.random.default_rng(0)
-    head = document.DocumentHead(generator.normal(size=(1500, 4)), generator.normal(size=(1500, 4)), 0.5, True)
+    head = document.DocumentHead(generator.normal(size=(1500, 4)), generator.normal(size=(1500, 4)),
+                                 LogitRule(0.5, causal=True))
     pooled, _ = document_overview(head, np.zeros(1500, bool), None, (document.MAP_PIXELS, document.MAP_PIXELS))
     trace = document.image_trace(pooled)
     assert png_pixels(trace["source"]).shape == (document.MAP_PIXELS, document.MAP_PIXELS, 3)

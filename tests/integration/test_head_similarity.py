@@ -272,3 +272,19 @@ def test_cli_related_stores_and_bad_input_is_one_line(tiny_run, tmp_path):
         bad = qkviz("-q", "related", *args)
         lines = [line for line in bad.stderr.splitlines() if line.strip()]
         assert bad.returncode == 2 and len(lines) == 1 and fragment in lines[0], bad.stderr
+
+
+def test_a_sinks_share_is_one_more_outcome_of_the_js_distance():
+    """Heads with sink logits (gpt-oss): each query's keys sum to less than 1, and the mean JS distance counts the
+    rest, the sink's share, as one more outcome (scipy's distance on the completed rows as the reference)."""
+    rng = np.random.default_rng(0)
+    sizes = np.array([1, 3, 5, 2])
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    rows = [[rng.dirichlet(np.ones(size + 1)) for size in sizes] for _ in range(3)]     # keys, then the sink
+    attention = np.array([np.concatenate([row[:-1] for row in head]) for head in rows])
+    shares = np.array([[row[-1] for row in head] for head in rows])
+    found = head_similarity.mean_js_distance(attention, starts, None, shares)
+    for a, b in ((0, 1), (0, 2), (1, 2)):
+        expected = np.mean([jensenshannon(p, q, base=2) for p, q in zip(rows[a], rows[b])])
+        assert found[a, b] == pytest.approx(expected, abs=1e-12)
+    assert not np.allclose(head_similarity.mean_js_distance(attention, starts), found)      # the shares count

@@ -87,16 +87,62 @@ def test_a_model_mixing_attention_and_linear_attention_layers_says_which_it_extr
     assert "the run's layers 0-0 are its attention layers, model layers 1" in caplog.text
 
 
-def test_the_gate_refuses_a_family_never_seen_that_adds_a_term(tokenizer, tmp_path, monkeypatch):
-    """gpt-oss, with its declared refusal taken away, is a family qkviz has never seen: its sink logits reach the
-    softmax, so the gate finds that the recomputed attention differs, and refuses before writing anything."""
-    from qkviz.extraction.adapters import refusals
+def with_an_unseen_distance_bias(model):
+    """``model`` (a Llama) with a term no family table declares: every attention layer adds ``-0.5 * |i - j|`` to its
+    logits, through the attention mask it receives, in every implementation (qkviz's capture and eager alike)."""
 
-    monkeypatch.delitem(refusals.REFUSED_MODEL_TYPES, "gpt_oss")
+    def add_bias(_module, args, kwargs):
+        n = kwargs["hidden_states"].shape[1]
+        position = torch.arange(n, dtype=torch.float32)
+        bias = -0.5 * (position[:, None] - position[None, :]).abs()
+        mask = kwargs.get("attention_mask")
+        if mask is None:
+            mask = torch.ones(n, n, dtype=torch.bool).tril()
+        if mask.dtype == torch.bool:
+            mask = torch.zeros(mask.shape).masked_fill(~mask, torch.finfo(torch.float32).min)
+        return args, {**kwargs, "attention_mask": mask + bias}
+
+    for layer in model.layers:
+        layer.self_attn.register_forward_pre_hook(add_bias, with_kwargs=True)
+    return model
+
+
+def test_the_gate_refuses_a_family_never_seen_that_adds_a_term(tokenizer, tmp_path):
+    """A Llama whose layers add a distance bias through their attention mask is a family qkviz has never seen:
+    the bias reaches the softmax, so the gate finds that the recomputed attention differs, and refuses before
+    writing anything."""
     with pytest.raises(QkvizError) as refusal:
-        qkviz.extract(tiny_family_model("gpt_oss"), SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
+        qkviz.extract(with_an_unseen_distance_bias(tiny_family_model("llama")), SENTENCES, tmp_path / "run",
+                      tokenizer=tokenizer, progress=False)
     message = str(refusal.value)
-    assert message.startswith("gpt_oss: refused: attention recomputed") and "\n" not in message, message
+    assert message.startswith("llama: refused: attention recomputed") and "\n" not in message, message
+    assert not (tmp_path / "run").exists()
+
+
+def test_falcon_with_alibi_is_refused_in_one_line_while_its_eager_and_sdpa_attention_differ(tokenizer, tmp_path):
+    """The refusal's reason holds: the same Falcon with ALiBi gives different hidden states under transformers'
+    eager and SDPA attention (eager adds the bias twice). When a release agrees with itself, this test fails, and
+    the refusal can be replaced by a capture."""
+    import transformers
+
+    from qkviz.extraction.model_families import FALCON_ALIBI
+    from support.family_configs import tiny_family_config
+
+    config = tiny_family_config("falcon")
+    config.alibi, config.new_decoder_architecture, config.multi_query = True, False, False
+    config.num_kv_heads = config.num_attention_heads
+    ids = torch.arange(3, 23)[None]
+    hidden = {}
+    for implementation in ("eager", "sdpa"):
+        torch.manual_seed(0)
+        model = transformers.AutoModel.from_config(config, dtype=torch.float32, attn_implementation=implementation)
+        with torch.no_grad():
+            hidden[implementation] = model.eval()(input_ids=ids).last_hidden_state
+    assert float((hidden["eager"] - hidden["sdpa"]).abs().max()) > 1e-2
+    with pytest.raises(QkvizError) as refusal:
+        qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
+    message = str(refusal.value)
+    assert FALCON_ALIBI in message and "\n" not in message, message
     assert not (tmp_path / "run").exists()
 
 

@@ -160,9 +160,9 @@ def test_the_table_carries_each_spaces_partner_recall(causal_run):
     layer, head = 1, 2
     table = qkviz.correlation_table(causal_run, layers=[layer], heads=[head])
     queries, keys = causal_run.queries(layer, head), causal_run.keys(layer, head)
-    scale = causal_run.scale(layer)
+    rule = causal_run.logit_rule(layer, head)
     aligned = align_head(queries, keys, Alignment()).points
     row = table[table.space == "translated+scaled"].iloc[0]
-    direct = partner_recall(queries, keys, scale, aligned, k=10, sample=200)
+    direct = partner_recall(queries, keys, rule, aligned, k=10, sample=200)
     assert (row.recall_query, row.recall_key) == pytest.approx((direct["query"], direct["key"]))
     assert table[["recall_query", "recall_key"]].apply(lambda column: column.between(0, 1)).all().all()

@@ -109,16 +109,16 @@ def test_polishing_a_sampled_attention_layout_brings_tokens_to_their_partners(sa
     aligned = align_head(queries, keys, Alignment()).points
     chosen = stratified_sample(run.tokens, n // 3, seed=0)
     fitted_points = sample_points(chosen, n)
-    sample_graph = attention_graph(queries[chosen], keys[chosen], aligned[fitted_points], run.scale(layer))
+    sample_graph = attention_graph(queries[chosen], keys[chosen], aligned[fitted_points], run.logit_rule(layer, head))
     fitted = project_points(aligned[fitted_points], "attn-tsne", 2, seed=0, attention=sample_graph,
                             **QUICK).coordinates
-    graph = attention_graph(queries, keys, aligned, run.scale(layer), approximate=True)
+    graph = attention_graph(queries, keys, aligned, run.logit_rule(layer, head), approximate=True)
     start = spread_over_graph(graph.matrix, fitted, fitted_points)
     assert np.array_equal(start[fitted_points], fitted)                 # the fitted points stay where they are
     assert len(np.unique(start.round(4), axis=0)) > 0.9 * 2 * n          # and the others do not pile up
     polished = polish_tsne(start, graph, seed=0)
     assert polished.shape == start.shape and np.isfinite(polished).all()
-    before, after = (partner_recall(queries, keys, run.scale(layer), layout, k=5, sample=None)
+    before, after = (partner_recall(queries, keys, run.logit_rule(layer, head), layout, k=5, sample=None)
                      for layout in (start, polished))
     assert after["query"] + after["key"] > 1.2 * (before["query"] + before["key"]), (before, after)
 

@@ -65,8 +65,9 @@ OVERRIDES: dict[str, dict] = {
                         n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=HIDDEN, n_group=1,
                         topk_group=1, first_k_dense_replace=1, n_shared_experts=1, num_key_value_heads=HEADS,
                         head_dim=8),
+    # chunks shorter than the test sentences; a query temperature that grows within them (floor_scale: 8,192)
     "llama4_text": dict(attention_chunk_size=8, no_rope_layers=[1, 0], interleave_moe_layer_step=1,
-                        num_local_experts=4, intermediate_size_mlp=2 * HIDDEN),
+                        num_local_experts=4, intermediate_size_mlp=2 * HIDDEN, floor_scale=4, attn_scale=0.5),
     "gpt_oss": dict(_SLIDING, num_local_experts=4, num_experts_per_tok=2),
     "qwen3_next": dict(layer_types=["linear_attention", "full_attention"], linear_num_value_heads=4,
                        linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16, num_experts=4,
@@ -126,11 +127,14 @@ def tiny_family_config(model_type: str):
 
 def tiny_family_model(model_type: str, seed: int = 0) -> torch.nn.Module:
     """A tiny random ``model_type`` base model in float32 with eager-comparable weights: norms and biases that start
-    at zero or one are given some spread, so that QK-norms and biases matter."""
+    at zero or one are given some spread, so that QK-norms and biases matter, and sink logits (gpt-oss) are drawn
+    as large as the attention logits, so that a sink takes a share of every row that a test can see."""
     torch.manual_seed(seed)
     model = transformers.AutoModel.from_config(tiny_family_config(model_type), dtype=torch.float32)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if parameter.ndim == 1 and ("norm" in name or name.endswith("bias")):
                 parameter.add_(torch.randn_like(parameter) * 0.3)
+            elif name.endswith("sinks"):
+                parameter.copy_(torch.randn_like(parameter) * 2.0)
     return model.eval()

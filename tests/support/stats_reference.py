@@ -8,6 +8,7 @@ import pandas as pd
 
 from qkviz.analysis.head_stats import TIE_MARGIN, TokenKinds, _Accumulator, _accumulate_patches, _finish
 from qkviz.analysis.logit_decomposition import HeadDecomposition, available_terms, unrotate
+from qkviz.core import LogitRule
 from qkviz.core.attention import allowed_pairs
 
 
@@ -27,7 +28,8 @@ def dot_logits(dots, scale, softcap=None):
 
 def mask_of(batch, causal, sliding_window):
     valid = batch.valid
-    return allowed_pairs(batch.rows.shape[1], causal, sliding_window)[None] & valid[:, :, None] & valid[:, None, :]
+    allowed = allowed_pairs(batch.rows.shape[1], LogitRule(1.0, causal=causal, window=sliding_window))
+    return allowed[None] & valid[:, :, None] & valid[:, None, :]
 
 
 def batch_attention(run, layer, head, batch):

@@ -5,6 +5,7 @@ import pytest
 
 from qkviz.core.alignment import Alignment, align_head
 from qkviz.core.attention import attention_probs
+from qkviz.core import LogitRule
 
 
 def head_with_offsets(seed: int = 0, n_tokens: int = 60, d_head: int = 16):
@@ -20,8 +21,8 @@ def test_alignment_preserves_every_sentence_attention(alignment, causal):
     queries, keys = head_with_offsets()
     aligned = align_head(queries, keys, alignment)
     for start, end in ((0, 7), (7, 30), (30, 60)):  # three "sentences" of one run
-        before = attention_probs(queries[start:end], keys[start:end], 0.3, causal)
-        after = attention_probs(aligned.queries[start:end], aligned.keys[start:end], 0.3, causal)
+        before = attention_probs(queries[start:end], keys[start:end], LogitRule(0.3, causal=causal))
+        after = attention_probs(aligned.queries[start:end], aligned.keys[start:end], LogitRule(0.3, causal=causal))
         np.testing.assert_allclose(after, before, atol=1e-5)
 
 
@@ -56,5 +57,5 @@ def test_alignment_preserves_a_real_runs_attention(tiny_model, tiny_corpus, tmp_
             aligned = align_head(run.queries(layer, head), run.keys(layer, head))
             for sentence in range(run.n_sentences):
                 rows = run.sentence_tokens(sentence)
-                recomputed = attention_probs(aligned.queries[rows], aligned.keys[rows], run.scale(layer), True)
+                recomputed = attention_probs(aligned.queries[rows], aligned.keys[rows], run.logit_rule(layer, head))
                 np.testing.assert_allclose(recomputed, run.attention(layer, head, sentence), atol=1e-5)

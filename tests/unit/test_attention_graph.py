@@ -9,6 +9,7 @@ from qkviz.core import Alignment, align_head
 from qkviz.projection import project_points
 from qkviz.neighbours import top_logits
 from qkviz.projection.attention_graph import attention_graph
+from qkviz.core import LogitRule
 
 
 def dense_reference(queries, keys, scale, k, temperature, candidates=None):
@@ -34,7 +35,7 @@ def test_the_attention_term_is_each_points_top_partners_softmaxed():
     rng = np.random.default_rng(1)
     queries, keys = rng.normal(size=(40, 8)), rng.normal(size=(40, 8))
     aligned = align_head(queries, keys, Alignment()).points
-    graph = attention_graph(queries, keys, aligned, 0.7, k=5, alpha=0.0, temperature=0.5, key_cap=1e9)
+    graph = attention_graph(queries, keys, aligned, LogitRule(0.7), k=5, alpha=0.0, temperature=0.5, key_cap=1e9)
     np.testing.assert_allclose(graph.matrix.toarray(), dense_reference(queries, keys, 0.7, 5, 0.5), rtol=1e-5, atol=1e-9)
     assert len(graph.sinks) == 0
 
@@ -57,8 +58,8 @@ def test_hide_first_token_leaves_the_sink_out_of_the_queries_keys():
     queries, keys, first = planted_sink_head()
     n = len(queries)
     aligned = align_head(queries, keys, Alignment()).points
-    kept = attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, first_tokens=first)
-    hidden = attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, hide_first_token=True, first_tokens=first)
+    kept = attention_graph(queries, keys, aligned, LogitRule(1.0), k=4, alpha=0.0, first_tokens=first)
+    hidden = attention_graph(queries, keys, aligned, LogitRule(1.0), k=4, alpha=0.0, hide_first_token=True, first_tokens=first)
 
     def first_share(graph):      # of the query-key weight, the share on first-token keys
         block = graph.matrix[:n, n:]
@@ -78,9 +79,9 @@ def test_hide_first_token_needs_the_first_tokens_and_enough_other_keys():
     queries, keys, first = planted_sink_head(n_sentences=3, length=4)
     aligned = align_head(queries, keys, Alignment()).points
     with pytest.raises(ValueError, match="first_tokens"):
-        attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, hide_first_token=True)
+        attention_graph(queries, keys, aligned, LogitRule(1.0), k=4, alpha=0.0, hide_first_token=True)
     with pytest.raises(QkvizError, match="at most the 9 keys left") as error:
-        attention_graph(queries, keys, aligned, 1.0, k=10, alpha=0.0, hide_first_token=True, first_tokens=first)
+        attention_graph(queries, keys, aligned, LogitRule(1.0), k=10, alpha=0.0, hide_first_token=True, first_tokens=first)
     assert "\n" not in str(error.value)
 
 
@@ -91,7 +92,7 @@ def test_with_first_tokens_hidden_a_sink_heads_queries_no_longer_gather_on_the_s
     aligned = align_head(queries, keys, Alignment()).points
 
     def sink_near(hide):
-        graph = attention_graph(queries, keys, aligned, 1.0, hide_first_token=hide, first_tokens=first)
+        graph = attention_graph(queries, keys, aligned, LogitRule(1.0), hide_first_token=hide, first_tokens=first)
         layout = project_points(aligned, "attn-tsne", 2, attention=graph, hide_first_token=hide).coordinates
         nearest = np.argmin(((layout[:n, None] - layout[None, n:]) ** 2).sum(-1), axis=1)
         return np.isin(nearest, first).mean()
@@ -107,8 +108,8 @@ def test_a_sink_key_is_capped_and_reported():
     keys[7] = 20 * queries.mean(axis=0) / np.linalg.norm(queries.mean(axis=0)) + 5 * np.ones(6)  # everyone's best key
     queries += keys[7] / 10
     aligned = align_head(queries, keys, Alignment()).points
-    free = attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, key_cap=1e9)
-    capped = attention_graph(queries, keys, aligned, 1.0, k=4, alpha=0.0, key_cap=2.0)
+    free = attention_graph(queries, keys, aligned, LogitRule(1.0), k=4, alpha=0.0, key_cap=1e9)
+    capped = attention_graph(queries, keys, aligned, LogitRule(1.0), k=4, alpha=0.0, key_cap=2.0)
     sink_share = lambda graph: graph.matrix[:n, n + 7].sum() / graph.matrix[:n, n:].sum()  # noqa: E731
     assert capped.sinks[0] == 7 and len(free.sinks) == 0
     assert sink_share(capped) < sink_share(free) / 3
@@ -124,7 +125,7 @@ def test_a_planted_head_is_shown_by_attn_tsne_and_not_by_tsne():
     keys /= np.linalg.norm(keys, axis=1, keepdims=True)
     partner = rng.permutation(n)
     queries = 3.0 * keys[partner] + 1.5 * rng.normal(size=(n, 16)) @ basis[16:]
-    assert (top_logits(queries, keys, 1, 1.0)[0][:, 0] == partner).all()
+    assert (top_logits(queries, keys, 1, LogitRule(1.0))[0][:, 0] == partner).all()
     aligned = align_head(queries, keys, Alignment()).points
 
     def partner_recall(layout):
@@ -132,7 +133,7 @@ def test_a_planted_head_is_shown_by_attn_tsne_and_not_by_tsne():
         nearest = np.argsort(distances, axis=1)[:, :10]
         return np.mean([partner[i] in nearest[i] for i in range(n)])
 
-    graph = attention_graph(queries, keys, aligned, 1.0, k=10, alpha=0.5)
+    graph = attention_graph(queries, keys, aligned, LogitRule(1.0), k=10, alpha=0.5)
     faithful = partner_recall(project_points(aligned, "attn-tsne", 2, attention=graph).coordinates)
     plain = partner_recall(project_points(aligned, "tsne", 2).coordinates)
     assert faithful > 0.5 and plain < 0.1, (faithful, plain)
@@ -146,5 +147,5 @@ def test_bad_graph_parameters_are_one_line_errors(option, value, fragment):
     rng = np.random.default_rng(4)
     queries, keys = rng.normal(size=(40, 4)), rng.normal(size=(40, 4))
     with pytest.raises(QkvizError, match=fragment) as error:
-        attention_graph(queries, keys, np.vstack([queries, keys]), 1.0, **{option: value})
+        attention_graph(queries, keys, np.vstack([queries, keys]), LogitRule(1.0), **{option: value})
     assert "\n" not in str(error.value)

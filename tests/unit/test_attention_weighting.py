@@ -28,3 +28,20 @@ def test_a_query_that_sees_only_hidden_keys_gets_a_zero_row_not_nan():
     attention = np.array([[1.0, 0.0], [0.4, 0.6]])
     weights = adjusted_attention(attention, np.array([True, False]))
     assert np.array_equal(weights, [[0.0, 0.0], [0.0, 1.0]])
+
+
+def test_a_sink_keeps_its_share_when_tokens_are_hidden():
+    """A head with a sink logit (gpt-oss): its rows sum to less than 1, and hiding a key gives the key's weight to
+    the visible keys, not the sink's."""
+    from qkviz.core import LogitRule
+    from qkviz.core.attention import attention_probs
+
+    rng = np.random.default_rng(0)
+    attention = attention_probs(rng.normal(size=(5, 4)), rng.normal(size=(5, 4)), LogitRule(1.0, causal=True, sink=0.5))
+    shares = attention.sum(axis=1)
+    assert (shares < 1).all()
+    nothing_hidden = adjusted_attention(attention, np.zeros(5, bool))
+    assert np.allclose(nothing_hidden, attention)          # the model's own attention, sink share and all
+    first_hidden = adjusted_attention(attention, np.array([True, False, False, False, False]))
+    assert np.allclose(first_hidden[1:].sum(axis=1), shares[1:]) and (first_hidden[:, 0] == 0).all()
+    assert np.allclose(first_hidden[2, 1:3], attention[2, 1:3] * shares[2] / attention[2, 1:3].sum())

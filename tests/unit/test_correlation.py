@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
+from qkviz.core import LogitRule
 from qkviz.core.alignment import Alignment, align_head
 from qkviz.core.attention import allowed_pairs
 from qkviz.analysis.correlation import (PairSet, head_space_figures, key_ranges, pair_distances, pair_dots,
@@ -25,7 +26,7 @@ def sentence_layout(lengths):
 
 def all_pairs(lengths, causal, window=None) -> PairSet:
     sentence, position, first = sentence_layout(lengths)
-    lo, hi = key_ranges(sentence, position, first, lengths, causal, window)
+    lo, hi = key_ranges(sentence, position, first, lengths, LogitRule(1.0, causal=causal, window=window))
     query = np.repeat(np.arange(len(lo)), hi - lo)
     key = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)])
     return PairSet(query, key, len(query))
@@ -42,7 +43,7 @@ def test_pairs_follow_the_models_mask_and_never_cross_sentences(causal, window):
     sentence, _, first = sentence_layout(LENGTHS)
     expected = set()
     for s, length in enumerate(LENGTHS):
-        allowed = allowed_pairs(int(length), causal, window)
+        allowed = allowed_pairs(int(length), LogitRule(1.0, causal=causal, window=window))
         expected |= {(first[s] + i, first[s] + j) for i, j in zip(*np.nonzero(allowed))}
     found = set(zip(pairs.query_index.tolist(), pairs.key_index.tolist()))
     assert found == expected

@@ -5,6 +5,7 @@ import pytest
 
 from qkviz.neighbours import top_k
 from qkviz.neighbours.top_k import APPROXIMATE_MIN, nearest_cosine, top_logits
+from qkviz.core import LogitRule
 
 
 def clustered(n: int, d: int = 16, seed: int = 0) -> np.ndarray:
@@ -20,7 +21,7 @@ def vectors():
 
 def test_the_exact_search_is_numpy_brute_force(vectors):
     rows, columns = vectors
-    found, logits = top_logits(rows, columns, 10, 0.5)
+    found, logits = top_logits(rows, columns, 10, LogitRule(0.5))
     expected = np.argsort(-(rows @ columns.T), axis=1, kind="stable")[:, :10]
     assert np.mean(found == expected) > 0.999
     np.testing.assert_allclose(logits, 0.5 * np.take_along_axis(rows @ columns.T, found, axis=1), rtol=1e-5)
@@ -28,8 +29,8 @@ def test_the_exact_search_is_numpy_brute_force(vectors):
 
 def test_the_approximate_search_finds_most_of_the_exact_top_k_with_true_logits(vectors):
     rows, columns = vectors
-    exact, _ = top_logits(rows, columns, 10, 0.5)
-    found, logits = top_logits(rows, columns, 10, 0.5, approximate=True)
+    exact, _ = top_logits(rows, columns, 10, LogitRule(0.5))
+    found, logits = top_logits(rows, columns, 10, LogitRule(0.5), approximate=True)
     recall = np.mean([len(np.intersect1d(a, b)) / 10 for a, b in zip(exact, found)])
     assert recall > 0.9, recall
     np.testing.assert_allclose(logits, 0.5 * np.take_along_axis(rows @ columns.T, found, axis=1), rtol=1e-5)
@@ -41,13 +42,13 @@ def test_the_approximate_search_finds_most_of_the_exact_top_k_with_true_logits(v
 def test_few_columns_are_searched_exactly_even_when_approximate(vectors):
     rows, columns = vectors
     few = columns[:APPROXIMATE_MIN - 1]
-    assert np.array_equal(top_logits(rows, few, 10, 1.0, approximate=True)[0], top_logits(rows, few, 10, 1.0)[0])
+    assert np.array_equal(top_logits(rows, few, 10, LogitRule(1.0), approximate=True)[0], top_logits(rows, few, 10, LogitRule(1.0))[0])
 
 
 def test_rows_whose_probed_cells_hold_too_few_columns_are_searched_exactly(vectors, monkeypatch):
     rows, columns = vectors
     monkeypatch.setattr(top_k, "PROBES", 1)        # one cell of about 110 columns: short of k = 150 for most rows
-    found, logits = top_logits(rows, columns, 150, 1.0, approximate=True)
+    found, logits = top_logits(rows, columns, 150, LogitRule(1.0), approximate=True)
     assert (found >= 0).all()
-    exact, _ = top_logits(rows, columns, 150, 1.0)
+    exact, _ = top_logits(rows, columns, 150, LogitRule(1.0))
     assert np.mean([len(np.intersect1d(a, b)) / 150 for a, b in zip(exact, found)]) > 0.95

@@ -1,4 +1,5 @@
-"""Families whose attention adds a term to ``scale * q . k`` that the queries and keys cannot express.
+"""Families whose attention adds a term to ``scale * q . k`` that the queries and keys cannot express (and one
+configuration, Falcon with ALiBi, whose attention transformers computes two ways).
 
 Declared by model type (and, where a configuration decides it, by a check of the configuration), so that such
 a model is refused before its weights load, in one line that says why. Anything not declared here still passes
@@ -9,31 +10,20 @@ from __future__ import annotations
 
 from typing import Callable
 
-from qkviz.extraction.model_families import ALIBI, CHUNKS, DEBERTA, MPNET, SINKS
+from qkviz.extraction.model_families import DEBERTA, FALCON_ALIBI, MPNET
 
 _INEXPRESSIBLE = ", which q.k cannot express"
 
 #: model type -> why its attention cannot be recomputed from queries and keys
 REFUSED_MODEL_TYPES: dict[str, str] = {
-    "bloom": ALIBI + _INEXPRESSIBLE,
-    "mpt": ALIBI + _INEXPRESSIBLE,
     "deberta": DEBERTA + _INEXPRESSIBLE,
     "deberta-v2": DEBERTA + _INEXPRESSIBLE,
     "mpnet": MPNET + _INEXPRESSIBLE,
-    "gpt_oss": SINKS + _INEXPRESSIBLE,
 }
 
 
 def _falcon(config) -> str | None:
-    return ALIBI + _INEXPRESSIBLE if getattr(config, "alibi", False) else None
-
-
-def _chunked(config) -> str | None:
-    chunk = getattr(config, "attention_chunk_size", None)
-    if chunk:
-        return (f"{CHUNKS} (attention_chunk_size={chunk}: a mask qkviz does not store) and scales queries by a "
-                "position-dependent temperature on its layers without rotary")
-    return None
+    return FALCON_ALIBI if getattr(config, "alibi", False) else None
 
 
 def relative_positions(config) -> str | None:
@@ -47,8 +37,6 @@ def relative_positions(config) -> str | None:
 #: model type -> a check of the configuration returning why it is refused, or None
 REFUSED_CONFIGURATIONS: dict[str, Callable[[object], str | None]] = {
     "falcon": _falcon,
-    "llama4": _chunked,
-    "llama4_text": _chunked,
 }
 
 
