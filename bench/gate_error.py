@@ -10,7 +10,9 @@ between recomputed and model attention on its first batch, measured (not judged)
 - ``float16 on float32 weights`` / ``bfloat16 on float32 weights``: the same half model, lifted to float32
   for the gate (``qkviz.extraction.float32_reference``; what the gate does otherwise).
 
-Beside them, what a term left out costs: gpt-oss, whose sink logits qkviz does not store (its declared refusal
+The same on the long input (``qkviz.extraction.attention_span``) of tiny windowed families whose window is
+:data:`LONG_SPAN` tokens, longer than the first batch, and on a deep model (``bench/modern_model.py``'s random
+32-layer Llama). Beside them, what a term left out costs: gpt-oss, whose sink logits qkviz does not store (its declared refusal
 taken away for the measurement), in each precision. Then what the gate costs: its seconds and a whole extraction's
 over the default corpus on each bundled model, min / median / max of ``--repeats``, alternating.
 
@@ -43,7 +45,7 @@ from qkviz.extraction.borrowed_model import borrowed_model  # noqa: E402
 from qkviz.extraction.attention_span import compared_rows, long_input_tokens  # noqa: E402
 from qkviz.extraction.chunk_capture import attention_layers  # noqa: E402
 from qkviz.extraction.corpus import DEFAULT_CORPUS, load_corpus  # noqa: E402
-from qkviz.extraction.exactness_gate import FLOAT32_BOUND, HALF_BOUND, GateInput, measure  # noqa: E402
+from qkviz.extraction.exactness_gate import GateInput, measure  # noqa: E402
 from qkviz.extraction.float32_reference import float32_weights  # noqa: E402
 from qkviz.extraction.model_families import EXACT, MODEL_FAMILIES  # noqa: E402
 from qkviz.extraction.models import load_model  # noqa: E402
@@ -178,7 +180,6 @@ def main() -> None:
     worst = {column: max(row[column] for row in rows) for column in columns}
     path = recorder.write(
         families=families, windowed=windowed, bundled=bundled, missing_term=missing, worst=worst,
-        bounds={"float32": FLOAT32_BOUND, "half": HALF_BOUND},
         cost=[] if args.no_cost else [cost(name, args.repeats) for name in ("minilm", "smollm2")])
     print(f"wrote {path}")
 
