@@ -14,7 +14,8 @@ The same on the long input (``qkviz.extraction.attention_span``) of tiny windowe
 :data:`LONG_SPAN` tokens, longer than the first batch, and on a deep model (``bench/modern_model.py``'s random
 32-layer Llama). Beside them, what a term left out costs: gpt-oss, whose sink logits qkviz does not store (its declared refusal
 taken away for the measurement), in each precision. Then what the gate costs: its seconds and a whole extraction's
-over the default corpus on each bundled model, min / median / max of ``--repeats``, alternating.
+over the default corpus on each bundled model, min / median / max of ``--repeats`` (``--extract-repeats``),
+alternating.
 
     python bench/gate_error.py            # writes bench/results/gate_error.json
 """
@@ -127,18 +128,21 @@ def bundled_errors(spec: str, name: str, lines: list[str]) -> dict[str, float]:
     return {"model": name, **errors_by_precision(gate_text(loaded, lines))}
 
 
-def cost(name: str, repeats: int) -> dict:
+def cost(name: str, repeats: int, extract_repeats: int) -> dict:
     """The gate's seconds on ``name`` (as ``qkviz extract`` runs it: ``TextInput.check_exactness``) and a whole
-    extraction's over the default corpus, alternating, min / median / max of ``repeats``."""
+    extraction's over the default corpus, alternating, min / median / max of ``repeats`` (of the gate; the first
+    ``extract_repeats`` of them followed by an extraction)."""
     loaded = load_model(name)
     text = TextInput.select(loaded, model_adapter(loaded.model), load_corpus(DEFAULT_CORPUS), max_tokens=None,
                             max_sentences=None, seed=0, max_length=None)
     text.check_exactness()                                  # torch's first pass is slower than the others
     gate, extract = [], []
-    for _ in range(repeats):
+    for repeat in range(repeats):
         started = time.perf_counter()
         result = text.check_exactness()
         gate.append(time.perf_counter() - started)
+        if repeat >= extract_repeats:
+            continue
         with tempfile.TemporaryDirectory() as directory:
             started = time.perf_counter()
             run = qkviz.extract(loaded.model, DEFAULT_CORPUS, Path(directory) / "run", tokenizer=loaded.tokenizer)
@@ -151,7 +155,8 @@ def cost(name: str, repeats: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="timings of the gate")
+    parser.add_argument("--extract-repeats", type=int, default=3, help="timings of a whole extraction")
     parser.add_argument("--families", nargs="*", help="model types (default: every exact one)")
     parser.add_argument("--no-deep", action="store_true", help=f"leave out the {DEEP}")
     parser.add_argument("--no-cost", action="store_true", help="skip the timing of the gate and the extraction")
@@ -180,7 +185,7 @@ def main() -> None:
     worst = {column: max(row[column] for row in rows) for column in columns}
     path = recorder.write(
         families=families, windowed=windowed, bundled=bundled, missing_term=missing, worst=worst,
-        cost=[] if args.no_cost else [cost(name, args.repeats) for name in ("minilm", "smollm2")])
+        cost=[] if args.no_cost else [cost(name, args.repeats, args.extract_repeats) for name in ("minilm", "smollm2")])
     print(f"wrote {path}")
 
 
