@@ -19,7 +19,7 @@ import transformers
 from qkviz.core.errors import QkvizError
 from qkviz.extraction import capture
 from qkviz.extraction.attention_span import SPAN_MARGIN
-from qkviz.extraction.exactness_gate import GATE_TOKENS, HALF_BOUND, tolerance
+from qkviz.extraction.exactness_gate import GATE_TOKENS, tolerance
 
 LINES = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
 #: a window longer than the gate's first batch
@@ -131,7 +131,7 @@ def test_half_precision_refuses_a_term_of_a_fortieth(dtype, tokenizer, tmp_path)
     message = str(refusal.value)
     assert message.startswith("llama: refused: attention recomputed") and "\n" not in message, message
     error = float(re.search(r"differs from the model's own by (\S+) ", message).group(1))
-    assert error < HALF_BOUND, "the term is not the small one a half-precision comparison lets through"
+    assert error < tolerance(dtype), "the term is not the small one a comparison in half precision lets through"
     assert not (tmp_path / "run").exists()
 
 
