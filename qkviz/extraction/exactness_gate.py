@@ -103,8 +103,9 @@ def tolerance(dtype: torch.dtype) -> float:
     not reproduced moves a probability over 40 keys; half-precision models are held to it too, on float32
     weights (:mod:`qkviz.extraction.float32_reference`). Compared in its own half precision (only where the
     float32 weights would not fit), a model rounds its logits to 8 or 11 bits: SmolLM2 then differs by 6.1e-3 in
-    float16 and 8.9e-2 in bfloat16, more than a missing term, so :data:`HALF_BOUNDS` (about 5x and 3.4x those)
-    only catch a gross error (sink logits left out: 0.95), and the gate says so."""
+    float16 and 8.9e-2 in bfloat16, more than a missing term (and the random 32-layer Llama's two passes drift
+    apart entirely: 1.0), so :data:`HALF_BOUNDS` (about 5x and 3.4x SmolLM2's) only catch a gross error (sink
+    logits left out: 0.95), and the gate says so."""
     return FLOAT32_BOUND if dtype in (torch.float32, torch.float64) else HALF_BOUNDS.get(dtype, max(HALF_BOUNDS.values()))
 
 
