@@ -3,7 +3,7 @@ rendered from ``bench/results/*.json``; registered with :func:`figure_results.fi
 
 from __future__ import annotations
 
-from figure_results import BUNDLED, Results, figure, source
+from figure_results import BUNDLED, Results, figure, model_name, source, span
 
 
 @figure("families")
@@ -18,6 +18,34 @@ def families(results: Results) -> str:
             f"{result['measured']['refused']} refused, {agrees}; the largest error over every exact type's layers, "
             f"heads and pairs is {worst['max_error']:.1e} ({worst['model_type']}). The gate on the bundled models, "
             f"min / median / max of {result['gate'][0]['seconds']['runs']}: {gates}. ({source(results, 'families')}.)\n")
+
+
+@figure("gate-cost")
+def gate_cost(results: Results) -> str:
+    """benchmarks.md's overhead: the exactness gate's seconds against a whole extraction's, and its error."""
+    result = results("gate_error")
+    cost = result["cost"]
+    gate_runs, extract_runs = cost[0]["gate_seconds"]["runs"], cost[0]["extract_seconds"]["runs"]
+
+    def seconds(values: dict, digits: int) -> str:
+        return span(values, digits) if values["runs"] > 1 else f"{values['median']:.{digits}f} s"
+
+    rows = "\n".join(f"| {model_name(row['model'])} | {row['tokens']:,} | {seconds(row['gate_seconds'], 2)} | "
+                     f"{seconds(row['extract_seconds'], 1)} | {row['gate_share_of_extract']:.2%} |" for row in cost)
+    extract_head = (f"min / median / max of {extract_runs}" if extract_runs > 1 else "one run")
+    every = result["families"] + result["windowed"] + result["bundled"]
+    worst = max(every, key=lambda row: row["float32"])
+    lifted = max(max(row["float16 on float32 weights"], row["bfloat16 on float32 weights"]) for row in every)
+    own = "; ".join(f"{model_name(row['model'])} {row['float16']:.1e} in float16, {row['bfloat16']:.1e} in bfloat16"
+                    for row in result["bundled"])
+    return (f"| model | tokens extracted | the gate, min / median / max of {gate_runs} | the whole `qkviz.extract`, "
+            f"{extract_head} | gate / extract (medians) |\n|---|---|---|---|---|\n{rows}\n\n"
+            f"The gate's largest error over {len(result['families'])} exact families' tiny models, "
+            f"{len(result['windowed'])} windowed ones on their long input, MiniLM, SmolLM2 and a random 32-layer "
+            f"Llama: {worst['float32']:.1e} in float32 ({worst.get('model') or worst['model_type']}), {lifted:.1e} for "
+            f"half-precision models on float32 weights; compared in their own half precision instead: {own}. A term "
+            f"left out (gpt-oss's sink logits): {result['missing_term']['float32']:.2f}. `bench/gate_error.py` "
+            f"({source(results, 'gate_error')}).\n")
 
 
 #: docs/models.md's exactness rows: the families each row groups, as the tables name them

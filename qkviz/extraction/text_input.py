@@ -93,14 +93,21 @@ class TextInput:
         return sum(s.truncated for s in self.sentences)
 
     def check_exactness(self) -> GateResult:
-        """The exactness gate (:mod:`qkviz.extraction.exactness_gate`) on the first sentences, cut short."""
+        """The exactness gate (:mod:`qkviz.extraction.exactness_gate`) on the first sentences, cut short, and on the
+        longest, cut past the model's window where it has one."""
         model = self.loaded.model
+        inputs, lengths = self.gate_batch()
+        return check_exactness(model, self.adapter, self.shape, attention_layers(model, self.adapter, self.shape),
+                               inputs, lengths, expected_causal=self.adapter.causal,
+                               longest=list(max(self.sentences, key=len).token_ids))
+
+    def gate_batch(self) -> tuple[dict, list[int]]:
+        """The gate's first batch: the first :data:`GATE_SENTENCES` sentences cut to :data:`GATE_TOKENS` tokens,
+        right-padded (the model's inputs), and their lengths."""
         batch = [replace(s, token_ids=s.token_ids[:GATE_TOKENS]) for s in self.sentences[:GATE_SENTENCES]]
         input_ids, attention_mask = padded_batch(batch, pad_token_id(self.loaded.tokenizer),
-                                                 str(next(model.parameters()).device))
-        return check_exactness(model, self.adapter, self.shape, attention_layers(model, self.adapter, self.shape),
-                               {"input_ids": input_ids, "attention_mask": attention_mask}, [len(s) for s in batch],
-                               expected_causal=self.adapter.causal)
+                                                 str(next(self.loaded.model.parameters()).device))
+        return {"input_ids": input_ids, "attention_mask": attention_mask}, [len(s) for s in batch]
 
     def capture(self, writer: RunWriter, batch_size: int, progress: bool) -> dict[int, LayerAttentionSettings]:
         """Capture the sentences not yet on disk; each layer's attention settings."""
