@@ -111,8 +111,10 @@ def model_attentions(model, token_ids: list[list[int]]) -> list[torch.Tensor]:
         input_ids[row, :len(ids)] = torch.tensor(ids)
         mask[row, :len(ids)] = 1
     model.set_attn_implementation("eager")
+    device = next(model.parameters()).device
     with torch.no_grad():
-        attentions = model(input_ids=input_ids, attention_mask=mask, output_attentions=True).attentions
+        attentions = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                           output_attentions=True).attentions
     return [layer for layer in attentions if layer is not None]
 
 
@@ -130,7 +132,7 @@ def eager_error(model, run, sentences: int = CHECKED_SENTENCES) -> tuple[float, 
             for row, ids in enumerate(token_ids):
                 n = len(ids)
                 ours = run.attention(layer, head, row)
-                theirs = attentions[layer][row, head, :n, :n].double().numpy()
+                theirs = attentions[layer][row, head, :n, :n].double().cpu().numpy()
                 worst = max(worst, float(np.abs(ours - theirs).max()))
                 allowed = ours > 0
                 departure = max(departure, float(np.abs(theirs - allowed / allowed.sum(1, keepdims=True)).max()))
