@@ -21,6 +21,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from qkviz.core.errors import QkvizError
+from qkviz.extraction.own_code_capture import capturing_own_code, own_code_modules
 
 CAPTURE_IMPLEMENTATION = "qkviz_capture"
 #: an attention that computes nothing (zeros), for passes that read only what enters attention (positions)
@@ -164,6 +165,9 @@ def _method_captures(model: torch.nn.Module) -> Iterator[None]:
 def without_attention(model: torch.nn.Module) -> Iterator[None]:
     """Run ``model`` with every attention call returning zeros: a pass over thousands of positions that reads
     only their rotary tables or position embeddings costs no ``n x n`` attention."""
+    if own_code_modules(model):     # attention is its own code: it cannot be skipped, only computed
+        yield
+        return
     previous = model.config._attn_implementation
     model.set_attn_implementation(SKIP_IMPLEMENTATION)
     try:
@@ -174,9 +178,17 @@ def without_attention(model: torch.nn.Module) -> Iterator[None]:
 
 def switch_attention(model: torch.nn.Module, implementation: str) -> None:
     """``model.set_attn_implementation(implementation)``, or a one-line :class:`QkvizError` where the model cannot
-    switch (its attention is fixed)."""
+    switch (its attention is fixed).
+
+    A model whose attention is its own code (:mod:`qkviz.extraction.own_code_capture`) is not switched by transformers
+    (it warns and keeps its setting), but its code reads the setting from its configuration at every call (to choose
+    between PyTorch's fused attention and its own eager code, and which mask to build): there the configuration's
+    setting is changed."""
     try:
-        model.set_attn_implementation(implementation)
+        if own_code_modules(model):
+            model.config._attn_implementation = implementation
+        else:
+            model.set_attn_implementation(implementation)
     except Exception as error:  # noqa: BLE001 -- transformers refuses in several ways
         detail = (str(error).strip().splitlines() or [""])[0][:160]
         family = getattr(model.config, "model_type", None) or type(model).__name__
@@ -186,13 +198,16 @@ def switch_attention(model: torch.nn.Module, implementation: str) -> None:
 
 @contextlib.contextmanager
 def capturing(model: torch.nn.Module, recorder: AttentionRecorder) -> Iterator[AttentionRecorder]:
-    """Run ``model`` with ``recorder`` receiving every layer's queries and keys."""
+    """Run ``model`` with ``recorder`` receiving every layer's queries and keys. A model whose attention is computed by
+    its own code (:mod:`qkviz.extraction.own_code_capture`) runs its own eager code (the masks it builds for it
+    included), watched where it multiplies queries by keys."""
     previous = model.config._attn_implementation
-    switch_attention(model, CAPTURE_IMPLEMENTATION)
+    own_code = own_code_modules(model)
+    switch_attention(model, "eager" if own_code else CAPTURE_IMPLEMENTATION)
     token = _active_recorder.set(recorder)
     try:
-        with _method_captures(model):
+        with _method_captures(model), capturing_own_code(own_code, model.config, recorder.record):
             yield recorder
     finally:
         _active_recorder.reset(token)
-        model.set_attn_implementation(previous)
+        switch_attention(model, previous)

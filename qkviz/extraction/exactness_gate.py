@@ -123,7 +123,7 @@ def _eager_probabilities(model, adapter: FamilyAdapter, inputs: dict) -> list[np
     finally:
         for handle in handles:
             handle.remove()
-        model.set_attn_implementation(previous)
+        switch_attention(model, previous)
     if sorted(weights) != list(range(len(modules))):
         raise QkvizError(f"{adapter.family}: its eager attention returns no probabilities for layers "
                          f"{sorted(set(range(len(modules))) - set(weights))}, so qkviz cannot check it; nothing was "

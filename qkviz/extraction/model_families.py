@@ -59,10 +59,11 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     _exact("gpt_bigcode", "multi-query attention"),
     _exact("opt"),
     _exact("biogpt", "scaled embeddings"),
-    _refused("xglm", OWN_CODE),
+    _exact("xglm", "queries scaled before the product (captured where its own code multiplies queries by keys)"),
     _refused("bloom", ALIBI),
     _refused("mpt", ALIBI),
-    _refused("falcon", OWN_CODE),
+    _exact("falcon", "rotary, grouped keys broadcast to every head (captured where its own code multiplies queries "
+                     "by keys); alibi=True is refused"),
     # rotary decoders
     _exact("llama", "grouped-query"),
     _exact("mistral", "sliding window"),
