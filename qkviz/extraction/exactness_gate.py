@@ -110,8 +110,9 @@ def _eager_probabilities(model, adapter: FamilyAdapter, inputs: dict) -> list[np
 
     def hook(layer):
         def keep(_module, _args, output):
-            if isinstance(output, tuple) and len(output) > 1 and isinstance(output[1], torch.Tensor):
-                weights[layer] = output[1].detach()
+            probabilities = _probabilities_in(output)
+            if probabilities is not None:
+                weights[layer] = probabilities.detach()
         return keep
 
     previous = model.config._attn_implementation
@@ -129,3 +130,22 @@ def _eager_probabilities(model, adapter: FamilyAdapter, inputs: dict) -> list[np
                          f"{sorted(set(range(len(modules))) - set(weights))}, so qkviz cannot check it; nothing was "
                          "written")
     return [weights[layer].double().cpu().numpy() for layer in range(len(modules))]
+
+
+def _probabilities_in(output) -> torch.Tensor | None:
+    """The attention probabilities ``[batch, head, query, key]`` an attention module returns beside its output: its
+    second result (the attention interface's modules), or, from families with their own attention code, the first
+    4-dimensional tensor after the output in what it returns (a list, or tuples in tuples: I-BERT's scaling factors,
+    LUKE's entity states)."""
+    if not isinstance(output, (tuple, list)) or len(output) < 2:
+        return None
+    if isinstance(output[1], torch.Tensor):
+        return output[1]
+    pending = list(output[1:]) if not isinstance(output[0], (tuple, list)) else [*output[0][1:], *output[1:]]
+    while pending:
+        item = pending.pop(0)
+        if isinstance(item, torch.Tensor) and item.dim() == 4:
+            return item
+        if isinstance(item, (tuple, list)):
+            pending[:0] = list(item)
+    return None

@@ -23,6 +23,7 @@ DEBERTA = "DeBERTa adds disentangled relative-position terms (content-to-positio
 MPNET = "MPNet adds a learned relative-position bias to every attention logit"
 SINKS = "gpt-oss adds a learned sink logit per head to every softmax"
 CHUNKS = "Llama 4 attends within chunks of tokens on its chunked layers"
+BLOCK_SPARSE = "BigBird's block-sparse attention attends to a window, global and random blocks of keys"
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from qkviz.extraction.model_families import ALIBI, CHUNKS, DEBERTA, MPNET, SINKS
+from qkviz.extraction.model_families import ALIBI, BLOCK_SPARSE, CHUNKS, DEBERTA, MPNET, SINKS
 
 _INEXPRESSIBLE = ", which q.k cannot express"
 
@@ -44,8 +44,16 @@ def relative_positions(config) -> str | None:
     return None
 
 
+def _block_sparse(config) -> str | None:
+    if getattr(config, "attention_type", "original_full") == "original_full":
+        return relative_positions(config)
+    return (f"{BLOCK_SPARSE} (attention_type={config.attention_type!r}: a mask qkviz does not store); "
+            "attention_type='original_full' is exact")
+
+
 #: model type -> a check of the configuration returning why it is refused, or None
 REFUSED_CONFIGURATIONS: dict[str, Callable[[object], str | None]] = {
+    "big_bird": _block_sparse,
     "falcon": _falcon,
     "llama4": _chunked,
     "llama4_text": _chunked,
