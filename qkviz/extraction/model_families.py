@@ -23,6 +23,8 @@ DEBERTA = "DeBERTa adds disentangled relative-position terms (content-to-positio
 MPNET = "MPNet adds a learned relative-position bias to every attention logit"
 SINKS = "gpt-oss adds a learned sink logit per head to every softmax"
 CHUNKS = "Llama 4 attends within chunks of tokens on its chunked layers"
+CONVOLUTION = ("ConvBERT's span convolution is not masked: a sentence's queries and keys depend on the padding beside "
+               "it in a batch, so none would be the sentence's own")
 BLOCK_SPARSE = "BigBird's block-sparse attention attends to a window, global and random blocks of keys"
 
 

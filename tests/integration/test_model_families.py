@@ -93,6 +93,32 @@ def test_falcon_is_exact_in_both_of_its_architectures(architecture, kv_heads, to
     assert run.n_kv_heads == kv_heads
 
 
+#: families beyond the table whose attention is computed by their own code (BERT-style encoders and older decoders
+#: written before transformers' attention interface), captured where that code multiplies queries by keys
+OWN_CODE_TYPES = [("megatron-bert", {}), ("rembert", {}), ("roformer", {}), ("tapas", {}), ("ibert", {}), ("luke", {}),
+                  ("big_bird", dict(attention_type="original_full")), ("openai-gpt", {}), ("gpt_neox_japanese", {})]
+
+
+@pytest.mark.parametrize("model_type, settings", OWN_CODE_TYPES, ids=[name for name, _ in OWN_CODE_TYPES])
+def test_families_with_their_own_attention_code_are_exact(model_type, settings, tokenizer, tmp_path):
+    model = tiny_family_model(model_type, **settings)
+    if model_type == "openai-gpt":      # its Conv1D weights ignore initializer_range: drawn again, or attention is flat
+        with torch.no_grad():
+            for name, parameter in model.named_parameters():
+                if name.endswith("attn.c_attn.weight"):
+                    parameter.normal_(0.0, 0.12)
+    assert_exact(model_type, model, tokenizer, tmp_path / "run")
+
+
+def test_convbert_is_refused_because_its_convolution_reads_the_padding(tokenizer, tmp_path):
+    """ConvBERT's attention is captured exactly, but its span convolution is not masked: a sentence's vectors
+    depend on the padding beside it in a batch, so no stored vector is the sentence's own."""
+    with pytest.raises(QkvizError) as refusal:
+        qkviz.extract(tiny_family_model("convbert"), SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
+    assert "padding" in str(refusal.value) and "\n" not in str(refusal.value)
+    assert not (tmp_path / "run").exists()
+
+
 def test_at_least_45_of_the_57_model_types_are_exact():
     assert len(MODEL_FAMILIES) == 57 and len({family.model_type for family in MODEL_FAMILIES}) == 57
     assert counts()[EXACT] >= 45

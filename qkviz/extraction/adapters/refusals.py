@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from qkviz.extraction.model_families import ALIBI, BLOCK_SPARSE, CHUNKS, DEBERTA, MPNET, SINKS
+from qkviz.extraction.model_families import ALIBI, BLOCK_SPARSE, CHUNKS, CONVOLUTION, DEBERTA, MPNET, SINKS
 
 _INEXPRESSIBLE = ", which q.k cannot express"
 
@@ -21,6 +21,7 @@ REFUSED_MODEL_TYPES: dict[str, str] = {
     "deberta-v2": DEBERTA + _INEXPRESSIBLE,
     "mpnet": MPNET + _INEXPRESSIBLE,
     "gpt_oss": SINKS + _INEXPRESSIBLE,
+    "convbert": CONVOLUTION,
 }
 
 
