@@ -42,17 +42,46 @@ class LayerAttentionSettings:
     softcap: float | None
 
 
+class LayerCalls:
+    """Which layer each call of an attention module is: the ``k``-th call of a module in a forward pass is the ``k``-th
+    of the layers it serves. Most models have one module per layer; ALBERT calls one shared layer once per layer, so
+    its one attention module serves every layer, in call order."""
+
+    def __init__(self, modules: list[torch.nn.Module]):
+        """``modules``: the attention module of every layer, in layer order (a shared module once per layer)."""
+        served: dict[int, list[int]] = {}
+        for layer, module in enumerate(modules):
+            served.setdefault(id(module), []).append(layer)
+        self._layers = {key: tuple(layers) for key, layers in served.items()}
+        self.n_layers = len(modules)
+
+    def counter(self) -> Callable[[torch.nn.Module], int | None]:
+        """A fresh count of calls: ``layer_of(module)`` is the layer of this call of ``module`` (None: not a layer's).
+        Every forward pass calls a module once per layer it serves, so the count goes round with each pass."""
+        calls: dict[int, int] = {}
+
+        def layer_of(module: torch.nn.Module) -> int | None:
+            layers = self._layers.get(id(module))
+            if layers is None:
+                return None
+            count = calls.get(id(module), 0)
+            calls[id(module)] = count + 1
+            return layers[count % len(layers)]
+
+        return layer_of
+
+
 class AttentionRecorder:
     """Receives every attention call of one model and forwards it to a sink, per layer."""
 
-    def __init__(self, layer_of_module: dict[int, int], sink: LayerSink):
-        self._layer_of_module = layer_of_module
+    def __init__(self, layer_calls: LayerCalls, sink: LayerSink):
+        self._layer_of = layer_calls.counter()
         self._sink = sink
         self.settings: dict[int, LayerAttentionSettings] = {}
 
     def record(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                value: torch.Tensor, scaling: float | None, kwargs: dict) -> None:
-        layer = self._layer_of_module.get(id(module))
+        layer = self._layer_of(module)
         if layer is None:
             raise RuntimeError(f"attention module {type(module).__name__} is not one of the mapped layers")
         scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5

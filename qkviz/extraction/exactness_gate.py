@@ -21,7 +21,7 @@ import torch
 from qkviz.core.attention import attention_probs
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
-from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, capturing, switch_attention
+from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, LayerCalls, capturing, switch_attention
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def tolerance(dtype: torch.dtype) -> float:
 
 
 def check_exactness(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape,
-                    layer_of_module: dict[int, int], inputs: dict[str, torch.Tensor], lengths: list[int],
+                    layer_of_module: LayerCalls, inputs: dict[str, torch.Tensor], lengths: list[int],
                     expected_causal: bool | None = None) -> GateResult:
     """Compare the attention recomputed from what qkviz captures on ``inputs`` (one batch whose row ``b`` has
     ``lengths[b]`` real tokens first) with the model's own eager attention; raise a one-line
@@ -84,7 +84,7 @@ def check_exactness(model: torch.nn.Module, adapter: FamilyAdapter, shape: Model
     return result
 
 
-def _captured(model, layer_of_module: dict[int, int], inputs: dict, shape: ModelShape, family: str
+def _captured(model, layer_of_module: LayerCalls, inputs: dict, shape: ModelShape, family: str
               ) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], dict[int, LayerAttentionSettings]]:
     """Every layer's ``(queries [batch, head, pos, d], keys [batch, kv_head, pos, d])`` float64 and settings."""
     seen: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -106,18 +106,18 @@ def _eager_probabilities(model, adapter: FamilyAdapter, inputs: dict) -> list[np
     """The model's own attention probabilities ``[batch, head, query, key]`` per attention layer, from its eager
     implementation (each attention module returns them beside its output)."""
     modules = adapter.attention_modules(model)
+    layer_of = LayerCalls(modules).counter()
     weights: dict[int, torch.Tensor] = {}
 
-    def hook(layer):
-        def keep(_module, _args, output):
-            probabilities = _probabilities_in(output)
-            if probabilities is not None:
-                weights[layer] = probabilities.detach()
-        return keep
+    def keep(module, _args, output):
+        layer = layer_of(module)
+        probabilities = _probabilities_in(output)
+        if probabilities is not None:
+            weights[layer] = probabilities.detach()
 
     previous = model.config._attn_implementation
     switch_attention(model, "eager")
-    handles = [module.register_forward_hook(hook(layer)) for layer, module in enumerate(modules)]
+    handles = [module.register_forward_hook(keep) for module in {id(module): module for module in modules}.values()]
     try:
         with torch.inference_mode():
             model(**inputs, output_attentions=True)

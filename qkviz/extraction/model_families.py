@@ -16,8 +16,8 @@ REFUSED = "refused"
 
 #: the refusal of a family whose attention does not go through transformers' attention interface
 OWN_CODE = "no layer calls transformers' attention interface (its attention is computed by its own code)"
-#: the refusal of a family whose layers share one attention module
-SHARED = "one attention module is called several times per forward pass (shared or recurrent layers)"
+#: the refusal of a family whose attention module computes several attentions each time it runs
+SEVERAL_PER_LAYER = "one attention module calls attention several times each time it runs (several attentions per layer)"
 ALIBI = "ALiBi adds a distance-dependent bias to every attention logit"
 DEBERTA = "DeBERTa adds disentangled relative-position terms (content-to-position, position-to-content) to every logit"
 MPNET = "MPNet adds a learned relative-position bias to every attention logit"
@@ -53,7 +53,7 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     _exact("distilbert"),
     _exact("electra", "embedding projection before the encoder"),
     _exact("modernbert", "local (sliding-window, both sides) / global layers, rotary"),
-    _refused("albert", SHARED),
+    _exact("albert", "one layer shared by every layer: captured once per call, the run's layer i is its i-th call"),
     _refused("mpnet", MPNET),
     _refused("deberta", DEBERTA),
     _refused("deberta-v2", DEBERTA),

@@ -14,6 +14,7 @@ left to the exactness gate (:mod:`qkviz.extraction.exactness_gate`), which every
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -21,7 +22,7 @@ import torch
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters.base import FamilyAdapter, ModelShape, _base_model, _follow
 from qkviz.extraction.capture import capturing
-from qkviz.extraction.model_families import OWN_CODE, SHARED
+from qkviz.extraction.model_families import OWN_CODE, SEVERAL_PER_LAYER
 
 #: a layer's attention output projection, by the names families give it (inside the attention module)
 OUTPUT_PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "Wo", "out_lin", "o")
@@ -40,6 +41,12 @@ class CallLog:
     modules: list[torch.nn.Module] = field(default_factory=list)
     shapes: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
     causal: list[bool] = field(default_factory=list)
+    #: how often each module's forward ran (by id): a module calling attention more often than it runs computes
+    #: several attentions per layer, a module running several times is a shared layer
+    forward_calls: dict[int, int] = field(default_factory=dict)
+
+    def count_forward(self, module, _args) -> None:
+        self.forward_calls[id(module)] = self.forward_calls.get(id(module), 0) + 1
 
     def record(self, module, query, key, value, scaling, kwargs) -> None:
         self.modules.append(module)
@@ -56,8 +63,10 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
     log = _probe(model)
     if not log.modules:
         raise QkvizError(f"{family}: {OWN_CODE}, so qkviz cannot capture its queries and keys")
-    if len({id(module) for module in log.modules}) != len(log.modules):
-        raise QkvizError(f"{family}: {SHARED}; qkviz needs one attention call per layer")
+    attention_calls = Counter(id(module) for module in log.modules)
+    if any(calls > log.forward_calls.get(key, 0) > 0 for key, calls in attention_calls.items()):
+        raise QkvizError(f"{family}: {SEVERAL_PER_LAYER}; qkviz needs one attention call per layer")
+    shared = any(calls > 1 for calls in attention_calls.values())
     names = {id(module): name for name, module in base.named_modules()}
     places = [_LAYER_NAME.match(names.get(id(module), "")) for module in log.modules]
     if not all(places):
@@ -70,7 +79,9 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
         where = ", ".join(sorted(names[id(m)] for m in log.modules))
         raise QkvizError(f"{family}: attention at different places ({where}: e.g. cross-attention beside "
                          "self-attention); qkviz extracts one self-attention per layer")
-    indices = tuple(sorted(int(place["index"]) for place in places))
+    # a shared layer (ALBERT): the run's layer i is the i-th call, so the model layer of each run layer is in call order
+    indices = tuple(int(place["index"]) for place in places)
+    indices = indices if shared else tuple(sorted(indices))
     layers_path, attention_path = layers_paths.pop(), attention_paths.pop()
     n_model_layers = len(_follow(base, layers_path))
     shape = _shape(family, log)
@@ -101,6 +112,7 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
 def _probe(model: torch.nn.Module) -> CallLog:
     """One forward pass over :data:`PROBE_IDS` tokens, noting every attention call."""
     log = CallLog()
+    counting = [module.register_forward_pre_hook(log.count_forward) for module in model.modules()]
     parameter = next(model.parameters())
     vocab = int(getattr(model.config.get_text_config(), "vocab_size", 0) or 0)
     ids = torch.arange(PROBE_IDS, device=parameter.device)[None] % max(vocab, 1) + (1 if vocab > PROBE_IDS + 1 else 0)
@@ -113,6 +125,9 @@ def _probe(model: torch.nn.Module) -> CallLog:
         detail = (str(error).strip().splitlines() or [""])[0][:160]
         raise QkvizError(f"{model.config.model_type}: a forward pass with qkviz's attention capture fails "
                          f"({type(error).__name__}: {detail})") from None
+    finally:
+        for handle in counting:
+            handle.remove()
     return log
 
 
