@@ -85,6 +85,9 @@ OWN_CODE_CAPTURES: dict[str, OwnCodeCapture] = {
     "modeling_xlm.MultiHeadAttention": OwnCodeCapture(
         heads=lambda module: module.n_heads, scaling=_head_size_scale("head_dim"),
         causal=lambda module, config: bool(getattr(config, "causal", False)), query_scaled=True),
+    "modeling_flaubert.MultiHeadAttention": OwnCodeCapture(
+        heads=lambda module: module.n_heads, scaling=_head_size_scale("head_dim"),
+        causal=lambda module, config: bool(getattr(config, "causal", False)), query_scaled=True),
     "modeling_openai.Attention": OwnCodeCapture(
         heads=lambda module: module.n_head, scaling=lambda module: 1.0 / math.sqrt(module.split_size // module.n_head)
         if module.scale else 1.0, causal=lambda module, config: True),

@@ -96,10 +96,13 @@ def test_falcon_is_exact_in_both_of_its_architectures(architecture, kv_heads, to
 #: families beyond the table whose attention is computed by their own code (BERT-style encoders and older decoders
 #: written before transformers' attention interface), captured where that code multiplies queries by keys
 OWN_CODE_TYPES = [("megatron-bert", {}), ("rembert", {}), ("roformer", {}), ("tapas", {}), ("ibert", {}), ("luke", {}),
-                  ("big_bird", dict(attention_type="original_full")), ("openai-gpt", {}), ("gpt_neox_japanese", {})]
+                  ("big_bird", dict(attention_type="original_full")), ("openai-gpt", {}), ("gpt_neox_japanese", {}),
+                  ("xlm", dict(init_std=0.12)), ("flaubert", dict(init_std=0.12)),     # attention modules in a list
+                  ("xlm", dict(init_std=0.12, causal=True))]
 
 
-@pytest.mark.parametrize("model_type, settings", OWN_CODE_TYPES, ids=[name for name, _ in OWN_CODE_TYPES])
+@pytest.mark.parametrize("model_type, settings", OWN_CODE_TYPES,
+                         ids=[name + ("-causal" if settings.get("causal") else "") for name, settings in OWN_CODE_TYPES])
 def test_families_with_their_own_attention_code_are_exact(model_type, settings, tokenizer, tmp_path):
     model = tiny_family_model(model_type, **settings)
     if model_type == "openai-gpt":      # its Conv1D weights ignore initializer_range: drawn again, or attention is flat

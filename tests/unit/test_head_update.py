@@ -100,6 +100,7 @@ def test_image_head_updates_match_the_models_output_projection_inputs(family, ti
     ("gptj", 1, "h.1.attn.out_proj"),                    # attention in its own method
     ("deepseek_v3", 1, "layers.1.self_attn.o_proj"),     # values smaller than queries and keys
     ("falcon", 1, "h.1.self_attention.dense"),           # attention computed by its own code
+    ("xlm", 1, "attentions.1.out_lin"),                  # attention modules in a list of their own, own code
 ])
 def test_head_updates_of_families_found_from_their_structure(model_type, layer, projection, tmp_path):
     """The output projection named here by hand (not the one discovery found) receives every head's output; each

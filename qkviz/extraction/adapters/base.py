@@ -50,7 +50,8 @@ class FamilyAdapter:
     model_types: tuple[str, ...]
     #: Attribute path from the base model to the list of layers, e.g. ``"encoder.layer"``.
     layers_path: str
-    #: Attribute path from one layer to its attention module (the one that calls the interface).
+    #: Attribute path from one layer to its attention module (the one that calls the interface); empty where the
+    #: numbered entries are the attention modules themselves (XLM's ``attentions`` list).
     attention_path: str
     causal: bool
     description: str
@@ -161,6 +162,7 @@ def _base_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _follow(obj, path: str):
-    for name in path.split("."):
+    """``obj.a.b`` for ``"a.b"``; ``obj`` itself for ``""`` (a layer that is its attention module)."""
+    for name in filter(None, path.split(".")):
         obj = getattr(obj, name)
     return obj

@@ -30,7 +30,9 @@ OUTPUT_PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "Wo", 
 QUERY_KEY_NAMES = (("q_proj", "k_proj"), ("query", "key"), ("q_lin", "k_lin"), ("wq", "wk"), ("q", "k"))
 #: a norm applied to queries or keys after their projection (QK-norm)
 QK_NORM_PATTERN = re.compile(r"^(q|k|query|key)_?(layer)?_?norm$|^(q|k)_ln$")
-_LAYER_NAME = re.compile(r"^(?P<layers>.+)\.(?P<index>\d+)\.(?P<attention>[^\d].*)$")
+#: ``layers.3.self_attn``; or ``attentions.3``: the attention modules in a list of their own (XLM, FlauBERT), the
+#: numbered entry being the attention itself (an empty attention path)
+_LAYER_NAME = re.compile(r"^(?P<layers>.+)\.(?P<index>\d+)(\.(?P<attention>[^\d].*))?$")
 PROBE_IDS = 12
 
 
@@ -74,7 +76,7 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
         raise QkvizError(f"{family}: attention modules outside a layer list ({where}); qkviz needs one attention "
                          "per numbered layer")
     layers_paths = {place["layers"] for place in places}
-    attention_paths = {place["attention"] for place in places}
+    attention_paths = {place["attention"] or "" for place in places}
     if len(layers_paths) > 1 or len(attention_paths) > 1:
         where = ", ".join(sorted(names[id(m)] for m in log.modules))
         raise QkvizError(f"{family}: attention at different places ({where}: e.g. cross-attention beside "
@@ -99,7 +101,7 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
         attention_path=attention_path,
         causal=log.causal[0],
         description=f"{type(base).__name__}: found from the model's structure",
-        output_projection_path=f"{attention_path}.{output_name}" if output_name else "",
+        output_projection_path=".".join(part for part in (attention_path, output_name) if part) if output_name else "",
         query_projection_path=qk_names[0] if qk_names else "",
         key_projection_path=qk_names[1] if qk_names else "",
         qk_norm=qk_norm,
