@@ -24,6 +24,8 @@ from qkviz.core.errors import QkvizError
 from qkviz.extraction.own_code_capture import capturing_own_code, own_code_modules
 
 CAPTURE_IMPLEMENTATION = "qkviz_capture"
+#: what a family with its own attention code may run while captured: both reach the products qkviz watches
+OWN_CODE_IMPLEMENTATIONS = ("eager", "sdpa")
 #: an attention that computes nothing (zeros), for passes that read only what enters attention (positions)
 SKIP_IMPLEMENTATION = "qkviz_skip_attention"
 
@@ -228,11 +230,13 @@ def switch_attention(model: torch.nn.Module, implementation: str) -> None:
 @contextlib.contextmanager
 def capturing(model: torch.nn.Module, recorder: AttentionRecorder) -> Iterator[AttentionRecorder]:
     """Run ``model`` with ``recorder`` receiving every layer's queries and keys. A model whose attention is computed by
-    its own code (:mod:`qkviz.extraction.own_code_capture`) runs its own eager code (the masks it builds for it
-    included), watched where it multiplies queries by keys."""
+    its own code (:mod:`qkviz.extraction.own_code_capture`) runs that code as it is set (PyTorch's fused attention
+    where the family offers it: Falcon, no ``n x n`` scores at length; its eager code otherwise, with the masks it
+    builds for each), watched where it multiplies queries by keys."""
     previous = model.config._attn_implementation
     own_code = own_code_modules(model)
-    switch_attention(model, "eager" if own_code else CAPTURE_IMPLEMENTATION)
+    switch_attention(model, (previous if previous in OWN_CODE_IMPLEMENTATIONS else "eager") if own_code
+                     else CAPTURE_IMPLEMENTATION)
     token = _active_recorder.set(recorder)
     try:
         with _method_captures(model), capturing_own_code(own_code, model.config, recorder.record):

@@ -135,7 +135,7 @@ class _ProductWatch(TorchFunctionMode):
                 self._see(args[0], args[1])
             elif func in _ADDED_PRODUCTS and len(args) >= 3:
                 self._see(args[1], args[2])
-            elif func in _FUSED and len(args) >= 3:
+            elif func in _FUSED and len(args) >= 3 and self._multiplies(args[0], args[1].transpose(-1, -2)):
                 self.done = True
                 self._record(args[0], args[1], args[2])
         return func(*args, **kwargs)
@@ -143,10 +143,14 @@ class _ProductWatch(TorchFunctionMode):
     def _rows(self, tensor: torch.Tensor) -> int:
         return math.prod(tensor.shape[:-2])
 
-    def _see(self, left, right) -> None:
-        if not (isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor) and left.dim() in (3, 4)
+    def _multiplies(self, left, right) -> bool:
+        """Whether ``left @ right`` is a product over this call's queries, per head: ``[batch x heads, queries, .]``."""
+        return (isinstance(left, torch.Tensor) and isinstance(right, torch.Tensor) and left.dim() in (3, 4)
                 and right.dim() == left.dim() and left.shape[-1] == right.shape[-2]
-                and left.shape[-2] == self.n_queries and self._rows(left) == self.batch * self.heads):
+                and left.shape[-2] == self.n_queries and self._rows(left) == self.batch * self.heads)
+
+    def _see(self, left, right) -> None:
+        if not self._multiplies(left, right):
             return
         if self.scores is None:
             self.scores = (left, right.transpose(-1, -2))

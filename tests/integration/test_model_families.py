@@ -122,6 +122,15 @@ def test_convbert_is_refused_because_its_convolution_reads_the_padding(tokenizer
     assert not (tmp_path / "run").exists()
 
 
+def test_falcon_is_captured_in_its_eager_code_as_in_its_fused_attention(tokenizer, tmp_path):
+    """A Falcon set to its eager attention multiplies queries by keys itself (``@``) instead of calling PyTorch's
+    fused attention (as it does by default): the capture follows either, and stays exact."""
+    model = tiny_family_model("falcon")
+    model.config._attn_implementation = "eager"
+    assert_exact("falcon", model, tokenizer, tmp_path / "run")
+    assert model.config._attn_implementation == "eager"
+
+
 def test_at_least_50_of_the_57_model_types_are_exact():
     assert len(MODEL_FAMILIES) == 57 and len({family.model_type for family in MODEL_FAMILIES}) == 57
     assert counts()[EXACT] >= 50
