@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 import torch
@@ -94,6 +94,8 @@ OWN_CODE_CAPTURES: dict[str, OwnCodeCapture] = {
     "modeling_gpt_neox_japanese.GPTNeoXJapaneseAttention": OwnCodeCapture(
         heads=lambda module: module.num_attention_heads, scaling=lambda module: 1.0 / float(module.norm_factor),
         causal=lambda module, config: True),
+    # GIT's text decoder: BERT's layout, causal over text (image tokens, which text extraction does not pass, aside)
+    "modeling_git.GitSelfAttention": replace(_BERT_LAYOUT, causal=lambda module, config: True),
     "modeling_megatron_bert.MegatronBertSelfAttention": _BERT_LAYOUT,
     "modeling_rembert.RemBertSelfAttention": _BERT_LAYOUT,
     "modeling_roformer.RoFormerSelfAttention": _BERT_LAYOUT,

@@ -98,7 +98,7 @@ def test_falcon_is_exact_in_both_of_its_architectures(architecture, kv_heads, to
 OWN_CODE_TYPES = [("megatron-bert", {}), ("rembert", {}), ("roformer", {}), ("tapas", {}), ("ibert", {}), ("luke", {}),
                   ("big_bird", dict(attention_type="original_full")), ("openai-gpt", {}), ("gpt_neox_japanese", {}),
                   ("xlm", dict(init_std=0.12)), ("flaubert", dict(init_std=0.12)),     # attention modules in a list
-                  ("xlm", dict(init_std=0.12, causal=True))]
+                  ("xlm", dict(init_std=0.12, causal=True)), ("git", {})]
 
 
 @pytest.mark.parametrize("model_type, settings", OWN_CODE_TYPES,

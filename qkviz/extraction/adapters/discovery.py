@@ -78,7 +78,7 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
     layers_paths = {place["layers"] for place in places}
     attention_paths = {place["attention"] or "" for place in places}
     if len(layers_paths) > 1 or len(attention_paths) > 1:
-        where = ", ".join(sorted(names[id(m)] for m in log.modules))
+        where = ", ".join(sorted({names[id(m)] for m in log.modules}))
         raise QkvizError(f"{family}: attention at different places ({where}: e.g. cross-attention beside "
                          "self-attention); qkviz extracts one self-attention per layer")
     # a shared layer (ALBERT): the run's layer i is the i-th call, so the model layer of each run layer is in call order
