@@ -99,7 +99,7 @@ OWN_CODE_CAPTURES: dict[str, OwnCodeCapture] = {
     "modeling_megatron_bert.MegatronBertSelfAttention": _BERT_LAYOUT,
     "modeling_rembert.RemBertSelfAttention": _BERT_LAYOUT,
     "modeling_roformer.RoFormerSelfAttention": _BERT_LAYOUT,
-    "modeling_convbert.ConvBertSelfAttention": _BERT_LAYOUT,
+    "modeling_convbert.ConvBertSelfAttention": _BERT_LAYOUT,     # exact, but refused: its convolution reads padding
     "modeling_big_bird.BigBirdSelfAttention": _BERT_LAYOUT,
     "modeling_ibert.IBertSelfAttention": _BERT_LAYOUT,
     "modeling_tapas.TapasSelfAttention": _BERT_LAYOUT,
@@ -137,7 +137,8 @@ class _ProductWatch(TorchFunctionMode):
                 self._see(args[0], args[1])
             elif func in _ADDED_PRODUCTS and len(args) >= 3:
                 self._see(args[1], args[2])
-            elif func in _FUSED and len(args) >= 3 and self._multiplies(args[0], args[1].transpose(-1, -2)):
+            elif (func in _FUSED and len(args) >= 3 and isinstance(args[1], torch.Tensor)
+                  and self._multiplies(args[0], args[1].transpose(-1, -2))):
                 self.done = True
                 self._record(args[0], args[1], args[2])
         return func(*args, **kwargs)
@@ -171,13 +172,16 @@ class _ProductWatch(TorchFunctionMode):
         if declared.query_scaled:
             query = query / scaling
         if declared.key_heads is not None:
-            step = key.shape[1] // int(declared.key_heads(self.module))
+            step = max(1, key.shape[1] // int(declared.key_heads(self.module)))
             key, value = key[:, ::step], value[:, ::step]
         causal = bool(declared.causal(self.module, self.config))
         self.record(self.module, query, key, value, scaling, {"is_causal": causal})
 
 
-def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
+def _hidden_states(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """What an attention module's queries come from: its first argument (every declared class takes it first)."""
+    if isinstance(kwargs.get("hidden_states"), torch.Tensor):
+        return kwargs["hidden_states"]
     return next((value for value in (*args, *kwargs.values()) if isinstance(value, torch.Tensor)), None)
 
 
@@ -185,7 +189,7 @@ def _watched_forward(module: torch.nn.Module, declared: OwnCodeCapture, config, 
     original = module.forward
 
     def forward(*args, **kwargs):
-        hidden = _first_tensor(args, kwargs)                # [batch, pos, d_model]: what the queries come from
+        hidden = _hidden_states(args, kwargs)               # [batch, pos, d_model]
         if hidden is None or hidden.dim() != 3:
             return original(*args, **kwargs)
         with _ProductWatch(module, declared, config, record, hidden.shape[0], hidden.shape[1]):
