@@ -179,10 +179,12 @@ def test_the_docs_table_is_the_families_table():
     assert families_markdown() in (REPO / "docs" / "families.md").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("model_type, split", [("llama", True), ("phi", True), ("cohere", False), ("gptj", False)])
+@pytest.mark.parametrize("model_type, split", [("llama", True), ("phi", True), ("cohere", False), ("gptj", False),
+                                              ("falcon", True), ("roformer", False)])
 def test_the_logit_is_split_by_position_only_where_the_rotation_is_inverted(model_type, split, tokenizer, tmp_path):
-    """Llama (rotate_half) and Phi (partial rotate_half) keep their rotary tables; Cohere (interleaved pairs) and
-    GPT-J (rotated inside its own code) are marked unsplit, and their logits stay one term."""
+    """Llama (rotate_half) and Phi (partial rotate_half) keep their rotary tables, and so does Falcon (rotate_half in
+    its own attention code, from the tables its attention receives); Cohere (interleaved pairs), GPT-J and RoFormer
+    (rotated inside their own code, by their own convention) are marked unsplit, and their logits stay one term."""
     from qkviz.analysis.logit_decomposition import UNSPLIT, available_terms
     from qkviz.store import files as run_files
 
