@@ -131,6 +131,14 @@ def test_falcon_is_captured_in_its_eager_code_as_in_its_fused_attention(tokenize
     assert model.config._attn_implementation == "eager"
 
 
+def test_albert_with_two_layers_in_its_shared_group_is_exact_per_call(tokenizer, tmp_path):
+    """ALBERT with ``inner_group_num=2`` runs its two shared layers in turn, three times: six calls, six run layers,
+    model layers 0, 1, 0, 1, 0, 1; each compared with the attention the model returns for that call."""
+    model = tiny_family_model("albert", inner_group_num=2, num_hidden_layers=3)
+    run = assert_exact("albert", model, tokenizer, tmp_path / "run")
+    assert run.n_layers == 6 and run.manifest["shape"]["model_layers"] == [0, 1, 0, 1, 0, 1]
+
+
 def test_at_least_50_of_the_57_model_types_are_exact():
     assert len(MODEL_FAMILIES) == 57 and len({family.model_type for family in MODEL_FAMILIES}) == 57
     assert counts()[EXACT] >= 50
