@@ -204,6 +204,17 @@ def test_the_logit_is_split_by_position_only_where_the_rotation_is_inverted(mode
     assert (available_terms(run) == (UNSPLIT,)) == (not split)
 
 
+@pytest.mark.parametrize("model_type, why", [("cpmant", "relative-position bias"), ("longformer", "sliding window"),
+                                             ("nystromformer", "landmark"), ("mra", "block resolutions"),
+                                             ("yoso", "hashing")])
+def test_own_attention_code_that_is_not_softmax_of_q_k_is_refused_in_one_line(model_type, why, tokenizer, tmp_path):
+    with pytest.raises(QkvizError) as refusal:
+        qkviz.extract(tiny_family_model(model_type), SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
+    message = str(refusal.value)
+    assert why in message and "\n" not in message, message
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_declared_own_code_capture_that_sees_no_product_is_one_line(tokenizer, tmp_path, monkeypatch):
     """Where a release changes a family's own attention code so that the declared capture no longer finds its
     product of queries and keys (here: a head count that matches no product), nothing is captured and the family is

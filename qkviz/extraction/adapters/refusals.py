@@ -22,6 +22,14 @@ REFUSED_MODEL_TYPES: dict[str, str] = {
     "mpnet": MPNET + _INEXPRESSIBLE,
     "gpt_oss": SINKS + _INEXPRESSIBLE,
     "convbert": CONVOLUTION,
+    # attention computed by the family's own code in a form that is not softmax(scale * q.k) over every key
+    "cpmant": "CPM-Ant adds a learned segment and relative-position bias to every attention logit" + _INEXPRESSIBLE,
+    "longformer": ("Longformer attends within a sliding window plus global tokens, computed by its own code in "
+                   "overlapping chunks: a mask qkviz does not store"),
+    "reformer": "Reformer attends within hashed (LSH) buckets or local chunks: a mask qkviz does not store",
+    "nystromformer": "Nystromformer approximates softmax attention from landmark averages, not softmax(q.k)",
+    "mra": "MRA approximates attention at several block resolutions, not softmax(q.k)",
+    "yoso": "YOSO estimates attention by locality-sensitive hashing, not softmax(q.k)",
 }
 
 
