@@ -5,7 +5,10 @@ key states *after* bias, QK-norm and the rotary rotation and *before* the scale 
 ``[batch, head, pos, d_head]`` (keys with the key-value heads only). We register one attention
 implementation, :data:`CAPTURE_IMPLEMENTATION`, that hands those tensors to the active
 :class:`AttentionRecorder` and then runs PyTorch's scaled-dot-product attention, so capturing
-costs one extra copy and no fork of any model code.
+costs one extra copy and no fork of any model code. The few families that compute attention in a method of
+their own (:data:`METHOD_CAPTURES`) or in their attention module's own code
+(:mod:`qkviz.extraction.own_code_capture`) hand the same tensors to the same recorder. Which layer a call is comes
+from :class:`LayerCalls` (a shared layer, ALBERT's, is every layer in turn).
 """
 
 from __future__ import annotations

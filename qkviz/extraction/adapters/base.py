@@ -1,7 +1,8 @@
 """What an architecture family adapter declares.
 
-Every supported family calls its attention through the Hugging Face attention interface (see
-:mod:`qkviz.extraction.capture`), so an adapter only says where each layer's attention module lives, how
+Every supported family's attention is captured where its queries meet its keys (the Hugging Face attention
+interface, or a declared method or own code: see :mod:`qkviz.extraction.capture`), so an adapter only says where
+each layer's attention module lives (a shared module once per layer it serves), how
 the family names its head counts, how long an input it accepts, and which variants of the
 family change the logit beyond ``scale * q . k`` (those are refused with a clear message).
 Shapes follow ``[layer, head, token, d_head]``.

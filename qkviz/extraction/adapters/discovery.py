@@ -5,7 +5,10 @@ and a :class:`CallLog` that notes every module calling the attention interface, 
 qualified names give the layer list and the attention's place in a layer (``layers.3.self_attn`` ->
 ``layers``, index 3, ``self_attn``); the captured tensors give the head counts and sizes. Where a model mixes
 attention and other layers (linear attention, state-space blocks), only the layers that call attention are
-kept (:attr:`FamilyAdapter.layer_indices`) and the run says which.
+kept (:attr:`FamilyAdapter.layer_indices`) and the run says which. A module that runs once per layer (ALBERT's
+shared layer) serves each layer in call order; a module that calls attention more often than it runs (several
+attentions per layer) is refused. Attention modules kept in a list of their own (XLM's ``attentions.3``) are
+their layers' entries themselves (an empty attention path).
 
 What discovery cannot see, whether the model adds a term to the logit that ``q . k`` cannot express, is
 left to the exactness gate (:mod:`qkviz.extraction.exactness_gate`), which every extraction passes first.
