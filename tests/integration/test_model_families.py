@@ -131,12 +131,15 @@ def test_falcon_is_captured_in_its_eager_code_as_in_its_fused_attention(tokenize
     assert model.config._attn_implementation == "eager"
 
 
-def test_albert_with_two_layers_in_its_shared_group_is_exact_per_call(tokenizer, tmp_path):
-    """ALBERT with ``inner_group_num=2`` runs its two shared layers in turn, three times: six calls, six run layers,
-    model layers 0, 1, 0, 1, 0, 1; each compared with the attention the model returns for that call."""
-    model = tiny_family_model("albert", inner_group_num=2, num_hidden_layers=3)
-    run = assert_exact("albert", model, tokenizer, tmp_path / "run")
-    assert run.n_layers == 6 and run.manifest["shape"]["model_layers"] == [0, 1, 0, 1, 0, 1]
+@pytest.mark.parametrize("settings, model_layers", [
+    (dict(inner_group_num=2, num_hidden_layers=3), [0, 1, 0, 1, 0, 1]),   # two shared layers in turn, three times
+    (dict(num_hidden_groups=2, num_hidden_layers=4), [0, 0, 1, 1]),       # two groups, each shared by two layers
+], ids=["two-layers-in-a-group", "two-groups"])
+def test_albert_shares_its_layers_in_any_grouping_and_is_exact_per_call(settings, model_layers, tokenizer, tmp_path):
+    """Each call of a shared ALBERT layer is a run layer, in call order, compared with the attention the model
+    returns for that call."""
+    run = assert_exact("albert", tiny_family_model("albert", **settings), tokenizer, tmp_path / "run")
+    assert run.n_layers == len(model_layers) and run.manifest["shape"]["model_layers"] == model_layers
 
 
 def test_at_least_50_of_the_57_model_types_are_exact():

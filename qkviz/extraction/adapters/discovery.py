@@ -73,21 +73,19 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
         raise QkvizError(f"{family}: {SEVERAL_PER_LAYER}; qkviz needs one attention call per layer")
     shared = any(calls > 1 for calls in attention_calls.values())
     names = {id(module): name for name, module in base.named_modules()}
-    places = [_LAYER_NAME.match(names.get(id(module), "")) for module in log.modules]
-    if not all(places):
+    call_names = [names.get(id(module), "") for module in log.modules]
+    if not all(_LAYER_NAME.match(name) for name in call_names):
         where = ", ".join(sorted({names.get(id(m), type(m).__name__) for m in log.modules}))
         raise QkvizError(f"{family}: attention modules outside a layer list ({where}); qkviz needs one attention "
                          "per numbered layer")
-    layers_paths = {place["layers"] for place in places}
-    attention_paths = {place["attention"] or "" for place in places}
-    if len(layers_paths) > 1 or len(attention_paths) > 1:
-        where = ", ".join(sorted({names[id(m)] for m in log.modules}))
+    places = _layer_places(call_names)
+    if places is None:
+        where = ", ".join(sorted(set(call_names)))
         raise QkvizError(f"{family}: attention at different places ({where}: e.g. cross-attention beside "
                          "self-attention); qkviz extracts one self-attention per layer")
+    layers_path, indices, attention_path = places
     # a shared layer (ALBERT): the run's layer i is the i-th call, so the model layer of each run layer is in call order
-    indices = tuple(int(place["index"]) for place in places)
     indices = indices if shared else tuple(sorted(indices))
-    layers_path, attention_path = layers_paths.pop(), attention_paths.pop()
     n_model_layers = len(_follow(base, layers_path))
     shape = _shape(family, log)
     attention = log.modules[0]
@@ -134,6 +132,24 @@ def _probe(model: torch.nn.Module) -> CallLog:
         for handle in counting:
             handle.remove()
     return log
+
+
+def _layer_places(call_names: list[str]) -> tuple[str, tuple[int, ...], str] | None:
+    """``(layer list, each call's index in it, the attention's path in a layer)``, where every call's module name
+    splits the same way at one numbered part: the last such part (``layers.3.self_attn``); an earlier one where the
+    last does not give one layer list (ALBERT's layer groups: ``albert_layer_groups.1.albert_layers.0.attention``
+    splits at the group). None where no part does."""
+    parts = [name.split(".") for name in call_names]
+    if len({len(split) for split in parts}) != 1:
+        return None
+    for position in reversed(range(1, len(parts[0]))):
+        if not all(split[position].isdigit() for split in parts):
+            continue
+        layers = {".".join(split[:position]) for split in parts}
+        attention = {".".join(split[position + 1:]) for split in parts}
+        if len(layers) == 1 and len(attention) == 1:
+            return layers.pop(), tuple(int(split[position]) for split in parts), attention.pop()
+    return None
 
 
 def _shape(family: str, log: CallLog) -> ModelShape:
