@@ -5,7 +5,10 @@ key states *after* bias, QK-norm and the rotary rotation and *before* the scale 
 ``[batch, head, pos, d_head]`` (keys with the key-value heads only). We register one attention
 implementation, :data:`CAPTURE_IMPLEMENTATION`, that hands those tensors to the active
 :class:`AttentionRecorder` and then runs PyTorch's scaled-dot-product attention, so capturing
-costs one extra copy and no fork of any model code.
+costs one extra copy and no fork of any model code. The few families that compute attention in a method of
+their own (:data:`METHOD_CAPTURES`) or in their attention module's own code
+(:mod:`qkviz.extraction.own_code_capture`) hand the same tensors to the same recorder. Which layer a call is comes
+from :class:`LayerCalls` (a shared layer, ALBERT's, is every layer in turn).
 """
 
 from __future__ import annotations
@@ -23,8 +26,11 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from qkviz.core.errors import QkvizError
 from qkviz.core.logit_rule import LogitRule
 from qkviz.extraction.alibi_capture import bloom_settings, mpt_settings, mpt_split
+from qkviz.extraction.own_code_capture import capturing_own_code, own_code_modules
 
 CAPTURE_IMPLEMENTATION = "qkviz_capture"
+#: what a family with its own attention code may run while captured: both reach the products qkviz watches
+OWN_CODE_IMPLEMENTATIONS = ("eager", "sdpa")
 #: an attention that computes nothing (zeros), for passes that read only what enters attention (positions)
 SKIP_IMPLEMENTATION = "qkviz_skip_attention"
 
@@ -54,17 +60,46 @@ class LayerAttentionSettings:
                          sink=None if self.sinks is None else self.sinks[head])
 
 
+class LayerCalls:
+    """Which layer each call of an attention module is: the ``k``-th call of a module in a forward pass is the ``k``-th
+    of the layers it serves. Most models have one module per layer; ALBERT calls one shared layer once per layer, so
+    its one attention module serves every layer, in call order."""
+
+    def __init__(self, modules: list[torch.nn.Module]):
+        """``modules``: the attention module of every layer, in layer order (a shared module once per layer)."""
+        served: dict[int, list[int]] = {}
+        for layer, module in enumerate(modules):
+            served.setdefault(id(module), []).append(layer)
+        self._layers = {key: tuple(layers) for key, layers in served.items()}
+        self.n_layers = len(modules)
+
+    def counter(self) -> Callable[[torch.nn.Module], int | None]:
+        """A fresh count of calls: ``layer_of(module)`` is the layer of this call of ``module`` (None: not a layer's).
+        Every forward pass calls a module once per layer it serves, so the count goes round with each pass."""
+        calls: dict[int, int] = {}
+
+        def layer_of(module: torch.nn.Module) -> int | None:
+            layers = self._layers.get(id(module))
+            if layers is None:
+                return None
+            count = calls.get(id(module), 0)
+            calls[id(module)] = count + 1
+            return layers[count % len(layers)]
+
+        return layer_of
+
+
 class AttentionRecorder:
     """Receives every attention call of one model and forwards it to a sink, per layer."""
 
-    def __init__(self, layer_of_module: dict[int, int], sink: LayerSink):
-        self._layer_of_module = layer_of_module
+    def __init__(self, layer_calls: LayerCalls, sink: LayerSink):
+        self._layer_of = layer_calls.counter()
         self._sink = sink
         self.settings: dict[int, LayerAttentionSettings] = {}
 
     def record(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                value: torch.Tensor, scaling: float | None, kwargs: dict) -> None:
-        layer = self._layer_of_module.get(id(module))
+        layer = self._layer_of(module)
         if layer is None:
             raise RuntimeError(f"attention module {type(module).__name__} is not one of the mapped layers")
         scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
@@ -260,6 +295,9 @@ def _method_captures(model: torch.nn.Module) -> Iterator[None]:
 def without_attention(model: torch.nn.Module) -> Iterator[None]:
     """Run ``model`` with every attention call returning zeros: a pass over thousands of positions that reads
     only their rotary tables or position embeddings costs no ``n x n`` attention."""
+    if own_code_modules(model):     # attention is its own code: it cannot be skipped, only computed
+        yield
+        return
     previous = model.config._attn_implementation
     model.set_attn_implementation(SKIP_IMPLEMENTATION)
     try:
@@ -270,9 +308,17 @@ def without_attention(model: torch.nn.Module) -> Iterator[None]:
 
 def switch_attention(model: torch.nn.Module, implementation: str) -> None:
     """``model.set_attn_implementation(implementation)``, or a one-line :class:`QkvizError` where the model cannot
-    switch (its attention is fixed)."""
+    switch (its attention is fixed).
+
+    A model whose attention is its own code (:mod:`qkviz.extraction.own_code_capture`) is not switched by transformers
+    (it warns and keeps its setting), but its code reads the setting from its configuration at every call (to choose
+    between PyTorch's fused attention and its own eager code, and which mask to build): there the configuration's
+    setting is changed."""
     try:
-        model.set_attn_implementation(implementation)
+        if own_code_modules(model):
+            model.config._attn_implementation = implementation
+        else:
+            model.set_attn_implementation(implementation)
     except Exception as error:  # noqa: BLE001 -- transformers refuses in several ways
         detail = (str(error).strip().splitlines() or [""])[0][:160]
         family = getattr(model.config, "model_type", None) or type(model).__name__
@@ -282,13 +328,18 @@ def switch_attention(model: torch.nn.Module, implementation: str) -> None:
 
 @contextlib.contextmanager
 def capturing(model: torch.nn.Module, recorder: AttentionRecorder) -> Iterator[AttentionRecorder]:
-    """Run ``model`` with ``recorder`` receiving every layer's queries and keys."""
+    """Run ``model`` with ``recorder`` receiving every layer's queries and keys. A model whose attention is computed by
+    its own code (:mod:`qkviz.extraction.own_code_capture`) runs that code as it is set (PyTorch's fused attention
+    where the family offers it: Falcon, no ``n x n`` scores at length; its eager code otherwise, with the masks it
+    builds for each), watched where it multiplies queries by keys."""
     previous = model.config._attn_implementation
-    switch_attention(model, CAPTURE_IMPLEMENTATION)
+    own_code = own_code_modules(model)
+    switch_attention(model, (previous if previous in OWN_CODE_IMPLEMENTATIONS else "eager") if own_code
+                     else CAPTURE_IMPLEMENTATION)
     token = _active_recorder.set(recorder)
     try:
-        with _method_captures(model):
+        with _method_captures(model), capturing_own_code(own_code, model.config, recorder.record):
             yield recorder
     finally:
         _active_recorder.reset(token)
-        model.set_attn_implementation(previous)
+        switch_attention(model, previous)

@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
-from qkviz.extraction.capture import AttentionRecorder, capturing
+from qkviz.extraction.capture import AttentionRecorder, LayerCalls, capturing
 from qkviz.extraction.head_update_capture import HeadUpdateProbe
 from qkviz.store import files as run_files
 from qkviz.store.run_writer import RunWriter
@@ -120,16 +120,16 @@ def bytes_per_token(shape: ModelShape, dtype: np.dtype) -> int:
 
 
 
-def attention_layers(model, adapter: FamilyAdapter, shape: ModelShape) -> dict[int, int]:
-    """``{id(attention module): layer}`` of ``model``; every layer has one."""
-    layer_of_module = {id(module): layer for layer, module in enumerate(adapter.attention_modules(model))}
-    if len(layer_of_module) != shape.n_layers:
-        raise RuntimeError(f"found {len(layer_of_module)} attention modules for {shape.n_layers} layers")
-    return layer_of_module
+def attention_layers(model, adapter: FamilyAdapter, shape: ModelShape) -> LayerCalls:
+    """Which layer each attention call of ``model`` is; every layer has one (a shared layer's module, one per call)."""
+    layer_calls = LayerCalls(adapter.attention_modules(model))
+    if layer_calls.n_layers != shape.n_layers:
+        raise RuntimeError(f"found {layer_calls.n_layers} attention modules for {shape.n_layers} layers")
+    return layer_calls
 
 
 @contextlib.contextmanager
-def recording(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: dict[int, int], scatter: Scatter,
+def recording(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: LayerCalls, scatter: Scatter,
               head_update: bool) -> Iterator[None]:
     """Inference with every attention call of ``model`` captured into ``scatter`` (with ``head_update``, each
     head's update relative to the hidden state too)."""

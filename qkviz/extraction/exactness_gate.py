@@ -33,7 +33,7 @@ from qkviz.core.attention import allowed_keys, attention_logits, attention_probs
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 from qkviz.extraction.attention_span import affordable_tokens, compared_rows, long_input_tokens, widest_span
-from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, capturing, switch_attention
+from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, LayerCalls, capturing, switch_attention
 from qkviz.extraction.float32_reference import float32_weights
 from qkviz.extraction.forward_pass import forward
 
@@ -126,7 +126,7 @@ def recomputed_probabilities(queries: np.ndarray, keys: np.ndarray, n_keys: int,
 
 
 def check_exactness(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape,
-                    layer_of_module: dict[int, int], inputs: dict[str, torch.Tensor], lengths: list[int],
+                    layer_of_module: LayerCalls, inputs: dict[str, torch.Tensor], lengths: list[int],
                     expected_causal: bool | None = None, longest: list[int] | None = None) -> GateResult:
     """Compare the attention recomputed from what qkviz captures on ``inputs`` (one batch whose row ``b`` has
     ``lengths[b]`` real tokens first) with the model's own eager attention, and again on ``longest`` (the token
@@ -161,7 +161,7 @@ def check_exactness(model: torch.nn.Module, adapter: FamilyAdapter, shape: Model
     return result
 
 
-def measure(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: dict[int, int], batch: GateInput
+def measure(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: LayerCalls, batch: GateInput
             ) -> tuple[dict[int, LayerAttentionSettings], tuple[float, int, int, str]]:
     """Each layer's settings, and the largest difference between recomputed and model attention on ``batch``:
     ``(error, layer, head, which input)``. Measures in the precision the model is in; judges nothing."""
@@ -213,7 +213,7 @@ def _span_check(model, shape: ModelShape, settings: dict[int, LayerAttentionSett
                                  "sequence"), long
 
 
-def _captured(model, layer_of_module: dict[int, int], batch: GateInput, shape: ModelShape, family: str
+def _captured(model, layer_of_module: LayerCalls, batch: GateInput, shape: ModelShape, family: str
               ) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], dict[int, LayerAttentionSettings]]:
     """Every layer's ``(queries [batch, head, pos, d], keys [batch, kv_head, pos, d])`` float64 (queries at the
     compared positions only) and settings."""
@@ -240,19 +240,21 @@ def _eager_attention(model, adapter: FamilyAdapter, batch: GateInput, compare) -
     module returns them beside its output), so that no more than one layer's are held. The long input's pass does
     not ask the model to collect them all (``output_attentions``) unless a layer returns none unasked."""
     modules = adapter.attention_modules(model)
+    layer_of = LayerCalls(modules).counter()      # a shared layer's module: its k-th call is its k-th layer
     done: set[int] = set()
 
-    def hook(layer):
-        def keep(_module, _args, output):
-            if layer not in done and isinstance(output, tuple) and len(output) > 1 \
-                    and isinstance(output[1], torch.Tensor):
-                done.add(layer)
-                compare(layer, output[1].detach())
-        return keep
+    def keep(module, _args, output):
+        layer = layer_of(module)
+        if layer is None or layer in done:
+            return
+        probabilities = _probabilities_in(output)
+        if probabilities is not None:
+            done.add(layer)
+            compare(layer, probabilities.detach())
 
     previous = model.config._attn_implementation
     switch_attention(model, "eager")
-    handles = [module.register_forward_hook(hook(layer)) for layer, module in enumerate(modules)]
+    handles = [module.register_forward_hook(keep) for module in {id(module): module for module in modules}.values()]
     try:
         with torch.inference_mode():
             forward(model, **batch.inputs, output_attentions=batch.rows is None)
@@ -261,8 +263,27 @@ def _eager_attention(model, adapter: FamilyAdapter, batch: GateInput, compare) -
     finally:
         for handle in handles:
             handle.remove()
-        model.set_attn_implementation(previous)
+        switch_attention(model, previous)
     if len(done) < len(modules):
         raise QkvizError(f"{adapter.family}: its eager attention returns no probabilities for layers "
                          f"{sorted(set(range(len(modules))) - done)}, so qkviz cannot check it; nothing was "
                          "written")
+
+
+def _probabilities_in(output) -> torch.Tensor | None:
+    """The attention probabilities ``[batch, head, query, key]`` an attention module returns beside its output: its
+    second result (the attention interface's modules), or, from families with their own attention code, the first
+    4-dimensional tensor after the output in what it returns (a list, or tuples in tuples: I-BERT's scaling factors,
+    LUKE's entity states)."""
+    if not isinstance(output, (tuple, list)) or len(output) < 2:
+        return None
+    if isinstance(output[1], torch.Tensor):
+        return output[1]
+    pending = list(output[1:]) if not isinstance(output[0], (tuple, list)) else [*output[0][1:], *output[1:]]
+    while pending:
+        item = pending.pop(0)
+        if isinstance(item, torch.Tensor) and item.dim() == 4:
+            return item
+        if isinstance(item, (tuple, list)):
+            pending[:0] = list(item)
+    return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
+from qkviz.extraction.capture import LayerCalls
 
 
 class HeadUpdateProbe:
@@ -33,9 +34,12 @@ class HeadUpdateProbe:
         self._handles = []
 
     def __enter__(self) -> "HeadUpdateProbe":
-        for layer, (module, projection) in enumerate(zip(self._layers, self._projections)):
-            self._handles.append(module.register_forward_pre_hook(self._keeper(layer), with_kwargs=True))
-            self._handles.append(projection.register_forward_pre_hook(self._updater(layer)))
+        # one hook per module, the layer from the call order: a shared layer (ALBERT) is every layer in turn
+        layer_of_input, layer_of_output = LayerCalls(self._layers).counter(), LayerCalls(self._projections).counter()
+        for module in _distinct(self._layers):
+            self._handles.append(module.register_forward_pre_hook(self._keeper(layer_of_input), with_kwargs=True))
+        for projection in _distinct(self._projections):
+            self._handles.append(projection.register_forward_pre_hook(self._updater(layer_of_output)))
         return self
 
     def __exit__(self, *exc) -> None:
@@ -44,16 +48,16 @@ class HeadUpdateProbe:
         self._handles.clear()
         self._inputs.clear()
 
-    def _keeper(self, layer: int):
-        def keep(_module, args, kwargs):
+    def _keeper(self, layer_of):
+        def keep(module, args, kwargs):
             hidden = args[0] if args else kwargs["hidden_states"]
-            self._inputs[layer] = hidden.detach()
+            self._inputs[layer_of(module)] = hidden.detach()
         return keep
 
-    def _updater(self, layer: int):
-        def update(_projection, args):
+    def _updater(self, layer_of):
+        def update(projection, args):
             heads = args[0].detach()                                          # [batch, pos, heads x d_value]
-            self(layer, heads.reshape(*heads.shape[:-1], self._heads, -1))
+            self(layer_of(projection), heads.reshape(*heads.shape[:-1], self._heads, -1))
         return update
 
     def __call__(self, layer: int, outputs: torch.Tensor) -> None:
@@ -66,3 +70,7 @@ class HeadUpdateProbe:
         ratio = update_norm / hidden_norm.clamp_min(1e-12)
         cosine = (updates * hidden[:, None]).sum(-1) / (update_norm * hidden_norm).clamp_min(1e-12)
         self._sink(layer, torch.stack([ratio, cosine], dim=-1))
+
+
+def _distinct(modules: list[torch.nn.Module]) -> list[torch.nn.Module]:
+    return list({id(module): module for module in modules}.values())

@@ -21,7 +21,7 @@ import torch
 
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
-from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, capturing
+from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, LayerCalls, capturing
 from qkviz.extraction.chunk_capture import (CHUNK_BYTES, MAX_OFFSET_POSITIONS, ChunkBuffers, Scatter, attention_layers,
                                             bytes_per_token, progress_bar, recording, store_chunk)
 from qkviz.store.run_writer import RunWriter
@@ -160,7 +160,7 @@ def capture_images(model, adapter: FamilyAdapter, shape: ModelShape, source: Pix
     return settings, layout, thumbnails.reshape(n_tokens, layout.thumbnail, layout.thumbnail, 3)
 
 
-def probe_image_layers(model, layer_of_module: dict[int, int], pixels: torch.Tensor, shape: ModelShape,
+def probe_image_layers(model, layer_of_module: LayerCalls, pixels: torch.Tensor, shape: ModelShape,
                        layout: ImageLayout) -> dict[int, LayerAttentionSettings]:
     """One forward pass on one image: every layer is captured with ``layout.n_tokens`` tokens and the
     expected heads; returns each layer's attention settings."""

@@ -150,7 +150,7 @@ class _FirstLayerQueries:
         self.module, self.queries = module, None
 
     def record(self, module, query, key, value, scaling, kwargs) -> None:
-        if module is self.module:
+        if module is self.module and self.queries is None:      # a shared layer's first call is the first layer
             self.queries = query.detach()[0].double().cpu()     # [head, position, d]
 
 

@@ -18,13 +18,16 @@ REFUSED = "refused"
 OWN_CODE = "no layer calls transformers' attention interface (its attention is computed by its own code)"
 #: the refusal of a model with no attention at all
 NO_ATTENTION = "no attention layer at all (a state-space or recurrent model)"
-#: the refusal of a family whose layers share one attention module
-SHARED = "one attention module is called several times per forward pass (shared or recurrent layers)"
+#: the refusal of a family whose attention module computes several attentions each time it runs
+SEVERAL_PER_LAYER = "one attention module calls attention several times each time it runs (several attentions per layer)"
 #: the refusal of Falcon with ``alibi=True`` (not a row of the table: a configuration of the falcon type)
 FALCON_ALIBI = ("Falcon with alibi=True: transformers' eager attention adds its ALiBi bias twice (to the logits and "
                 "again in the mask) and SDPA once, so the model has no one attention to reproduce")
 DEBERTA = "DeBERTa adds disentangled relative-position terms (content-to-position, position-to-content) to every logit"
 MPNET = "MPNet adds a learned relative-position bias to every attention logit"
+CONVOLUTION = ("ConvBERT's span convolution is not masked: a sentence's queries and keys depend on the padding beside "
+               "it in a batch, so none would be the sentence's own")
+BLOCK_SPARSE = "BigBird's block-sparse attention attends to a window, global and random blocks of keys"
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     _exact("distilbert"),
     _exact("electra", "embedding projection before the encoder"),
     _exact("modernbert", "local (sliding-window, both sides) / global layers, rotary"),
-    _refused("albert", SHARED),
+    _exact("albert", "one layer shared by every layer: captured once per call, the run's layer i is its i-th call"),
     _refused("mpnet", MPNET),
     _refused("deberta", DEBERTA),
     _refused("deberta-v2", DEBERTA),
@@ -61,12 +64,13 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
     _exact("gpt_bigcode", "multi-query attention"),
     _exact("opt"),
     _exact("biogpt", "scaled embeddings"),
-    _refused("xglm", OWN_CODE),
+    _exact("xglm", "queries scaled before the product (captured where its own code multiplies queries by keys)"),
     _exact("bloom", "ALiBi (a slope per head, stored with the run); fused QKV projection (captured in its own "
                     "_reshape)"),
     _exact("mpt", "ALiBi (a slope per head, stored with the run); fused QKV projection (split as its own forward "
                   "does)"),
-    _refused("falcon", OWN_CODE),
+    _exact("falcon", "rotary, grouped keys broadcast to every head (captured where its own code multiplies queries "
+                     "by keys); alibi=True is refused"),
     # rotary decoders
     _exact("llama", "grouped-query"),
     _exact("mistral", "sliding window"),

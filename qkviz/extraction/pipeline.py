@@ -156,7 +156,11 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
         gate = run_input.check_exactness()          # before anything is written
     with model_step(adapter.family, LOGIT_PARTS):
         parts = run_input.logit_parts()
-    if adapter.layer_indices is not None:
+    if adapter.layer_indices is not None and len(set(adapter.layer_indices)) < len(adapter.layer_indices):
+        logger.info("%s calls a shared layer %d times: the run's layer i is its i-th call (model layers %s, the "
+                    "manifest's shape.model_layers)", adapter.family, shape.n_layers,
+                    ", ".join(map(str, adapter.layer_indices)))
+    elif adapter.layer_indices is not None:
         logger.info("%s mixes attention with other layers: the run's layers 0-%d are its attention layers, model "
                     "layers %s (the manifest's shape.model_layers)", adapter.family, shape.n_layers - 1,
                     ", ".join(map(str, adapter.layer_indices)))

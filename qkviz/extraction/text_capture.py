@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
-from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, capturing
+from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, LayerCalls, capturing
 from qkviz.extraction.chunk_capture import (CHUNK_BYTES, MAX_OFFSET_POSITIONS, ChunkBuffers, Scatter, attention_layers,
                                             bytes_per_token, progress_bar, recording, store_chunk)
 from qkviz.extraction.models import LoadedModel
@@ -121,7 +121,7 @@ def _batches(lengths: list[int], batch_size: int) -> list[range]:
     return batches
 
 
-def probe_layers(model, layer_of_module: dict[int, int], sentence: TokenizedSentence, shape: ModelShape,
+def probe_layers(model, layer_of_module: LayerCalls, sentence: TokenizedSentence, shape: ModelShape,
                  pad_id: int, device: str) -> dict[int, LayerAttentionSettings]:
     """One forward pass on one sentence: every layer must be captured, with the expected shapes.
 

@@ -60,7 +60,7 @@ OVERRIDES: dict[str, dict] = {
     "opt": dict(ffn_dim=2 * HIDDEN, word_embed_proj_dim=HIDDEN, do_layer_norm_before=True, init_std=INIT_RANGE),
     "falcon": dict(new_decoder_architecture=True, num_kv_heads=KV_HEADS, alibi=False, bias=True),
     "biogpt": dict(scale_embedding=True),
-    "xglm": dict(d_model=HIDDEN, ffn_dim=2 * HIDDEN, num_layers=LAYERS, attention_heads=HEADS),
+    "xglm": dict(d_model=HIDDEN, ffn_dim=2 * HIDDEN, num_layers=LAYERS, attention_heads=HEADS, init_std=INIT_RANGE),
     "deepseek_v3": dict(kv_lora_rank=16, q_lora_rank=24, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12,
                         n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=HIDDEN, n_group=1,
                         topk_group=1, first_k_dense_replace=1, n_shared_experts=1, num_key_value_heads=HEADS,
@@ -116,21 +116,22 @@ OVERRIDES: dict[str, dict] = {
 }
 
 
-def tiny_family_config(model_type: str):
+def tiny_family_config(model_type: str, **settings):
     """The tiny configuration: :data:`COMMON` where the family has the setting (by its name or an alias; a real
-    checkpoint has no others), then the family's :data:`OVERRIDES`."""
+    checkpoint has no others), then the family's :data:`OVERRIDES`, then ``settings`` (a variant of the family)."""
     default = transformers.AutoConfig.for_model(model_type)
     known = set(default.to_dict()) | set(getattr(default, "attribute_map", {}))
     common = {name: value for name, value in COMMON.items() if name in known}
-    return transformers.AutoConfig.for_model(model_type, **{**common, **OVERRIDES.get(model_type, {})})
+    return transformers.AutoConfig.for_model(model_type, **{**common, **OVERRIDES.get(model_type, {}), **settings})
 
 
-def tiny_family_model(model_type: str, seed: int = 0) -> torch.nn.Module:
-    """A tiny random ``model_type`` base model in float32 with eager-comparable weights: norms and biases that start
-    at zero or one are given some spread, so that QK-norms and biases matter, and sink logits (gpt-oss) are drawn
-    as large as the attention logits, so that a sink takes a share of every row that a test can see."""
+def tiny_family_model(model_type: str, seed: int = 0, **settings) -> torch.nn.Module:
+    """A tiny random ``model_type`` base model (with the configuration ``settings`` of a variant) in float32 with
+    eager-comparable weights: norms and biases that start at zero or one are given some spread, so that QK-norms and
+    biases matter, and sink logits (gpt-oss) are drawn as large as the attention logits, so that a sink takes a
+    share of every row that a test can see."""
     torch.manual_seed(seed)
-    model = transformers.AutoModel.from_config(tiny_family_config(model_type), dtype=torch.float32)
+    model = transformers.AutoModel.from_config(tiny_family_config(model_type, **settings), dtype=torch.float32)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if parameter.ndim == 1 and ("norm" in name or name.endswith("bias")):

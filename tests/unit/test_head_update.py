@@ -99,6 +99,8 @@ def test_image_head_updates_match_the_models_output_projection_inputs(family, ti
     ("qwen3_next", 0, "layers.1.self_attn.o_proj"),      # its one attention layer, model layer 1; gated output
     ("gptj", 1, "h.1.attn.out_proj"),                    # attention in its own method
     ("deepseek_v3", 1, "layers.1.self_attn.o_proj"),     # values smaller than queries and keys
+    ("falcon", 1, "h.1.self_attention.dense"),           # attention computed by its own code
+    ("xlm", 1, "attentions.1.out_lin"),                  # attention modules in a list of their own, own code
 ])
 def test_head_updates_of_families_found_from_their_structure(model_type, layer, projection, tmp_path):
     """The output projection named here by hand (not the one discovery found) receives every head's output; each
@@ -130,6 +132,38 @@ def test_head_updates_of_families_found_from_their_structure(model_type, layer, 
                                    atol=1e-6)
         np.testing.assert_allclose(stored[:, 1], torch.nn.functional.cosine_similarity(update, hidden, dim=-1).numpy(),
                                    atol=1e-4)
+
+
+def test_a_shared_layers_head_updates_follow_its_calls(tmp_path):
+    """ALBERT runs one layer once per layer: the run's layer i is its i-th call, and its head updates are the ones of
+    that call (each call's input and output differ, so a mix-up of calls shows)."""
+    from support import CORPUS
+    from support.family_configs import tiny_family_model
+    from support.tiny_models import decoder_tokenizer
+
+    lines = CORPUS.read_text(encoding="utf-8").splitlines()
+    model = tiny_family_model("albert", num_hidden_layers=3)
+    run = qkviz.extract(model, lines[:4], tmp_path / "run", tokenizer=decoder_tokenizer(lines), head_update=True,
+                        progress=False)
+    assert run.n_layers == 3 and run.manifest["shape"]["model_layers"] == [0, 0, 0]
+    layer_module = model.get_submodule("encoder.albert_layer_groups.0.albert_layers.0")
+    calls = {"heads": [], "hidden": []}
+    layer_module.attention.dense.register_forward_pre_hook(lambda module, args: calls["heads"].append(args[0]))
+    layer_module.register_forward_pre_hook(
+        lambda module, args, kwargs: calls["hidden"].append(args[0] if args else kwargs["hidden_states"]),
+        with_kwargs=True)
+    rows = run.sentence_tokens(2)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([run.tokens.token_id.to_numpy()[rows].tolist()]))
+    slices = layer_module.attention.dense.weight.detach().T.reshape(run.n_heads, run.head_dim, -1)
+    for layer in range(run.n_layers):
+        heads = calls["heads"][layer][0].reshape(rows.stop - rows.start, run.n_heads, -1)
+        hidden = calls["hidden"][layer][0]
+        for head in range(run.n_heads):
+            update = heads[:, head] @ slices[head]
+            stored = run.head_updates(layer, head)[rows]
+            np.testing.assert_allclose(stored[:, 0], (update.norm(dim=-1) / hidden.norm(dim=-1)).numpy(), rtol=1e-4,
+                                       atol=1e-6)
 
 
 def test_head_update_without_an_output_projection_found_is_one_line(tmp_path):

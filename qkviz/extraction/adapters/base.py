@@ -1,7 +1,8 @@
 """What an architecture family adapter declares.
 
-Every supported family calls its attention through the Hugging Face attention interface (see
-:mod:`qkviz.extraction.capture`), so an adapter only says where each layer's attention module lives, how
+Every supported family's attention is captured where its queries meet its keys (the Hugging Face attention
+interface, or a declared method or own code: see :mod:`qkviz.extraction.capture`), so an adapter only says where
+each layer's attention module lives (a shared module once per layer it serves), how
 the family names its head counts, how long an input it accepts, and which variants of the
 family change the logit beyond ``scale * q . k`` (those are refused with a clear message).
 Shapes follow ``[layer, head, token, d_head]``.
@@ -50,7 +51,8 @@ class FamilyAdapter:
     model_types: tuple[str, ...]
     #: Attribute path from the base model to the list of layers, e.g. ``"encoder.layer"``.
     layers_path: str
-    #: Attribute path from one layer to its attention module (the one that calls the interface).
+    #: Attribute path from one layer to its attention module (the one that calls the interface); empty where the
+    #: numbered entries are the attention modules themselves (XLM's ``attentions`` list).
     attention_path: str
     causal: bool
     description: str
@@ -161,6 +163,7 @@ def _base_model(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def _follow(obj, path: str):
-    for name in path.split("."):
+    """``obj.a.b`` for ``"a.b"``; ``obj`` itself for ``""`` (a layer that is its attention module)."""
+    for name in filter(None, path.split(".")):
         obj = getattr(obj, name)
     return obj

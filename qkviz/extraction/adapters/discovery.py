@@ -5,7 +5,10 @@ and a :class:`CallLog` that notes every module calling the attention interface, 
 qualified names give the layer list and the attention's place in a layer (``layers.3.self_attn`` ->
 ``layers``, index 3, ``self_attn``); the captured tensors give the head counts and sizes. Where a model mixes
 attention and other layers (linear attention, state-space blocks), only the layers that call attention are
-kept (:attr:`FamilyAdapter.layer_indices`) and the run says which.
+kept (:attr:`FamilyAdapter.layer_indices`) and the run says which. A module that runs once per layer (ALBERT's
+shared layer) serves each layer in call order; a module that calls attention more often than it runs (several
+attentions per layer) is refused. Attention modules kept in a list of their own (XLM's ``attentions.3``) are
+their layers' entries themselves (an empty attention path).
 
 What discovery cannot see, whether the model adds a term to the logit that ``q . k`` cannot express, is
 left to the exactness gate (:mod:`qkviz.extraction.exactness_gate`), which every extraction passes first.
@@ -14,6 +17,7 @@ left to the exactness gate (:mod:`qkviz.extraction.exactness_gate`), which every
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -21,8 +25,8 @@ import torch
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters.base import FamilyAdapter, ModelShape, _base_model, _follow
 from qkviz.extraction.capture import capturing
-from qkviz.extraction.model_families import NO_ATTENTION, OWN_CODE, SHARED
 from qkviz.extraction.forward_pass import forward
+from qkviz.extraction.model_families import NO_ATTENTION, OWN_CODE, SEVERAL_PER_LAYER
 
 #: a layer's attention output projection, by the names families give it (inside the attention module)
 OUTPUT_PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "Wo", "out_lin", "o")
@@ -30,7 +34,9 @@ OUTPUT_PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "Wo", 
 QUERY_KEY_NAMES = (("q_proj", "k_proj"), ("query", "key"), ("q_lin", "k_lin"), ("wq", "wk"), ("q", "k"))
 #: a norm applied to queries or keys after their projection (QK-norm)
 QK_NORM_PATTERN = re.compile(r"^(q|k|query|key)_?(layer)?_?norm$|^(q|k)_ln$")
-_LAYER_NAME = re.compile(r"^(?P<layers>.+)\.(?P<index>\d+)\.(?P<attention>[^\d].*)$")
+#: ``layers.3.self_attn``; or ``attentions.3``: the attention modules in a list of their own (XLM, FlauBERT), the
+#: numbered entry being the attention itself (an empty attention path)
+_LAYER_NAME = re.compile(r"^(?P<layers>.+)\.(?P<index>\d+)(\.(?P<attention>[^\d].*))?$")
 PROBE_IDS = 12
 
 
@@ -41,6 +47,12 @@ class CallLog:
     modules: list[torch.nn.Module] = field(default_factory=list)
     shapes: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
     causal: list[bool] = field(default_factory=list)
+    #: how often each module's forward ran (by id): a module calling attention more often than it runs computes
+    #: several attentions per layer, a module running several times is a shared layer
+    forward_calls: dict[int, int] = field(default_factory=dict)
+
+    def count_forward(self, module, _args) -> None:
+        self.forward_calls[id(module)] = self.forward_calls.get(id(module), 0) + 1
 
     def record(self, module, query, key, value, scaling, kwargs) -> None:
         self.modules.append(module)
@@ -59,22 +71,24 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
         if not any("attention" in type(module).__name__.lower() for module in base.modules()):
             raise QkvizError(f"{family}: {NO_ATTENTION}: there are no queries and keys to extract")
         raise QkvizError(f"{family}: {OWN_CODE}, so qkviz cannot capture its queries and keys")
-    if len({id(module) for module in log.modules}) != len(log.modules):
-        raise QkvizError(f"{family}: {SHARED}; qkviz needs one attention call per layer")
+    attention_calls = Counter(id(module) for module in log.modules)
+    if any(calls > log.forward_calls.get(key, 0) > 0 for key, calls in attention_calls.items()):
+        raise QkvizError(f"{family}: {SEVERAL_PER_LAYER}; qkviz needs one attention call per layer")
+    shared = any(calls > 1 for calls in attention_calls.values())
     names = {id(module): name for name, module in base.named_modules()}
-    places = [_LAYER_NAME.match(names.get(id(module), "")) for module in log.modules]
-    if not all(places):
+    call_names = [names.get(id(module), "") for module in log.modules]
+    if not all(_LAYER_NAME.match(name) for name in call_names):
         where = ", ".join(sorted({names.get(id(m), type(m).__name__) for m in log.modules}))
         raise QkvizError(f"{family}: attention modules outside a layer list ({where}); qkviz needs one attention "
                          "per numbered layer")
-    layers_paths = {place["layers"] for place in places}
-    attention_paths = {place["attention"] for place in places}
-    if len(layers_paths) > 1 or len(attention_paths) > 1:
-        where = ", ".join(sorted(names[id(m)] for m in log.modules))
+    places = _layer_places(call_names)
+    if places is None:
+        where = ", ".join(sorted(set(call_names)))
         raise QkvizError(f"{family}: attention at different places ({where}: e.g. cross-attention beside "
                          "self-attention); qkviz extracts one self-attention per layer")
-    indices = tuple(sorted(int(place["index"]) for place in places))
-    layers_path, attention_path = layers_paths.pop(), attention_paths.pop()
+    layers_path, indices, attention_path = places
+    # a shared layer (ALBERT): the run's layer i is the i-th call, so the model layer of each run layer is in call order
+    indices = indices if shared else tuple(sorted(indices))
     n_model_layers = len(_follow(base, layers_path))
     shape = _shape(family, log)
     attention = log.modules[0]
@@ -91,7 +105,7 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
         attention_path=attention_path,
         causal=log.causal[0],
         description=f"{type(base).__name__}: found from the model's structure",
-        output_projection_path=f"{attention_path}.{output_name}" if output_name else "",
+        output_projection_path=".".join(part for part in (attention_path, output_name) if part) if output_name else "",
         query_projection_path=qk_names[0] if qk_names else "",
         key_projection_path=qk_names[1] if qk_names else "",
         qk_norm=qk_norm,
@@ -104,14 +118,37 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
 def _probe(model: torch.nn.Module) -> CallLog:
     """One forward pass over :data:`PROBE_IDS` tokens, noting every attention call."""
     log = CallLog()
+    counting = [module.register_forward_pre_hook(log.count_forward) for module in model.modules()]
     parameter = next(model.parameters())
     vocab = int(getattr(model.config.get_text_config(), "vocab_size", 0) or 0)
     ids = torch.arange(PROBE_IDS, device=parameter.device)[None] % max(vocab, 1) + (1 if vocab > PROBE_IDS + 1 else 0)
     # a failure of the model's own code here is refused by the extraction's boundary
     # (qkviz.extraction.model_boundary), which names this step
-    with torch.inference_mode(), capturing(model, log):
-        forward(model, input_ids=ids, attention_mask=torch.ones_like(ids))
+    try:
+        with torch.inference_mode(), capturing(model, log):
+            forward(model, input_ids=ids, attention_mask=torch.ones_like(ids))
+    finally:
+        for handle in counting:
+            handle.remove()
     return log
+
+
+def _layer_places(call_names: list[str]) -> tuple[str, tuple[int, ...], str] | None:
+    """``(layer list, each call's index in it, the attention's path in a layer)``, where every call's module name
+    splits the same way at one numbered part: the last such part (``layers.3.self_attn``); an earlier one where the
+    last does not give one layer list (ALBERT's layer groups: ``albert_layer_groups.1.albert_layers.0.attention``
+    splits at the group). None where no part does."""
+    parts = [name.split(".") for name in call_names]
+    if len({len(split) for split in parts}) != 1:
+        return None
+    for position in reversed(range(1, len(parts[0]))):
+        if not all(split[position].isdigit() for split in parts):
+            continue
+        layers = {".".join(split[:position]) for split in parts}
+        attention = {".".join(split[position + 1:]) for split in parts}
+        if len(layers) == 1 and len(attention) == 1:
+            return layers.pop(), tuple(int(split[position]) for split in parts), attention.pop()
+    return None
 
 
 def _shape(family: str, log: CallLog) -> ModelShape:
