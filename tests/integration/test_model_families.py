@@ -142,9 +142,9 @@ def test_albert_shares_its_layers_in_any_grouping_and_is_exact_per_call(settings
     assert run.n_layers == len(model_layers) and run.manifest["shape"]["model_layers"] == model_layers
 
 
-def test_at_least_50_of_the_57_model_types_are_exact():
+def test_at_least_52_of_the_57_model_types_are_exact():
     assert len(MODEL_FAMILIES) == 57 and len({family.model_type for family in MODEL_FAMILIES}) == 57
-    assert counts()[EXACT] >= 50
+    assert counts()[EXACT] >= 52
 
 
 def test_a_model_mixing_attention_and_linear_attention_layers_says_which_it_extracted(tokenizer, tmp_path, caplog):
