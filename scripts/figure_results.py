@@ -90,8 +90,3 @@ def figure(name: str):
 
 def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
-
-
-def verdict(ok: bool) -> str:
-    """A goal's verdict as every block words it: met, or **not met** in bold."""
-    return "met" if ok else "**not met**"
