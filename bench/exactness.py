@@ -1,20 +1,19 @@
 """Exactness table: max |attention recomputed from the run - the model's own eager attention|.
 
-    python bench/exactness.py [--real-sentences 24]   # writes bench/results/exactness.json
+    python -m bench.exactness [--real-sentences 24]   # writes bench/results/exactness.json
 
 Every tiny family (random weights, 24 sentences; image families: the 40 scikit-image sample images and
 crops) and both bundled models on the default corpus
 (all sentences extracted; the comparison batch is ``--real-sentences`` of them spread over the
 corpus), in float32 and float16 storage. The tests assert the same bounds (1e-5, 2e-3).
 ``bench/results/exactness.json`` (``--json`` elsewhere) holds one row per model: its name, what was compared
-(sentences, images or tokens) and the two errors; ``scripts/readme_figures.py`` writes docs/models.md's table from it.
+(sentences, images or tokens) and the two errors; ``python -m bench.figures`` writes docs/models.md's table from it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,18 +21,16 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import qkviz  # noqa: E402
-from support.attention_check import max_attention_error  # noqa: E402
-from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
-from qkviz.extraction.text_capture import pad_token_id  # noqa: E402
-from qkviz.extraction.models import load_model, model_directory  # noqa: E402
-from support.tiny_models import FAMILIES, build_tiny_model  # noqa: E402
-from support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error  # noqa: E402
+from bench.support.attention_check import max_attention_error  # noqa: E402
+from qkviz.extraction import DEFAULT_CORPUS  # noqa: E402
+from qkviz.extraction import pad_token_id  # noqa: E402
+from qkviz.extraction import load_model, model_directory  # noqa: E402
+from bench.support.tiny_models import FAMILIES, build_tiny_model  # noqa: E402
+from bench.support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error  # noqa: E402
 
-sys.path.insert(0, str(REPO / "bench"))
-from results_file import RESULTS, Recorder  # noqa: E402
+from bench.harness import RESULTS, Recorder  # noqa: E402
 
 
 def spread(run, count: int) -> list[int]:

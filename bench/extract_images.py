@@ -1,6 +1,6 @@
 """Image extraction benchmark: images per second, extraction over a bare forward pass, run size.
 
-    python bench/extract_images.py [--repeats 3] [--crops 2] [--batch-size 16] [--dtype float16]
+    python -m bench.extract_images [--repeats 3] [--crops 2] [--batch-size 16] [--dtype float16]
                                    [--out bench/results/extract_images.json]
 
 A ViT-B/16 at 224 x 224 pixels (12 layers x 12 heads, d_head 64, 197 tokens an image: the architecture of
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,10 +26,9 @@ import transformers
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import qkviz  # noqa: E402
-from results_file import Recorder, summary  # noqa: E402
+from bench.harness import Recorder, summary  # noqa: E402
 
 
 def vit_base() -> tuple[transformers.PreTrainedModel, object]:

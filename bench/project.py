@@ -1,6 +1,6 @@
 """Projection benchmark: qkviz vs the AttentionViz recipe on the same points, and all heads.
 
-    python bench/project.py [--run runs/minilm] [--compare-heads 3,4 0,0] [--jobs 2] [--skip-parallel]
+    python -m bench.project [--run runs/minilm] [--compare-heads 3,4 0,0] [--jobs 2] [--skip-parallel]
                             [--skip-all-heads] [--all-heads-layers 0] [--json bench/results/project.json]
 
 Part 1, per head (``--run``, default ``runs/minilm`` if it exists, else MiniLM over ``--tokens`` tokens extracted
@@ -38,17 +38,16 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
-from qkviz.core.alignment import align_head  # noqa: E402
-from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
+from qkviz.core import align_head  # noqa: E402
+from qkviz.extraction import DEFAULT_CORPUS  # noqa: E402
 from qkviz.cluster import HeadTask  # noqa: E402
-from qkviz.projection.tasks import plan_specs, project_head, projection_runner, run_tasks  # noqa: E402
+from qkviz.projection import plan_specs, project_head, projection_runner, run_tasks  # noqa: E402
 from qkviz.projection import project_points as project  # noqa: E402
-from qkviz.store.files import RUN_DIRECTORIES  # noqa: E402
-from results_file import Recorder, run_measured  # noqa: E402
+from qkviz.store import RUN_DIRECTORIES  # noqa: E402
+from bench.harness import Recorder, run_measured  # noqa: E402
 
 DEFAULT_RUN = REPO / "runs" / "minilm"
 LAYOUTS = [("tsne", 2), ("tsne", 3), ("umap", 2), ("umap", 3), ("pca", 2), ("pca", 3)]

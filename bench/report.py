@@ -1,6 +1,6 @@
 """Correlation report benchmark: ``qkviz report`` on every MiniLM head, every space.
 
-    python bench/report.py [--run runs/minilm] [--tokens 5000] [--repeats 3] [--methods pca,umap,tsne]
+    python -m bench.report [--run runs/minilm] [--tokens 5000] [--repeats 3] [--methods pca,umap,tsne]
 
 Makes the run when it is missing (MiniLM over the bundled corpus, ``--tokens`` tokens), gives it the layouts
 the figure was measured with (``qkviz project --method pca,umap,tsne``: PCA and UMAP in 2D and 3D, t-SNE in 2D;
@@ -29,12 +29,11 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from qkviz import open_run  # noqa: E402
-from qkviz.core.attention import allowed_pairs  # noqa: E402
-from qkviz.analysis.correlation import attending_pairs, head_correlation_rows  # noqa: E402
-from results_file import Recorder, run_measured, summary  # noqa: E402
+from qkviz.core import allowed_pairs  # noqa: E402
+from qkviz.analysis import attending_pairs, head_correlation_rows  # noqa: E402
+from bench.harness import Recorder, run_measured, summary  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 

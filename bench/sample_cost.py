@@ -1,24 +1,22 @@
 """What fitting a head's layout on a sample costs against a full fit, with a result file:
-``python bench/sample_cost.py [--tokens 20000] [--heads 3:4,0:1,5:2] [--samples 2500,5000,10000] [--methods attn-tsne,tsne]``.
+``python -m bench.sample_cost [--tokens 20000] [--heads 3:4,0:1,5:2] [--samples 2500,5000,10000] [--methods attn-tsne,tsne]``.
 
 ``bench/scale.py --stages sample-cost``'s measurement (its ``sample_cost``: MiniLM over ``data/sentences.txt``
 followed by ``data/classics.txt``, the first ``--tokens`` tokens, extracted into ``--dir`` unless already there;
 for each method, each sample size and the full fit, seconds, partner recall@10 and trustworthiness per head),
-written with :class:`results_file.Recorder` (date, machine, load, commit, arguments) to
+written with :class:`bench.harness.Recorder` (date, machine, load, commit, arguments) to
 ``bench/results/sampling.json`` or ``--json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from results_file import RESULTS, Recorder  # noqa: E402
-from scale import sample_cost  # noqa: E402
+from bench.harness import RESULTS, Recorder  # noqa: E402
+from bench.scale import sample_cost  # noqa: E402
 
 
 def main() -> None:

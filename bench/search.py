@@ -1,4 +1,4 @@
-"""How fast corpus-wide search is: ``python bench/search.py`` (MiniLM at 10,000 tokens by default).
+"""How fast corpus-wide search is: ``python -m bench.search`` (MiniLM at 10,000 tokens by default).
 
 Reports, on one run (extracted and PCA-projected first when missing):
 
@@ -37,18 +37,17 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 from dash_app.panels.partners import render_partners  # noqa: E402
 from dash_app.run_data import LAYOUT_OVERLAP_SAMPLE, RunData  # noqa: E402
 from dash_app.token_search import TokenSearch  # noqa: E402
 from dash_app.state import ViewState  # noqa: E402
 from qkviz import open_run  # noqa: E402
-from qkviz.neighbours.top_k import MappedVectors, tie_aware_recall, top_products  # noqa: E402
-from qkviz.search.mips_index import EXACT_LIMIT, build_inverted_lists, write_inverted_lists  # noqa: E402
-from qkviz.search.partner_index import PartnerIndexes, head_layout_overlap, index_targets  # noqa: E402
-from qkviz.search.token_index import TokenIndex, normalise  # noqa: E402
-from results_file import Recorder, run_measured  # noqa: E402
+from qkviz.neighbours import MappedVectors, tie_aware_recall, top_products  # noqa: E402
+from qkviz.search import EXACT_LIMIT, build_inverted_lists, write_inverted_lists  # noqa: E402
+from qkviz.search import PartnerIndexes, head_layout_overlap, index_targets  # noqa: E402
+from qkviz.search import TokenIndex, normalise  # noqa: E402
+from bench.harness import Recorder, run_measured  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 WORDS = ("the", "and", "of", "to", "in", "a", "is", "was", "he", "it", "for", "on")

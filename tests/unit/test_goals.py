@@ -1,22 +1,14 @@
-"""scripts/goals.py: one function says whether a goal is met, from the quantity its declaration names."""
+"""bench/figures/goals.py: one function says whether a goal is met, from the quantity its declaration names."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("goals", REPO / "scripts" / "goals.py")
-goals = importlib.util.module_from_spec(spec)
-sys.modules.setdefault("goals", goals)
-spec.loader.exec_module(goals)
+from bench.figures import goals
 
 
 def files(**results):
-    """A stand-in for figure_results.Results: result files by name."""
+    """A stand-in for bench.figures.results.Results: result files by name."""
     return lambda name: results[name]
 
 

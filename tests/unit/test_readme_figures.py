@@ -1,22 +1,19 @@
-"""The README's and the docs' measured figures are those of bench/results/*.json (scripts/readme_figures.py), each
+"""The README's and the docs' measured figures are those of bench/results/*.json (python -m bench.figures), each
 names its result file, and the README holds no measured figure outside the generated blocks."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench.figures import goals
+from bench.figures import pages as readme_figures
+
 REPO = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("readme_figures", REPO / "scripts" / "readme_figures.py")
-readme_figures = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(readme_figures)
-goals = sys.modules["goals"]     # the one module that judges goals, as readme_figures imported it
 
 #: a measured quantity: a number with a unit of time, memory or ratio (``1.78×``, ``0.8x``, ``3.2 times``), a percentage,
 #: a number in exponent form (``1e-4``), or a score such as 0.312
@@ -68,14 +65,14 @@ def copy_checkout(tmp_path: Path) -> Path:
 
 
 def test_the_pages_are_those_of_the_results():
-    assert readme_figures.main(["--check"]) == 0, "run: python scripts/readme_figures.py"
+    assert readme_figures.main(["--check"]) == 0, "run: python -m bench.figures"
 
 
 def test_a_changed_result_is_caught_then_written(tmp_path):
     root = copy_checkout(tmp_path)
     path = root / "bench" / "results" / "matrix_grid.json"
     result = json.loads(path.read_text())
-    result["load_to_drawn"]["cold"]["median_ms"] = 9876
+    result["figures"]["load_to_drawn"]["cold"]["median_ms"] = 9876
     path.write_text(json.dumps(result))
     assert readme_figures.main(["--check", "--root", str(root)]) == 1
     assert readme_figures.main(["--root", str(root)]) == 0
@@ -173,7 +170,7 @@ def judged_page(tmp_path, page: str, result_name: str, change) -> str:
     root = copy_checkout(tmp_path)
     path = root / "bench" / "results" / f"{result_name}.json"
     result = json.loads(path.read_text())
-    change(result)
+    change(result["figures"])
     path.write_text(json.dumps(result))
     assert readme_figures.main(["--root", str(root)]) == 0
     return (root / page).read_text()
@@ -228,7 +225,7 @@ def test_the_exactness_table_is_the_benchs_rows(tmp_path):
     root = copy_checkout(tmp_path)
     path = root / "bench" / "results" / "exactness.json"
     result = json.loads(path.read_text())
-    next(row for row in result["rows"] if row["model"] == "llama")["float16"] = 1.234e-3
+    next(row for row in result["figures"]["rows"] if row["model"] == "llama")["float16"] = 1.234e-3
     path.write_text(json.dumps(result))
     assert readme_figures.main(["--root", str(root)]) == 0
     row = next(line for line in (root / "docs" / "models.md").read_text().splitlines() if "tiny GPT-2 / Llama" in line)
@@ -239,7 +236,7 @@ def test_a_method_the_chosen_heads_file_lacks_is_said_not_measured(tmp_path):
     root = copy_checkout(tmp_path)
     path = root / "bench" / "results" / "faithful_chosen_smollm2.json"
     result = json.loads(path.read_text())
-    result["rows"] = [row for row in result["rows"] if row["method"] != "tsne"]
+    result["figures"]["rows"] = [row for row in result["figures"]["rows"] if row["method"] != "tsne"]
     path.write_text(json.dumps(result))
     assert readme_figures.main(["--root", str(root)]) == 0
     text = (root / "docs" / "methods.md").read_text()

@@ -1,4 +1,4 @@
-"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`figure_results.figure` when imported.
+"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`bench.figures.results.figure` when imported.
 
 This module's area: extraction (its goal, long inputs, images), the report's pages, the head atlas
 (``bench/stats.py``), related heads (``bench/related.py``) and compare / selection (``bench/compare.py``), on
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from figure_results import Results, figure, minutes, model_name, source, span
-from goals import Goal, verdict
+from bench.figures.results import Results, figure, minutes, model_name, source, span
+from bench.figures.goals import Goal, verdict
 
 #: issue 17's goals for the report's pages: each page as a browser opens it cold (its own bytes and every script it
 #: loads, shared or not), and from the open to every graph drawn

@@ -1,4 +1,4 @@
-"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`figure_results.figure` when imported.
+"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`bench.figures.results.figure` when imported.
 
 Corpus-wide search (docs/search.md, the Search section of docs/benchmarks.md), from ``bench/results/search.json``
 (``bench/search.py``)."""
@@ -6,8 +6,8 @@ Corpus-wide search (docs/search.md, the Search section of docs/benchmarks.md), f
 from __future__ import annotations
 
 
-from figure_results import Results, figure, source
-from goals import Goal, verdict
+from bench.figures.results import Results, figure, source
+from bench.figures.goals import Goal, verdict
 
 #: the goals of docs/benchmarks.md's Search table, on the p95 of a call of the Python API, from the call to its answer
 #: (the app's search, Enter to the matches drawn, is judged with the app's goals)

@@ -67,7 +67,7 @@ class NotJudged(LookupError):
 
 
 def value(goal: Goal, results) -> float:
-    """The quantity that judges ``goal``, read from its result file (``results`` is ``figure_results.Results``)."""
+    """The quantity that judges ``goal``, read from its result file (``results`` is :class:`bench.figures.results.Results`)."""
     files = (results(goal.result) if isinstance(goal.result, str)
              else {name: results(name) for name in goal.result})
     found = goal.read(files)

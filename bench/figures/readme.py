@@ -1,42 +1,14 @@
-"""Write the README's and the docs' measured figures from ``bench/results/*.json``: ``python scripts/readme_figures.py``.
-
-Every figure block of a page sits between ``<!-- figures:NAME -->`` and ``<!-- /figures -->``; this script
-rewrites each block from the bench result files its renderer reads, and every block names those files, the date
-they were measured and the machine's load average then. ``--check`` rewrites nothing and exits 1 when a page
-differs from what the results give (the test suite runs it, so a page cannot drift from its results).
-The README's renderers are here, the docs pages' in ``docs_figures.py``, reading results in ``figure_results.py``.
-"""
+"""The README's figure blocks (first picture, faithful layouts, modern models, extraction, the index's summary, the
+app), rendered from ``bench/results/*.json``; registered with :func:`bench.figures.results.figure` when imported."""
 
 from __future__ import annotations
 
-import argparse
-import re
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))   # its sibling modules, also when loaded by path
-
-import docs_figures  # noqa: E402,F401  (registers the docs pages' blocks)
-import figures_dask  # noqa: E402,F401  (docs/dask.md and benchmarks.md's projections)
-import figures_methods  # noqa: E402,F401  (docs/methods.md's sweeps and sampling)
-import figures_scale  # noqa: E402,F401  (docs/scale.md and benchmarks.md's app at 100,000 tokens)
-import figures_search  # noqa: E402,F401  (docs/search.md and benchmarks.md's search)
-import figures_tools  # noqa: E402,F401  (benchmarks.md's extraction to compare, docs/atlas.md, docs/images.md)
-import figures_app  # noqa: E402,F401  (docs/app.md, images.md, cli.md and the other pages)
-from figure_results import FIGURES, Results, figure, minutes, source, span  # noqa: E402
-from figures_app import DOCUMENT_OPEN, DOCUMENT_SWITCH  # noqa: E402
-from figures_methods import RECALL_RATIO_EVERY_HEAD, RECALL_RATIO_MEAN  # noqa: E402
-from figures_scale import LAYOUTS_1024  # noqa: E402
-from figures_tools import beyond_weights  # noqa: E402
-from goals import Goal, NotJudged, verdict  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-#: the pages that may hold figure blocks, and may hold no measured figure outside them: the README and every docs page
-PAGES = ("README.md", *sorted(f"docs/{page.name}" for page in (REPO / "docs").glob("*.md")))
-#: a block, indented as its opening comment (inside a list item, its lines are indented as the item's)
-BLOCK = re.compile(r"^(?P<indent>[ \t]*)(?P<open><!-- figures:(?P<name>[\w-]+) -->\n)(?P<body>.*?)"
-                   r"(?P=indent)(?P<close><!-- /figures -->)", re.S | re.M)
-
+from bench.figures.app import DOCUMENT_OPEN, DOCUMENT_SWITCH
+from bench.figures.goals import Goal, verdict
+from bench.figures.methods import RECALL_RATIO_EVERY_HEAD, RECALL_RATIO_MEAN
+from bench.figures.results import Results, figure, minutes, source, span
+from bench.figures.scale import LAYOUTS_1024
+from bench.figures.tools import beyond_weights
 
 #: a 1,024-head model's matrix (issue 28): navigation to the matrix drawn, the first load of a page (cold)
 MATRIX_1024 = Goal("a 1,024-head matrix drawn after navigation", 3, "s", True, "matrix_grid", "cold median",
@@ -232,52 +204,3 @@ def app(results: Results) -> str:
     return (f"{header}\n|---|" + "---|" * len(runs) + f"\n{table}\n\n{sizes}. An empty Dash page with one "
             f"10,000-point WebGL graph (the floor) is drawn {timing(floor)} after navigation. "
             f"`bench/app.py --repeats {result['arguments']['repeats']}` ({source(results, 'app')}).\n")
-
-
-def render(text: str, results: Results, page: str) -> str:
-    def replace(match: re.Match) -> str:
-        name = match["name"]
-        if name not in FIGURES:
-            raise SystemExit(f"{page}: unknown figure block '{name}' (known: {', '.join(sorted(FIGURES))})")
-        try:
-            text = FIGURES[name](results)
-        except NotJudged as error:
-            raise SystemExit(f"{page}: figure block '{name}': {error}") from None
-        body = "".join(match["indent"] + line if line.strip() else line for line in text.splitlines(keepends=True))
-        return match["indent"] + match["open"] + body + match["indent"] + match["close"]
-    return BLOCK.sub(replace, text)
-
-
-def stale_pages(root: Path, write: bool) -> list[str]:
-    """The pages whose figure blocks differ from the results (rewritten when ``write``)."""
-    results, stale = Results(root), []
-    for page in PAGES:
-        path = root / page
-        if not path.exists():
-            continue
-        text = path.read_text(encoding="utf-8")
-        wanted = render(text, results, page)
-        if wanted != text:
-            stale.append(page)
-            if write:
-                path.write_text(wanted, encoding="utf-8")
-    return stale
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a page is out of date")
-    parser.add_argument("--root", type=Path, default=REPO, help="the checkout (default: this one)")
-    args = parser.parse_args(argv)
-    stale = stale_pages(args.root, write=not args.check)
-    if args.check and stale:
-        print(f"out of date with bench/results: {', '.join(stale)}; run python scripts/readme_figures.py",
-              file=sys.stderr)
-        return 1
-    for page in stale:
-        print(f"rewrote {page}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

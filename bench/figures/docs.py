@@ -1,10 +1,10 @@
 """The docs pages' figure blocks (families, models' exactness, methods' chosen heads, the correlation report),
-rendered from ``bench/results/*.json``; registered with :func:`figure_results.figure` when imported."""
+rendered from ``bench/results/*.json``; registered with :func:`bench.figures.results.figure` when imported."""
 
 from __future__ import annotations
 
-from figure_results import BUNDLED, Results, figure, source
-from goals import Goal, verdict
+from bench.figures.results import BUNDLED, Results, figure, source
+from bench.figures.goals import Goal, verdict
 
 
 @figure("families")

@@ -1,11 +1,11 @@
-"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`figure_results.figure` when imported.
+"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`bench.figures.results.figure` when imported.
 
 docs/dask.md (projection and ``qkviz stats`` on a Dask ``LocalCluster`` against the local pool) and
 docs/benchmarks.md's projections (qkviz's layouts against the AttentionViz recipe)."""
 
 from __future__ import annotations
 
-from figure_results import Results, figure, minutes, source
+from bench.figures.results import Results, figure, minutes, source
 
 #: bench/project.py's layouts, as the table names them
 LAYOUT_LABELS = {"tsne 2D": "t-SNE 2D", "tsne 3D": "t-SNE 3D", "umap 2D": "UMAP 2D", "umap 3D": "UMAP 3D",

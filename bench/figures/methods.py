@@ -1,4 +1,4 @@
-"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`figure_results.figure` when imported.
+"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`bench.figures.results.figure` when imported.
 
 docs/methods.md's: what each layout keeps (``faithful_chosen_minilm``, ``umap_sweep_minilm``), UMAP's former
 and current defaults (``umap_sweep_minilm``), attn-tsne's k x alpha trade-off (``faithful_sweep_minilm``) and
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from statistics import mean
 
-from figure_results import Results, figure, minutes, model_name, source
-from figures_scale import LAYOUTS_1024
-from goals import Goal, verdict
+from bench.figures.results import Results, figure, minutes, model_name, source
+from bench.figures.scale import LAYOUTS_1024
+from bench.figures.goals import Goal, verdict
 
 #: the layouts' goals on every measured head (issue 22): trustworthiness and partner recall@10
 TRUST_GOAL = 0.90

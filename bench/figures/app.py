@@ -1,11 +1,11 @@
 """The app's figure blocks (docs/app.md's speed and document view, docs/benchmarks.md's runs of ``bench/app.py`` and
 their goals), rendered from ``bench/results/app.json`` and ``document_view.json``; registered with
-:func:`figure_results.figure` when imported."""
+:func:`bench.figures.results.figure` when imported."""
 
 from __future__ import annotations
 
-from figure_results import BUNDLED, Results, figure, model_name, source
-from goals import Goal, verdict
+from bench.figures.results import BUNDLED, Results, figure, model_name, source
+from bench.figures.goals import Goal, verdict
 
 #: the app's goals (issue 17): the table's label, the sentence's, the ``bench/app.py`` figure, the goal, unit, scale;
 #: each judged on what the user meets, from the action to the drawn result (a search on Enter to the matches drawn)

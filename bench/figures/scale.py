@@ -1,4 +1,4 @@
-"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`figure_results.figure` when imported.
+"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`bench.figures.results.figure` when imported.
 
 docs/scale.md (every command at 100,000 tokens, the app there, a thousand heads, 1M and 10M tokens on paper) and
 docs/benchmarks.md's app at 100,000 tokens: from ``bench/results/scale.json`` and ``scale_*.json``
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from statistics import median
 
-from figure_results import Results, figure, minutes, source, span
-from figures_app import app_goal
-from goals import Goal, verdict
+from bench.figures.results import Results, figure, minutes, source, span
+from bench.figures.app import app_goal
+from bench.figures.goals import Goal, verdict
 
 #: every command's peak memory goal (docs/scale.md), in GB
 MEMORY_GOAL_GB = 4.0
