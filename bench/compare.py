@@ -35,7 +35,7 @@ import qkviz  # noqa: E402
 from dash_app.panels.selection import selected_points, selection_frame, selection_table  # noqa: E402
 from dash_app.run_data import RunData  # noqa: E402
 
-from bench.harness import Recorder, run_measured, summary  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -105,7 +105,12 @@ def time_browser_selection(run) -> float:
     return seconds
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
     parser.add_argument("--tokens", type=int, default=5000)
@@ -116,7 +121,7 @@ def main() -> None:
     parser.add_argument("--browser-repeats", type=int, default=5,
                         help="whole-layout selections timed in Chromium with --browser, each in a fresh page (default 5)")
     parser.add_argument("--out", type=Path, help="the result file (default bench/results/compare.json)")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='out', tokens=400, points=50, repeats=1, browser=False)
     recorder = Recorder("compare", vars(args), out=args.out)
     if not args.run.exists():
         qkviz.extract("minilm", REPO / "data" / "sentences.txt", args.run, max_tokens=args.tokens)

@@ -38,7 +38,7 @@ from qkviz.cluster import HeadTask, dask_client  # noqa: E402
 from qkviz.projection import plan_specs, projection_runner, run_tasks  # noqa: E402
 from qkviz.store import CACHE_DIRECTORY  # noqa: E402
 from qkviz.store import ProjectionCache  # noqa: E402
-from bench.harness import Recorder  # noqa: E402
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
 DEFAULT_RUN = REPO / "runs" / "minilm"
 
@@ -88,7 +88,12 @@ def timed_projection(source, directory: Path, specs, make_runner) -> tuple[float
             ProjectionCache(run.path, run.manifest["fingerprint"]))
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=DEFAULT_RUN if DEFAULT_RUN.exists() else None)
     parser.add_argument("--method", default="attn-tsne")
@@ -98,7 +103,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds, local first and Dask first in turn")
     parser.add_argument("--json", type=Path, help="default: bench/results/dask_projection.json")
     parser.add_argument("--tokens", type=int, default=5000, help="tokens of the run extracted when --run is not given")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', method='pca', heads=1, workers=1, rounds=1)
     recorder = Recorder("dask_projection", vars(args), args.json)
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)

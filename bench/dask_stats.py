@@ -35,7 +35,7 @@ import qkviz  # noqa: E402
 from qkviz.analysis import load_atlas  # noqa: E402
 from qkviz.extraction import DEFAULT_CORPUS  # noqa: E402
 from qkviz.store import RUN_DIRECTORIES  # noqa: E402
-from bench.harness import Recorder, run_measured, summary  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 
 DEFAULT_RUN = REPO / "runs" / "minilm"
 QKVIZ = [sys.executable, "-m", "qkviz", "-q", "stats"]
@@ -78,7 +78,12 @@ def parse_seconds(run) -> float:
     return time.perf_counter() - started
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=DEFAULT_RUN if DEFAULT_RUN.exists() else None)
     parser.add_argument("--workers", type=int, default=2)
@@ -87,7 +92,7 @@ def main() -> None:
     parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS), help="which ways (default: all four)")
     parser.add_argument("--json", type=Path, help="default: bench/results/dask_stats.json")
     parser.add_argument("--tokens", type=int, default=5000, help="tokens of the run extracted when --run is not given")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', workers=1, rounds=1, no_syntax=True)
     recorder = Recorder("dask_stats", vars(args), args.json)
     syntax = [] if args.no_syntax else ["--syntax"]
     one_thread = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}

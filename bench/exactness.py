@@ -30,19 +30,26 @@ from qkviz.extraction import load_model, model_directory  # noqa: E402
 from bench.support.tiny_models import FAMILIES, build_tiny_model  # noqa: E402
 from bench.support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error  # noqa: E402
 
-from bench.harness import RESULTS, Recorder  # noqa: E402
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
 
 def spread(run, count: int) -> list[int]:
     return sorted(set(np.linspace(0, run.n_sentences - 1, count).astype(int).tolist()))
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ()
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--real-sentences", type=int, default=24)
     parser.add_argument("--skip-real", action="store_true")
-    parser.add_argument("--json", type=Path, default=RESULTS / "exactness.json", help="where the rows go")
-    args = parser.parse_args()
+    parser.add_argument("--families", help="comma-separated tiny families to check (default: every text and image one)")
+    parser.add_argument("--json", type=Path, help="where the rows go (default bench/results/exactness.json)")
+    args = smoke_arguments(parser, argv, out='json', families='llama,vit', skip_real=True)
+    chosen = set(args.families.split(",")) if args.families else set(FAMILIES) | set(VISION_FAMILIES)
     recorder = Recorder("exactness", vars(args), args.json)
     rows: list[dict] = []
     sentences = DEFAULT_CORPUS.read_text(encoding="utf-8").splitlines()
@@ -51,7 +58,7 @@ def main() -> None:
         scratch = Path(scratch)
         corpus = scratch / "tiny.txt"
         corpus.write_text("\n".join(sentences[:40]) + "\n", encoding="utf-8")
-        for family in FAMILIES:
+        for family in [family for family in FAMILIES if family in chosen]:
             model_dir = build_tiny_model(family, scratch / family, sentences)
             pad = pad_token_id(load_model(str(model_dir)).tokenizer)
             errors = []
@@ -63,7 +70,7 @@ def main() -> None:
             rows.append({"model": family, "kind": "tiny text", "compared": f"{run.n_sentences} sentences",
                          "float32": float(errors[0]), "float16": float(errors[1])})
         images = qkviz.sample_images(crops=2)
-        for family in VISION_FAMILIES:
+        for family in [family for family in VISION_FAMILIES if family in chosen]:
             model_dir = build_tiny_vision_model(family, scratch / family)
             errors = []
             for dtype in ("float32", "float16"):

@@ -37,7 +37,7 @@ from qkviz.extraction import DEFAULT_CORPUS, load_corpus  # noqa: E402
 from qkviz.extraction import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
 from qkviz.extraction import load_model  # noqa: E402
 from qkviz.extraction import select_sentences  # noqa: E402
-from bench.harness import Recorder, run_measured, summary  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 
 
 def repeated_corpus(directory: Path, copies: int) -> Path:
@@ -63,7 +63,12 @@ def bare_forward_seconds(loaded, sentences, batch_size: int, dtype: str) -> floa
     return time.perf_counter() - start
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--model', '{model}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--tokens", type=int, default=10_000)
@@ -73,7 +78,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rss-tokens", type=int, default=100_000, help="0 skips the memory run")
     parser.add_argument("--json", type=Path, help="default: bench/results/extract_<model>.json")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', tokens=300, repeats=1, rss_tokens=0, dtype='float32')
     recorder = Recorder(f"extract_{args.model}", vars(args), args.json)
     figures: dict = {}
     print(f"torch threads: {torch.get_num_threads()}, model {args.model}, device {args.device}, dtype {args.dtype}")

@@ -65,7 +65,7 @@ from qkviz.projection import projection_methods, resolve_params  # noqa: E402
 
 from bench.head_survey import K, SAMPLE, choose_heads, survey_heads  # noqa: E402
 from bench.project import attentionviz_layout  # noqa: E402
-from bench.harness import RESULTS, Recorder  # noqa: E402
+from bench.harness import RESULTS, Recorder, smoke_arguments  # noqa: E402
 
 #: Labels measured as an attention method with one parameter set: (method, params).
 #: the methods whose neighbour graph is the head's attention
@@ -295,7 +295,12 @@ def sweep(run, heads, methods, trust_points: int, grid: bool, settings: list[dic
     return rows
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="a run directory (qkviz extract --out ...)")
@@ -317,7 +322,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every measurement here (default with --model: "
                         "bench/results/faithful_chosen_<model>.json; --sweep: faithful_sweep_<model>.json)")
     parser.add_argument("--save-layouts", type=Path, help="save every layout here as .npy")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', heads=['0,0', '1,1'], methods='pca,attn-tsne', trust_sample=200, av_per_kind=0)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = set(methods) - set(METHODS)
     if unknown:

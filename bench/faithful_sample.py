@@ -16,13 +16,14 @@ with the date, machine, load averages and arguments.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from bench.faithful import REPO, compare, warm_up  # noqa: E402  (faithful.py puts the checkout on sys.path)
-from bench.harness import Recorder  # noqa: E402
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
 import qkviz  # noqa: E402
 
@@ -50,7 +51,12 @@ def means(rows: list[dict], methods: list[str]) -> dict:
             for method in methods}
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ()
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="minilm,smollm2")
     parser.add_argument("--tokens", type=int, default=6000)
@@ -60,7 +66,8 @@ def main() -> None:
     parser.add_argument("--trust-sample", type=int, default=3000)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-faithful-sample"))
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='out', models='minilm', tokens=300, heads=2, methods='pca,attn-tsne',
+                           trust_sample=200, dir=Path(tempfile.mkdtemp(prefix='qkviz-smoke-')))
     recorder = Recorder("faithful_sample", vars(args), args.out)
     methods = [method.strip() for method in args.methods.split(",") if method.strip()]
     sentences = held_out_sentences()

@@ -22,7 +22,7 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 
-from bench.harness import Recorder, summary  # noqa: E402
+from bench.harness import Recorder, smoke_arguments, summary  # noqa: E402
 from tests.support.family_configs import tiny_family_model  # noqa: E402
 from bench.support.tiny_models import decoder_tokenizer  # noqa: E402
 
@@ -83,12 +83,18 @@ def gate_timing(name: str, repeats: int) -> dict:
     return {"model": name, "seconds": summary(seconds), "max_error": error}
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ()
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
-    recorder = Recorder("families", vars(args))
+    parser.add_argument("--out", type=Path, help="the result file (default bench/results/families.json)")
+    args = smoke_arguments(parser, argv, out='out', sentences=4, repeats=1)
+    recorder = Recorder("families", vars(args), args.out)
     lines = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
     tokenizer = decoder_tokenizer(lines)
     rows = []

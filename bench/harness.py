@@ -34,6 +34,8 @@ from bench.schema import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
+#: where a smoke run writes its result when its command line does not say (the smoke test sets it)
+SMOKE_OUT = "QKVIZ_BENCH_SMOKE_OUT"
 
 
 def cpu_model() -> str:
@@ -178,7 +180,8 @@ def alternate(ways: dict[str, Callable[[], object]], rounds: int, digits: int = 
 def smoke_arguments(parser: argparse.ArgumentParser, argv: list[str] | None = None, out: str = "out",
                     **tiny) -> argparse.Namespace:
     """Parse a bench's arguments with ``--smoke`` added: in a smoke run each argument named in ``tiny`` takes its tiny
-    value, and the result goes to the ``out`` argument or, when it is not given, a temporary file."""
+    value, and the result goes to the ``out`` argument or, when it is not given, to ``$QKVIZ_BENCH_SMOKE_OUT`` or a
+    temporary file."""
     parser.add_argument("--smoke", action="store_true",
                         help="the same code on a tiny input, the result in a temporary file (CI's check that it runs)")
     args = parser.parse_args(argv)
@@ -186,5 +189,6 @@ def smoke_arguments(parser: argparse.ArgumentParser, argv: list[str] | None = No
         for name, value in tiny.items():
             setattr(args, name, value)
         if getattr(args, out, None) is None:
-            setattr(args, out, Path(tempfile.mkdtemp(prefix="qkviz-smoke-")) / "result.json")
+            where = os.environ.get(SMOKE_OUT)
+            setattr(args, out, Path(where) if where else Path(tempfile.mkdtemp(prefix="qkviz-smoke-")) / "result.json")
     return args

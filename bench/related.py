@@ -31,7 +31,7 @@ from qkviz import open_run  # noqa: E402
 from qkviz.analysis import load_atlas  # noqa: E402
 from qkviz.analysis import load_head_similarity  # noqa: E402
 
-from bench.harness import Recorder, run_measured, summary  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -96,13 +96,18 @@ def findings(path: Path) -> dict:
     return found
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, action="append", required=True, help="a run (repeatable)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-queries", type=int, default=2000)
     parser.add_argument("--out", type=Path, help="the result file (default bench/results/related.json)")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='out', repeats=1, max_queries=40)
     recorder = Recorder("related", vars(args), out=args.out)
     rows = []
     for path in args.run:

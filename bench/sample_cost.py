@@ -11,25 +11,32 @@ written with :class:`bench.harness.Recorder` (date, machine, load, commit, argum
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
 
-from bench.harness import RESULTS, Recorder  # noqa: E402
+from bench.harness import RESULTS, Recorder, smoke_arguments  # noqa: E402
 from bench.scale import sample_cost  # noqa: E402
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ()
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=20_000)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-scale"), help="where the run is made")
     parser.add_argument("--heads", default="3:4,0:1,5:2", help="layer:head pairs")
     parser.add_argument("--samples", default="2500,5000,10000")
     parser.add_argument("--methods", default="attn-tsne,tsne")
-    parser.add_argument("--json", type=Path, default=RESULTS / "sampling.json")
-    args = parser.parse_args()
+    parser.add_argument("--json", type=Path, help="default bench/results/sampling.json")
+    args = smoke_arguments(parser, argv, out='json', tokens=300, dir=Path(tempfile.mkdtemp(prefix='qkviz-smoke-')),
+                           heads='0:0', samples='150', methods='attn-tsne')
     args.dir.mkdir(parents=True, exist_ok=True)
-    recorder = Recorder("sampling", vars(args), args.json)
+    recorder = Recorder("sampling", vars(args), args.json or RESULTS / "sampling.json")
     heads = [tuple(int(part) for part in pair.split(":")) for pair in args.heads.split(",")]
     started = time.perf_counter()
     rows = sample_cost(args.dir, args.tokens, heads, [int(size) for size in args.samples.split(",")],

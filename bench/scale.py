@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import tempfile
 import subprocess
 import sys
 import time
@@ -50,7 +51,7 @@ import qkviz  # noqa: E402
 from qkviz.core import Alignment, align_head  # noqa: E402
 from qkviz import neighbours  # noqa: E402  (its partner_recall: the function, not the module of that name)
 
-from bench.harness import Recorder  # noqa: E402
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz", "-q"]
 CORPUS_FILES = (REPO / "data" / "sentences.txt", REPO / "data" / "classics.txt")
@@ -147,7 +148,7 @@ def sample_cost(directory: Path, tokens: int, heads: list[tuple[int, int]], samp
     if not (run_path / "manifest.json").exists():
         measured(commands(run_path, corpus(directory), tokens, directory / "report")["extract"])
     run = qkviz.open_run(run_path)
-    trust_points = np.random.default_rng(0).choice(2 * run.n_tokens, 3000, replace=False)
+    trust_points = np.random.default_rng(0).choice(2 * run.n_tokens, min(3000, 2 * run.n_tokens), replace=False)
     aligned = {(layer, head): align_head(run.queries(layer, head), run.keys(layer, head), Alignment()).points
                for layer, head in heads}
     rows = []
@@ -171,7 +172,12 @@ def sample_cost(directory: Path, tokens: int, heads: list[tuple[int, int]], samp
     return rows
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ()
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-scale"))
@@ -182,7 +188,8 @@ def main() -> None:
     parser.add_argument("--cost-methods", default="attn-tsne,tsne")
     parser.add_argument("--tsne-heads", default="3:4,5:2", help="layer:head pairs for the attn-tsne-heads stage")
     parser.add_argument("--json", type=Path, help="default: bench/results/scale.json")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', tokens=300, dir=Path(tempfile.mkdtemp(prefix='qkviz-smoke-')),
+                           stages='extract,project-pca,index')
     args.dir.mkdir(parents=True, exist_ok=True)
     recorder = Recorder("scale", vars(args), args.json)
     stages = [stage.strip() for stage in args.stages.split(",") if stage.strip()]

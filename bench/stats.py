@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 from qkviz import open_run  # noqa: E402
 from qkviz.analysis import load_atlas  # noqa: E402
 
-from bench.harness import Recorder, run_measured, summary  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -94,14 +94,19 @@ def describe(path: Path) -> dict:
     return {key: (float(value) if hasattr(value, "dtype") else value) for key, value in figures.items()}
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm-atlas")
     parser.add_argument("--tokens", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--also", type=Path, action="append", default=[], help="further runs to describe")
     parser.add_argument("--out", type=Path, help="the result file (default bench/results/stats.json)")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='out', repeats=1, also=[])
     recorder = Recorder("stats", vars(args), out=args.out)
     if not (args.run / "manifest.json").exists():
         subprocess.run([*QKVIZ, "extract", "--model", "minilm", "--out", str(args.run), "--head-update",

@@ -70,7 +70,7 @@ def app_runs(results: Results) -> str:
     runs_held = "; ".join(f"{model(run)}: {held(run)}" for run in runs)
     missing = [name for key, name in BUNDLED.items() if key not in {run.get("model") or run["run"] for run in runs}]
     missing_says = (f" {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not in the current result file: "
-                    f"`python bench/app.py --run runs/minilm --run runs/smollm2 --repeats 5` measures both."
+                    f"`python -m bench.app --run runs/minilm --run runs/smollm2 --repeats 5` measures both."
                     if missing else "")
     return (f"The runs: {heads}. What each held: {runs_held}.{missing_says}\n\n{header}\n" + "\n".join(rows) + "\n\n"
             f"{floor_says} The matrix adds to the floor (medians): {adds}. The server's resident memory: {memory}. "

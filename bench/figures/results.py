@@ -95,7 +95,7 @@ def model_name(key: str) -> str:
 
 
 def span(values: dict, digits: int = 1, unit: str = " s", scale: float = 1.0) -> str:
-    """``min / median / max`` of a ``results_file.summary``, each divided by ``scale``."""
+    """``min / median / max`` of a ``bench.harness.summary``, each divided by ``scale``."""
     return " / ".join(f"{values[key] / scale:,.{digits}f}" for key in ("min", "median", "max")) + unit
 
 

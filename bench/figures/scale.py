@@ -104,7 +104,7 @@ def tsne_heads(results: Results) -> list[dict]:
 
 
 def not_measured(stage: str, tokens: int) -> str:
-    return (f"not measured in the current result files: `python bench/scale.py --tokens {tokens} --stages "
+    return (f"not measured in the current result files: `python -m bench.scale --tokens {tokens} --stages "
             f"extract,{stage}` measures it")
 
 
@@ -112,7 +112,7 @@ def not_measured(stage: str, tokens: int) -> str:
 def scale_stages(results: Results) -> str:
     stages, names = commands(results)
     if not stages:
-        return ("Not measured in the current result files: `python bench/scale.py --stages "
+        return ("Not measured in the current result files: `python -m bench.scale --stages "
                 "extract,project,stats,related,index,report` measures every command.\n")
     asked = results(names[0])["arguments"]["tokens"]
     tokens = stages.get("extract", {}).get("tokens") or asked
@@ -168,7 +168,7 @@ def met(results: Results, run: dict, key: str) -> str:
     return verdict(app_goal(label, key, bound / scale, unit, scale, run, "app_100k"), results)
 
 
-APP_MISSING = ("Not measured in the current result files: `python bench/app.py --run RUN --repeats 5 --json "
+APP_MISSING = ("Not measured in the current result files: `python -m bench.app --run RUN --repeats 5 --json "
                "bench/results/app_100k.json` on a 100,000-token run with every head's PCA layouts (`python "
                "bench/scale.py --stages extract,project-pca` makes one) measures it.\n")
 
@@ -285,7 +285,7 @@ def scale_paper(results: Results) -> str:
             + "\n".join(rows))
     else:
         lines.append("**Projection**: no attn-tsne head is measured at 100,000 tokens in the current result files "
-                     "(`python bench/scale.py --stages extract,attn-tsne-heads`), so nothing is derived here.")
+                     "(`python -m bench.scale --stages extract,attn-tsne-heads`), so nothing is derived here.")
     return "\n\n".join(lines) + (f"\n\n(Arithmetic on the format{' and on ' + source(results, 'scale') if heads_rows else ''}.)\n")
 
 

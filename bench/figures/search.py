@@ -69,7 +69,7 @@ def measured_on(result: dict) -> str:
 
 def command(result: dict) -> str:
     arguments = result["arguments"]
-    parts = ["python bench/search.py"]
+    parts = ["python -m bench.search"]
     if arguments.get("overlap_run"):
         parts.append("--overlap-run <run>")
     if arguments.get("large"):
@@ -128,7 +128,7 @@ def search_large(results: Results) -> str:
     name, result = part(results, "large")
     rows = result.get("large") or []
     if not rows:
-        return (f"Not measured in `bench/results/search.json`: run `python bench/search.py --large 100000,500000` "
+        return (f"Not measured in `bench/results/search.json`: run `python -m bench.search --large 100000,500000` "
                 f"({source(results, name)}).\n")
     head = rows[0]["head"]
     table = "\n".join(
@@ -157,7 +157,7 @@ def search_overlap(results: Results) -> str:
     name, result = part(results, "overlap")
     overlap = result.get("overlap")
     if not overlap or not overlap["layouts"]:
-        return (f"Not measured in `bench/results/search.json`: run `python bench/search.py --overlap-run <run>` on a "
+        return (f"Not measured in `bench/results/search.json`: run `python -m bench.search --overlap-run <run>` on a "
                 f"run with layouts ({source(results, name)}).\n")
     layouts = overlap["layouts"]
     pca = next((row for row in layouts if row["method"] == "pca" and row["dim"] == 2), None)
