@@ -1,5 +1,5 @@
 """Helpers for the app's tests: a tiny projected run (and a copy with a head atlas), ``qkviz serve`` in a
-subprocess, headless Chromium.
+subprocess, headless Chromium (starting the server and Chromium: ``bench.support.browser``, which the benches share).
 
 Chromium is Debian's (``/usr/bin/chromium``, installed by ``scripts/test.sh`` through
 ``scripts/debian_packages.sh``), driven by Playwright's Python package; Playwright's own browser download is
