@@ -1,4 +1,4 @@
-"""How fast the app is in a real browser: ``python bench/app.py --run runs/minilm --run runs/smollm2``.
+"""How fast the app is in a real browser: ``python -m bench.app --run runs/minilm --run runs/smollm2``.
 
 For each run, starts ``qkviz serve`` on it alone and drives Debian's headless Chromium (Playwright's
 Python package, ``/usr/bin/chromium``; software WebGL, no GPU) and reports:
@@ -33,9 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "tests"), str(Path(__file__).resolve().parent)]
-from results_file import Recorder, summary  # noqa: E402
-from support.browser import CHROMIUM_ARGS, CHROMIUM, free_port  # noqa: E402
+from bench.harness import Recorder, summary  # noqa: E402
+from bench.support.browser import CHROMIUM_ARGS, CHROMIUM, free_port  # noqa: E402
 
 SEARCHES = ("the", "and", "of", "to", "in", "a", "is", "was")
 ATLAS_SORT = "entropy_normalised"
@@ -112,7 +111,7 @@ def timed_action(page, action_js: str, graph: str, traces: int, condition: str =
 
 def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dict:
     from qkviz import open_run
-    from qkviz.analysis.head_atlas import load_atlas
+    from qkviz.analysis import load_atlas
 
     opened = open_run(run)
     port = free_port()

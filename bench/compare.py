@@ -1,6 +1,6 @@
 """Compare and selection benchmark: ``qkviz compare`` on every head, and the server's work for a large selection.
 
-    python bench/compare.py [--run runs/minilm] [--tokens 5000] [--other RUN] [--points 10000] [--repeats 2]
+    python -m bench.compare [--run runs/minilm] [--tokens 5000] [--other RUN] [--points 10000] [--repeats 2]
                             [--browser] [--browser-repeats 5] [--out bench/results/compare.json]
 
 Makes the MiniLM run when it is missing (the bundled corpus, ``--tokens`` tokens). Times ``qkviz -q compare``
@@ -27,7 +27,6 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -36,13 +35,13 @@ import qkviz  # noqa: E402
 from dash_app.panels.selection import selected_points, selection_frame, selection_table  # noqa: E402
 from dash_app.run_data import RunData  # noqa: E402
 
-from results_file import Recorder, run_measured, summary  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
 
 def time_compare(run: Path, other: Path, table: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one ``qkviz compare`` child process (its own peak: its ``VmHWM``, ``bench/results_file.py``)."""
+    """Wall seconds and peak RSS (MB) of one ``qkviz compare`` child process (its own peak: its ``VmHWM``, ``bench.harness``)."""
     child = run_measured([*QKVIZ, "-q", "compare", "--run", str(run), "--run", str(other), "--out", str(table)],
                          stdout=subprocess.DEVNULL)
     if child["returncode"] != 0:
@@ -78,9 +77,8 @@ PLOT_AREA_JS = """() => {
 
 def time_browser_selection(run) -> float:
     """Seconds from releasing a box over every point of the single view to the selection's table drawn."""
-    sys.path.insert(0, str(REPO / "tests"))
     from playwright.sync_api import sync_playwright
-    from support.browser import launch_chromium, new_page, served_in_thread, wait_idle
+    from bench.support.browser import launch_chromium, new_page, served_in_thread, wait_idle
 
     from dash_app.app import create_app
 
@@ -107,7 +105,12 @@ def time_browser_selection(run) -> float:
     return seconds
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
     parser.add_argument("--tokens", type=int, default=5000)
@@ -118,7 +121,7 @@ def main() -> None:
     parser.add_argument("--browser-repeats", type=int, default=5,
                         help="whole-layout selections timed in Chromium with --browser, each in a fresh page (default 5)")
     parser.add_argument("--out", type=Path, help="the result file (default bench/results/compare.json)")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='out', tokens=400, points=50, repeats=1, browser=False)
     recorder = Recorder("compare", vars(args), out=args.out)
     if not args.run.exists():
         qkviz.extract("minilm", REPO / "data" / "sentences.txt", args.run, max_tokens=args.tokens)

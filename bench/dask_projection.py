@@ -1,6 +1,6 @@
 """Projection on Dask against the local pool: the same heads, method and seed, in one run of this script.
 
-    python bench/dask_projection.py [--run runs/minilm] [--method attn-tsne] [--heads 4] [--workers 2]
+    python -m bench.dask_projection [--run runs/minilm] [--method attn-tsne] [--heads 4] [--workers 2]
 
 The first ``--heads`` heads of the run (layer by layer) are projected by the local process pool of
 ``qkviz project --jobs W`` and by a Dask ``LocalCluster`` of W worker processes with one thread each
@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import sys
 import tempfile
 import time
 import warnings
@@ -31,16 +30,15 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
-from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
+from qkviz.extraction import DEFAULT_CORPUS  # noqa: E402
 from qkviz.cluster import HeadTask, dask_client  # noqa: E402
 from qkviz.projection import plan_specs, projection_runner, run_tasks  # noqa: E402
-from qkviz.store.files import CACHE_DIRECTORY  # noqa: E402
-from qkviz.store.projections import ProjectionCache  # noqa: E402
-from results_file import Recorder  # noqa: E402
+from qkviz.store import CACHE_DIRECTORY  # noqa: E402
+from qkviz.store import ProjectionCache  # noqa: E402
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
 DEFAULT_RUN = REPO / "runs" / "minilm"
 
@@ -56,7 +54,7 @@ def warm() -> int:
     import pynndescent  # noqa: F401
     import sklearn.decomposition  # noqa: F401
 
-    import qkviz.projection.tasks  # noqa: F401
+    import qkviz.projection  # noqa: F401  (its tasks)
 
     return os.getpid()
 
@@ -90,7 +88,12 @@ def timed_projection(source, directory: Path, specs, make_runner) -> tuple[float
             ProjectionCache(run.path, run.manifest["fingerprint"]))
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=DEFAULT_RUN if DEFAULT_RUN.exists() else None)
     parser.add_argument("--method", default="attn-tsne")
@@ -100,7 +103,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds, local first and Dask first in turn")
     parser.add_argument("--json", type=Path, help="default: bench/results/dask_projection.json")
     parser.add_argument("--tokens", type=int, default=5000, help="tokens of the run extracted when --run is not given")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', method='pca', heads=1, workers=1, rounds=1)
     recorder = Recorder("dask_projection", vars(args), args.json)
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)

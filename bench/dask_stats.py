@@ -1,6 +1,6 @@
 """``qkviz stats`` serially, on a local pool and on Dask: the same run, in one run of this script.
 
-    python bench/dask_stats.py [--run runs/minilm] [--workers 2] [--rounds 2] [--no-syntax]
+    python -m bench.dask_stats [--run runs/minilm] [--workers 2] [--rounds 2] [--no-syntax]
                                [--ways serial one-thread jobs dask] [--json bench/results/dask_stats.json]
 
 Times ``qkviz -q stats [--syntax]`` end to end in a child process (as a user runs it: start-up of the pool or
@@ -30,13 +30,12 @@ import pandas as pd
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import qkviz  # noqa: E402
-from qkviz.analysis.head_atlas import load_atlas  # noqa: E402
-from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
-from qkviz.store.files import RUN_DIRECTORIES  # noqa: E402
-from results_file import Recorder, run_measured, summary  # noqa: E402
+from qkviz.analysis import load_atlas  # noqa: E402
+from qkviz.extraction import DEFAULT_CORPUS  # noqa: E402
+from qkviz.store import RUN_DIRECTORIES  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 
 DEFAULT_RUN = REPO / "runs" / "minilm"
 QKVIZ = [sys.executable, "-m", "qkviz", "-q", "stats"]
@@ -71,7 +70,7 @@ def same_atlas(a, b) -> bool:
 
 
 def parse_seconds(run) -> float:
-    from qkviz.analysis.syntax import TokenSyntax, load_pipeline
+    from qkviz.analysis import TokenSyntax, load_pipeline
 
     nlp = load_pipeline()
     started = time.perf_counter()
@@ -79,7 +78,12 @@ def parse_seconds(run) -> float:
     return time.perf_counter() - started
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=DEFAULT_RUN if DEFAULT_RUN.exists() else None)
     parser.add_argument("--workers", type=int, default=2)
@@ -88,7 +92,7 @@ def main() -> None:
     parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS), help="which ways (default: all four)")
     parser.add_argument("--json", type=Path, help="default: bench/results/dask_stats.json")
     parser.add_argument("--tokens", type=int, default=5000, help="tokens of the run extracted when --run is not given")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', workers=1, rounds=1, no_syntax=True)
     recorder = Recorder("dask_stats", vars(args), args.json)
     syntax = [] if args.no_syntax else ["--syntax"]
     one_thread = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}

@@ -1,6 +1,6 @@
 """How fast the document view is in a real browser (headless Debian Chromium, Playwright's Python package):
 
-    python bench/document_view.py --run3k /tmp/qkviz-modern-copy/run --document3k 0 \
+    python -m bench.document_view --run3k /tmp/qkviz-modern-copy/run --document3k 0 \
                                   --run8k /tmp/qkviz-doc8k/run --document8k 0
 
 * **open to drawn** on a document of about 3,000 tokens: the page is on the Positions view of the document's head;
@@ -23,17 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from support.browser import launch_chromium, start_server, stop_server  # noqa: E402
+from bench.harness import Recorder  # noqa: E402
+from bench.support.browser import launch_chromium, start_server, stop_server  # noqa: E402
 
 #: true once the map's image of ``layer L head H`` is in the page (Playwright polls it every animation frame)
 DRAWN_JS = """([layer, head]) => {
@@ -113,12 +109,8 @@ def main() -> None:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    load_before = os.getloadavg()
-    result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                          "platform": platform.platform(), "browser": "headless Debian Chromium (software rendering)",
-                          "load_average_before": [round(value, 2) for value in load_before]},
-              "arguments": {name: str(value) for name, value in vars(args).items()},
+    recorder = Recorder("document_view", vars(args), args.out)
+    result = {"browser": "headless Debian Chromium (software rendering)",
               "note": "the 2-core machine was shared with other work while this ran: timings were taken under load "
                       "(see the load averages)"}
     with sync_playwright() as playwright:
@@ -149,10 +141,7 @@ def main() -> None:
     print(json.dumps(result["head_switch_8k"]), flush=True)
     result["server_compute_8k"] = {"heads": chosen, **summary(server_compute(args.run8k, args.document8k, chosen))}
     print(json.dumps(result["server_compute_8k"]), flush=True)
-    result["machine"]["load_average_after"] = [round(value, 2) for value in os.getloadavg()]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    print(f"wrote {recorder.write(**result)}")
 
 
 if __name__ == "__main__":

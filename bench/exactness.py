@@ -1,20 +1,19 @@
 """Exactness table: max |attention recomputed from the run - the model's own eager attention|.
 
-    python bench/exactness.py [--real-sentences 24]   # writes bench/results/exactness.json
+    python -m bench.exactness [--real-sentences 24]   # writes bench/results/exactness.json
 
 Every tiny family (random weights, 24 sentences; image families: the 40 scikit-image sample images and
 crops) and both bundled models on the default corpus
 (all sentences extracted; the comparison batch is ``--real-sentences`` of them spread over the
 corpus), in float32 and float16 storage. The tests assert the same bounds (1e-5, 2e-3).
 ``bench/results/exactness.json`` (``--json`` elsewhere) holds one row per model: its name, what was compared
-(sentences, images or tokens) and the two errors; ``scripts/readme_figures.py`` writes docs/models.md's table from it.
+(sentences, images or tokens) and the two errors; ``python -m bench.figures`` writes docs/models.md's table from it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 from pathlib import Path
 
@@ -22,30 +21,35 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 import qkviz  # noqa: E402
-from support.attention_check import max_attention_error  # noqa: E402
-from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
-from qkviz.extraction.text_capture import pad_token_id  # noqa: E402
-from qkviz.extraction.models import load_model, model_directory  # noqa: E402
-from support.tiny_models import FAMILIES, build_tiny_model  # noqa: E402
-from support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error  # noqa: E402
+from bench.support.attention_check import max_attention_error  # noqa: E402
+from qkviz.extraction import DEFAULT_CORPUS  # noqa: E402
+from qkviz.extraction import pad_token_id  # noqa: E402
+from qkviz.extraction import load_model, model_directory  # noqa: E402
+from bench.support.tiny_models import FAMILIES, build_tiny_model  # noqa: E402
+from bench.support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error  # noqa: E402
 
-sys.path.insert(0, str(REPO / "bench"))
-from results_file import RESULTS, Recorder  # noqa: E402
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
 
 def spread(run, count: int) -> list[int]:
     return sorted(set(np.linspace(0, run.n_sentences - 1, count).astype(int).tolist()))
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ()
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--real-sentences", type=int, default=24)
     parser.add_argument("--skip-real", action="store_true")
-    parser.add_argument("--json", type=Path, default=RESULTS / "exactness.json", help="where the rows go")
-    args = parser.parse_args()
+    parser.add_argument("--families", help="comma-separated tiny families to check (default: every text and image one)")
+    parser.add_argument("--json", type=Path, help="where the rows go (default bench/results/exactness.json)")
+    args = smoke_arguments(parser, argv, out='json', families='llama,vit', skip_real=True)
+    chosen = set(args.families.split(",")) if args.families else set(FAMILIES) | set(VISION_FAMILIES)
     recorder = Recorder("exactness", vars(args), args.json)
     rows: list[dict] = []
     sentences = DEFAULT_CORPUS.read_text(encoding="utf-8").splitlines()
@@ -54,7 +58,7 @@ def main() -> None:
         scratch = Path(scratch)
         corpus = scratch / "tiny.txt"
         corpus.write_text("\n".join(sentences[:40]) + "\n", encoding="utf-8")
-        for family in FAMILIES:
+        for family in [family for family in FAMILIES if family in chosen]:
             model_dir = build_tiny_model(family, scratch / family, sentences)
             pad = pad_token_id(load_model(str(model_dir)).tokenizer)
             errors = []
@@ -66,7 +70,7 @@ def main() -> None:
             rows.append({"model": family, "kind": "tiny text", "compared": f"{run.n_sentences} sentences",
                          "float32": float(errors[0]), "float16": float(errors[1])})
         images = qkviz.sample_images(crops=2)
-        for family in VISION_FAMILIES:
+        for family in [family for family in VISION_FAMILIES if family in chosen]:
             model_dir = build_tiny_vision_model(family, scratch / family)
             errors = []
             for dtype in ("float32", "float16"):

@@ -1,6 +1,6 @@
 """Extraction benchmark: tokens per second, extraction time over a bare forward pass, peak memory.
 
-    python bench/extract.py [--model minilm] [--tokens 10000] [--repeats 3] [--rss-tokens 100000]
+    python -m bench.extract [--model minilm] [--tokens 10000] [--repeats 3] [--rss-tokens 100000]
 
 * ratio: wall time of ``qkviz.extract`` (tokenizing, capturing, writing, manifest; the model is
   loaded and hashed inside it) over a bare forward pass of the same model over the same batches, in one
@@ -9,7 +9,7 @@
 * ratio without the model's load: each pair also times a load of the model just before its extract (warm, as
   the extract's own load is: the first, cold load is left out of every figure) and subtracts that one.
 * peak RSS: ``qkviz extract`` of ``--rss-tokens`` tokens in a child process, that process's own peak
-  (its memory's high-water mark, ``VmHWM``; ``bench/results_file.py``).
+  (its memory's high-water mark, ``VmHWM``; ``bench.harness``).
 The corpus is the bundled one, repeated as often as needed to reach the token counts. ``--json`` (default
 ``bench/results/extract_<model>.json``) records every figure with the date, machine, load averages and arguments.
 """
@@ -29,16 +29,15 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import qkviz  # noqa: E402
 from qkviz.extraction import extract_run  # noqa: E402
-from qkviz.extraction.adapters import model_adapter  # noqa: E402
-from qkviz.extraction.corpus import DEFAULT_CORPUS, load_corpus  # noqa: E402
-from qkviz.extraction.text_capture import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
-from qkviz.extraction.models import load_model  # noqa: E402
-from qkviz.extraction.selection import select_sentences  # noqa: E402
-from results_file import Recorder, run_measured, summary  # noqa: E402
+from qkviz.extraction import model_adapter  # noqa: E402
+from qkviz.extraction import DEFAULT_CORPUS, load_corpus  # noqa: E402
+from qkviz.extraction import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
+from qkviz.extraction import load_model  # noqa: E402
+from qkviz.extraction import select_sentences  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 
 
 def repeated_corpus(directory: Path, copies: int) -> Path:
@@ -64,7 +63,12 @@ def bare_forward_seconds(loaded, sentences, batch_size: int, dtype: str) -> floa
     return time.perf_counter() - start
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--model', '{model}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--tokens", type=int, default=10_000)
@@ -74,7 +78,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--rss-tokens", type=int, default=100_000, help="0 skips the memory run")
     parser.add_argument("--json", type=Path, help="default: bench/results/extract_<model>.json")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', tokens=300, repeats=1, rss_tokens=0, dtype='float32')
     recorder = Recorder(f"extract_{args.model}", vars(args), args.json)
     figures: dict = {}
     print(f"torch threads: {torch.get_num_threads()}, model {args.model}, device {args.device}, dtype {args.dtype}")

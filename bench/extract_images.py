@@ -1,6 +1,6 @@
 """Image extraction benchmark: images per second, extraction over a bare forward pass, run size.
 
-    python bench/extract_images.py [--repeats 3] [--crops 2] [--batch-size 16] [--dtype float16]
+    python -m bench.extract_images [--repeats 3] [--crops 2] [--batch-size 16] [--dtype float16]
                                    [--out bench/results/extract_images.json]
 
 A ViT-B/16 at 224 x 224 pixels (12 layers x 12 heads, d_head 64, 197 tokens an image: the architecture of
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,19 +26,25 @@ import transformers
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import qkviz  # noqa: E402
-from results_file import Recorder, summary  # noqa: E402
+from bench.harness import Recorder, smoke_arguments, summary  # noqa: E402
 
 
-def vit_base() -> tuple[transformers.PreTrainedModel, object]:
-    config = transformers.ViTConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                                    intermediate_size=3072, image_size=224, patch_size=16)
+#: ViT-B/16's shape, and a tiny one for the smoke run
+SHAPES = {"ViT-B/16": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
+                           image_size=224, patch_size=16),
+          "tiny ViT": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                           image_size=32, patch_size=8)}
+
+
+def vit_base(shape: str = "ViT-B/16") -> tuple[transformers.PreTrainedModel, object]:
+    config = transformers.ViTConfig(**SHAPES[shape])
+    size = SHAPES[shape]["image_size"]
     torch.manual_seed(0)
     model = transformers.ViTModel(config, add_pooling_layer=False).eval()
     model.set_attn_implementation("sdpa")     # what extraction runs (it captures, then calls SDPA)
-    return model, transformers.ViTImageProcessor(size={"height": 224, "width": 224})
+    return model, transformers.ViTImageProcessor(size={"height": size, "width": size})
 
 
 def bare_forward_seconds(model, processor, images, batch_size: int) -> float:
@@ -58,18 +63,24 @@ def timed_extract(model, processor, images, out: Path, args) -> tuple[object, fl
     return run, time.perf_counter() - start
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ()
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--crops", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--out", type=Path, help="the result file (default bench/results/extract_images.json)")
-    args = parser.parse_args()
+    parser.add_argument("--shape", choices=list(SHAPES), default="ViT-B/16")
+    args = smoke_arguments(parser, argv, out='out', repeats=1, crops=1, batch_size=2, dtype='float32', shape="tiny ViT")
     recorder = Recorder("extract_images", vars(args), out=args.out)
-    model, processor = vit_base()
+    model, processor = vit_base(args.shape)
     images = qkviz.sample_images(crops=args.crops)
-    print(f"torch threads: {torch.get_num_threads()}, ViT-B/16 (random weights), {len(images)} images, "
+    print(f"torch threads: {torch.get_num_threads()}, {args.shape} (random weights), {len(images)} images, "
           f"stored {args.dtype}, batch {args.batch_size}")
     bare, full = [], []
     with tempfile.TemporaryDirectory() as scratch:
@@ -91,7 +102,10 @@ def main() -> None:
     ratios = [f / b for f, b in zip(full, bare)]
     print(f"ratio extract / bare forward: median {statistics.median(ratios):.2f}; pairs {[round(r, 2) for r in ratios]}")
     print(f"run directory {size_mb:.1f} MB, of which patch thumbnails {patches_mb:.2f} MB")
-    written = recorder.write(model="ViT-B/16, random weights", layers=12, heads=12, head_dim=64, images=len(images),
+    shape = SHAPES[args.shape]
+    written = recorder.write(model=f"{args.shape}, random weights", layers=shape["num_hidden_layers"],
+                             heads=shape["num_attention_heads"],
+                             head_dim=shape["hidden_size"] // shape["num_attention_heads"], images=len(images),
                              tokens=run.n_tokens, bare_seconds=summary(bare), extract_seconds=summary(full),
                              ratio=summary(ratios), run_mb=size_mb, patches_mb=patches_mb)
     print(f"wrote {written}")

@@ -1,12 +1,12 @@
-"""How faithful each 2D layout is to the attention: ``python bench/faithful.py --run RUN | --model NAME [--sweep]``.
+"""How faithful each 2D layout is to the attention: ``python -m bench.faithful --run RUN | --model NAME [--sweep]``.
 
 ``--model minilm`` (or ``smollm2``) makes the run itself: the model over the bundled corpus, ``data/sentences.txt``,
 all of it (the corpus the attention graph's defaults were tuned on), in ``--dir``; the table's heads are then
 **chosen** (see below), and the result file says so. For heads nobody chose, over a text nobody tuned on, see
-``bench/faithful_sample.py``.
+``bench.faithful_sample``.
 
 Measured per head, for every layout (``--methods``): pca, tsne, umap (qkviz's defaults), ``av-tsne``
-(t-SNE as AttentionViz computes it: ``bench/project.py``'s recipe, scikit-learn TSNE, perplexity 50,
+(t-SNE as AttentionViz computes it: ``bench.project``'s recipe, scikit-learn TSNE, perplexity 50,
 300 iterations, cosine), and the attention-faithful ``attn-tsne`` and ``attn-umap`` at their defaults:
 
 * **partner recall@10**, as the app measures it (``qkviz.search.head_layout_overlap``): of a point's 10
@@ -30,7 +30,7 @@ sentence's first-token key left out of the queries' candidate keys), ``attn-tsne
 with it off, whatever the defaults; in ``--sweep``, ``--settings hide_first_token=true`` does the same.
 ``--av-per-kind N`` runs the AttentionViz recipe (1-2 minutes a head) on only N heads of each kind.
 
-Heads (``--heads``, else chosen from the run by ``bench/head_survey.py``): the ``--sinks`` heads with the largest share of attention on
+Heads (``--heads``, else chosen from the run by ``bench.head_survey``): the ``--sinks`` heads with the largest share of attention on
 the first token (recomputed over a seeded sample of sentences), the ``--hardest`` heads whose aligned space
 keeps the fewest attention partners among its cosine neighbours (what t-SNE and UMAP preserve: the heads
 with the lowest recall today), and ``--ordinary`` heads of median fidelity that are not sinks.
@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -54,21 +53,19 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
-from qkviz.core import LogitRule  # noqa: E402
-from qkviz.core.alignment import align_head  # noqa: E402
-from qkviz.projection.attention_graph import GRAPH_PARAMS, attention_graph  # noqa: E402
+from qkviz.core import LogitRule, align_head  # noqa: E402
+from qkviz import projection  # noqa: E402  (its attention_graph: the function, not the module of that name)
+from qkviz.projection import GRAPH_PARAMS  # noqa: E402
 from qkviz.projection import project_points  # noqa: E402
-from qkviz.search.partner_index import PartnerIndexes, head_layout_overlap  # noqa: E402
+from qkviz.search import PartnerIndexes, head_layout_overlap  # noqa: E402
 from qkviz.projection import projection_methods, resolve_params  # noqa: E402
 
-from head_survey import K, SAMPLE, choose_heads, survey_heads  # noqa: E402
-from project import attentionviz_layout  # noqa: E402
-from results_file import RESULTS, Recorder  # noqa: E402
+from bench.head_survey import K, SAMPLE, choose_heads, survey_heads  # noqa: E402
+from bench.project import attentionviz_layout  # noqa: E402
+from bench.harness import RESULTS, Recorder, smoke_arguments  # noqa: E402
 
 #: Labels measured as an attention method with one parameter set: (method, params).
 #: the methods whose neighbour graph is the head's attention
@@ -90,8 +87,8 @@ def layout(run, layer: int, head: int, points: np.ndarray, method: str, **params
         method, fixed = VARIANTS.get(method, (method, {}))
         params = resolve_params(method, {**params, **fixed}, 2)
         graph_params = {name: params.pop(name) for name in GRAPH_PARAMS}
-        graph = attention_graph(run.queries(layer, head), run.keys(layer, head), points,
-                                run.logit_rule(layer, head), first_tokens=first_tokens(run), **graph_params)
+        graph = projection.attention_graph(run.queries(layer, head), run.keys(layer, head), points,
+                                           run.logit_rule(layer, head), first_tokens=first_tokens(run), **graph_params)
         extra["capped_keys"] = int(len(graph.sinks))
         coordinates = project_points(points, method, 2, attention=graph, **params).coordinates
     else:
@@ -161,7 +158,7 @@ def warm_up() -> None:
     rng = np.random.default_rng(0)
     warm = rng.normal(size=(600, 8)).astype(np.float32)
     project_points(warm, "umap", 2)
-    graph = attention_graph(warm[:300], warm[300:], warm, LogitRule(1.0), k=5, same_kind_k=5)
+    graph = projection.attention_graph(warm[:300], warm[300:], warm, LogitRule(1.0), k=5, same_kind_k=5)
     project_points(warm, "attn-umap", 2, attention=graph)
 
 
@@ -298,7 +295,12 @@ def sweep(run, heads, methods, trust_points: int, grid: bool, settings: list[dic
     return rows
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="a run directory (qkviz extract --out ...)")
@@ -320,7 +322,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every measurement here (default with --model: "
                         "bench/results/faithful_chosen_<model>.json; --sweep: faithful_sweep_<model>.json)")
     parser.add_argument("--save-layouts", type=Path, help="save every layout here as .npy")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', heads=['0,0', '1,1'], methods='pca,attn-tsne', trust_sample=200, av_per_kind=0)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = set(methods) - set(METHODS)
     if unknown:

@@ -1,4 +1,4 @@
-"""Faithfulness on heads nobody chose, over text nobody tuned on: ``python bench/faithful_sample.py``.
+"""Faithfulness on heads nobody chose, over text nobody tuned on: ``python -m bench.faithful_sample``.
 
 The attention graph's defaults (k, alpha, temperature, key cap) were chosen by ``bench/faithful.py --sweep`` on
 runs of the bundled corpus, ``data/sentences.txt``, and its table averages 8 heads chosen for it (sink heads and
@@ -6,7 +6,7 @@ the heads where t-SNE does worst). This bench instead takes a **held-out text**,
 ``data/classics.txt`` (its lines from "Of Man's first disobedience" on; no default was tuned on it), extracts
 ``--tokens`` tokens of it with each model, draws ``--heads`` heads per model with ``numpy.random.default_rng(--seed)``
 (without replacement, over all layers and heads) and measures each ``--methods`` layout of each head as
-``bench/faithful.py`` does: partner recall@10 (mean of query->key and key->query over 200 sampled points each),
+``bench.faithful`` does: partner recall@10 (mean of query->key and key->query over 200 sampled points each),
 trustworthiness (k = 10, on a fixed sample of ``--trust-sample`` points) and seconds per head.
 
 Writes ``bench/results/faithful_sample.json`` (``--out``): per model, every head's row and each method's mean,
@@ -16,15 +16,14 @@ with the date, machine, load averages and arguments.
 from __future__ import annotations
 
 import argparse
-import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from faithful import REPO, compare, warm_up  # noqa: E402  (faithful.py puts the checkout on sys.path)
-from results_file import Recorder  # noqa: E402
+from bench.faithful import REPO, compare, warm_up  # noqa: E402  (faithful.py puts the checkout on sys.path)
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
 import qkviz  # noqa: E402
 
@@ -52,7 +51,12 @@ def means(rows: list[dict], methods: list[str]) -> dict:
             for method in methods}
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ()
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="minilm,smollm2")
     parser.add_argument("--tokens", type=int, default=6000)
@@ -62,7 +66,8 @@ def main() -> None:
     parser.add_argument("--trust-sample", type=int, default=3000)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-faithful-sample"))
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='out', models='minilm', tokens=300, heads=2, methods='pca,attn-tsne',
+                           trust_sample=200, dir=Path(tempfile.mkdtemp(prefix='qkviz-smoke-')))
     recorder = Recorder("faithful_sample", vars(args), args.out)
     methods = [method.strip() for method in args.methods.split(",") if method.strip()]
     sentences = held_out_sentences()

@@ -7,13 +7,12 @@ on three sentences in one padded batch (as ``tests/integration/test_model_famili
 gate's own error is read from the manifest. A refused one's one-line error is kept. Then the exactness gate's
 time and error on the bundled models (MiniLM, SmolLM2), min / median / max of five runs.
 
-    python bench/families.py            # writes bench/results/families.json
+    python -m bench.families            # writes bench/results/families.json
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,15 +21,14 @@ import numpy as np
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 
-from results_file import Recorder, summary  # noqa: E402
-from support.family_configs import tiny_family_model  # noqa: E402
-from support.tiny_models import decoder_tokenizer  # noqa: E402
+from bench.harness import Recorder, smoke_arguments, summary  # noqa: E402
+from tests.support.family_configs import tiny_family_model  # noqa: E402
+from bench.support.tiny_models import decoder_tokenizer  # noqa: E402
 
 import qkviz  # noqa: E402
-from qkviz.core.errors import QkvizError  # noqa: E402
-from qkviz.extraction.model_families import MODEL_FAMILIES, REFUSED, counts  # noqa: E402
+from qkviz.core import QkvizError  # noqa: E402
+from qkviz.extraction import MODEL_FAMILIES, REFUSED, counts  # noqa: E402
 
 CORPUS = REPO / "data" / "sentences.txt"
 
@@ -70,10 +68,7 @@ def measure_family(model_type: str, status: str, sentences: list[str], tokenizer
 
 def gate_timing(name: str, repeats: int) -> dict:
     """The exactness gate's seconds (min / median / max of ``repeats``) and error on a bundled model."""
-    from qkviz.extraction.adapters import model_adapter
-    from qkviz.extraction.corpus import DEFAULT_CORPUS, load_corpus
-    from qkviz.extraction.models import load_model
-    from qkviz.extraction.text_input import TextInput
+    from qkviz.extraction import DEFAULT_CORPUS, TextInput, load_corpus, load_model, model_adapter
 
     loaded = load_model(name)
     adapter = model_adapter(loaded.model)
@@ -88,12 +83,18 @@ def gate_timing(name: str, repeats: int) -> dict:
     return {"model": name, "seconds": summary(seconds), "max_error": error}
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ()
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
-    recorder = Recorder("families", vars(args))
+    parser.add_argument("--out", type=Path, help="the result file (default bench/results/families.json)")
+    args = smoke_arguments(parser, argv, out='out', sentences=4, repeats=1)
+    recorder = Recorder("families", vars(args), args.out)
     lines = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
     tokenizer = decoder_tokenizer(lines)
     rows = []

@@ -7,8 +7,8 @@ runs in a child process with the release that ``scripts/newest_transformers.py``
 first on its path. The result says, per release, every type's outcome, and the counts for the 57 types of issue 27
 and for the held-out batch of 32 types no issue names (goals: at least 52 and 24 exact; no failure anywhere).
 
-    python bench/family_sweep.py                  # both releases: bench/results/family_sweep.json (~1 h on 2 cores)
-    python bench/family_sweep.py --types llama,gptj --out /tmp/sweep.json
+    python -m bench.family_sweep                  # both releases: bench/results/family_sweep.json (~1 h on 2 cores)
+    python -m bench.family_sweep --types llama,gptj --out /tmp/sweep.json
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+from bench.harness import Recorder, smoke_arguments
+from scripts.newest_transformers import NEWEST_DIRECTORY, installed_version
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests"), str(REPO / "scripts")]
-
-from results_file import Recorder  # noqa: E402
-
+#: a smoke run: two types (one exact, one without attention) on the pinned release
+SMOKE_TYPES = ["llama", "mamba2"]
 GOALS = {"issue_27_exact": 52, "held_out_exact": 24}
 
 
@@ -35,9 +36,9 @@ def sweep(types: list[str] | None, seconds: int) -> dict:
     """This process's transformers: ``{"transformers", "rows"}`` (rows as ``support.family_sweep.sweep_type``)."""
     import transformers
 
-    from support import CORPUS
-    from support.family_sweep import registered_text_types, sweep_type
-    from support.tiny_models import decoder_tokenizer
+    from bench.support.tiny_models import decoder_tokenizer
+    from tests.support import CORPUS
+    from tests.support.family_sweep import registered_text_types, sweep_type
 
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")
@@ -53,7 +54,7 @@ def sweep(types: list[str] | None, seconds: int) -> dict:
 
 def summarise(release: dict) -> dict:
     """Counts of every outcome, over all types, the 57 of issue 27 and the held-out batch."""
-    from support.family_sweep import FAILURES, HELD_OUT, ISSUE_27
+    from tests.support.family_sweep import FAILURES, HELD_OUT, ISSUE_27
 
     by_type = {row["model_type"]: row for row in release["rows"]}
 
@@ -68,19 +69,19 @@ def summarise(release: dict) -> dict:
 def in_child(python_path: str, types: list[str] | None, seconds: int) -> dict:
     """:func:`sweep` in a child process with ``python_path`` first on its path (another transformers release)."""
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"family_sweep_{os.getpid()}.json"
-    command = [sys.executable, __file__, "--child", str(out), "--seconds", str(seconds)]
+    command = [sys.executable, "-m", "bench.family_sweep", "--child", str(out), "--seconds", str(seconds)]
     if types:
         command += ["--types", ",".join(types)]
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [python_path,
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [python_path, str(REPO),
                                                                              os.environ.get("PYTHONPATH")]))}
-    subprocess.run(command, check=True, env=environment)
+    subprocess.run(command, check=True, env=environment, cwd=REPO)
     try:
         return json.loads(out.read_text(encoding="utf-8"))
     finally:
         out.unlink(missing_ok=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--types", type=lambda text: text.split(","), default=None,
                         help="comma-separated model types (default: every registered text model type)")
@@ -88,14 +89,12 @@ def main() -> None:
     parser.add_argument("--releases", default="pinned,newest", help="pinned, newest or both (comma-separated)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, types=SMOKE_TYPES, releases="pinned")
     if args.child is not None:
         args.child.write_text(json.dumps(sweep(args.types, args.seconds)), encoding="utf-8")
         return
-    from newest_transformers import NEWEST_DIRECTORY, installed_version
-
     recorder = Recorder("family_sweep", {key: value for key, value in vars(args).items() if key != "child"},
-                        out=args.out)
+                        args.out)
     releases = []
     for release in args.releases.split(","):
         if release == "pinned":

@@ -1,4 +1,4 @@
-"""How soon the demo shows its first picture: ``python bench/first_picture.py [--out DIR] [--keep-run]``.
+"""How soon the demo shows its first picture: ``python -m bench.first_picture [--out DIR] [--keep-run]``.
 
 Runs the steps of ``scripts/demo.sh`` after set-up, as the demo runs them, on a fresh run directory, and
 drives Debian's headless Chromium to the app as soon as it answers:
@@ -30,10 +30,8 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "bench"))
-from results_file import Recorder  # noqa: E402
-from support.browser import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
+from bench.harness import Recorder  # noqa: E402
+from bench.support.browser import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 MATRIX_READY = """(heads) => { const g = document.querySelector('#matrix-graph .js-plotly-plot');

@@ -1,4 +1,4 @@
-"""Which heads ``bench/faithful.py`` measures: every head's share of attention on the first token and how
+"""Which heads ``bench.faithful`` measures: every head's share of attention on the first token and how
 many of its attention partners its aligned space keeps among cosine neighbours, and the choice of sink,
 hardest and ordinary heads from them."""
 
@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qkviz.core import LogitRule
-from qkviz.core.alignment import align_head
-from qkviz.core.attention import attention_probs
+from qkviz.core import LogitRule, align_head, attention_probs
 from qkviz.neighbours import top_logits
 
 #: partners per point, and points sampled per side, as the bench measures recall

@@ -1,14 +1,14 @@
 """Extraction of one document as long as the model's context: wall time and peak memory beyond the weights.
 
-    python bench/long_inputs.py [--dir /tmp/qkviz-long] [--tokens 8192] [--dtypes float32,float16]
+    python -m bench.long_inputs [--dir /tmp/qkviz-long] [--tokens 8192] [--dtypes float32,float16]
                                 [--chunk-tokens 0] [--json bench/results/long_inputs.json]
 
-* **The model**: ``bench/modern_model.py``'s random Llama-shaped decoder, 32 layers x 32 query heads over 8 key-value
+* **The model**: ``bench.modern_model``'s random Llama-shaped decoder, 32 layers x 32 query heads over 8 key-value
   heads, head size 8, a context of ``--context`` tokens (8,192).
 * **The document**: one line of ``data/classics.txt`` text of exactly ``--tokens`` tokens (its ``<bos>`` included),
   so that it fills the context without truncation.
 * **Measured**: ``qkviz extract`` on it in a child process, once per stored dtype; its wall seconds and the peak of
-  its process tree's summed resident memory (psutil, every 0.1 s, as ``bench/scale.py``), less the size of the
+  its process tree's summed resident memory (psutil, every 0.1 s, as ``bench.scale``), less the size of the
   model's weights file. Goal (issue 28): the weights plus at most 2 GB.
 * With ``--chunk-tokens N`` (e.g. 20000), also a document of N tokens split with ``--chunk`` at the context: the
   windows are batched together, padded (the last window is shorter).
@@ -19,21 +19,19 @@ The machine is shared: the JSON records the load average before and after each m
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
+import tempfile
 import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
 
-import scale  # noqa: E402
-from modern_model import CLASSICS, make_model  # noqa: E402
+from bench import scale  # noqa: E402
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
+from bench.modern_model import CLASSICS, make_model  # noqa: E402
 
 GOAL_GB = 2.0
 
@@ -53,14 +51,14 @@ def document_of(tokenizer, n_tokens: int) -> str:
 
 
 def measured(command: list[str]) -> dict:
-    """``bench/scale.py``'s :func:`measured` (wall seconds, the process tree's peak memory), with the load average
+    """``bench.scale``'s :func:`measured` (wall seconds, the process tree's peak memory), with the load average
     before and after: the machine is shared."""
     load_before = os.getloadavg()[0]
     figures = scale.measured(command)
     return {**figures, "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-long"))
     parser.add_argument("--tokens", type=int, default=8192)
@@ -70,8 +68,10 @@ def main() -> None:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--dtypes", default="float32,float16")
     parser.add_argument("--chunk-tokens", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "long_inputs.json")
-    args = parser.parse_args()
+    parser.add_argument("--json", type=Path, default=None, help="default bench/results/long_inputs.json")
+    args = smoke_arguments(parser, argv, out="json", dir=Path(tempfile.mkdtemp(prefix="qkviz-long-")), tokens=48,
+                           context=64, layers=2, heads=4, kv_heads=2, dtypes="float32")
+    recorder = Recorder("long_inputs", vars(args), args.json)
     from transformers import AutoTokenizer
 
     args.dir.mkdir(parents=True, exist_ok=True)
@@ -96,19 +96,10 @@ def main() -> None:
             results.append({"case": name, "document_tokens": tokens, "dtype": dtype, "options": options, **figures,
                             "beyond_weights_gb": round(beyond, 3), "goal_met": beyond <= GOAL_GB})
             print(json.dumps(results[-1]), flush=True)
-    report = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": {"node": platform.node(), "processor": platform.processor() or platform.machine(),
-                    "cpus": os.cpu_count(), "python": platform.python_version()},
-        "arguments": {key: str(value) for key, value in vars(args).items()},
-        "model": {"layers": args.layers, "heads": args.heads, "kv_heads": args.kv_heads, "head_dim": 8,
-                  "context": args.context, "weights_gb": round(weights_gb, 3)},
-        "goal": f"peak of the process tree <= the weights + {GOAL_GB} GB",
-        "results": results,
-    }
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-
+    shape = {"layers": args.layers, "heads": args.heads, "kv_heads": args.kv_heads, "head_dim": 8, "context": args.context,
+             "weights_gb": round(weights_gb, 3)}
+    written = recorder.write(model=shape, goal=f"peak of the process tree <= the weights + {GOAL_GB} GB", results=results)
+    print(f"wrote {written}")
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,8 @@
 """How fast, and how large, the matrix view is drawn at 1,024 heads, in a real browser (issue 28, point 1):
 
-    python bench/matrix_grid.py --run RUN        # a run of 32 x 32 heads with its PCA layouts
+    python -m bench.matrix_grid --run RUN        # a run of 32 x 32 heads with its PCA layouts
 
-``RUN`` is, e.g., a copy of ``bench/modern_model.py``'s run (32 x 32 heads over 8 key-value heads, 9,123 tokens) with
+``RUN`` is, e.g., a copy of ``bench.modern_model``'s run (32 x 32 heads over 8 key-value heads, 9,123 tokens) with
 ``qkviz project --run RUN --method pca``. Starts ``qkviz serve --background none`` on it, waits until the server has
 read every head's layout (its start-up warm-up), and drives Debian's headless Chromium (software WebGL, no GPU) in a
 1400 x 900 window:
@@ -12,7 +12,7 @@ read every head's layout (its start-up warm-up), and drives Debian's headless Ch
   *warm*, a reload of the same page (Plotly's bundle and the assets cached); min, median and max of each;
 * **fill**: the drawn grid (the cells' heatmap) as shares of the window's width and height, for the run, and, unless
   ``--no-grids``, for runs of 6 x 12, 12 x 12, 30 x 9 and 32 x 32 heads over two sentences built in ``--grids-dir``
-  (tests/support/grid_runs.py; the goal: >= 60% of the width and >= 55% of the height);
+  (``bench.support.grid_runs``; the goal: >= 60% of the width and >= 55% of the height);
 * the matrix figure's bytes (the callback's response).
 
 Writes ``--out`` (``bench/results/matrix_grid.json``) with the date, the machine and its load average, and the
@@ -22,10 +22,7 @@ arguments.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -35,8 +32,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from support.browser import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
+from bench.harness import Recorder  # noqa: E402
+from bench.support.browser import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
 
 WINDOW = {"width": 1400, "height": 900}
 #: the matrix drawn: its six traces, shown, nothing pending; records the time once
@@ -108,7 +105,7 @@ def fill(browser, url: str, runs: int) -> list[list[float]]:
 
 
 def grid_runs(directory: Path) -> dict[str, Path]:
-    from support.grid_runs import GRIDS, grid_run
+    from bench.support.grid_runs import GRIDS, grid_run
 
     corpus = directory / "sentences.txt"
     corpus.write_text("\n".join((ROOT / "data" / "sentences.txt").read_text(encoding="utf-8").splitlines()[:2]) + "\n",
@@ -125,17 +122,15 @@ def main() -> None:
     parser.add_argument("--no-grids", action="store_true", help="measure only the run's fill")
     parser.add_argument("--grid-run", type=Path, action="append", default=[], help="an existing run of a grid to "
                         "measure the fill of instead of building them (repeatable)")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "matrix_grid.json")
+    parser.add_argument("--out", type=Path, default=None, help="default bench/results/matrix_grid.json")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
     from qkviz import open_run
 
     run = open_run(args.run)
-    result = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
-              "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                          "chromium": str(CHROMIUM), "load_average_start": os.getloadavg()},
-              "arguments": {key: str(value) for key, value in vars(args).items()},
+    recorder = Recorder("matrix_grid", vars(args), args.out)
+    result = {"chromium": str(CHROMIUM),
               "run": {"path": str(args.run), "layers": run.n_layers, "heads": run.n_heads, "tokens": run.n_tokens},
               "window": WINDOW}
     with tempfile.TemporaryDirectory() as scratch, sync_playwright() as playwright:
@@ -162,12 +157,7 @@ def main() -> None:
                 server.terminate()
                 server.wait(timeout=30)
         browser.close()
-    result["machine"]["load_average_end"] = os.getloadavg()
-    result["goals"] = {"drawn_within_3_s": result["load_to_drawn"]["cold"]["median_ms"] <= 3000,
-                       "fills_60_55": all(width >= 0.6 and height >= 0.55 for width, height in result["fill"].values())}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(result, indent=2))
+    print(f"wrote {recorder.write(**result)}")
 
 
 if __name__ == "__main__":

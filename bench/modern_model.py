@@ -1,8 +1,8 @@
 """The modern-scale test subject: a Llama-shaped decoder with a real model's head grid and context, random weights
-and a tiny width, and documents of thousands of tokens (``bench/modern_scale.py`` and the views' tests use it).
+and a tiny width, and documents of thousands of tokens (``bench.modern_scale`` and the views' tests use it).
 
-    python bench/modern_model.py --out /tmp/qkviz-modern          # model/ and documents.txt
-    python bench/modern_model.py --out DIR --layers 16 --heads 32 --kv-heads 8
+    python -m bench.modern_model --out /tmp/qkviz-modern          # model/ and documents.txt
+    python -m bench.modern_model --out DIR --layers 16 --heads 32 --kv-heads 8
 
 * **The model** (``model/``): ``LlamaForCausalLM`` of ``--layers`` x ``--heads`` query heads over ``--kv-heads``
   key-value heads (grouped-query, as Llama-3-8B's 32 x 32 over 8), head size ``--head-dim`` (8: a tiny width;

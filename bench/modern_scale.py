@@ -1,23 +1,23 @@
 """qkviz on a modern model's head grid and long documents (issue 28): every figure, in one run.
 
-    python bench/modern_scale.py [--dir /tmp/qkviz-modern-scale] [--parts commands,long,matrix,document,layouts]
+    python -m bench.modern_scale [--dir /tmp/qkviz-modern-scale] [--parts commands,long,matrix,document,layouts]
                                  [--json bench/results/modern_scale.json]
 
-The subject is ``bench/modern_model.py``'s: a random Llama-shaped decoder of 32 layers x 32 query heads over 8
+The subject is ``bench.modern_model``'s: a random Llama-shaped decoder of 32 layers x 32 query heads over 8
 key-value heads (head size 8, context 8,192) over three documents of about 3,000 tokens (9,123 tokens; the last
 repeats a passage). Parts (``--parts``):
 
 * ``commands`` -- each ``qkviz`` command on that run in a child process, its wall time and the peak of its process
-  tree's resident memory (``bench/scale.py``'s ``measured``): ``extract``, ``project --method pca`` (the first
+  tree's resident memory (``bench.scale``'s ``measured``): ``extract``, ``project --method pca`` (the first
   picture), ``stats --jobs 2``, ``related``, ``index``, ``report``; then the report's pages opened in Chromium
-  (``bench/report_pages.py``; goal: each in <= 3 s);
-* ``long`` -- ``bench/long_inputs.py``: extracting one 8,192-token document, peak memory beyond the weights (goal:
+  (``bench.report_pages``; goal: each in <= 3 s);
+* ``long`` -- ``bench.long_inputs``: extracting one 8,192-token document, peak memory beyond the weights (goal:
   <= 2 GB); its run is the document part's 8,192-token document;
-* ``matrix`` -- ``bench/matrix_grid.py``: page load to the drawn 1,024-head matrix, and the grid's share of a
+* ``matrix`` -- ``bench.matrix_grid``: page load to the drawn 1,024-head matrix, and the grid's share of a
   1400 x 900 window for 6 x 12, 12 x 12, 30 x 9 and 32 x 32 grids (goals: <= 3 s; >= 60 % x 55 %);
-* ``document`` -- ``bench/document_view.py``: the document view's whole map of a 3,000-token document on screen
+* ``document`` -- ``bench.document_view``: the document view's whole map of a 3,000-token document on screen
   after the click, and a head switch at 8,192 tokens (goals: <= 5 s; <= 2 s);
-* ``layouts`` -- ``bench/thousand_heads.py``: every head's default layouts (``qkviz project --jobs 2``) and
+* ``layouts`` -- ``bench.thousand_heads``: every head's default layouts (``qkviz project --jobs 2``) and
   partner recall on 16 seeded random heads against full fits (goals: <= 30 min; >= 0.9x).
 
 Each part writes its own ``bench/results/<name>.json`` too; this script gathers them into ``--json``, each part
@@ -31,14 +31,15 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
 
+from bench import schema
+from bench.harness import Recorder
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
-sys.path.insert(0, str(REPO / "bench"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -66,8 +67,8 @@ STEPS = ("extract", "project_pca", "stats", "related", "index", "report", "repor
 def commands(directory: Path, steps: tuple[str, ...] = STEPS) -> dict:
     """Every command on the 32 x 32-head run, timed with its peak memory; then the report's pages opened (the
     report written by the ``report`` step). A step that fails is recorded as failed and the next ones still run."""
-    from modern_model import make_documents, make_model
-    from scale import measured
+    from bench.modern_model import make_documents, make_model
+    from bench.scale import measured
     from transformers import AutoTokenizer
 
     model = make_model(directory / "model")
@@ -94,8 +95,8 @@ def commands(directory: Path, steps: tuple[str, ...] = STEPS) -> dict:
             continue
         print(f"{name:>12}: {figures[name]['seconds']:8.1f} s  peak {figures[name]['peak_gb']:.2f} GB", flush=True)
     if "report_pages" in steps:
-        pages = subprocess.run([sys.executable, str(REPO / "bench" / "report_pages.py"), "--report", str(report),
-                                "--only-reports"], capture_output=True, text=True)
+        pages = subprocess.run([sys.executable, "-m", "bench.report_pages", "--report", str(report), "--only-reports"],
+                               capture_output=True, text=True, cwd=REPO)
         figures["report_pages"] = (pages.stdout[-4000:] if pages.returncode == 0
                                    else f"failed: {pages.stderr[-2000:]}")
         print(figures["report_pages"], flush=True)
@@ -106,11 +107,12 @@ def script_part(name: str, directory: Path) -> dict:
     """One part's own benchmark script, in a child process (:func:`part_arguments`); its results file read back."""
     script, results = SCRIPTS[name]
     before = _load()
-    completed = subprocess.run([sys.executable, str(REPO / "bench" / script), *part_arguments(name, directory)],
-                               capture_output=True, text=True)
+    completed = subprocess.run([sys.executable, "-m", f"bench.{Path(script).stem}", *part_arguments(name, directory)],
+                               capture_output=True, text=True, cwd=REPO)
     path = RESULTS / results
     return {"returncode": completed.returncode, "load_before": before, **_load(),
-            "results": json.loads(path.read_text()) if completed.returncode == 0 and path.exists() else None,
+            "results": (schema.flat(json.loads(path.read_text())) if completed.returncode == 0 and path.exists()
+                        else None),
             "stderr": completed.stderr[-2000:] if completed.returncode else ""}
 
 
@@ -131,9 +133,11 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown parts {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
     args.dir.mkdir(parents=True, exist_ok=True)
-    results = json.loads(args.json.read_text()) if args.json.exists() else {}
-    results["machine"] = {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version()}
-    for part in parts:            # each part replaces its own entry: parts run at different times keep theirs
+    # parts run at different times keep theirs: each part run now replaces its own entry of the file's figures
+    previous = json.loads(args.json.read_text()) if args.json.exists() else None
+    results = {name: figures for name, figures in (previous or {}).get("figures", {}).items() if name in PARTS}
+    recorder = Recorder("modern_scale", vars(args), args.json)
+    for part in parts:
         started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         if part == "commands":    # the steps run now replace theirs; the others keep their figures and dates
             kept = {name: figures for name, figures in results.get("commands", {}).items() if name in STEPS}
@@ -142,9 +146,7 @@ def main() -> None:
             results[part] = {"arguments": {"dir": str(args.dir)}, **kept}
         else:
             results[part] = {"date": started, "arguments": {"dir": str(args.dir)}, **script_part(part, args.dir)}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=1, default=str) + "\n")
-
+        recorder.write(**results)     # after each part: a long run keeps what it measured
 
 if __name__ == "__main__":
     main()

@@ -1,5 +1,5 @@
 """How long ``run.projection(L, H)`` takes on a fresh run, where it makes the head's default layout on demand:
-``python bench/on_demand.py [--run DIR] [--heads 6] [--seed 0] [--json bench/results/on_demand.json]``.
+``python -m bench.on_demand [--run DIR] [--heads 6] [--seed 0] [--json bench/results/on_demand.json]``.
 
 Without ``--run`` it extracts the demo's run first (``qkviz extract --model minilm --max-tokens 5000``, the bundled
 MiniLM over the bundled corpus) into a temporary directory. Its projection cache is emptied, then in one fresh
@@ -17,10 +17,7 @@ The machine is shared: the JSON records the load average before and after.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -30,6 +27,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bench.harness import Recorder, smoke_arguments
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,14 +44,18 @@ def spread(values: list[float]) -> dict:
             "n": len(values)}
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of the tiny run, ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ("--run", "{run}")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, help="an extracted run (default: extract the demo's MiniLM run)")
     parser.add_argument("--heads", type=int, default=6, help="heads timed (the first one apart)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the heads' sample")
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "on_demand.json")
-    args = parser.parse_args()
-    load_before = os.getloadavg()
+    parser.add_argument("--json", type=Path, default=None, help="default bench/results/on_demand.json")
+    args = smoke_arguments(parser, argv, out="json", heads=2)
+    recorder = Recorder("on_demand", vars(args), args.json)
     with tempfile.TemporaryDirectory(prefix="qkviz-on-demand-") as scratch:
         source = args.run
         if source is None:
@@ -77,19 +80,8 @@ def main() -> None:
                   "method": qkviz.projection.LAYOUT_METHOD, "heads": [f"L{layer}H{head}" for layer, head in heads],
                   "open_s": round(opened, 3), "first_call_s": round(made[0], 3), "made_s": spread(made[1:]),
                   "made_each_s": [round(value, 3) for value in made], "read_s": spread(read), "plot_s": spread(plotted)}
-    report = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "platform": platform.platform(), "load_average_before": [round(v, 2) for v in load_before],
-                    "load_average_after": [round(v, 2) for v in os.getloadavg()]},
-        "arguments": {name: str(value.relative_to(REPO) if isinstance(value, Path) and value.is_relative_to(REPO)
-                                else value) for name, value in vars(args).items()},
-        "note": "one process; the first head's call includes the process's first use of the methods (apart)",
-        **result}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(report, indent=2))
-
+    note = "one process; the first head's call includes the process's first use of the methods (apart)"
+    print(f"wrote {recorder.write(note=note, **result)}")
 
 if __name__ == "__main__":
     main()

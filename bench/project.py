@@ -1,6 +1,6 @@
 """Projection benchmark: qkviz vs the AttentionViz recipe on the same points, and all heads.
 
-    python bench/project.py [--run runs/minilm] [--compare-heads 3,4 0,0] [--jobs 2] [--skip-parallel]
+    python -m bench.project [--run runs/minilm] [--compare-heads 3,4 0,0] [--jobs 2] [--skip-parallel]
                             [--skip-all-heads] [--all-heads-layers 0] [--json bench/results/project.json]
 
 Part 1, per head (``--run``, default ``runs/minilm`` if it exists, else MiniLM over ``--tokens`` tokens extracted
@@ -38,17 +38,16 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
-from qkviz.core.alignment import align_head  # noqa: E402
-from qkviz.extraction.corpus import DEFAULT_CORPUS  # noqa: E402
+from qkviz.core import align_head  # noqa: E402
+from qkviz.extraction import DEFAULT_CORPUS  # noqa: E402
 from qkviz.cluster import HeadTask  # noqa: E402
-from qkviz.projection.tasks import plan_specs, project_head, projection_runner, run_tasks  # noqa: E402
+from qkviz.projection import plan_specs, project_head, projection_runner, run_tasks  # noqa: E402
 from qkviz.projection import project_points as project  # noqa: E402
-from qkviz.store.files import RUN_DIRECTORIES  # noqa: E402
-from results_file import Recorder, run_measured  # noqa: E402
+from qkviz.store import RUN_DIRECTORIES  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments  # noqa: E402
 
 DEFAULT_RUN = REPO / "runs" / "minilm"
 LAYOUTS = [("tsne", 2), ("tsne", 3), ("umap", 2), ("umap", 3), ("pca", 2), ("pca", 3)]
@@ -194,7 +193,12 @@ def all_heads(run, jobs: int, layers: str | None, heads: str | None, directory: 
     return {"heads": count(layers, run.n_layers) * count(heads, run.n_heads), "requests": figures}
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=DEFAULT_RUN if DEFAULT_RUN.exists() else None)
     parser.add_argument("--tokens", type=int, default=5000, help="tokens of the run extracted when --run is not given")
@@ -207,7 +211,8 @@ def main() -> None:
     parser.add_argument("--all-heads-heads", help="part 2 on these heads of each layer only (e.g. 0-3), as --heads")
     parser.add_argument("--json", type=Path, help="default: bench/results/project.json (project_all_heads.json "
                         "without --compare-heads heads)")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', compare_heads=[], jobs=1, skip_parallel=True,
+                           all_heads_layers='0', all_heads_heads='0-1')
     # part 2 alone (no --compare-heads) goes to a file of its own, so that part 1's stays
     recorder = Recorder("project" if args.compare_heads else "project_all_heads", vars(args), args.json)
     figures = {}

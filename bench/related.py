@@ -1,10 +1,10 @@
 """Related heads benchmark: ``qkviz related`` end to end, and what it finds.
 
-    python bench/related.py --run runs/minilm [--run runs/smollm2] [--repeats 3] [--max-queries 2000]
+    python -m bench.related --run runs/minilm [--run runs/smollm2] [--repeats 3] [--max-queries 2000]
                             [--out bench/results/related.json]
 
 Times ``qkviz -q related`` on each run in a child process, ``--repeats`` times (wall seconds and the child's
-own peak memory, ``VmHWM``: ``bench/results_file.py``), with the command's own compute time from
+own peak memory, ``VmHWM``: ``bench.harness``), with the command's own compute time from
 ``<run>/related/related.json``. Then, from the stored result: the mean JS distance between heads of one layer
 and between heads two or more layers apart, Spearman's correlation of JS distance and CKA over the head pairs,
 the closest pair of heads, the previous-token heads' (labels from ``qkviz stats``, when the run has them) mean
@@ -23,16 +23,15 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import numpy as np  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
 from qkviz import open_run  # noqa: E402
-from qkviz.analysis.head_atlas import load_atlas  # noqa: E402
-from qkviz.analysis.head_similarity import load_head_similarity  # noqa: E402
+from qkviz.analysis import load_atlas  # noqa: E402
+from qkviz.analysis import load_head_similarity  # noqa: E402
 
-from results_file import Recorder, run_measured, summary  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -97,13 +96,18 @@ def findings(path: Path) -> dict:
     return found
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, action="append", required=True, help="a run (repeatable)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-queries", type=int, default=2000)
     parser.add_argument("--out", type=Path, help="the result file (default bench/results/related.json)")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='out', repeats=1, max_queries=40)
     recorder = Recorder("related", vars(args), out=args.out)
     rows = []
     for path in args.run:

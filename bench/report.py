@@ -1,6 +1,6 @@
 """Correlation report benchmark: ``qkviz report`` on every MiniLM head, every space.
 
-    python bench/report.py [--run runs/minilm] [--tokens 5000] [--repeats 3] [--methods pca,umap,tsne]
+    python -m bench.report [--run runs/minilm] [--tokens 5000] [--repeats 3] [--methods pca,umap,tsne]
 
 Makes the run when it is missing (MiniLM over the bundled corpus, ``--tokens`` tokens), gives it the layouts
 the figure was measured with (``qkviz project --method pca,umap,tsne``: PCA and UMAP in 2D and 3D, t-SNE in 2D;
@@ -29,12 +29,11 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from qkviz import open_run  # noqa: E402
-from qkviz.core.attention import allowed_pairs  # noqa: E402
-from qkviz.analysis.correlation import attending_pairs, head_correlation_rows  # noqa: E402
-from results_file import Recorder, run_measured, summary  # noqa: E402
+from qkviz.core import allowed_pairs  # noqa: E402
+from qkviz.analysis import attending_pairs, head_correlation_rows  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -71,14 +70,19 @@ def straightforward(run, layer: int, head: int) -> tuple[float, float]:
     return pearsonr(distances, dots).statistic, spearmanr(distances, dots).statistic
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
     parser.add_argument("--tokens", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--methods", default="pca,umap,tsne", help="the layouts the run is given before the report")
     parser.add_argument("--json", type=Path, help="default: bench/results/report.json")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', repeats=1, methods='pca')
     recorder = Recorder("report", vars(args), args.json)
     ensure_run(args.run, args.tokens, args.methods)
     run = open_run(args.run)
@@ -94,7 +98,9 @@ def main() -> None:
     print(f"  wall {seconds[len(seconds) // 2]:.1f} s median of {len(seconds)} (min {seconds[0]:.1f}, "
           f"max {seconds[-1]:.1f}); peak RSS {max(m for _, m in timings):.0f} MB")
 
-    heads = [(0, 0), (2, 5), (5, 11)]
+    # three heads across MiniLM's grid (the first, a middle and the last), on any other run the same corners of its own
+    heads = sorted({(0, 0), (min(2, run.n_layers - 1), min(5, run.n_heads - 1)),
+                    (min(5, run.n_layers - 1), min(11, run.n_heads - 1))})
     pairs = attending_pairs(run, 0)
     ours = plain = 0.0
     for layer, head in heads:

@@ -1,4 +1,4 @@
-"""How heavy the report's pages are and how fast they open: ``python bench/report_pages.py``.
+"""How heavy the report's pages are and how fast they open: ``python -m bench.report_pages``.
 
 Writes the report of a MiniLM run (``qkviz report``; the run is made when missing: MiniLM over the bundled
 corpus, ``--tokens`` tokens, with head updates, every default projection and the head atlas with syntax) and
@@ -35,9 +35,8 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "bench")]
-from results_file import Recorder  # noqa: E402
-from support.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from bench.harness import Recorder  # noqa: E402
+from bench.support.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 #: the page's ``Plotly.newPlot`` calls, each recorded with the time its promise resolves
@@ -113,7 +112,7 @@ def floor_page(directory: Path) -> Path:
     """A page with the shared plotly.js and one 2 x 2 heatmap: what loading plotly.js alone takes."""
     import plotly.graph_objects as go
 
-    from qkviz.report.html_page import figure_html, page, shared_assets
+    from qkviz.report import figure_html, page, shared_assets
 
     for name, content in shared_assets().items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)

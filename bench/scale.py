@@ -1,8 +1,8 @@
 """qkviz at 100,000 tokens on one machine: every command end to end, and what sampling costs.
 
-    python bench/scale.py [--tokens 100000] [--dir /tmp/qkviz-scale] [--stages extract,project,stats,related,index,report]
+    python -m bench.scale [--tokens 100000] [--dir /tmp/qkviz-scale] [--stages extract,project,stats,related,index,report]
                           [--tsne-heads 3:4,5:2] [--json bench/results/scale.json]
-    python bench/scale.py --stages sample-cost [--cost-tokens 20000] [--cost-heads 3:4,0:1,5:2] [--samples 2500,5000,10000]
+    python -m bench.scale --stages sample-cost [--cost-tokens 20000] [--cost-heads 3:4,0:1,5:2] [--samples 2500,5000,10000]
                           [--cost-methods attn-tsne,tsne]
 
 Commands (``--stages``), each ``qkviz`` in a child process on the bundled MiniLM over ``data/sentences.txt``
@@ -25,7 +25,7 @@ partners over the corpus, the share among their 10 nearest points of the other k
 trustworthiness (k = 10, against the aligned points, on 3,000 sampled points), averaged over the heads.
 
 ``--json PATH`` (default ``bench/results/scale.json``) writes every figure with the date, machine, load averages
-and arguments (``bench/results_file.py``).
+and arguments (``bench.harness``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import tempfile
 import subprocess
 import sys
 import time
@@ -44,15 +45,13 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
-from qkviz.core.alignment import Alignment, align_head  # noqa: E402
-from qkviz.neighbours import partner_recall  # noqa: E402
+from qkviz.core import Alignment, align_head  # noqa: E402
+from qkviz import neighbours  # noqa: E402  (its partner_recall: the function, not the module of that name)
 
-sys.path.insert(0, str(REPO / "bench"))
-from results_file import Recorder  # noqa: E402
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz", "-q"]
 CORPUS_FILES = (REPO / "data" / "sentences.txt", REPO / "data" / "classics.txt")
@@ -119,7 +118,7 @@ def layout_quality(run, layer: int, head: int, layout: np.ndarray, points: np.nd
     queries, keys = run.queries(layer, head), run.keys(layer, head)
     if points is None:
         points = align_head(queries, keys, Alignment()).points
-    recall = partner_recall(queries, keys, run.logit_rule(layer, head), layout)
+    recall = neighbours.partner_recall(queries, keys, run.logit_rule(layer, head), layout)
     sampled = np.random.default_rng(0).choice(2 * run.n_tokens, min(3000, 2 * run.n_tokens), replace=False)
     return {"recall": round(float((recall["query"] + recall["key"]) / 2), 4),
             "trust": round(float(trustworthiness(points[sampled], layout[sampled], n_neighbors=10)), 4)}
@@ -149,7 +148,7 @@ def sample_cost(directory: Path, tokens: int, heads: list[tuple[int, int]], samp
     if not (run_path / "manifest.json").exists():
         measured(commands(run_path, corpus(directory), tokens, directory / "report")["extract"])
     run = qkviz.open_run(run_path)
-    trust_points = np.random.default_rng(0).choice(2 * run.n_tokens, 3000, replace=False)
+    trust_points = np.random.default_rng(0).choice(2 * run.n_tokens, min(3000, 2 * run.n_tokens), replace=False)
     aligned = {(layer, head): align_head(run.queries(layer, head), run.keys(layer, head), Alignment()).points
                for layer, head in heads}
     rows = []
@@ -162,7 +161,7 @@ def sample_cost(directory: Path, tokens: int, heads: list[tuple[int, int]], samp
                               progress=False)
                 seconds = time.perf_counter() - started
                 layout = run.projection(layer, head, method, 2, sample=sample)
-                recall = partner_recall(queries, keys, run.logit_rule(layer, head), layout)
+                recall = neighbours.partner_recall(queries, keys, run.logit_rule(layer, head), layout)
                 rows.append({"method": method, "sample": sample, "layer": layer, "head": head,
                              "seconds": round(seconds, 1), "recall": (recall["query"] + recall["key"]) / 2,
                              "trust": float(trustworthiness(points[trust_points], layout[trust_points], n_neighbors=10))})
@@ -173,7 +172,12 @@ def sample_cost(directory: Path, tokens: int, heads: list[tuple[int, int]], samp
     return rows
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ()
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=100_000)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-scale"))
@@ -184,7 +188,8 @@ def main() -> None:
     parser.add_argument("--cost-methods", default="attn-tsne,tsne")
     parser.add_argument("--tsne-heads", default="3:4,5:2", help="layer:head pairs for the attn-tsne-heads stage")
     parser.add_argument("--json", type=Path, help="default: bench/results/scale.json")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='json', tokens=300, dir=Path(tempfile.mkdtemp(prefix='qkviz-smoke-')),
+                           stages='extract,project-pca,index')
     args.dir.mkdir(parents=True, exist_ok=True)
     recorder = Recorder("scale", vars(args), args.json)
     stages = [stage.strip() for stage in args.stages.split(",") if stage.strip()]

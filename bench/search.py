@@ -1,4 +1,4 @@
-"""How fast corpus-wide search is: ``python bench/search.py`` (MiniLM at 10,000 tokens by default).
+"""How fast corpus-wide search is: ``python -m bench.search`` (MiniLM at 10,000 tokens by default).
 
 Reports, on one run (extracted and PCA-projected first when missing):
 
@@ -37,18 +37,17 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 from dash_app.panels.partners import render_partners  # noqa: E402
 from dash_app.run_data import LAYOUT_OVERLAP_SAMPLE, RunData  # noqa: E402
 from dash_app.token_search import TokenSearch  # noqa: E402
 from dash_app.state import ViewState  # noqa: E402
 from qkviz import open_run  # noqa: E402
-from qkviz.neighbours.top_k import MappedVectors, tie_aware_recall, top_products  # noqa: E402
-from qkviz.search.mips_index import EXACT_LIMIT, build_inverted_lists, write_inverted_lists  # noqa: E402
-from qkviz.search.partner_index import PartnerIndexes, head_layout_overlap, index_targets  # noqa: E402
-from qkviz.search.token_index import TokenIndex, normalise  # noqa: E402
-from results_file import Recorder, run_measured  # noqa: E402
+from qkviz.neighbours import MappedVectors, tie_aware_recall, top_products  # noqa: E402
+from qkviz.search import EXACT_LIMIT, build_inverted_lists, write_inverted_lists  # noqa: E402
+from qkviz.search import PartnerIndexes, head_layout_overlap, index_targets  # noqa: E402
+from qkviz.search import TokenIndex, normalise  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 WORDS = ("the", "and", "of", "to", "in", "a", "is", "was", "he", "it", "for", "on")
@@ -287,7 +286,12 @@ def bench_large(run, sizes: list[int], layer: int = 3, head: int = 4) -> list[di
     return rows
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm-10k")
     parser.add_argument("--tokens", type=int, default=10_000)
@@ -296,9 +300,8 @@ def main() -> None:
     parser.add_argument("--large", default="", help="comma-separated sizes of a synthetic head (e.g. 100000,1000000)")
     parser.add_argument("--approximate", type=int, default=12, help="inverted files built to measure them (0: none)")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: build,partners,panel,tokens")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "search.json",
-                        help="result file (default bench/results/search.json)")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help="result file (default bench/results/search.json)")
+    args = smoke_arguments(parser, argv, out='out', points=3, approximate=1, large='', overlap_run=None)
     recorder = Recorder("search", vars(args), out=args.out)
     ensure_run(args.run, args.tokens)
     run = open_run(args.run)

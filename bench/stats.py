@@ -1,6 +1,6 @@
 """Head-atlas benchmark: ``qkviz stats`` on every head, and what it finds.
 
-    python bench/stats.py [--run runs/minilm-atlas] [--tokens 5000] [--repeats 3] [--also runs/smollm2-atlas]
+    python -m bench.stats [--run runs/minilm-atlas] [--tokens 5000] [--repeats 3] [--also runs/smollm2-atlas]
                           [--out bench/results/stats.json]
 
 Makes the MiniLM run when it is missing (the bundled corpus, ``--tokens`` tokens, with
@@ -25,18 +25,17 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from qkviz import open_run  # noqa: E402
-from qkviz.analysis.head_atlas import load_atlas  # noqa: E402
+from qkviz.analysis import load_atlas  # noqa: E402
 
-from results_file import Recorder, run_measured, summary  # noqa: E402
+from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
 
 def time_stats(run: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of one ``qkviz stats`` child process (its own peak: its ``VmHWM``, ``bench/results_file.py``)."""
+    """Wall seconds and peak RSS (MB) of one ``qkviz stats`` child process (its own peak: its ``VmHWM``, ``bench.harness``)."""
     child = run_measured([*QKVIZ, "-q", "stats", "--run", str(run), "--syntax"])
     if child["returncode"] != 0:
         raise SystemExit(f"qkviz stats failed with exit status {child['returncode']}")
@@ -95,14 +94,19 @@ def describe(path: Path) -> dict:
     return {key: (float(value) if hasattr(value, "dtype") else value) for key, value in figures.items()}
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
+#: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ('--run', '{run}')
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm-atlas")
     parser.add_argument("--tokens", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--also", type=Path, action="append", default=[], help="further runs to describe")
     parser.add_argument("--out", type=Path, help="the result file (default bench/results/stats.json)")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, out='out', repeats=1, also=[])
     recorder = Recorder("stats", vars(args), out=args.out)
     if not (args.run / "manifest.json").exists():
         subprocess.run([*QKVIZ, "extract", "--model", "minilm", "--out", str(args.run), "--head-update",

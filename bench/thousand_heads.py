@@ -1,10 +1,10 @@
-"""Layouts for a thousand heads: ``python bench/thousand_heads.py --run RUN [--layers 0-1] [--minilm RUN]``.
+"""Layouts for a thousand heads: ``python -m bench.thousand_heads --run RUN [--layers 0-1] [--minilm RUN]``.
 
 Issue 28, point 4: all 1,024 heads' default layouts (PCA 2D and 3D, attn-tsne 2D: what ``qkviz project --jobs 2``
 makes) of a 32 x 32-head model at about 8,000 tokens in at most 30 minutes on the 2-core machine, keeping at least
 0.9x the partner recall of a full fit on a seeded random sample of 16 heads.
 
-* **Timing.** ``RUN`` (a run of ``bench/modern_model.py``'s model, e.g. ``/tmp/qkviz-modern/run``) is copied
+* **Timing.** ``RUN`` (a run of ``bench.modern_model``'s model, e.g. ``/tmp/qkviz-modern/run``) is copied
   without its layouts into ``--work``, and ``qkviz project --run COPY --jobs 2`` runs on it in a child process
   (``--layers`` / ``--heads`` for a subset, extrapolated to every head). Recorded: its wall time, the CPU seconds of
   its whole process tree (so that a loaded machine's wall time can be told from the work itself: CPU / jobs is the
@@ -26,14 +26,13 @@ Writes ``--json`` (``bench/results/thousand_heads.json``) with the date, the mac
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -43,14 +42,15 @@ import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 warnings.filterwarnings("ignore")
 
 import qkviz  # noqa: E402
-from qkviz.core.alignment import align_head  # noqa: E402
-from qkviz.neighbours.partner_recall import layout_recall, partner_sample  # noqa: E402
-from qkviz.projection.defaults import LAYOUT_METHOD  # noqa: E402
-from qkviz.store.files import CACHE_DIRECTORY  # noqa: E402
+
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
+from qkviz.core import align_head  # noqa: E402
+from qkviz.neighbours import layout_recall, partner_sample  # noqa: E402
+from qkviz.projection import LAYOUT_METHOD  # noqa: E402
+from qkviz.store import CACHE_DIRECTORY  # noqa: E402
 
 #: attn-tsne as it was before issue 28's point 4: every token fitted, the exact graph, 125 + 125 iterations on
 #: openTSNE's FFT grid (min_num_intervals 50, ints_in_interval 1)
@@ -168,22 +168,11 @@ def summarise(rows: list[dict]) -> dict:
             "cpu_ratio": round(mean["default_cpu_s"] / mean["full_cpu_s"], 3)}
 
 
-def machine() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    return {"host": platform.node(), "cpus": os.cpu_count(), "cpu": model, "python": platform.python_version(),
-            "system": platform.platform()}
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of the tiny run, ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ("--run", "{run}")
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, default=Path("/tmp/qkviz-modern/run"),
                         help="a run of bench/modern_model.py's model (copied, never written)")
@@ -196,17 +185,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--recall-points", type=int, default=500, help="queries (and as many keys) per head")
     parser.add_argument("--minilm", type=Path, help="a MiniLM run of 5,000 tokens: compare its table's 8 heads too")
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "thousand_heads.json")
-    args = parser.parse_args()
+    parser.add_argument("--json", type=Path, default=None, help="default bench/results/thousand_heads.json")
+    args = smoke_arguments(parser, argv, out="json", work=Path(tempfile.mkdtemp(prefix="qkviz-thousand-")), jobs=1,
+                           layers="0", heads="0", sample=2, recall_points=50)
+    recorder = Recorder("thousand_heads", vars(args), args.json)
 
     args.work.mkdir(parents=True, exist_ok=True)
     copy = copy_run(args.run, args.work)
     run = qkviz.open_run(copy_run(args.run, args.work / "quality"))
     n_heads = run.n_layers * run.n_heads
-    result: dict = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
-                    "commit": commit(), "arguments": {k: str(v) if isinstance(v, Path) else v
-                                                      for k, v in vars(args).items()},
-                    "run": {"path": str(args.run), "tokens": run.n_tokens, "layers": run.n_layers,
+    result: dict = {"run": {"path": str(args.run), "tokens": run.n_tokens, "layers": run.n_layers,
                             "heads": run.n_heads, "head_dim": run.head_dim},
                     "full_fit": FULL_FIT}
     print(f"{args.run}: {run.n_tokens} tokens, {run.n_layers} x {run.n_heads} heads, head size {run.head_dim}",
@@ -235,9 +223,7 @@ def main() -> None:
         minilm_rows = compare_heads(minilm, MINILM_HEADS, args.recall_points, args.seed)
         result["minilm"] = {"tokens": minilm.n_tokens, "rows": minilm_rows, "summary": summarise(minilm_rows)}
         print(json.dumps(result["minilm"]["summary"]), flush=True)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.json}")
+    print(f"wrote {recorder.write(**result)}")
 
 
 if __name__ == "__main__":

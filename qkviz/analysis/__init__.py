@@ -14,7 +14,8 @@ from qkviz.analysis.document_attention import (DocumentHead, HeadProfile, Pooled
                                                document_head, document_overview, head_profile, pixel_edges,
                                                pooled_attention, repeated_span)
 from qkviz.analysis.correlation import COLUMNS as CORRELATION_COLUMNS
-from qkviz.analysis.correlation import correlation_table, stored_correlations
+from qkviz.analysis.correlation import attending_pairs, correlation_table, head_correlation_rows, stored_correlations
+from qkviz.analysis.syntax import TokenSyntax, load_pipeline
 from qkviz.analysis.head_atlas import UPDATE_STATISTICS, HeadAtlas, compute_stats, load_atlas
 from qkviz.analysis.head_labels import LABELS, LabelThresholds
 from qkviz.analysis.head_similarity import HeadSimilarity, RelatedHead, load_head_similarity, related_heads, relate_heads
@@ -29,4 +30,5 @@ __all__ = ["AGGREGATE_POSITIONS", "CLUSTER_GRID", "CORRELATION_COLUMNS", "IMAGE_
            "correlation_table", "document_head", "document_overview", "excerpt", "excerpt_pieces", "head_profile",
            "hidden_tokens", "load_atlas", "load_head_similarity", "most_changed", "pixel_edges", "pooled_attention",
            "relate_heads", "related_heads", "repeated_span", "shape_difference", "stored_correlations",
-           "token_difference"]
+           "token_difference",
+           "TokenSyntax", "attending_pairs", "head_correlation_rows", "load_pipeline"]

@@ -14,6 +14,17 @@ from qkviz.extraction.models import BUNDLED_MODELS
 __all__ = ["ADAPTERS", "BUNDLED_MODELS", "DEFAULT_CORPUS", "SAMPLE_IMAGES", "Corpus", "ExtractionResult", "ImageCorpus",
            "model_adapter",
            "extract_run", "load_corpus", "load_images", "load_model", "sample_images"]
+#: extraction's steps, by the module that defines each (read when first asked for: most need torch), public for the
+#: benches, which time them against a bare forward pass and check every family (bench/)
+STEPS = {"CHUNK_BYTES": "chunk_capture", "bytes_per_token": "text_capture", "chunk_sentences": "text_capture",
+         "pad_token_id": "text_capture", "padded_batch": "text_capture", "select_sentences": "selection",
+         "TextInput": "text_input", "model_directory": "models", "MODEL_FAMILIES": "model_families",
+         "REFUSED": "model_families", "counts": "model_families", "EXACT": "model_families",
+         # the exactness gate's parts, which bench/gate_error.py measures one by one
+         "GateInput": "exactness_gate", "measure": "exactness_gate", "float32_weights": "float32_reference",
+         "compared_rows": "attention_span", "long_input_tokens": "attention_span", "attention_layers": "chunk_capture",
+         "model_for_extraction": "borrowed_model", "LayerAttentionSettings": "capture"}
+__all__ += list(STEPS)
 
 
 def __getattr__(name: str):
@@ -29,4 +40,8 @@ def __getattr__(name: str):
         from qkviz.extraction.models import load_model
 
         return load_model
+    if name in STEPS:
+        import importlib
+
+        return getattr(importlib.import_module(f"qkviz.extraction.{STEPS[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,6 +16,7 @@ from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
 from qkviz.projection.on_demand import layout_on_demand, project_command
 from qkviz.projection.project_run import ProjectionSummary, project
 from qkviz.projection.tasks import plan_specs, project_head, projection_runner, run_tasks
+from qkviz.projection.attention_graph import GRAPH_PARAMS, attention_graph
 
 __all__ = ["BACKGROUND_METHOD", "DEFAULT_METHODS", "FIRST_METHOD", "FitInputs", "LAYOUT_METHOD", "LayoutProgress",
            "LayoutWorker", "NeighborGraph", "Parameter", "Projection", "ProjectionMethod", "ProjectionSummary",
@@ -23,4 +24,5 @@ __all__ = ["BACKGROUND_METHOD", "DEFAULT_METHODS", "FIRST_METHOD", "FitInputs", 
            "has_layout", "layout_counts", "layout_failures", "layout_file", "layout_on_demand", "layout_spec",
            "method_label", "method_labels", "method_names", "neighbor_graph", "plan_specs", "project",
            "project_command", "project_head", "project_points", "projection_method", "projection_methods",
-           "projection_runner", "register", "resolve_params", "run_tasks", "unregister"]
+           "projection_runner", "register", "resolve_params", "run_tasks", "unregister",
+           "GRAPH_PARAMS", "attention_graph"]

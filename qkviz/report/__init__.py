@@ -11,8 +11,10 @@ from qkviz.report.run_status import describe_run
 from qkviz.report.token_colours import (CATEGORIES, COLOURS, IMAGE_COLOURS, LOG_SCALE, PUNCTUATION_CLASSES, TEXT_COLOURS,
                                        colour_choices, colour_ticks, colour_title, colour_values, describe_value,
                                        token_features)
+from qkviz.report.html_page import figure_html, page, shared_assets
 
 __all__ = ["CATEGORIES", "COLOURS", "IMAGE_COLOURS", "LABEL_COLOURS", "LOG_SCALE", "PUNCTUATION_CLASSES", "Report",
            "TEXT_COLOURS", "colour_choices", "colour_ticks", "colour_title", "colour_values",
            "correlation_report", "describe_run", "describe_value", "relative_position_figure", "token_features",
-           "write_report"]
+           "write_report",
+           "figure_html", "page", "shared_assets"]

@@ -6,11 +6,12 @@ layout keeps near.
 
 from qkviz.search.image_ids import ImageIds
 from qkviz.search.indexing import IndexSummary, build_indexes
-from qkviz.search.mips_index import EXACT_LIMIT, IndexInfo
+from qkviz.search.mips_index import EXACT_LIMIT, IndexInfo, build_inverted_lists, write_inverted_lists
 from qkviz.search.partner_index import (IndexTarget, LayoutOverlap, PartnerIndexes, Partners, head_layout_overlap,
                                         index_targets, layout_overlap)
 from qkviz.search.token_index import TokenIndex, load_token_index, normalise, run_token_index
 
 __all__ = ["EXACT_LIMIT", "ImageIds", "IndexInfo", "IndexSummary", "IndexTarget", "LayoutOverlap", "PartnerIndexes", "Partners",
            "TokenIndex", "build_indexes", "head_layout_overlap", "index_targets", "layout_overlap",
-           "load_token_index", "normalise", "run_token_index"]
+           "load_token_index", "normalise", "run_token_index",
+           "build_inverted_lists", "write_inverted_lists"]

@@ -42,7 +42,7 @@ def test_the_sweep_results_cover_the_registry_with_no_failure():
     """``bench/family_sweep.py``'s last run: every registered text type of the pinned release tried, on the pinned
     and the newest release allowed, and none ended in a failure."""
     result = json.loads((REPO / "bench" / "results" / "family_sweep.json").read_text(encoding="utf-8"))
-    releases = {release["transformers"]: release for release in result["releases"]}
+    releases = {release["transformers"]: release for release in result["figures"]["releases"]}
     assert transformers.__version__ in releases and len(releases) >= 2, sorted(releases)
     pinned = releases[transformers.__version__]
     if transformers.__version__ == DRAWN_ON:

@@ -10,8 +10,7 @@ import pytest
 import transformers
 from support import REPO
 
-sys.path.insert(0, str(REPO / "scripts"))
-from newest_transformers import NEWEST_DIRECTORY, declared_range, installed_version  # noqa: E402
+from scripts.newest_transformers import NEWEST_DIRECTORY, declared_range, installed_version
 
 FILES = ["tests/integration/test_model_families.py", "tests/integration/test_model_boundary.py",
          "tests/integration/test_family_sweep.py"]
@@ -32,7 +31,7 @@ def test_every_family_is_exact_or_refused_in_one_line_with_the_newest_release_al
     assert newest is not None, f"{NEWEST_DIRECTORY} holds no transformers: run scripts/setup.sh"
     if newest == transformers.__version__:
         pytest.skip(f"the pinned transformers {newest} is the newest allowed: the rest of the suite runs on it")
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(NEWEST_DIRECTORY), str(REPO / "tests")])}
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(NEWEST_DIRECTORY), str(REPO), str(REPO / "tests")])}
     check = subprocess.run([sys.executable, "-c", "import transformers; print(transformers.__version__)"],
                            capture_output=True, text=True, env=environment, cwd=REPO)
     assert check.stdout.strip() == newest, check.stderr

@@ -1,5 +1,5 @@
 """Helpers for the app's tests: a tiny projected run (and a copy with a head atlas), ``qkviz serve`` in a
-subprocess, headless Chromium.
+subprocess, headless Chromium (starting the server and Chromium: ``bench.support.browser``, which the benches share).
 
 Chromium is Debian's (``/usr/bin/chromium``, installed by ``scripts/test.sh`` through
 ``scripts/debian_packages.sh``), driven by Playwright's Python package; Playwright's own browser download is
@@ -9,20 +9,19 @@ never used. A missing Chromium fails the browser tests (it is never a skip).
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
-import pytest
+from bench.support.browser import (  # noqa: F401  (re-exported for the tests)
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    BrowserError,
+    free_port,
+    launch_chromium,
+    start_server,
+    stop_server,
+)
 
-CHROMIUM = Path(os.environ.get("QKVIZ_CHROMIUM", "/usr/bin/chromium"))
-#: without the background-networking flags Chromium stalls on a closed network
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 #: true once no Dash callback is pending and every graph on the page has been drawn
 IDLE_JS = """() => !document.querySelector('[data-dash-is-loading="true"]')"""
 #: page coordinates of point ``index`` of trace ``trace`` in a 2D graph
@@ -97,58 +96,6 @@ def copy_run(run, directory: Path, atlas: bool = True):
     return qkviz.open_run(directory)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def start_server(run_paths: list[Path], timeout: float = 60.0, attempts: int = 3,
-                 background: str = "none") -> tuple[subprocess.Popen, str]:
-    """``qkviz serve`` on a free port, once it answers; returns the process and the app's URL. ``background``:
-    serve's ``--background`` (default none: the runs are shared by other tests, which would see layouts made in
-    the background appear in them).
-
-    The port is free when chosen, but another process (a second xdist worker, say) may take it before the
-    server binds it; a server that exits at once is then started again on another port."""
-    for attempt in range(attempts):
-        port = free_port()
-        command = [sys.executable, "-m", "qkviz", "serve", "--port", str(port), "--background", background]
-        for path in run_paths:
-            command += ["--run", str(path)]
-        server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  env=dict(os.environ, HF_HUB_OFFLINE="1"))
-        url = f"http://127.0.0.1:{port}/"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if server.poll() is not None:
-                output = server.stdout.read()
-                if "address already in use" in output.lower() and attempt + 1 < attempts:
-                    break
-                pytest.fail(f"qkviz serve exited with {server.returncode}: {output}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        return server, url
-            except OSError:
-                time.sleep(0.2)
-        else:
-            stop_server(server)
-            pytest.fail(f"qkviz serve did not answer at {url} within {timeout} s")
-    pytest.fail(f"qkviz serve found no free port in {attempts} attempts")
-
-
-def stop_server(server: subprocess.Popen) -> str:
-    """Stop the server; returns what it printed."""
-    server.terminate()
-    try:
-        output, _ = server.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        output, _ = server.communicate()
-    return output or ""
-
-
 @contextlib.contextmanager
 def served_app(run_paths: list[Path], **options):
     """``qkviz serve`` over ``run_paths`` (:func:`start_server`'s ``options``) for a module's tests: yields its URL;
@@ -157,14 +104,6 @@ def served_app(run_paths: list[Path], **options):
     yield url
     output = stop_server(server)
     assert "Traceback" not in output, output
-
-
-def launch_chromium(playwright):
-    """Headless Debian Chromium through Playwright (fails, never skips, when it is not installed)."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: install it with 'apt-get install -y chromium chromium-driver' "
-                    "(bash scripts/test.sh does, through scripts/debian_packages.sh)")
-    return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
 
 
 def new_page(browser) -> tuple[object, list[str]]:

@@ -25,7 +25,7 @@ import torch
 import transformers
 from transformers.models.auto import modeling_auto
 
-from support.family_configs import tiny_family_model
+from .family_configs import tiny_family_model
 
 EXACT, REFUSED, NO_CONFIG = "exact", "refused", "config cannot be built"
 #: outcomes that are qkviz's failures

@@ -1,36 +1,23 @@
-"""Write the README's and the docs' measured figures from ``bench/results/*.json``: ``python scripts/readme_figures.py``.
-
-Every figure block of a page sits between ``<!-- figures:NAME -->`` and ``<!-- /figures -->``; this script
-rewrites each block from the bench result files its renderer reads, and every block names those files, the date
-they were measured and the machine's load average then. ``--check`` rewrites nothing and exits 1 when a page
-differs from what the results give (the test suite runs it, so a page cannot drift from its results).
-The README's renderers are here, the docs pages' in ``docs_figures.py``, reading results in ``figure_results.py``.
-"""
+"""The README's figure blocks (first picture, faithful layouts, modern models, extraction, the index's summary, the
+app), rendered from ``bench/results/*.json``; registered with :func:`bench.figures.results.figure` when imported."""
 
 from __future__ import annotations
 
-import argparse
-import re
-import sys
-from pathlib import Path
+from bench.figures.app import DOCUMENT_OPEN, DOCUMENT_SWITCH
+from bench.figures.goals import Goal, verdict
+from bench.figures.methods import RECALL_RATIO_EVERY_HEAD, RECALL_RATIO_MEAN
+from bench.figures.results import Results, figure, minutes, source, span
+from bench.figures.scale import LAYOUTS_1024
+from bench.figures.tools import beyond_weights
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))   # its sibling modules, also when loaded by path
-
-import docs_figures  # noqa: E402,F401  (registers the docs pages' blocks)
-import figures_dask  # noqa: E402,F401  (docs/dask.md and benchmarks.md's projections)
-import figures_methods  # noqa: E402,F401  (docs/methods.md's sweeps and sampling)
-import figures_scale  # noqa: E402,F401  (docs/scale.md and benchmarks.md's app at 100,000 tokens)
-import figures_search  # noqa: E402,F401  (docs/search.md and benchmarks.md's search)
-import figures_tools  # noqa: E402,F401  (benchmarks.md's extraction to compare, docs/atlas.md, docs/images.md)
-import figures_app  # noqa: E402,F401  (docs/app.md, images.md, cli.md and the other pages)
-from figure_results import FIGURES, Results, figure, minutes, source, span  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-#: the pages that may hold figure blocks, and may hold no measured figure outside them: the README and every docs page
-PAGES = ("README.md", *sorted(f"docs/{page.name}" for page in (REPO / "docs").glob("*.md")))
-#: a block, indented as its opening comment (inside a list item, its lines are indented as the item's)
-BLOCK = re.compile(r"^(?P<indent>[ \t]*)(?P<open><!-- figures:(?P<name>[\w-]+) -->\n)(?P<body>.*?)"
-                   r"(?P=indent)(?P<close><!-- /figures -->)", re.S | re.M)
+#: a 1,024-head model's matrix (issue 28): navigation to the matrix drawn, the first load of a page (cold)
+MATRIX_1024 = Goal("a 1,024-head matrix drawn after navigation", 3, "s", True, "matrix_grid", "cold median",
+                   lambda found: found["load_to_drawn"]["cold"]["median_ms"] / 1000, 1)
+#: the share of a 1400 × 900 window the 32 × 32 matrix fills (issue 28), width and height
+MATRIX_FILL = (Goal("the 1,024-head matrix's width in a 1400 × 900 window", 60, "%", False, "matrix_grid", "width",
+                    lambda found: 100 * next(iter(found["fill"].values()))[0], 0),
+               Goal("the 1,024-head matrix's height in a 1400 × 900 window", 55, "%", False, "matrix_grid", "height",
+                    lambda found: 100 * next(iter(found["fill"].values()))[1], 0))
 
 
 @figure("first-picture")
@@ -101,15 +88,14 @@ def modern(results: Results) -> str:
             f"{fill[1]:.0%} of a 1400 × 900 window and is drawn {cold['min_ms'] / 1000:.1f} / "
             f"{cold['median_ms'] / 1000:.1f} / {cold['max_ms'] / 1000:.1f} s cold, {warm['min_ms'] / 1000:.1f} / "
             f"{warm['median_ms'] / 1000:.1f} / {warm['max_ms'] / 1000:.1f} s on reload (min / median / max of "
-            f"{len(cold['runs_ms'])}; goal 3 s); a {opened['tokens']:,}-token document's whole map is drawn "
-            f"{opened['min']:.2f} / {opened['median']:.2f} / {opened['max']:.2f} s after it is opened, a head switch "
-            f"at {switch['tokens']:,} tokens {switch['min']:.2f} / {switch['median']:.2f} / {switch['max']:.2f} s "
-            f"from the click to the drawn head ({source(results, 'matrix_grid', 'document_view')}). All 1,024 "
+            f"{len(cold['runs_ms'])}; goal {verdict(MATRIX_1024, results)}); a {opened['tokens']:,}-token document's whole map is drawn "
+            f"{opened['min']:.2f} / {opened['median']:.2f} / {opened['max']:.2f} s after opening, a head switch "
+            f"at {switch['tokens']:,} tokens {switch['min']:.2f} / {switch['median']:.2f} / {switch['max']:.2f} s, "
+            f"click to drawn ({source(results, 'matrix_grid', 'document_view')}). All 1,024 "
             f"heads' layouts: {minutes(timing['wall_s'])} wall, {minutes(timing['cpu_s'])} of CPU "
             f"({source(results, 'thousand_heads')}); `stats`, `related` and `report` took "
             f"{minutes(commands['stats']['seconds'])}, {minutes(commands['related']['seconds'])} and "
-            f"{minutes(commands['report']['seconds'])} (`bench/results/modern_scale.json`, read from its run's log "
-            f"as the file says).\n")
+            f"{minutes(commands['report']['seconds'])} (`bench/results/modern_scale.json`, from its run's log).\n")
 
 
 @figure("extract")
@@ -163,25 +149,28 @@ def modern_table(results: Results) -> str:
     def command(name: str) -> str:
         return f"{minutes(commands[name]['seconds'])}, {commands[name]['peak_gb']:.2f} GB"
     rows = [
-        ("matrix fills a 1400 × 900 window", f"{fill[0]:.0%} × {fill[1]:.0%}", "≥ 60 % × 55 %"),
+        ("matrix fills a 1400 × 900 window", f"{fill[0]:.0%} × {fill[1]:.0%}",
+         f"width {verdict(MATRIX_FILL[0], results)}; height {verdict(MATRIX_FILL[1], results)}"),
         ("1,024-head matrix, navigation to drawn, min / median / max of "
          f"{len(cold['runs_ms'])}", f"cold {cold['min_ms'] / 1000:.1f} / {cold['median_ms'] / 1000:.1f} / "
          f"{cold['max_ms'] / 1000:.1f} s; reload {warm['min_ms'] / 1000:.1f} / {warm['median_ms'] / 1000:.1f} / "
-         f"{warm['max_ms'] / 1000:.1f} s", "≤ 3 s"),
+         f"{warm['max_ms'] / 1000:.1f} s", verdict(MATRIX_1024, results)),
         (f"document view, {opened['tokens']:,}-token map drawn after the click",
-         f"{opened['min']:.2f} / {opened['median']:.2f} / {opened['max']:.2f} s", f"≤ {opened['goal_s']:.0f} s"),
+         f"{opened['min']:.2f} / {opened['median']:.2f} / {opened['max']:.2f} s", verdict(DOCUMENT_OPEN, results)),
         (f"document view, head switch at {switch['tokens']:,} tokens, click to drawn",
          f"{switch['min']:.2f} / {switch['median']:.2f} / {switch['max']:.2f} s (server {server['min']:.2f} / "
-         f"{server['median']:.2f} / {server['max']:.2f} s)", f"≤ {switch['goal_s']:.0f} s"),
-        ("extracting one 8,192-token document, memory beyond the weights", beyond, "≤ 2 GB"),
+         f"{server['median']:.2f} / {server['max']:.2f} s)", verdict(DOCUMENT_SWITCH, results)),
+        ("extracting one 8,192-token document, memory beyond the weights", beyond,
+         "; ".join(f"{row['dtype']} {verdict(beyond_weights(row['dtype']), results)}" for row in long["results"])),
         ("every head's default layouts, `--jobs 2`", f"{minutes(timing['wall_s'])} wall, "
-         f"{minutes(timing['cpu_s'])} of CPU", "≤ 30 min"),
+         f"{minutes(timing['cpu_s'])} of CPU", verdict(LAYOUTS_1024, results)),
         (f"partner recall, {len(quality)} seeded random heads, default over a full fit",
-         f"{mean_ratio:.3f}× (lowest head {min(ratios):.2f}×)", "≥ 0.9×"),
-        ("`qkviz stats --jobs 2`, 1,024 heads", command("stats"), "finishes"),
-        ("`qkviz related`", command("related"), "finishes"),
-        ("`qkviz index`", command("index"), "finishes"),
-        ("`qkviz report`", command("report"), "finishes"),
+         f"{mean_ratio:.3f}× (lowest head {min(ratios):.2f}×)",
+         f"mean {verdict(RECALL_RATIO_MEAN, results)}; every head {verdict(RECALL_RATIO_EVERY_HEAD, results)}"),
+        ("`qkviz stats --jobs 2`, 1,024 heads", command("stats"), ""),
+        ("`qkviz related`", command("related"), ""),
+        ("`qkviz index`", command("index"), ""),
+        ("`qkviz report`", command("report"), ""),
         ("extract; `project --method pca`", f"{command('extract')}; {command('project_pca')}", ""),
     ]
     table = "\n".join(f"| {name} | {value} | {goal} |" for name, value, goal in rows)
@@ -215,49 +204,3 @@ def app(results: Results) -> str:
     return (f"{header}\n|---|" + "---|" * len(runs) + f"\n{table}\n\n{sizes}. An empty Dash page with one "
             f"10,000-point WebGL graph (the floor) is drawn {timing(floor)} after navigation. "
             f"`bench/app.py --repeats {result['arguments']['repeats']}` ({source(results, 'app')}).\n")
-
-
-def render(text: str, results: Results, page: str) -> str:
-    def replace(match: re.Match) -> str:
-        name = match["name"]
-        if name not in FIGURES:
-            raise SystemExit(f"{page}: unknown figure block '{name}' (known: {', '.join(sorted(FIGURES))})")
-        body = "".join(match["indent"] + line if line.strip() else line
-                       for line in FIGURES[name](results).splitlines(keepends=True))
-        return match["indent"] + match["open"] + body + match["indent"] + match["close"]
-    return BLOCK.sub(replace, text)
-
-
-def stale_pages(root: Path, write: bool) -> list[str]:
-    """The pages whose figure blocks differ from the results (rewritten when ``write``)."""
-    results, stale = Results(root), []
-    for page in PAGES:
-        path = root / page
-        if not path.exists():
-            continue
-        text = path.read_text(encoding="utf-8")
-        wanted = render(text, results, page)
-        if wanted != text:
-            stale.append(page)
-            if write:
-                path.write_text(wanted, encoding="utf-8")
-    return stale
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a page is out of date")
-    parser.add_argument("--root", type=Path, default=REPO, help="the checkout (default: this one)")
-    args = parser.parse_args(argv)
-    stale = stale_pages(args.root, write=not args.check)
-    if args.check and stale:
-        print(f"out of date with bench/results: {', '.join(stale)}; run python scripts/readme_figures.py",
-              file=sys.stderr)
-        return 1
-    for page in stale:
-        print(f"rewrote {page}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Reading bench result files for the figure blocks (``scripts/readme_figures.py``): the files themselves, where and
+"""Reading bench result files for the figure blocks (``python -m bench.figures``): the files themselves, where and
 under what load each was measured, and the registry of block renderers (``@figure("name")``)."""
 
 from __future__ import annotations
@@ -7,42 +7,63 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import schema
+
 
 class Results:
-    """The bench result files under ``root``/bench/results, read once each; which ones a block read."""
+    """The bench result files under ``root``/bench/results, read once each (as :func:`bench.schema.flat` gives them:
+    the figures with the header's date, machine and arguments beside them); which ones a block read."""
 
     def __init__(self, root: Path):
-        self.root, self.cache, self.read = root, {}, []
+        self.root, self.cache, self.records, self.read = root, {}, {}, []
 
     def exists(self, name: str) -> bool:
         return (self.root / "bench" / "results" / f"{name}.json").exists()
 
-    def __call__(self, name: str) -> dict:
-        if name not in self.cache:
+    def record(self, name: str) -> dict:
+        """The whole result file, header and figures, as the schema has it."""
+        if name not in self.records:
             path = self.root / "bench" / "results" / f"{name}.json"
             if not path.exists():
-                raise SystemExit(f"{path.relative_to(self.root)} is missing: run the bench that writes it (bench/*.py, --help)")
-            self.cache[name] = json.loads(path.read_text(encoding="utf-8"))
+                raise SystemExit(f"{path.relative_to(self.root)} is missing: run the bench that writes it "
+                                 "(python -m bench.NAME --help)")
+            record = json.loads(path.read_text(encoding="utf-8"))
+            wrong = schema.problems(record)
+            if wrong:
+                raise SystemExit(f"{path.relative_to(self.root)} does not follow bench/schema.py: {'; '.join(wrong)}")
+            self.records[name] = record
+        return self.records[name]
+
+    def __call__(self, name: str) -> dict:
+        if name not in self.cache:
+            self.cache[name] = schema.flat(self.record(name))
         if name not in self.read:
             self.read.append(name)
         return self.cache[name]
 
 
-def load_average(result: dict) -> tuple[float, float] | None:
-    """The lowest and highest 1-minute load average a result recorded (its files name it in several ways)."""
+def load_average(record: dict) -> tuple[float, float] | None:
+    """The lowest and highest 1-minute load average of a result: its header's before, during and after, and any
+    load its figures recorded for a step of their own."""
     found: list[float] = []
+    load = record["load"] if isinstance(record.get("load"), dict) else {}
+    for name in ("before", "after"):
+        if isinstance(load.get(name), list) and load[name]:
+            found.append(load[name][0])
+    if isinstance(load.get("during"), list):
+        found.extend(load["during"])
 
     def walk(value, key=""):
         if isinstance(value, dict):
             for name, item in value.items():
                 walk(item, name)
         elif isinstance(value, list) and "load" in key and value and all(isinstance(v, (int, float)) for v in value):
-            # os.getloadavg()'s three: the 1-minute one; a series sampled during the run: all of it
+            # os.getloadavg()'s three: the 1-minute one; a series sampled during the step: all of it
             found.extend(value if key in ("load_during", "load_observed") or len(value) != 3 else value[:1])
         elif isinstance(value, list):
             for item in value:
                 walk(item, key)
-    walk(result)
+    walk(record["figures"])
     return (min(found), max(found)) if found else None
 
 
@@ -50,11 +71,11 @@ def source(results: Results, *names: str) -> str:
     """``bench/results/a.json`` (date, load L on N cores) for each result file a block read."""
     parts = []
     for name in names:
-        result = results(name)
-        date = str(result.get("date") or next((v.get("date") for v in result.values()
-                                                 if isinstance(v, dict) and v.get("date")), "undated"))[:10]
-        cpus = (result.get("machine") or {}).get("cpus")
-        load = load_average(result)
+        result, record = results(name), results.record(name)
+        date = str(result["date"] if result["date"] != schema.UNKNOWN else
+                   next((v.get("date") for v in result.values() if isinstance(v, dict) and v.get("date")), "undated"))[:10]
+        cpus = result["machine"].get("cpus") if isinstance(result["machine"], dict) else None
+        load = load_average(record)
         where = f"load {load[0]:.1f}–{load[1]:.1f}" if load else "load not recorded"
         where += f" of {cpus} cores" if cpus else ""
         note = f" ({result['load_note']})" if result.get("load_note") else ""
@@ -74,7 +95,7 @@ def model_name(key: str) -> str:
 
 
 def span(values: dict, digits: int = 1, unit: str = " s", scale: float = 1.0) -> str:
-    """``min / median / max`` of a ``results_file.summary``, each divided by ``scale``."""
+    """``min / median / max`` of a ``bench.harness.summary``, each divided by ``scale``."""
     return " / ".join(f"{values[key] / scale:,.{digits}f}" for key in ("min", "median", "max")) + unit
 
 
@@ -90,8 +111,3 @@ def figure(name: str):
 
 def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
-
-
-def verdict(ok: bool) -> str:
-    """A goal's verdict as every block words it: met, or **not met** in bold."""
-    return "met" if ok else "**not met**"

@@ -1,11 +1,11 @@
-"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`figure_results.figure` when imported.
+"""Figure blocks rendered from ``bench/results/*.json``; registered with :func:`bench.figures.results.figure` when imported.
 
 docs/dask.md (projection and ``qkviz stats`` on a Dask ``LocalCluster`` against the local pool) and
 docs/benchmarks.md's projections (qkviz's layouts against the AttentionViz recipe)."""
 
 from __future__ import annotations
 
-from figure_results import Results, figure, minutes, source
+from bench.figures.results import Results, figure, minutes, source
 
 #: bench/project.py's layouts, as the table names them
 LAYOUT_LABELS = {"tsne 2D": "t-SNE 2D", "tsne 3D": "t-SNE 3D", "umap 2D": "UMAP 2D", "umap 3D": "UMAP 3D",
@@ -90,9 +90,9 @@ def project_recipe(results: Results) -> str:
                      "bench/project.py --run runs/minilm --compare-heads` measures them.")
     else:
         text += ("\n\nAll heads through `qkviz project --jobs 2` (PCA, UMAP, t-SNE, then the cached re-run) are not "
-                 "measured in the current result files: `python bench/project.py --run runs/minilm --compare-heads` "
+                 "measured in the current result files: `python -m bench.project --run runs/minilm --compare-heads` "
                  "measures them (into a result file of its own, which this block then reads).")
-    return text + f" (`python bench/project.py`; {source(results, *named)}.)\n"
+    return text + f" (`python -m bench.project`; {source(results, *named)}.)\n"
 
 
 @figure("dask-projection")
@@ -115,7 +115,7 @@ def dask_projection(results: Results) -> str:
             f"Dask / local |\n|---|---|---|---|\n{rows}\n\n"
             f"Median Dask / local {result['median_ratio']:.2f}×. Start-up, not in the times above: local pool "
             f"{seconds(start['local'])}, `LocalCluster` {seconds(start['dask'])}{started}. The layouts were {equal}. "
-            f"(`python bench/dask_projection.py`; {source(results, 'dask_projection')}.)\n")
+            f"(`python -m bench.dask_projection`; {source(results, 'dask_projection')}.)\n")
 
 
 
@@ -150,4 +150,4 @@ def dask_stats(results: Results) -> str:
             f"Medians: {'; '.join(summaries)} (the command's own peak memory; with `--jobs` and `--dask` the workers' "
             f"is not in it). "
             f"The atlases were {equal}.{parse} "
-            f"(`python bench/dask_stats.py`; {source(results, 'dask_stats')}.)\n")
+            f"(`python -m bench.dask_stats`; {source(results, 'dask_stats')}.)\n")
