@@ -21,6 +21,48 @@ def families(results: Results) -> str:
             f"min / median / max of {result['gate'][0]['seconds']['runs']}: {gates}. ({source(results, 'families')}.)\n")
 
 
+def _sweep_release(result: dict, newest: bool) -> dict:
+    """The pinned (first) or the newest (last) release of ``bench.family_sweep``'s result."""
+    releases = result["releases"]
+    return releases[-1] if newest else releases[0]
+
+
+def _exact(release: dict, part: str) -> float:
+    return float(release["summary"][part].get("exact", 0))
+
+
+#: the issue's goals for the families, judged on the newest transformers release the declared range allows
+SWEEP_GOALS = (Goal("of the 57 model types of issue 27 exact with the newest transformers allowed", 52, "", False,
+                    "family_sweep", "exact with the newest release", lambda r: _exact(_sweep_release(r, True),
+                                                                                        "issue_27"), digits=0),
+               Goal("of the held-out batch of 32 exact with the newest transformers allowed", 24, "", False,
+                    "family_sweep", "exact with the newest release", lambda r: _exact(_sweep_release(r, True),
+                                                                                        "held_out"), digits=0))
+
+
+@figure("family-sweep")
+def family_sweep(results: Results) -> str:
+    """docs/families.md: every registered text model type through qkviz, on the pinned and the newest release."""
+    result = results("family_sweep")
+
+    def outcome(release: dict) -> str:
+        counts = release["summary"]["all"]
+        failures = release["summary"]["failures"]
+        return (f"transformers {release['transformers']}: {counts['tried']} types, {counts.get('exact', 0)} exact, "
+                f"{counts.get('refused', 0)} refused in one line, {counts.get('config cannot be built', 0)} whose tiny "
+                f"configuration cannot be built; " + (f"**failures: {', '.join(failures)}**" if failures
+                                                       else "no traceback, time-out or wrong result"))
+
+    pinned, newest = _sweep_release(result, False), _sweep_release(result, True)
+    issue, held = SWEEP_GOALS
+    return (f"Measured by `python -m bench.family_sweep`: {outcome(pinned)}; {outcome(newest)}. The 57 types of "
+            f"issue 27: {_exact(pinned, 'issue_27'):.0f} exact with {pinned['transformers']}, "
+            f"{_exact(newest, 'issue_27'):.0f} with {newest['transformers']} (goal {verdict(issue, results)}). The "
+            f"held-out batch of 32: {_exact(pinned, 'held_out'):.0f} exact with {pinned['transformers']}, "
+            f"{_exact(newest, 'held_out'):.0f} with {newest['transformers']} (goal {verdict(held, results)}). "
+            f"({source(results, 'family_sweep')}.)\n")
+
+
 @figure("gate-cost")
 def gate_cost(results: Results) -> str:
     """benchmarks.md's overhead: the exactness gate's seconds against a whole extraction's, and its error."""
@@ -45,7 +87,7 @@ def gate_cost(results: Results) -> str:
             f"{len(result['windowed'])} windowed ones on their long input, MiniLM, SmolLM2 and a random 32-layer "
             f"Llama: {worst['float32']:.1e} in float32 ({worst.get('model') or worst['model_type']}), {lifted:.1e} for "
             f"half-precision models on float32 weights; compared in their own half precision instead: {own}. A term "
-            f"left out (gpt-oss's sink logits): {result['missing_term']['float32']:.2f}. `bench/gate_error.py` "
+            f"left out (gpt-oss's sink logits): {result['missing_term']['float32']:.2f}. `python -m bench.gate_error` "
             f"({source(results, 'gate_error')}).\n")
 
 

@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 GATE_TOKENS = 40
 GATE_SENTENCES = 2
 
-#: the bounds of :func:`tolerance`, set from ``bench/results/gate_error.json`` (``bench/gate_error.py``)
+#: the bounds of :func:`tolerance`, set from ``bench/results/gate_error.json`` (``python -m bench.gate_error``)
 FLOAT32_BOUND = 2e-3
 HALF_BOUNDS = {torch.float16: 3e-2, torch.bfloat16: 0.3}
 

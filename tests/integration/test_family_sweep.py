@@ -1,7 +1,7 @@
 """The held-out batch: 32 text model types that no issue names, drawn at random from transformers' registry
 (``support.family_sweep.HELD_OUT``), each exact, refused in one line, or its tiny configuration cannot be built
 (stated) — never a traceback, a time-out or a run whose attention differs from the model's own. The whole registry
-is swept by ``bench/family_sweep.py`` (``bench/results/family_sweep.json``, checked here too)."""
+is swept by ``python -m bench.family_sweep`` (``bench/results/family_sweep.json``, checked here too)."""
 
 import json
 
@@ -39,7 +39,7 @@ def test_the_held_out_batch_is_the_seeded_draw_from_the_registry():
 
 
 def test_the_sweep_results_cover_the_registry_with_no_failure():
-    """``bench/family_sweep.py``'s last run: every registered text type of the pinned release tried, on the pinned
+    """``python -m bench.family_sweep``'s last run: every registered text type of the pinned release tried, on the pinned
     and the newest release allowed, and none ended in a failure."""
     result = json.loads((REPO / "bench" / "results" / "family_sweep.json").read_text(encoding="utf-8"))
     releases = {release["transformers"]: release for release in result["figures"]["releases"]}

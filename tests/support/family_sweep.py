@@ -2,7 +2,7 @@
 or its tiny configuration cannot be built (stated). Nothing else: a traceback, a time-out or a run whose attention
 differs from the model's own is a failure of qkviz.
 
-Used by ``bench/family_sweep.py`` (all types, on the pinned and the newest transformers the range allows, into
+Used by ``python -m bench.family_sweep`` (all types, on the pinned and the newest transformers the range allows, into
 ``bench/results/family_sweep.json``) and by ``tests/integration/test_family_sweep.py`` (the held-out batch).
 
 *Exact* is checked twice and independently of each other: the exactness gate passed, and the attention recomputed
