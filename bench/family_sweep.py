@@ -66,15 +66,21 @@ def summarise(release: dict) -> dict:
             "failures": sorted(t for t, row in by_type.items() if row["status"] in FAILURES)}
 
 
-def in_child(python_path: str, types: list[str] | None, seconds: int) -> dict:
-    """:func:`sweep` in a child process with ``python_path`` first on its path (another transformers release)."""
+def start_child(python_path: str, types: list[str] | None, seconds: int) -> tuple[subprocess.Popen, Path]:
+    """:func:`sweep` started in a child process with ``python_path`` first on its path (another transformers
+    release), beside this one (one core each); :func:`child_result` waits for it."""
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"family_sweep_{os.getpid()}.json"
     command = [sys.executable, "-m", "bench.family_sweep", "--child", str(out), "--seconds", str(seconds)]
     if types:
         command += ["--types", ",".join(types)]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [python_path, str(REPO),
                                                                              os.environ.get("PYTHONPATH")]))}
-    subprocess.run(command, check=True, env=environment, cwd=REPO)
+    return subprocess.Popen(command, env=environment, cwd=REPO), out
+
+
+def child_result(child: subprocess.Popen, out: Path) -> dict:
+    if child.wait() != 0:
+        raise SystemExit(f"the sweep on the newest release ended with status {child.returncode}")
     try:
         return json.loads(out.read_text(encoding="utf-8"))
     finally:
@@ -95,16 +101,17 @@ def main(argv: list[str] | None = None) -> None:
         return
     recorder = Recorder("family_sweep", {key: value for key, value in vars(args).items() if key != "child"},
                         args.out)
-    releases = []
-    for release in args.releases.split(","):
-        if release == "pinned":
-            releases.append(sweep(args.types, args.seconds))
-        elif release == "newest":
-            if installed_version() is None:
-                raise SystemExit(f"{NEWEST_DIRECTORY} holds no transformers: run scripts/setup.sh")
-            releases.append(in_child(str(NEWEST_DIRECTORY), args.types, args.seconds))
-        else:
-            raise SystemExit(f"--releases: {release!r} is not pinned or newest")
+    wanted = args.releases.split(",")
+    if set(wanted) - {"pinned", "newest"}:
+        raise SystemExit(f"--releases: {args.releases!r} names something other than pinned and newest")
+    child = None
+    if "newest" in wanted:
+        if installed_version() is None:
+            raise SystemExit(f"{NEWEST_DIRECTORY} holds no transformers: run scripts/setup.sh")
+        child = start_child(str(NEWEST_DIRECTORY), args.types, args.seconds)
+    releases = [sweep(args.types, args.seconds)] if "pinned" in wanted else []
+    if child is not None:
+        releases.append(child_result(*child))
     for release in releases:
         release["summary"] = summarise(release)
     path = recorder.write(releases=releases, goals=GOALS)

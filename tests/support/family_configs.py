@@ -90,6 +90,10 @@ OVERRIDES: dict[str, dict] = {
     "mamba2": dict(num_heads=HEADS, head_dim=2 * HIDDEN // HEADS, n_groups=1, state_size=8),
     "whisper": dict(d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=HEADS,
                     decoder_attention_heads=HEADS, encoder_ffn_dim=2 * HIDDEN, decoder_ffn_dim=2 * HIDDEN),
+    # an image-text model whose text decoder (Persimmon) reads token ids as they are
+    "fuyu": dict(text_config=dict(vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
+                                  num_hidden_layers=LAYERS, num_attention_heads=HEADS, max_position_embeddings=CONTEXT,
+                                  initializer_range=INIT_RANGE), image_token_id=VOCAB_SIZE - 1, patch_size=4),
     "longcat_flash": dict(_MLA, n_routed_experts=4, moe_topk=2, expert_ffn_hidden_size=HIDDEN, zero_expert_num=0),
     "mellum": dict(_MOE, moe_intermediate_size=HIDDEN),
     # the byte latent transformer: a patcher, a local encoder and decoder and a global model, each with its own shape

@@ -111,6 +111,7 @@ def model_attentions(model, token_ids: list[list[int]]) -> list[torch.Tensor]:
         input_ids[row, :len(ids)] = torch.tensor(ids)
         mask[row, :len(ids)] = 1
     model.set_attn_implementation("eager")
+    model.config._attn_implementation = "eager"    # families with their own attention code ignore the call above
     device = next(model.parameters()).device
     with torch.no_grad():
         attentions = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
