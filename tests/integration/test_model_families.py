@@ -12,6 +12,7 @@ import pytest
 import torch
 from support import CORPUS
 from support.family_configs import tiny_family_model
+from support.family_sweep import model_attentions as eager_attentions
 from support.tiny_models import decoder_tokenizer
 
 import qkviz
@@ -32,17 +33,7 @@ def model_attentions(model, run: qkviz.Run, sentences: list[int]) -> tuple[list[
     """The token ids of ``sentences`` and the model's eager attention ``[batch, head, query, key]`` of every layer
     that has attention, for one right-padded batch of them."""
     token_ids = [run.tokens.token_id.to_numpy()[run.sentence_tokens(s)].tolist() for s in sentences]
-    width = max(len(ids) for ids in token_ids)
-    input_ids = torch.zeros((len(token_ids), width), dtype=torch.long)
-    mask = torch.zeros_like(input_ids)
-    for row, ids in enumerate(token_ids):
-        input_ids[row, :len(ids)] = torch.tensor(ids)
-        mask[row, :len(ids)] = 1
-    model.set_attn_implementation("eager")
-    model.config._attn_implementation = "eager"    # families with their own attention code ignore the call above
-    with torch.no_grad():
-        attentions = model(input_ids=input_ids, attention_mask=mask, output_attentions=True).attentions
-    return token_ids, [layer for layer in attentions if layer is not None]
+    return token_ids, eager_attentions(model, token_ids)
 
 
 @pytest.mark.parametrize("family", MODEL_FAMILIES, ids=lambda family: family.model_type)
