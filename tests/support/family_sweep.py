@@ -13,6 +13,7 @@ sentences of different lengths in one padded batch to :data:`TOLERANCE`.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import random
 import signal
 import tempfile
@@ -101,9 +102,10 @@ def time_limit(seconds: int):
         signal.signal(signal.SIGALRM, previous)
 
 
-def model_attentions(model, token_ids: list[list[int]]) -> list[torch.Tensor]:
-    """The model's eager attention ``[batch, head, query, key]`` of every layer that has attention, for one
-    right-padded batch of ``token_ids``."""
+def model_attentions(model, token_ids: list[list[int]], layers: list[int] | None = None) -> list[torch.Tensor]:
+    """The model's eager attention ``[batch, head, query, key]`` of every layer that has attention (of the model
+    layers ``layers`` where given: a hybrid model's other layers may return weights of their own), for one
+    right-padded batch of ``token_ids``, computed as qkviz's own passes run the model: whole, without a cache."""
     width = max(len(ids) for ids in token_ids)
     input_ids = torch.zeros((len(token_ids), width), dtype=torch.long)
     mask = torch.zeros_like(input_ids)
@@ -113,9 +115,12 @@ def model_attentions(model, token_ids: list[list[int]]) -> list[torch.Tensor]:
     model.set_attn_implementation("eager")
     model.config._attn_implementation = "eager"    # families with their own attention code ignore the call above
     device = next(model.parameters()).device
+    no_cache = {"use_cache": False} if "use_cache" in inspect.signature(type(model).forward).parameters else {}
     with torch.no_grad():
-        attentions = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
-                           output_attentions=True).attentions
+        attentions = model(input_ids=input_ids.to(device), attention_mask=mask.to(device), output_attentions=True,
+                           **no_cache).attentions
+    if layers is not None and len(attentions) > len(layers) and max(layers) < len(attentions):
+        return [attentions[layer] for layer in layers]      # one entry per model layer: the attention layers' own
     return [layer for layer in attentions if layer is not None]
 
 
@@ -124,7 +129,9 @@ def eager_error(model, run, sentences: int = CHECKED_SENTENCES) -> tuple[float, 
     layer, head and pair of the run's first ``sentences``; the second shows that the comparison could fail."""
     token_ids = [run.tokens.token_id.to_numpy()[run.sentence_tokens(s)].tolist()
                  for s in range(min(sentences, run.n_sentences))]
-    attentions = model_attentions(model, token_ids)
+    model_layers = run.manifest["shape"].get("model_layers")
+    subset = model_layers is not None and list(model_layers) == sorted(set(model_layers))   # not a shared layer's calls
+    attentions = model_attentions(model, token_ids, list(model_layers) if subset else None)
     if len(attentions) != run.n_layers:
         return float("inf"), 0.0
     worst, departure = 0.0, 0.0
