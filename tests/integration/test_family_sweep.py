@@ -8,8 +8,8 @@ import json
 import pytest
 import transformers
 from support import CORPUS, REPO
-from support.family_sweep import (EXACT, FAILURES, HELD_OUT, HELD_OUT_SIZE, NO_CONFIG, REFUSED, held_out_batch,
-                                  registered_text_types, sweep_type)
+from support.family_sweep import (EXACT, FAILURES, HELD_OUT, HELD_OUT_SIZE, NO_CONFIG, REFUSED, TOLERANCE,
+                                  held_out_batch, registered_text_types, sweep_type)
 from support.tiny_models import decoder_tokenizer
 
 SENTENCES = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line][:6]
@@ -26,7 +26,7 @@ def test_a_held_out_model_type_is_exact_or_refused_in_one_line(model_type, token
     row = sweep_type(model_type, SENTENCES, tokenizer)
     assert row["status"] in (EXACT, REFUSED, NO_CONFIG), row
     if row["status"] == EXACT:
-        assert row["max_error"] <= 1e-5 and row["gate_error"] <= 1e-4, row
+        assert row["max_error"] <= TOLERANCE and row["gate_error"] <= TOLERANCE, row
         assert row["departure_from_uniform"] > 0.05, f"{model_type}: attention near uniform; the check proves nothing"
     if row["status"] == REFUSED:
         assert row["why"].startswith(f"{model_type}: ") or model_type.replace("-", "_") in row["why"], row
