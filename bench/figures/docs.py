@@ -55,12 +55,16 @@ def family_sweep(results: Results) -> str:
 
     pinned, newest = _sweep_release(result, False), _sweep_release(result, True)
     issue, held = SWEEP_GOALS
+    exact = [row for row in pinned["rows"] + newest["rows"] if row["status"] == "exact"]
+    worst = max(exact, key=lambda row: row["max_error"])
+    typical = sorted(row["max_error"] for row in exact)[len(exact) // 2]
     return (f"Measured by `python -m bench.family_sweep`: {outcome(pinned)}; {outcome(newest)}. The 57 types of "
             f"issue 27: {_exact(pinned, 'issue_27'):.0f} exact with {pinned['transformers']}, "
             f"{_exact(newest, 'issue_27'):.0f} with {newest['transformers']} (goal {verdict(issue, results)}). The "
             f"held-out batch of 32: {_exact(pinned, 'held_out'):.0f} exact with {pinned['transformers']}, "
             f"{_exact(newest, 'held_out'):.0f} with {newest['transformers']} (goal {verdict(held, results)}). "
-            f"({source(results, 'family_sweep')}.)\n")
+            f"Largest difference from the model's own attention over every exact run: {worst['max_error']:.1e} "
+            f"({worst['model_type']}), median {typical:.1e}. ({source(results, 'family_sweep')}.)\n")
 
 
 @figure("gate-cost")
