@@ -47,11 +47,12 @@ def test_unknown_model_names_the_bundled_ones(tmp_path):
 
 
 def test_a_refused_family_says_why_in_one_line(tmp_path):
-    config = transformers.BloomConfig(vocab_size=50, hidden_size=16, n_layer=1, n_head=2)
-    config.architectures = ["BloomModel"]
-    config.save_pretrained(tmp_path / "bloom")
-    assert_one_line_error(qkviz("extract", "--model", str(tmp_path / "bloom"), "--out", str(tmp_path / "r")),
-                          "bloom model not supported", "ALiBi adds a distance-dependent bias")
+    config = transformers.MPNetConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=32)
+    config.architectures = ["MPNetModel"]
+    config.save_pretrained(tmp_path / "mpnet")
+    assert_one_line_error(qkviz("extract", "--model", str(tmp_path / "mpnet"), "--out", str(tmp_path / "r")),
+                          "mpnet model not supported", "MPNet adds a learned relative-position bias")
     assert not (tmp_path / "r").exists()
 
 

@@ -94,6 +94,9 @@ OVERRIDES: dict[str, dict] = {
     "fuyu": dict(text_config=dict(vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
                                   num_hidden_layers=LAYERS, num_attention_heads=HEADS, max_position_embeddings=CONTEXT,
                                   initializer_range=INIT_RANGE), image_token_id=VOCAB_SIZE - 1, patch_size=4),
+    # XLM and FlauBERT draw weights with init_std, not initializer_range
+    "xlm": dict(init_std=INIT_RANGE),
+    "flaubert": dict(init_std=INIT_RANGE),
     "longcat_flash": dict(_MLA, n_routed_experts=4, moe_topk=2, expert_ffn_hidden_size=HIDDEN, zero_expert_num=0),
     "mellum": dict(_MOE, moe_intermediate_size=HIDDEN),
     # the byte latent transformer: a patcher, a local encoder and decoder and a global model, each with its own shape

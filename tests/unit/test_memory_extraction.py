@@ -106,7 +106,8 @@ def test_bundled_minilm_in_memory_is_exact(tmp_path):
 
 
 def refused_model():
-    config = transformers.BloomConfig(vocab_size=50, hidden_size=16, n_layer=1, n_head=2)
+    config = transformers.MPNetConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=32)
     return AutoModel.from_config(config)
 
 
@@ -121,7 +122,7 @@ def test_bad_models_and_tokenizers_are_one_line_errors(tiny_model, tmp_path):
     nameless = AutoModel.from_config(config)
     cases = [
         (dict(model=torch.nn.Linear(2, 2), tokenizer=tokenizer), "not a transformers model"),
-        (dict(model=refused_model(), tokenizer=tokenizer), "model object BloomModel: bloom model not supported: ALiBi"),
+        (dict(model=refused_model(), tokenizer=tokenizer), "model object MPNetModel: mpnet model not supported: MPNet adds"),
         (dict(model=bert, tokenizer=minilm_tokenizer), "tokenizer does not match the model: it gives token id"),
         (dict(model=bert, tokenizer=transformers.ByT5Tokenizer()), "slow tokenizer"),
         (dict(model=bert, tokenizer="bert-base-uncased"), "not a transformers tokenizer"),
