@@ -135,10 +135,10 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     device = str(next(loaded.model.parameters()).device)
     shape = adapter.shape(loaded.model.config)
     with model_step(adapter.family, IDENTITY):
-        model = model_identity(loaded, adapter.family)
+        model_hashes = model_identity(loaded, adapter.family)
     identity = {
         "schema_version": run_files.SCHEMA_VERSION,
-        "model": model,
+        "model": model_hashes,
         "corpus": run_input.corpus,
         "selection": run_input.selection,
         "dtype": dtype,
