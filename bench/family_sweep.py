@@ -5,7 +5,7 @@ Each type is a tiny random model (``tests/support/family_configs.py``) extracted
 from the run compared with the model's own eager attention (``tests/support/family_sweep.py``). The newest release
 runs in a child process with the release that ``scripts/newest_transformers.py`` installed (by ``scripts/setup.sh``)
 first on its path. The result says, per release, every type's outcome, and the counts for the 57 types of issue 27
-and for the held-out batch of 32 types no issue names (goals: at least 52 and 24 exact; no failure anywhere).
+and for the held-out batch of 32 types no issue names (the goals are judged in ``bench.figures.docs``).
 
     python -m bench.family_sweep                  # both releases: bench/results/family_sweep.json (~1 h on 2 cores)
     python -m bench.family_sweep --types llama,gptj --out /tmp/sweep.json
@@ -29,7 +29,6 @@ from scripts.newest_transformers import NEWEST_DIRECTORY, installed_version
 REPO = Path(__file__).resolve().parent.parent
 #: a smoke run: two types (one exact, one without attention) on the pinned release
 SMOKE_TYPES = ["llama", "mamba2"]
-GOALS = {"issue_27_exact": 52, "held_out_exact": 24}
 
 
 def sweep(types: list[str] | None, seconds: int) -> dict:
@@ -114,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         releases.append(child_result(*child))
     for release in releases:
         release["summary"] = summarise(release)
-    path = recorder.write(releases=releases, goals=GOALS)
+    path = recorder.write(releases=releases)
     print(f"wrote {path}")
 
 

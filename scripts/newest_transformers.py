@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -49,7 +50,7 @@ def install(version: str, directory: Path = NEWEST_DIRECTORY) -> None:
     """``transformers==version`` into ``directory`` (replacing what is there), then an import check with the venv's
     own dependencies."""
     staging = directory.with_name(directory.name + ".partial")
-    subprocess.run(["rm", "-rf", str(staging)], check=True)
+    shutil.rmtree(staging, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(staging),
                     f"transformers=={version}"], check=True)
     check = subprocess.run([sys.executable, "-c", "import transformers, transformers.models.auto.modeling_auto; "
@@ -59,7 +60,7 @@ def install(version: str, directory: Path = NEWEST_DIRECTORY) -> None:
         last = (check.stderr.strip().splitlines() or ["?"])[-1]
         raise SystemExit(f"transformers {version} does not import with this venv's dependencies ({last}): raise the "
                          "pins in constraints.txt or narrow pyproject.toml's range")
-    subprocess.run(["rm", "-rf", str(directory)], check=True)
+    shutil.rmtree(directory, ignore_errors=True)
     staging.rename(directory)
 
 

@@ -22,7 +22,7 @@ STEPS = {"CHUNK_BYTES": "chunk_capture", "bytes_per_token": "text_capture", "chu
          "REFUSED": "model_families", "counts": "model_families", "EXACT": "model_families",
          # the exactness gate's parts, which bench.gate_error measures one by one
          "GateInput": "exactness_gate", "measure": "exactness_gate", "FLOAT32_BOUND": "exactness_gate",
-         "float32_weights": "float32_reference",
+         "float32_weights": "float32_reference", "forward": "forward_pass",
          "compared_rows": "attention_span", "long_input_tokens": "attention_span", "attention_layers": "chunk_capture",
          "model_for_extraction": "borrowed_model", "LayerAttentionSettings": "capture"}
 __all__ += list(STEPS)

@@ -7,12 +7,11 @@ far from uniform, so the comparison can fail. Refused: the one-line error quotes
 directory is left behind.
 """
 
-import numpy as np
 import pytest
 import torch
 from support import CORPUS
 from support.family_configs import tiny_family_model
-from support.family_sweep import model_attentions as eager_attentions
+from support.family_sweep import eager_error
 from support.tiny_models import decoder_tokenizer
 
 import qkviz
@@ -27,13 +26,6 @@ CHECKED = 3
 @pytest.fixture(scope="module")
 def tokenizer():
     return decoder_tokenizer(CORPUS.read_text(encoding="utf-8").splitlines())
-
-
-def model_attentions(model, run: qkviz.Run, sentences: list[int]) -> tuple[list[list[int]], list[torch.Tensor]]:
-    """The token ids of ``sentences`` and the model's eager attention ``[batch, head, query, key]`` of every layer
-    that has attention, for one right-padded batch of them."""
-    token_ids = [run.tokens.token_id.to_numpy()[run.sentence_tokens(s)].tolist() for s in sentences]
-    return token_ids, eager_attentions(model, token_ids)
 
 
 @pytest.mark.parametrize("family", MODEL_FAMILIES, ids=lambda family: family.model_type)
@@ -53,18 +45,7 @@ def test_every_family_is_exact_or_refused_in_one_line(family, tokenizer, tmp_pat
 def assert_exact(name: str, model, tokenizer, out) -> qkviz.Run:
     """Extract ``model`` to ``out`` and check its run against the model's own eager attention (the module doc)."""
     run = qkviz.extract(model, SENTENCES, out, tokenizer=tokenizer, progress=False)
-    token_ids, attentions = model_attentions(model, run, list(range(CHECKED)))
-    assert len(attentions) == run.n_layers
-    worst, departure = 0.0, 0.0
-    for layer in range(run.n_layers):
-        for head in range(run.n_heads):
-            for row, ids in enumerate(token_ids):
-                n = len(ids)
-                ours = run.attention(layer, head, row)
-                theirs = attentions[layer][row, head, :n, :n].double().numpy()
-                worst = max(worst, float(np.abs(ours - theirs).max()))
-                allowed = ours > 0
-                departure = max(departure, float(np.abs(theirs - allowed / allowed.sum(1, keepdims=True)).max()))
+    worst, departure = eager_error(model, run, CHECKED)     # the model's own attention, on the run's sentences
     assert worst <= TOLERANCE, f"{name}: max abs error {worst:.2e}"
     assert departure > 0.05, f"{name}: attention is near uniform ({departure:.3f}); the test proves nothing"
     gate = run.manifest["extraction"]["exactness_gate"]

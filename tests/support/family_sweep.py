@@ -13,7 +13,6 @@ sentences of different lengths in one padded batch within :data:`TOLERANCE` (the
 from __future__ import annotations
 
 import contextlib
-import inspect
 import random
 import signal
 import tempfile
@@ -26,7 +25,7 @@ import torch
 import transformers
 from transformers.models.auto import modeling_auto
 
-from qkviz.extraction import FLOAT32_BOUND
+from qkviz.extraction import FLOAT32_BOUND, forward
 
 from .family_configs import tiny_family_model
 
@@ -120,10 +119,9 @@ def model_attentions(model, token_ids: list[list[int]], layers: list[int] | None
     model.set_attn_implementation("eager")
     model.config._attn_implementation = "eager"    # families with their own attention code ignore the call above
     device = next(model.parameters()).device
-    no_cache = {"use_cache": False} if "use_cache" in inspect.signature(type(model).forward).parameters else {}
     with torch.no_grad():
-        attentions = model(input_ids=input_ids.to(device), attention_mask=mask.to(device), output_attentions=True,
-                           **no_cache).attentions
+        attentions = forward(model, input_ids=input_ids.to(device), attention_mask=mask.to(device),
+                             output_attentions=True).attentions
     if layers is not None and len(attentions) > len(layers) and max(layers) < len(attentions):
         return [attentions[layer] for layer in layers]      # one entry per model layer: the attention layers' own
     return [layer for layer in attentions if layer is not None]
