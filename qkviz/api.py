@@ -117,6 +117,21 @@ class Run(StoredRun):
         search (what :meth:`partners` asks)."""
         return PartnerIndexes(self)
 
+    def explain(self, layer: int, head: int, query: int, key: int, by: str = "pair", *, model=None,
+                device: str = "cpu") -> pd.DataFrame:
+        """Why token ``query`` meets token ``key`` in head ``(layer, head)``: its pre-softmax logit split exactly by
+        the parts of the residual stream that wrote the query and the key (embeddings, each earlier head and MLP,
+        the biases; :mod:`qkviz.explain`).
+
+        ``query`` and ``key`` are token indices (rows of :attr:`tokens`, of ``queries`` / ``keys``), in one sequence
+        or two. ``by="pair"`` gives columns ``query_part``, ``key_part``, ``contribution``; ``"query"`` and
+        ``"key"`` one row per part of that side (``part``, ``contribution``); ``"dimension"`` the split over
+        dimensions or rotary frequency bands. Rows add up to ``frame.attrs["logit"]``. The run's model is loaded on
+        first use (once per process); a notebook run passes its model as ``model=``."""
+        from qkviz.explain import explain_pair
+
+        return explain_pair(self, layer, head, query, key, by, model=model, device=device)
+
     def plot(self, layer: int, head: int, colour: str = "position", method: str | None = None, dim: int = 2, *,
              progress: bool = True, **options) -> "go.Figure":
         """One head's joint query+key layout as a Plotly figure: queries circles, keys diamonds, coloured by

@@ -24,7 +24,10 @@ STEPS = {"CHUNK_BYTES": "chunk_capture", "bytes_per_token": "text_capture", "chu
          "GateInput": "exactness_gate", "measure": "exactness_gate", "FLOAT32_BOUND": "exactness_gate",
          "float32_weights": "float32_reference", "forward": "forward_pass",
          "compared_rows": "attention_span", "long_input_tokens": "attention_span", "attention_layers": "chunk_capture",
-         "model_for_extraction": "borrowed_model", "LayerAttentionSettings": "capture"}
+         "model_for_extraction": "borrowed_model", "LayerAttentionSettings": "capture",
+         # the split of a layer's queries and keys by the parts of the residual stream (qkviz.explain)
+         "query_key_parts": "residual_parts", "layer_query_key_parts": "residual_parts",
+         "AttributionRefused": "residual_parts", "model_identity": "run_manifest"}
 __all__ += list(STEPS)
 
 

@@ -1,0 +1,13 @@
+"""Why a query meets its keys: the exact split of a head's attention logits by the parts of the residual stream.
+
+The parts are what wrote the stream entering the head's layer -- token and position embeddings, each earlier head,
+each earlier MLP, the biases -- each carried through every norm with its divisor fixed at its real value
+(:mod:`qkviz.extraction.residual_parts`). :func:`explain_pair` splits one logit (by query part x key part, by one
+side, or by dimension / rotary band); the model is the run's own, loaded on demand once per process
+(:mod:`.model_on_demand`).
+"""
+
+from qkviz.explain.model_on_demand import run_model
+from qkviz.explain.pair_logit import explain_pair
+
+__all__ = ["explain_pair", "run_model"]

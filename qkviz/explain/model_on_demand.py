@@ -1,0 +1,77 @@
+"""The model a run was extracted from, loaded when an explanation first needs it, once per process.
+
+A run made from a bundled model or a saved model directory names it in its manifest (``model.id``); that model is
+loaded on first use and kept for the rest of the process. A notebook passes its model object (``model=``). Either
+way the model must be the run's own: its weights and configuration hash to what the run recorded, or the
+explanation is refused in one line (an explanation of other weights would not split the stored logits).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from qkviz.core.errors import QkvizError
+from qkviz.store.run import StoredRun
+
+logger = logging.getLogger(__name__)
+
+#: (model id, device) -> the loaded model, for the life of the process
+_LOADED: dict[tuple[str, str], object] = {}
+#: id(model object) -> the identity hashes computed for it
+_IDENTITIES: dict[int, dict] = {}
+
+
+def _identity(model, family: str) -> dict:
+    from types import SimpleNamespace
+
+    from qkviz.extraction import model_identity
+
+    known = _IDENTITIES.get(id(model))
+    if known is None:
+        known = _IDENTITIES[id(model)] = model_identity(SimpleNamespace(model=model), family)
+    return known
+
+
+def _check_same_model(run: StoredRun, model, where: str) -> None:
+    recorded = run.manifest.get("model", {})
+    family = recorded.get("family", "")
+    identity = _identity(model, family)
+    for key in ("weights_sha256", "config_sha256"):
+        if recorded.get(key) and identity[key] != recorded[key]:
+            what = "weights" if key == "weights_sha256" else "configuration"
+            raise QkvizError(f"{where} is not the model run {run.path} was extracted from (its {what} differ); "
+                             "pass the run's own model (model=)")
+
+
+def run_model(run: StoredRun, model=None, device: str = "cpu"):
+    """The run's model, in eval mode: ``model`` if given (checked to be the run's own), else the model the manifest
+    names, loaded once per process. A run whose model cannot be found is refused in one line that names what was
+    looked for."""
+    if run.is_image_run:
+        raise QkvizError(f"run {run.path} is an image run; query-key attribution splits text runs' logits")
+    if model is not None:
+        _check_same_model(run, model, f"the model given ({type(model).__name__})")
+        return model.eval()
+    recorded = run.manifest.get("model", {})
+    spec = str(recorded.get("id", ""))
+    key = (spec, device)
+    if key in _LOADED:
+        return _LOADED[key]
+    if recorded.get("in_memory"):
+        raise QkvizError(f"run {run.path} was extracted from a model in memory ({recorded.get('class')}, "
+                         f"{recorded.get('name_or_path') or 'no name or path'}); pass it as model=")
+    from qkviz.extraction import BUNDLED_MODELS, load_model
+
+    if spec not in BUNDLED_MODELS and not Path(spec).expanduser().is_dir():
+        raise QkvizError(f"run {run.path}: its model {spec!r} is neither a bundled model "
+                         f"({', '.join(BUNDLED_MODELS)}) nor a model directory here; pass it as model=")
+    logger.info("loading %s for attribution (once per process)", spec)
+    try:
+        loaded = load_model(spec, device=device)
+    except QkvizError as error:
+        raise QkvizError(f"run {run.path}: its model {spec!r} cannot be loaded ({error}); pass it as model=") \
+            from None
+    _check_same_model(run, loaded.model, f"model {spec!r}")
+    _LOADED[key] = loaded.model
+    return loaded.model

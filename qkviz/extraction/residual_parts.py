@@ -1,0 +1,529 @@
+"""The residual stream entering a layer, split into the parts that wrote it, and each part's query and key.
+
+One forward pass of one sequence (:class:`ResidualTrace`) keeps, at the tokens asked for, what every layer reads and
+writes: its input, what enters its attention's output projection (every head's output side by side), the
+projection's output, every norm's input and output, and every sub-module output of the stream's width. From those:
+
+* **the first layer's input** is the token embedding (``embed``), plus the position and token-type embeddings of
+  absolute-position models (``position``, ``token_type``), through the embedding norm where there is one;
+* **each layer** adds each head's output through its slice of the output projection (``L{l}H{h}``), the
+  projection's bias (``L{l}.attn_bias``) and its MLP (``L{l}.mlp``: everything else the layer adds, checked to be
+  the output of one of its own sub-modules). A norm on the attention's output (Gemma's and OLMo 2's post-norms)
+  is applied to each head with its divisor fixed (:mod:`qkviz.extraction.frozen_norm`); in a post-norm encoder
+  (BERT), whose norms re-normalise the whole stream, every part is carried through each norm the same way. A norm's
+  bias is a part of its own (``L{l}.<norm>.bias``).
+
+At layer ``L`` the parts go through the layer's input norm (divisor fixed; its bias a part), then through the
+layer's own attention module, once for all parts as one batch, with every norm inside it (QK-norm) fixed too, at
+each token's own position (rotary families rotate each part where its token is). What the module adds to every
+row alike (the projections' biases, the QK-norm's bias) is the part ``L{L}.query_bias`` or ``L{L}.key_bias``.
+
+Every step is checked against the model's own numbers, at every traced token: the parts of each layer's input add
+up to that input, the heads to the projection's output, the MLP part to a module's output, and the query and key
+parts to the model's own query and key. A family where one does not hold is refused in one line
+(:class:`AttributionRefused`): the split is exact or it is not given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from qkviz.core.errors import QkvizError
+from qkviz.extraction.adapters import FamilyAdapter, ModelShape
+from qkviz.extraction.capture import AttentionRecorder, LayerCalls, capturing
+from qkviz.extraction.forward_pass import forward
+from qkviz.extraction.frozen_norm import FrozenNorm, UnknownNorm, frozen_norm, is_norm
+
+#: how closely each reconstruction must match the model's own tensor, relative to that tensor's largest entry
+#: (float32 arithmetic over a few hundred parts)
+MATCH_TOLERANCE = 2e-4
+
+
+class AttributionRefused(QkvizError):
+    """The split of this family's residual stream cannot be made exact (the one-line reason says which step)."""
+
+
+def _close(reconstructed: torch.Tensor, real: torch.Tensor) -> bool:
+    if reconstructed.shape != real.shape:
+        return False
+    size = max(float(real.abs().max()), 1e-6)
+    return float((reconstructed.double() - real.double()).abs().max()) <= MATCH_TOLERANCE * size
+
+
+@dataclass
+class StreamParts:
+    """Parts of the residual stream at the traced tokens: ``vectors[p]`` ``[token, width]`` (float64)."""
+
+    names: list[str] = field(default_factory=list)
+    vectors: list[torch.Tensor] = field(default_factory=list)
+
+    def add(self, name: str, vector: torch.Tensor) -> None:
+        self.names.append(name)
+        self.vectors.append(vector.double())
+
+    def total(self) -> torch.Tensor:
+        return torch.stack(self.vectors).sum(dim=0)
+
+    def through(self, norm: FrozenNorm) -> "StreamParts":
+        """Every part through ``norm``'s linear part (its divisor fixed per token)."""
+        return StreamParts(list(self.names), [norm.linear(vector) for vector in self.vectors])
+
+
+@dataclass
+class QueryKeyParts:
+    """The query and key of every head at the traced tokens, split by part: ``queries[p]`` ``[head, token, d_head]``
+    for ``query_names[p]``, ``keys[p]`` ``[kv_head, token, d_head]`` for ``key_names[p]`` (float64); the model's own
+    ``query`` and ``key`` they add up to."""
+
+    query_names: list[str]
+    queries: np.ndarray
+    key_names: list[str]
+    keys: np.ndarray
+    query: np.ndarray
+    key: np.ndarray
+
+
+@dataclass
+class _LayerRecord:
+    input: torch.Tensor | None = None
+    output: torch.Tensor | None = None
+    heads_in: torch.Tensor | None = None          # what enters the output projection [token, heads x d_value]
+    heads_out: torch.Tensor | None = None         # the projection's output [token, width]
+    attention_args: tuple | None = None
+    attention_kwargs: dict | None = None
+    attention_input: torch.Tensor | None = None   # the attention module's hidden_states at the tokens
+    norms: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)    # name -> (in, out)
+    module_outputs: dict[str, torch.Tensor] = field(default_factory=dict)                 # name -> out [token, width]
+    inner_norms: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)   # whole tensors
+    query: torch.Tensor | None = None
+    key: torch.Tensor | None = None
+
+
+def _hidden(output):
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+class ResidualTrace:
+    """One forward pass of one sequence (batch of one) keeping what splits every layer's input at ``tokens``
+    (positions in the sequence); :meth:`parts_entering` and :meth:`query_key_parts` read it.
+
+    ``model`` is the base model or one with a head (the adapter finds its layers); ``input_ids`` ``[1, positions]``."""
+
+    def __init__(self, model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, input_ids: torch.Tensor,
+                 tokens, *, up_to_layer: int | None = None):
+        if adapter.layer_indices is not None:
+            raise AttributionRefused(f"{adapter.family}: attribution needs every layer to be an attention layer; "
+                                     "this model mixes attention with other layers")
+        self.model, self.adapter, self.shape = model, adapter, shape
+        self.tokens = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
+        self.length = int(input_ids.shape[1])
+        self.layers = adapter.layer_modules(model)
+        if len({id(layer) for layer in self.layers}) != len(self.layers):
+            raise AttributionRefused(f"{adapter.family}: its layers share one module (ALBERT); attribution by part "
+                                     "needs each layer's own module")
+        self.last_layer = shape.n_layers - 1 if up_to_layer is None else up_to_layer
+        self.records = [_LayerRecord() for _ in range(self.last_layer + 1)]
+        self.embeddings: list[tuple[str, torch.nn.Module, torch.Tensor]] = []
+        self.outside_norms: list[tuple[str, torch.Tensor, torch.Tensor, torch.nn.Module]] = []
+        self._run(input_ids)
+
+    # -- the pass ---------------------------------------------------------------------------------------------------
+    def _at(self, tensor) -> torch.Tensor | None:
+        """``tensor`` at the traced tokens when it is ``[1, positions, ...]``, else None."""
+        if not isinstance(tensor, torch.Tensor) or tensor.ndim < 2 or tensor.shape[0] != 1 or \
+                tensor.shape[1] != self.length:
+            return None
+        return tensor[0, self.tokens].detach()
+
+    def _run(self, input_ids: torch.Tensor) -> None:
+        model, adapter = self.model, self.adapter
+        width = int(model.get_input_embeddings().weight.shape[-1])
+        hooks: list = []
+        layer_ids = {id(layer) for layer in self.layers}
+        inside = set()
+        for layer in self.layers:
+            inside.update(id(module) for module in layer.modules())
+        token_module = model.get_input_embeddings()
+        started = [False]
+
+        def embedding_hook(name):
+            def hook(module, _inputs, output):
+                if not started[0] and (out := self._at(output)) is not None and out.shape[-1] == width:
+                    self.embeddings.append((name, module, out))
+            return hook
+
+        def outside_norm_hook(name):
+            def hook(module, inputs, output):
+                if not started[0] and (out := self._at(output)) is not None:
+                    self.outside_norms.append((name, self._at(inputs[0]), out, module))
+            return hook
+
+        base = getattr(model, "base_model", model)
+        for name, module in base.named_modules():
+            if id(module) in inside or id(module) in layer_ids or any(True for _ in module.children()):
+                continue
+            if is_norm(module):
+                hooks.append(module.register_forward_hook(outside_norm_hook(name)))
+            elif not isinstance(module, (torch.nn.Dropout, torch.nn.Identity)) and "rotary" not in name.lower():
+                hooks.append(module.register_forward_hook(embedding_hook(
+                    "embed" if module is token_module else name)))
+
+        attention_modules = adapter.attention_modules(model)
+        projections = adapter.output_projections(model) if adapter.has_output_projection else None
+        if projections is None:
+            raise AttributionRefused(f"{adapter.family}: its attention's output projection is not known, so its "
+                                     "heads' outputs cannot be split")
+        for index in range(self.last_layer + 1):
+            record, layer = self.records[index], self.layers[index]
+            hooks.append(layer.register_forward_pre_hook(self._layer_input(index, started), with_kwargs=True))
+            hooks.append(layer.register_forward_hook(lambda m, i, out, r=record: setattr(
+                r, "output", self._at(_hidden(out)))))
+            hooks.append(projections[index].register_forward_pre_hook(lambda m, inputs, r=record: setattr(
+                r, "heads_in", self._at(inputs[0]))))
+            hooks.append(projections[index].register_forward_hook(lambda m, i, out, r=record: setattr(
+                r, "heads_out", self._at(_hidden(out)))))
+            attention = attention_modules[index]
+            hooks.append(attention.register_forward_pre_hook(self._attention_input(record), with_kwargs=True))
+            attention_inner = {id(module) for module in attention.modules()}
+            for name, module in layer.named_modules():
+                if module is layer or module is attention or module is projections[index]:
+                    continue
+                if is_norm(module):
+                    keep_whole = id(module) in attention_inner
+                    hooks.append(module.register_forward_hook(self._norm_hook(record, name, keep_whole)))
+                elif id(module) not in attention_inner:
+                    hooks.append(module.register_forward_hook(self._output_hook(record, name, width)))
+
+        recorder = AttentionRecorder(LayerCalls(attention_modules), self._keep_query_key)
+        try:
+            with torch.inference_mode(), capturing(model, recorder):
+                forward(model, input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+    def _layer_input(self, index: int, started: list):
+        def hook(_module, args, kwargs):
+            started[0] = True
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            self.records[index].input = self._at(hidden)
+        return hook
+
+    def _attention_input(self, record: _LayerRecord):
+        def hook(_module, args, kwargs):
+            hidden = args[0] if args else kwargs.get("hidden_states")
+            record.attention_args, record.attention_kwargs = args, dict(kwargs)
+            record.attention_input = self._at(hidden)
+        return hook
+
+    def _norm_hook(self, record: _LayerRecord, name: str, keep_whole: bool):
+        def hook(_module, inputs, output):
+            if keep_whole:
+                record.inner_norms[name] = (inputs[0].detach(), _hidden(output).detach())
+            elif (out := self._at(_hidden(output))) is not None:
+                record.norms[name] = (self._at(inputs[0]), out)
+        return hook
+
+    def _output_hook(self, record: _LayerRecord, name: str, width: int):
+        def hook(_module, _inputs, output):
+            out = self._at(_hidden(output))
+            if out is not None and out.shape[-1] == width and out.ndim == 2:
+                record.module_outputs[name] = out
+        return hook
+
+    def _keep_query_key(self, layer: int, query: torch.Tensor, key: torch.Tensor, _values) -> None:
+        if layer <= self.last_layer:
+            record = self.records[layer]
+            record.query = query[0][:, self.tokens].detach()
+            record.key = key[0][:, self.tokens].detach()
+
+    # -- the parts --------------------------------------------------------------------------------------------------
+    def _refuse(self, what: str) -> AttributionRefused:
+        return AttributionRefused(f"{self.adapter.family}: attribution refused: {what}, so the split would not be "
+                                  "exact")
+
+    def _frozen(self, module_name: str, real_in: torch.Tensor, real_out: torch.Tensor,
+                module: torch.nn.Module) -> FrozenNorm:
+        try:
+            return frozen_norm(module, real_in, real_out)
+        except UnknownNorm as unknown:
+            raise self._refuse(f"its norm {module_name} ({unknown}) is no LayerNorm or RMSNorm form qkviz knows") \
+                from None
+
+    def _module(self, layer: int, name: str) -> torch.nn.Module:
+        return self.layers[layer].get_submodule(name)
+
+    def first_layer_input(self) -> StreamParts:
+        """The parts of the first layer's input: embeddings, through the embedding norm where there is one."""
+        first = self.records[0].input
+        parts = StreamParts()
+        for name, _module, vector in self.embeddings:
+            label = "embed" if name == "embed" else ("position" if "position" in name or name.endswith("wpe")
+                                                     else "token_type" if "token_type" in name else name)
+            parts.add(label, vector)
+        if not parts.names or "embed" not in parts.names:
+            raise self._refuse("its first layer's input does not come from its token embeddings")
+        if _close(parts.total(), first):
+            return parts
+        for name, real_in, real_out, module in self.outside_norms:
+            if real_in is not None and _close(parts.total(), real_in) and _close(real_out, first):
+                norm = self._frozen(name, real_in, real_out, module)
+                normed = parts.through(norm)
+                if norm.bias is not None:
+                    normed.add(f"{name}.bias", norm.bias.expand_as(first))
+                return normed
+        raise self._refuse("its first layer's input is not the sum of its embeddings (" +
+                           ", ".join(parts.names) + ")")
+
+    def _head_parts(self, layer: int) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        record = self.records[layer]
+        if record.heads_in is None or record.heads_out is None:
+            raise self._refuse(f"layer {layer}'s attention output projection was not called on the sequence")
+        slices = self.adapter.output_head_slices(self.model, self.shape)[layer].double()   # [head, d_value, width]
+        per_head = record.heads_in.double().reshape(len(self.tokens), self.shape.n_heads, -1)
+        heads = [per_head[:, head] @ slices[head] for head in range(self.shape.n_heads)]
+        projection = self.adapter.output_projections(self.model)[layer]
+        bias = getattr(projection, "bias", None)
+        bias = None if bias is None else bias.detach().double().expand_as(record.heads_out)
+        total = torch.stack(heads).sum(dim=0) + (0 if bias is None else bias)
+        if not _close(total, record.heads_out):
+            raise self._refuse(f"layer {layer}'s heads through the output projection do not add up to its output")
+        return heads, bias
+
+    def _mlp(self, layer: int, added: torch.Tensor) -> torch.Tensor:
+        """``added`` (what the layer adds beside its attention), checked to be one of its modules' output."""
+        record = self.records[layer]
+        candidates = list(record.module_outputs.values()) + [out for _in, out in record.norms.values()]
+        if not any(_close(added, candidate) for candidate in candidates):
+            raise self._refuse(f"layer {layer} adds something beside its attention that is not one module's output "
+                               "(an MLP)")
+        return added
+
+    def _through_layer(self, layer: int, stream: StreamParts) -> StreamParts:
+        record = self.records[layer]
+        heads, bias = self._head_parts(layer)
+        real_heads = record.heads_out.double()
+        names = [f"L{layer}H{head}" for head in range(self.shape.n_heads)]
+        x = record.input.double()
+        norms = {name: (real_in.double(), real_out.double()) for name, (real_in, real_out) in record.norms.items()
+                 if real_in is not None}
+        post = next((name for name, (real_in, _out) in norms.items() if _close(real_heads, real_in)), None)
+        # a post-norm layer's output is a norm's output; a pre-norm layer's (whose MLP norm also reads x + heads) not
+        normed_output = any(_close(real_out, record.output.double()) for _in, real_out in norms.values())
+        residual = None if post is not None or not normed_output else next(
+            (name for name, (real_in, _out) in norms.items() if _close(x + real_heads, real_in)), None)
+        if post is not None:                     # a norm on the attention's output (sandwich / post-norms)
+            norm = self._frozen(post, *norms[post], self._module(layer, post))
+            heads = [norm.linear(head) for head in heads]
+            bias = None if bias is None else norm.linear(bias)
+            added = norms[post][1]
+        elif residual is not None:               # a post-norm encoder: the whole stream re-normalised
+            norm = self._frozen(residual, *norms[residual], self._module(layer, residual))
+            stream = stream.through(norm)
+            heads = [norm.linear(head) for head in heads]
+            bias = None if bias is None else norm.linear(bias)
+            return self._post_norm_mlp(layer, stream, names, heads, bias, norm, residual, norms)
+        else:
+            added = real_heads
+        out = StreamParts(list(stream.names), list(stream.vectors))
+        for name, head in zip(names, heads):
+            out.add(name, head)
+        if bias is not None:
+            out.add(f"L{layer}.attn_bias", bias)
+        if post is not None and norm.bias is not None:
+            out.add(f"L{layer}.{post}.bias", norm.bias.expand_as(x))
+        out.add(f"L{layer}.mlp", self._mlp(layer, record.output.double() - x - added))
+        return self._checked(layer, out)
+
+    def _post_norm_mlp(self, layer, stream, names, heads, bias, first, first_name, norms) -> StreamParts:
+        """A post-norm layer after its attention's norm: ``out = N2(h + mlp)``, ``h`` the first norm's output."""
+        record = self.records[layer]
+        h = norms[first_name][1]
+        second = next((name for name, (_in, real_out) in norms.items()
+                       if name != first_name and _close(real_out, record.output.double())), None)
+        if second is None:
+            raise self._refuse(f"layer {layer}'s output is not a norm of its attention's normed output plus an MLP")
+        mlp = self._mlp(layer, norms[second][0] - h)
+        norm = self._frozen(second, *norms[second], self._module(layer, second))
+        out = stream.through(norm)
+        for name, head in zip(names, heads):
+            out.add(name, norm.linear(head))
+        if bias is not None:
+            out.add(f"L{layer}.attn_bias", norm.linear(bias))
+        if first.bias is not None:
+            out.add(f"L{layer}.{first_name}.bias", norm.linear(first.bias.expand_as(h)))
+        out.add(f"L{layer}.mlp", norm.linear(mlp))
+        if norm.bias is not None:
+            out.add(f"L{layer}.{second}.bias", norm.bias.expand_as(h))
+        return self._checked(layer, out)
+
+    def _checked(self, layer: int, parts: StreamParts) -> StreamParts:
+        if not _close(parts.total(), self.records[layer].output.double()):
+            raise self._refuse(f"layer {layer}'s parts do not add up to its output")
+        return parts
+
+    def parts_entering(self, layer: int) -> StreamParts:
+        """The parts of the residual stream entering ``layer`` (its input), at the traced tokens."""
+        stream = self.first_layer_input()
+        for index in range(layer):
+            stream = self._through_layer(index, stream)
+        return stream
+
+    def layer_streams(self):
+        """``(layer, parts entering it)`` for every traced layer, each built on the one before."""
+        stream = self.first_layer_input()
+        for index in range(self.last_layer + 1):
+            yield index, stream
+            if index < self.last_layer:
+                stream = self._through_layer(index, stream)
+
+    # -- queries and keys -------------------------------------------------------------------------------------------
+    def query_key_parts(self, layer: int, stream: StreamParts | None = None) -> QueryKeyParts:
+        """Every part's query and key at ``layer``: the stream through the layer's input norm (divisor fixed), then
+        through its attention module, all parts in one batch, with any norm inside it fixed as well."""
+        stream = self.parts_entering(layer) if stream is None else stream
+        record = self.records[layer]
+        real_input = record.attention_input
+        if real_input is None or record.query is None:
+            raise self._refuse(f"layer {layer}'s attention was not called on the sequence")
+        total = stream.total()
+        parts = stream
+        if not _close(total, real_input.double()):
+            norm_name = next((name for name, (real_in, real_out) in record.norms.items()
+                              if real_in is not None and _close(total, real_in) and _close(real_out, real_input)), None)
+            if norm_name is None:
+                raise self._refuse(f"layer {layer}'s attention reads something other than its input or a norm of it")
+            norm = self._frozen(norm_name, *record.norms[norm_name], self._module(layer, norm_name))
+            parts = stream.through(norm)
+            if norm.bias is not None:
+                parts.add(f"L{layer}.{norm_name}.bias", norm.bias.expand_as(total))
+        rows = torch.stack(parts.vectors + [torch.zeros_like(parts.vectors[0])])      # the last row: no part
+        queries, keys = self._through_attention(layer, rows)
+        query_parts, key_parts = queries[:-1] - queries[-1:], keys[:-1] - keys[-1:]
+        query_names, key_names = list(parts.names), list(parts.names)
+        query_constant, key_constant = queries[-1], keys[-1]
+        if float(query_constant.abs().max()) > 0:
+            query_names.append(f"L{layer}.query_bias")
+            query_parts = torch.cat([query_parts, query_constant[None]])
+        if float(key_constant.abs().max()) > 0:
+            key_names.append(f"L{layer}.key_bias")
+            key_parts = torch.cat([key_parts, key_constant[None]])
+        real_query, real_key = record.query.double(), record.key.double()
+        if not _close(query_parts.sum(dim=0), real_query) or not _close(key_parts.sum(dim=0), real_key):
+            raise self._refuse(f"layer {layer}'s query and key parts do not add up to the model's own query and key")
+        return QueryKeyParts(query_names, query_parts.numpy(), key_names, key_parts.numpy(), real_query.numpy(),
+                             real_key.numpy())
+
+    def _through_attention(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The queries ``[row, head, token, d]`` and keys of ``rows`` ``[row, token, width]`` (float64) as layer
+        ``layer``'s attention module makes them at the traced tokens' positions."""
+        record = self.records[layer]
+        attention = self.adapter.attention_modules(self.model)[layer]
+        dtype = next(attention.parameters()).dtype
+        hidden = rows.to(dtype)
+        args, kwargs = record.attention_args, dict(record.attention_kwargs)
+        kwargs = {name: self._sliced(name, value) for name, value in kwargs.items() if name != "hidden_states"}
+        if args:
+            args = (hidden, *(self._sliced(f"argument {i + 1}", value) for i, value in enumerate(args[1:], 0)))
+        else:
+            kwargs["hidden_states"] = hidden
+        kept: dict[str, torch.Tensor] = {}
+
+        def sink(_layer, query, key, _values):
+            kept["query"], kept["key"] = query.detach().double(), key.detach().double()
+
+        recorder = AttentionRecorder(LayerCalls(self.adapter.attention_modules(self.model)), sink)
+        with torch.inference_mode(), capturing(self.model, recorder), self._fixed_inner_norms(layer, attention):
+            attention(*args, **kwargs)
+        if "query" not in kept:
+            raise self._refuse(f"layer {layer}'s attention module, called on the parts, did not compute queries")
+        return kept["query"], kept["key"]
+
+    def _sliced(self, name: str, value):
+        """A keyword the attention module was called with, at the traced tokens (positions, masks, rotary tables)."""
+        if isinstance(value, (tuple, list)):
+            return type(value)(self._sliced(name, item) for item in value)
+        if not isinstance(value, torch.Tensor) or self.length == 1 or self.length not in value.shape:
+            return value
+        tokens = self.tokens.to(value.device)
+        if name in ("attention_mask", "argument 1") and value.ndim == 4:
+            return value[..., tokens, :][..., tokens]
+        if name in ("position_ids", "cache_position"):
+            return value[..., tokens]
+        if name == "position_embeddings" and value.shape[-2] == self.length:
+            return value[..., tokens, :]
+        raise self._refuse(f"its attention takes {name} shaped by the sequence in a way qkviz does not slice")
+
+    @contextlib.contextmanager
+    def _fixed_inner_norms(self, layer: int, attention: torch.nn.Module):
+        """Every norm inside the attention module (QK-norm) replaced by its form with the divisor of each traced
+        token, as the real pass computed it."""
+        record = self.records[layer]
+        prefix = self.adapter.attention_path
+        hooks = []
+        for name, (real_in, real_out) in record.inner_norms.items():
+            relative = name[len(prefix) + 1:] if prefix and name.startswith(prefix + ".") else name
+            module = attention.get_submodule(relative) if relative else attention
+            axis = self._token_axis(real_in)
+            real_in_at, real_out_at = real_in.index_select(axis, self.tokens), real_out.index_select(axis, self.tokens)
+            norm = self._frozen(name, real_in_at, real_out_at, module)
+            hooks.append(module.register_forward_hook(
+                lambda _m, inputs, _out, norm=norm: norm.affine(inputs[0]).to(inputs[0].dtype)))
+        try:
+            yield
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+    def _token_axis(self, tensor: torch.Tensor) -> int:
+        axes = [axis for axis in range(1, tensor.ndim - 1) if tensor.shape[axis] == self.length]
+        if tensor.shape[0] != 1 or len(axes) != 1:
+            raise self._refuse("a norm inside its attention has no single position axis")
+        return axes[0]
+
+
+def _traced(model: torch.nn.Module, token_ids, tokens, up_to_layer: int):
+    """A :class:`ResidualTrace` of one sequence, its family found from the model; any failure of the model's own
+    code in a pass is one line (:class:`AttributionRefused`)."""
+    from qkviz.extraction.adapters import model_adapter
+    from qkviz.extraction.model_boundary import failure_detail
+
+    adapter = model_adapter(model)
+    shape = adapter.shape(model.config)
+    device = next(model.parameters()).device
+    input_ids = torch.as_tensor(np.asarray(token_ids, dtype=np.int64), device=device)[None]
+    try:
+        return ResidualTrace(model, adapter, shape, input_ids, tokens, up_to_layer=up_to_layer)
+    except QkvizError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- the boundary around the model's own code
+        raise AttributionRefused(f"{adapter.family}: attribution refused: its forward pass with qkviz's hooks fails "
+                                 f"({failure_detail(error)})") from None
+
+
+def query_key_parts(model: torch.nn.Module, token_ids, tokens, layer: int) -> QueryKeyParts:
+    """Every head's query and key at ``layer`` and at positions ``tokens`` of the sequence ``token_ids``, split by the
+    parts of the residual stream entering the layer (:class:`QueryKeyParts`, numpy)."""
+    return next(layer_query_key_parts(model, token_ids, tokens, [layer]))[1]
+
+
+def layer_query_key_parts(model: torch.nn.Module, token_ids, tokens, layers):
+    """``(layer, QueryKeyParts)`` for each of ``layers`` (ascending) from one forward pass of the sequence."""
+    from qkviz.extraction.model_boundary import failure_detail
+
+    layers = sorted(set(int(layer) for layer in layers))
+    trace = _traced(model, token_ids, tokens, layers[-1])
+    wanted = set(layers)
+    try:
+        for layer, stream in trace.layer_streams():
+            if layer in wanted:
+                yield layer, trace.query_key_parts(layer, stream)
+    except QkvizError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- the boundary around the model's own code
+        raise AttributionRefused(f"{trace.adapter.family}: attribution refused: its attention module, called on the "
+                                 f"parts, fails ({failure_detail(error)})") from None
