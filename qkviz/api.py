@@ -132,6 +132,18 @@ class Run(StoredRun):
 
         return explain_pair(self, layer, head, query, key, by, model=model, device=device)
 
+    def circuit(self, layer: int, head: int, *, budget: int = 5000, seed: int = 0, model=None, device: str = "cpu",
+                progress: bool = False):
+        """Head ``(layer, head)``'s circuit (:class:`qkviz.explain.HeadCircuit`): for every part of the residual
+        stream entering its layer (embeddings, each earlier head and MLP, biases), its attention-weighted mean
+        contribution to the logits of each query and its strongest partners, on the query side and the key side,
+        and its ``lift`` over the other keys; over whole sequences in a seeded random order up to ``budget``
+        tokens (``circuit.sample`` records which). ``circuit.summary`` says it in a line."""
+        from qkviz.explain import head_circuit
+
+        return head_circuit(self, layer, head, budget=budget, seed=seed, model=model, device=device,
+                            progress=progress)
+
     def plot(self, layer: int, head: int, colour: str = "position", method: str | None = None, dim: int = 2, *,
              progress: bool = True, **options) -> "go.Figure":
         """One head's joint query+key layout as a Plotly figure: queries circles, keys diamonds, coloured by

@@ -3,11 +3,14 @@
 The parts are what wrote the stream entering the head's layer -- token and position embeddings, each earlier head,
 each earlier MLP, the biases -- each carried through every norm with its divisor fixed at its real value
 (:mod:`qkviz.extraction.residual_parts`). :func:`explain_pair` splits one logit (by query part x key part, by one
-side, or by dimension / rotary band); the model is the run's own, loaded on demand once per process
+side, or by dimension / rotary band); :func:`head_circuit` finds, over a sample of the run, which parts drive a
+head's attention to its partners (:mod:`.head_circuit`); the model is the run's own, loaded on demand once per process
 (:mod:`.model_on_demand`).
 """
 
+from qkviz.explain.head_circuit import HeadCircuit, head_circuit, head_circuits, part_kind, sample_sequences
 from qkviz.explain.model_on_demand import run_model
 from qkviz.explain.pair_logit import explain_pair
 
-__all__ = ["explain_pair", "run_model"]
+__all__ = ["HeadCircuit", "explain_pair", "head_circuit", "head_circuits", "part_kind", "run_model",
+           "sample_sequences"]

@@ -1,0 +1,247 @@
+"""A head's circuit: which earlier heads, MLPs and embeddings build the queries and keys that meet in it.
+
+For head ``(L, H)`` over a sample of the run's sequences, every query ``i`` has its strongest partners ``J_i`` (its
+:data:`PARTNERS` keys of most attention), weighted by their attention ``a_ij``. Each part of the residual stream
+entering layer ``L`` gets, on each side:
+
+* ``contribution``: its attention-weighted mean share of the logit of a query and its partners,
+  ``sum_{i, j in J_i} a_ij c_ij / sum a_ij``, where ``c_ij`` is ``scale * q_i . k_{j,b}`` for key part ``b`` (the
+  whole query against what ``b`` wrote into the key) and ``scale * q_{i,a} . k_j`` for query part ``a``;
+* ``lift``: the same of ``c_ij`` less its mean over every key query ``i`` may attend to -- what the part adds to
+  the partners *beyond* the other keys, the share the softmax sees (a part that raises every key alike lifts none).
+
+The contributions of one side add up to the mean partner logit (``attrs["mean_logit"]``). Both sides are linear in
+the per-token vectors, so each sequence is split in chunks of :data:`CHUNK_TOKENS` tokens, one model pass per chunk
+(:func:`qkviz.extraction.layer_query_key_parts`): no parts x tokens x width tensor is held beyond one chunk. Long
+runs are sampled: whole sequences in a seeded random order until ``budget`` tokens (``attrs["sample"]`` records
+which).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from qkviz.core.attention import allowed_pairs, attention_probs
+from qkviz.core.errors import QkvizError
+from qkviz.explain.model_on_demand import run_model
+from qkviz.explain.pair_logit import sequence_ids
+from qkviz.store.run import StoredRun
+
+logger = logging.getLogger(__name__)
+
+#: each query's partners: its keys of most attention
+PARTNERS = 5
+#: the tokens of one sequence whose parts are held at once (one model pass each)
+CHUNK_TOKENS = 256
+#: the tokens a circuit reads by default (whole sequences, in a seeded random order)
+DEFAULT_BUDGET = 5000
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True)
+class CircuitSample:
+    """Which sequences a circuit read: all of them in a run under the budget, else a seeded random sample."""
+
+    sentences: tuple[int, ...]
+    n_tokens: int
+    budget: int
+    seed: int
+    n_run_tokens: int
+
+    def as_dict(self) -> dict:
+        return {"sentences": list(self.sentences), "n_tokens": self.n_tokens, "budget": self.budget,
+                "seed": self.seed, "n_run_tokens": self.n_run_tokens, "whole_run": self.n_tokens == self.n_run_tokens}
+
+
+def sample_sequences(run: StoredRun, budget: int = DEFAULT_BUDGET, seed: int = DEFAULT_SEED) -> CircuitSample:
+    """Whole sequences in a seeded random order until ``budget`` tokens (at least one sequence)."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+        raise QkvizError(f"budget must be a positive number of tokens, got {budget!r}")
+    lengths = run.sentences.n_tokens.to_numpy()
+    order = np.random.default_rng(seed).permutation(len(lengths))
+    chosen, total = [], 0
+    for sentence in order:
+        if chosen and total + int(lengths[sentence]) > budget:
+            continue
+        chosen.append(int(sentence))
+        total += int(lengths[sentence])
+        if total >= budget:
+            break
+    return CircuitSample(tuple(sorted(chosen)), total, int(budget), int(seed), int(lengths.sum()))
+
+
+@dataclass
+class _Sums:
+    """Running sums of one head's circuit."""
+
+    query_names: list[str] | None = None
+    key_names: list[str] | None = None
+    query: np.ndarray | None = None       # [part, 2]: contribution, lift
+    key: np.ndarray | None = None
+    weight: float = 0.0
+    logit: float = 0.0
+
+    def add(self, side: str, names: list[str], values: np.ndarray) -> None:
+        known = getattr(self, f"{side}_names")
+        if known is None:
+            setattr(self, f"{side}_names", list(names))
+            setattr(self, side, values)
+        elif known != list(names):
+            raise QkvizError("the parts of one layer differ between sequences; the circuit cannot add them up")
+        else:
+            setattr(self, side, getattr(self, side) + values)
+
+
+@dataclass
+class _SequenceWeights:
+    """Per token of one sequence, for one head: the vectors the parts of each side are dotted with."""
+
+    toward_keys: np.ndarray        # [key, d]: sum_i a_ij q_i over the queries it partners
+    toward_keys_lift: np.ndarray   # the same less each query's mean over the keys it may attend to
+    toward_queries: np.ndarray     # [query, d]: sum_j a_ij k_j over its partners
+    toward_queries_lift: np.ndarray
+    weight: float
+    logit: float
+
+
+def sequence_weights(run: StoredRun, layer: int, head: int, sentence: int) -> _SequenceWeights:
+    """The head's partner weights over one sequence, from the stored queries and keys."""
+    rows = run.sentence_tokens(sentence)
+    queries = np.asarray(run.queries(layer, head)[rows], dtype=np.float64)
+    keys = np.asarray(run.keys(layer, head)[rows], dtype=np.float64)
+    rule = run.logit_rule(layer, head)
+    n = len(queries)
+    probs = attention_probs(queries, keys, rule).astype(np.float64)
+    allowed = allowed_pairs(n, rule)
+    top = np.argsort(-probs, axis=1)[:, :PARTNERS]
+    partners = np.zeros_like(probs)
+    np.put_along_axis(partners, top, np.take_along_axis(probs, top, axis=1), axis=1)
+    partners *= allowed
+    row_weight = partners.sum(axis=1)
+    visible = allowed.astype(np.float64) / np.maximum(allowed.sum(axis=1, keepdims=True), 1)
+    mean_keys = visible @ keys                                           # [query, d]
+    toward_keys = partners.T @ queries
+    toward_keys_lift = toward_keys - (visible * row_weight[:, None]).T @ queries
+    toward_queries = partners @ keys
+    toward_queries_lift = toward_queries - row_weight[:, None] * mean_keys
+    logit = float(rule.scale * np.sum(partners * (queries @ keys.T)))
+    return _SequenceWeights(toward_keys, toward_keys_lift, toward_queries, toward_queries_lift,
+                            float(row_weight.sum()), logit)
+
+
+def _chunks(n: int) -> list[np.ndarray]:
+    return [np.arange(start, min(n, start + CHUNK_TOKENS)) for start in range(0, n, CHUNK_TOKENS)]
+
+
+def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample: CircuitSample,
+                 progress: bool = False) -> dict[tuple[int, int], _Sums]:
+    """The running sums of every head of ``heads`` over ``sample``: one model pass per chunk of each sequence, every
+    layer asked for split from it."""
+    from qkviz.extraction import layer_query_key_parts
+
+    heads = sorted(set((int(layer), int(head)) for layer, head in heads))
+    for layer, head in heads:
+        run.check_head(layer, head)
+    layers = sorted({layer for layer, _ in heads})
+    sums = {key: _Sums() for key in heads}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=sample.n_tokens, desc="circuits", unit="token")
+    for sentence in sample.sentences:
+        ids = sequence_ids(run, sentence)
+        weights = {key: sequence_weights(run, *key, sentence) for key in heads}
+        for key, w in weights.items():
+            sums[key].weight += w.weight
+            sums[key].logit += w.logit
+        for chunk in _chunks(len(ids)):
+            for layer, parts in layer_query_key_parts(model, ids, chunk, layers):
+                scale = run.scale(layer)
+                for head in (h for (l_, h) in heads if l_ == layer):
+                    w = weights[(layer, head)]
+                    query_parts = parts.queries[:, head]                      # [part, token, d]
+                    key_parts = parts.keys[:, run.kv_head(head)]
+                    query_values = scale * np.stack([np.einsum("ptd,td->p", query_parts, w.toward_queries[chunk]),
+                                                     np.einsum("ptd,td->p", query_parts, w.toward_queries_lift[chunk])],
+                                                    axis=1)
+                    key_values = scale * np.stack([np.einsum("ptd,td->p", key_parts, w.toward_keys[chunk]),
+                                                   np.einsum("ptd,td->p", key_parts, w.toward_keys_lift[chunk])], axis=1)
+                    sums[(layer, head)].add("query", parts.query_names, query_values)
+                    sums[(layer, head)].add("key", parts.key_names, key_values)
+            if bar is not None:
+                bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    return sums
+
+
+@dataclass
+class HeadCircuit:
+    """One head's circuit: ``table`` (columns ``side``, ``part``, ``contribution``, ``lift``; each side by
+    ``|lift|``, largest first) and what was sampled."""
+
+    layer: int
+    head: int
+    table: pd.DataFrame
+    mean_logit: float
+    sample: dict = field(default_factory=dict)
+
+    def strongest(self, side: str, kinds: tuple[str, ...] = ("head", "mlp")) -> str | None:
+        """The part of ``side`` with the largest ``|lift|`` among earlier heads and MLPs (``kinds``)."""
+        rows = self.table[(self.table.side == side) & self.table.part.map(part_kind).isin(kinds)]
+        return None if rows.empty else str(rows.iloc[0].part)
+
+    @property
+    def summary(self) -> str:
+        """"L18H6 reads its keys from L16H0 and its queries from L13.mlp"."""
+        return (f"L{self.layer}H{self.head} reads its keys from {self.strongest('key') or 'its embeddings'} and its "
+                f"queries from {self.strongest('query') or 'its embeddings'}")
+
+
+def part_kind(part: str) -> str:
+    """``head`` (``L3H2``), ``mlp`` (``L3.mlp``), ``bias`` (a norm's or projection's bias), or ``embedding``."""
+    if part.startswith("L") and "." not in part and "H" in part:
+        return "head"
+    if part.endswith(".mlp"):
+        return "mlp"
+    if part.endswith("bias"):
+        return "bias"
+    return "embedding"
+
+
+def _circuit(layer: int, head: int, sums: _Sums, sample: CircuitSample) -> HeadCircuit:
+    weight = max(sums.weight, 1e-300)
+    frames = []
+    for side in ("query", "key"):
+        values = getattr(sums, side) / weight
+        frame = pd.DataFrame({"side": side, "part": getattr(sums, f"{side}_names"),
+                              "contribution": values[:, 0], "lift": values[:, 1]})
+        order = np.argsort(-frame.lift.abs().to_numpy(), kind="stable")
+        frames.append(frame.iloc[order])
+    table = pd.concat(frames, ignore_index=True)
+    table.attrs.update(layer=layer, head=head, mean_logit=sums.logit / weight, sample=sample.as_dict())
+    return HeadCircuit(layer, head, table, sums.logit / weight, sample.as_dict())
+
+
+def head_circuits(run: StoredRun, heads: Iterable[tuple[int, int]], *, budget: int = DEFAULT_BUDGET,
+                  seed: int = DEFAULT_SEED, model=None, device: str = "cpu",
+                  progress: bool = False) -> dict[tuple[int, int], HeadCircuit]:
+    """The circuit of every head of ``heads`` (``(layer, head)`` pairs), from one sample of the run."""
+    heads = list(heads)
+    model = run_model(run, model, device)
+    sample = sample_sequences(run, budget, seed)
+    logger.info("circuits of %d heads over %d sequences (%d tokens)", len(heads), len(sample.sentences),
+                sample.n_tokens)
+    sums = circuit_sums(run, model, heads, sample, progress)
+    return {key: _circuit(*key, value, sample) for key, value in sums.items()}
+
+
+def head_circuit(run: StoredRun, layer: int, head: int, **options) -> HeadCircuit:
+    """One head's circuit (:func:`head_circuits`)."""
+    return head_circuits(run, [(layer, head)], **options)[(layer, head)]
