@@ -13,6 +13,8 @@ import os
 import sys
 from typing import Iterator
 
+import pandas as pd
+
 import qkviz
 from qkviz.api import app_entry_point
 from qkviz.cli_options import describe_os_error
@@ -185,6 +187,40 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain(args: argparse.Namespace) -> int:
+    if args.out is not None and args.out.suffix.lower() != ".csv":
+        raise QkvizError(f"--out {args.out} must name a .csv file")
+    run = qkviz.open_run(args.run)
+    if args.circuit:
+        if args.query is not None or args.key is not None:
+            raise QkvizError("--circuit explains the head over a sample of the run: leave --query and --key out")
+        circuit = run.circuit(args.layer, args.head, budget=args.budget, seed=args.seed, device=args.device,
+                              progress=not args.quiet)
+        table, title = circuit.table, circuit.summary
+        sample = circuit.sample
+        title += (f" (mean partner logit {circuit.mean_logit:.4g}; {len(sample['sentences'])} sequences, "
+                  f"{sample['n_tokens']:,} of {sample['n_run_tokens']:,} tokens)")
+        shown = pd.concat([table[table.side == side].head(args.top) for side in ("key", "query")])
+    else:
+        if args.query is None or args.key is None:
+            raise QkvizError("give --query I and --key J (token indices of the run), or --circuit")
+        table = run.explain(args.layer, args.head, args.query, args.key, by=args.by, device=args.device)
+        attrs = table.attrs
+        title = (f"L{args.layer}H{args.head}: query {args.query} {attrs['query_token']!r} x key {args.key} "
+                 f"{attrs['key_token']!r}: logit {attrs['logit']:.6g} = sum of {len(table)} rows (by {args.by})")
+        if attrs.get("softcap"):
+            title += f"; the model then soft-caps it at {attrs['softcap']:g}"
+        shown = table.head(args.top)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out, index=False)
+    lines = [title, shown.to_string(index=False, float_format=lambda value: f"{value:.6g}")]
+    if args.out is not None:
+        lines.append(f"all {len(table)} rows: {args.out}")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
 def _models(args: argparse.Namespace) -> int:
     sys.stdout.write(models_listing() + "\n")
     return 0
@@ -234,7 +270,8 @@ def _quiet_dask() -> None:
 
 
 COMMANDS = {"extract": _extract, "project": _project, "report": _report, "stats": _stats, "related": _related,
-            "compare": _compare, "status": _status, "index": _index, "serve": _serve, "models": _models}
+            "compare": _compare, "status": _status, "index": _index, "serve": _serve, "models": _models,
+            "explain": _explain}
 
 
 #: the loggers whose information lines the console shows (other libraries' only from warnings up)

@@ -220,5 +220,29 @@ def build_parser() -> argparse.ArgumentParser:
                        help="for a shared host: write nothing into the runs (no layouts made before serving or in "
                             "the background, no thumbnails on disk); each run must already have 2D layouts")
 
+    explain = commands.add_parser(
+        "explain", help="why a query meets a key in one head: its logit split by the parts that wrote them",
+        description="Split one head's pre-softmax logit of query token I and key token J exactly into contributions "
+                    "of the parts of the residual stream entering the head's layer (token and position embeddings, "
+                    "each earlier head, each earlier MLP, biases), loading the run's model (a bundled name or a "
+                    "saved directory) once. Prints the top rows; --by chooses the split; --circuit gives the head's "
+                    "circuit over a sample of the run instead of one pair.")
+    explain.add_argument("--run", required=True, type=Path, help="run directory")
+    explain.add_argument("--layer", required=True, type=integer(0), help="the head's layer")
+    explain.add_argument("--head", required=True, type=integer(0), help="the head")
+    explain.add_argument("--query", type=integer(0), help="query token index (a row of the run's token table)")
+    explain.add_argument("--key", type=integer(0), help="key token index (a row of the run's token table)")
+    explain.add_argument("--by", choices=("pair", "query", "key", "dimension"), default="pair",
+                         help="pair: query part x key part; query / key: one side's parts; dimension: dimensions "
+                              "or rotary frequency bands (default pair)")
+    explain.add_argument("--circuit", action="store_true",
+                         help="the head's circuit: each part's mean contribution to its queries' strongest partners")
+    explain.add_argument("--budget", type=integer(1), default=5000,
+                         help="--circuit: tokens read, whole sequences in a seeded random order (default 5000)")
+    explain.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="--circuit: seed of the sample")
+    explain.add_argument("--top", type=integer(1), default=15, help="rows printed (default 15)")
+    explain.add_argument("--out", type=Path, help="also write every row to this .csv file")
+    explain.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:1")
+
     commands.add_parser("models", help="list the bundled models and the supported families")
     return parser

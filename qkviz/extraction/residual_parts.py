@@ -103,6 +103,14 @@ class _LayerRecord:
     key: torch.Tensor | None = None
 
 
+class _PassDone(Exception):
+    """Raised once the last traced layer's attention has run: the rest of the pass is not needed."""
+
+
+def _stop_pass(_module, _inputs, _output):
+    raise _PassDone
+
+
 def _hidden(output):
     return output[0] if isinstance(output, (tuple, list)) else output
 
@@ -126,6 +134,8 @@ class ResidualTrace:
             raise AttributionRefused(f"{adapter.family}: its layers share one module (ALBERT); attribution by part "
                                      "needs each layer's own module")
         self.last_layer = shape.n_layers - 1 if up_to_layer is None else up_to_layer
+        self._slices = adapter.output_head_slices(model, shape) if adapter.has_output_projection else None
+        self._attention_modules = adapter.attention_modules(model)
         self.records = [_LayerRecord() for _ in range(self.last_layer + 1)]
         self.embeddings: list[tuple[str, torch.nn.Module, torch.Tensor]] = []
         self.outside_norms: list[tuple[str, torch.Tensor, torch.Tensor, torch.nn.Module]] = []
@@ -198,10 +208,14 @@ class ResidualTrace:
                 elif id(module) not in attention_inner:
                     hooks.append(module.register_forward_hook(self._output_hook(record, name, width)))
 
+        # nothing past the last traced layer's attention is read: the pass stops there
+        hooks.append(attention_modules[self.last_layer].register_forward_hook(_stop_pass))
         recorder = AttentionRecorder(LayerCalls(attention_modules), self._keep_query_key)
         try:
             with torch.inference_mode(), capturing(model, recorder):
                 forward(model, input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+        except _PassDone:
+            pass
         finally:
             for hook in hooks:
                 hook.remove()
@@ -283,7 +297,7 @@ class ResidualTrace:
         record = self.records[layer]
         if record.heads_in is None or record.heads_out is None:
             raise self._refuse(f"layer {layer}'s attention output projection was not called on the sequence")
-        slices = self.adapter.output_head_slices(self.model, self.shape)[layer].double()   # [head, d_value, width]
+        slices = self._slices[layer].double()                                               # [head, d_value, width]
         per_head = record.heads_in.double().reshape(len(self.tokens), self.shape.n_heads, -1)
         heads = [per_head[:, head] @ slices[head] for head in range(self.shape.n_heads)]
         projection = self.adapter.output_projections(self.model)[layer]
@@ -422,7 +436,7 @@ class ResidualTrace:
         """The queries ``[row, head, token, d]`` and keys of ``rows`` ``[row, token, width]`` (float64) as layer
         ``layer``'s attention module makes them at the traced tokens' positions."""
         record = self.records[layer]
-        attention = self.adapter.attention_modules(self.model)[layer]
+        attention = self._attention_modules[layer]
         dtype = next(attention.parameters()).dtype
         hidden = rows.to(dtype)
         args, kwargs = record.attention_args, dict(record.attention_kwargs)
@@ -436,7 +450,7 @@ class ResidualTrace:
         def sink(_layer, query, key, _values):
             kept["query"], kept["key"] = query.detach().double(), key.detach().double()
 
-        recorder = AttentionRecorder(LayerCalls(self.adapter.attention_modules(self.model)), sink)
+        recorder = AttentionRecorder(LayerCalls(self._attention_modules), sink)
         with torch.inference_mode(), capturing(self.model, recorder), self._fixed_inner_norms(layer, attention):
             attention(*args, **kwargs)
         if "query" not in kept:
@@ -486,14 +500,21 @@ class ResidualTrace:
         return axes[0]
 
 
+#: id(model) -> (model, adapter, shape): a discovered adapter costs a probe pass, found once per model
+_ADAPTERS: dict[int, tuple] = {}
+
+
 def _traced(model: torch.nn.Module, token_ids, tokens, up_to_layer: int):
     """A :class:`ResidualTrace` of one sequence, its family found from the model; any failure of the model's own
     code in a pass is one line (:class:`AttributionRefused`)."""
     from qkviz.extraction.adapters import model_adapter
     from qkviz.extraction.model_boundary import failure_detail
 
-    adapter = model_adapter(model)
-    shape = adapter.shape(model.config)
+    known = _ADAPTERS.get(id(model))
+    if known is None or known[0] is not model:
+        adapter = model_adapter(model)
+        known = _ADAPTERS[id(model)] = (model, adapter, adapter.shape(model.config))
+    _model, adapter, shape = known
     device = next(model.parameters()).device
     input_ids = torch.as_tensor(np.asarray(token_ids, dtype=np.int64), device=device)[None]
     try:
