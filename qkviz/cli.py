@@ -232,7 +232,7 @@ def models_listing() -> str:
     import importlib.util
 
     from qkviz.extraction import ADAPTERS, BUNDLED_MODELS
-    from qkviz.extraction.model_families import MODEL_FAMILIES, counts
+    from qkviz.extraction.model_families import MODEL_FAMILIES, attribution_status, counts
 
     lines = ["Bundled models (--model NAME):"]
     for model in BUNDLED_MODELS.values():
@@ -245,7 +245,8 @@ def models_listing() -> str:
                  "only if its attention recomputes exactly):")
     width = max(len(family.model_type) for family in MODEL_FAMILIES)
     for family in MODEL_FAMILIES:
-        lines.append(f"  {family.model_type:<{width}} {family.status:<7} {family.note}".rstrip())
+        explained = f" [qkviz explain: {attribution_status(family.model_type)}]" if family.status == "exact" else ""
+        lines.append(f"  {family.model_type:<{width}} {family.status:<7} {family.note}{explained}".rstrip())
     lines.append("Image families (--images; a whole CLIP / SigLIP checkpoint: its vision tower):")
     images = [adapter for adapter in ADAPTERS if adapter.modality == "image"]
     family_width = max(len(adapter.family) for adapter in images)

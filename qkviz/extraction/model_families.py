@@ -119,8 +119,31 @@ def counts() -> dict[str, int]:
     return {status: sum(family.status == status for family in MODEL_FAMILIES) for status in (EXACT, REFUSED)}
 
 
+#: the exact model types whose logits ``Run.explain`` and ``Run.circuit`` refuse to split by the parts of the residual
+#: stream, and why (:mod:`qkviz.extraction.residual_parts`; every other exact type is split exactly). Proven, like the
+#: table, by ``tests/integration/test_query_key_attribution.py`` on each type's tiny random model.
+ATTRIBUTION_REFUSED: dict[str, str] = {
+    "albert": "its layers share one module; the split needs each layer's own",
+    "electra": "its first layer's input is a projection of its embeddings, which the split does not carry",
+    "bloom": "its attention module takes the residual stream and adds it itself",
+    "llama4_text": "its query and key parts do not add up to its own queries and keys (attention temperature)",
+    "qwen3_next": "it mixes attention with linear-attention layers, whose parts the split does not carry",
+}
+
+
+def attribution_status(model_type: str) -> str:
+    """``exact``, or ``refused: why`` for :data:`ATTRIBUTION_REFUSED`; a refused type has nothing to split."""
+    family = next((f for f in MODEL_FAMILIES if f.model_type == model_type), None)
+    if family is not None and family.status == REFUSED:
+        return REFUSED
+    why = ATTRIBUTION_REFUSED.get(model_type)
+    return EXACT if why is None else f"{REFUSED}: {why}"
+
+
 def families_markdown() -> str:
     """The table of docs/families.md."""
-    lines = ["| model type | status | beyond plain q.k (exact) / why (refused) |", "|---|---|---|"]
-    lines += [f"| `{f.model_type}` | {f.status} | {f.note} |" for f in MODEL_FAMILIES]
+    lines = ["| model type | status | beyond plain q.k (exact) / why (refused) | query-key attribution |",
+             "|---|---|---|---|"]
+    lines += [f"| `{f.model_type}` | {f.status} | {f.note} | {attribution_status(f.model_type)} |"
+              for f in MODEL_FAMILIES]
     return "\n".join(lines)

@@ -123,9 +123,6 @@ class ResidualTrace:
 
     def __init__(self, model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, input_ids: torch.Tensor,
                  tokens, *, up_to_layer: int | None = None):
-        if adapter.layer_indices is not None:
-            raise AttributionRefused(f"{adapter.family}: attribution needs every layer to be an attention layer; "
-                                     "this model mixes attention with other layers")
         self.model, self.adapter, self.shape = model, adapter, shape
         self.tokens = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
         self.length = int(input_ids.shape[1])
@@ -133,6 +130,9 @@ class ResidualTrace:
         if len({id(layer) for layer in self.layers}) != len(self.layers):
             raise AttributionRefused(f"{adapter.family}: its layers share one module (ALBERT); attribution by part "
                                      "needs each layer's own module")
+        if adapter.layer_indices is not None:
+            raise AttributionRefused(f"{adapter.family}: attribution needs every layer to be an attention layer; "
+                                     "this model mixes attention with other layers")
         self.last_layer = shape.n_layers - 1 if up_to_layer is None else up_to_layer
         self._slices = adapter.output_head_slices(model, shape) if adapter.has_output_projection else None
         self._attention_modules = adapter.attention_modules(model)
@@ -143,9 +143,13 @@ class ResidualTrace:
 
     # -- the pass ---------------------------------------------------------------------------------------------------
     def _at(self, tensor) -> torch.Tensor | None:
-        """``tensor`` at the traced tokens when it is ``[1, positions, ...]``, else None."""
-        if not isinstance(tensor, torch.Tensor) or tensor.ndim < 2 or tensor.shape[0] != 1 or \
-                tensor.shape[1] != self.length:
+        """``tensor`` at the traced tokens when it is ``[1, positions, ...]`` (or ``[positions, width]``, the batch of
+        one flattened, as OPT's and Llama 4's MLPs take it), else None."""
+        if not isinstance(tensor, torch.Tensor) or tensor.ndim < 2:
+            return None
+        if tensor.ndim == 2 and tensor.shape[0] == self.length and self.length > 1:
+            return tensor[self.tokens].detach()
+        if tensor.shape[0] != 1 or tensor.shape[1] != self.length:
             return None
         return tensor[0, self.tokens].detach()
 
@@ -440,9 +444,11 @@ class ResidualTrace:
         dtype = next(attention.parameters()).dtype
         hidden = rows.to(dtype)
         args, kwargs = record.attention_args, dict(record.attention_kwargs)
-        kwargs = {name: self._sliced(name, value) for name, value in kwargs.items() if name != "hidden_states"}
+        kwargs = {name: self._for_rows(name, self._sliced(name, value), len(rows)) for name, value in kwargs.items()
+                  if name != "hidden_states"}
         if args:
-            args = (hidden, *(self._sliced(f"argument {i + 1}", value) for i, value in enumerate(args[1:], 0)))
+            args = (hidden, *(self._for_rows(f"argument {i + 1}", self._sliced(f"argument {i + 1}", value), len(rows))
+                              for i, value in enumerate(args[1:], 0)))
         else:
             kwargs["hidden_states"] = hidden
         kept: dict[str, torch.Tensor] = {}
@@ -470,7 +476,20 @@ class ResidualTrace:
             return value[..., tokens]
         if name == "position_embeddings" and value.shape[-2] == self.length:
             return value[..., tokens, :]
+        if name == "alibi" and value.ndim == 3 and value.shape[-1] == self.length:
+            return value[..., tokens]
         raise self._refuse(f"its attention takes {name} shaped by the sequence in a way qkviz does not slice")
+
+    def _for_rows(self, name: str, value, rows: int):
+        """A mask or ALiBi table of the batch of one, repeated for the ``rows`` of the parts' batch (families that
+        check its batch size)."""
+        if not isinstance(value, torch.Tensor):
+            return value
+        if name in ("attention_mask", "argument 1") and value.ndim == 4 and value.shape[0] == 1:
+            return value.expand(rows, *value.shape[1:])
+        if name == "alibi" and value.ndim == 3:          # BLOOM: [batch x heads, 1, keys]
+            return value.repeat(rows, 1, 1)
+        return value
 
     @contextlib.contextmanager
     def _fixed_inner_norms(self, layer: int, attention: torch.nn.Module):
@@ -516,7 +535,7 @@ def _traced(model: torch.nn.Module, token_ids, tokens, up_to_layer: int):
         known = _ADAPTERS[id(model)] = (model, adapter, adapter.shape(model.config))
     _model, adapter, shape = known
     device = next(model.parameters()).device
-    input_ids = torch.as_tensor(np.asarray(token_ids, dtype=np.int64), device=device)[None]
+    input_ids = torch.as_tensor(np.array(token_ids, dtype=np.int64), device=device)[None]
     try:
         return ResidualTrace(model, adapter, shape, input_ids, tokens, up_to_layer=up_to_layer)
     except QkvizError:

@@ -97,6 +97,8 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
     heads_width = shape.n_heads * (shape.value_dim or shape.head_dim)     # every head's output side by side
     output_name = next((name for name in OUTPUT_PROJECTION_NAMES
                         if _is_linear(attention, name) and getattr(attention, name).in_features == heads_width), None)
+    output_path = ".".join(part for part in (attention_path, output_name) if part) if output_name else \
+        _sibling_output(_follow(base, layers_path)[indices[0]], attention_path, heads_width)
     qk_norm = any(QK_NORM_PATTERN.match(name) for name, _ in attention.named_children())
     return FamilyAdapter(
         family=family,
@@ -105,7 +107,7 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
         attention_path=attention_path,
         causal=log.causal[0],
         description=f"{type(base).__name__}: found from the model's structure",
-        output_projection_path=".".join(part for part in (attention_path, output_name) if part) if output_name else "",
+        output_projection_path=output_path,
         query_projection_path=qk_names[0] if qk_names else "",
         key_projection_path=qk_names[1] if qk_names else "",
         qk_norm=qk_norm,
@@ -162,6 +164,18 @@ def _shape(family: str, log: CallLog) -> ModelShape:
         raise QkvizError(f"{family}: queries of size {query_dim} x {n_heads} heads meet keys of size {key_dim} x "
                          f"{n_kv_heads}; qkviz needs q . k per head")
     return ModelShape(len(log.modules), n_heads, n_kv_heads, query_dim, value_dim)
+
+
+def _sibling_output(layer: torch.nn.Module, attention_path: str, heads_width: int) -> str:
+    """The output projection of a BERT-layout layer, beside its attention module rather than in it
+    (``attention.output.dense`` next to ``attention.self``): its path from the layer, or ``""``."""
+    parent = attention_path.rpartition(".")[0]
+    path = ".".join(part for part in (parent, "output", "dense") if part)
+    try:
+        module = layer.get_submodule(path)
+    except AttributeError:
+        return ""
+    return path if isinstance(module, torch.nn.Linear) and module.in_features == heads_width else ""
 
 
 def _is_linear(module: torch.nn.Module, name: str) -> bool:
