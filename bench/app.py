@@ -20,7 +20,8 @@ page, and is given as min / median / max of ``--repeats`` (at least 5) runs:
 * the server's resident memory after start-up and its peak after the whole bench.
 
 ``--json`` (default ``bench/results/app.json``) records every run's figures with the date, machine, load averages
-and arguments.
+and arguments. ``--smoke``: the same steps once each (``--repeats 1``) on the run given, the result in a temporary
+file.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness import Recorder, summary  # noqa: E402
-from bench.support.browser import CHROMIUM_ARGS, CHROMIUM, free_port  # noqa: E402
+from bench.harness import Recorder, smoke_arguments, summary
+from bench.support.browser import free_port, launch_chromium
 
 SEARCHES = ("the", "and", "of", "to", "in", "a", "is", "was")
 ATLAS_SORT = "entropy_normalised"
@@ -176,21 +177,25 @@ def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dic
     return result
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ("--run", "{run}")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, action="append", required=True)
     parser.add_argument("--repeats", type=int, default=5, help=f"runs of each timing, 5 to {len(SEARCHES)}")
     parser.add_argument("--background", default="none",
                         help="the server's --background method (default none: nothing projected while measuring)")
     parser.add_argument("--json", type=Path, help="default: bench/results/app.json")
-    args = parser.parse_args()
-    if not 5 <= args.repeats <= len(SEARCHES):
+    args = smoke_arguments(parser, argv, out="json", repeats=1)
+    if not args.smoke and not 5 <= args.repeats <= len(SEARCHES):
         parser.error(f"--repeats must be 5 to {len(SEARCHES)} (min / median / max of at least 5 runs)")
     recorder = Recorder("app", vars(args), args.json)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = launch_chromium(playwright)
         floor = floor_ms(browser, args.repeats)
         results = [bench_run(browser, run, args.repeats, args.background) for run in args.run]
         browser.close()

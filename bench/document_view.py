@@ -14,7 +14,8 @@
   in this process, for the same heads.
 
 ``qkviz serve`` writes each head's PCA layout into a run it serves (before it answers): give it copies of shared
-runs. Each figure is min / median / max of ``--repeats`` (5). Results go to ``bench/results/document_view.json`` with the
+runs. ``--smoke``: one repeat of each on the run given for both (``--run3k`` and ``--run8k``), the result in a
+temporary file. Each figure is min / median / max of ``--repeats`` (5). Results go to ``bench/results/document_view.json`` with the
 date, the machine (its load average before and after: the 2-core machine is shared, so the timings are taken
 under whatever load it has) and the arguments.
 """
@@ -27,9 +28,8 @@ import statistics
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-from bench.harness import Recorder  # noqa: E402
-from bench.support.browser import launch_chromium, start_server, stop_server  # noqa: E402
+from bench.harness import Recorder, smoke_arguments
+from bench.support.browser import launch_chromium, start_server, stop_server
 
 #: true once the map's image of ``layer L head H`` is in the page (Playwright polls it every animation frame)
 DRAWN_JS = """([layer, head]) => {
@@ -47,9 +47,9 @@ def summary(values: list[float]) -> dict:
             "values": [round(value, 3) for value in values]}
 
 
-def heads(repeats: int, offset: int) -> list[tuple[int, int]]:
-    """``repeats`` distinct (layer, head) spread over a 32 x 32 grid (modulo smaller grids by the caller)."""
-    return [((offset + 7 * index) % 32, (offset + 11 * index + 3) % 32) for index in range(repeats)]
+def heads(repeats: int, offset: int, layers: int = 32, per_layer: int = 32) -> list[tuple[int, int]]:
+    """``repeats`` (layer, head) spread over a grid of ``layers`` x ``per_layer`` heads (distinct on a 32 x 32 grid)."""
+    return [((offset + 7 * index) % layers, (offset + 11 * index + 3) % per_layer) for index in range(repeats)]
 
 
 def open_to_drawn(browser, url: str, document: int, layer: int, head: int) -> float:
@@ -98,15 +98,27 @@ def document_tokens(run_path: Path, document: int) -> int:
     return int(run.sentences.n_tokens[document])
 
 
-def main() -> None:
+def grid(run_path: Path) -> tuple[int, int]:
+    """The run's layers and heads per layer."""
+    import qkviz
+
+    run = qkviz.open_run(run_path)
+    return run.n_layers, run.n_heads
+
+
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ("--run3k", "{run}", "--run8k", "{run}")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run3k", type=Path, default=Path("/tmp/qkviz-modern-copy/run"))
     parser.add_argument("--document3k", type=int, default=0)
     parser.add_argument("--run8k", type=Path, default=Path("/tmp/qkviz-doc8k/run"))
     parser.add_argument("--document8k", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "document_view.json")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help="default bench/results/document_view.json")
+    args = smoke_arguments(parser, argv, repeats=1)
     from playwright.sync_api import sync_playwright
 
     recorder = Recorder("document_view", vars(args), args.out)
@@ -117,7 +129,7 @@ def main() -> None:
         browser = launch_chromium(playwright)
         server, url = start_server([args.run3k], timeout=600)
         try:
-            chosen = heads(args.repeats, 1)
+            chosen = heads(args.repeats, 1, *grid(args.run3k))
             opened = [open_to_drawn(browser, url, args.document3k, layer, head) for layer, head in chosen]
         finally:
             stop_server(server)
@@ -130,7 +142,7 @@ def main() -> None:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"{url}?view=document&sentence={args.document8k}&layer=0&head=0")
             page.wait_for_function(DRAWN_JS, arg=[0, 0], timeout=120_000)
-            chosen = [(0, head) for head in range(1, args.repeats + 1)]
+            chosen = [(0, head % grid(args.run8k)[1]) for head in range(1, args.repeats + 1)]
             switched = [head_switch(page, layer, head) for layer, head in chosen]
             page.close()
         finally:
