@@ -60,7 +60,8 @@ def measured(command: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-long"))
+    parser.add_argument("--dir", type=Path, help="where the model and the runs are made (default /tmp/qkviz-long; "
+                        "with --smoke, a temporary directory)")
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--context", type=int, default=8192)
     parser.add_argument("--layers", type=int, default=32)
@@ -69,8 +70,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtypes", default="float32,float16")
     parser.add_argument("--chunk-tokens", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="default bench/results/long_inputs.json")
-    args = smoke_arguments(parser, argv, out="json", dir=Path(tempfile.mkdtemp(prefix="qkviz-long-")), tokens=48,
+    args = smoke_arguments(parser, argv, out="json", tokens=48,
                            context=64, layers=2, heads=4, kv_heads=2, dtypes="float32")
+    args.dir = args.dir or (Path(tempfile.mkdtemp(prefix="qkviz-long-")) if args.smoke else Path("/tmp/qkviz-long"))
     recorder = Recorder("long_inputs", vars(args), args.json)
     from transformers import AutoTokenizer
 
