@@ -30,6 +30,8 @@ from pathlib import Path
 
 from bench.harness import Recorder, smoke_arguments
 from bench.support.browser import launch_chromium, start_server, stop_server
+from bench.figures.goals import Goal, verdict
+from bench.figures.results import Results, figure, source
 
 #: true once the map's image of ``layer L head H`` is in the page (Playwright polls it every animation frame)
 DRAWN_JS = """([layer, head]) => {
@@ -154,6 +156,31 @@ def main(argv: list[str] | None = None) -> None:
     result["server_compute_8k"] = {"heads": chosen, **summary(server_compute(args.run8k, args.document8k, chosen))}
     print(json.dumps(result["server_compute_8k"]), flush=True)
     print(f"wrote {recorder.write(**result)}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+#: the document view's goals (issue 28), on the medians of ``bench/document_view.py``: click to the map drawn
+DOCUMENT_OPEN = Goal("a 3,000-token document's whole map drawn after the Document tab is clicked", 5.0, "s", True,
+                     "document_view", "click to drawn, median", lambda found: found["open_to_drawn_3k"]["median"], 2)
+
+DOCUMENT_SWITCH = Goal("a head switch at 8,192 tokens drawn after the click", 2.0, "s", True, "document_view",
+                       "click to drawn, median", lambda found: found["head_switch_8k"]["median"], 2)
+
+@figure("document-view")
+def document_view(results: Results) -> str:
+    """docs/app.md's document view: opening a document and switching heads, against their goals."""
+    result = results("document_view")
+    opened, switch, server = result["open_to_drawn_3k"], result["head_switch_8k"], result["server_compute_8k"]
+
+    def row(label: str, value: dict, goal: Goal | None) -> str:
+        said = verdict(goal, results) if goal else ""
+        return f"| {label} | {value['min']:.2f} s | {value['median']:.2f} s | {value['max']:.2f} s | {said} |"
+    rows = [row(f"Document tab clicked → whole map drawn, {opened['tokens']:,} tokens", opened, DOCUMENT_OPEN),
+            row(f"head switch (Head menu) → new map drawn, {switch['tokens']:,} tokens", switch, DOCUMENT_SWITCH),
+            row(f"server compute alone (map + profile), {switch['tokens']:,} tokens", server, None)]
+    return ("| measure | min | median | max | goal |\n|---|---|---|---|---|\n" + "\n".join(rows) +
+            f"\n\n`bench/document_view.py`, {len(opened['values'])} heads each ({source(results, 'document_view')}).\n")
 
 
 if __name__ == "__main__":

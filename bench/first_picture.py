@@ -33,6 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 from bench.harness import Recorder, smoke_arguments  # noqa: E402
 from bench.support.browser import free_port, launch_chromium  # noqa: E402
+from bench.figures.results import Results, figure, minutes, source  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 MATRIX_READY = """(heads) => { const g = document.querySelector('#matrix-graph .js-plotly-plot');
@@ -121,6 +122,24 @@ def main(argv: list[str] | None = None) -> None:
           + (f"{logged[1]}, logged {logged[0]:.0f} s after the start" if logged else "not logged"))
     print(recorder.write(seconds_from_start={name: round(seconds, 1) for name, seconds in times.items()},
                          estimate={"text": logged[1], "logged_at_s": round(logged[0], 1)} if logged else None))
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+@figure("first-picture")
+def first_picture(results: Results) -> str:
+    result = results("first_picture")
+    times = result["seconds_from_start"]
+    labels = {"extract": "extract 5,000 tokens", "server answers": "the app answers (every head's PCA made first)",
+              "matrix drawn": "matrix view drawn in Chromium",
+              "all layouts": "every head's attention t-SNE layout landed (server and `qkviz project` sharing them)"}
+    rows = "\n".join(f"| {labels[name]} | {minutes(seconds)} |" for name, seconds in times.items() if name in labels)
+    estimate = result.get("estimate")
+    said = (f" The server estimated the rest at {estimate['text']} when a tenth had landed "
+            f"({estimate['logged_at_s']:.0f} s)." if estimate else "")
+    return (f"| from the start (one run) | time |\n|---|---|\n{rows}\n\n"
+            f"Measured by `bench/first_picture.py` (the demo's steps, real Chromium).{said} "
+            f"({source(results, 'first_picture')}.)\n")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 from bench.harness import Recorder, smoke_arguments  # noqa: E402
 from bench.support.browser import CHROMIUM, free_port, launch_chromium  # noqa: E402
+from bench.figures.goals import Goal  # noqa: E402
 
 WINDOW = {"width": 1400, "height": 900}
 #: the matrix drawn: its six traces, shown, nothing pending; records the time once
@@ -164,6 +165,19 @@ def main(argv: list[str] | None = None) -> None:
                 server.wait(timeout=30)
         browser.close()
     print(f"wrote {recorder.write(**result)}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+#: a 1,024-head model's matrix (issue 28): navigation to the matrix drawn, the first load of a page (cold)
+MATRIX_1024 = Goal("a 1,024-head matrix drawn after navigation", 3, "s", True, "matrix_grid", "cold median",
+                   lambda found: found["load_to_drawn"]["cold"]["median_ms"] / 1000, 1)
+
+#: the share of a 1400 × 900 window the 32 × 32 matrix fills (issue 28), width and height
+MATRIX_FILL = (Goal("the 1,024-head matrix's width in a 1400 × 900 window", 60, "%", False, "matrix_grid", "width",
+                    lambda found: 100 * next(iter(found["fill"].values()))[0], 0),
+               Goal("the 1,024-head matrix's height in a 1400 × 900 window", 55, "%", False, "matrix_grid", "height",
+                    lambda found: 100 * next(iter(found["fill"].values()))[1], 0))
 
 
 if __name__ == "__main__":

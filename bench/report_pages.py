@@ -38,6 +38,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 from bench.harness import Recorder, smoke_arguments  # noqa: E402
 from bench.support.browser import launch_chromium  # noqa: E402
+from bench.figures.goals import Goal, verdict  # noqa: E402
+from bench.figures.results import Results, figure, source  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 #: the page's ``Plotly.newPlot`` calls, each recorded with the time its promise resolves
@@ -226,6 +228,48 @@ def main(argv: list[str] | None = None) -> None:
     for row in rows:
         row["page"] = "floor.html" if row["page"].endswith("floor.html") else row["page"].removeprefix("report/")
     print(f"wrote {recorder.write(goal_mb=1.5, goal_seconds=2.0, run_layouts=layouts, pages=rows)}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+#: issue 17's goals for the report's pages: each page as a browser opens it cold (its own bytes and every script it
+#: loads, shared or not), and from the open to every graph drawn
+PAGE_SIZE = Goal("a report page's size", 1.5, "MB", True, "report_pages", "the largest page, read cold",
+                 lambda found: max(cold_bytes(row) for row in report_page_rows(found)) / 1e6, 2)
+
+PAGE_TIME = Goal("a report page open, every graph drawn", 2.0, "s", True, "report_pages",
+                 "the slowest page, median of the cold opens",
+                 lambda found: max(row["drawn"] for row in report_page_rows(found)) / 1e3, 2)
+
+def report_page_rows(result: dict) -> list[dict]:
+    """The report's pages in ``bench/report_pages.py``'s result, without the floor (plotly.js alone)."""
+    return [row for row in result["pages"] if row["page"] != "floor.html"]
+
+def cold_bytes(row: dict) -> int:
+    """What a browser reads to open a page cold: the page and every script it loads."""
+    return row["own"] + sum(row["scripts"].values())
+
+# -- the report's pages ----------------------------------------------------------------------------
+@figure("report-pages")
+def report_pages(results: Results) -> str:
+    result = results("report_pages")
+    floor = next(row for row in result["pages"] if row["page"] == "floor.html")
+    pages = report_page_rows(result)
+    rows = [f"| `{row['page']}` | {row['own'] / 1e6:.2f} MB | {sum(row['scripts'].values()) / 1e6:.2f} MB, once | "
+            f"{cold_bytes(row) / 1e6:.2f} MB | {row['drawn'] / 1e3:.2f} s | {row['cpu'] / 1e3:.2f} s | "
+            f"{row['drawn_graphs']} of {row['graphs']} |" for row in pages]
+    rows.append(f"| plotly.js alone (one 2 × 2 heatmap) | | {sum(floor['scripts'].values()) / 1e6:.2f} MB | "
+                f"{cold_bytes(floor) / 1e6:.2f} MB | {floor['drawn'] / 1e3:.2f} s | {floor['cpu'] / 1e3:.2f} s | |")
+    refused = sum(row["refused"] for row in result["pages"])
+    errors = sum(len(row["errors"]) for row in result["pages"])
+    # layouts as method-dimD (a result of an earlier bench/report_pages.py named the projections folder's entries)
+    layouts = ", ".join(name for name in result.get("run_layouts") or [] if re.fullmatch(r"[\w-]+-\dd", name))
+    return ("| page | size | + shared plotly.js | read cold | open, every graph drawn | main-thread CPU | graphs drawn |\n"
+            "|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+            f"Medians of {result['arguments']['repeats']} cold opens{f'; the run has {layouts} layouts' if layouts else ''}. "
+            f"Goals (issue 17), each page as a browser opens it cold: size {verdict(PAGE_SIZE, results)}; time to "
+            f"open {verdict(PAGE_TIME, results)}. Requests refused: {refused}; console errors: {errors}. "
+            f"`bench/report_pages.py --repeats {result['arguments']['repeats']}` ({source(results, 'report_pages')}).\n")
 
 
 if __name__ == "__main__":
