@@ -23,12 +23,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 
 import qkviz  # noqa: E402
-from bench.support.attention_check import max_attention_error  # noqa: E402
-from qkviz.extraction import DEFAULT_CORPUS  # noqa: E402
-from qkviz.extraction import pad_token_id  # noqa: E402
-from qkviz.extraction import load_model, model_directory  # noqa: E402
-from bench.support.tiny_models import FAMILIES, build_tiny_model  # noqa: E402
-from bench.support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error  # noqa: E402
 
 from bench.harness import Recorder, smoke_arguments  # noqa: E402
 from bench.figures.results import BUNDLED, Results, figure, source  # noqa: E402
@@ -50,6 +44,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--families", help="comma-separated tiny families to check (default: every text and image one)")
     parser.add_argument("--json", type=Path, help="where the rows go (default bench/results/exactness.json)")
     args = smoke_arguments(parser, argv, out='json', families='llama,vit', skip_real=True)
+    # torch and the tiny models, imported here: the figure blocks below import this module without them
+    from qkviz.extraction import DEFAULT_CORPUS, load_model, pad_token_id
+
+    from bench.support.attention_check import max_attention_error
+    from bench.support.tiny_models import FAMILIES, build_tiny_model
+    from bench.support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error
     chosen = set(args.families.split(",")) if args.families else set(FAMILIES) | set(VISION_FAMILIES)
     recorder = Recorder("exactness", vars(args), args.json)
     rows: list[dict] = []
@@ -88,6 +88,10 @@ def main(argv: list[str] | None = None) -> None:
 
 def real_models(scratch: Path, count: int) -> list[dict]:
     """Both bundled models over the whole default corpus, compared on ``count`` sentences spread over it."""
+    from qkviz.extraction import DEFAULT_CORPUS, load_model, model_directory, pad_token_id
+
+    from bench.support.attention_check import max_attention_error
+
     rows = []
     for name in ("minilm", "smollm2"):
         pad = pad_token_id(load_model(name).tokenizer)

@@ -5,7 +5,7 @@ Each type is a tiny random model (``tests/support/family_configs.py``) extracted
 from the run compared with the model's own eager attention (``tests/support/family_sweep.py``). The newest release
 runs in a child process with the release that ``scripts/newest_transformers.py`` installed (by ``scripts/setup.sh``)
 first on its path. The result says, per release, every type's outcome, and the counts for the 57 types of issue 27
-and for the held-out batch of 32 types no issue names (the goals are judged in ``bench.figures.docs``).
+and for the held-out batch of 32 types no issue names (the goals are declared in this module's figure block, below).
 
     python -m bench.family_sweep                  # both releases: bench/results/family_sweep.json (~1 h on 2 cores)
     python -m bench.family_sweep --types llama,gptj --out /tmp/sweep.json

@@ -1,5 +1,6 @@
 """Reading bench result files for the figure blocks (``python -m bench.figures``): the files themselves, where and
-under what load each was measured, and the registry of block renderers (``@figure("name")``)."""
+under what load each was measured, the registry of block renderers (``@figure("name")``, used beside each bench),
+and the wording the blocks of several benches share (seconds, spans, ratios, model, run and head names)."""
 
 from __future__ import annotations
 
