@@ -214,6 +214,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: the app's goals (issue 17): the table's label, the sentence's, the ``bench/app.py`` figure, the goal, unit, scale;
 #: each judged on what the user meets, from the action to the drawn result (a search on Enter to the matches drawn)
 APP_GOALS = (("matrix view interactive after navigation (warm loads)", "the matrix view is interactive after navigation",

@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: the document view's goals (issue 28), on the medians of ``bench/document_view.py``: click to the map drawn
 DOCUMENT_OPEN = Goal("a 3,000-token document's whole map drawn after the Document tab is clicked", 5.0, "s", True,
                      "document_view", "click to drawn, median", lambda found: found["open_to_drawn_3k"]["median"], 2)

@@ -108,6 +108,7 @@ def real_models(scratch: Path, count: int) -> list[dict]:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: docs/models.md's exactness rows: the families each row groups, as the tables name them
 EXACTNESS_GROUPS = ((("bert", "BERT"), ("roberta", "RoBERTa"), ("distilbert", "DistilBERT")),
                     (("gpt2", "GPT-2"), ("llama", "Llama"), ("qwen2", "Qwen2")),

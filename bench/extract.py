@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: extraction's goals: a ratio over a bare forward pass (wall times), a peak at 100,000 tokens
 EXTRACT_RATIO = Goal("`qkviz.extract` against a bare forward pass", 1.25, "", True, "extract_minilm",
                      "median of the pairs", lambda found: found["ratio"]["median"], 2)

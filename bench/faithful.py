@@ -389,6 +389,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: docs/methods.md's chosen-heads tables: each method as they name it
 CHOSEN_METHODS = {"pca": "PCA", "tsne": "t-SNE", "umap": "UMAP", "av-tsne": "AttentionViz t-SNE",
                   "attn-tsne": "**attn-tsne**", "attn-umap": "attn-umap"}

@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 def _sweep_release(result: dict, newest: bool) -> dict:
     """The pinned (first) or the newest (last) release of ``bench.family_sweep``'s result."""
     releases = result["releases"]

@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 @figure("gate-cost")
 def gate_cost(results: Results) -> str:
     """benchmarks.md's overhead: the exactness gate's seconds against a whole extraction's, and its error."""

@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: extracting one 8,192-token document (issue 28): memory beyond the weights, for each stored dtype
 BEYOND_WEIGHTS_GB = 2.0
 

@@ -167,8 +167,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"wrote {recorder.write(**result)}")
 
 
-# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
-# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+# The goals the README's summary blocks (``bench.figures.readme``) judge from this bench's result file, each by
+# ``bench.figures.goals.verdict``.
+
 #: a 1,024-head model's matrix (issue 28): navigation to the matrix drawn, the first load of a page (cold)
 MATRIX_1024 = Goal("a 1,024-head matrix drawn after navigation", 3, "s", True, "matrix_grid", "cold median",
                    lambda found: found["load_to_drawn"]["cold"]["median_ms"] / 1000, 1)

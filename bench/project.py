@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: bench/project.py's layouts, as the table names them
 LAYOUT_LABELS = {"tsne 2D": "t-SNE 2D", "tsne 3D": "t-SNE 3D", "umap 2D": "UMAP 2D", "umap 3D": "UMAP 3D",
                  "pca 2D": "PCA 2D", "pca 3D": "PCA 3D"}

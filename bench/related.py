@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 def head_name(pair) -> str:
     return f"L{pair[0]} H{pair[1]}"
 

@@ -140,6 +140,7 @@ def space_means(table) -> dict[str, dict]:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: ``qkviz report`` at 72 heads, every space, wall time in a child process (issue 17)
 REPORT_TIME = Goal("`qkviz report` at 72 heads", 60, "s", True, "report", "wall time, median",
                    lambda found: found["report_s"]["median"], 1)

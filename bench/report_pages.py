@@ -232,6 +232,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: issue 17's goals for the report's pages: each page as a browser opens it cold (its own bytes and every script it
 #: loads, shared or not), and from the open to every graph drawn
 PAGE_SIZE = Goal("a report page's size", 1.5, "MB", True, "report_pages", "the largest page, read cold",

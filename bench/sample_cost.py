@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 # -- Large heads: what fitting on a sample costs ----------------------------------------------------
 @figure("sampling-cost")
 def sampling_cost(results: Results) -> str:

@@ -212,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: every command's peak memory goal (docs/scale.md), in GB
 MEMORY_GOAL_GB = 4.0
 

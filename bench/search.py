@@ -335,6 +335,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: the goals of docs/benchmarks.md's Search table, on the p95 of a call of the Python API, from the call to its answer
 #: (the app's search, Enter to the matches drawn, is judged with the app's goals)
 PARTNER_QUERY = Goal("a head's first partner query", 50, "ms", True, "search", "the call to its answer, p95",

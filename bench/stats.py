@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: the head atlas's statistics at 72 heads, wall time of ``qkviz stats`` in a child process
 STATS_TIME = Goal("`qkviz stats` with every statistic at 72 heads", 120, "s", True, "stats",
                   "wall time, median", lambda found: next((row["seconds"]["median"] for row in found["timings"]

@@ -230,6 +230,7 @@ def main(argv: list[str] | None = None) -> None:
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
 #: the default layouts of a 1,024-head model against full fits (issue 28)
 RECALL_RATIO_MEAN = Goal("the default layouts' partner recall against a full fit's", 0.9, "×", False, "thousand_heads",
                          "mean over the sampled heads", lambda found: found["quality"]["summary"]["recall_ratio"], 2)
