@@ -35,8 +35,10 @@ A new bench, ``bench/my_bench.py``, in about ten lines::
     if __name__ == "__main__":
         main()
 
-Its figure block, if a page shows it, is a function of :mod:`bench.figures` registered with ``@figure("name")``; a
-goal it states is a :class:`bench.figures.goals.Goal` judged by :func:`bench.figures.goals.verdict`.
+Its figure block, if a page shows it, is a function in the bench's own module registered with ``@figure("name")``
+(:func:`bench.figures.results.figure`; ``python -m bench.figures`` imports every bench to find them); a goal it
+states is a :class:`bench.figures.goals.Goal` declared there too and judged by :func:`bench.figures.goals.verdict`.
+Only the README's summary blocks, which combine several benches' results, live in :mod:`bench.figures.readme`.
 """
 
 #: the modules of this package that are not benches: the harness, the schema, and the helpers some benches share

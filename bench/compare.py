@@ -36,6 +36,7 @@ from dash_app.panels.selection import selected_points, selection_frame, selectio
 from dash_app.run_data import RunData  # noqa: E402
 
 from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
+from bench.figures.results import Results, figure, model_name, source, span  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -149,6 +150,34 @@ def main(argv: list[str] | None = None) -> None:
         csv_seconds=summary([s["csv_seconds"] for s in selections]), csv_mb=selections[0]["csv_mb"],
         browser_seconds=summary(browser) if browser else None)
     print(f"wrote {written}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+# -- compare and selection -------------------------------------------------------------------------
+@figure("compare")
+def compare(results: Results) -> str:
+    result = results("compare")
+    runs = result["compare_seconds"]["runs"]
+    itself = (" with a copy of itself (every head's distance is then 0, as the bench checks)" if result["with_itself"]
+              else " with another run")
+    browser = result.get("browser_seconds")
+    text = (f"`qkviz compare` of the {model_name(result['model'])} run ({result['tokens']:,} tokens)"
+            f"{itself}, {result['heads']} heads, end to end in a child process: {span(result['compare_seconds'])} "
+            f"(min / median / max of {runs}), peak RSS {result['compare_peak_mb']:,.0f} MB. The server's work for a "
+            f"selection of {result['selection_points']:,} points (checking the payload, the table of every point for "
+            f"the CSV, the page's first rows): {span(result['selection_seconds'], 2)}; the CSV ({result['csv_mb']:.1f} MB): "
+            f"{span(result['csv_seconds'], 2)}.")
+    if browser:
+        text += (f" In headless Chromium, a box over the whole PCA layout of L0 H0 (all {2 * result['tokens']:,} "
+                 f"queries and keys) shows its table "
+                 + (f"{span(browser, 2)} (min / median / max of {browser['runs']})" if browser["runs"] > 1
+                    else f"{browser['median']:.2f} s (one run)") + " after the mouse is released.")
+    flags = f" --repeats {result['arguments']['repeats']}" + (" --browser" if browser else "") + (
+        f" --browser-repeats {result['arguments']['browser_repeats']}" if browser and "browser_repeats" in result["arguments"]
+        else "")
+    return f"{text} `bench/compare.py{flags}` ({source(results, 'compare')}).\n"
 
 
 if __name__ == "__main__":

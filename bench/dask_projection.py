@@ -39,6 +39,7 @@ from qkviz.projection import plan_specs, projection_runner, run_tasks  # noqa: E
 from qkviz.store import CACHE_DIRECTORY  # noqa: E402
 from qkviz.store import ProjectionCache  # noqa: E402
 from bench.harness import Recorder, smoke_arguments  # noqa: E402
+from bench.figures.results import Results, figure, heads_named, seconds, source  # noqa: E402
 
 DEFAULT_RUN = REPO / "runs" / "minilm"
 
@@ -144,6 +145,32 @@ def main(argv: list[str] | None = None) -> None:
                              start_up_s={"local": round(pool_start, 2), "dask": round(cluster_start, 2)},
                              start_up_order=["local", "dask"],
                              rounds=rounds, median_ratio=round(float(np.median(ratios)), 3), layouts_equal=equal))
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+@figure("dask-projection")
+def dask_projection(results: Results) -> str:
+    result = results("dask_projection")
+    arguments = result["arguments"]
+    workers = arguments["workers"]
+    rows = "\n".join(
+        f"| {number} ({' first, then '.join('local pool' if side == 'local' else 'Dask' for side in round_['order'])}) "
+        f"| {seconds(round_['local_s'])} | {seconds(round_['dask_s'])} | {round_['ratio']:.2f}× |"
+        for number, round_ in enumerate(result["rounds"], 1))
+    start = result["start_up_s"]
+    equal = "equal to the bit in every round" if result["layouts_equal"] else "**not** equal in every round"
+    order = result.get("start_up_order")
+    started = (f" ({'the pool' if order[0] == 'local' else 'the cluster'} was started first: its workers were the "
+               f"first to load the libraries)" if order else "")
+    return (f"{len(result['heads'])} heads ({heads_named(result['heads'])}), {arguments['method']} "
+            f"{arguments['dim']}D, {result['tokens']:,} tokens, {workers} workers:\n\n"
+            f"| round (order) | local pool (`--jobs {workers}`) | Dask `LocalCluster` ({workers} processes) | "
+            f"Dask / local |\n|---|---|---|---|\n{rows}\n\n"
+            f"Median Dask / local {result['median_ratio']:.2f}×. Start-up, not in the times above: local pool "
+            f"{seconds(start['local'])}, `LocalCluster` {seconds(start['dask'])}{started}. The layouts were {equal}. "
+            f"(`python -m bench.dask_projection`; {source(results, 'dask_projection')}.)\n")
 
 
 if __name__ == "__main__":

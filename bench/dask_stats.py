@@ -36,6 +36,7 @@ from qkviz.analysis import load_atlas  # noqa: E402
 from qkviz.extraction import DEFAULT_CORPUS  # noqa: E402
 from qkviz.store import RUN_DIRECTORIES  # noqa: E402
 from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
+from bench.figures.results import Results, figure, seconds, source  # noqa: E402
 
 DEFAULT_RUN = REPO / "runs" / "minilm"
 QKVIZ = [sys.executable, "-m", "qkviz", "-q", "stats"]
@@ -145,6 +146,44 @@ def main(argv: list[str] | None = None) -> None:
         print(recorder.write(tokens=source.n_tokens, heads=source.n_layers * source.n_heads,
                              syntax=bool(syntax), parse_s=None if parse is None else round(parse, 2),
                              ways=figures, rounds=rounds, atlases_equal=equal))
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+@figure("dask-stats")
+def dask_stats(results: Results) -> str:
+    result = results("dask_stats")
+    ways = list(result["ways"])
+    header = "| round (order; load after) | " + " | ".join(f"`{way}`" if way.startswith("--") else way
+                                                         for way in ways) + " |"
+    rows = []
+    for number, round_ in enumerate(result["rounds"], 1):
+        serial = round_["seconds"].get("serial")
+        cells = []
+        for way in ways:
+            wall = round_["seconds"][way]
+            cells.append(seconds(wall) + (f" ({serial / wall:.2f}×)" if serial and way != "serial" else ""))
+        order = " → ".join(round_["order"])
+        rows.append(f"| {number} ({order}; {round_['load_after']:.1f}) | " + " | ".join(cells) + " |")
+    summaries = []
+    for way in ways:
+        figures = result["ways"][way]
+        line = f"{way} {seconds(figures['seconds']['median'])}"
+        if "speed_up_over_serial" in figures and way != "serial":
+            line += f" ({figures['speed_up_over_serial']:.2f}× serial's speed)"
+        summaries.append(line + f", peak {figures['peak_mb']['max']:.0f} MB")
+    equal = "equal to the bit in every round and every way" if result["atlases_equal"] else "**not** all equal"
+    parse = (f" The spaCy parse made once by the caller took {seconds(result['parse_s'])} (after loading the "
+             f"pipeline)." if result.get("parse_s") is not None else "")
+    syntax = "`qkviz -q stats --syntax`" if result.get("syntax") else "`qkviz -q stats`"
+    return (f"{syntax} on {result['heads']} heads, {result['tokens']:,} tokens; in brackets the speed-up over "
+            f"serial in the same round:\n\n{header}\n|" + "---|" * (len(ways) + 1) + "\n" + "\n".join(rows) + "\n\n"
+            f"Medians: {'; '.join(summaries)} (the command's own peak memory; with `--jobs` and `--dask` the workers' "
+            f"is not in it). "
+            f"The atlases were {equal}.{parse} "
+            f"(`python -m bench.dask_stats`; {source(results, 'dask_stats')}.)\n")
+
 
 if __name__ == "__main__":
     main()

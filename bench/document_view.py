@@ -14,7 +14,8 @@
   in this process, for the same heads.
 
 ``qkviz serve`` writes each head's PCA layout into a run it serves (before it answers): give it copies of shared
-runs. Each figure is min / median / max of ``--repeats`` (5). Results go to ``bench/results/document_view.json`` with the
+runs. ``--smoke``: one repeat of each on the run given for both (``--run3k`` and ``--run8k``), the result in a
+temporary file. Each figure is min / median / max of ``--repeats`` (5). Results go to ``bench/results/document_view.json`` with the
 date, the machine (its load average before and after: the 2-core machine is shared, so the timings are taken
 under whatever load it has) and the arguments.
 """
@@ -27,9 +28,10 @@ import statistics
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-from bench.harness import Recorder  # noqa: E402
-from bench.support.browser import launch_chromium, start_server, stop_server  # noqa: E402
+from bench.harness import Recorder, smoke_arguments
+from bench.support.browser import launch_chromium, start_server, stop_server
+from bench.figures.goals import Goal, verdict
+from bench.figures.results import Results, figure, source
 
 #: true once the map's image of ``layer L head H`` is in the page (Playwright polls it every animation frame)
 DRAWN_JS = """([layer, head]) => {
@@ -47,9 +49,9 @@ def summary(values: list[float]) -> dict:
             "values": [round(value, 3) for value in values]}
 
 
-def heads(repeats: int, offset: int) -> list[tuple[int, int]]:
-    """``repeats`` distinct (layer, head) spread over a 32 x 32 grid (modulo smaller grids by the caller)."""
-    return [((offset + 7 * index) % 32, (offset + 11 * index + 3) % 32) for index in range(repeats)]
+def heads(repeats: int, offset: int, layers: int = 32, per_layer: int = 32) -> list[tuple[int, int]]:
+    """``repeats`` (layer, head) spread over a grid of ``layers`` x ``per_layer`` heads (distinct on a 32 x 32 grid)."""
+    return [((offset + 7 * index) % layers, (offset + 11 * index + 3) % per_layer) for index in range(repeats)]
 
 
 def open_to_drawn(browser, url: str, document: int, layer: int, head: int) -> float:
@@ -98,15 +100,27 @@ def document_tokens(run_path: Path, document: int) -> int:
     return int(run.sentences.n_tokens[document])
 
 
-def main() -> None:
+def grid(run_path: Path) -> tuple[int, int]:
+    """The run's layers and heads per layer."""
+    import qkviz
+
+    run = qkviz.open_run(run_path)
+    return run.n_layers, run.n_heads
+
+
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ("--run3k", "{run}", "--run8k", "{run}")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run3k", type=Path, default=Path("/tmp/qkviz-modern-copy/run"))
     parser.add_argument("--document3k", type=int, default=0)
     parser.add_argument("--run8k", type=Path, default=Path("/tmp/qkviz-doc8k/run"))
     parser.add_argument("--document8k", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "document_view.json")
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, help="default bench/results/document_view.json")
+    args = smoke_arguments(parser, argv, repeats=1)
     from playwright.sync_api import sync_playwright
 
     recorder = Recorder("document_view", vars(args), args.out)
@@ -117,7 +131,7 @@ def main() -> None:
         browser = launch_chromium(playwright)
         server, url = start_server([args.run3k], timeout=600)
         try:
-            chosen = heads(args.repeats, 1)
+            chosen = heads(args.repeats, 1, *grid(args.run3k))
             opened = [open_to_drawn(browser, url, args.document3k, layer, head) for layer, head in chosen]
         finally:
             stop_server(server)
@@ -130,7 +144,7 @@ def main() -> None:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"{url}?view=document&sentence={args.document8k}&layer=0&head=0")
             page.wait_for_function(DRAWN_JS, arg=[0, 0], timeout=120_000)
-            chosen = [(0, head) for head in range(1, args.repeats + 1)]
+            chosen = [(0, head % grid(args.run8k)[1]) for head in range(1, args.repeats + 1)]
             switched = [head_switch(page, layer, head) for layer, head in chosen]
             page.close()
         finally:
@@ -142,6 +156,32 @@ def main() -> None:
     result["server_compute_8k"] = {"heads": chosen, **summary(server_compute(args.run8k, args.document8k, chosen))}
     print(json.dumps(result["server_compute_8k"]), flush=True)
     print(f"wrote {recorder.write(**result)}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+#: the document view's goals (issue 28), on the medians of ``bench/document_view.py``: click to the map drawn
+DOCUMENT_OPEN = Goal("a 3,000-token document's whole map drawn after the Document tab is clicked", 5.0, "s", True,
+                     "document_view", "click to drawn, median", lambda found: found["open_to_drawn_3k"]["median"], 2)
+
+DOCUMENT_SWITCH = Goal("a head switch at 8,192 tokens drawn after the click", 2.0, "s", True, "document_view",
+                       "click to drawn, median", lambda found: found["head_switch_8k"]["median"], 2)
+
+@figure("document-view")
+def document_view(results: Results) -> str:
+    """docs/app.md's document view: opening a document and switching heads, against their goals."""
+    result = results("document_view")
+    opened, switch, server = result["open_to_drawn_3k"], result["head_switch_8k"], result["server_compute_8k"]
+
+    def row(label: str, value: dict, goal: Goal | None) -> str:
+        said = verdict(goal, results) if goal else ""
+        return f"| {label} | {value['min']:.2f} s | {value['median']:.2f} s | {value['max']:.2f} s | {said} |"
+    rows = [row(f"Document tab clicked → whole map drawn, {opened['tokens']:,} tokens", opened, DOCUMENT_OPEN),
+            row(f"head switch (Head menu) → new map drawn, {switch['tokens']:,} tokens", switch, DOCUMENT_SWITCH),
+            row(f"server compute alone (map + profile), {switch['tokens']:,} tokens", server, None)]
+    return ("| measure | min | median | max | goal |\n|---|---|---|---|---|\n" + "\n".join(rows) +
+            f"\n\n`bench/document_view.py`, {len(opened['values'])} heads each ({source(results, 'document_view')}).\n")
 
 
 if __name__ == "__main__":

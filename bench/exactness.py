@@ -23,14 +23,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 
 import qkviz  # noqa: E402
-from bench.support.attention_check import max_attention_error  # noqa: E402
-from qkviz.extraction import DEFAULT_CORPUS  # noqa: E402
-from qkviz.extraction import pad_token_id  # noqa: E402
-from qkviz.extraction import load_model, model_directory  # noqa: E402
-from bench.support.tiny_models import FAMILIES, build_tiny_model  # noqa: E402
-from bench.support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error  # noqa: E402
 
 from bench.harness import Recorder, smoke_arguments  # noqa: E402
+from bench.figures.results import BUNDLED, Results, figure, source  # noqa: E402
 
 
 def spread(run, count: int) -> list[int]:
@@ -49,6 +44,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--families", help="comma-separated tiny families to check (default: every text and image one)")
     parser.add_argument("--json", type=Path, help="where the rows go (default bench/results/exactness.json)")
     args = smoke_arguments(parser, argv, out='json', families='llama,vit', skip_real=True)
+    # torch and the tiny models, imported here: the figure blocks below import this module without them
+    from qkviz.extraction import DEFAULT_CORPUS, load_model, pad_token_id
+
+    from bench.support.attention_check import max_attention_error
+    from bench.support.tiny_models import FAMILIES, build_tiny_model
+    from bench.support.tiny_vision import VISION_FAMILIES, build_tiny_vision_model, max_image_attention_error
     chosen = set(args.families.split(",")) if args.families else set(FAMILIES) | set(VISION_FAMILIES)
     recorder = Recorder("exactness", vars(args), args.json)
     rows: list[dict] = []
@@ -87,6 +88,10 @@ def main(argv: list[str] | None = None) -> None:
 
 def real_models(scratch: Path, count: int) -> list[dict]:
     """Both bundled models over the whole default corpus, compared on ``count`` sentences spread over it."""
+    from qkviz.extraction import DEFAULT_CORPUS, load_model, model_directory, pad_token_id
+
+    from bench.support.attention_check import max_attention_error
+
     rows = []
     for name in ("minilm", "smollm2"):
         pad = pad_token_id(load_model(name).tokenizer)
@@ -99,6 +104,39 @@ def real_models(scratch: Path, count: int) -> list[dict]:
         rows.append({"model": name, "kind": "bundled", "compared": f"{len(compared)} sentences",
                      "tokens": run.n_tokens, "float32": float(errors[0]), "float16": float(errors[1])})
     return rows
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+#: docs/models.md's exactness rows: the families each row groups, as the tables name them
+EXACTNESS_GROUPS = ((("bert", "BERT"), ("roberta", "RoBERTa"), ("distilbert", "DistilBERT")),
+                    (("gpt2", "GPT-2"), ("llama", "Llama"), ("qwen2", "Qwen2")),
+                    (("mistral", "Mistral (window 6)"), ("gemma3", "Gemma 3 (window 5)")),
+                    (("vit", "ViT"), ("deit", "DeiT"), ("dinov2", "DINOv2"), ("dinov2-registers", "DINOv2 with registers")),
+                    (("clip-vision", "CLIP vision"), ("siglip-vision", "SigLIP vision"), ("clip", "whole CLIP")))
+
+@figure("exactness")
+def exactness(results: Results) -> str:
+    result = results("exactness")
+    by = {row["model"]: row for row in result["rows"]}
+    grouped = {model for group in EXACTNESS_GROUPS for model, _ in group}
+    groups = [[(model, label) for model, label in group if model in by] for group in EXACTNESS_GROUPS]
+    groups += [[(model, model)] for model in by if model not in grouped and model not in BUNDLED]
+    rows = [("tiny " + " / ".join(label for _, label in group),
+             *(" / ".join(f"{by[model][dtype]:.1e}" for model, _ in group) for dtype in ("float32", "float16")))
+            for group in groups if group]
+    rows += [(f"{BUNDLED[model]}, whole default corpus ({by[model]['tokens']:,} tokens)",
+              f"{by[model]['float32']:.1e}", f"{by[model]['float16']:.1e}") for model in BUNDLED if model in by]
+    table = "\n".join(f"| {name} | {f32} | {f16} |" for name, f32, f16 in rows)
+    compared = {row["kind"]: row["compared"] for row in result["rows"]}
+    worst = {dtype: max(result["rows"], key=lambda row: row[dtype]) for dtype in ("float32", "float16")}
+    return (f"| model | float32 storage | float16 storage |\n|---|---|---|\n{table}\n\n"
+            f"Compared: tiny text models on {compared.get('tiny text', 'no')} in one padded batch, tiny image models "
+            f"on {compared.get('tiny image', 'no')}, the bundled models on {compared.get('bundled', 'no')} spread over "
+            f"the corpus. Largest: {worst['float32']['float32']:.1e} ({worst['float32']['model']}) in float32, "
+            f"{worst['float16']['float16']:.1e} ({worst['float16']['model']}) in float16. `bench/exactness.py` "
+            f"({source(results, 'exactness')}).\n")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ from qkviz.extraction import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_
 from qkviz.extraction import load_model  # noqa: E402
 from qkviz.extraction import select_sentences  # noqa: E402
 from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
+from bench.figures.goals import Goal, verdict  # noqa: E402
+from bench.figures.results import Results, figure, source, span  # noqa: E402
 
 
 def repeated_corpus(directory: Path, copies: int) -> Path:
@@ -140,6 +142,45 @@ def main(argv: list[str] | None = None) -> None:
             figures["child_extract"] = {"tokens": run.n_tokens, "seconds": round(child["seconds"], 1),
                                         "peak_mb": round(child["peak_mb"]), "run_mb": round(size_mb)}
     print(recorder.write(**figures))
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+#: extraction's goals: a ratio over a bare forward pass (wall times), a peak at 100,000 tokens
+EXTRACT_RATIO = Goal("`qkviz.extract` against a bare forward pass", 1.25, "", True, "extract_minilm",
+                     "median of the pairs", lambda found: found["ratio"]["median"], 2)
+
+EXTRACT_PEAK = Goal("peak RSS of an extraction at 100,000 tokens", 4, "GB", True, "extract_minilm",
+                    "the child process's peak", lambda found: found["child_extract"]["peak_mb"] / 1024, 2)
+
+# -- extraction ------------------------------------------------------------------------------------
+@figure("extract-goal")
+def extract_goal(results: Results) -> str:
+    result = results("extract_minilm")
+    child = result["child_extract"]
+    return (f"Goals: the ratio over a bare forward pass {verdict(EXTRACT_RATIO, results)}; peak RSS at 100,000 tokens "
+            f"{verdict(EXTRACT_PEAK, results)}, at {child['tokens']:,} tokens. "
+            f"({source(results, 'extract_minilm')}.)\n")
+
+@figure("extract")
+def extract(results: Results) -> str:
+    names = [name for name in ("extract_minilm", "extract_smollm2") if results.exists(name)] or ["extract_minilm"]
+    columns = [results(name) for name in names]
+    labels = [f"{result['arguments']['model']} {result['arguments']['dtype']}" for result in columns]
+
+    rows = [("tokens per run", [f"{r['tokens']:,}" for r in columns]),
+            ("bare forward pass", [span(r["bare_forward_s"], 2, " s") for r in columns]),
+            ("`qkviz.extract`, all included", [span(r["extract_s"], 2, " s") for r in columns]),
+            ("a warm load of the model", [span(r["warm_model_load_s"], 2, " s") for r in columns]),
+            ("ratio extract / bare forward", [span(r["ratio"], 2, "") for r in columns]),
+            ("ratio less the pair's warm model load", [span(r["ratio_without_model_load"], 2, "") for r in columns]),
+            ("a run in a child process: tokens, wall, its peak RSS, run size",
+             [f"{c['tokens']:,}, {c['seconds']:.1f} s, {c['peak_mb']:,} MB, {c['run_mb']:,} MB"
+              if (c := r.get("child_extract")) else "not run" for r in columns])]
+    table = "\n".join(f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows)
+    return (f"| min / median / max of {columns[0]['ratio']['runs']} pairs | " + " | ".join(labels) + " |\n|---|"
+            + "---|" * len(columns) + f"\n{table}\n\n({source(results, *names)}.)\n")
 
 
 if __name__ == "__main__":

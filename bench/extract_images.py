@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 import qkviz  # noqa: E402
 from bench.harness import Recorder, smoke_arguments, summary  # noqa: E402
+from bench.figures.results import Results, figure, source, span  # noqa: E402
 
 
 #: ViT-B/16's shape, and a tiny one for the smoke run
@@ -109,6 +110,26 @@ def main(argv: list[str] | None = None) -> None:
                              tokens=run.n_tokens, bare_seconds=summary(bare), extract_seconds=summary(full),
                              ratio=summary(ratios), run_mb=size_mb, patches_mb=patches_mb)
     print(f"wrote {written}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+@figure("extract-images")
+def extract_images(results: Results) -> str:
+    result = results("extract_images")
+    bare, full, images = result["bare_seconds"], result["extract_seconds"], result["images"]
+    arguments = result["arguments"]
+    return (f"{result['model']}: {result['layers']} layers × {result['heads']} heads, d_head {result['head_dim']}, "
+            f"{images} images, {result['tokens']:,} tokens ({result['tokens'] // images} an image), "
+            f"{arguments['dtype']} storage, batch {arguments['batch_size']}.\n\n"
+            f"| min / median / max of {full['runs']} pairs | |\n|---|---|\n"
+            f"| bare forward pass | {span(bare, 2)} ({images / bare['median']:.1f} images/s) |\n"
+            f"| `qkviz.extract` (processing, capture, vectors, patch thumbnails, weight hash, manifest) | "
+            f"{span(full, 2)} ({images / full['median']:.1f} images/s, {result['tokens'] / full['median']:,.0f} tokens/s) |\n"
+            f"| extract / bare forward | {span(result['ratio'], 2, '')} |\n"
+            f"| run directory | {result['run_mb']:.0f} MB, of which patch thumbnails {result['patches_mb']:.1f} MB |\n\n"
+            f"`bench/extract_images.py --repeats {arguments['repeats']}` ({source(results, 'extract_images')}).\n")
 
 
 if __name__ == "__main__":

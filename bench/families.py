@@ -29,6 +29,7 @@ from bench.support.tiny_models import decoder_tokenizer  # noqa: E402
 import qkviz  # noqa: E402
 from qkviz.core import QkvizError  # noqa: E402
 from qkviz.extraction import MODEL_FAMILIES, REFUSED, counts  # noqa: E402
+from bench.figures.results import Results, figure, source  # noqa: E402
 
 CORPUS = REPO / "data" / "sentences.txt"
 
@@ -108,6 +109,23 @@ def main(argv: list[str] | None = None) -> None:
         worst_error=max(row["max_error"] for row in exact),
         gate=[gate_timing(name, args.repeats) for name in ("minilm", "smollm2")])
     print(f"wrote {path}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+@figure("families")
+def families(results: Results) -> str:
+    result = results("families")
+    exact = [row for row in result["families"] if row["status"] == "exact"]
+    worst = max(exact, key=lambda row: row["max_error"])
+    agrees = "as the table says" if result["agrees_with_table"] else "**not** as the table says"
+    gates = "; ".join(f"{gate['model']} {gate['seconds']['min']:.2f} / {gate['seconds']['median']:.2f} / "
+                      f"{gate['seconds']['max']:.2f} s (error {gate['max_error']:.1e})" for gate in result["gate"])
+    return (f"Measured by `bench/families.py`: {result['measured']['exact']} model types exact and "
+            f"{result['measured']['refused']} refused, {agrees}; the largest error over every exact type's layers, "
+            f"heads and pairs is {worst['max_error']:.1e} ({worst['model_type']}). The gate on the bundled models, "
+            f"min / median / max of {result['gate'][0]['seconds']['runs']}: {gates}. ({source(results, 'families')}.)\n")
 
 
 if __name__ == "__main__":

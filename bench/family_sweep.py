@@ -5,7 +5,7 @@ Each type is a tiny random model (``tests/support/family_configs.py``) extracted
 from the run compared with the model's own eager attention (``tests/support/family_sweep.py``). The newest release
 runs in a child process with the release that ``scripts/newest_transformers.py`` installed (by ``scripts/setup.sh``)
 first on its path. The result says, per release, every type's outcome, and the counts for the 57 types of issue 27
-and for the held-out batch of 32 types no issue names (the goals are judged in ``bench.figures.docs``).
+and for the held-out batch of 32 types no issue names (the goals are declared in this module's figure block, below).
 
     python -m bench.family_sweep                  # both releases: bench/results/family_sweep.json (~1 h on 2 cores)
     python -m bench.family_sweep --types llama,gptj --out /tmp/sweep.json
@@ -25,6 +25,8 @@ from pathlib import Path
 
 from bench.harness import Recorder, smoke_arguments
 from scripts.newest_transformers import NEWEST_DIRECTORY, installed_version
+from bench.figures.goals import Goal, verdict
+from bench.figures.results import Results, figure, source
 
 REPO = Path(__file__).resolve().parent.parent
 #: a smoke run: two types (one exact, one without attention) on the pinned release
@@ -115,6 +117,52 @@ def main(argv: list[str] | None = None) -> None:
         release["summary"] = summarise(release)
     path = recorder.write(releases=releases)
     print(f"wrote {path}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+def _sweep_release(result: dict, newest: bool) -> dict:
+    """The pinned (first) or the newest (last) release of ``bench.family_sweep``'s result."""
+    releases = result["releases"]
+    return releases[-1] if newest else releases[0]
+
+def _exact(release: dict, part: str) -> float:
+    return float(release["summary"][part].get("exact", 0))
+
+#: the issue's goals for the families, judged on the newest transformers release the declared range allows
+SWEEP_GOALS = (Goal("of the 57 model types of issue 27 exact with the newest transformers allowed", 52, "", False,
+                    "family_sweep", "exact with the newest release", lambda r: _exact(_sweep_release(r, True),
+                                                                                        "issue_27"), digits=0),
+               Goal("of the held-out batch of 32 exact with the newest transformers allowed", 24, "", False,
+                    "family_sweep", "exact with the newest release", lambda r: _exact(_sweep_release(r, True),
+                                                                                        "held_out"), digits=0))
+
+@figure("family-sweep")
+def family_sweep(results: Results) -> str:
+    """docs/families.md: every registered text model type through qkviz, on the pinned and the newest release."""
+    result = results("family_sweep")
+
+    def outcome(release: dict) -> str:
+        counts = release["summary"]["all"]
+        failures = release["summary"]["failures"]
+        return (f"transformers {release['transformers']}: {counts['tried']} types, {counts.get('exact', 0)} exact, "
+                f"{counts.get('refused', 0)} refused in one line, {counts.get('config cannot be built', 0)} whose tiny "
+                f"configuration cannot be built; " + (f"**failures: {', '.join(failures)}**" if failures
+                                                       else "no traceback, time-out or wrong result"))
+
+    pinned, newest = _sweep_release(result, False), _sweep_release(result, True)
+    issue, held = SWEEP_GOALS
+    exact = [row for row in pinned["rows"] + newest["rows"] if row["status"] == "exact"]
+    worst = max(exact, key=lambda row: row["max_error"])
+    typical = sorted(row["max_error"] for row in exact)[len(exact) // 2]
+    return (f"Measured by `python -m bench.family_sweep`: {outcome(pinned)}; {outcome(newest)}. The 57 types of "
+            f"issue 27: {_exact(pinned, 'issue_27'):.0f} exact with {pinned['transformers']}, "
+            f"{_exact(newest, 'issue_27'):.0f} with {newest['transformers']} (goal {verdict(issue, results)}). The "
+            f"held-out batch of 32: {_exact(pinned, 'held_out'):.0f} exact with {pinned['transformers']}, "
+            f"{_exact(newest, 'held_out'):.0f} with {newest['transformers']} (goal {verdict(held, results)}). "
+            f"Largest difference from the model's own attention over every exact run: {worst['max_error']:.1e} "
+            f"({worst['model_type']}), median {typical:.1e}. ({source(results, 'family_sweep')}.)\n")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ import qkviz
 from qkviz.extraction import (DEFAULT_CORPUS, EXACT, MODEL_FAMILIES, GateInput, LayerAttentionSettings, TextInput,
                               attention_layers, compared_rows, float32_weights, load_corpus, load_model,
                               long_input_tokens, measure, model_adapter, model_for_extraction)
+from bench.figures.results import Results, figure, model_name, source, span
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "data" / "sentences.txt"
@@ -196,6 +197,37 @@ def main(argv: list[str] | None = None) -> None:
         families=families, windowed=windowed, bundled=bundled, missing_term=missing, worst=worst,
         cost=[] if args.no_cost else [cost(name, args.repeats, args.extract_repeats) for name in ("minilm", "smollm2")])
     print(f"wrote {path}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+@figure("gate-cost")
+def gate_cost(results: Results) -> str:
+    """benchmarks.md's overhead: the exactness gate's seconds against a whole extraction's, and its error."""
+    result = results("gate_error")
+    cost = result["cost"]
+    gate_runs, extract_runs = cost[0]["gate_seconds"]["runs"], cost[0]["extract_seconds"]["runs"]
+
+    def seconds(values: dict, digits: int) -> str:
+        return span(values, digits) if values["runs"] > 1 else f"{values['median']:.{digits}f} s"
+
+    rows = "\n".join(f"| {model_name(row['model'])} | {row['tokens']:,} | {seconds(row['gate_seconds'], 2)} | "
+                     f"{seconds(row['extract_seconds'], 1)} | {row['gate_share_of_extract']:.2%} |" for row in cost)
+    extract_head = (f"min / median / max of {extract_runs}" if extract_runs > 1 else "one run")
+    every = result["families"] + result["windowed"] + result["bundled"]
+    worst = max(every, key=lambda row: row["float32"])
+    lifted = max(max(row["float16 on float32 weights"], row["bfloat16 on float32 weights"]) for row in every)
+    own = "; ".join(f"{model_name(row['model'])} {row['float16']:.1e} in float16, {row['bfloat16']:.1e} in bfloat16"
+                    for row in result["bundled"])
+    return (f"| model | tokens extracted | the gate, min / median / max of {gate_runs} | the whole `qkviz.extract`, "
+            f"{extract_head} | gate / extract (medians) |\n|---|---|---|---|---|\n{rows}\n\n"
+            f"The gate's largest error over {len(result['families'])} exact families' tiny models, "
+            f"{len(result['windowed'])} windowed ones on their long input, MiniLM, SmolLM2 and a random 32-layer "
+            f"Llama: {worst['float32']:.1e} in float32 ({worst.get('model') or worst['model_type']}), {lifted:.1e} for "
+            f"half-precision models on float32 weights; compared in their own half precision instead: {own}. A term "
+            f"left out (gpt-oss's sink logits): {result['missing_term']['float32']:.2f}. `python -m bench.gate_error` "
+            f"({source(results, 'gate_error')}).\n")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 from bench import scale  # noqa: E402
 from bench.harness import Recorder, smoke_arguments  # noqa: E402
 from bench.modern_model import CLASSICS, make_model  # noqa: E402
+from bench.figures.goals import Goal, verdict  # noqa: E402
+from bench.figures.results import Results, figure, minutes, source  # noqa: E402
 
 GOAL_GB = 2.0
 
@@ -60,7 +62,8 @@ def measured(command: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-long"))
+    parser.add_argument("--dir", type=Path, help="where the model and the runs are made (default /tmp/qkviz-long; "
+                        "with --smoke, a temporary directory)")
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--context", type=int, default=8192)
     parser.add_argument("--layers", type=int, default=32)
@@ -69,8 +72,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtypes", default="float32,float16")
     parser.add_argument("--chunk-tokens", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="default bench/results/long_inputs.json")
-    args = smoke_arguments(parser, argv, out="json", dir=Path(tempfile.mkdtemp(prefix="qkviz-long-")), tokens=48,
+    args = smoke_arguments(parser, argv, out="json", tokens=48,
                            context=64, layers=2, heads=4, kv_heads=2, dtypes="float32")
+    args.dir = args.dir or (Path(tempfile.mkdtemp(prefix="qkviz-long-")) if args.smoke else Path("/tmp/qkviz-long"))
     recorder = Recorder("long_inputs", vars(args), args.json)
     from transformers import AutoTokenizer
 
@@ -100,6 +104,40 @@ def main(argv: list[str] | None = None) -> None:
              "weights_gb": round(weights_gb, 3)}
     written = recorder.write(model=shape, goal=f"peak of the process tree <= the weights + {GOAL_GB} GB", results=results)
     print(f"wrote {written}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+#: extracting one 8,192-token document (issue 28): memory beyond the weights, for each stored dtype
+BEYOND_WEIGHTS_GB = 2.0
+
+def beyond_weights(dtype: str) -> Goal:
+    return Goal(f"extracting one 8,192-token document stored as {dtype}, memory beyond the weights",
+                BEYOND_WEIGHTS_GB, "GB", True, "long_inputs", "the process tree's peak less the weights",
+                lambda found: next((row["beyond_weights_gb"] for row in found["results"] if row["dtype"] == dtype), None),
+                2)
+
+def load_range(loads: list[float]) -> str:
+    low, high = f"{min(loads):.0f}", f"{max(loads):.0f}"
+    return low if low == high else f"{low}–{high}"
+
+@figure("long-inputs")
+def long_inputs(results: Results) -> str:
+    result = results("long_inputs")
+    model = result["model"]
+    rows = "\n".join(
+        f"| {row['dtype']} | {minutes(row['seconds'])} (load {load_range(row['load_average'])}) "
+        f"| {row['peak_gb']:.2f} GB | {row['beyond_weights_gb']:.2f} GB | {verdict(beyond_weights(row['dtype']), results)} |"
+        for row in result["results"])
+    tokens = result["results"][0]["document_tokens"]
+    return (f"A model of {model['layers']} layers × {model['heads']} query heads over {model['kv_heads']} key-value "
+            f"heads (head size {model['head_dim']}, context {model['context']:,}; weights {model['weights_gb']:.2f} GB), "
+            f"one document of {tokens:,} tokens:\n\n"
+            f"| stored dtype | wall | peak RSS | beyond the weights | goal (issue 28): memory beyond the weights |\n"
+            f"|---|---|---|---|---|\n{rows}\n\n"
+            f"`bench/long_inputs.py` ({source(results, 'long_inputs')}).\n")
+
 
 if __name__ == "__main__":
     main()

@@ -16,7 +16,8 @@ read every head's layout (its start-up warm-up), and drives Debian's headless Ch
 * the matrix figure's bytes (the callback's response).
 
 Writes ``--out`` (``bench/results/matrix_grid.json``) with the date, the machine and its load average, and the
-arguments.
+arguments. ``--smoke``: one repeat, the fill measured on the run given as ``--grid-run`` (no grid built), the result
+in a temporary file.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-from bench.harness import Recorder  # noqa: E402
-from bench.support.browser import CHROMIUM, CHROMIUM_ARGS, free_port  # noqa: E402
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
+from bench.support.browser import CHROMIUM, free_port, launch_chromium  # noqa: E402
+from bench.figures.goals import Goal  # noqa: E402
 
 WINDOW = {"width": 1400, "height": 900}
 #: the matrix drawn: its six traces, shown, nothing pending; records the time once
@@ -113,7 +115,12 @@ def grid_runs(directory: Path) -> dict[str, Path]:
     return {name: Path(grid_run(directory, name, corpus, max_sentences=2).path) for name in GRIDS}
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run; ``bench.support.tiny_run``): the run,
+#: and the same run as the one grid whose fill is measured
+SMOKE_ARGUMENTS = ("--run", "{run}", "--grid-run", "{run}")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", type=Path, required=True, help="a 32 x 32-head run with its PCA 2D layouts")
     parser.add_argument("--repeats", type=int, default=5)
@@ -123,7 +130,7 @@ def main() -> None:
     parser.add_argument("--grid-run", type=Path, action="append", default=[], help="an existing run of a grid to "
                         "measure the fill of instead of building them (repeatable)")
     parser.add_argument("--out", type=Path, default=None, help="default bench/results/matrix_grid.json")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, repeats=1)
     from playwright.sync_api import sync_playwright
 
     from qkviz import open_run
@@ -134,7 +141,7 @@ def main() -> None:
               "run": {"path": str(args.run), "layers": run.n_layers, "heads": run.n_heads, "tokens": run.n_tokens},
               "window": WINDOW}
     with tempfile.TemporaryDirectory() as scratch, sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = launch_chromium(playwright)
         started = time.monotonic()
         server, url = serve([args.run])
         try:
@@ -158,6 +165,20 @@ def main() -> None:
                 server.wait(timeout=30)
         browser.close()
     print(f"wrote {recorder.write(**result)}")
+
+
+# The goals the README's summary blocks (``bench.figures.readme``) judge from this bench's result file, each by
+# ``bench.figures.goals.verdict``.
+
+#: a 1,024-head model's matrix (issue 28): navigation to the matrix drawn, the first load of a page (cold)
+MATRIX_1024 = Goal("a 1,024-head matrix drawn after navigation", 3, "s", True, "matrix_grid", "cold median",
+                   lambda found: found["load_to_drawn"]["cold"]["median_ms"] / 1000, 1)
+
+#: the share of a 1400 × 900 window the 32 × 32 matrix fills (issue 28), width and height
+MATRIX_FILL = (Goal("the 1,024-head matrix's width in a 1400 × 900 window", 60, "%", False, "matrix_grid", "width",
+                    lambda found: 100 * next(iter(found["fill"].values()))[0], 0),
+               Goal("the 1,024-head matrix's height in a 1400 × 900 window", 55, "%", False, "matrix_grid", "height",
+                    lambda found: 100 * next(iter(found["fill"].values()))[1], 0))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from qkviz.projection import plan_specs, project_head, projection_runner, run_ta
 from qkviz.projection import project_points as project  # noqa: E402
 from qkviz.store import RUN_DIRECTORIES  # noqa: E402
 from bench.harness import Recorder, run_measured, smoke_arguments  # noqa: E402
+from bench.figures.results import Results, figure, heads_named, ratio, seconds, source  # noqa: E402
 
 DEFAULT_RUN = REPO / "runs" / "minilm"
 LAYOUTS = [("tsne", 2), ("tsne", 3), ("umap", 2), ("umap", 3), ("pca", 2), ("pca", 3)]
@@ -231,6 +232,70 @@ def main(argv: list[str] | None = None) -> None:
         if not args.skip_all_heads:
             figures["all_heads"] = all_heads(source, args.jobs, args.all_heads_layers, args.all_heads_heads, scratch / "all")
     print(recorder.write(**figures))
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+#: bench/project.py's layouts, as the table names them
+LAYOUT_LABELS = {"tsne 2D": "t-SNE 2D", "tsne 3D": "t-SNE 3D", "umap 2D": "UMAP 2D", "umap 3D": "UMAP 3D",
+                 "pca 2D": "PCA 2D", "pca 3D": "PCA 3D"}
+
+@figure("project-recipe")
+def project_recipe(results: Results) -> str:
+    result = results("project")
+    compare = result["compare"]
+    totals, rows_ = compare["totals"], compare["heads"]
+    points = rows_[0]["points"]
+    rows = []
+    for key, label in LAYOUT_LABELS.items():
+        total = totals[key]
+        ours = total.get("qkviz_with_2d_s", total["qkviz_s"])
+        if "qkviz_with_2d_s" in total:
+            label += " (qkviz: 2D + refinement)"
+        rows.append(f"| {label} | {seconds(ours)} | {seconds(total['recipe_s'])} | {ratio(total['recipe_s'], ours)} | "
+                    f"{total['trust_qkviz']:.3f} / {total['trust_recipe']:.3f} |")
+    six = compare["six_layouts"]
+    rows.append(f"| the six layouts (qkviz: with loading, alignment and the shared neighbour graph) | "
+                f"{seconds(six['qkviz_s'])} | {seconds(six['recipe_s'])} | {ratio(six['recipe_s'], six['qkviz_s'])} | |")
+    refine = totals["tsne 3D"]["qkviz_s"]
+    orders = "; ".join(f"{heads_named([row['head']])} {' first, then '.join(row['order'])}" for row in rows_)
+    text = (f"Summed over {len(rows_)} heads ({heads_named(row['head'] for row in rows_)}) of MiniLM at "
+            f"{result['tokens']:,} tokens ({points:,} points per head), one process; trustworthiness (k = 10, the "
+            f"mean over the heads) on a fixed 3,000-point sample:\n\n"
+            f"| layout | qkviz | AttentionViz recipe | time: recipe / qkviz | trustworthiness qkviz / recipe |\n"
+            f"|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+            f"qkviz's 3D t-SNE refines the head's 2D layout ({seconds(refine)} for the refinement alone): its row "
+            f"counts the 2D layout too, against the recipe's 3D fit from scratch. Order of each head's two sets: "
+            f"{orders}. Numba compiled for both before timing ({seconds(compare['warm_up_s'])}).")
+    parallel = compare.get("parallel")
+    if parallel:
+        text += (f" The same layouts with the heads over a warm pool of {parallel['jobs']} workers: "
+                 f"{seconds(parallel['seconds'])} ({ratio(six['recipe_s'], parallel['seconds'])} less than the "
+                 f"recipe in one process).")
+    holder, named = result, ["project"]
+    if "all_heads" not in result and results.exists("project_all_heads"):
+        holder, named = results("project_all_heads"), ["project", "project_all_heads"]
+    everything = holder.get("all_heads")
+    if everything:
+        arguments = holder["arguments"]
+        chosen = " ".join(f"--{option} {arguments[f'all_heads_{option}']}" for option in ("layers", "heads")
+                          if arguments.get(f"all_heads_{option}"))
+        requests = "; ".join(f"{'the three again, cached' if label == 'cached re-run' else label} "
+                             f"{seconds(figures['seconds'])}"
+                             + (f", {figures['peak_mb']:.0f} MB" if "peak_mb" in figures else "")
+                             for label, figures in everything["requests"].items())
+        text += (f"\n\n{everything['heads']} heads{f' (`{chosen}`)' if chosen else ''} through `qkviz project --jobs "
+                 f"{arguments['jobs']}` (a child process, start-up and numba compilation included; its own peak "
+                 f"memory, not its workers'): {requests}.")
+        if chosen:
+            text += (" All the run's heads together are not measured in the current result files: `python "
+                     "bench/project.py --run runs/minilm --compare-heads` measures them.")
+    else:
+        text += ("\n\nAll heads through `qkviz project --jobs 2` (PCA, UMAP, t-SNE, then the cached re-run) are not "
+                 "measured in the current result files: `python -m bench.project --run runs/minilm --compare-heads` "
+                 "measures them (into a result file of its own, which this block then reads).")
+    return text + f" (`python -m bench.project`; {source(results, *named)}.)\n"
 
 
 if __name__ == "__main__":

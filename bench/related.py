@@ -32,6 +32,7 @@ from qkviz.analysis import load_atlas  # noqa: E402
 from qkviz.analysis import load_head_similarity  # noqa: E402
 
 from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
+from bench.figures.results import Results, figure, run_name, source, span  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -118,6 +119,77 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(row))
         rows.append(row)
     print(f"wrote {recorder.write(runs=rows)}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+def head_name(pair) -> str:
+    return f"L{pair[0]} H{pair[1]}"
+
+# -- related heads ---------------------------------------------------------------------------------
+def related_runs(results: Results) -> list[dict]:
+    return results("related")["runs"]
+
+@figure("related-cost")
+def related_cost(results: Results) -> str:
+    parts = [f"{run_name(row)}: {row['queries']:,} queries in {row['sentences']} sentences, "
+             f"{row['query_key_pairs']:,} query-key pairs, so {8 * row['layers'] * row['heads'] * row['query_key_pairs'] / 1e6:.0f} MB "
+             f"of attention; the command {span(row['seconds'])} (min / median / max of {row['seconds']['runs']}), "
+             f"peak RSS {row['peak_mb']:,.0f} MB" for row in related_runs(results)]
+    return f"{'; '.join(parts)}. `bench/related.py` ({source(results, 'related')}).\n"
+
+@figure("related-time")
+def related_time(results: Results) -> str:
+    rows = related_runs(results)
+    header = "| `qkviz related`, default sample | " + " | ".join(
+        f"{run_name(row)} ({row['layers'] * row['heads']} heads, {row['head_pairs']:,} head pairs)" for row in rows) + " |"
+    lines = [("queries (sentences)", lambda row: f"{row['queries']:,} ({row['sentences']})"),
+             ("its own compute time (`related.json`)", lambda row: span(row["compute_seconds"])),
+             ("the command, start to end", lambda row: span(row["seconds"])),
+             ("peak RSS of the command", lambda row: f"{row['peak_mb']:,.0f} MB")]
+    body = "\n".join(f"| {name} | " + " | ".join(value(row) for row in rows) + " |" for name, value in lines)
+    runs = rows[0]["seconds"]["runs"]
+    return (f"{header}\n|---|{'---|' * len(rows)}\n{body}\n\nMin / median / max of {runs} runs. "
+            f"`bench/related.py --repeats {runs}` ({source(results, 'related')}).\n")
+
+def one_group(row: dict) -> str:
+    """", one key-value head" when the closest pair of a grouped-keys run shares one."""
+    a, b, size = row["closest"]["a"], row["closest"]["b"], row["heads"] // row["kv_heads"]
+    return ", one key-value head" if size > 1 and a[0] == b[0] and a[1] // size == b[1] // size else ""
+
+@figure("related-findings")
+def related_findings(results: Results) -> str:
+    rows = related_runs(results)
+    layers = "; ".join(f"{run_name(row)} {row['js_within_layer']:.2f} / {row['js_layers_apart']:.2f}" for row in rows)
+    alike = all(row["js_within_layer"] < row["js_layers_apart"] for row in rows)
+    lines = [f"- {'Heads of one layer attend more alike' if alike else 'Heads of one layer do not always attend more alike'}: "
+             f"mean JS distance within a layer / between layers two or more apart: {layers}. The most heads of each "
+             "layer that stand side by side in the clustering order, layer by layer: "
+             + "; ".join(f"{run_name(row)} (of {row['heads']}) {' '.join(map(str, row['longest_together_by_layer']))}"
+                         for row in rows) + "."]
+    for row in rows:
+        previous = row.get("previous_token")
+        if previous:
+            heads = ", ".join(head_name(pair) for pair in previous["heads"])
+            lines.append(f"- {run_name(row)}'s {len(previous['heads'])} previous-token heads ({heads}): mean JS distance "
+                         f"{previous['js_among']:.2f} among them, {previous['js_to_others']:.2f} to the other heads.")
+    closest = [f"{run_name(row)} {head_name(row['closest']['a'])} and {head_name(row['closest']['b'])}"
+               f"{one_group(row)} (JS distance {row['closest']['js']:.3f}, CKA {row['closest']['cka']:.2f})"
+               for row in rows]
+    lines.append(f"- The closest pair of heads: {'; '.join(closest)}.")
+    spearman = ", ".join(f"{row['spearman_js_cka']:+.2f} on {run_name(row)}" for row in rows)
+    lines.append(f"- JS distance against CKA over the head pairs: Spearman {spearman} (a strong agreement would be "
+                 "near −1: a small distance with a high similarity).")
+    for row in rows:
+        grouped = row.get("grouped_keys")
+        if grouped:
+            lines.append(f"- {run_name(row)} (grouped keys, {row['heads'] // row['kv_heads']} query heads a key-value "
+                         f"head): the highest-CKA partner shares the head's key-value head for "
+                         f"{grouped['top_cka_partner_shares_kv_head']:.0%} of heads; mean CKA "
+                         f"{grouped['cka_within_group']:.2f} within a group, {grouped['cka_other_groups_of_layer']:.2f} "
+                         "with the layer's other groups.")
+    return "\n".join(lines) + f"\n\n`bench/related.py` ({source(results, 'related')}).\n"
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ from qkviz import open_run  # noqa: E402
 from qkviz.core import allowed_pairs  # noqa: E402
 from qkviz.analysis import attending_pairs, head_correlation_rows  # noqa: E402
 from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
+from bench.figures.goals import Goal, verdict  # noqa: E402
+from bench.figures.results import Results, figure, source  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -134,6 +136,61 @@ def space_means(table) -> dict[str, dict]:
                                       "pearson": round(float(worst.pearson), 4)},
                         "share_pearson_le_minus_half": round(float((rows.pearson <= -0.5).mean()), 4)}
     return means
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+#: ``qkviz report`` at 72 heads, every space, wall time in a child process (issue 17)
+REPORT_TIME = Goal("`qkviz report` at 72 heads", 60, "s", True, "report", "wall time, median",
+                   lambda found: found["report_s"]["median"], 1)
+
+@figure("report")
+def report(results: Results) -> str:
+    result = results("report")
+    seconds, per_head = result["report_s"], result["per_head_s"]
+    ratio = per_head["straightforward"] / per_head["qkviz"]
+    methods = result["arguments"].get("methods", "pca,umap,tsne")
+    return (f"`qkviz report` end to end in a child process, {result['heads']} heads, {result['tokens']:,} tokens, "
+            f"the run given `--method {methods}` layouts, "
+            f"{len(result['spaces'])} spaces ({', '.join(result['spaces'])}): {seconds['min']:.1f} / "
+            f"**{seconds['median']:.1f}** / {seconds['max']:.1f} s (min / median / max of {seconds['runs']}; goal "
+            f"{verdict(REPORT_TIME, results)}), the report process's own peak RSS {result['peak_mb']:,} MB. Per head, "
+            f"the three head spaces with query Spearman take {per_head['qkviz']:.2f} s; the straightforward implementation (per sentence "
+            f"`Q K^T` and `cdist`, then scipy's `pearsonr` / `spearmanr`) takes {per_head['straightforward']:.2f} s "
+            f"for the original space alone ({ratio:.1f}× qkviz's time, for a third of the work) and gives the same "
+            f"figures to 1e-6 (the bench asserts it). `bench/report.py --repeats {result['arguments']['repeats']} "
+            f"--methods {methods}` ({source(results, 'report')}).\n")
+
+#: the report's spaces in the order the page explains them, and what each is
+SPACES = (("original", "original (stored vectors)"), ("translated", "translated"),
+          ("translated+scaled", "translated+scaled (what is projected)"))
+
+@figure("correlation-spaces")
+def correlation_spaces(results: Results) -> str:
+    """Each space's mean correlations over the run's heads, from ``bench/report.py``'s copy of the report."""
+    result = results("report_spaces")
+    spaces = result["correlation"]
+    layouts = sorted(space for space in spaces if space not in dict(SPACES))
+    rows = []
+    for space, label in (*SPACES, *((space, space) for space in layouts)):
+        if space not in spaces:
+            continue
+        row = spaces[space]
+        strongest = row["strongest"]
+        recall = (f"{(row['recall_query'] + row['recall_key']) / 2:.3f}" if "recall_query" in row and "recall_key" in row
+                  else "–")
+        rows.append(f"| {label} | {row['pearson']:.3f} | {row['spearman']:.3f} | {row['query_spearman']:.3f} | "
+                    f"{row['share_pearson_le_minus_half']:.0%} | {strongest['pearson']:.3f} (L{strongest['layer']} "
+                    f"H{strongest['head']}) | {recall} |")
+    return (f"MiniLM, all {result['heads']} heads over {result['tokens']:,} tokens of the bundled corpus, every "
+            f"attending pair (means over the heads; a strongly negative correlation means near is a high dot "
+            f"product):\n\n"
+            "| space | Pearson | Spearman | query Spearman | heads with Pearson ≤ −0.5 | most negative head | "
+            "partner recall@10 |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) +
+            f"\n\nThe run's layouts: `qkviz project --method {result['arguments']['methods']}` at the defaults "
+            f"(PCA in 2D and 3D, the t-SNE methods in 2D). `bench/report.py --methods {result['arguments']['methods']}` "
+            f"({source(results, 'report_spaces')}).\n")
 
 
 if __name__ == "__main__":

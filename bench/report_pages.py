@@ -19,7 +19,8 @@ The first row, ``floor/floor.html``, is a page with the shared plotly.js and one
 plotly.js alone takes in the same browser. Goal (issue 17): at most 1.5 MB per page and 2 s to open.
 ``--report DIR`` (repeatable) also measures a report directory already written (e.g. by an older qkviz),
 its pages opened in turn with the new ones. Writes ``bench/results/report_pages.json`` (``--out``): each page's
-row as printed, and the run's layouts.
+row as printed, and the run's layouts. ``--smoke``: the report of the run given (its PCA layouts and atlas made),
+each page opened once, the result in a temporary file.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
-from bench.harness import Recorder  # noqa: E402
-from bench.support.browser import CHROMIUM, CHROMIUM_ARGS  # noqa: E402
+from bench.harness import Recorder, smoke_arguments  # noqa: E402
+from bench.support.browser import launch_chromium  # noqa: E402
+from bench.figures.goals import Goal, verdict  # noqa: E402
+from bench.figures.results import Results, figure, source  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 #: the page's ``Plotly.newPlot`` calls, each recorded with the time its promise resolves
@@ -66,15 +69,21 @@ OPENED_JS = """async () => {
 LOCAL_SCRIPT = re.compile(r'<script[^>]*\bsrc="([^":]+)"')
 
 
-def ensure_run(path: Path, tokens: int) -> None:
-    """The demo's run, when ``path`` holds none: MiniLM, head updates, every default projection, the head
-    atlas with syntax."""
-    if (path / "manifest.json").exists():
-        return
-    subprocess.run([*QKVIZ, "extract", "--model", "minilm", "--out", str(path), "--max-tokens", str(tokens),
-                    "--head-update"], check=True)
-    subprocess.run([*QKVIZ, "-q", "project", "--run", str(path), "--jobs", "2"], check=True)
-    subprocess.run([*QKVIZ, "-q", "stats", "--run", str(path), "--syntax"], check=True)
+def ensure_run(path: Path, tokens: int, methods: str | None = None) -> None:
+    """The demo's run, when ``path`` holds none: MiniLM, head updates, every default projection (or ``methods``),
+    the head atlas with syntax. A run without layouts or without an atlas is given them."""
+    import qkviz
+    from qkviz.analysis import load_atlas
+
+    if not (path / "manifest.json").exists():
+        subprocess.run([*QKVIZ, "extract", "--model", "minilm", "--out", str(path), "--max-tokens", str(tokens),
+                        "--head-update"], check=True)
+    run = qkviz.open_run(path)
+    if not any(run.projection_counts().values()):
+        subprocess.run([*QKVIZ, "-q", "project", "--run", str(path), "--jobs", "2",
+                        *(["--method", methods] if methods else [])], check=True)
+    if load_atlas(run) is None:
+        subprocess.run([*QKVIZ, "-q", "stats", "--run", str(path), "--syntax"], check=True)
 
 
 def page_bytes(page: Path) -> tuple[int, dict[str, int]]:
@@ -129,7 +138,7 @@ def measure(pages: list[Path], repeats: int) -> list[dict]:
 
     opens: dict[Path, list[dict]] = {path: [] for path in pages}
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = launch_chromium(playwright)
         for _ in range(repeats):
             for path in pages:
                 opens[path].append(open_page(browser, path))
@@ -183,23 +192,29 @@ def run_layouts(run: Path) -> set[str]:
     return found
 
 
-def main() -> None:
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run; ``bench.support.tiny_run``)
+SMOKE_ARGUMENTS = ("--run", "{run}")
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=REPO / "runs" / "minilm")
     parser.add_argument("--tokens", type=int, default=5000)
     parser.add_argument("--report", type=Path, action="append", default=[],
                         help="also measure this report directory (already written, e.g. by an older qkviz)")
+    parser.add_argument("--methods", help="the projections made for a run without layouts (default: qkviz "
+                        "project's own)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only-reports", action="store_true",
                         help="measure only the --report directories (no MiniLM report of --run)")
     parser.add_argument("--out", type=Path, help="the result file (default bench/results/report_pages.json)")
-    args = parser.parse_args()
+    args = smoke_arguments(parser, argv, repeats=1, methods="pca")
     if args.only_reports:
         print_table(measure([*(path for directory in args.report for path in sorted(directory.glob("*.html")))],
                             args.repeats))
         return
     recorder = Recorder("report_pages", vars(args), out=args.out)
-    ensure_run(args.run, args.tokens)
+    ensure_run(args.run, args.tokens, args.methods)
     with tempfile.TemporaryDirectory() as scratch:
         report = Path(scratch) / "report"
         subprocess.run([*QKVIZ, "-q", "report", "--run", str(args.run), "--out", str(report)], check=True)
@@ -213,6 +228,49 @@ def main() -> None:
     for row in rows:
         row["page"] = "floor.html" if row["page"].endswith("floor.html") else row["page"].removeprefix("report/")
     print(f"wrote {recorder.write(goal_mb=1.5, goal_seconds=2.0, run_layouts=layouts, pages=rows)}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+#: issue 17's goals for the report's pages: each page as a browser opens it cold (its own bytes and every script it
+#: loads, shared or not), and from the open to every graph drawn
+PAGE_SIZE = Goal("a report page's size", 1.5, "MB", True, "report_pages", "the largest page, read cold",
+                 lambda found: max(cold_bytes(row) for row in report_page_rows(found)) / 1e6, 2)
+
+PAGE_TIME = Goal("a report page open, every graph drawn", 2.0, "s", True, "report_pages",
+                 "the slowest page, median of the cold opens",
+                 lambda found: max(row["drawn"] for row in report_page_rows(found)) / 1e3, 2)
+
+def report_page_rows(result: dict) -> list[dict]:
+    """The report's pages in ``bench/report_pages.py``'s result, without the floor (plotly.js alone)."""
+    return [row for row in result["pages"] if row["page"] != "floor.html"]
+
+def cold_bytes(row: dict) -> int:
+    """What a browser reads to open a page cold: the page and every script it loads."""
+    return row["own"] + sum(row["scripts"].values())
+
+# -- the report's pages ----------------------------------------------------------------------------
+@figure("report-pages")
+def report_pages(results: Results) -> str:
+    result = results("report_pages")
+    floor = next(row for row in result["pages"] if row["page"] == "floor.html")
+    pages = report_page_rows(result)
+    rows = [f"| `{row['page']}` | {row['own'] / 1e6:.2f} MB | {sum(row['scripts'].values()) / 1e6:.2f} MB, once | "
+            f"{cold_bytes(row) / 1e6:.2f} MB | {row['drawn'] / 1e3:.2f} s | {row['cpu'] / 1e3:.2f} s | "
+            f"{row['drawn_graphs']} of {row['graphs']} |" for row in pages]
+    rows.append(f"| plotly.js alone (one 2 × 2 heatmap) | | {sum(floor['scripts'].values()) / 1e6:.2f} MB | "
+                f"{cold_bytes(floor) / 1e6:.2f} MB | {floor['drawn'] / 1e3:.2f} s | {floor['cpu'] / 1e3:.2f} s | |")
+    refused = sum(row["refused"] for row in result["pages"])
+    errors = sum(len(row["errors"]) for row in result["pages"])
+    # layouts as method-dimD (a result of an earlier bench/report_pages.py named the projections folder's entries)
+    layouts = ", ".join(name for name in result.get("run_layouts") or [] if re.fullmatch(r"[\w-]+-\dd", name))
+    return ("| page | size | + shared plotly.js | read cold | open, every graph drawn | main-thread CPU | graphs drawn |\n"
+            "|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n\n"
+            f"Medians of {result['arguments']['repeats']} cold opens{f'; the run has {layouts} layouts' if layouts else ''}. "
+            f"Goals (issue 17), each page as a browser opens it cold: size {verdict(PAGE_SIZE, results)}; time to "
+            f"open {verdict(PAGE_TIME, results)}. Requests refused: {refused}; console errors: {errors}. "
+            f"`bench/report_pages.py --repeats {result['arguments']['repeats']}` ({source(results, 'report_pages')}).\n")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ from qkviz import open_run  # noqa: E402
 from qkviz.analysis import load_atlas  # noqa: E402
 
 from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
+from bench.figures.goals import Goal, verdict  # noqa: E402
+from bench.figures.results import Results, figure, run_name, source, span  # noqa: E402
 
 QKVIZ = [sys.executable, "-m", "qkviz"]
 
@@ -129,6 +131,85 @@ def main(argv: list[str] | None = None) -> None:
             print(f"qkviz stats on {path.name}: {seconds:.1f} s, peak RSS {peak_mb:.0f} MB")
         described.append(describe(path))
     print(f"wrote {recorder.write(goal_seconds=120, timings=timed, runs=described)}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+#: the head atlas's statistics at 72 heads, wall time of ``qkviz stats`` in a child process
+STATS_TIME = Goal("`qkviz stats` with every statistic at 72 heads", 120, "s", True, "stats",
+                  "wall time, median", lambda found: next((row["seconds"]["median"] for row in found["timings"]
+                                                           if row["heads"] == 72), None), 1)
+
+# -- the head atlas --------------------------------------------------------------------------------
+#: the logit decomposition's terms as the atlas page explains them
+SHARE_NAMES = {"key_prior": "key prior (query bias · key)", "query_constant": "constant per query (key bias)",
+               "bias_bias": "bias · bias", "positional": "position (rotary)"}
+
+def percent(value: float) -> str:
+    return f"{value:.1%}"
+
+def atlas_rows(run: dict) -> dict[str, str]:
+    labels = ", ".join(f"{label} {count}" for label, count in run["labels"].items())
+    none = [str(layer) for layer, share in enumerate(run["first_token_share_by_layer"]) if share == 0]
+    sink = f"{run['first_token_share']:.0%}" + (f" (none in layers {', '.join(none)})" if none else "")
+    shares = ", ".join(f"{SHARE_NAMES.get(name, name.replace('_', ' '))} {percent(value)}"
+                       for name, value in run["logit_shares"].items()
+                       if abs(value) >= 0.0005)   # terms a model has but that carry nothing (a zero bias) left out
+    rows = {"labels": labels, "heads labelled first-token (sink)": sink,
+            "queries whose strongest key is the first token / a later delimiter ([SEP], punctuation)":
+                f"{percent(run['argmax_first'])} / {percent(run['argmax_delimiter'])}",
+            "mean attention to special tokens ([CLS], [SEP]) / to the first token":
+                f"{percent(run['special_attention'])} / {percent(run['first_token_attention'])}",
+            "logit variance shares (mean over heads)": shares}
+    split = run.get("first_layer_split")
+    if split:
+        strongest = run["most_positional_first_layer_head"]
+        rows["first layer, token / position split (mean over its heads)"] = (
+            ", ".join(f"{'rest' if name == 'embedding_other' else name.replace('_', '·')} {percent(value)}"
+                      for name, value in split.items())
+            + f"; the most positional head L0 H{strongest['head']} ({strongest['label']}): position·position "
+              f"{percent(strongest['position_position'])}")
+    else:
+        rows["first layer, token / position split (mean over its heads)"] = "(no absolute positions)"
+    if "update_ratio_median" in run:
+        rows["head update: median norm ratio, mean cosine"] = \
+            f"{run['update_ratio_median']:.3f}, {run['update_cosine_mean']:+.3f}"
+    if "dependency_alignment" in run:
+        alignment = run["dependency_alignment"]
+        rows["dependency alignment, mean / max"] = (
+            f"{alignment['mean']:.3f} / {alignment['max']:.3f} (L{alignment['max_layer']} H{alignment['max_head']}, "
+            f"{alignment['max_label']})")
+    return rows
+
+def stats_timings(results: Results) -> str:
+    timings = []
+    for row in results("stats")["timings"]:
+        runs = row["seconds"]["runs"]
+        seconds = (span(row["seconds"]) + f" (min / median / max of {runs})" if runs > 1
+                   else f"{row['seconds']['median']:.1f} s (one run)")
+        goal = f" (goal at 72 heads {verdict(STATS_TIME, results)})" if row["heads"] == 72 else ""
+        timings.append(f"{run_name(row)}, {row['heads']} heads at {row['tokens']:,} tokens: {seconds}, "
+                       f"peak RSS {row['peak_mb']:,.0f} MB{goal}")
+    return "; ".join(timings)
+
+@figure("atlas-findings")
+def atlas_findings(results: Results) -> str:
+    result = results("stats")
+    runs = result["runs"]
+    table = [atlas_rows(run) for run in runs]
+    names = list(dict.fromkeys(name for rows in table for name in rows))
+    header = "| | " + " | ".join(f"{run_name(run)} ({run['layers'] * run['heads']} heads)" for run in runs) + " |"
+    body = "\n".join(f"| {name} | " + " | ".join(rows.get(name, "") for rows in table) + " |" for name in names)
+    return (f"{header}\n|---|{'---|' * len(runs)}\n{body}\n\n"
+            f"`qkviz stats --syntax` with every statistic, in a child process: {stats_timings(results)}. "
+            f"`bench/stats.py` ({source(results, 'stats')}).\n")
+
+@figure("stats-time")
+def stats_time(results: Results) -> str:
+    result = results("stats")
+    return (f"{stats_timings(results)}. `bench/stats.py --repeats {result['arguments']['repeats']}` with "
+            f"`--also` the SmolLM2 run ({source(results, 'stats')}).\n")
 
 
 if __name__ == "__main__":

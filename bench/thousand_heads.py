@@ -51,6 +51,8 @@ from qkviz.core import align_head  # noqa: E402
 from qkviz.neighbours import layout_recall, partner_sample  # noqa: E402
 from qkviz.projection import LAYOUT_METHOD  # noqa: E402
 from qkviz.store import CACHE_DIRECTORY  # noqa: E402
+from bench.figures.goals import Goal, verdict  # noqa: E402
+from bench.figures.results import Results, figure, minutes, source  # noqa: E402
 
 #: attn-tsne as it was before issue 28's point 4: every token fitted, the exact graph, 125 + 125 iterations on
 #: openTSNE's FFT grid (min_num_intervals 50, ints_in_interval 1)
@@ -224,6 +226,69 @@ def main(argv: list[str] | None = None) -> None:
         result["minilm"] = {"tokens": minilm.n_tokens, "rows": minilm_rows, "summary": summarise(minilm_rows)}
         print(json.dumps(result["minilm"]["summary"]), flush=True)
     print(f"wrote {recorder.write(**result)}")
+
+
+# The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
+# each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
+
+#: the default layouts of a 1,024-head model against full fits (issue 28)
+RECALL_RATIO_MEAN = Goal("the default layouts' partner recall against a full fit's", 0.9, "×", False, "thousand_heads",
+                         "mean over the sampled heads", lambda found: found["quality"]["summary"]["recall_ratio"], 2)
+
+RECALL_RATIO_EVERY_HEAD = Goal("the default layouts' partner recall against a full fit's, on every head", 0.9, "×",
+                               False, "thousand_heads", "lowest head",
+                               lambda found: found["quality"]["summary"]["recall_ratio_min_head"], 2)
+
+# -- A thousand heads -------------------------------------------------------------------------------
+@figure("thousand-heads-quality")
+def thousand_heads_quality(results: Results) -> str:
+    result = results("thousand_heads")
+    summary, run = result["quality"]["summary"], result["run"]
+    full = result["full_fit"]
+    return (f"| {summary['heads']} random heads, {run['tokens']:,} tokens | recall@10 | trustworthiness | "
+            "CPU s / head |\n|---|---|---|---|\n"
+            f"| full fit (`--sample 0`, exact graph, {full['early_exaggeration_iter']} + {full['n_iter']} iterations, "
+            f"openTSNE's grid) | {summary['mean_full_recall']:.4f} | {summary['mean_full_trust']:.3f} | "
+            f"{summary['mean_full_cpu_s']:.1f} |\n"
+            f"| **default now** | **{summary['mean_default_recall']:.4f}** ({summary['recall_ratio']:.3f}×; lowest "
+            f"head {summary['recall_ratio_min_head']:.2f}×) | {summary['mean_default_trust']:.3f} | "
+            f"**{summary['mean_default_cpu_s']:.1f}** |\n\n"
+            f"Recall goal, on the mean: {verdict(RECALL_RATIO_MEAN, results)}; on every head: "
+            f"{verdict(RECALL_RATIO_EVERY_HEAD, results)}. "
+            f"Trustworthiness {summary['mean_full_trust'] - summary['mean_default_trust']:.3f} lower than the full "
+            f"fit's. `bench/thousand_heads.py --sample {result['arguments']['sample']} --seed "
+            f"{result['arguments']['seed']}` ({source(results, 'thousand_heads')}).\n")
+
+@figure("thousand-heads-time")
+def thousand_heads_time(results: Results) -> str:
+    result = results("thousand_heads")
+    timing = result["timing"]
+    load = timing.get("load_during") or []
+    text = (f"`qkviz {timing['command'].split(' --run')[0]} --jobs {result['arguments']['jobs']}` on all "
+            f"{timing['all_heads']:,} heads (PCA 2D and 3D and attn-tsne 2D): {minutes(timing['wall_s_all'])} wall "
+            f"on the shared machine (load {min(load):.1f}–{max(load):.1f} during it; "
+            f"{timing['load_before'][0]:.1f} when it began), {minutes(timing['cpu_s'])} of CPU, "
+            f"{timing['cpu_s_per_head']:.2f} CPU s a head. Goal {verdict(LAYOUTS_1024, results)}. ")
+    return text + f"`bench/thousand_heads.py` ({source(results, 'thousand_heads')}).\n"
+
+#: the wall time of every head's default layouts of a 1,024-head model, ``qkviz project --jobs 2`` (issue 28)
+LAYOUTS_1024 = Goal("every head's default layouts of a 1,024-head model, `qkviz project --jobs 2`", 30, "min", True,
+                    "thousand_heads", "wall time", lambda found: found["timing"]["wall_s_all"] / 60)
+
+@figure("scale-thousand")
+def scale_thousand(results: Results) -> str:
+    result = results("thousand_heads")
+    summary, timing, shape = result["quality"]["summary"], result["timing"], result["run"]
+    return (f"attn-tsne's default against a full fit on {summary['heads']} random heads: "
+            f"{summary['mean_default_cpu_s']:.1f} against {summary['mean_full_cpu_s']:.1f} CPU seconds a head, "
+            f"{summary['recall_ratio']:.2f}× the full fit's partner recall ({summary['mean_default_recall']:.4f} "
+            f"against {summary['mean_full_recall']:.4f}; the lowest head {summary['recall_ratio_min_head']:.2f}×), "
+            f"trustworthiness {summary['mean_default_trust']:.3f} against {summary['mean_full_trust']:.3f}. "
+            f"`qkviz project --jobs {result['arguments']['jobs']}` on all {timing['heads']:,} heads "
+            f"({shape['layers']} layers of {shape['heads']}, {shape['tokens']:,} tokens): {minutes(timing['wall_s'])} "
+            f"wall, {minutes(timing['cpu_s'])} of CPU, {timing['cpu_s_per_head']:.2f} CPU seconds a head; goal "
+            f"{verdict(LAYOUTS_1024, results)}. "
+            f"`bench/thousand_heads.py` ({source(results, 'thousand_heads')}).\n")
 
 
 if __name__ == "__main__":

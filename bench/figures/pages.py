@@ -4,21 +4,36 @@ Every figure block of a page sits between ``<!-- figures:NAME -->`` and ``<!-- /
 rewrites each block from the bench result files its renderer reads, and every block names those files, the date
 they were measured and the machine's load average then. ``--check`` rewrites nothing and exits 1 when a page
 differs from what the results give (the test suite runs it, so a page cannot drift from its results).
-The renderers are the modules of this package, registered by name with :func:`bench.figures.results.figure`;
-a goal is judged only by :func:`bench.figures.goals.verdict`.
+The renderers sit beside the benches that make their result files (``@figure("name")`` in ``bench/NAME.py``,
+registered by name with :func:`bench.figures.results.figure` when the bench is imported), and the README's
+summary blocks, which combine several benches' results, in :mod:`bench.figures.readme`; :func:`load_blocks`
+imports them all. A goal is judged only by :func:`bench.figures.goals.verdict`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import pkgutil
 import re
 import sys
 from pathlib import Path
 
-from bench.figures import app, dask, docs, methods, readme, scale, search, tools  # noqa: F401  (register the blocks)
+import bench
 from bench.figures.goals import NotJudged
 from bench.figures.results import FIGURES, Results
 
+
+
+def load_blocks() -> None:
+    """Register every figure block: import each bench (its ``@figure`` blocks) and the README's summary blocks."""
+    for _, name, package in pkgutil.iter_modules(bench.__path__):
+        if not package and name not in bench.NOT_BENCHES:
+            importlib.import_module(f"bench.{name}")
+    importlib.import_module("bench.figures.readme")
+
+
+load_blocks()
 REPO = Path(__file__).resolve().parents[2]
 #: the pages that may hold figure blocks, and may hold no measured figure outside them: the README and every docs page
 PAGES = ("README.md", *sorted(f"docs/{page.name}" for page in (REPO / "docs").glob("*.md")))

@@ -1,39 +1,15 @@
-"""The README's figure blocks (first picture, faithful layouts, modern models, extraction, the index's summary, the
-app), rendered from ``bench/results/*.json``; registered with :func:`bench.figures.results.figure` when imported."""
+"""The README's summary blocks, each combining several benches' result files (the faithful layouts, the modern
+model, the index's summary, the modern-scale table); registered with :func:`bench.figures.results.figure` when
+imported. Every block drawn from one bench's results lives beside that bench (``@figure`` in ``bench/NAME.py``)."""
 
 from __future__ import annotations
 
-from bench.figures.app import DOCUMENT_OPEN, DOCUMENT_SWITCH
-from bench.figures.goals import Goal, verdict
-from bench.figures.methods import RECALL_RATIO_EVERY_HEAD, RECALL_RATIO_MEAN
-from bench.figures.results import Results, figure, minutes, source, span
-from bench.figures.scale import LAYOUTS_1024
-from bench.figures.tools import beyond_weights
-
-#: a 1,024-head model's matrix (issue 28): navigation to the matrix drawn, the first load of a page (cold)
-MATRIX_1024 = Goal("a 1,024-head matrix drawn after navigation", 3, "s", True, "matrix_grid", "cold median",
-                   lambda found: found["load_to_drawn"]["cold"]["median_ms"] / 1000, 1)
-#: the share of a 1400 × 900 window the 32 × 32 matrix fills (issue 28), width and height
-MATRIX_FILL = (Goal("the 1,024-head matrix's width in a 1400 × 900 window", 60, "%", False, "matrix_grid", "width",
-                    lambda found: 100 * next(iter(found["fill"].values()))[0], 0),
-               Goal("the 1,024-head matrix's height in a 1400 × 900 window", 55, "%", False, "matrix_grid", "height",
-                    lambda found: 100 * next(iter(found["fill"].values()))[1], 0))
-
-
-@figure("first-picture")
-def first_picture(results: Results) -> str:
-    result = results("first_picture")
-    times = result["seconds_from_start"]
-    labels = {"extract": "extract 5,000 tokens", "server answers": "the app answers (every head's PCA made first)",
-              "matrix drawn": "matrix view drawn in Chromium",
-              "all layouts": "every head's attention t-SNE layout landed (server and `qkviz project` sharing them)"}
-    rows = "\n".join(f"| {labels[name]} | {minutes(seconds)} |" for name, seconds in times.items() if name in labels)
-    estimate = result.get("estimate")
-    said = (f" The server estimated the rest at {estimate['text']} when a tenth had landed "
-            f"({estimate['logged_at_s']:.0f} s)." if estimate else "")
-    return (f"| from the start (one run) | time |\n|---|---|\n{rows}\n\n"
-            f"Measured by `bench/first_picture.py` (the demo's steps, real Chromium).{said} "
-            f"({source(results, 'first_picture')}.)\n")
+from bench.document_view import DOCUMENT_OPEN, DOCUMENT_SWITCH
+from bench.figures.goals import verdict
+from bench.figures.results import Results, figure, minutes, source
+from bench.long_inputs import beyond_weights
+from bench.matrix_grid import MATRIX_1024, MATRIX_FILL
+from bench.thousand_heads import LAYOUTS_1024, RECALL_RATIO_EVERY_HEAD, RECALL_RATIO_MEAN
 
 
 def faithful_cell(mean: dict, method: str) -> str:
@@ -98,26 +74,6 @@ def modern(results: Results) -> str:
             f"{minutes(commands['report']['seconds'])} (`bench/results/modern_scale.json`, from its run's log).\n")
 
 
-@figure("extract")
-def extract(results: Results) -> str:
-    names = [name for name in ("extract_minilm", "extract_smollm2") if results.exists(name)] or ["extract_minilm"]
-    columns = [results(name) for name in names]
-    labels = [f"{result['arguments']['model']} {result['arguments']['dtype']}" for result in columns]
-
-    rows = [("tokens per run", [f"{r['tokens']:,}" for r in columns]),
-            ("bare forward pass", [span(r["bare_forward_s"], 2, " s") for r in columns]),
-            ("`qkviz.extract`, all included", [span(r["extract_s"], 2, " s") for r in columns]),
-            ("a warm load of the model", [span(r["warm_model_load_s"], 2, " s") for r in columns]),
-            ("ratio extract / bare forward", [span(r["ratio"], 2, "") for r in columns]),
-            ("ratio less the pair's warm model load", [span(r["ratio_without_model_load"], 2, "") for r in columns]),
-            ("a run in a child process: tokens, wall, its peak RSS, run size",
-             [f"{c['tokens']:,}, {c['seconds']:.1f} s, {c['peak_mb']:,} MB, {c['run_mb']:,} MB"
-              if (c := r.get("child_extract")) else "not run" for r in columns])]
-    table = "\n".join(f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows)
-    return (f"| min / median / max of {columns[0]['ratio']['runs']} pairs | " + " | ".join(labels) + " |\n|---|"
-            + "---|" * len(columns) + f"\n{table}\n\n({source(results, *names)}.)\n")
-
-
 @figure("index-summary")
 def index_summary(results: Results) -> str:
     models = results("faithful_sample")["models"]
@@ -178,29 +134,3 @@ def modern_table(results: Results) -> str:
             f"From {source(results, 'matrix_grid', 'document_view', 'long_inputs', 'thousand_heads')}; the commands' "
             f"rows from `bench/results/modern_scale.json`, read from its run's log (its 'source' says how), and the "
             f"report pages' timings are there as the bench printed them.\n")
-
-
-@figure("app")
-def app(results: Results) -> str:
-    result = results("app")
-    runs = result["runs"]
-
-    def timing(value) -> str:
-        return (span(value, 0, " ms") if isinstance(value, dict)
-                else "not measured" if value is None else f"{value:,.0f} ms")
-    rows = [("matrix view, navigation to drawn: cold (one)", "matrix cold ms"),
-            ("matrix view, navigation to drawn: warm", "matrix warm ms"),
-            ("matrix coloured by an atlas statistic", "matrix coloured ms"), ("Positions view", "positions ms"),
-            ("head switch, click to the new head drawn", "head switch ms"),
-            ("search across all heads, Enter to the matches drawn", "search Enter to drawn ms"),
-            ("… of which the server's callback", "search server ms")]
-    rows = [(label, key) for label, key in rows if any(key in run for run in runs)]
-    header = "| min / median / max | " + " | ".join(f"{run['run']} ({run['heads']} heads, {run['points per head']:,} "
-                                                       f"points a head)" for run in runs) + " |"
-    table = "\n".join(f"| {label} | " + " | ".join(timing(run.get(key)) for run in runs) + " |" for label, key in rows)
-    sizes = "; ".join(f"{run['run']}: a head switch sends {run['single figure MB']:.2f} MB, the matrix "
-                      f"{run['matrix figure MB']:.2f} MB, the server peaks at {run['rss peak MB']:,.0f} MB" for run in runs)
-    floor = result["floor_ms"]
-    return (f"{header}\n|---|" + "---|" * len(runs) + f"\n{table}\n\n{sizes}. An empty Dash page with one "
-            f"10,000-point WebGL graph (the floor) is drawn {timing(floor)} after navigation. "
-            f"`bench/app.py --repeats {result['arguments']['repeats']}` ({source(results, 'app')}).\n")

@@ -1,5 +1,6 @@
 """Reading bench result files for the figure blocks (``python -m bench.figures``): the files themselves, where and
-under what load each was measured, and the registry of block renderers (``@figure("name")``)."""
+under what load each was measured, the registry of block renderers (``@figure("name")``, used beside each bench),
+and the wording the blocks of several benches share (seconds, spans, ratios, model, run and head names)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,29 @@ def figure(name: str):
 
 def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
+
+
+def seconds(value: float) -> str:
+    return "< 0.1 s" if value < 0.05 else minutes(value)
+
+#: below this many seconds (both sides) a time is the clock's noise, and a ratio of two of them means nothing
+NOISE_S = 0.2
+
+def ratio(theirs: float, ours: float) -> str:
+    """How many times ``ours`` fits in ``theirs``; a dash where both are too short to compare."""
+    if (theirs < NOISE_S and ours < NOISE_S) or not ours:
+        return "–"
+    return f"{theirs / ours:.1f}×"
+
+def heads_named(pairs) -> str:
+    """``L0 H0–H11, L3 H4``: a layer's consecutive heads as one range, in the order given."""
+    runs: list[list[int]] = []           # [layer, first head, last head]
+    for layer, head in pairs:
+        if runs and runs[-1][0] == layer and runs[-1][2] == head - 1:
+            runs[-1][2] = head
+        else:
+            runs.append([layer, head, head])
+    return ", ".join(f"L{layer} H{first}" + (f"–H{last}" if last > first else "") for layer, first, last in runs)
+
+def run_name(row: dict) -> str:
+    return model_name(row["run"])

@@ -23,11 +23,6 @@ from bench.support.tiny_run import tiny_corpus, tiny_model, tiny_run
 REPO = Path(__file__).resolve().parents[2]
 BENCHES = sorted(name for _, name, package in pkgutil.iter_modules(bench.__path__)
                  if not package and name not in bench.NOT_BENCHES)
-#: benches whose smoke mode is still to be written (issue 36, point 6): each is a strict xfail until it has one
-BROWSER = "drives Chromium, which the machine this was written on lacks: its smoke mode is not written yet"
-NO_SMOKE_YET: dict[str, str] = {
-    "app": BROWSER, "document_view": BROWSER, "first_picture": BROWSER, "matrix_grid": BROWSER, "report_pages": BROWSER,
-    "modern_scale": "runs the other benches at a real model's size: a tiny mode for its parts is not written yet"}
 
 
 def smoke_arguments(name: str) -> tuple[str, ...]:
@@ -50,8 +45,7 @@ def test_the_benches_are_found():
     assert {"app", "extract", "search", "thousand_heads"} <= set(BENCHES) and "harness" not in BENCHES
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=NO_SMOKE_YET[name]))
-                                  if name in NO_SMOKE_YET else name for name in BENCHES])
+@pytest.mark.parametrize("name", BENCHES)
 def test_every_bench_runs_on_a_tiny_input(name, tiny, tmp_path):
     source = (REPO / "bench" / f"{name}.py").read_text(encoding="utf-8")
     assert "smoke_arguments(" in source, f"bench/{name}.py has no --smoke mode (bench.harness.smoke_arguments)"
