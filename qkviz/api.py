@@ -132,6 +132,14 @@ class Run(StoredRun):
 
         return explain_pair(self, layer, head, query, key, by, model=model, device=device)
 
+    @property
+    def circuits(self) -> pd.DataFrame | None:
+        """Every head's stored circuit (``qkviz stats --circuits``, :func:`qkviz.explain.compute_circuits`): one row
+        per head, side and part; ``attrs["sample"]`` says what it was measured on. ``None`` until computed."""
+        from qkviz.explain import load_circuits
+
+        return load_circuits(self)
+
     def circuit(self, layer: int, head: int, *, budget: int = 5000, seed: int = 0, model=None, device: str = "cpu",
                 progress: bool = False):
         """Head ``(layer, head)``'s circuit (:class:`qkviz.explain.HeadCircuit`): for every part of the residual

@@ -133,6 +133,10 @@ def _stats(args: argparse.Namespace) -> int:
         qkviz.compute_stats(run, max_offset=args.max_offset, argmax_share=args.argmax_share,
                             broad_entropy=args.broad_entropy, exemplars=args.exemplars, syntax=args.syntax,
                             progress=not args.quiet, jobs=args.jobs, client=client)
+    if args.circuits:
+        from qkviz.explain import compute_circuits
+
+        compute_circuits(run, budget=args.circuit_budget, device=args.device, progress=not args.quiet)
     return 0
 
 

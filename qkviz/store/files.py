@@ -102,6 +102,9 @@ RELATED_ORDER = "order.npy"
 RELATED_MAP_XY = "map_xy.npy"
 RELATED_SENTENCES = "sentences.npy"
 INDEX_DIRECTORY = "indexes"                  # qkviz.search
+CIRCUITS_DIRECTORY = "circuits"              # qkviz.explain.stored_circuits
+CIRCUITS_MARKER = "circuits.json"
+CIRCUITS_TABLE = "circuits.parquet"
 TOKEN_INDEX_FILE = "tokens.parquet"
 
 
@@ -109,7 +112,7 @@ TOKEN_INDEX_FILE = "tokens.parquet"
 #: ``--overwrite`` removes these and nothing else.
 RUN_FILES = (MANIFEST, PROGRESS, TOKENS, SENTENCES, *ARRAY_FILES, HEAD_UPDATES, PATCHES, *LOGIT_PART_FILES,
              CORRELATION_TABLE)
-RUN_DIRECTORIES = (CACHE_DIRECTORY, ATLAS_DIRECTORY, RELATED_DIRECTORY, INDEX_DIRECTORY)
+RUN_DIRECTORIES = (CACHE_DIRECTORY, ATLAS_DIRECTORY, RELATED_DIRECTORY, INDEX_DIRECTORY, CIRCUITS_DIRECTORY)
 
 
 def is_run_entry(name: str) -> bool:
@@ -134,7 +137,7 @@ def is_run_marker(path: Path) -> bool:
 
 #: The file written last of each derived result, whose change says the result was made again.
 RESULT_MARKERS = {"atlas": f"{ATLAS_DIRECTORY}/{ATLAS_MARKER}", "related": f"{RELATED_DIRECTORY}/{RELATED_MARKER}",
-                  "correlations": CORRELATION_TABLE}
+                  "correlations": CORRELATION_TABLE, "circuits": f"{CIRCUITS_DIRECTORY}/{CIRCUITS_MARKER}"}
 
 
 def partner_index_files(stem: str) -> tuple[str, str]:

@@ -281,3 +281,23 @@ def test_albert_is_refused_in_one_line(family_run):
     with pytest.raises(AttributionRefused, match="share one module") as refused:
         run.explain(1, 0, 3, 1, model=model)
     assert "\n" not in str(refused.value)
+
+
+def test_stats_keeps_every_heads_circuit_and_the_composition_graph_reads_it(tiny_run, tmp_path):
+    import shutil
+
+    from qkviz.explain import composition_edges
+
+    run = qkviz.open_run(shutil.copytree(tiny_run("llama").path, tmp_path / "run"))
+    assert run.circuits is None
+    done = run_main("-q", "stats", "--run", str(run.path), "--circuits", "--circuit-budget", "80")
+    assert done.returncode == 0, done.stderr
+    circuits = qkviz.open_run(run.path).circuits
+    assert set(zip(circuits.layer, circuits["head"])) == {(l, h) for l in range(run.n_layers) for h in range(run.n_heads)}
+    assert circuits.attrs["sample"]["budget"] == 80
+    one = circuits[(circuits.layer == 1) & (circuits["head"] == 2)]
+    for side in ("query", "key"):
+        assert abs(one[one.side == side].contribution.sum() - one.mean_logit.iloc[0]) <= _bound(one.mean_logit.iloc[0])
+    edges = composition_edges(circuits)
+    assert set(edges.side) == {"query", "key"} and (edges.source_layer < edges.target_layer).all()
+    assert set(edges.source) <= {f"L0H{h}" for h in range(run.n_heads)} | {"L0.mlp"}
