@@ -109,8 +109,11 @@ class _SequenceWeights:
     logit: float
 
 
-def sequence_weights(run: StoredRun, layer: int, head: int, sentence: int) -> _SequenceWeights:
-    """The head's partner weights over one sequence, from the stored queries and keys."""
+def sequence_weights(run: StoredRun, layer: int, head: int, sentence: int,
+                     chosen: np.ndarray | None = None) -> _SequenceWeights:
+    """The head's partner weights over one sequence, from the stored queries and keys: each query's
+    :data:`PARTNERS` strongest keys, or the ``chosen`` pairs (``[query, key]`` booleans of the sequence), weighted
+    by their attention."""
     rows = run.sentence_tokens(sentence)
     queries = np.asarray(run.queries(layer, head)[rows], dtype=np.float64)
     keys = np.asarray(run.keys(layer, head)[rows], dtype=np.float64)
@@ -118,9 +121,12 @@ def sequence_weights(run: StoredRun, layer: int, head: int, sentence: int) -> _S
     n = len(queries)
     probs = attention_probs(queries, keys, rule).astype(np.float64)
     allowed = allowed_pairs(n, rule)
-    top = np.argsort(-probs, axis=1)[:, :PARTNERS]
-    partners = np.zeros_like(probs)
-    np.put_along_axis(partners, top, np.take_along_axis(probs, top, axis=1), axis=1)
+    if chosen is None:
+        top = np.argsort(-probs, axis=1)[:, :PARTNERS]
+        partners = np.zeros_like(probs)
+        np.put_along_axis(partners, top, np.take_along_axis(probs, top, axis=1), axis=1)
+    else:
+        partners = probs * chosen
     partners *= allowed
     row_weight = partners.sum(axis=1)
     visible = allowed.astype(np.float64) / np.maximum(allowed.sum(axis=1, keepdims=True), 1)
@@ -139,9 +145,10 @@ def _chunks(n: int) -> list[np.ndarray]:
 
 
 def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample: CircuitSample,
-                 progress: bool = False) -> dict[tuple[int, int], _Sums]:
+                 progress: bool = False, chosen: dict[int, np.ndarray] | None = None) -> dict[tuple[int, int], _Sums]:
     """The running sums of every head of ``heads`` over ``sample``: one model pass per chunk of each sequence, every
-    layer asked for split from it."""
+    layer asked for split from it. ``chosen`` (sequence -> ``[query, key]`` booleans) replaces each query's
+    strongest partners by the chosen pairs."""
     from qkviz.extraction import layer_query_key_parts
 
     heads = sorted(set((int(layer), int(head)) for layer, head in heads))
@@ -156,7 +163,8 @@ def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample
         bar = tqdm(total=sample.n_tokens, desc="circuits", unit="token")
     for sentence in sample.sentences:
         ids = sequence_ids(run, sentence)
-        weights = {key: sequence_weights(run, *key, sentence) for key in heads}
+        weights = {key: sequence_weights(run, *key, sentence, None if chosen is None else chosen[sentence])
+                   for key in heads}
         for key, w in weights.items():
             sums[key].weight += w.weight
             sums[key].logit += w.logit
@@ -245,3 +253,32 @@ def head_circuits(run: StoredRun, heads: Iterable[tuple[int, int]], *, budget: i
 def head_circuit(run: StoredRun, layer: int, head: int, **options) -> HeadCircuit:
     """One head's circuit (:func:`head_circuits`)."""
     return head_circuits(run, [(layer, head)], **options)[(layer, head)]
+
+
+def explain_selection(run: StoredRun, layer: int, head: int, queries, keys, *, model=None,
+                      device: str = "cpu") -> HeadCircuit:
+    """The attention-weighted mean split of the logits between selected ``queries`` and ``keys`` (token rows; every
+    pair of one sequence that the head may attend, weighted by its attention): a lasso's "why", as a
+    :class:`HeadCircuit` whose ``sample`` lists the sequences read."""
+    from qkviz.explain.pair_logit import check_token
+
+    queries = np.unique([check_token(run, "query", token) for token in np.asarray(queries).tolist()])
+    keys = np.unique([check_token(run, "key", token) for token in np.asarray(keys).tolist()])
+    if not len(queries) or not len(keys):
+        raise QkvizError("select at least one query and one key")
+    sentences = run.tokens.sentence.to_numpy()
+    shared = sorted(set(sentences[queries].tolist()) & set(sentences[keys].tolist()))
+    if not shared:
+        raise QkvizError("the selected queries and keys share no sequence: a head's attention pairs tokens of one "
+                         "sequence")
+    chosen = {}
+    for sentence in shared:
+        rows = run.sentence_tokens(sentence)
+        mask = np.zeros((rows.stop - rows.start,) * 2, dtype=bool)
+        mask[np.ix_(queries[sentences[queries] == sentence] - rows.start, keys[sentences[keys] == sentence] - rows.start)] = True
+        chosen[sentence] = mask
+    n_tokens = int(sum(run.sentences.n_tokens.iloc[s] for s in shared))
+    sample = CircuitSample(tuple(shared), n_tokens, n_tokens, 0, int(run.sentences.n_tokens.sum()))
+    model = run_model(run, model, device)
+    sums = circuit_sums(run, model, [(layer, head)], sample, chosen=chosen)
+    return circuit_from_sums(layer, head, sums[(layer, head)], sample)

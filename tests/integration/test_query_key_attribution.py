@@ -301,3 +301,21 @@ def test_stats_keeps_every_heads_circuit_and_the_composition_graph_reads_it(tiny
     edges = composition_edges(circuits)
     assert set(edges.side) == {"query", "key"} and (edges.source_layer < edges.target_layer).all()
     assert set(edges.source) <= {f"L0H{h}" for h in range(run.n_heads)} | {"L0.mlp"}
+
+
+def test_a_selection_is_the_attention_weighted_mean_of_its_pairs(family_run):
+    from qkviz.core.attention import attention_probs
+    from qkviz.explain import explain_selection
+
+    model, run = family_run("llama")
+    rows = run.sentence_tokens(1)
+    queries, keys = [rows.stop - 1, rows.stop - 2], [rows.start, rows.start + 1, rows.start + 2]
+    split = explain_selection(run, 1, 2, queries, keys, model=model)
+    probs = attention_probs(run.queries(1, 2)[rows], run.keys(1, 2)[rows], run.logit_rule(1, 2))
+    weights = np.array([[probs[q - rows.start, k - rows.start] for k in keys] for q in queries])
+    logits = np.array([[run.explain(1, 2, q, k, by="key", model=model).attrs["logit"] for k in keys] for q in queries])
+    expected = float((weights * logits).sum() / weights.sum())
+    for side in ("query", "key"):
+        assert abs(split.table[split.table.side == side].contribution.sum() - expected) <= _bound(expected)
+    with pytest.raises(QkvizError, match="share no sequence"):
+        explain_selection(run, 1, 2, [rows.start], [run.sentence_tokens(0).start], model=model)
