@@ -147,11 +147,12 @@ class ResidualTrace:
         one flattened, as OPT's and Llama 4's MLPs take it), else None."""
         if not isinstance(tensor, torch.Tensor) or tensor.ndim < 2:
             return None
+        tokens = self.tokens.to(tensor.device)
         if tensor.ndim == 2 and tensor.shape[0] == self.length and self.length > 1:
-            return tensor[self.tokens].detach()
+            return tensor[tokens].detach()
         if tensor.shape[0] != 1 or tensor.shape[1] != self.length:
             return None
-        return tensor[0, self.tokens].detach()
+        return tensor[0, tokens].detach()
 
     def _run(self, input_ids: torch.Tensor) -> None:
         model, adapter = self.model, self.adapter
@@ -256,8 +257,9 @@ class ResidualTrace:
     def _keep_query_key(self, layer: int, query: torch.Tensor, key: torch.Tensor, _values) -> None:
         if layer <= self.last_layer:
             record = self.records[layer]
-            record.query = query[0][:, self.tokens].detach()
-            record.key = key[0][:, self.tokens].detach()
+            tokens = self.tokens.to(query.device)
+            record.query = query[0][:, tokens].detach()
+            record.key = key[0][:, tokens].detach()
 
     # -- the parts --------------------------------------------------------------------------------------------------
     def _refuse(self, what: str) -> AttributionRefused:
@@ -433,8 +435,8 @@ class ResidualTrace:
         real_query, real_key = record.query.double(), record.key.double()
         if not _close(query_parts.sum(dim=0), real_query) or not _close(key_parts.sum(dim=0), real_key):
             raise self._refuse(f"layer {layer}'s query and key parts do not add up to the model's own query and key")
-        return QueryKeyParts(query_names, query_parts.numpy(), key_names, key_parts.numpy(), real_query.numpy(),
-                             real_key.numpy())
+        return QueryKeyParts(query_names, query_parts.cpu().numpy(), key_names, key_parts.cpu().numpy(),
+                             real_query.cpu().numpy(), real_key.cpu().numpy())
 
     def _through_attention(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The queries ``[row, head, token, d]`` and keys of ``rows`` ``[row, token, width]`` (float64) as layer
@@ -502,7 +504,8 @@ class ResidualTrace:
             relative = name[len(prefix) + 1:] if prefix and name.startswith(prefix + ".") else name
             module = attention.get_submodule(relative) if relative else attention
             axis = self._token_axis(real_in)
-            real_in_at, real_out_at = real_in.index_select(axis, self.tokens), real_out.index_select(axis, self.tokens)
+            tokens = self.tokens.to(real_in.device)
+            real_in_at, real_out_at = real_in.index_select(axis, tokens), real_out.index_select(axis, tokens)
             norm = self._frozen(name, real_in_at, real_out_at, module)
             hooks.append(module.register_forward_hook(
                 lambda _m, inputs, _out, norm=norm: norm.affine(inputs[0]).to(inputs[0].dtype)))
