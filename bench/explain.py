@@ -1,0 +1,178 @@
+"""Query-key attribution benchmark: how long ``run.explain`` and ``run.circuit`` take on the bundled SmolLM2.
+
+    python -m bench.explain [--run runs/explain-smollm2] [--pairs 5] [--budget 5000] [--all-heads]
+                            [--device cpu] [--out bench/results/explain.json]
+
+Makes the run when it is missing: SmolLM2 over six 40-line passages of data/classics.txt in windows of 1,000
+tokens. Then, in this process (the model loaded once, its load timed on its own):
+
+* **one pair**: ``run.explain(L, H, i, j)`` for ``--pairs`` pairs of the first 1,000-token window (a seeded random
+  head and pair each time; wall time from the call to the table), min / median / max;
+* **one head's circuit**: ``run.circuit`` of a seeded random head and of the last layer's first head (the most
+  parts), over ``--budget`` tokens;
+* **every head's circuit** (``--all-heads``): ``qkviz.explain.compute_circuits`` over ``--budget`` tokens, as
+  ``qkviz stats --circuits`` does;
+* the peak memory of the process (``ru_maxrss``) and the largest block of parts it holds at once (parts x tokens of
+  one chunk x head size, float64), beside what a parts x tokens x width tensor of the whole sample would take.
+
+Goals (issue 37): one pair within 1 s, one head's circuit over 5,000 tokens within 60 s, all 270 heads within 30 min
+(wall time, 2 cores). Writes ``bench/results/explain.json`` (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+REPO = Path(__file__).resolve().parent.parent
+
+import numpy as np  # noqa: E402
+
+import qkviz  # noqa: E402
+from qkviz.explain import CHUNK_TOKENS, compute_circuits, run_model  # noqa: E402
+
+from bench.figures.goals import Goal, verdict  # noqa: E402
+from bench.figures.results import Results, figure, source  # noqa: E402
+from bench.harness import Recorder, smoke_arguments, summary  # noqa: E402
+
+#: the passages: 40 lines each of data/classics.txt, the first six
+PASSAGES, LINES_PER_PASSAGE, WINDOW = 6, 40, 1000
+
+
+def make_run(path: Path, model: str, device: str) -> None:
+    lines = (REPO / "data" / "classics.txt").read_text(encoding="utf-8").splitlines()
+    passages = ["\n".join(lines[start:start + LINES_PER_PASSAGE])
+                for start in range(0, PASSAGES * LINES_PER_PASSAGE, LINES_PER_PASSAGE)]
+    qkviz.extract(model, passages, path, chunk=WINDOW, chunk_overlap=0, device=device)
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def time_pairs(run, n_pairs: int, device: str, seed: int) -> dict:
+    """Wall seconds of ``run.explain`` for seeded random heads and pairs of the longest window."""
+    rng = np.random.default_rng(seed)
+    sentence = int(np.argmax(run.sentences.n_tokens.to_numpy()))
+    rows = run.sentence_tokens(sentence)
+    seconds, asked = [], []
+    for _ in range(n_pairs):
+        layer, head = int(rng.integers(run.n_layers)), int(rng.integers(run.n_heads))
+        query = int(rng.integers(rows.start + 1, rows.stop))
+        key = int(rng.integers(rows.start, query + 1)) if run.is_causal else int(rng.integers(rows.start, rows.stop))
+        started = time.perf_counter()
+        frame = run.explain(layer, head, query, key, device=device)
+        seconds.append(time.perf_counter() - started)
+        asked.append({"layer": layer, "head": head, "query": query, "key": key, "rows": len(frame)})
+        print(f"  pair L{layer}H{head} {query}x{key}: {seconds[-1]:.3f} s ({len(frame)} rows)")
+    return {"sequence_tokens": rows.stop - rows.start, "seconds": summary(seconds), "pairs": asked}
+
+
+def time_circuit(run, layer: int, head: int, budget: int, device: str) -> dict:
+    started = time.perf_counter()
+    circuit = run.circuit(layer, head, budget=budget, device=device)
+    seconds = time.perf_counter() - started
+    print(f"  circuit L{layer}H{head} over {circuit.sample['n_tokens']:,} tokens: {seconds:.1f} s; {circuit.summary}")
+    return {"layer": layer, "head": head, "seconds": round(seconds, 3), "tokens": circuit.sample["n_tokens"],
+            "n_parts": int((circuit.table.side == "key").sum()), "summary": circuit.summary}
+
+
+def largest_block_mb(run, n_parts: int, chunk_tokens: int) -> float:
+    """The largest parts block one chunk holds: every part's query of every head (float64)."""
+    return n_parts * run.n_heads * chunk_tokens * run.head_dim * 8 / 2**20
+
+
+#: what the smoke test adds to ``--smoke`` (a copy of a tiny run, its model saved as a directory)
+SMOKE_ARGUMENTS = ("--run", "{run}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, default=REPO / "runs" / "explain-smollm2")
+    parser.add_argument("--model", default="smollm2", help="the model a missing run is made from")
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--budget", type=int, default=5000)
+    parser.add_argument("--all-heads", action="store_true", help="also every head's circuit (compute_circuits)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="the result file (default bench/results/explain.json)")
+    args = smoke_arguments(parser, argv, out="out", pairs=2, budget=60, all_heads=True)
+    recorder = Recorder("explain", vars(args), out=args.out)
+    if not (args.run / "manifest.json").exists():
+        make_run(args.run, args.model, args.device)
+    run = qkviz.open_run(args.run)
+    started = time.perf_counter()
+    run_model(run, device=args.device)
+    load_seconds = time.perf_counter() - started
+    print(f"{run.model_id}: {run.n_layers}x{run.n_heads} heads, {run.n_tokens:,} tokens; model loaded and "
+          f"checked in {load_seconds:.1f} s")
+    pairs = time_pairs(run, args.pairs, args.device, args.seed)
+    rng = np.random.default_rng(args.seed + 1)
+    chosen = [(int(rng.integers(run.n_layers)), int(rng.integers(run.n_heads))), (run.n_layers - 1, 0)]
+    circuits = [time_circuit(run, layer, head, args.budget, args.device) for layer, head in chosen]
+    figures = {"model": run.model_id, "heads": run.n_layers * run.n_heads, "run_tokens": run.n_tokens,
+               "load_seconds": round(load_seconds, 3), "pair": pairs, "circuits": circuits}
+    if args.all_heads:
+        started = time.perf_counter()
+        compute_circuits(run, budget=args.budget, device=args.device, progress=False)
+        seconds = time.perf_counter() - started
+        figures["all_heads"] = {"seconds": round(seconds, 3), "heads": run.n_layers * run.n_heads,
+                                "tokens": qkviz.open_run(args.run).circuits.attrs["sample"]["n_tokens"]}
+        print(f"  every head's circuit: {seconds:.1f} s")
+    most_parts = max(circuit["n_parts"] for circuit in circuits)
+    sample_tokens = max(circuit["tokens"] for circuit in circuits)
+    figures["memory"] = {"peak_mb": round(peak_mb(), 1),
+                         "largest_parts_block_mb": round(largest_block_mb(run, most_parts, CHUNK_TOKENS), 1),
+                         "whole_sample_parts_mb": round(most_parts * sample_tokens * run.n_heads * run.head_dim * 8
+                                                        / 2**20, 1)}
+    print(f"  peak RSS {figures['memory']['peak_mb']:,.0f} MB; largest parts block "
+          f"{figures['memory']['largest_parts_block_mb']:,.0f} MB")
+    print(f"wrote {recorder.write(**figures)}")
+
+
+# The figure blocks drawn from this bench's result file (``python -m bench.figures``).
+
+PAIR_TIME = Goal("one pair explained on SmolLM2 in a 1,000-token window, the model loaded", 1, "s", True,
+                 "explain", "call to table, median", lambda found: found["pair"]["seconds"]["median"], 2)
+CIRCUIT_TIME = Goal("one head's circuit over 5,000 tokens", 60, "s", True, "explain",
+                    "wall time, the slowest head measured", lambda found: max(c["seconds"] for c in found["circuits"]))
+ALL_CIRCUITS_TIME = Goal("every SmolLM2 head's circuit over 5,000 tokens", 30, "min", True, "explain",
+                         "wall time", lambda found: found["all_heads"]["seconds"] / 60 if "all_heads" in found
+                         else None)
+
+
+@figure("explain-speed")
+def explain_speed(results: Results) -> str:
+    found = results("explain")
+    pair = found["pair"]
+    seconds = pair["seconds"]
+    lines = [f"On {found['model']} ({found['heads']} heads), {found['arguments']['device']}: the model loaded and "
+             f"checked against the run in {found['load_seconds']:.1f} s, once per process.",
+             "",
+             f"- **One pair** in a {pair['sequence_tokens']:,}-token window, {seconds['runs']} seeded random heads "
+             f"and pairs: {seconds['min']:.2f} / {seconds['median']:.2f} / {seconds['max']:.2f} s "
+             f"(min / median / max; goal {verdict(PAIR_TIME, results)}).",
+             "- **One head's circuit** over "
+             + "; ".join(f"L{c['layer']}H{c['head']} ({c['n_parts']} parts) {c['tokens']:,} tokens: {c['seconds']:.1f} s"
+                         for c in found["circuits"])
+             + f" (the first head seeded random, the second the last layer's first: the most parts; goal "
+               f"{verdict(CIRCUIT_TIME, results)})."]
+    if "all_heads" in found:
+        every = found["all_heads"]
+        lines.append(f"- **Every head's circuit** ({every['heads']} heads, {every['tokens']:,} tokens): "
+                     f"{every['seconds'] / 60:.1f} min (goal {verdict(ALL_CIRCUITS_TIME, results)}).")
+    memory = found["memory"]
+    lines.append(f"- **Memory**: peak RSS {memory['peak_mb']:,.0f} MB; the largest block of parts held at once is "
+                 f"{memory['largest_parts_block_mb']:,.0f} MB (one chunk of tokens), where the whole sample's parts "
+                 f"would take {memory['whole_sample_parts_mb']:,.0f} MB.")
+    lines.append("")
+    lines.append(f"`python -m bench.explain` ({source(results, 'explain')}).")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
