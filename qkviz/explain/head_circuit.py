@@ -169,7 +169,9 @@ def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample
             sums[key].weight += w.weight
             sums[key].logit += w.logit
         for chunk in _chunks(len(ids)):
-            for layer, parts in layer_query_key_parts(model, ids, chunk, layers):
+            # a causal model's pass stops at the chunk's last token: what follows changes nothing before it
+            prefix = ids[:chunk[-1] + 1] if run.is_causal else ids
+            for layer, parts in layer_query_key_parts(model, prefix, chunk, layers):
                 scale = run.scale(layer)
                 for head in (h for (l_, h) in heads if l_ == layer):
                     w = weights[(layer, head)]

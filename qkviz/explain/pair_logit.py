@@ -31,10 +31,12 @@ def check_token(run: StoredRun, name: str, token) -> int:
     return int(token)
 
 
-def sequence_ids(run: StoredRun, sentence: int) -> np.ndarray:
-    """The token ids of one of the run's sequences, as the extraction fed them to the model."""
+def sequence_ids(run: StoredRun, sentence: int, up_to: int | None = None) -> np.ndarray:
+    """The token ids of one of the run's sequences, as the extraction fed them to the model. ``up_to``: a causal
+    model's tokens after that position change nothing before it, so its pass stops there (positions ``0..up_to``)."""
     rows = run.sentence_tokens(sentence)
-    return run.tokens.token_id.to_numpy()[rows]
+    ids = run.tokens.token_id.to_numpy()[rows]
+    return ids[:up_to + 1] if up_to is not None and run.is_causal else ids
 
 
 def _close_to_stored(parts_sum: np.ndarray, stored: np.ndarray) -> bool:
@@ -50,14 +52,16 @@ def split_vectors(run: StoredRun, model, layer: int, head: int, query: int, key:
     sentences, positions = tokens.sentence.to_numpy(), tokens.position.to_numpy()
     kv_head = run.kv_head(head)
     if sentences[query] == sentences[key]:
-        ids = sequence_ids(run, int(sentences[query]))
         wanted = sorted({int(positions[query]), int(positions[key])})
+        ids = sequence_ids(run, int(sentences[query]), up_to=wanted[-1])
         parts = query_key_parts(model, ids, wanted, layer)
         query_side = (parts.query_names, parts.queries[:, head, wanted.index(int(positions[query]))])
         key_side = (parts.key_names, parts.keys[:, kv_head, wanted.index(int(positions[key]))])
     else:
-        at_query = query_key_parts(model, sequence_ids(run, int(sentences[query])), [int(positions[query])], layer)
-        at_key = query_key_parts(model, sequence_ids(run, int(sentences[key])), [int(positions[key])], layer)
+        at_query = query_key_parts(model, sequence_ids(run, int(sentences[query]), up_to=int(positions[query])),
+                                   [int(positions[query])], layer)
+        at_key = query_key_parts(model, sequence_ids(run, int(sentences[key]), up_to=int(positions[key])),
+                                 [int(positions[key])], layer)
         query_side = (at_query.query_names, at_query.queries[:, head, 0])
         key_side = (at_key.key_names, at_key.keys[:, kv_head, 0])
     for side, (_names, vectors), stored in (("query", query_side, run.vector_rows("queries", layer, head, [query])[0]),

@@ -125,7 +125,6 @@ def counts() -> dict[str, int]:
 ATTRIBUTION_REFUSED: dict[str, str] = {
     "albert": "its layers share one module; the split needs each layer's own",
     "electra": "its first layer's input is a projection of its embeddings, which the split does not carry",
-    "bloom": "its attention module takes the residual stream and adds it itself",
     "llama4_text": "its query and key parts do not add up to its own queries and keys (attention temperature)",
     "qwen3_next": "it mixes attention with linear-attention layers, whose parts the split does not carry",
 }

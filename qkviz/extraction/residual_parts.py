@@ -457,16 +457,21 @@ class ResidualTrace:
 
         def sink(_layer, query, key, _values):
             kept["query"], kept["key"] = query.detach().double(), key.detach().double()
+            raise _PassDone        # the parts' attention and output projection are never needed
 
         recorder = AttentionRecorder(LayerCalls(self._attention_modules), sink)
         with torch.inference_mode(), capturing(self.model, recorder), self._fixed_inner_norms(layer, attention):
-            attention(*args, **kwargs)
+            try:
+                attention(*args, **kwargs)
+            except _PassDone:
+                pass
         if "query" not in kept:
             raise self._refuse(f"layer {layer}'s attention module, called on the parts, did not compute queries")
         return kept["query"], kept["key"]
 
     def _sliced(self, name: str, value):
-        """A keyword the attention module was called with, at the traced tokens (positions, masks, rotary tables)."""
+        """A keyword the attention module was called with, at the traced tokens (positions, masks, rotary tables,
+        ALiBi tables)."""
         if isinstance(value, (tuple, list)):
             return type(value)(self._sliced(name, item) for item in value)
         if not isinstance(value, torch.Tensor) or self.length == 1 or self.length not in value.shape:
@@ -480,7 +485,9 @@ class ResidualTrace:
             return value[..., tokens, :]
         if name == "alibi" and value.ndim == 3 and value.shape[-1] == self.length:
             return value[..., tokens]
-        raise self._refuse(f"its attention takes {name} shaped by the sequence in a way qkviz does not slice")
+        # anything else passes as it is: a sequence-shaped input the module needs for its queries and keys would make
+        # them differ from the model's own, which query_key_parts checks
+        return value
 
     def _for_rows(self, name: str, value, rows: int):
         """A mask or ALiBi table of the batch of one, repeated for the ``rows`` of the parts' batch (families that
@@ -496,28 +503,49 @@ class ResidualTrace:
     @contextlib.contextmanager
     def _fixed_inner_norms(self, layer: int, attention: torch.nn.Module):
         """Every norm inside the attention module (QK-norm) replaced by its form with the divisor of each traced
-        token, as the real pass computed it."""
+        token, as the real pass computed it (the position axis found from the shape the parts arrive in)."""
         record = self.records[layer]
         prefix = self.adapter.attention_path
         hooks = []
         for name, (real_in, real_out) in record.inner_norms.items():
             relative = name[len(prefix) + 1:] if prefix and name.startswith(prefix + ".") else name
             module = attention.get_submodule(relative) if relative else attention
-            axis = self._token_axis(real_in)
-            tokens = self.tokens.to(real_in.device)
-            real_in_at, real_out_at = real_in.index_select(axis, tokens), real_out.index_select(axis, tokens)
-            norm = self._frozen(name, real_in_at, real_out_at, module)
-            hooks.append(module.register_forward_hook(
-                lambda _m, inputs, _out, norm=norm: norm.affine(inputs[0]).to(inputs[0].dtype)))
+            hooks.append(module.register_forward_hook(self._frozen_hook(name, module, real_in, real_out)))
         try:
             yield
         finally:
             for hook in hooks:
                 hook.remove()
 
-    def _token_axis(self, tensor: torch.Tensor) -> int:
-        axes = [axis for axis in range(1, tensor.ndim - 1) if tensor.shape[axis] == self.length]
-        if tensor.shape[0] != 1 or len(axes) != 1:
+    def _frozen_hook(self, name: str, module: torch.nn.Module, real_in: torch.Tensor, real_out: torch.Tensor):
+        frozen: dict[tuple, FrozenNorm] = {}
+
+        def hook(_module, inputs, _out):
+            parts = inputs[0]
+            key = tuple(parts.shape[1:])
+            if key not in frozen:
+                axis = self._token_axis(real_in, parts)
+                if axis is None:
+                    real_in_at, real_out_at = real_in, real_out
+                else:
+                    tokens = self.tokens.to(real_in.device)
+                    real_in_at, real_out_at = real_in.index_select(axis, tokens), real_out.index_select(axis, tokens)
+                frozen[key] = self._frozen(name, real_in_at, real_out_at, module)
+            return frozen[key].affine(parts).to(parts.dtype)
+        return hook
+
+    def _token_axis(self, real: torch.Tensor, parts: torch.Tensor) -> int | None:
+        """The axis of ``real`` (the norm's input in the real pass, ``[1, ...]``) that holds positions, where the
+        parts (``[rows, ...]``, the traced tokens in its place) differ from it; None where they are all the tokens
+        in order (nothing to select)."""
+        if real.shape[0] != 1 or real.ndim != parts.ndim:
+            raise self._refuse("a norm inside its attention sees inputs of another shape for the parts")
+        if torch.equal(self.tokens, torch.arange(self.length)) and real.shape[1:] == parts.shape[1:]:
+            return None
+        axes = [axis for axis in range(1, real.ndim - 1)
+                if real.shape[axis] == self.length and parts.shape[axis] == len(self.tokens)
+                and all(real.shape[other] == parts.shape[other] for other in range(1, real.ndim) if other != axis)]
+        if len(axes) != 1:
             raise self._refuse("a norm inside its attention has no single position axis")
         return axes[0]
 
