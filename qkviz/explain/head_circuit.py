@@ -11,8 +11,10 @@ entering layer ``L`` gets, on each side:
   the partners *beyond* the other keys, the share the softmax sees (a part that raises every key alike lifts none).
 
 The contributions of one side add up to the mean partner logit (``attrs["mean_logit"]``). Both sides are linear in
-the per-token vectors, so each sequence is split in chunks of :data:`CHUNK_TOKENS` tokens, one model pass per chunk
-(:func:`qkviz.extraction.layer_query_key_parts`): no parts x tokens x width tensor is held beyond one chunk. Long
+the per-token vectors: each part's sum is its vectors dotted with one vector per token of the stream, which one
+backward pass through the layer's attention module gives for every part at once
+(:func:`qkviz.extraction.layer_weighted_sums`). Each sequence is split in chunks of :data:`CHUNK_TOKENS` tokens, one
+model pass per chunk: no parts x tokens x width tensor is held beyond one chunk. Long
 runs are sampled: whole sequences in a seeded random order until ``budget`` tokens (``attrs["sample"]`` records
 which).
 """
@@ -149,12 +151,11 @@ def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample
     """The running sums of every head of ``heads`` over ``sample``: one model pass per chunk of each sequence, every
     layer asked for split from it. ``chosen`` (sequence -> ``[query, key]`` booleans) replaces each query's
     strongest partners by the chosen pairs."""
-    from qkviz.extraction import layer_query_key_parts
+    from qkviz.extraction import layer_weighted_sums
 
     heads = sorted(set((int(layer), int(head)) for layer, head in heads))
     for layer, head in heads:
         run.check_head(layer, head)
-    layers = sorted({layer for layer, _ in heads})
     sums = {key: _Sums() for key in heads}
     bar = None
     if progress:
@@ -171,19 +172,14 @@ def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample
         for chunk in _chunks(len(ids)):
             # a causal model's pass stops at the chunk's last token: what follows changes nothing before it
             prefix = ids[:chunk[-1] + 1] if run.is_causal else ids
-            for layer, parts in layer_query_key_parts(model, prefix, chunk, layers):
+            asked = {key: {"query": np.stack([w.toward_queries[chunk], w.toward_queries_lift[chunk]]),
+                           "key": np.stack([w.toward_keys[chunk], w.toward_keys_lift[chunk]])}
+                     for key, w in weights.items()}
+            for (layer, head), (query_names, query_values, key_names, key_values) in layer_weighted_sums(
+                    model, prefix, chunk, asked):
                 scale = run.scale(layer)
-                for head in (h for (l_, h) in heads if l_ == layer):
-                    w = weights[(layer, head)]
-                    query_parts = parts.queries[:, head]                      # [part, token, d]
-                    key_parts = parts.keys[:, run.kv_head(head)]
-                    query_values = scale * np.stack([np.einsum("ptd,td->p", query_parts, w.toward_queries[chunk]),
-                                                     np.einsum("ptd,td->p", query_parts, w.toward_queries_lift[chunk])],
-                                                    axis=1)
-                    key_values = scale * np.stack([np.einsum("ptd,td->p", key_parts, w.toward_keys[chunk]),
-                                                   np.einsum("ptd,td->p", key_parts, w.toward_keys_lift[chunk])], axis=1)
-                    sums[(layer, head)].add("query", parts.query_names, query_values)
-                    sums[(layer, head)].add("key", parts.key_names, key_values)
+                sums[(layer, head)].add("query", query_names, scale * query_values)
+                sums[(layer, head)].add("key", key_names, scale * key_values)
             if bar is not None:
                 bar.update(len(chunk))
     if bar is not None:

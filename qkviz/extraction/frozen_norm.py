@@ -56,6 +56,14 @@ class FrozenNorm:
         out = parts / self.sigma
         return out if self.gain is None else out * self.gain
 
+    def transposed(self, vectors: torch.Tensor) -> torch.Tensor:
+        """``F^T(vectors)``: ``F(p) . v = p . F^T(v)`` for every ``p`` (the centring is symmetric), so a part's dot
+        product with ``v`` after the norm is its dot product with ``F^T(v)`` before it."""
+        out = vectors.double() / self.sigma
+        if self.gain is not None:
+            out = out * self.gain
+        return out - out.mean(dim=-1, keepdim=True) if self.centred else out
+
     def affine(self, parts: torch.Tensor) -> torch.Tensor:
         """``F(parts) + beta``: what the norm does to each row with its divisor fixed."""
         out = self.linear(parts)

@@ -56,21 +56,29 @@ def _close(reconstructed: torch.Tensor, real: torch.Tensor) -> bool:
 
 @dataclass
 class StreamParts:
-    """Parts of the residual stream at the traced tokens: ``vectors[p]`` ``[token, width]`` (float64)."""
+    """Parts of the residual stream at the traced tokens: ``vectors[p]`` ``[token, width]`` (float64), and their
+    running sum (kept as parts are added or carried through a norm, not re-added each time it is read)."""
 
     names: list[str] = field(default_factory=list)
     vectors: list[torch.Tensor] = field(default_factory=list)
+    running: torch.Tensor | None = None
 
     def add(self, name: str, vector: torch.Tensor) -> None:
+        vector = vector.double()
         self.names.append(name)
-        self.vectors.append(vector.double())
+        self.vectors.append(vector)
+        self.running = vector.clone() if self.running is None else self.running + vector
 
     def total(self) -> torch.Tensor:
-        return torch.stack(self.vectors).sum(dim=0)
+        return self.running
+
+    def copy(self) -> "StreamParts":
+        return StreamParts(list(self.names), list(self.vectors), self.running)
 
     def through(self, norm: FrozenNorm) -> "StreamParts":
         """Every part through ``norm``'s linear part (its divisor fixed per token)."""
-        return StreamParts(list(self.names), [norm.linear(vector) for vector in self.vectors])
+        return StreamParts(list(self.names), [norm.linear(vector) for vector in self.vectors],
+                           None if self.running is None else norm.linear(self.running))
 
 
 @dataclass
@@ -126,6 +134,10 @@ class ResidualTrace:
         self.model, self.adapter, self.shape = model, adapter, shape
         self.tokens = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
         self.length = int(input_ids.shape[1])
+        first = int(self.tokens[0]) if len(self.tokens) else 0
+        #: the tokens as a slice where they are consecutive (a view of each tensor instead of a copy)
+        self._span = slice(first, first + len(self.tokens)) if torch.equal(
+            self.tokens, torch.arange(first, first + len(self.tokens))) else None
         self.layers = adapter.layer_modules(model)
         if len({id(layer) for layer in self.layers}) != len(self.layers):
             raise AttributionRefused(f"{adapter.family}: its layers share one module (ALBERT); attribution by part "
@@ -147,7 +159,7 @@ class ResidualTrace:
         one flattened, as OPT's and Llama 4's MLPs take it), else None."""
         if not isinstance(tensor, torch.Tensor) or tensor.ndim < 2:
             return None
-        tokens = self.tokens.to(tensor.device)
+        tokens = self._span if self._span is not None else self.tokens.to(tensor.device)
         if tensor.ndim == 2 and tensor.shape[0] == self.length and self.length > 1:
             return tensor[tokens].detach()
         if tensor.shape[0] != 1 or tensor.shape[1] != self.length:
@@ -217,7 +229,8 @@ class ResidualTrace:
         hooks.append(attention_modules[self.last_layer].register_forward_hook(_stop_pass))
         recorder = AttentionRecorder(LayerCalls(attention_modules), self._keep_query_key)
         try:
-            with torch.inference_mode(), capturing(model, recorder):
+            # no_grad, not inference_mode: what the pass keeps (rotary tables, masks) may enter a backward pass
+            with torch.no_grad(), capturing(model, recorder):
                 forward(model, input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
         except _PassDone:
             pass
@@ -305,7 +318,7 @@ class ResidualTrace:
             raise self._refuse(f"layer {layer}'s attention output projection was not called on the sequence")
         slices = self._slices[layer].double()                                               # [head, d_value, width]
         per_head = record.heads_in.double().reshape(len(self.tokens), self.shape.n_heads, -1)
-        heads = [per_head[:, head] @ slices[head] for head in range(self.shape.n_heads)]
+        heads = list(torch.bmm(per_head.transpose(0, 1), slices))            # [head][token, width]
         projection = self.adapter.output_projections(self.model)[layer]
         bias = getattr(projection, "bias", None)
         bias = None if bias is None else bias.detach().double().expand_as(record.heads_out)
@@ -349,7 +362,7 @@ class ResidualTrace:
             return self._post_norm_mlp(layer, stream, names, heads, bias, norm, residual, norms)
         else:
             added = real_heads
-        out = StreamParts(list(stream.names), list(stream.vectors))
+        out = stream.copy()
         for name, head in zip(names, heads):
             out.add(name, head)
         if bias is not None:
@@ -407,20 +420,7 @@ class ResidualTrace:
         through its attention module, all parts in one batch, with any norm inside it fixed as well."""
         stream = self.parts_entering(layer) if stream is None else stream
         record = self.records[layer]
-        real_input = record.attention_input
-        if real_input is None or record.query is None:
-            raise self._refuse(f"layer {layer}'s attention was not called on the sequence")
-        total = stream.total()
-        parts = stream
-        if not _close(total, real_input.double()):
-            norm_name = next((name for name, (real_in, real_out) in record.norms.items()
-                              if real_in is not None and _close(total, real_in) and _close(real_out, real_input)), None)
-            if norm_name is None:
-                raise self._refuse(f"layer {layer}'s attention reads something other than its input or a norm of it")
-            norm = self._frozen(norm_name, *record.norms[norm_name], self._module(layer, norm_name))
-            parts = stream.through(norm)
-            if norm.bias is not None:
-                parts.add(f"L{layer}.{norm_name}.bias", norm.bias.expand_as(total))
+        parts = self._attention_input_parts(layer, stream)
         rows = torch.stack(parts.vectors + [torch.zeros_like(parts.vectors[0])])      # the last row: no part
         queries, keys = self._through_attention(layer, rows)
         query_parts, key_parts = queries[:-1] - queries[-1:], keys[:-1] - keys[-1:]
@@ -438,9 +438,101 @@ class ResidualTrace:
         return QueryKeyParts(query_names, query_parts.cpu().numpy(), key_names, key_parts.cpu().numpy(),
                              real_query.cpu().numpy(), real_key.cpu().numpy())
 
-    def _through_attention(self, layer: int, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def weighted_sums(self, layer: int, stream: StreamParts, weights: dict[int, dict[str, np.ndarray]]) -> dict:
+        """For each head ``h`` of ``weights`` (``{"query": [k, token, d_head], "key": [k, token, d_head]}``: ``k``
+        weight vectors per side, one per traced token), every part's ``sum_t w_t . q_{t,part}`` (and the same of
+        the keys, of the head's key-value head): ``{h: (query names, [part, k], key names, [part, k])}``.
+
+        Each side is linear in the parts, so one backward pass through the layer's attention module gives, per head
+        and weight, the vector of the stream each part is dotted with (``A^T w``, ``A`` the module's map with every
+        norm fixed); no part's query is ever formed. The sums are checked against the model's own queries and keys
+        (their sum over the parts, with the module's constant, must be ``sum_t w_t . q_t``)."""
+        record = self.records[layer]
+        norm, norm_name = self._input_norm(layer, stream)
+        parts = stream if norm is None else StreamParts(running=norm.linear(stream.total()))
+        heads = sorted(weights)
+        sides = [(head, side, index) for head in heads for side in ("query", "key")
+                 for index in range(len(weights[head][side]))]
+        total = parts.total() if norm is None or norm.bias is None else parts.total() + norm.bias
+        with torch.enable_grad():
+            rows = torch.cat([total[None].expand(len(sides), -1, -1), torch.zeros_like(total)[None]])
+            rows = rows.to(next(self._attention_modules[layer].parameters()).dtype).detach().requires_grad_(True)
+            queries, keys = self._through_attention(layer, rows, keep_graph=True)
+            loss = rows.new_zeros(())
+            targets = []
+            for row, (head, side, index) in enumerate(sides):
+                vectors = queries[row, head] if side == "query" else keys[row, self.shape.kv_head_of(head)]
+                weight = torch.as_tensor(weights[head][side][index], dtype=vectors.dtype, device=vectors.device)
+                loss = loss + (vectors * weight).sum()
+                targets.append(weight)
+            (gradient,) = torch.autograd.grad(loss, rows)
+        gradient = gradient[:-1].double()                          # [row, token, width]
+        constants = [float((queries[-1, head] if side == "query" else keys[-1, self.shape.kv_head_of(head)]).double()
+                           .mul(target.double()).sum()) for (head, side, _), target in zip(sides, targets)]
+        # each part's sum: the part (before the input norm) dotted with the gradient carried back through the norm
+        before = gradient if norm is None else norm.transposed(gradient)
+        flat = before.reshape(len(before), -1)
+        values = torch.cat([torch.stack(stream.vectors[start:start + 64]).reshape(-1, flat.shape[1]) @ flat.T
+                            for start in range(0, len(stream.vectors), 64)])                  # [part, row]
+        names_before = list(stream.names)
+        if norm is not None and norm.bias is not None:
+            values = torch.cat([values, (gradient * norm.bias).sum(dim=(1, 2))[None]])
+            names_before.append(f"L{layer}.{norm_name}.bias")
+        real_query, real_key = record.query.double(), record.key.double()
+        out = {}
+        for head in heads:
+            sums = {}
+            for side in ("query", "key"):
+                own = real_query[head] if side == "query" else real_key[self.shape.kv_head_of(head)]
+                columns = [row for row, (h, s, _) in enumerate(sides) if h == head and s == side]
+                names = list(names_before)
+                block = values[:, columns]
+                constant = torch.tensor([constants[row] for row in columns], dtype=torch.float64)
+                if float(constant.abs().max()) > 0:
+                    names.append(f"L{layer}.{side}_bias")
+                    block = torch.cat([block, constant[None].to(block.device)])
+                expected = torch.stack([(own * torch.as_tensor(weights[head][side][index], dtype=torch.float64,
+                                                                device=own.device)).sum()
+                                        for index in range(len(columns))])
+                size = max(float(expected.abs().max()), float(block.abs().sum(0).max()), 1e-6)
+                if float((block.sum(0) - expected.to(block.device)).abs().max()) > MATCH_TOLERANCE * size:
+                    raise self._refuse(f"layer {layer}'s weighted {side} parts do not add up to the model's own")
+                sums[side] = (names, block.cpu().numpy())
+            out[head] = (*sums["query"], *sums["key"])
+        return out
+
+    def _input_norm(self, layer: int, stream: StreamParts) -> tuple[FrozenNorm | None, str | None]:
+        """The norm (divisor fixed) through which layer ``layer``'s attention module reads the stream, and its name;
+        ``(None, None)`` where it reads the stream itself (post-norm encoders)."""
+        record = self.records[layer]
+        real_input = record.attention_input
+        if real_input is None or record.query is None:
+            raise self._refuse(f"layer {layer}'s attention was not called on the sequence")
+        total = stream.total()
+        if _close(total, real_input.double()):
+            return None, None
+        norm_name = next((name for name, (real_in, real_out) in record.norms.items()
+                          if real_in is not None and _close(total, real_in) and _close(real_out, real_input)), None)
+        if norm_name is None:
+            raise self._refuse(f"layer {layer}'s attention reads something other than its input or a norm of it")
+        return self._frozen(norm_name, *record.norms[norm_name], self._module(layer, norm_name)), norm_name
+
+    def _attention_input_parts(self, layer: int, stream: StreamParts) -> StreamParts:
+        """The stream's parts as layer ``layer``'s attention module reads them: through its input norm (divisor
+        fixed, its bias a part of its own), or as they are where it reads the stream itself (post-norm)."""
+        norm, norm_name = self._input_norm(layer, stream)
+        if norm is None:
+            return stream
+        parts = stream.through(norm)
+        if norm.bias is not None:
+            parts.add(f"L{layer}.{norm_name}.bias", norm.bias.expand_as(stream.total()))
+        return parts
+
+    def _through_attention(self, layer: int, rows: torch.Tensor,
+                           keep_graph: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """The queries ``[row, head, token, d]`` and keys of ``rows`` ``[row, token, width]`` (float64) as layer
-        ``layer``'s attention module makes them at the traced tokens' positions."""
+        ``layer``'s attention module makes them at the traced tokens' positions (``keep_graph``: as the module's
+        dtype, differentiable with respect to ``rows``)."""
         record = self.records[layer]
         attention = self._attention_modules[layer]
         dtype = next(attention.parameters()).dtype
@@ -455,12 +547,14 @@ class ResidualTrace:
             kwargs["hidden_states"] = hidden
         kept: dict[str, torch.Tensor] = {}
 
-        def sink(_layer, query, key, _values):
-            kept["query"], kept["key"] = query.detach().double(), key.detach().double()
-            raise _PassDone        # the parts' attention and output projection are never needed
+        class Keeper:            # the recorder's interface, keeping the graph (AttentionRecorder detaches)
+            def record(self, _module, query, key, _value, _scaling, _kwargs):
+                kept["query"], kept["key"] = (query, key) if keep_graph else (query.detach().double(),
+                                                                               key.detach().double())
+                raise _PassDone        # the parts' attention and output projection are never needed
 
-        recorder = AttentionRecorder(LayerCalls(self._attention_modules), sink)
-        with torch.inference_mode(), capturing(self.model, recorder), self._fixed_inner_norms(layer, attention):
+        grad = torch.enable_grad() if keep_graph else torch.inference_mode()
+        with grad, capturing(self.model, Keeper()), self._fixed_inner_norms(layer, attention):
             try:
                 attention(*args, **kwargs)
             except _PassDone:
@@ -598,3 +692,25 @@ def layer_query_key_parts(model: torch.nn.Module, token_ids, tokens, layers):
     except Exception as error:  # noqa: BLE001 -- the boundary around the model's own code
         raise AttributionRefused(f"{trace.adapter.family}: attribution refused: its attention module, called on the "
                                  f"parts, fails ({failure_detail(error)})") from None
+
+
+def layer_weighted_sums(model: torch.nn.Module, token_ids, tokens, weights: dict[tuple[int, int], dict]):
+    """``((layer, head), (query names, [part, k], key names, [part, k]))`` for every head of ``weights``
+    (``{(layer, head): {"query": [k, token, d_head], "key": [k, token, d_head]}}``, per traced token of ``tokens``):
+    each part's weighted sum of its queries and keys (:meth:`ResidualTrace.weighted_sums`), from one forward pass of
+    the sequence and one backward pass through each layer's attention module."""
+    from qkviz.extraction.model_boundary import failure_detail
+
+    layers = sorted({layer for layer, _ in weights})
+    trace = _traced(model, token_ids, tokens, layers[-1])
+    try:
+        for layer, stream in trace.layer_streams():
+            heads = {head: weights[(layer, head)] for (l_, head) in weights if l_ == layer}
+            if heads:
+                for head, sums in trace.weighted_sums(layer, stream, heads).items():
+                    yield (layer, head), sums
+    except QkvizError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- the boundary around the model's own code
+        raise AttributionRefused(f"{trace.adapter.family}: attribution refused: its attention module, run backwards "
+                                 f"on the parts, fails ({failure_detail(error)})") from None
