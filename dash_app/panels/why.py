@@ -180,9 +180,9 @@ def render_pair(data: RunData, subject: Subject, frames: dict[str, pd.DataFrame]
     logit = frames["key"].attrs["logit"]
     softcap = frames["key"].attrs.get("softcap")
     bands = frames["dimension"]
-    groups = [("key side: the query against each part of the key",
+    groups = [("key side (each part of the key)",
                *top_and_rest(frames["key"].part.to_numpy(), frames["key"].contribution), KEY_COLOUR),
-              ("query side: each part of the query against the key",
+              ("query side (each part of the query)",
                *top_and_rest(frames["query"].part.to_numpy(), frames["query"].contribution), QUERY_COLOUR),
               ("by rotary band" if bands.band.str.startswith("rotary").any() else "by dimension",
                *top_and_rest(bands.band.to_numpy(), bands.contribution, name="bands"), BAND_COLOUR)]
@@ -214,8 +214,7 @@ def render_selection(data: RunData, subject: Subject, circuit) -> list:
     groups = []
     for side, colour in (("key", KEY_COLOUR), ("query", QUERY_COLOUR)):
         rows = table[table.side == side]
-        groups.append((f"{side} side (lift over the other keys: hover)", *top_and_rest(rows.part.to_numpy(),
-                                                                                       rows.contribution), colour))
+        groups.append((f"{side} side", *top_and_rest(rows.part.to_numpy(), rows.contribution), colour))
     lifts = table.set_index(["side", "part"]).lift
     strongest = [f"{side}: {part} (lift {lifts[(side, part)]:+.3f})" for side in ("key", "query")
                  for part in table[table.side == side].part.head(1)]

@@ -82,7 +82,7 @@ def layout(_context: AppContext) -> html.Div:
                 dcc.Graph(id=ids.DOCUMENT_PROFILE, config={"displayModeBar": False},
                           figure={"data": [], "layout": {"height": 100}}),
                 html.Div(id=ids.DOCUMENT_SCORES),
-                html.Div(style={"maxWidth": "380px"}, children=why_panel.panel(VIEW_NAME)),
+                html.Div(children=why_panel.panel(VIEW_NAME)),
             ]),
         ]),
         html.Div(id=ids.DOCUMENT_STRIP, className="document-strip",

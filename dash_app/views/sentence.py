@@ -56,7 +56,7 @@ def layout(_context: AppContext) -> html.Div:
         html.Div(className="sentence-body", children=[
             dcc.Graph(id=ids.SENTENCE_GRAPH, config={"displayModeBar": False}, clear_on_unhover=True,
                       figure={"data": [], "layout": {"height": 100}}),
-            html.Div(className="side-panel", children=why_panel.panel(VIEW_NAME)),
+            html.Div(children=why_panel.panel(VIEW_NAME)),
             dcc.Graph(id=ids.AGGREGATE_GRAPH, config=image_config("mean-attention"),
                       figure={"data": [], "layout": {"height": 100}}),
         ]),
