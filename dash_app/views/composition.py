@@ -17,7 +17,7 @@ import dash
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
