@@ -174,3 +174,33 @@ DOCUMENT_PROFILE = "document-profile"
 DOCUMENT_SCORES = "document-scores"
 #: {key: [run, document, layer, head, pool], rows: [start, stop], columns: [start, stop]} of the map drawn
 DOCUMENT_REGION = "document-region"
+#: a cell of the document view's map clicked: {row, column, timestamp} (query and key positions in the document)
+DOCUMENT_CLICK = "document-click"
+
+
+# the why panel (dash_app.panels.why), placed in the single, sentence and document views
+class WhyIds:
+    """The why panel's ids in one view: its body, its poll while the explanation is computed, the subject shown."""
+
+    def __init__(self, view: str):
+        self.panel = f"{view}-why"
+        self.poll = f"{view}-why-poll"
+        self.shown = f"{view}-why-shown"
+
+
+def why_ids(view: str) -> WhyIds:
+    return WhyIds(view)
+
+
+# composition view (dash_app.views.composition): heads as nodes, Q- and K-composition edges from stored circuits
+COMPOSITION_VIEW = view_container("composition")
+COMPOSITION_GRAPH = "composition-graph"
+COMPOSITION_MESSAGE = "composition-message"
+COMPOSITION_SIDE = "composition-side"
+COMPOSITION_BY = "composition-by"
+COMPOSITION_MINIMUM = "composition-minimum"
+COMPOSITION_TOP = "composition-top"
+COMPOSITION_LAYERS = "composition-layers"
+COMPOSITION_HEAD = "composition-head"
+#: {curve, customdata: flat head, timestamp} of the last click on a node
+COMPOSITION_CLICK = "composition-click"

@@ -52,6 +52,9 @@ class ViewState:
     filter_mode: str = "dim"
     sentence: int = 0
     point: int | None = None
+    #: the point clicked before ``point``, of the other kind (its query for a key, its key for a query): with
+    #: ``point`` the pair the why panel explains (:mod:`dash_app.panels.why`); None without one
+    pair_point: int | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -103,8 +106,16 @@ def validate(state: ViewState, shape: RunShape, defaults: ViewState) -> ViewStat
         "filter_mode": isinstance(state.filter_mode, str) and state.filter_mode in FILTER_MODES,
         "sentence": _index(state.sentence, shape.n_sentences),
         "point": state.point is None or _index(state.point, 2 * shape.n_tokens),
+        "pair_point": state.pair_point is None or pairs_with(state.point, state.pair_point, shape.n_tokens),
     }
     return replace(state, **{name: getattr(defaults, name) for name, ok in checks.items() if not ok})
+
+
+def pairs_with(point, other, n_tokens: int) -> bool:
+    """Whether ``other`` is a point of the joint layout of the other kind than ``point`` (a key for a query, a
+    query for a key), both in range."""
+    return (_index(point, 2 * n_tokens) and _index(other, 2 * n_tokens)
+            and (point < n_tokens) != (other < n_tokens))
 
 
 def checked_state(current, runs: list) -> ViewState:
@@ -129,7 +140,8 @@ def initial_state(shape: RunShape, run: int = 0) -> ViewState:
 
 def select_run(state: ViewState, run: int, shape: RunShape) -> ViewState:
     """Another run: keep the view, projection, colour and search; start at its first head."""
-    return replace(state, run=run, layer=0, head=0, sentence=0, point=None, method=shape.default_method)
+    return replace(state, run=run, layer=0, head=0, sentence=0, point=None, pair_point=None,
+                   method=shape.default_method)
 
 
 def flat_head(state: ViewState, shape: RunShape) -> int:
@@ -156,17 +168,30 @@ def step_layer(state: ViewState, delta: int, shape: RunShape) -> ViewState:
 
 
 def select_point(state: ViewState, point: int, sentence: int, shape: RunShape) -> ViewState:
-    """A clicked query or key: it and its sentence become the selection (for the sentence view too)."""
+    """A clicked query or key: it and its sentence become the selection (for the sentence view too). It pairs with
+    the point clicked before when that is of the other kind (a query, then one of its keys), else keeps the pair's
+    other end (a query's keys clicked one after another each pair with it)."""
     if not 0 <= point < 2 * shape.n_tokens:
         return state
-    return replace(state, point=point, sentence=sentence)
+    pair_point = next((other for other in (state.point, state.pair_point)
+                       if other is not None and pairs_with(point, other, shape.n_tokens)), None)
+    return replace(state, point=point, sentence=sentence, pair_point=pair_point)
+
+
+def select_pair(state: ViewState, query: int, key: int, shape: RunShape) -> ViewState:
+    """Token ``query``'s query and token ``key``'s key, of one sentence, as the clicked point and its pair (a
+    cell of the document view's map)."""
+    n = shape.n_tokens
+    if not (0 <= query < n and 0 <= key < n):
+        return state
+    return replace(state, point=query, pair_point=n + key)
 
 
 def select_sentence(state: ViewState, sentence: int, shape: RunShape) -> ViewState:
     """Another sentence: the clicked point is dropped unless it belongs to it (checked by the caller)."""
     if not 0 <= sentence < shape.n_sentences:
         return state
-    return replace(state, sentence=sentence, point=None) if sentence != state.sentence else state
+    return replace(state, sentence=sentence, point=None, pair_point=None) if sentence != state.sentence else state
 
 
 def open_exemplar(state: ViewState, layer: int, head: int, sentence: int, point: int, shape: RunShape) -> ViewState:
@@ -175,7 +200,7 @@ def open_exemplar(state: ViewState, layer: int, head: int, sentence: int, point:
              and 0 <= point < shape.n_tokens)
     if not valid:
         return state
-    return replace(state, view="sentence", layer=layer, head=head, sentence=sentence, point=point)
+    return replace(state, view="sentence", layer=layer, head=head, sentence=sentence, point=point, pair_point=None)
 
 
 def bounded_number(value, default: float, low: float, high: float, whole: bool = False) -> float:

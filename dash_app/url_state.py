@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlencode
 
 import dash_app.views  # noqa: F401  (each view registers itself)
 from dash_app.run_data import RunShape
-from dash_app.state import FILTER_MODES, MAX_BOUND, SORTS, ViewState, initial_state
+from dash_app.state import FILTER_MODES, MAX_BOUND, SORTS, ViewState, initial_state, pairs_with
 from dash_app.view_registry import get_view, view_names
 from qkviz.analysis import LABELS
 from qkviz.report import COLOURS
@@ -26,10 +26,14 @@ from qkviz.store import DIMENSIONS
 MAX_SEARCH_LENGTH = 100
 MATCH_MODES = {"whole": False, "substring": True}
 PARAMS = ("run", "view", "layer", "head", "method", "dim", "colour", "search", "match", "sort", "filter", "filter_min",
-          "filter_max", "filter_labels", "filter_mode", "sentence", "point")
+          "filter_max", "filter_labels", "filter_mode", "sentence", "point", "pair")
 #: the URL's names of the matrix filter's state fields
 FILTER_PARAMS = {"filter": "filter_by", "filter_min": "filter_min", "filter_max": "filter_max",
                  "filter_labels": "filter_labels", "filter_mode": "filter_mode"}
+
+
+#: the URL's name of the why panel's pair (the point clicked before ``point``)
+PAIR_PARAMS = {"pair": "pair_point"}
 
 
 #: the longest query string read (a shared link is a few hundred characters)
@@ -64,6 +68,7 @@ def parse_url(search: str | None, shapes: list[RunShape]) -> tuple[ViewState, li
         "filter_mode": lambda text: _choice(text, FILTER_MODES),
         "sentence": lambda text: _integer(text, shape.n_sentences),
         "point": lambda text: _integer(text, 2 * shape.n_tokens),
+        "pair": lambda text: _integer(text, 2 * shape.n_tokens),
     }
     changes = {}
     for name, parse in parsers.items():
@@ -74,10 +79,14 @@ def parse_url(search: str | None, shapes: list[RunShape]) -> tuple[ViewState, li
             notices.append(f"URL parameter {name}={values[name][:40]!r} is not valid for run "
                            f"'{shape.name}'; showing the default.")
             continue
-        changes["substring" if name == "match" else FILTER_PARAMS.get(name, name)] = parsed
+        changes["substring" if name == "match" else PAIR_PARAMS.get(name, FILTER_PARAMS.get(name, name))] = parsed
     if len(values.get("search", "")) > MAX_SEARCH_LENGTH:
         notices.append(f"The search was cut to {MAX_SEARCH_LENGTH} characters.")
-    return replace(state, **changes), notices
+    state = replace(state, **changes)
+    if state.pair_point is not None and not pairs_with(state.point, state.pair_point, shape.n_tokens):
+        notices.append("URL parameter pair= names no query or key pairing with point=; showing no pair.")
+        state = replace(state, pair_point=None)
+    return state, notices
 
 
 def to_url(state: ViewState, shapes: list[RunShape]) -> str:
@@ -101,6 +110,8 @@ def to_url(state: ViewState, shapes: list[RunShape]) -> str:
     if state.point is not None:
         shown |= {"sentence", "point"}          # a clicked point is named with its sentence, whatever the view
     params.update({name: getattr(state, name) for name in PARAMS if name in shown and name not in params})
+    if state.point is not None and state.pair_point is not None:
+        params["pair"] = state.pair_point
     return "?" + urlencode(params)
 
 

@@ -27,6 +27,7 @@ import dash
 
 from dash_app import ids
 from dash_app.attention_changes import AttentionChanges
+from dash_app.explain_worker import ExplainWorker
 from dash_app.run_data import RunData
 from dash_app.token_search import TokenSearch
 
@@ -41,11 +42,13 @@ ControlOptions = Callable
 
 @dataclass(frozen=True)
 class AppContext:
-    """What views are built over: the runs served, each run's token search, the runs' attention changes."""
+    """What views are built over: the runs served, each run's token search, the runs' attention changes, and the
+    worker that explains pairs off the request thread (the why panel's)."""
 
     runs: list[RunData]
     searches: list[TokenSearch]
     changes: AttentionChanges
+    explanations: ExplainWorker = field(default_factory=ExplainWorker)
 
 
 def always(_context: AppContext) -> bool:

@@ -60,6 +60,16 @@ window.dash_clientside = window.dash_clientside || {};
             return {curve: point.curveNumber, customdata: row, timestamp: Date.now()};
         },
 
+        /* A click on the document view's map (an image trace) -> {row, column, timestamp}: the query (row) and
+         * key (column) positions of the cell under the mouse, read from the click's data coordinates (each
+         * token's cell is centred on its index). The server checks them against the document. */
+        cellEvent: function (event) {
+            if (!event || !event.points || !event.points.length) { return null; }
+            const point = event.points[0];
+            if (typeof point.x !== 'number' || typeof point.y !== 'number') { return null; }
+            return {row: Math.round(point.y), column: Math.round(point.x), timestamp: Date.now()};
+        },
+
         /* The window's size -> {width, height} for the matrix's grid (dash_app/views/matrix_grid.py), when the
          * matrix's state changes and, a quarter of a second after the window stops being resized, by itself
          * (set_props on the store whose id is storeId); no_update while the size is the one already sent. */

@@ -27,10 +27,12 @@ from dash.exceptions import PreventUpdate
 
 from dash_app import ids
 from dash_app.control_options import head_options, layer_options, run_changed
+from dash_app.events import event_fields, relay_graph_event
 from dash_app.export import export_buttons
 from dash_app.figure_parts import plotly_texts, png_data_uri
-from dash_app.run_data import RunData
-from dash_app.state import MAX_SEARCH, ViewState, checked_state
+from dash_app.panels import why as why_panel
+from dash_app.run_data import RunData, RunShape
+from dash_app.state import MAX_SEARCH, ViewState, checked_state, select_pair
 from dash_app.view_registry import AppContext, View, register_view
 from qkviz.analysis import (DocumentHead, HeadProfile, PooledMap, RepeatedSpan, document_head, document_overview,
                             pooled_attention, repeated_span)
@@ -56,6 +58,7 @@ LOG_FLOOR = -4.0
 SCALE_STOPS = np.array([0.0, 0.35, 0.7, 1.0])
 SCALE_RGB = np.array([[255, 255, 255], [198, 219, 239], [74, 152, 201], [8, 48, 107]], dtype=float)
 MASKED_RGB = np.array([214, 214, 214], dtype=np.uint8)
+VIEW_NAME = "document"
 
 
 def layout(_context: AppContext) -> html.Div:
@@ -79,6 +82,7 @@ def layout(_context: AppContext) -> html.Div:
                 dcc.Graph(id=ids.DOCUMENT_PROFILE, config={"displayModeBar": False},
                           figure={"data": [], "layout": {"height": 100}}),
                 html.Div(id=ids.DOCUMENT_SCORES),
+                html.Div(children=why_panel.panel(VIEW_NAME)),
             ]),
         ]),
         html.Div(id=ids.DOCUMENT_STRIP, className="document-strip",
@@ -176,8 +180,9 @@ def image_trace(pooled: PooledMap) -> dict:
     rows, columns = pooled.row_edges, pooled.column_edges
     dx = (columns[-1] - columns[0]) / (len(columns) - 1)
     dy = (rows[-1] - rows[0]) / (len(rows) - 1)
+    # hoverinfo "none": no label, but a click still fires (a cell clicked is a pair for the why panel)
     return dict(type="image", source=png_data_uri(map_colours(pooled)), x0=float(columns[0] - 0.5 + dx / 2), dx=dx,
-                y0=float(rows[0] - 0.5 + dy / 2), dy=dy, hoverinfo="skip")
+                y0=float(rows[0] - 0.5 + dy / 2), dy=dy, hoverinfo="none")
 
 
 def axis_labels(start: int, stop: int, texts: np.ndarray) -> dict:
@@ -349,7 +354,8 @@ def register(app: dash.Dash, context: AppContext) -> None:
         figure = map_figure(pooled, plotly_texts(texts), title, "-".join(map(str, key)))
         message = (f"Document {state.sentence}: {n:,} tokens, {pooled.values.shape[0]} × {pooled.values.shape[1]} "
                    f"pixels, each the {pool} weight of its query-key cells. Drag a box or scroll to zoom (tokens are "
-                   f"labelled below {LABELLED_TOKENS + 1}); double-click for the whole document.")
+                   f"labelled below {LABELLED_TOKENS + 1}); double-click for the whole document. Click a cell (zoomed "
+                   "in to single tokens) to see why its query meets its key.")
         return (figure, profile_figure(profile), scores_table(profile, repeat), token_strip(texts, (0, n), (0, n)),
                 message, {"key": key, "rows": [0, n], "columns": [0, n]})
 
@@ -384,6 +390,23 @@ def register(app: dash.Dash, context: AppContext) -> None:
         typed = typed[:MAX_SEARCH] if isinstance(typed, str) else ""
         return document_options(runs[state.run], typed, state.sentence)
 
+    relay_graph_event(app, "cellEvent", ids.DOCUMENT_GRAPH, "clickData", ids.DOCUMENT_CLICK)
+    why_panel.register(app, runs, context.explanations, VIEW_NAME)
+
+
+def select_clicked_cell(state: ViewState, event: dict | None, data: RunData, shape: RunShape) -> ViewState:
+    """A click on the map's cell ``{row, column}`` (query and key positions in the document) selects that query and
+    that key as the why panel's pair, when both are in the document."""
+    cell = event_fields(event, ("row", "column"))
+    if cell is None:
+        return state
+    rows = data.run.sentence_tokens(state.sentence)
+    n = rows.stop - rows.start
+    row, column = cell
+    if not (0 <= row < n and 0 <= column < n):
+        return state
+    return select_pair(state, rows.start + row, rows.start + column, shape)
+
 
 def offered(context: AppContext) -> bool:
     """A tab when some run is a text run (an image run's attention is in the sentence / image view)."""
@@ -391,8 +414,9 @@ def offered(context: AppContext) -> bool:
 
 
 VIEW = register_view(View(
-    name="document", label="Document", order=35, layout=layout, register=register, offered=offered,
-    stores=(ids.DOCUMENT_REGION,), repeats={ids.DOCUMENT_LAYER: "layer", ids.DOCUMENT_HEAD: "head",
+    name=VIEW_NAME, label="Document", order=35, layout=layout, register=register, offered=offered,
+    stores=(ids.DOCUMENT_REGION, ids.DOCUMENT_CLICK), actions={(ids.DOCUMENT_CLICK, "data"): select_clicked_cell},
+    repeats={ids.DOCUMENT_LAYER: "layer", ids.DOCUMENT_HEAD: "head",
                                             ids.DOCUMENT_SELECT: "sentence"},
     options={ids.DOCUMENT_LAYER: layer_options, ids.DOCUMENT_HEAD: head_options, ids.DOCUMENT_SELECT: offered_documents},
     url_fields=("sentence",)))

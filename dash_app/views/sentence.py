@@ -24,6 +24,7 @@ from dash_app.events import clicked, relay_graph_event
 from dash_app.export import export_buttons, image_config
 from dash_app.figure_parts import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
 from dash_app.run_data import RunData, RunShape
+from dash_app.panels import why as why_panel
 from dash_app.views import image_attention
 from dash_app.state import MAX_SEARCH, ViewState, checked_state, select_point, select_sentence, string_list
 from dash_app.view_registry import AppContext, View, register_view
@@ -39,6 +40,7 @@ MAX_LINES = 400
 ROW_PX = 22
 #: mean attention, light (low) to dark blue: the low end a clear tint, not lost in the white page
 WEIGHT_SCALE = [[0.0, "#d6e6f4"], [0.5, "#4a98c9"], [1.0, "#08306b"]]
+VIEW_NAME = "sentence"
 
 
 def layout(_context: AppContext) -> html.Div:
@@ -54,6 +56,7 @@ def layout(_context: AppContext) -> html.Div:
         html.Div(className="sentence-body", children=[
             dcc.Graph(id=ids.SENTENCE_GRAPH, config={"displayModeBar": False}, clear_on_unhover=True,
                       figure={"data": [], "layout": {"height": 100}}),
+            html.Div(children=why_panel.panel(VIEW_NAME)),
             dcc.Graph(id=ids.AGGREGATE_GRAPH, config=image_config("mean-attention"),
                       figure={"data": [], "layout": {"height": 100}}),
         ]),
@@ -173,7 +176,8 @@ def render_sentence(data: RunData, state: ViewState, options: list[str]) -> tupl
     figure = sentence_figure(plotly_texts(data.tokens.token.to_numpy()[rows]), weights, hidden, bold)
     n_pairs = len(strongest_pairs(weights)[0])
     message = (f"Sentence {state.sentence} ({len(rows)} tokens), layer {state.layer} head {state.head}: "
-               f"{n_pairs} lines of weight ≥ {MIN_WEIGHT} (at most {MAX_LINES}). Hover a token to see only its lines.")
+               f"{n_pairs} lines of weight ≥ {MIN_WEIGHT} (at most {MAX_LINES}). Hover a token to see only its lines; "
+               "click a query, then a key, to see why they meet.")
     return figure, message
 
 
@@ -207,10 +211,11 @@ def register(app: dash.Dash, context: AppContext) -> None:
         return sentence_options(runs[state.run], typed, state.sentence)
 
     relay_graph_event(app, "showHoveredLines", ids.SENTENCE_GRAPH, "hoverData", ids.SENTENCE_HOVER_SINK)
+    why_panel.register(app, runs, context.explanations, VIEW_NAME)
 
 
 VIEW = register_view(View(
-    name="sentence", label="Sentence", order=30, layout=layout, register=register,
+    name=VIEW_NAME, label="Sentence", order=30, layout=layout, register=register,
     point_events={ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")},
     actions={(ids.SENTENCE_CLICK, "data"): select_clicked_token, (ids.SENTENCE_SELECT, "value"): choose_sentence},
     controls={ids.SENTENCE_SELECT: "sentence"}, repeats={ids.SENTENCE_LAYER: "layer", ids.SENTENCE_HEAD: "head"},

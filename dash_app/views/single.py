@@ -35,6 +35,7 @@ from dash_app.panels import atlas as atlas_panel
 from dash_app.panels import partners as partners_panel
 from dash_app.panels import related as related_panel
 from dash_app.panels import selection as selection_panel
+from dash_app.panels import why as why_panel
 from dash_app.run_data import RunData
 from dash_app.state import ViewState, bounded_number, checked_state, step_head, step_layer, string_list
 from dash_app.view_registry import AppContext, View, register_view
@@ -53,7 +54,9 @@ DEFAULT_TOP_K = 5
 MAX_TOP_K = 50
 DEFAULT_THRESHOLD = 0.02
 EXCERPT_CHARS = 60
-NO_POINT = "Click a point: its token, sentence and attention show here."
+NO_POINT = ("Click a point: its token, sentence and attention show here. A query, then one of its keys: why they "
+            "meet (or lasso queries and keys).")
+VIEW_NAME = "single"
 NO_MATCHES = np.zeros(0, dtype=np.int64)
 #: the fields of the figure's key (run, method, dimension, colour, search, substring, options) that, when
 #: unchanged, leave the same traces with the same texts and ids: a head switch then sends a ``head_patch``
@@ -90,6 +93,7 @@ def layout(_context: AppContext) -> html.Div:
             html.Div(className="side-panel", children=[
                 html.H4("Clicked point"), html.Div(id=ids.SINGLE_POINT, children=NO_POINT),
                 html.Div(id=ids.SINGLE_HOVER, className="hovered"),
+                *why_panel.panel(VIEW_NAME),
                 html.H4("Head atlas"), html.Div(id=ids.SINGLE_ATLAS),
                 html.Button("Open its sentence ▶", id=ids.OPEN_SENTENCE, n_clicks=0),
                 *partners_panel.controls(),
@@ -319,10 +323,11 @@ def register(app: dash.Dash, context: AppContext) -> None:
     partners_panel.register(app, runs)
     related_panel.register(app)
     selection_panel.register(app, runs)
+    why_panel.register(app, runs, context.explanations, VIEW_NAME, selection_store=ids.SINGLE_SELECTION)
 
 
 VIEW = register_view(View(
-    name="single", label="Single head", order=20, layout=layout, register=register,
+    name=VIEW_NAME, label="Single head", order=20, layout=layout, register=register,
     point_events={ids.SINGLE_CLICK: (ids.SINGLE_GRAPH, "clickData"), ids.SINGLE_HOVER_POINT: (ids.SINGLE_GRAPH, "hoverData")},
     # the panels' clicks, relayed by their own register
     stores=(ids.SINGLE_RENDERED, ids.EXEMPLAR_CLICK, ids.PARTNER_CLICK, ids.RELATED_CLICK),

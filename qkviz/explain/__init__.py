@@ -11,8 +11,9 @@ head's attention to its partners (:mod:`.head_circuit`); the model is the run's 
 from qkviz.explain.head_circuit import (CHUNK_TOKENS, HeadCircuit, explain_selection, head_circuit, head_circuits, part_kind,
                                         sample_sequences)
 from qkviz.explain.model_on_demand import run_model
-from qkviz.explain.pair_logit import explain_pair
+from qkviz.explain.pair_logit import explain_pair, explain_pair_splits
 from qkviz.explain.stored_circuits import compute_circuits, composition_edges, load_circuits
 
-__all__ = ["CHUNK_TOKENS", "HeadCircuit", "compute_circuits", "composition_edges", "explain_pair", "explain_selection",
+__all__ = ["CHUNK_TOKENS", "HeadCircuit", "compute_circuits", "composition_edges", "explain_pair", "explain_pair_splits",
+           "explain_selection",
            "head_circuit", "head_circuits", "load_circuits", "part_kind", "run_model", "sample_sequences"]

@@ -81,9 +81,19 @@ def explain_pair(run: StoredRun, layer: int, head: int, query: int, key: int, by
     ``contribution`` (one side's parts against the other side's whole vector); ``"dimension"``: dimensions, or
     rotary frequency bands. Sorted by ``|contribution|`` (bands: by wavelength). ``attrs`` holds the ``logit`` the
     rows add up to, the tokens, and ``softcap`` where the model caps the logit after this split."""
-    run.check_head(layer, head)
     if by not in BY:
         raise QkvizError(f"by must be one of {', '.join(BY)}, got {by!r}")
+    return explain_pair_splits(run, layer, head, query, key, (by,), model=model, device=device)[by]
+
+
+def explain_pair_splits(run: StoredRun, layer: int, head: int, query: int, key: int, bys=BY, *, model=None,
+                        device: str = "cpu") -> dict[str, pd.DataFrame]:
+    """:func:`explain_pair`'s tables for every ``by`` in ``bys`` (``{by: frame}``), from one pass of the model."""
+    run.check_head(layer, head)
+    bys = tuple(bys)
+    unknown = [by for by in bys if by not in BY]
+    if unknown or not bys:
+        raise QkvizError(f"by must be one of {', '.join(BY)}, got {unknown[0] if unknown else 'none'!r}")
     query, key = check_token(run, "query", query), check_token(run, "key", key)
     model = run_model(run, model, device)
     query_names, query_parts, key_names, key_parts = split_vectors(run, model, layer, head, query, key)
@@ -94,15 +104,18 @@ def explain_pair(run: StoredRun, layer: int, head: int, query: int, key: int, by
     term = float(slope * (int(tokens.position.iat[key]) - int(tokens.position.iat[query]))) \
         if slope and same_sequence else 0.0
     q, k = query_parts.sum(axis=0), key_parts.sum(axis=0)
-    if by == "pair":
-        frame = pair_split(query_names, query_parts, key_names, key_parts, scale, term)
-    elif by == "query":
-        frame = side_split(query_names, query_parts, k, scale, term)
-    elif by == "key":
-        frame = side_split(key_names, key_parts, q, scale, term)
-    else:
-        frame = dimension_split(q, k, scale, run.rotary(layer), term)
-    frame.attrs.update(layer=layer, head=head, query=query, key=key, by=by, logit=float(scale * q @ k + term),
-                       query_token=str(tokens.token.iat[query]), key_token=str(tokens.token.iat[key]),
-                       softcap=run.softcap(layer))
-    return frame
+    frames = {}
+    for by in bys:
+        if by == "pair":
+            frame = pair_split(query_names, query_parts, key_names, key_parts, scale, term)
+        elif by == "query":
+            frame = side_split(query_names, query_parts, k, scale, term)
+        elif by == "key":
+            frame = side_split(key_names, key_parts, q, scale, term)
+        else:
+            frame = dimension_split(q, k, scale, run.rotary(layer), term)
+        frame.attrs.update(layer=layer, head=head, query=query, key=key, by=by, logit=float(scale * q @ k + term),
+                           query_token=str(tokens.token.iat[query]), key_token=str(tokens.token.iat[key]),
+                           softcap=run.softcap(layer))
+        frames[by] = frame
+    return frames

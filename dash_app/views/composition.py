@@ -1,0 +1,239 @@
+"""Composition view: which earlier heads and MLPs build each head's queries (Q-composition) and keys (K-composition).
+
+Every head is a node where the matrix puts it (layer down, head across), each layer's MLP a node in a column of
+its own; an edge runs from an earlier head or MLP to a head it feeds, green into the node's left side for its
+queries, pink into its right side for its keys, as wide and opaque as its ``|weight|`` (dashed when negative). The
+edges are :func:`qkviz.explain.composition_edges` of the run's stored circuits (``run.circuits``, made by
+``qkviz stats --run R --circuits``), weighted by the parts' attention-weighted mean ``contribution`` to the head's
+partner logits, or their ``lift`` over the other keys. Controls: the side (queries, keys, both), the weight,
+a minimum ``|weight|``, the strongest N edges, and a layer / head whose edges (in or out) alone are drawn. A
+click on a head node opens it in the single view (``customdata``: the flat head, as in the matrix view). Without
+stored circuits the page says how to make them.
+"""
+
+from __future__ import annotations
+
+import dash
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from dash import Input, Output, dcc, html
+from dash.exceptions import PreventUpdate
+
+from dash_app import ids
+from dash_app.events import open_clicked_head
+from dash_app.export import export_buttons, image_config
+from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, message_figure
+from dash_app.run_data import RunData
+from dash_app.state import bounded_number, checked_state
+from dash_app.view_registry import AppContext, View, register_view
+from qkviz.explain import composition_edges
+
+VIEW_NAME = "composition"
+SIDES = {"both": "queries and keys", "query": "queries (Q-composition)", "key": "keys (K-composition)"}
+WEIGHTS = {"contribution": "contribution", "lift": "lift over the other keys"}
+DEFAULT_TOP = 60
+MAX_TOP = 5000
+MAX_MINIMUM = 1e6
+#: an edge meets its target this far left (queries) or right (keys) of the node's centre, in head columns
+SIDE_OFFSET = {"query": -0.18, "key": 0.18}
+#: edges are drawn in this many widths (one trace per side, width and sign)
+WIDTH_STEPS = 4
+GRAPH_HEIGHT = "calc(100vh - 190px)"
+MIN_HEIGHT_PX = 480
+ALL = -1
+
+
+def layout(_context: AppContext) -> html.Div:
+    return html.Div(id=ids.COMPOSITION_VIEW, style={"display": "none"}, children=[
+        html.Div(className="controls", children=[
+            html.Label("Edges into"),
+            dcc.RadioItems(id=ids.COMPOSITION_SIDE, options=[{"label": text, "value": value}
+                                                             for value, text in SIDES.items()],
+                           value="both", inline=True),
+            html.Label("weight"),
+            dcc.RadioItems(id=ids.COMPOSITION_BY, options=[{"label": text, "value": value}
+                                                           for value, text in WEIGHTS.items()],
+                           value="contribution", inline=True),
+            html.Label("|weight| ≥"),
+            dcc.Input(id=ids.COMPOSITION_MINIMUM, type="number", min=0, step="any", value=0, style={"width": "70px"}),
+            html.Label("strongest"),
+            dcc.Input(id=ids.COMPOSITION_TOP, type="number", min=1, max=MAX_TOP, step=1, value=DEFAULT_TOP,
+                      style={"width": "70px"}),
+            html.Label("only layer"),
+            dcc.Dropdown(id=ids.COMPOSITION_LAYERS, value=ALL, clearable=False, style={"width": "130px"}),
+            html.Label("head"),
+            dcc.Dropdown(id=ids.COMPOSITION_HEAD, value=ALL, clearable=False, style={"width": "130px"}),
+            export_buttons(ids.COMPOSITION_GRAPH, "composition"),
+        ]),
+        html.Div(id=ids.COMPOSITION_MESSAGE, className="info"),
+        dcc.Graph(id=ids.COMPOSITION_GRAPH, config=image_config("composition"),
+                  style={"height": GRAPH_HEIGHT, "minHeight": f"{MIN_HEIGHT_PX}px"}, figure={"data": [], "layout": {}}),
+    ])
+
+
+def missing_circuits_message(data: RunData) -> str:
+    return (f"No circuits are stored for run {data.name} yet: make them with 'qkviz stats --run {data.run.path} "
+            "--circuits' (it runs the run's model over a sample of the run), then open this view again.")
+
+
+def focus_options(count: int, name: str) -> list[dict]:
+    return [{"label": f"all {name}", "value": ALL}, *({"label": str(i), "value": i} for i in range(count))]
+
+
+def chosen(value, count: int) -> int:
+    """A focus dropdown's value as the server takes it: a layer or head in range, else :data:`ALL`."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < count else ALL
+
+
+def chosen_edges(circuits: pd.DataFrame, side: str, by: str, minimum: float, top: int, layer: int,
+                 head: int) -> pd.DataFrame:
+    """The edges drawn: of ``side`` (or both), ``|weight| >= minimum``, touching the focus (``layer`` / ``head``,
+    :data:`ALL` for any) as source or target, the ``top`` strongest."""
+    edges = composition_edges(circuits, by=by, minimum=minimum)
+    if side != "both":
+        edges = edges[edges.side == side]
+    if layer != ALL or head != ALL:
+        def inside(layers, heads):
+            keep = np.ones(len(edges), dtype=bool)
+            if layer != ALL:
+                keep &= layers.to_numpy() == layer
+            if head != ALL:
+                keep &= heads.to_numpy() == head
+            return keep
+        edges = edges[inside(edges.source_layer, edges.source_head) | inside(edges.target_layer, edges.target_head)]
+    return edges.head(top).reset_index(drop=True)
+
+
+def node_position(layer, head, n_heads: int) -> tuple:
+    """x and y of a node: a head's column, an MLP's (``head`` -1) the column after the heads; layers down."""
+    head = np.asarray(head)
+    return np.where(head < 0, n_heads + 0.5, head), np.asarray(layer)
+
+
+def edge_traces(edges: pd.DataFrame, n_heads: int) -> list[go.Scatter]:
+    """The edges as lines, one trace per side, width step and sign; and one hover marker per edge, where it meets
+    its target."""
+    if edges.empty:
+        return []
+    strength = edges.weight.abs().to_numpy()
+    steps = np.minimum((strength / strength.max() * WIDTH_STEPS).astype(int), WIDTH_STEPS - 1)
+    x0, y0 = node_position(edges.source_layer, edges.source_head, n_heads)
+    x1 = edges.target_head.to_numpy() + edges.side.map(SIDE_OFFSET).to_numpy()
+    y1 = edges.target_layer.to_numpy()
+    traces = []
+    for side, colour in (("query", QUERY_COLOUR), ("key", KEY_COLOUR)):
+        for step in range(WIDTH_STEPS):
+            for negative in (False, True):
+                rows = np.flatnonzero((edges.side.to_numpy() == side) & (steps == step)
+                                      & ((edges.weight.to_numpy() < 0) == negative))
+                if not len(rows):
+                    continue
+                xs = np.column_stack([x0[rows], x1[rows], np.full(len(rows), np.nan)]).ravel()
+                ys = np.column_stack([y0[rows], y1[rows], np.full(len(rows), np.nan)]).ravel()
+                traces.append(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                                         opacity=0.25 + 0.75 * (step + 1) / WIDTH_STEPS, name=f"{side} edges",
+                                         line=dict(color=colour, width=1 + 1.5 * step,
+                                                   dash="dot" if negative else "solid")))
+    into = edges.side.map({"query": "queries", "key": "keys"})
+    texts = [f"{source} → L{layer}H{head} {side}: {weight:+.3f}" for source, layer, head, side, weight
+             in zip(edges.source, edges.target_layer, edges.target_head, into, edges.weight)]
+    traces.append(go.Scatter(x=x1, y=y1, mode="markers", hovertext=texts, hoverinfo="text", showlegend=False,
+                             name="edge ends", marker=dict(size=6, color=np.where(edges.side == "query", QUERY_COLOUR,
+                                                                                   KEY_COLOUR))))
+    return traces
+
+
+def composition_figure(edges: pd.DataFrame, circuits: pd.DataFrame, n_layers: int, n_heads: int, by: str,
+                       current: tuple[int, int]) -> go.Figure:
+    """Head nodes (``customdata``: the flat head; hover: the head's mean partner logit), MLP nodes, the edges, the
+    open head ringed."""
+    layers, heads = np.divmod(np.arange(n_layers * n_heads), n_heads)
+    logits = circuits.groupby(["layer", "head"]).mean_logit.first() if "mean_logit" in circuits else pd.Series()
+    hover = [f"L{layer} H{head}" + (f" · mean partner logit {logits[(layer, head)]:+.2f}"
+                                    if (layer, head) in logits.index else "") + " · click to open"
+             for layer, head in zip(layers, heads)]
+    mlp_layers = np.arange(n_layers)
+    traces = [*edge_traces(edges, n_heads),
+              go.Scatter(x=np.full(n_layers, n_heads + 0.5), y=mlp_layers, mode="markers+text", name="MLPs",
+                         text=[f"L{layer}.mlp" for layer in mlp_layers], textposition="middle right",
+                         textfont=dict(size=9, color="#666"), hoverinfo="text", showlegend=False,
+                         marker=dict(size=12, symbol="square", color="#bbbbbb", line=dict(color="#666", width=1))),
+              go.Scatter(x=heads, y=layers, mode="markers", customdata=np.arange(n_layers * n_heads), hovertext=hover,
+                         hoverinfo="text", name="heads", showlegend=False,
+                         marker=dict(size=16, color="white", line=dict(color="#333", width=1.5))),
+              go.Scatter(x=[current[1]], y=[current[0]], mode="markers", hoverinfo="skip", showlegend=False,
+                         name="open head", marker=dict(size=24, color="rgba(0,0,0,0)",
+                                                       line=dict(color="#222", width=2)))]
+    figure = go.Figure(traces)
+    figure.update_layout(
+        autosize=True, plot_bgcolor="white", hovermode="closest", margin=dict(l=60, r=80, t=50, b=50),
+        title=dict(text=f"Composition: edges from earlier heads and MLPs into each head's queries (green, left) and "
+                        f"keys (pink, right), by {WEIGHTS[by]}; dotted: negative", font=dict(size=13)),
+        xaxis=dict(title="head", tickmode="array", tickvals=[*range(n_heads), n_heads + 0.5],
+                   ticktext=[*map(str, range(n_heads)), "MLP"], range=[-0.7, n_heads + 1.6], zeroline=False,
+                   showgrid=False),
+        yaxis=dict(title="layer", autorange="reversed", dtick=1, zeroline=False, showgrid=True, gridcolor="#f0f0f0"),
+        uirevision="composition")
+    return figure
+
+
+def render_composition(data: RunData, circuits: pd.DataFrame | None, current: tuple[int, int], side, by, minimum,
+                       top, layer, head) -> tuple[go.Figure, str]:
+    """The figure and the line above it, the controls' values checked here."""
+    if data.patches is not None:
+        return message_figure(), "The composition view is for text runs (attribution splits text runs' logits)."
+    if circuits is None:
+        return message_figure(), missing_circuits_message(data)
+    side = side if isinstance(side, str) and side in SIDES else "both"
+    by = by if isinstance(by, str) and by in WEIGHTS else "contribution"
+    minimum = bounded_number(minimum, 0.0, 0.0, MAX_MINIMUM)
+    top = bounded_number(top, DEFAULT_TOP, 1, MAX_TOP, whole=True)
+    layer, head = chosen(layer, data.run.n_layers), chosen(head, data.run.n_heads)
+    edges = chosen_edges(circuits, side, by, minimum, top, layer, head)
+    sample = circuits.attrs.get("sample", {})
+    measured = f" (circuits over {sample['n_tokens']:,} tokens)" if isinstance(sample, dict) and "n_tokens" in sample \
+        else ""
+    message = (f"{len(edges):,} edges drawn: the strongest of |{by}| ≥ {minimum:g}{measured}. Hover an edge's end for "
+               "its weight; click a head to open it.")
+    return composition_figure(edges, circuits, data.run.n_layers, data.run.n_heads, by, current), message
+
+
+def register(app: dash.Dash, context: AppContext) -> None:
+    """Draw the graph when the view opens or a control changes (the circuits read once per run, when stored)."""
+    runs = context.runs
+    read: dict[int, pd.DataFrame] = {}
+
+    def circuits_of(run: int) -> pd.DataFrame | None:
+        if run not in read and runs[run].patches is None:
+            table = runs[run].run.circuits
+            if table is not None:
+                read[run] = table
+        return read.get(run)
+
+    @app.callback(Output(ids.COMPOSITION_GRAPH, "figure"), Output(ids.COMPOSITION_MESSAGE, "children"),
+                  Output(ids.COMPOSITION_LAYERS, "options"), Output(ids.COMPOSITION_HEAD, "options"),
+                  Input(VIEW.state_store, "data"), Input(ids.COMPOSITION_SIDE, "value"),
+                  Input(ids.COMPOSITION_BY, "value"), Input(ids.COMPOSITION_MINIMUM, "value"),
+                  Input(ids.COMPOSITION_TOP, "value"), Input(ids.COMPOSITION_LAYERS, "value"),
+                  Input(ids.COMPOSITION_HEAD, "value"))
+    def draw_composition(current, side, by, minimum, top, layer, head):
+        state = checked_state(current, runs)
+        if current is None or state.view != VIEW.name:
+            raise PreventUpdate
+        data = runs[state.run]
+        figure, message = render_composition(data, circuits_of(state.run), (state.layer, state.head), side, by,
+                                             minimum, top, layer, head)
+        return (figure, message, focus_options(data.run.n_layers, "layers"),
+                focus_options(data.run.n_heads, "heads"))
+
+
+def offered(context: AppContext) -> bool:
+    """A tab when some run is a text run (the page says how to make the circuits when they are not stored)."""
+    return any(data.patches is None for data in context.runs)
+
+
+VIEW = register_view(View(
+    name=VIEW_NAME, label="Composition", order=55, layout=layout, register=register, offered=offered,
+    point_events={ids.COMPOSITION_CLICK: (ids.COMPOSITION_GRAPH, "clickData")},
+    actions={(ids.COMPOSITION_CLICK, "data"): open_clicked_head}))
