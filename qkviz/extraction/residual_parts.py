@@ -467,6 +467,7 @@ class ResidualTrace:
                 targets.append(weight)
             (gradient,) = torch.autograd.grad(loss, rows)
         gradient = gradient[:-1].double()                          # [row, token, width]
+        queries, keys = queries.detach(), keys.detach()
         constants = [float((queries[-1, head] if side == "query" else keys[-1, self.shape.kv_head_of(head)]).double()
                            .mul(target.double()).sum()) for (head, side, _), target in zip(sides, targets)]
         # each part's sum: the part (before the input norm) dotted with the gradient carried back through the norm
