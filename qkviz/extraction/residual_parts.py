@@ -161,10 +161,10 @@ class ResidualTrace:
             return None
         tokens = self._span if self._span is not None else self.tokens.to(tensor.device)
         if tensor.ndim == 2 and tensor.shape[0] == self.length and self.length > 1:
-            return tensor[tokens].detach()
+            return tensor[tokens].detach().clone()
         if tensor.shape[0] != 1 or tensor.shape[1] != self.length:
             return None
-        return tensor[0, tokens].detach()
+        return tensor[0, tokens].detach().clone()     # a copy: a view would keep the whole sequence's tensor
 
     def _run(self, input_ids: torch.Tensor) -> None:
         model, adapter = self.model, self.adapter
