@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from qkviz.extraction.model_families import BLOCK_SPARSE, CONVOLUTION, DEBERTA, FALCON_ALIBI, MPNET
+from qkviz.extraction.model_families import CONVOLUTION, DEBERTA, FALCON_ALIBI, MPNET
 
 _INEXPRESSIBLE = ", which q.k cannot express"
 
@@ -43,16 +43,8 @@ def relative_positions(config) -> str | None:
     return None
 
 
-def _block_sparse(config) -> str | None:
-    if getattr(config, "attention_type", "original_full") == "original_full":
-        return relative_positions(config)
-    return (f"{BLOCK_SPARSE} (attention_type={config.attention_type!r}: a mask qkviz does not store); "
-            "attention_type='original_full' is exact")
-
-
 #: model type -> a check of the configuration returning why it is refused, or None
 REFUSED_CONFIGURATIONS: dict[str, Callable[[object], str | None]] = {
-    "big_bird": _block_sparse,
     "falcon": _falcon,
 }
 
