@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from qkviz.extraction.model_families import CONVOLUTION, DEBERTA, FALCON_ALIBI, MPNET
+from qkviz.extraction.model_families import CONVOLUTION, DEBERTA, FALCON_ALIBI, LATENT_ATTENTION, MPNET
 
 _INEXPRESSIBLE = ", which q.k cannot express"
 
@@ -24,6 +24,7 @@ REFUSED_MODEL_TYPES: dict[str, str] = {
     "cpmant": "CPM-Ant adds a learned segment and relative-position bias to every attention logit" + _INEXPRESSIBLE,
     "longformer": ("Longformer attends within a sliding window plus global tokens, computed by its own code in "
                    "overlapping chunks: a mask qkviz does not store"),
+    "perceiver": LATENT_ATTENTION,
     "reformer": "Reformer attends within hashed (LSH) buckets or local chunks: a mask qkviz does not store",
     "nystromformer": "Nystromformer approximates softmax attention from landmark averages, not softmax(q.k)",
     "mra": "MRA approximates attention at several block resolutions, not softmax(q.k)",
