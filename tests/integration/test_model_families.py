@@ -86,13 +86,21 @@ def test_families_with_their_own_attention_code_are_exact(model_type, settings, 
     assert_exact(model_type, model, tokenizer, tmp_path / "run")
 
 
-def test_convbert_is_refused_because_its_convolution_reads_the_padding(tokenizer, tmp_path):
-    """ConvBERT's attention is captured exactly, but its span convolution is not masked: a sentence's vectors
-    depend on the padding beside it in a batch, so no stored vector is the sentence's own."""
-    with pytest.raises(QkvizError) as refusal:
-        qkviz.extract(tiny_family_model("convbert"), SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
-    assert "padding" in str(refusal.value) and "\n" not in str(refusal.value)
-    assert not (tmp_path / "run").exists()
+def test_convbert_passes_each_sentence_alone_because_its_convolution_reads_the_padding(tokenizer, tmp_path):
+    """ConvBERT's q.k heads are captured where its own code multiplies queries by keys; its span convolution beside
+    them reads the hidden states of the padding, so a sentence's vectors in a padded batch would depend on the
+    sentences beside it. Each sentence passes alone (the manifest's batch size 1), and the run is exact against the
+    model's attention on each sentence alone, which the same sentences in one padded batch do not give."""
+    from support.family_sweep import model_attentions
+
+    model = tiny_family_model("convbert")
+    run = assert_exact("convbert", model, tokenizer, tmp_path / "run")
+    assert run.manifest["extraction"]["batch_size"] == 1
+    token_ids = [run.tokens.token_id.to_numpy()[run.sentence_tokens(s)].tolist() for s in range(CHECKED)]
+    shortest = min(range(CHECKED), key=lambda s: len(token_ids[s]))
+    n = len(token_ids[shortest])
+    padded = model_attentions(model, token_ids)[-1][shortest, 0, :n, :n].double().numpy()
+    assert abs(run.attention(run.n_layers - 1, 0, shortest) - padded).max() > 1e-3
 
 
 #: a block-sparse BigBird whose own code attends in full to at most (5 + 2 * 1) * 4 = 28 tokens

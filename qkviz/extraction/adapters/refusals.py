@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from qkviz.extraction.model_families import CONVOLUTION, DEBERTA, FALCON_ALIBI, LATENT_ATTENTION, MPNET
+from qkviz.extraction.model_families import DEBERTA, FALCON_ALIBI, LATENT_ATTENTION, MPNET
 
 _INEXPRESSIBLE = ", which q.k cannot express"
 
@@ -19,7 +19,6 @@ REFUSED_MODEL_TYPES: dict[str, str] = {
     "deberta": DEBERTA + _INEXPRESSIBLE,
     "deberta-v2": DEBERTA + _INEXPRESSIBLE,
     "mpnet": MPNET + _INEXPRESSIBLE,
-    "convbert": CONVOLUTION,
     # attention computed by the family's own code in a form that is not softmax(scale * q.k) over every key
     "cpmant": "CPM-Ant adds a learned segment and relative-position bias to every attention logit" + _INEXPRESSIBLE,
     "longformer": ("Longformer attends within a sliding window plus global tokens, computed by its own code in "
