@@ -151,10 +151,10 @@ def model_class(config):
 
 
 def tiny_family_model(model_type: str, seed: int = 0, **settings) -> torch.nn.Module:
-    """A tiny random ``model_type`` base model (with the configuration ``settings`` of a variant) in float32 with
-    eager-comparable weights: norms and biases that start at zero or one are given some spread, so that QK-norms and
-    biases matter, and sink logits (gpt-oss) are drawn as large as the attention logits, so that a sink takes a
-    share of every row that a test can see."""
+    """A tiny random ``model_type`` model (its base model, or its language model: :func:`model_class`; with the
+    configuration ``settings`` of a variant) in float32 with eager-comparable weights: norms and biases that start
+    at zero or one are given some spread, so that QK-norms and biases matter, and sink logits (gpt-oss) are drawn
+    as large as the attention logits, so that a sink takes a share of every row that a test can see."""
     torch.manual_seed(seed)
     config = tiny_family_config(model_type, **settings)
     model = model_class(config).from_config(config, dtype=torch.float32)
