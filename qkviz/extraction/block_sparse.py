@@ -57,8 +57,9 @@ def attending_in_full(model: torch.nn.Module) -> Iterator[None]:
     sequence within :func:`full_attention_span`; a pass over a longer sequence is refused in one line. Any other
     model is left as it is."""
     switching = _block_sparse_model(model)
-    span = full_attention_span(model.config)
-    if switching is None and span is None:
+    config = model.config if switching is None else switching.config
+    span = full_attention_span(config)
+    if span is None:
         yield
         return
     if switching is not None:
@@ -71,8 +72,8 @@ def attending_in_full(model: torch.nn.Module) -> Iterator[None]:
         if ids is None:
             ids = kwargs.get("inputs_embeds")
         if isinstance(ids, torch.Tensor) and ids.dim() >= 2 and ids.shape[1] > span:
-            raise QkvizError(f"{model.config.model_type}: a sequence of {ids.shape[1]:,} tokens is longer than "
-                             f"{span_name(model.config)}; qkviz passes at most {span:,} (--chunk {span})")
+            raise QkvizError(f"{config.model_type}: a sequence of {ids.shape[1]:,} tokens is longer than "
+                             f"{span_name(config)}; qkviz passes at most {span:,} (--chunk {span})")
 
     hook = model.register_forward_pre_hook(refuse_longer, with_kwargs=True)
     try:
