@@ -134,14 +134,14 @@ def tiny_family_config(model_type: str, **settings):
 
 
 def model_class(config):
-    """The auto class a text model of ``config`` is built with: the base model (``AutoModel``) where transformers
-    registers one that reads token ids; else the language model it registers for the type (causal, then masked):
-    Whisper's base model is the speech encoder-decoder, which reads audio features, its causal language model the
-    text decoder alone; a few types (assistant drafters, TrOCR's decoder) register no base model at all."""
+    """The auto class a text model of ``config`` is built with: the base model (``AutoModel``), except where
+    transformers registers one that reads something else than token ids: then the language model it registers for
+    the type (causal, then masked). Whisper's base model is the speech encoder-decoder, which reads audio features,
+    its causal language model the text decoder alone."""
     model_type = config.model_type
     base = modeling_auto.MODEL_MAPPING_NAMES.get(model_type)
     base_class = getattr(transformers, base, None) if isinstance(base, str) else None
-    if base is not None and (base_class is None or base_class.main_input_name == "input_ids"):
+    if base_class is None or base_class.main_input_name == "input_ids":
         return transformers.AutoModel
     if model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         return transformers.AutoModelForCausalLM
