@@ -26,6 +26,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from qkviz.core.errors import QkvizError
 from qkviz.core.logit_rule import LogitRule
 from qkviz.extraction.alibi_capture import bloom_settings, mpt_settings, mpt_split
+from qkviz.extraction.block_sparse import attending_in_full
 from qkviz.extraction.own_code_capture import capturing_own_code, own_code_modules
 
 CAPTURE_IMPLEMENTATION = "qkviz_capture"
@@ -333,13 +334,14 @@ def capturing(model: torch.nn.Module, recorder: AttentionRecorder) -> Iterator[A
     where the family offers it: Falcon, no ``n x n`` scores at length; its eager code otherwise, with the masks it
     builds for each), watched where it multiplies queries by keys."""
     previous = model.config._attn_implementation
-    own_code = own_code_modules(model)
-    switch_attention(model, (previous if previous in OWN_CODE_IMPLEMENTATIONS else "eager") if own_code
-                     else CAPTURE_IMPLEMENTATION)
-    token = _active_recorder.set(recorder)
-    try:
-        with _method_captures(model), capturing_own_code(own_code, model.config, recorder.record):
-            yield recorder
-    finally:
-        _active_recorder.reset(token)
-        switch_attention(model, previous)
+    with attending_in_full(model):          # a block-sparse BigBird: full attention, as its own code switches to
+        own_code = own_code_modules(model)
+        switch_attention(model, (previous if previous in OWN_CODE_IMPLEMENTATIONS else "eager") if own_code
+                         else CAPTURE_IMPLEMENTATION)
+        token = _active_recorder.set(recorder)
+        try:
+            with _method_captures(model), capturing_own_code(own_code, model.config, recorder.record):
+                yield recorder
+        finally:
+            _active_recorder.reset(token)
+            switch_attention(model, previous)

@@ -37,12 +37,15 @@ def windows_of(size: int, overlap: int) -> DocumentRule:
     return lambda document: split_into_windows(document, size, overlap)
 
 
-def refused_past(context: int | None) -> DocumentRule:
-    """The rule that refuses a document longer than ``context`` tokens in one line, with its count."""
+def refused_past(context: int | None, limit_name: str | None = None) -> DocumentRule:
+    """The rule that refuses a document longer than ``context`` tokens in one line, with its count; ``limit_name``
+    says what the limit is where it is not the model's context."""
+    limit = (limit_name or f"the model's context of {context:,}") if context is not None else ""
+
     def check(document: TokenizedSentence) -> list[TokenizedSentence]:
         if context is not None and len(document) > context:
             raise QkvizError(f"document {document.corpus_index + 1} ({_excerpt(document.text)}) has "
-                             f"{len(document):,} tokens, more than the model's context of {context:,}: give --chunk N "
+                             f"{len(document):,} tokens, more than {limit}: give --chunk N "
                              "(or --max-length N to truncate)")
         return [document]
     return check

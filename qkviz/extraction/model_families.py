@@ -25,9 +25,11 @@ FALCON_ALIBI = ("Falcon with alibi=True: transformers' eager attention adds its 
                 "again in the mask) and SDPA once, so the model has no one attention to reproduce")
 DEBERTA = "DeBERTa adds disentangled relative-position terms (content-to-position, position-to-content) to every logit"
 MPNET = "MPNet adds a learned relative-position bias to every attention logit"
-CONVOLUTION = ("ConvBERT's span convolution is not masked: a sentence's queries and keys depend on the padding beside "
-               "it in a batch, so none would be the sentence's own")
-BLOCK_SPARSE = "BigBird's block-sparse attention attends to a window, global and random blocks of keys"
+#: the refusal of Perceiver (not a row of the table: a family no issue names)
+LATENT_ATTENTION = ("Perceiver attends from a fixed set of learned latent vectors to the tokens and among the latents, "
+                    "never from a token to a token: no token has both a query and a key")
+#: the refusal of a model whose forward pass reads something else than token ids (Whisper's speech encoder-decoder)
+OTHER_INPUTS = "reads {reads}, not the token ids qkviz passes"
 
 
 @dataclass(frozen=True)

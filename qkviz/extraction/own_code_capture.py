@@ -15,7 +15,9 @@ the family applies to ``q . k``, whether it applied it to the queries before the
 are taken before the scale, as everywhere in qkviz), and whether the keys were broadcast to every query head
 (Falcon's new architecture: kept once per key-value head). A declared module whose code no longer computes the
 products this way captures nothing, and the model is refused as one whose attention qkviz cannot reach; a module
-whose code adds a term the products do not carry (a position bias) is refused by the exactness gate.
+whose code adds a term the products do not carry (a position bias) is refused by the exactness gate. A module whose
+code reads the hidden states of padding (ConvBERT's span convolution, beside its q.k heads) is declared too: its
+sentences pass one at a time, unpadded (:func:`passes_alone`), so that each one's vectors are its own.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ class OwnCodeCapture:
     query_scaled: bool = False
     #: key-value heads where the family broadcasts every key to the query heads it serves before the product
     key_heads: Callable[[torch.nn.Module], int] | None = None
+    #: the module's own code reads the positions beside a sentence, padding included (ConvBERT's span convolution,
+    #: which no mask reaches): a sentence's vectors are its own only where it passes alone (:func:`passes_alone`)
+    reads_padding: bool = False
 
 
 def _head_size_scale(attribute: str) -> Callable[[torch.nn.Module], float]:
@@ -99,7 +104,8 @@ OWN_CODE_CAPTURES: dict[str, OwnCodeCapture] = {
     "modeling_megatron_bert.MegatronBertSelfAttention": _BERT_LAYOUT,
     "modeling_rembert.RemBertSelfAttention": _BERT_LAYOUT,
     "modeling_roformer.RoFormerSelfAttention": _BERT_LAYOUT,
-    "modeling_convbert.ConvBertSelfAttention": _BERT_LAYOUT,     # exact, but refused: its convolution reads padding
+    # q.k heads beside a span convolution over the unmasked hidden states (padding too): each sentence passes alone
+    "modeling_convbert.ConvBertSelfAttention": replace(_BERT_LAYOUT, reads_padding=True),
     "modeling_big_bird.BigBirdSelfAttention": _BERT_LAYOUT,
     "modeling_ibert.IBertSelfAttention": _BERT_LAYOUT,
     "modeling_tapas.TapasSelfAttention": _BERT_LAYOUT,
@@ -116,6 +122,13 @@ def declared_capture(module: torch.nn.Module) -> OwnCodeCapture | None:
 def own_code_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, OwnCodeCapture]]:
     """Every module of ``model`` whose class is declared in :data:`OWN_CODE_CAPTURES`."""
     return [(module, declared) for module in model.modules() if (declared := declared_capture(module)) is not None]
+
+
+def passes_alone(model: torch.nn.Module) -> bool:
+    """Whether every sentence must pass through ``model`` alone, in a batch of one with no padding: an attention
+    module's own code reads the padding beside a sentence (:attr:`OwnCodeCapture.reads_padding`), so that in a
+    padded batch its vectors would depend on the sentences beside it."""
+    return any(declared.reads_padding for _, declared in own_code_modules(model))
 
 
 class _ProductWatch(TorchFunctionMode):

@@ -35,6 +35,7 @@ from qkviz.extraction.image_input import ImageInput
 from qkviz.extraction.model_boundary import (CAPTURE, DISCOVERY, GATE, IDENTITY, LOGIT_PARTS, OutOfMemory,
                                             model_step)
 from qkviz.extraction.models import LoadedModel
+from qkviz.extraction.own_code_capture import passes_alone
 from qkviz.extraction.run_manifest import ExtractionResult, fingerprint, model_identity, run_manifest
 from qkviz.extraction.text_input import TextInput
 from qkviz.store import files as run_files
@@ -166,6 +167,10 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
                     ", ".join(map(str, adapter.layer_indices)))
     layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, run_input.n_tokens, dtype,
                          head_update)
+    if batch_size > 1 and passes_alone(loaded.model):
+        logger.info("%s's own attention code reads the padding beside a sentence: each sentence passes alone "
+                    "(batch size 1), so that its queries and keys are its own", adapter.family)
+        batch_size = 1
     existed = out.exists()
     writer = RunWriter(out, run_fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
     resumed = writer.tokens_done > 0

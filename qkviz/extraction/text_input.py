@@ -53,7 +53,7 @@ class TextInput:
         context = adapter.max_tokens_per_sequence(config)
         length_limit = _length_limit(context, max_length)
         _check_room_for_text(loaded.tokenizer, length_limit)
-        rule, windows = refused_past(context), {}
+        rule, windows = refused_past(context, adapter.sequence_limit_name(config)), {}
         if chunk is not None:
             overlap = default_overlap(chunk) if chunk_overlap is None else chunk_overlap
             rule = _window_rule(loaded.tokenizer, context, chunk, overlap)

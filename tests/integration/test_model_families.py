@@ -68,13 +68,14 @@ def test_falcon_is_exact_in_both_of_its_architectures(architecture, kv_heads, to
 #: families beyond the table whose attention is computed by their own code (BERT-style encoders and older decoders
 #: written before transformers' attention interface), captured where that code multiplies queries by keys
 OWN_CODE_TYPES = [("megatron-bert", {}), ("rembert", {}), ("roformer", {}), ("tapas", {}), ("ibert", {}), ("luke", {}),
-                  ("big_bird", dict(attention_type="original_full")), ("openai-gpt", {}), ("gpt_neox_japanese", {}),
+                  ("big_bird", dict(attention_type="original_full")), ("big_bird", {}), ("openai-gpt", {}), ("gpt_neox_japanese", {}),
                   ("xlm", dict(init_std=0.12)), ("flaubert", dict(init_std=0.12)),     # attention modules in a list
                   ("xlm", dict(init_std=0.12, causal=True)), ("git", {})]
 
 
 @pytest.mark.parametrize("model_type, settings", OWN_CODE_TYPES,
-                         ids=[name + ("-causal" if settings.get("causal") else "") for name, settings in OWN_CODE_TYPES])
+                         ids=[name + ("-causal" if settings.get("causal") else "-block-sparse" if name == "big_bird"
+                                      and not settings else "") for name, settings in OWN_CODE_TYPES])
 def test_families_with_their_own_attention_code_are_exact(model_type, settings, tokenizer, tmp_path):
     model = tiny_family_model(model_type, **settings)
     if model_type == "openai-gpt":      # its Conv1D weights ignore initializer_range: drawn again, or attention is flat
@@ -85,13 +86,71 @@ def test_families_with_their_own_attention_code_are_exact(model_type, settings, 
     assert_exact(model_type, model, tokenizer, tmp_path / "run")
 
 
-def test_convbert_is_refused_because_its_convolution_reads_the_padding(tokenizer, tmp_path):
-    """ConvBERT's attention is captured exactly, but its span convolution is not masked: a sentence's vectors
-    depend on the padding beside it in a batch, so no stored vector is the sentence's own."""
+def test_convbert_passes_each_sentence_alone_because_its_convolution_reads_the_padding(tokenizer, tmp_path):
+    """ConvBERT's q.k heads are captured where its own code multiplies queries by keys; its span convolution beside
+    them reads the hidden states of the padding, so a sentence's vectors in a padded batch would depend on the
+    sentences beside it. Each sentence passes alone (the manifest's batch size 1), and the run is exact against the
+    model's attention on each sentence alone, which the same sentences in one padded batch do not give."""
+    from support.family_sweep import model_attentions
+
+    model = tiny_family_model("convbert")
+    run = assert_exact("convbert", model, tokenizer, tmp_path / "run")
+    assert run.manifest["extraction"]["batch_size"] == 1
+    token_ids = [run.tokens.token_id.to_numpy()[run.sentence_tokens(s)].tolist() for s in range(CHECKED)]
+    shortest = min(range(CHECKED), key=lambda s: len(token_ids[s]))
+    n = len(token_ids[shortest])
+    padded = model_attentions(model, token_ids)[-1][shortest, 0, :n, :n].double().numpy()
+    assert abs(run.attention(run.n_layers - 1, 0, shortest) - padded).max() > 1e-3
+
+
+#: a block-sparse BigBird whose own code attends in full to at most (5 + 2 * 1) * 4 = 28 tokens
+SHORT_SPAN = dict(block_size=4, num_random_blocks=1)
+
+
+def test_a_block_sparse_big_bird_is_refused_a_document_longer_than_it_attends_to_in_full(tokenizer, tmp_path):
+    """BigBird's own code replaces block-sparse attention by full attention on a sequence no longer than
+    ``(5 + 2 * num_random_blocks) * block_size`` tokens: a longer document is refused in one line with its count,
+    nothing written; in windows of that span (``chunk``) every sentence is attended in full, and is exact."""
+    model = tiny_family_model("big_bird", **SHORT_SPAN)
+    assert max(len(tokenizer(sentence)["input_ids"]) for sentence in SENTENCES) > 28
     with pytest.raises(QkvizError) as refusal:
-        qkviz.extract(tiny_family_model("convbert"), SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
-    assert "padding" in str(refusal.value) and "\n" not in str(refusal.value)
-    assert not (tmp_path / "run").exists()
+        qkviz.extract(model, SENTENCES, tmp_path / "long", tokenizer=tokenizer, progress=False)
+    message = str(refusal.value)
+    assert "more than the 28 tokens within which BigBird" in message and "\n" not in message, message
+    assert not (tmp_path / "long").exists()
+    run = qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, chunk=28, progress=False)
+    worst, departure = eager_error(model, run, CHECKED)
+    assert worst <= TOLERANCE and departure > 0.05, (worst, departure)
+
+
+def test_a_block_sparse_big_bird_refuses_any_pass_longer_than_its_full_attention_span(tokenizer):
+    """Where a pass longer than the span reaches the model under capture (not through a corpus, whose documents are
+    refused first), it is refused in one line before BigBird's block-sparse attention runs."""
+    from qkviz.extraction.block_sparse import attending_in_full
+
+    model = tiny_family_model("big_bird", **SHORT_SPAN)
+    with attending_in_full(model), pytest.raises(QkvizError) as refusal, torch.no_grad():
+        model(input_ids=torch.arange(3, 43)[None])
+    assert "a sequence of 40 tokens is longer than the 28 tokens" in str(refusal.value)
+    assert model.attention_type == "original_full"      # the switch the model's own code makes on a short pass
+
+
+def test_whisper_s_text_decoder_is_exact_and_its_speech_model_is_refused_in_one_line(tokenizer, tmp_path):
+    """Whisper's causal language model is its text decoder alone (``WhisperForCausalLM``): without an encoder's
+    output its layers skip cross-attention, and its self-attention is exact. Whisper's base model reads audio
+    features, not token ids: refused in one line that says so, nothing written."""
+    import transformers
+    from support.family_configs import tiny_family_config
+
+    decoder = tiny_family_model("whisper")
+    assert isinstance(decoder, transformers.WhisperForCausalLM)
+    assert_exact("whisper", decoder, tokenizer, tmp_path / "run")
+    with pytest.raises(QkvizError) as refusal:
+        qkviz.extract(transformers.WhisperModel(tiny_family_config("whisper")).eval(), SENTENCES, tmp_path / "speech",
+                      tokenizer=tokenizer, progress=False)
+    message = str(refusal.value)
+    assert "WhisperModel reads input_features" in message and "\n" not in message, message
+    assert not (tmp_path / "speech").exists()
 
 
 def test_falcon_is_captured_in_its_eager_code_as_in_its_fused_attention(tokenizer, tmp_path):
@@ -227,7 +286,7 @@ def test_the_logit_is_split_by_position_only_where_the_rotation_is_inverted(mode
 
 @pytest.mark.parametrize("model_type, why", [("cpmant", "relative-position bias"), ("longformer", "sliding window"),
                                              ("nystromformer", "landmark"), ("mra", "block resolutions"),
-                                             ("yoso", "hashing")])
+                                             ("yoso", "hashing"), ("perceiver", "latent vectors")])
 def test_own_attention_code_that_is_not_softmax_of_q_k_is_refused_in_one_line(model_type, why, tokenizer, tmp_path):
     with pytest.raises(QkvizError) as refusal:
         qkviz.extract(tiny_family_model(model_type), SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)

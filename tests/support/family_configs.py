@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 import transformers
+from transformers.models.auto import modeling_auto
 
 VOCAB_SIZE = 400
 HIDDEN = 64
@@ -88,7 +89,7 @@ OVERRIDES: dict[str, dict] = {
     "jamba": dict(attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
                   num_experts=4, num_experts_per_tok=2, mamba_d_state=8, mamba_expand=2),
     "mamba2": dict(num_heads=HEADS, head_dim=2 * HIDDEN // HEADS, n_groups=1, state_size=8),
-    "whisper": dict(d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=HEADS,
+    "whisper": dict(init_std=INIT_RANGE, d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=HEADS,
                     decoder_attention_heads=HEADS, encoder_ffn_dim=2 * HIDDEN, decoder_ffn_dim=2 * HIDDEN),
     # an image-text model whose text decoder (Persimmon) reads token ids as they are
     "fuyu": dict(text_config=dict(vocab_size=VOCAB_SIZE, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN,
@@ -132,13 +133,31 @@ def tiny_family_config(model_type: str, **settings):
     return transformers.AutoConfig.for_model(model_type, **{**common, **OVERRIDES.get(model_type, {}), **settings})
 
 
+def model_class(config):
+    """The auto class a text model of ``config`` is built with: the base model (``AutoModel``), except where
+    transformers registers one that reads something else than token ids: then the language model it registers for
+    the type (causal, then masked). Whisper's base model is the speech encoder-decoder, which reads audio features,
+    its causal language model the text decoder alone."""
+    model_type = config.model_type
+    base = modeling_auto.MODEL_MAPPING_NAMES.get(model_type)
+    base_class = getattr(transformers, base, None) if isinstance(base, str) else None
+    if base_class is None or base_class.main_input_name == "input_ids":
+        return transformers.AutoModel
+    if model_type in modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return transformers.AutoModelForCausalLM
+    if model_type in modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return transformers.AutoModelForMaskedLM
+    return transformers.AutoModel
+
+
 def tiny_family_model(model_type: str, seed: int = 0, **settings) -> torch.nn.Module:
-    """A tiny random ``model_type`` base model (with the configuration ``settings`` of a variant) in float32 with
-    eager-comparable weights: norms and biases that start at zero or one are given some spread, so that QK-norms and
-    biases matter, and sink logits (gpt-oss) are drawn as large as the attention logits, so that a sink takes a
-    share of every row that a test can see."""
+    """A tiny random ``model_type`` model (its base model, or its language model: :func:`model_class`; with the
+    configuration ``settings`` of a variant) in float32 with eager-comparable weights: norms and biases that start
+    at zero or one are given some spread, so that QK-norms and biases matter, and sink logits (gpt-oss) are drawn
+    as large as the attention logits, so that a sink takes a share of every row that a test can see."""
     torch.manual_seed(seed)
-    model = transformers.AutoModel.from_config(tiny_family_config(model_type, **settings), dtype=torch.float32)
+    config = tiny_family_config(model_type, **settings)
+    model = model_class(config).from_config(config, dtype=torch.float32)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
             if parameter.ndim == 1 and ("norm" in name or name.endswith("bias")):

@@ -15,6 +15,8 @@ from typing import Callable
 
 import torch
 
+from qkviz.extraction.block_sparse import full_attention_span, span_name
+
 
 
 @dataclass(frozen=True)
@@ -97,10 +99,20 @@ class FamilyAdapter:
         return ModelShape(int(config.num_hidden_layers), n_heads, n_kv_heads, int(head_dim))
 
     def max_tokens_per_sequence(self, config) -> int | None:
+        """The longest sequence qkviz passes: the model's context, or a block-sparse BigBird's full-attention span
+        where that is shorter (:mod:`qkviz.extraction.block_sparse`)."""
         if self.modality == "image":
             return None
         limit = getattr(config.get_text_config(), "max_position_embeddings", None)
-        return None if limit is None else int(limit) - self.reserved_positions(config)
+        context = None if limit is None else int(limit) - self.reserved_positions(config)
+        span = full_attention_span(config)
+        return context if span is None or (context is not None and context <= span) else span
+
+    def sequence_limit_name(self, config) -> str | None:
+        """How a refusal of a longer document names :meth:`max_tokens_per_sequence`'s limit; None: the model's
+        context."""
+        span = full_attention_span(config)
+        return span_name(config) if span is not None and span == self.max_tokens_per_sequence(config) else None
 
     def attention_modules(self, model: torch.nn.Module) -> list[torch.nn.Module]:
         """The attention module of every layer, in layer order."""

@@ -16,6 +16,8 @@ left to the exactness gate (:mod:`qkviz.extraction.exactness_gate`), which every
 
 from __future__ import annotations
 
+import inspect
+
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters.base import FamilyAdapter, ModelShape, _base_model, _follow
 from qkviz.extraction.capture import capturing
 from qkviz.extraction.forward_pass import forward
-from qkviz.extraction.model_families import NO_ATTENTION, OWN_CODE, SEVERAL_PER_LAYER
+from qkviz.extraction.model_families import NO_ATTENTION, OTHER_INPUTS, OWN_CODE, SEVERAL_PER_LAYER
 
 #: a layer's attention output projection, by the names families give it (inside the attention module)
 OUTPUT_PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "Wo", "out_lin", "o")
@@ -66,6 +68,10 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
     """A :class:`FamilyAdapter` for ``model`` found from its structure, or a one-line :class:`QkvizError` saying
     why its attention cannot be reached."""
     base = _base_model(model)
+    if not _reads_token_ids(model):        # Whisper's WhisperModel: its text decoder alone is WhisperForCausalLM
+        reads = getattr(model, "main_input_name", "input_ids")
+        raise QkvizError(f"{family}: {type(model).__name__} {OTHER_INPUTS.format(reads=reads)}; extract the "
+                         "family's text decoder alone where transformers registers one (its causal language model)")
     log = _probe(model)
     if not log.modules:
         if not any("attention" in type(module).__name__.lower() for module in base.modules()):
@@ -115,6 +121,16 @@ def discover_adapter(model: torch.nn.Module, family: str) -> FamilyAdapter:
         discovered_shape=shape,
         discovered=True,
     )
+
+
+def _reads_token_ids(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forward pass reads token ids: its main input is ``input_ids``, or its forward takes them
+    (by name, or passes every argument on: Whisper's decoder wrapper, whose main input is still its family's audio
+    features)."""
+    if getattr(model, "main_input_name", "input_ids") == "input_ids":
+        return True
+    parameters = inspect.signature(model.forward).parameters.values()
+    return any(p.name == "input_ids" or p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
 
 
 def _probe(model: torch.nn.Module) -> CallLog:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from qkviz.extraction.model_families import BLOCK_SPARSE, CONVOLUTION, DEBERTA, FALCON_ALIBI, MPNET
+from qkviz.extraction.model_families import DEBERTA, FALCON_ALIBI, LATENT_ATTENTION, MPNET
 
 _INEXPRESSIBLE = ", which q.k cannot express"
 
@@ -19,11 +19,11 @@ REFUSED_MODEL_TYPES: dict[str, str] = {
     "deberta": DEBERTA + _INEXPRESSIBLE,
     "deberta-v2": DEBERTA + _INEXPRESSIBLE,
     "mpnet": MPNET + _INEXPRESSIBLE,
-    "convbert": CONVOLUTION,
     # attention computed by the family's own code in a form that is not softmax(scale * q.k) over every key
     "cpmant": "CPM-Ant adds a learned segment and relative-position bias to every attention logit" + _INEXPRESSIBLE,
     "longformer": ("Longformer attends within a sliding window plus global tokens, computed by its own code in "
                    "overlapping chunks: a mask qkviz does not store"),
+    "perceiver": LATENT_ATTENTION,
     "reformer": "Reformer attends within hashed (LSH) buckets or local chunks: a mask qkviz does not store",
     "nystromformer": "Nystromformer approximates softmax attention from landmark averages, not softmax(q.k)",
     "mra": "MRA approximates attention at several block resolutions, not softmax(q.k)",
@@ -43,16 +43,8 @@ def relative_positions(config) -> str | None:
     return None
 
 
-def _block_sparse(config) -> str | None:
-    if getattr(config, "attention_type", "original_full") == "original_full":
-        return relative_positions(config)
-    return (f"{BLOCK_SPARSE} (attention_type={config.attention_type!r}: a mask qkviz does not store); "
-            "attention_type='original_full' is exact")
-
-
 #: model type -> a check of the configuration returning why it is refused, or None
 REFUSED_CONFIGURATIONS: dict[str, Callable[[object], str | None]] = {
-    "big_bird": _block_sparse,
     "falcon": _falcon,
 }
 
