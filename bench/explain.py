@@ -82,7 +82,8 @@ def time_circuit(run, layer: int, head: int, budget: int, device: str) -> dict:
 
 
 def largest_block_mb(run, n_parts: int, chunk_tokens: int) -> float:
-    """The largest parts block one chunk holds: every part's query of every head (float64)."""
+    """The largest parts block one chunk holds: every part's vector of the residual stream at the chunk's tokens
+    (float64; the stream's width taken as heads x head size, as in SmolLM2)."""
     return n_parts * run.n_heads * chunk_tokens * run.head_dim * 8 / 2**20
 
 

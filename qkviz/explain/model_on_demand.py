@@ -18,8 +18,9 @@ logger = logging.getLogger(__name__)
 
 #: (model id, device) -> the loaded model, for the life of the process
 _LOADED: dict[tuple[str, str], object] = {}
-#: id(model object) -> the identity hashes computed for it
-_IDENTITIES: dict[int, dict] = {}
+#: id(model object) -> (the model, the identity hashes computed for it); the model is kept so that its id is not
+#: reused by another object
+_IDENTITIES: dict[int, tuple[object, dict]] = {}
 
 
 def _identity(model, family: str) -> dict:
@@ -28,9 +29,9 @@ def _identity(model, family: str) -> dict:
     from qkviz.extraction import model_identity
 
     known = _IDENTITIES.get(id(model))
-    if known is None:
-        known = _IDENTITIES[id(model)] = model_identity(SimpleNamespace(model=model), family)
-    return known
+    if known is None or known[0] is not model:
+        known = _IDENTITIES[id(model)] = (model, model_identity(SimpleNamespace(model=model), family))
+    return known[1]
 
 
 def _check_same_model(run: StoredRun, model, where: str) -> None:

@@ -26,8 +26,7 @@ STEPS = {"CHUNK_BYTES": "chunk_capture", "bytes_per_token": "text_capture", "chu
          "compared_rows": "attention_span", "long_input_tokens": "attention_span", "attention_layers": "chunk_capture",
          "model_for_extraction": "borrowed_model", "LayerAttentionSettings": "capture",
          # the split of a layer's queries and keys by the parts of the residual stream (qkviz.explain)
-         "query_key_parts": "residual_parts", "layer_query_key_parts": "residual_parts",
-         "layer_weighted_sums": "residual_parts",
+         "query_key_parts": "residual_parts", "layer_weighted_sums": "residual_parts",
          "AttributionRefused": "residual_parts", "model_identity": "run_manifest"}
 __all__ += list(STEPS)
 

@@ -26,7 +26,6 @@ parts to the model's own query and key. A family where one does not hold is refu
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,6 +33,7 @@ import torch
 
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
+from qkviz.extraction.attention_replay import AttentionReplay, PassDone
 from qkviz.extraction.capture import AttentionRecorder, LayerCalls, capturing
 from qkviz.extraction.forward_pass import forward
 from qkviz.extraction.frozen_norm import FrozenNorm, UnknownNorm, frozen_norm, is_norm
@@ -111,12 +111,8 @@ class _LayerRecord:
     key: torch.Tensor | None = None
 
 
-class _PassDone(Exception):
-    """Raised once the last traced layer's attention has run: the rest of the pass is not needed."""
-
-
 def _stop_pass(_module, _inputs, _output):
-    raise _PassDone
+    raise PassDone
 
 
 def _hidden(output):
@@ -232,7 +228,7 @@ class ResidualTrace:
             # no_grad, not inference_mode: what the pass keeps (rotary tables, masks) may enter a backward pass
             with torch.no_grad(), capturing(model, recorder):
                 forward(model, input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
-        except _PassDone:
+        except PassDone:
             pass
         finally:
             for hook in hooks:
@@ -531,119 +527,13 @@ class ResidualTrace:
 
     def _through_attention(self, layer: int, rows: torch.Tensor,
                            keep_graph: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """The queries ``[row, head, token, d]`` and keys of ``rows`` ``[row, token, width]`` (float64) as layer
-        ``layer``'s attention module makes them at the traced tokens' positions (``keep_graph``: as the module's
-        dtype, differentiable with respect to ``rows``)."""
+        """The queries ``[row, head, token, d]`` and keys of ``rows`` ``[row, token, width]`` as layer ``layer``'s
+        attention module makes them at the traced tokens' positions (:class:`AttentionReplay`)."""
         record = self.records[layer]
-        attention = self._attention_modules[layer]
-        dtype = next(attention.parameters()).dtype
-        hidden = rows.to(dtype)
-        args, kwargs = record.attention_args, dict(record.attention_kwargs)
-        kwargs = {name: self._for_rows(name, self._sliced(name, value), len(rows)) for name, value in kwargs.items()
-                  if name != "hidden_states"}
-        if args:
-            args = (hidden, *(self._for_rows(f"argument {i + 1}", self._sliced(f"argument {i + 1}", value), len(rows))
-                              for i, value in enumerate(args[1:], 0)))
-        else:
-            kwargs["hidden_states"] = hidden
-        kept: dict[str, torch.Tensor] = {}
-
-        class Keeper:            # the recorder's interface, keeping the graph (AttentionRecorder detaches)
-            def record(self, _module, query, key, _value, _scaling, _kwargs):
-                kept["query"], kept["key"] = (query, key) if keep_graph else (query.detach().double(),
-                                                                               key.detach().double())
-                raise _PassDone        # the parts' attention and output projection are never needed
-
-        grad = torch.enable_grad() if keep_graph else torch.inference_mode()
-        with grad, capturing(self.model, Keeper()), self._fixed_inner_norms(layer, attention):
-            try:
-                attention(*args, **kwargs)
-            except _PassDone:
-                pass
-        if "query" not in kept:
-            raise self._refuse(f"layer {layer}'s attention module, called on the parts, did not compute queries")
-        return kept["query"], kept["key"]
-
-    def _sliced(self, name: str, value):
-        """A keyword the attention module was called with, at the traced tokens (positions, masks, rotary tables,
-        ALiBi tables)."""
-        if isinstance(value, (tuple, list)):
-            return type(value)(self._sliced(name, item) for item in value)
-        if not isinstance(value, torch.Tensor) or self.length == 1 or self.length not in value.shape:
-            return value
-        tokens = self.tokens.to(value.device)
-        if name in ("attention_mask", "argument 1") and value.ndim == 4:
-            return value[..., tokens, :][..., tokens]
-        if name in ("position_ids", "cache_position"):
-            return value[..., tokens]
-        if name == "position_embeddings" and value.shape[-2] == self.length:
-            return value[..., tokens, :]
-        if name == "alibi" and value.ndim == 3 and value.shape[-1] == self.length:
-            return value[..., tokens]
-        # anything else passes as it is: a sequence-shaped input the module needs for its queries and keys would make
-        # them differ from the model's own, which query_key_parts checks
-        return value
-
-    def _for_rows(self, name: str, value, rows: int):
-        """A mask or ALiBi table of the batch of one, repeated for the ``rows`` of the parts' batch (families that
-        check its batch size)."""
-        if not isinstance(value, torch.Tensor):
-            return value
-        if name in ("attention_mask", "argument 1") and value.ndim == 4 and value.shape[0] == 1:
-            return value.expand(rows, *value.shape[1:])
-        if name == "alibi" and value.ndim == 3:          # BLOOM: [batch x heads, 1, keys]
-            return value.repeat(rows, 1, 1)
-        return value
-
-    @contextlib.contextmanager
-    def _fixed_inner_norms(self, layer: int, attention: torch.nn.Module):
-        """Every norm inside the attention module (QK-norm) replaced by its form with the divisor of each traced
-        token, as the real pass computed it (the position axis found from the shape the parts arrive in)."""
-        record = self.records[layer]
-        prefix = self.adapter.attention_path
-        hooks = []
-        for name, (real_in, real_out) in record.inner_norms.items():
-            relative = name[len(prefix) + 1:] if prefix and name.startswith(prefix + ".") else name
-            module = attention.get_submodule(relative) if relative else attention
-            hooks.append(module.register_forward_hook(self._frozen_hook(name, module, real_in, real_out)))
-        try:
-            yield
-        finally:
-            for hook in hooks:
-                hook.remove()
-
-    def _frozen_hook(self, name: str, module: torch.nn.Module, real_in: torch.Tensor, real_out: torch.Tensor):
-        frozen: dict[tuple, FrozenNorm] = {}
-
-        def hook(_module, inputs, _out):
-            parts = inputs[0]
-            key = tuple(parts.shape[1:])
-            if key not in frozen:
-                axis = self._token_axis(real_in, parts)
-                if axis is None:
-                    real_in_at, real_out_at = real_in, real_out
-                else:
-                    tokens = self.tokens.to(real_in.device)
-                    real_in_at, real_out_at = real_in.index_select(axis, tokens), real_out.index_select(axis, tokens)
-                frozen[key] = self._frozen(name, real_in_at, real_out_at, module)
-            return frozen[key].affine(parts).to(parts.dtype)
-        return hook
-
-    def _token_axis(self, real: torch.Tensor, parts: torch.Tensor) -> int | None:
-        """The axis of ``real`` (the norm's input in the real pass, ``[1, ...]``) that holds positions, where the
-        parts (``[rows, ...]``, the traced tokens in its place) differ from it; None where they are all the tokens
-        in order (nothing to select)."""
-        if real.shape[0] != 1 or real.ndim != parts.ndim:
-            raise self._refuse("a norm inside its attention sees inputs of another shape for the parts")
-        if torch.equal(self.tokens, torch.arange(self.length)) and real.shape[1:] == parts.shape[1:]:
-            return None
-        axes = [axis for axis in range(1, real.ndim - 1)
-                if real.shape[axis] == self.length and parts.shape[axis] == len(self.tokens)
-                and all(real.shape[other] == parts.shape[other] for other in range(1, real.ndim) if other != axis)]
-        if len(axes) != 1:
-            raise self._refuse("a norm inside its attention has no single position axis")
-        return axes[0]
-
+        replay = AttentionReplay(self.model, self._attention_modules[layer], self.adapter.attention_path,
+                                 record.attention_args, record.attention_kwargs, record.inner_norms, self.tokens,
+                                 self.length, self._refuse, self._frozen)
+        return replay.run(rows, layer, keep_graph)
 
 #: id(model) -> (model, adapter, shape): a discovered adapter costs a probe pass, found once per model
 _ADAPTERS: dict[int, tuple] = {}
