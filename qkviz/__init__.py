@@ -21,9 +21,10 @@ The subpackages are layered (each imports only those below it): ``report`` > ``a
 torch: extraction imports it when called.
 """
 
-from qkviz.analysis import attention_change, compute_stats, correlation_table, relate_heads
+from qkviz.analysis import attention_change, correlation_table, relate_heads
 from qkviz.api import Run, extract, open_run
 from qkviz.core import IncompleteRunError, QkvizError
+from qkviz.explain import compute_stats
 from qkviz.extraction import load_images, sample_images
 from qkviz.projection import project
 from qkviz.report import correlation_report, write_report

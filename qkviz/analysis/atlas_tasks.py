@@ -19,6 +19,7 @@ import pandas as pd
 from qkviz.analysis.attention_batches import SentenceBatch, release_workspace, sentence_batches
 from qkviz.analysis.head_labels import LabelThresholds, head_label
 from qkviz.analysis.head_stats import TokenKinds, head_statistics
+from qkviz.analysis.induction_scores import RepeatSums, RepeatTargets
 from qkviz.analysis.logit_decomposition import EmbeddingSplit, decompose_embeddings, decompose_head
 from qkviz.analysis.syntax import BatchSyntax, TokenSyntax, batch_syntax
 from qkviz.analysis.text_excerpt import excerpt
@@ -44,7 +45,7 @@ class AtlasSettings:
 class HeadEntry:
     """One head's part of the atlas (:class:`~qkviz.analysis.head_atlas.HeadAtlas`)."""
 
-    row: dict[str, object]                 # the head's row of the table: layer, head, statistics, shares, label
+    row: dict[str, object]                 # the head's row of the table: layer, head, statistics, shares, repeats, label
     relative_position: np.ndarray          # [2 * max_offset + 1]
     term_profiles: np.ndarray              # [term, 2 * max_offset + 1]
     exemplars: pd.DataFrame                # EXEMPLAR_COLUMNS
@@ -62,6 +63,7 @@ class _RunState:
     syntax: list[BatchSyntax] | None
     split_first: EmbeddingSplit | None
     has_updates: bool
+    repeats: RepeatTargets | None      # where a text run's corpus repeats itself (None for image runs)
 
 
 #: (run path, fingerprint, with syntax) -> the run's shared state: built on a process's first head of the run
@@ -75,13 +77,16 @@ def head_entry(run_path: str, layer: int, head: int, settings: AtlasSettings,
     embeddings), head-update histograms (where extracted) and exemplar rows."""
     state = _run_state(run_path, token_syntax)
     run = state.run
+    repeats = None if state.repeats is None else RepeatSums(state.repeats)
     found = head_statistics(run, layer, head, state.kinds, state.batches, settings.max_offset, settings.n_exemplars,
-                            state.syntax)
+                            state.syntax, observers=[] if repeats is None else [repeats])
     label, detail = head_label(found.values, settings.thresholds)
     split = decompose_head(run, layer, head, state.batches, settings.max_offset)
     row: dict[str, object] = {"layer": layer, "head": head, **found.values,
                               **{f"share_{term}": float(share) for term, share in zip(split.terms, split.variance_share)},
                               "label": label, "label_detail": detail}
+    if repeats is not None:
+        row.update(repeats.values())
     entry = HeadEntry(row, found.relative_position, split.profiles, exemplar_rows(run, found.exemplars, layer, head))
     if state.split_first is not None and layer == 0:
         embedded = decompose_embeddings(run, state.split_first, head, state.batches, settings.max_offset)
@@ -103,7 +108,8 @@ def _run_state(run_path: str, token_syntax: TokenSyntax | None) -> _RunState:
         _STATES[key] = _RunState(
             run, TokenKinds.of(run), batches,
             None if token_syntax is None else [batch_syntax(token_syntax, batch) for batch in batches],
-            EmbeddingSplit.of(run), run.has_part(run_files.HEAD_UPDATES))
+            EmbeddingSplit.of(run), run.has_part(run_files.HEAD_UPDATES),
+            None if run.is_image_run else RepeatTargets.of(run, batches))
     return _STATES[key]
 
 

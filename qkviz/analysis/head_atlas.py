@@ -17,7 +17,7 @@ the offset range. Without a matching ``atlas.json`` there is no atlas.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +27,10 @@ import pandas as pd
 from qkviz.analysis.atlas_tasks import (EXEMPLAR_COLUMNS, UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS,
                                         AtlasSettings, HeadEntry, forget_run_states, head_entry, head_update_summary)
 from qkviz.analysis.head_labels import LabelThresholds
-from qkviz.analysis.head_stats import DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, STATISTICS
+from qkviz.analysis.head_stats import DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, STATISTICS, TokenKinds
+from qkviz.analysis.induction_scores import REPEAT_STATISTICS
+from qkviz.analysis.label_table import LABEL_COLUMNS, as_label_table, corpus_labels, probe_labels, strongest_labels
+from qkviz.analysis.uniform_chance import uniform_chance
 from qkviz.analysis.logit_decomposition import EMBEDDING_TERMS, EmbeddingSplit, available_terms
 from qkviz.analysis.syntax import SYNTAX_STATISTICS, TokenSyntax
 from qkviz.cluster import HeadRunner, HeadTask
@@ -44,7 +47,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["ATLAS_SCHEMA_VERSION", "EXEMPLAR_COLUMNS", "UPDATE_BINS", "UPDATE_RATIO_RANGE", "UPDATE_STATISTICS",
            "HeadAtlas", "compute_atlas", "compute_stats", "head_update_summary", "load_atlas", "store_atlas"]
 
-ATLAS_SCHEMA_VERSION = 2   # 2: logit terms, term and embedding profiles, head-update histograms
+ATLAS_SCHEMA_VERSION = 3   # 2: logit terms, term and embedding profiles, head-update histograms; 3: label table, probes
 
 
 @dataclass
@@ -60,6 +63,22 @@ class HeadAtlas:
     #: absolute-position models: [head, EMBEDDING_TERMS, 2 * max_offset + 1] of the first layer
     #: (shares: embed_share_<term> columns, NaN past layer 0)
     embedding_profiles: np.ndarray | None = None
+    #: every label each head earns, with its evidence (qkviz.analysis.label_table.LABEL_COLUMNS); the table's
+    #: ``label`` column is each head's strongest
+    labels: pd.DataFrame = None
+    #: every head's score on the repeated-random-tokens probe (qkviz.explain.head_probes.PROBE_COLUMNS), or None
+    probes: pd.DataFrame | None = None
+    #: what the probes were run on, or why they were not
+    probe_note: str = ""
+
+    def __post_init__(self):
+        if self.labels is None:
+            self.labels = pd.DataFrame(columns=list(LABEL_COLUMNS))
+
+    def labels_of(self, layer: int, head: int) -> pd.DataFrame:
+        """The labels head ``(layer, head)`` earns, strongest first (score over threshold)."""
+        rows = self.labels[(self.labels.layer == layer) & (self.labels["head"] == head)]
+        return rows.iloc[np.argsort(-(rows.score / rows.threshold).to_numpy(float), kind="stable")]
 
     @property
     def offsets(self) -> np.ndarray:
@@ -68,7 +87,9 @@ class HeadAtlas:
 
 def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_OFFSET, argmax_share: float = 0.5,
                   broad_entropy: float = 0.8, exemplars: int = 5, syntax: bool = False,
-                  progress: bool = True, jobs: int = 1, client: "DaskClient | None" = None) -> HeadAtlas:
+                  progress: bool = True, jobs: int = 1, client: "DaskClient | None" = None,
+                  probes: pd.DataFrame | None = None, probe_note: str = "",
+                  thresholds: LabelThresholds | None = None) -> HeadAtlas:
     """Compute the head atlas of a run and store it in ``<run>/stats/`` (what ``qkviz stats`` does).
 
     Every head's attention is recomputed over the whole corpus from the stored vectors.
@@ -83,6 +104,10 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_
         Label threshold: share of queries whose strongest key is of the same kind.
     broad_entropy
         Label threshold: normalised entropy above which a head is labelled broad.
+    thresholds
+        The other label thresholds (:class:`qkviz.analysis.LabelThresholds`: ``position_mass``, ``local_mass``,
+        ``first_token``, ``copying``, ``relation``, ``over_chance``, ``min_queries``); ``argmax_share`` and
+        ``broad_entropy`` above replace theirs.
     exemplars
         Exemplar sentences kept per head.
     syntax
@@ -96,6 +121,11 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_
         A Dask ``distributed.Client``: the heads run on its cluster's workers instead (see :mod:`qkviz.cluster`;
         leave ``jobs`` at 1). Every worker must see the run at the same path; this is checked first. The atlas
         is written here, once, as without a cluster.
+    probes
+        Every head's repeated-random-tokens probe scores (:func:`qkviz.explain.probe_heads`, which needs the model),
+        for the induction and duplicate-token labels; ``qkviz.compute_stats`` runs them where the model is at hand.
+    probe_note
+        What the probes ran on, or why there are none (kept in the atlas).
 
     Returns
     -------
@@ -109,21 +139,26 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_
         syntax = False
     if max_offset < 1 or exemplars < 0:
         raise QkvizError(f"max_offset must be at least 1 and exemplars at least 0, got {max_offset} and {exemplars}")
-    for name, value in (("argmax_share", argmax_share), ("broad_entropy", broad_entropy)):
-        if not 0 < value <= 1:
-            raise QkvizError(f"{name} must be in (0, 1], got {value}")
-    atlas = compute_atlas(run, LabelThresholds(argmax_share, broad_entropy), max_offset, exemplars, syntax=syntax,
-                          progress=progress, jobs=jobs, client=client)
+    thresholds = replace(thresholds or LabelThresholds(), argmax_share=argmax_share, broad_entropy=broad_entropy)
+    for name, value in thresholds.as_dict().items():
+        if not (0 <= value if name in ("over_chance", "min_queries") else 0 < value <= 1):
+            raise QkvizError(f"{name} must be in {'[0, inf)' if name in ('over_chance', 'min_queries') else '(0, 1]'}, "
+                             f"got {value}")
+    atlas = compute_atlas(run, thresholds, max_offset, exemplars, syntax=syntax,
+                          progress=progress, jobs=jobs, client=client, probes=probes, probe_note=probe_note)
     directory = store_atlas(run, atlas)
     counts = atlas.table.label.value_counts()
-    logger.info("%s: %d heads; labels: %s", directory, len(atlas.table),
-                ", ".join(f"{label} {count}" for label, count in counts.items()))
+    earned = atlas.labels.drop_duplicates(["layer", "head", "label"]).label.value_counts()
+    logger.info("%s: %d heads; strongest labels: %s; heads per label: %s", directory, len(atlas.table),
+                ", ".join(f"{label} {count}" for label, count in counts.items()),
+                ", ".join(f"{label} {count}" for label, count in earned.items()))
     return atlas
 
 
 def compute_atlas(run: StoredRun, thresholds: LabelThresholds = LabelThresholds(), max_offset: int = DEFAULT_MAX_OFFSET,
                   n_exemplars: int = 5, syntax: bool = False, progress: bool = False, jobs: int = 1,
-                  client: "DaskClient | None" = None) -> HeadAtlas:
+                  client: "DaskClient | None" = None, probes: pd.DataFrame | None = None,
+                  probe_note: str = "") -> HeadAtlas:
     """Statistics of every head (attention recomputed from the stored vectors, batch by batch);
     with ``syntax``, also the part-of-speech and dependency statistics of :mod:`qkviz.analysis.syntax`.
 
@@ -149,7 +184,30 @@ def compute_atlas(run: StoredRun, thresholds: LabelThresholds = LabelThresholds(
                 bar.update()
     finally:
         forget_run_states()
-    return _assemble(run, [entry for entry in entries if entry is not None], settings, syntax, has_updates)
+    atlas = _assemble(run, [entry for entry in entries if entry is not None], settings, syntax, has_updates)
+    atlas.probes, atlas.probe_note = probes, probe_note
+    if not run.is_image_run:
+        _label(run, atlas, probes)
+    return atlas
+
+
+def _label(run: StoredRun, atlas: HeadAtlas, probes: pd.DataFrame | None) -> None:
+    """Every label each head of a text run earns (:mod:`qkviz.analysis.label_table`), and its strongest."""
+    kinds = TokenKinds.of(run)
+    later = run.tokens.position.to_numpy() > 0
+    delimiter_share = float(kinds.delimiter[later].mean()) if later.any() else 0.0
+    chances = {layer: uniform_chance(run, layer, atlas.max_offset) for layer in range(run.n_layers)}
+    rows = []
+    for row, profile in zip(atlas.table.to_dict("records"), atlas.relative_position.reshape(-1, atlas.offsets.size)):
+        rows += corpus_labels(row, profile, chances[int(row["layer"])], atlas.thresholds, causal=run.is_causal,
+                              delimiter_share=delimiter_share)
+    if probes is not None:
+        rows += probe_labels(probes, atlas.thresholds)
+    atlas.labels = as_label_table(rows)
+    heads = list(zip(atlas.table.layer.astype(int), atlas.table["head"].astype(int)))
+    strongest = strongest_labels(atlas.labels, heads)
+    atlas.table["label"] = [strongest[head][0] for head in heads]
+    atlas.table["label_detail"] = [strongest[head][1] for head in heads]
 
 
 def _assemble(run: StoredRun, entries: list[HeadEntry], settings: AtlasSettings, syntax: bool,
@@ -175,7 +233,8 @@ def _assemble(run: StoredRun, entries: list[HeadEntry], settings: AtlasSettings,
                *(SYNTAX_STATISTICS if syntax else ()),
                *(f"share_{term}" for term in terms),
                *(f"embed_share_{term}" for term in (EMBEDDING_TERMS if with_embeddings else ())),
-               *(UPDATE_STATISTICS if has_updates else ()), "label", "label_detail"]
+               *(UPDATE_STATISTICS if has_updates else ()), *(() if run.is_image_run else REPEAT_STATISTICS),
+               "label", "label_detail"]
     return HeadAtlas(pd.DataFrame([entry.row for entry in entries], columns=columns), profiles, exemplar_table,
                      max_offset, settings.thresholds, terms, term_profiles, update_histograms, embedding_profiles)
 
@@ -200,8 +259,9 @@ def store_atlas(run: StoredRun, atlas: HeadAtlas) -> Path:
         arrays={run_files.ATLAS_PROFILES: atlas.relative_position, run_files.ATLAS_TERM_PROFILES: atlas.term_profiles,
                 run_files.ATLAS_UPDATE_HISTOGRAMS: atlas.update_histograms,
                 run_files.ATLAS_EMBEDDING_PROFILES: atlas.embedding_profiles},
-        tables={run_files.ATLAS_TABLE: atlas.table, run_files.ATLAS_EXEMPLARS: atlas.exemplars},
-        marker={"max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(),
+        tables={run_files.ATLAS_TABLE: atlas.table, run_files.ATLAS_EXEMPLARS: atlas.exemplars,
+                run_files.ATLAS_LABELS: atlas.labels, run_files.ATLAS_PROBES: atlas.probes},
+        marker={"max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(), "probe_note": atlas.probe_note,
                 "statistics": [name for name in (*STATISTICS, *IMAGE_STATISTICS) if name in atlas.table],
                 "terms": list(atlas.terms)})
 
@@ -217,4 +277,6 @@ def load_atlas(run: StoredRun) -> HeadAtlas | None:
                      LabelThresholds(**marker["thresholds"]), tuple(marker["terms"]),
                      stored.array(run_files.ATLAS_TERM_PROFILES),
                      stored.optional_array(run_files.ATLAS_UPDATE_HISTOGRAMS),
-                     stored.optional_array(run_files.ATLAS_EMBEDDING_PROFILES))
+                     stored.optional_array(run_files.ATLAS_EMBEDDING_PROFILES),
+                     stored.optional_table(run_files.ATLAS_LABELS), stored.optional_table(run_files.ATLAS_PROBES),
+                     str(marker.get("probe_note", "")))

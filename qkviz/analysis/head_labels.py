@@ -1,4 +1,5 @@
-"""A pattern label per head from its statistics (the attention-pattern chapter of the seeds).
+"""The label thresholds, and the single pattern label of an image run's head (the attention-pattern chapter of the
+seeds). Text runs' heads earn several labels each: :mod:`qkviz.analysis.label_table`.
 
 Rules, with :class:`LabelThresholds` (all exposed): among the argmax shares -- ``previous-token``
 (offset -1), ``next-token`` (+1), ``self`` (0), ``fixed-offset`` (the most frequent offset
@@ -18,14 +19,24 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+#: every label a head can carry: the text labels of :mod:`qkviz.analysis.label_table` (each head earns any number),
+#: then the image runs' single labels
 LABELS = ("previous-token", "next-token", "self", "fixed-offset", "first-token", "delimiter", "broad", "content",
-          "left-patch", "right-patch", "neighbour-patch", "same-row", "same-column")
+          "left-patch", "right-patch", "neighbour-patch", "same-row", "same-column",
+          "induction", "duplicate-token", "local", "dependency")
 
 
 @dataclass(frozen=True)
 class LabelThresholds:
     argmax_share: float = 0.5    # share of queries whose strongest key is of one kind
     broad_entropy: float = 0.8   # normalised entropy (1 = uniform) above which a head is broad
+    position_mass: float = 0.4   # mean attention at one relative offset (previous-token, self, next-token, offset)
+    local_mass: float = 0.5      # mean attention within the local window (qkviz.analysis.label_table.LOCAL_WINDOW)
+    first_token: float = 0.3     # Gu et al. 2025's epsilon: mean attention to the first token
+    copying: float = 0.3         # mean attention to the induction / duplicate-token target
+    relation: float = 0.5        # share of a relation's words whose strongest key is the related word
+    min_queries: int = 20        # queries a corpus-measured copying or relation score needs
+    over_chance: float = 2.0     # a corpus-measured label also needs this many times a uniform head's score
 
     def as_dict(self) -> dict:
         return asdict(self)

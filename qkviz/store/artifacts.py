@@ -38,22 +38,24 @@ class ArtifactDirectory:
         self.schema_version = schema_version
         self.remake = remake
 
-    def write(self, arrays: dict[str, np.ndarray | None], tables: dict[str, pd.DataFrame], marker: dict) -> Path:
-        """Replace the result: the marker goes first, then every file is written (an array of ``None``
+    def write(self, arrays: dict[str, np.ndarray | None], tables: dict[str, pd.DataFrame | None], marker: dict) -> Path:
+        """Replace the result: the marker goes first, then every file is written (an array or table of ``None``
         removes that optional file), then the marker with the schema and fingerprint."""
         self.directory.mkdir(exist_ok=True)
         with exclusive_lock(self.directory.with_name(f".{self.directory.name}.lock")):   # two writers: one at a time
             return self._write(arrays, tables, marker)
 
-    def _write(self, arrays: dict[str, np.ndarray | None], tables: dict[str, pd.DataFrame], marker: dict) -> Path:
+    def _write(self, arrays: dict[str, np.ndarray | None], tables: dict[str, pd.DataFrame | None], marker: dict) -> Path:
         self.marker_path.unlink(missing_ok=True)
         for name, array in arrays.items():
             (self.directory / name).unlink(missing_ok=True)
             if array is not None:
                 run_files.save_npy_atomic(self.directory / name, np.ascontiguousarray(array))
         for name, table in tables.items():
-            run_files.write_parquet_atomic(table, self.directory / name)
-        written = [name for name, array in arrays.items() if array is not None] + list(tables)
+            (self.directory / name).unlink(missing_ok=True)
+            if table is not None:
+                run_files.write_parquet_atomic(table, self.directory / name)
+        written = [name for name, value in (*arrays.items(), *tables.items()) if value is not None]
         run_files.write_json_atomic(self.marker_path, {
             "schema_version": self.schema_version, "run_fingerprint": self.run.manifest["fingerprint"], **marker,
             "sha256": {name: run_files.file_sha256(self.directory / name) for name in written}})
@@ -90,6 +92,10 @@ class ArtifactDirectory:
 
     def table(self, name: str) -> pd.DataFrame:
         return pd.read_parquet(self.directory / name)
+
+    def optional_table(self, name: str) -> pd.DataFrame | None:
+        path = self.directory / name
+        return pd.read_parquet(path) if path.exists() else None
 
     def warn_damaged(self, error: Exception) -> None:
         logger.warning("%s is damaged (%s); run '%s --run %s' again", self.directory, error, self.remake,

@@ -31,7 +31,8 @@ last (see :mod:`qkviz.store.artifacts`) or as entries with a JSON sidecar writte
     projections/<key>.npy, <key>.json      qkviz project: one layout per entry (qkviz.store.projections)
     correlation.parquet                    qkviz report: every head's correlations, for the app
     stats/     atlas.json (marker), head_stats.parquet, relative_position.npy, exemplars.parquet,
-               term_profiles.npy, update_histograms.npy, embedding_profiles.npy     qkviz stats
+               term_profiles.npy, update_histograms.npy, embedding_profiles.npy,
+               labels.parquet, probes.parquet                                      qkviz stats
     related/   related.json (marker), js_distance.npy, geometry_similarity.npy, order.npy, map_xy.npy,
                sentences.npy                                                        qkviz related
     indexes/   tokens.parquet; <side>-l<L>-h<H>.ivf.npz with <side>-l<L>-h<H>.json  qkviz index
@@ -94,6 +95,8 @@ ATLAS_EXEMPLARS = "exemplars.parquet"
 ATLAS_TERM_PROFILES = "term_profiles.npy"
 ATLAS_UPDATE_HISTOGRAMS = "update_histograms.npy"
 ATLAS_EMBEDDING_PROFILES = "embedding_profiles.npy"
+ATLAS_LABELS = "labels.parquet"              # every label each head earns (qkviz.analysis.label_table)
+ATLAS_PROBES = "probes.parquet"              # the repeated-token probe's scores (qkviz.explain.head_probes)
 RELATED_DIRECTORY = "related"                # qkviz.analysis.head_similarity
 RELATED_MARKER = "related.json"
 RELATED_JS_DISTANCE = "js_distance.npy"

@@ -45,9 +45,9 @@ def test_without_an_atlas_every_place_names_qkviz_stats_and_the_atlas_appears_on
     first = data.atlas()
     assert first is not None and {"label", "mean_distance", "share_content"} <= set(data.atlas_sorts())
     assert data.atlas() is first                                              # cached while unchanged
-    assert main(["-q", "stats", "--run", str(data.run.path), "--argmax-share", "0.01"]) == 0
+    assert main(["-q", "stats", "--run", str(data.run.path), *LOW_THRESHOLDS]) == 0
     again = data.atlas()
-    assert again is not first and again.thresholds.argmax_share == 0.01
+    assert again is not first and again.thresholds.position_mass == 0.01
     assert not again.table.label.isin(["broad", "content"]).any()            # every head got a pattern label
     (data.run.path / "stats" / "atlas.json").write_text("{}")                  # a broken marker: no atlas, no crash
     assert data.atlas() is None
@@ -137,6 +137,10 @@ def test_the_matrix_is_ordered_coloured_and_badged_by_a_statistic(atlas_data):
     assert plain.data[5].opacity == 0 and list(plain.layout.yaxis.ticktext) == ["L0", "L1"]
 
 
+#: thresholds every head of a random model passes: each earns a label other than broad or content
+LOW_THRESHOLDS = ["--argmax-share", "0.01", "--position-mass", "0.01", "--over-chance", "0", "--broad-entropy", "1"]
+
+
 def atlas_panel_tag(row) -> str:
     from dash_app.atlas_columns import label_tag
 
@@ -145,7 +149,11 @@ def atlas_panel_tag(row) -> str:
 
 def test_the_matrix_is_grouped_and_coloured_by_label(atlas_data, tmp_path):
     data = RunData(copy_run(atlas_data.run, tmp_path / "labels", atlas=False), "labels")
-    assert main(["-q", "stats", "--run", str(data.run.path), "--argmax-share", "0.01"]) == 0
+    assert main(["-q", "stats", "--no-probes", "--run", str(data.run.path), *LOW_THRESHOLDS]) == 0
+    earned = data.atlas().labels
+    middle = float(np.median(earned[earned.label == "self"].score))      # half the heads earn self, half nothing
+    assert main(["-q", "stats", "--no-probes", "--run", str(data.run.path), "--over-chance", "0",
+                 "--position-mass", f"{middle:.6f}"]) == 0
     labels = data.atlas().table.label.to_numpy()
     assert len(set(labels)) > 1
     figure, _ = matrix_view.render_matrix(data, ViewState(method="pca", sort="label"), None, None)

@@ -128,7 +128,7 @@ def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(tiny_run, tmp
     assert embed[atlas.table.layer > 0].isna().all().all()
     assert atlas.embedding_profiles.shape == (run.n_heads, 5, 17)
     marker = copy / "stats" / "atlas.json"
-    marker.write_text(marker.read_text().replace('"schema_version": 2', '"schema_version": 1'))
+    marker.write_text(marker.read_text().replace('"schema_version": 3', '"schema_version": 1'))
     assert load_atlas(run) is None            # an atlas of an older layout is not read as this one
     result = run_main("-q", "stats", "--run", copy, "--argmax-share", "1.5")
     assert result.returncode == 2 and "argument --argmax-share: 1.5 is out of range" in result.stderr
