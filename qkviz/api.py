@@ -248,7 +248,7 @@ def extract(model: str | Path | object, corpus: str | Path | Iterable, out: str 
     Parameters
     ----------
     model
-        A bundled name (``"minilm"``, ``"smollm2"``; see ``qkviz models``), a local Hugging Face model
+        A bundled name (``"minilm"``, ``"smollm2"``, ``"gemma3"``; see ``qkviz models``), a local Hugging Face model
         directory, a hub id, or a transformers model object already in memory (a base model or one with a
         head; of a supported family). An object is borrowed: its training mode, attention implementation
         and device are as they were afterwards, its weights and dtype untouched.

@@ -247,6 +247,9 @@ def models_listing() -> str:
     for model in BUNDLED_MODELS.values():
         installed = importlib.util.find_spec(model.module) is not None
         state = "installed" if installed else f"not installed: {model.install_command}"
+        if installed and model.converted is not None:
+            converted = (model.converted / "config.json").exists()
+            state += f", converted in {model.converted}" if converted else ", converted on first use"
         lines.append(f"  {model.name:<9} {model.description} [{model.package}=={model.version}, {state}]")
     tally = counts()
     lines.append(f"Text model types (any Hugging Face model of these, by directory, hub id or object; {tally['exact']} "

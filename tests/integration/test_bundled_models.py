@@ -1,4 +1,4 @@
-"""The two real bundled models on the default corpus: the stored vectors reproduce their attention."""
+"""The three real bundled models on the default corpus: the stored vectors reproduce their attention."""
 
 import numpy as np
 import pytest
@@ -45,6 +45,39 @@ def test_smollm2_on_the_default_corpus(dtype, tmp_path, smollm2_directory):  # c
                                            pad_token_id(loaded.tokenizer))
     assert error <= TOLERANCE[dtype], f"smollm2 {dtype}: {error:.2e}"
     assert departure > 0.5
+
+
+def test_gemma3_with_its_sliding_window_acting(tmp_path):
+    """Gemma 3 270M (QK-norm, 4 query heads over 1 key-value head, a 512-token window on 5 layers of every 6): a
+    passage of 30 corpus lines, longer than the window, beside 5 sentences. The gate checks the window where it
+    acts, the stored vectors reproduce the model's eager attention, and a logit splits exactly (qkviz explain)."""
+    lines = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
+    passage = " ".join(lines[:30])
+    run = qkviz.extract("gemma3", lines[40:45] + [passage], tmp_path / "gemma3", progress=False)
+    assert (run.n_layers, run.n_heads, run.n_kv_heads, run.head_dim) == (18, 4, 1, 256)
+    assert run.is_causal and run.family == "gemma3_text" and [run.kv_head(h) for h in range(4)] == [0] * 4
+    assert run.scale(0) == pytest.approx(256 ** -0.5)                     # query_pre_attn_scalar
+    assert [run.sliding_window(layer) for layer in range(18)] == ([512] * 5 + [None]) * 3
+    gate = run.manifest["extraction"]["exactness_gate"]
+    assert gate["window"] == {**gate["window"], "span": 512, "exercised": True}, gate
+    assert gate["max_error"] <= gate["bound"]
+    long = run.n_sentences - 1
+    n = len(range(run.n_tokens)[run.sentence_tokens(long)])
+    assert n > 512 + 32
+    sliding, full = run.attention(0, 1, long), run.attention(5, 1, long)
+    assert not sliding[-1, :n - 512].any() and sliding[-1, n - 512:].sum() == pytest.approx(1)
+    assert full[-1, :n - 512].sum() > 1e-3                               # the global layer sees past the window
+    loaded = load_model("gemma3")
+    error, departure = max_attention_error(run, model_directory("gemma3")[0], [0, 2, long],
+                                           pad_token_id(loaded.tokenizer))
+    assert error <= TOLERANCE["float32"], f"gemma3: {error:.2e}"
+    assert departure > 0.5
+    query = run.sentence_tokens(long).stop - 1
+    for layer, key in ((4, query - 3), (17, run.sentence_tokens(long).start + 1)):   # inside / past the window
+        frame = run.explain(layer, 2, query=query, key=key, model=loaded.model)
+        logit = run.scale(layer) * float(run.queries(layer, 2)[query].astype(np.float64) @ run.keys(layer, 2)[key])
+        assert frame.contribution.sum() == pytest.approx(frame.attrs["logit"], abs=1e-5)
+        assert frame.attrs["logit"] == pytest.approx(logit, abs=1e-4)
 
 
 def test_real_minilm_head_layouts_are_trustworthy(minilm_run):

@@ -34,7 +34,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) 
 def test_models_lists_bundled_models_and_families():
     output = qkviz("models", check_rc=0, entry_point=True).stdout   # the installed console script
     assert output == qkviz("models", check_rc=0).stdout             # runs this checkout's qkviz.cli.main
-    for expected in ("minilm", "smollm2", "vit", "deit", "dinov2", "dinov2-registers", "clip-vision", "siglip-vision"):
+    for expected in ("minilm", "smollm2", "gemma3", "vit", "deit", "dinov2", "dinov2-registers", "clip-vision", "siglip-vision"):
         assert expected in output
     rows = {line.split()[0]: line.split()[1] for line in output.splitlines() if line.startswith("  ")}
     for family in MODEL_FAMILIES:        # each with the status its test proves (tests/integration/test_model_families.py)
@@ -43,7 +43,7 @@ def test_models_lists_bundled_models_and_families():
 
 def test_unknown_model_names_the_bundled_ones(tmp_path):
     assert_one_line_error(qkviz("extract", "--model", "no-such-model", "--out", str(tmp_path / "r")),
-                          "no-such-model", "minilm, smollm2")
+                          "no-such-model", "minilm, smollm2, gemma3")
 
 
 def test_a_refused_family_says_why_in_one_line(tmp_path):
