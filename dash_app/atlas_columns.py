@@ -58,7 +58,8 @@ PANEL = ("mean_distance", "mean_distance_no_first", "entropy_normalised", "varia
 LABEL_TAGS = {"previous-token": "prev", "next-token": "next", "self": "self", "fixed-offset": "offset",
               "first-token": "first", "delimiter": "delim", "broad": "broad", "content": "content",
               "left-patch": "left", "right-patch": "right", "neighbour-patch": "adjacent", "same-row": "row",
-              "same-column": "column"}
+              "same-column": "column", "induction": "induct", "duplicate-token": "dup", "local": "local",
+              "dependency": "dep"}
 
 
 def column_name(column: str, image: bool = False) -> str:
@@ -72,13 +73,19 @@ def column_name(column: str, image: bool = False) -> str:
         return f"logit share: {column[len('share_'):]}"
     if column.startswith("pos_"):
         return f"attention to {column[len('pos_'):]} (part of speech)"
+    if column.startswith("relation_"):
+        relation, side = column.removeprefix("relation_").rsplit("_", 1)
+        return (f"strongest key: its head word ({relation} → head)" if side == "dependent"
+                else f"strongest key: its {relation} dependent (head → {relation})")
+    if column.startswith("corpus_"):
+        return f"corpus repeats: {column.removeprefix('corpus_').replace('_', '-')} attention"
     return column.replace("_", " ")
 
 
 def is_share(column: str) -> bool:
     """Columns holding a share of queries or of attention (shown as percentages)."""
-    return (column.startswith(("argmax_", "share_", "pos_", "dependency_alignment"))
-            or column in ("first_token_attention", "special_attention"))
+    return ((column.startswith(("argmax_", "share_", "pos_", "dependency_alignment", "relation_", "corpus_"))
+             and not column.endswith("_queries")) or column in ("first_token_attention", "special_attention"))
 
 
 def format_value(column: str, value: float) -> str:
@@ -95,15 +102,17 @@ def format_value(column: str, value: float) -> str:
 
 
 def sortable_columns(table: pd.DataFrame) -> tuple[str, ...]:
-    """``label`` and every numeric column of the atlas table but ``layer`` and ``head``."""
+    """``label`` and every numeric column of the atlas table but ``layer``, ``head`` and the counts and chance levels
+    beside a measure (``*_queries``, ``*_chance``)."""
     numeric = [column for column in table.columns
-               if column not in ("layer", "head") and pd.api.types.is_numeric_dtype(table[column])]
+               if column not in ("layer", "head") and not column.endswith(("_queries", "_chance"))
+               and pd.api.types.is_numeric_dtype(table[column])]
     return (LABEL_SORT, *numeric)
 
 
 def sort_options(columns: tuple[str, ...]) -> list[dict]:
     """Dropdown options for the atlas's sorts (statistics highest first; labels in their rule order)."""
-    return [{"label": "pattern label (atlas)" if column == LABEL_SORT
+    return [{"label": "strongest label (atlas)" if column == LABEL_SORT
              else f"{column_name(column)} (atlas, highest first)", "value": column} for column in columns]
 
 

@@ -165,6 +165,7 @@ XDIST_GROUPS = (
     # The bundled SmolLM2: converted once, and the model's own attention computed once for both dtypes.
     ("tests/integration/test_bundled_models.py::test_smollm2_on_the_default_corpus", "smollm2"),
     ("tests/integration/test_induction_circuit.py::", "smollm2"),
+    ("tests/integration/test_trained_head_labels.py::", "smollm2"),
     # UMAP compiles its numba code in every process that first runs it (about 10 s): all UMAP tests in one
     # worker, with the two tests on the shared MiniLM run (minilm_run, extracted once), one of which runs UMAP.
     ("tests/unit/test_projectors.py::test_2d_layouts_are_trustworthy_on_structured_data[umap]", "umap"),

@@ -1,4 +1,5 @@
-"""The single-head view's head-atlas panel: the head's pattern label, key statistics and top exemplars.
+"""The single-head view's head-atlas panel: the head's strongest label, every label it earns with its evidence, key
+statistics and top exemplars.
 
 Everything is Dash components with plain-text children (React escapes them): token and sentence
 text is never rendered as HTML. Each exemplar is a button whose pattern-matching id carries the
@@ -62,11 +63,26 @@ def label_detail(row: pd.Series) -> str:
 
 
 def label_line(row: pd.Series) -> html.Div:
-    """The label as a coloured tag, then the figure that decided it (``"95.4% of queries"``)."""
+    """The strongest label as a coloured tag, then the figure that decided it (``"95.4% of queries"``)."""
     colour = LABEL_COLOURS.get(str(row["label"]), "#777")
     return html.Div(className="atlas-label", children=[
-        html.Span(str(row["label"]), className="label-tag", style={"background": colour}),
+        "strongest label: ", html.Span(str(row["label"]), className="label-tag", style={"background": colour}),
         " ", label_detail(row)])
+
+
+def earned_labels(labels: pd.DataFrame) -> html.Div | None:
+    """Every label the head earns, strongest first: its tag, what was measured, its score beside chance and the
+    threshold, and the probe (:mod:`qkviz.analysis.label_table`)."""
+    if labels is None or not len(labels):
+        return None
+    lines = []
+    for row in labels.itertuples(index=False):
+        tag = html.Span(str(row.label), className="label-tag",
+                        style={"background": LABEL_COLOURS.get(str(row.label), "#777")})
+        lines.append(html.Li([tag, f" {row.detail}: {row.score:.3g} (chance {row.chance:.2g}, threshold "
+                                   f"{row.threshold:.2g}; {row.probe})"]))
+    return html.Div([html.Div(f"Labels earned ({len(lines)}):", className="hint"),
+                     html.Ul(lines, className="atlas-labels")])
 
 
 def statistics_table(row: pd.Series, columns: list[str]) -> html.Table:
@@ -118,7 +134,11 @@ def head_panel(data: RunData, layer: int, head: int) -> list:
         return [html.Div(missing_atlas_message(data) if atlas is None else "The head atlas has no row for this head.")]
     exemplars = atlas.exemplars[(atlas.exemplars["layer"] == layer) & (atlas.exemplars["head"] == head)]
     exemplars = exemplars.sort_values("rank").head(EXEMPLARS_SHOWN)
-    children = [label_line(row), statistics_table(row, panel_columns(list(atlas.table.columns), data.run.is_causal))]
+    children = [label_line(row)]
+    earned = earned_labels(atlas.labels_of(layer, head))
+    if earned is not None:
+        children.append(earned)
+    children.append(statistics_table(row, panel_columns(list(atlas.table.columns), data.run.is_causal)))
     if len(exemplars):
         children.append(html.Div("Strongest pairs (click one to open its sentence):", className="hint"))
         children += [exemplar_button(data, exemplar) for exemplar in exemplars.itertuples()]

@@ -29,7 +29,7 @@ from qkviz.report import LABEL_COLOURS
 from qkviz.analysis import LABELS
 from qkviz.analysis import HeadSimilarity
 
-COLOURINGS = {"layer": "layer", "label": "pattern label (head atlas)"}
+COLOURINGS = {"layer": "layer", "label": "strongest label (head atlas)"}
 NO_LABEL = "no atlas row"
 #: the figure's height: the window's, less the bars above it
 GRAPH_HEIGHT = "calc(100vh - 190px)"

@@ -293,10 +293,11 @@ def filter_options_sent(data: RunData, state: ViewState, previous: ViewState | N
 
 
 def filter_label_options_sent(data: RunData, state: ViewState, previous: ViewState | None):
-    """The labels the filter can keep: those of the run's atlas, in the rules' order."""
+    """The labels the filter can keep: those the run's heads earn (or have as their strongest), in the rules' order."""
     if not opened_or_run_changed(state, previous):
         return no_update
-    present = set(data.atlas().table.label) if data.atlas() is not None else set()
+    atlas = data.atlas()
+    present = set(atlas.table.label) | set(atlas.labels.label) if atlas is not None else set()
     return [{"label": label, "value": label} for label in LABELS if label in present]
 
 

@@ -1,5 +1,5 @@
-"""The matrix view's filter: which heads a head-atlas statistic (a range) or pattern label keeps, and the line
-that says so."""
+"""The matrix view's filter: which heads a head-atlas statistic (a range) or labels keep (a head is kept when it earns
+any of them, :mod:`qkviz.analysis.label_table`), and the line that says so."""
 
 from __future__ import annotations
 
@@ -25,10 +25,7 @@ def filter_mask(data: RunData, state: ViewState) -> np.ndarray | None:
     if values is None:
         return None
     if state.filter_by == LABEL_SORT:
-        if not state.filter_labels:
-            return None
-        wanted = [LABELS.index(label) for label in state.filter_labels]
-        return np.isin(values, wanted)
+        return carrying(data, state.filter_labels) if state.filter_labels else None
     if state.filter_min is None and state.filter_max is None:
         return None
     low = -np.inf if state.filter_min is None else state.filter_min
@@ -37,12 +34,22 @@ def filter_mask(data: RunData, state: ViewState) -> np.ndarray | None:
         return (values >= low) & (values <= high)
 
 
+def carrying(data: RunData, labels) -> np.ndarray:
+    """bool ``[flat head]``: the heads that earn any of ``labels`` (the atlas's label table: a head carries every
+    label it earns), or whose strongest label is one of them (image runs have only that)."""
+    kept = np.isin(data.atlas_grid(LABEL_SORT), [LABELS.index(label) for label in labels])
+    earned = data.atlas().labels
+    earned = earned[earned.label.isin(list(labels))]
+    kept[earned["layer"].to_numpy(int) * data.run.n_heads + earned["head"].to_numpy(int)] = True
+    return kept
+
+
 def filter_message(data: RunData, state: ViewState, kept: np.ndarray | None) -> str:
     """A line naming the filter, how many heads it keeps and the column's range, or what to choose next."""
     values = filter_values(data, state)
     if values is None:
         return ""
-    name = "pattern label" if state.filter_by == LABEL_SORT else column_name(state.filter_by)
+    name = "label (any it earns)" if state.filter_by == LABEL_SORT else column_name(state.filter_by)
     if kept is None:
         if state.filter_by == LABEL_SORT:
             return "Filter: choose the labels to keep."

@@ -4,7 +4,8 @@ One row per (layer, head, label): :data:`LABEL_COLUMNS`. ``score`` is what the h
 what a head attending uniformly would score there (:mod:`qkviz.analysis.uniform_chance`; for the repeated-token probe
 the same on its sequences), ``threshold`` what earns the label (:class:`qkviz.analysis.head_labels.LabelThresholds`),
 ``detail`` what was measured. A head earns every label whose score reaches its threshold (and, measured on the
-corpus, ``over_chance`` times its chance (short sequences make chance high); ``broad`` excepted, whose chance is its ceiling):
+corpus, ``over_chance`` times its chance, as short sequences make chance high; ``first-token`` keeps Gu et al.'s
+rule as it is, and ``broad`` needs none, its chance being its ceiling):
 
 * ``previous-token``, ``next-token`` (encoders), ``self``, ``fixed-offset`` (the strongest offset ``|o| >= 2``, named
   in ``detail``): the head's mean attention at that relative position over the corpus, ``>= position_mass``;
@@ -56,8 +57,8 @@ def corpus_labels(row: dict, profile: np.ndarray, chance: UniformChance, thresho
     layer, head = int(row["layer"]), int(row["head"])
     rows = []
 
-    def earn(label, detail, score, chance_score, threshold, probe=CORPUS):
-        if score >= threshold and score >= thresholds.over_chance * chance_score:
+    def earn(label, detail, score, chance_score, threshold, probe=CORPUS, over_chance=True):
+        if score >= threshold and (not over_chance or score >= thresholds.over_chance * chance_score):
             rows.append((layer, head, label, detail, float(score), float(chance_score), float(threshold), probe))
 
     named = [("previous-token", -1), ("self", 0)] + ([] if causal else [("next-token", 1)])
@@ -73,7 +74,7 @@ def corpus_labels(row: dict, profile: np.ndarray, chance: UniformChance, thresho
         earn("local", f"mean attention within offsets {min(window):+d}..{max(window):+d}",
              sum(at[offset] for offset in window), sum(chance_at[offset] for offset in window), thresholds.local_mass)
     earn("first-token", FIRST_TOKEN_RULE, float(row["first_token_attention"]), chance.first_token,
-         thresholds.first_token)
+         thresholds.first_token, over_chance=False)
     earn("delimiter", "share of queries whose strongest key is a special or punctuation token (not the first)",
          float(row["argmax_delimiter"]), delimiter_share, thresholds.argmax_share)
     if float(row["entropy_normalised"]) >= thresholds.broad_entropy:

@@ -37,9 +37,10 @@ def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
     sections = [
         f"<h1>Head atlas: {html.escape(model)}</h1>",
         f'<p class="note">Run <code>{html.escape(run_path)}</code>; attention recomputed from the stored vectors '
-        f"over the whole corpus. Labels (thresholds: {html.escape(str(atlas.thresholds.as_dict()))}): "
+        f"over the whole corpus. Strongest labels (thresholds: {html.escape(str(atlas.thresholds.as_dict()))}): "
         f"{count_text}. <a href=\"index.html\">Correlation report</a>.</p>",
-        "<h2>Pattern labels</h2>" + _label_grid(atlas),
+        "<h2>Strongest label of each head</h2>" + _label_grid(atlas),
+        _earned_section(atlas),
         "<h2>Average attention by relative position</h2>"
         '<p class="note">Mean weight at key position &minus; query position, per head; colour on a log scale.</p>'
         + figure_html(relative_position_figure(atlas.relative_position, atlas.offsets)),
@@ -71,6 +72,9 @@ def _label_grid(atlas: HeadAtlas) -> str:
     grid = _grid(table, "code")
     text = np.full(grid.shape, "", dtype=object)
     text[table.layer.to_numpy(), table["head"].to_numpy()] = table.label.to_numpy()
+    every = np.full(grid.shape, "", dtype=object)
+    for (layer, head), rows in atlas.labels.groupby(["layer", "head"]):
+        every[int(layer), int(head)] = html.escape(", ".join(dict.fromkeys(rows.label)))
     steps = len(LABELS)
     colourscale = []
     for number, label in enumerate(LABELS):
@@ -80,7 +84,8 @@ def _label_grid(atlas: HeadAtlas) -> str:
                                   texttemplate="%{text}" if in_cells else None, textfont={"size": 9},
                                   showscale=False, xgap=1 if not in_cells else 0, ygap=1 if not in_cells else 0,
                                   x=[f"H{h}" for h in range(grid.shape[1])], y=[f"L{l}" for l in range(grid.shape[0])],
-                                  hovertemplate="%{y} %{x}: %{text}<extra></extra>"))
+                                  customdata=every,
+                                  hovertemplate="%{y} %{x}: %{text}<br>earns: %{customdata}<extra></extra>"))
     figure.update_yaxes(autorange="reversed")
     figure.update_xaxes(tickangle=0)
     figure.update_layout(height=120 + (28 if in_cells else 18) * grid.shape[0],
@@ -89,6 +94,34 @@ def _label_grid(atlas: HeadAtlas) -> str:
     key = "".join(f'<span class="swatch" style="background:{LABEL_COLOURS[label]}"></span>'
                   f"{html.escape(label)} {counts[label]:,} &nbsp; " for label in LABELS if counts.get(label, 0))
     return f'<p class="note">{key}</p>' + figure_html(figure)
+
+
+#: heads listed per label on the page (strongest first; the label table has them all)
+HEADS_PER_LABEL = 12
+
+
+def _earned_section(atlas: HeadAtlas) -> str:
+    """Every label the heads earn: how many heads earn it, and its strongest heads with score, chance and probe."""
+    labels = atlas.labels
+    if not len(labels):
+        return ""
+    rows = []
+    for label in [label for label in LABELS if label in set(labels.label)]:
+        earned = labels[labels.label == label].sort_values("score", ascending=False)
+        heads = earned.drop_duplicates(["layer", "head"])
+        listed = ", ".join(f"L{int(row.layer)} H{int(row.head)} {row.score:.2f}"
+                           + (f" ({html.escape(str(row.detail))})" if label in ("dependency", "fixed-offset") else "")
+                           for row in heads.head(HEADS_PER_LABEL).itertuples())
+        more = f", and {len(heads) - HEADS_PER_LABEL:,} more" if len(heads) > HEADS_PER_LABEL else ""
+        first = earned.iloc[0]
+        rows.append(f'<tr><td><span class="swatch" style="background:{LABEL_COLOURS[label]}"></span>'
+                    f"{html.escape(label)}</td><td>{len(heads):,}</td><td>{html.escape(str(first.probe))}; threshold "
+                    f"{first.threshold:.2g}, chance about {earned.chance.median():.2g}</td><td>{listed}{more}</td></tr>")
+    return ("<h2>Every label each head earns</h2>"
+            f'<p class="note">A head earns every label whose score reaches its threshold (qkviz.analysis.label_table); '
+            f"run.atlas.labels has each with its evidence. Probe: {html.escape(atlas.probe_note or 'not run')}.</p>"
+            "<table><thead><tr><th>label</th><th>heads</th><th>measured on</th><th>strongest heads (score)</th></tr>"
+            f"</thead><tbody>{''.join(rows)}</tbody></table>")
 
 
 def _syntax_section(atlas: HeadAtlas) -> str:

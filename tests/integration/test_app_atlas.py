@@ -61,7 +61,7 @@ def test_the_panel_shows_label_statistics_and_exemplars_as_text(atlas_data):
     row = atlas_data.atlas_row(layer, head)
     panel = atlas_panel.head_panel(atlas_data, layer, head)
     words = texts(panel)
-    assert words[:3] == [row.label, " ", row.label_detail]
+    assert words[:4] == ["strongest label: ", row.label, " ", row.label_detail]
     table = find(panel, html.Table)[0]
     cells = {texts(line.children[0])[0]: texts(line.children[1])[0] for line in table.children.children}
     assert cells["mean distance"] == format_value("mean_distance", row.mean_distance) == f"{row.mean_distance:.3g}"
