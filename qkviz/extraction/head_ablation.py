@@ -34,7 +34,7 @@ from qkviz.extraction.forward_pass import forward
 
 logger = logging.getLogger(__name__)
 
-MODES = ("zero", "mean")
+ABLATION_MODES = ("zero", "mean")
 NEXT_TOKEN_LOSS = "next-token loss"
 HIDDEN_STATE_CHANGE = "hidden-state change"
 #: padded tokens per batch (a language model's logits are tokens x vocabulary floats)
@@ -220,8 +220,8 @@ def ablation_losses(model: torch.nn.Module, sequences, heads, mode: str = "zero"
     ``(layer, head)`` pair, or a list of pairs ablated together) ablated by ``mode`` (``"zero"`` or ``"mean"``; see
     the module): the per-token :class:`Ablation`. ``mean``: in mean mode, the heads' mean outputs to use (a
     ``[d_value]`` vector for one head, or ``{(layer, head): vector}``) instead of their mean over ``sequences``."""
-    if mode not in MODES:
-        raise QkvizError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode not in ABLATION_MODES:
+        raise QkvizError(f"mode must be one of {', '.join(ABLATION_MODES)}, got {mode!r}")
     adapter, shape = _adapter(model)
     heads = checked_heads(heads, shape)
     sequences = _check_sequences(sequences, model)
