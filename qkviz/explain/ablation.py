@@ -17,6 +17,7 @@ the change is the relative change of the last hidden state, ``||h_ablated - h_cl
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,11 @@ from qkviz.explain.pair_logit import sequence_ids
 from qkviz.store.run import StoredRun
 
 logger = logging.getLogger(__name__)
+
+#: the clean next-token losses of the last few (run, model, sentences) ablated: another head of the same run spares its
+#: clean pass (half the work in zero mode)
+_CLEAN: OrderedDict[tuple, tuple[object, list]] = OrderedDict()
+CLEAN_KEPT = 4
 
 #: the columns of :func:`ablate`'s frame
 ABLATION_COLUMNS = ("token_index", "sentence", "position", "token", "loss", "ablated_loss", "change", "measure")
@@ -65,8 +71,16 @@ def ablate(run: StoredRun, layer: int, head: int, mode: str = "zero", *, model=N
         raise QkvizError(f"mode must be one of {', '.join(ABLATION_MODES)}, got {mode!r}")
     chosen = _sentences(run, sentences)
     model = run_language_model(run, model, device)
+    key = (str(run.path), run.manifest.get("fingerprint"), id(model), tuple(chosen))
+    known = _CLEAN.get(key)
+    clean = known[1] if known is not None and known[0] is model else None
     result = ablation_losses(model, [sequence_ids(run, sentence) for sentence in chosen], (layer, head), mode,
-                             progress=progress)
+                             clean=clean, progress=progress)
+    if result.measure == "next-token loss":
+        _CLEAN[key] = (model, result.clean)
+        _CLEAN.move_to_end(key)
+        while len(_CLEAN) > CLEAN_KEPT:
+            _CLEAN.popitem(last=False)
     rows = np.concatenate([np.arange(run.sentence_tokens(s).start, run.sentence_tokens(s).stop) for s in chosen])
     tokens = run.tokens
     frame = pd.DataFrame({

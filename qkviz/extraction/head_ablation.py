@@ -188,7 +188,7 @@ def _check_sequences(sequences, model) -> list[np.ndarray]:
     vocabulary = getattr(model.config.get_text_config(), "vocab_size", None)
     checked = []
     for index, ids in enumerate(sequences):
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        ids = np.array(ids, dtype=np.int64).reshape(-1)
         if not len(ids):
             raise QkvizError(f"sequence {index} is empty; every sequence needs at least one token id")
         if ids.min() < 0 or (vocabulary is not None and ids.max() >= vocabulary):
@@ -197,6 +197,15 @@ def _check_sequences(sequences, model) -> list[np.ndarray]:
     if not checked:
         raise QkvizError("give at least one sequence of token ids to ablate on")
     return checked
+
+
+def _given_clean(clean, sequences: list[np.ndarray]) -> list[np.ndarray] | None:
+    if clean is None:
+        return None
+    clean = [np.asarray(values, dtype=np.float64) for values in clean]
+    if len(clean) != len(sequences) or any(len(a) != len(ids) for a, ids in zip(clean, sequences)):
+        raise QkvizError("clean= must be the clean losses of the same sequences (an earlier Ablation.clean)")
+    return clean
 
 
 def _given_means(mean, heads, d_value: int) -> dict[tuple[int, int], torch.Tensor]:
@@ -215,11 +224,13 @@ def _given_means(mean, heads, d_value: int) -> dict[tuple[int, int], torch.Tenso
 
 
 def ablation_losses(model: torch.nn.Module, sequences, heads, mode: str = "zero", mean=None, *,
-                    progress: bool = False) -> Ablation:
+                    clean: list[np.ndarray] | None = None, progress: bool = False) -> Ablation:
     """``model`` run over ``sequences`` (lists or arrays of token ids, fed as they are) clean and with ``heads`` (a
     ``(layer, head)`` pair, or a list of pairs ablated together) ablated by ``mode`` (``"zero"`` or ``"mean"``; see
     the module): the per-token :class:`Ablation`. ``mean``: in mean mode, the heads' mean outputs to use (a
-    ``[d_value]`` vector for one head, or ``{(layer, head): vector}``) instead of their mean over ``sequences``."""
+    ``[d_value]`` vector for one head, or ``{(layer, head): vector}``) instead of their mean over ``sequences``.
+    ``clean``: the clean next-token losses of an earlier call over the same sequences (its :attr:`Ablation.clean`),
+    which spares the clean pass when another head is ablated (ignored for a hidden-state change)."""
     if mode not in ABLATION_MODES:
         raise QkvizError(f"mode must be one of {', '.join(ABLATION_MODES)}, got {mode!r}")
     adapter, shape = _adapter(model)
@@ -230,22 +241,17 @@ def ablation_losses(model: torch.nn.Module, sequences, heads, mode: str = "zero"
     batches = _batches(sequences)
     n_tokens = sum(len(ids) for ids in sequences)
     passes = 3 if mode == "mean" and mean is None and not next_token else 2
-    bar = _bar(progress, n_tokens * passes)
-    clean: list = [None] * len(sequences)
+    clean = _given_clean(clean, sequences) if next_token else None
+    if clean is None:
+        clean = [None] * len(sequences)
+    elif mode == "zero" or mean is not None:
+        passes = 1
     change: list = [None] * len(sequences)
     ablated: list = [None] * len(sequences)
+    bar = _bar(progress, n_tokens * passes)
     with torch.inference_mode(), _HeadOutputs(model, adapter, shape, heads) as hooks:
         if mode == "mean" and mean is None:
-            hooks.collect = True
-            for batch in batches:
-                input_ids, mask = _padded([sequences[i] for i in batch], device)
-                hooks.mask = mask
-                measured = _measure(model, input_ids, mask, next_token)
-                if next_token:
-                    _keep(clean, batch, sequences, measured)
-                bar.update(int(mask.sum()))
-            hooks.collect = False
-            means = {head: total / n_tokens for head, total in hooks.sums.items()}
+            means = _measured_means(model, hooks, batches, sequences, clean if next_token else None, bar)
         else:
             means = None if mode == "zero" else _given_means(mean, heads, shape.value_dim or shape.head_dim)
         hooks.replace = {head: (torch.zeros(1, dtype=torch.float64) if means is None else means[head]).to(device)
@@ -276,6 +282,23 @@ def ablation_losses(model: torch.nn.Module, sequences, heads, mode: str = "zero"
     kept_means = None if means is None else {head: means[head].cpu().numpy() for head in heads}
     return Ablation(NEXT_TOKEN_LOSS if next_token else HIDDEN_STATE_CHANGE, clean, ablated, change, heads, mode,
                     kept_means)
+
+
+def _measured_means(model, hooks: _HeadOutputs, batches, sequences, clean: list | None, bar) -> dict:
+    """The heads' mean outputs over the real tokens of ``sequences``, from a clean pass (which fills ``clean``, the
+    next-token losses, when given)."""
+    device = next(model.parameters()).device
+    hooks.collect = True
+    for batch in batches:
+        input_ids, mask = _padded([sequences[i] for i in batch], device)
+        hooks.mask = mask
+        measured = _measure(model, input_ids, mask, clean is not None)
+        if clean is not None:
+            _keep(clean, batch, sequences, measured)
+        bar.update(int(mask.sum()))
+    hooks.collect = False
+    n_tokens = sum(len(ids) for ids in sequences)
+    return {head: total / n_tokens for head, total in hooks.sums.items()}
 
 
 def _keep(into: list, batch: list[int], sequences: list[np.ndarray], values: torch.Tensor) -> None:

@@ -174,6 +174,11 @@ def test_a_given_mean_is_used_and_bad_requests_are_one_line():
     copy_ = without_heads(model, FAMILIES["llama"][1], False, [(0, 3)],
                           {(0, 3): torch.as_tensor(measured.means[(0, 3)])})
     assert_close(given.ablated, [losses_by_hand(copy_, texts[0])])
+    # the clean losses of an earlier call spare the clean pass and change nothing
+    zero = ablation_losses(model, texts, (0, 1))
+    assert_close(ablation_losses(model, texts, (0, 1), clean=measured.clean).change, zero.change, 1e-9)
+    with pytest.raises(QkvizError, match="same sequences"):
+        ablation_losses(model, texts, (0, 1), clean=measured.clean[:2])
     for heads, mode, message in (((2, 0), "zero", "outside the model's 2 layers"),
                                  ((0, 4), "zero", "4 heads"), ((0, 1), "half", "mode must be one of zero, mean")):
         with pytest.raises(QkvizError, match=message):
@@ -231,3 +236,47 @@ def test_a_run_whose_model_was_saved_without_its_head_measures_the_hidden_state(
     assert (frame.change >= 0).all() and frame.change.max() > 0
     encoder = tiny_run("bert", max_sentences=4).ablate(1, 0, "mean")
     assert encoder.attrs["measure"] == "hidden-state change" and encoder.change.notna().all()
+
+
+# -- the trained SmolLM2 --------------------------------------------------------------------------------------------
+#: SmolLM2's strongest induction head, and a head drawn at random (seed 0) among the other 269
+INDUCTION_HEAD = (18, 6)
+RANDOM_HEAD = tuple(int(v) for v in divmod(int(np.random.default_rng(0).integers(270)), 9))
+
+
+@pytest.fixture(scope="module")
+def smollm2_run(tmp_path_factory, smollm2_directory):
+    """SmolLM2 over a held-out passage written twice (lines 301-302 of data/classics.txt) and two corpus lines."""
+    from support import CORPUS, REPO
+
+    passage = " ".join((REPO / "data" / "classics.txt").read_text(encoding="utf-8").splitlines()[300:302])
+    texts = [passage + " " + passage, *CORPUS.read_text(encoding="utf-8").splitlines()[100:102]]
+    run = qkviz.extract("smollm2", texts, tmp_path_factory.mktemp("smollm2-ablate") / "run", progress=False)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(smollm2_directory, dtype=torch.float32).eval()
+    return run, reference
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["zero", "mean"])
+def test_smollm2_ablation_equals_the_independent_ablation(smollm2_run, mode):
+    run, reference = smollm2_run
+    path = "model.layers.{}.self_attn.o_proj"
+    texts = [sequence_ids(run, s) for s in range(run.n_sentences)]
+    changes = {}
+    for head in (INDUCTION_HEAD, RANDOM_HEAD):
+        frame = run.ablate(*head, mode)
+        means = independent_means(reference, path, texts, [head], 64) if mode == "mean" else None
+        copy_ = without_heads(reference, path, False, [head], means, d_head=64)
+        clean = np.concatenate([losses_by_hand(reference, ids) for ids in texts])
+        ablated = np.concatenate([losses_by_hand(copy_, ids) for ids in texts])
+        del copy_
+        assert_close([frame.loss.to_numpy()], [clean])
+        assert_close([frame.ablated_loss.to_numpy()], [ablated])
+        assert_close([frame.change.to_numpy()], [ablated - clean])
+        changes[head] = frame
+    # the two heads' ablations differ; the induction head's raises the loss of the passage's second time most
+    assert np.nanmax(np.abs(changes[INDUCTION_HEAD].change - changes[RANDOM_HEAD].change)) > 10 * TOLERANCE
+    repeated = changes[INDUCTION_HEAD].sentence == 0
+    second = repeated & (changes[INDUCTION_HEAD].position > repeated.sum() // 2 + 2)
+    induction, other = (float(changes[head].change[second].mean()) for head in (INDUCTION_HEAD, RANDOM_HEAD))
+    assert induction > 0.2 and induction > 10 * abs(other), (induction, other)
