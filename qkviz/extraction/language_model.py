@@ -25,6 +25,8 @@ def load_language_model(spec: str, device: str = "cpu"):
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise QkvizError(f"--device {device} was asked for but no CUDA device is available; use --device cpu")
     directory, _source = model_directory(spec)
     try:
         config = AutoConfig.from_pretrained(directory)

@@ -229,6 +229,32 @@ def test_run_ablate_is_one_row_per_token_and_equals_the_independent_ablation(gpt
             call()
 
 
+def test_the_cli_prints_the_mean_change_and_the_tokens_most_changed(gpt2_language_model_run, tmp_path):
+    import pandas as pd
+    from support.cli import one_line_error, run_main
+
+    run, _reference = gpt2_language_model_run
+    out = tmp_path / "ablated.parquet"
+    done = run_main("-q", "ablate", "--run", str(run.path), "--layer", "1", "--head", "2", "--mode", "mean",
+                    "--top", "4", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    frame = run.ablate(1, 2, "mean")
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("L1H2 mean-ablated: mean next-token loss change") and "nats" in lines[0]
+    assert f"{frame.attrs['mean_change']:+.4g}" in lines[0]
+    assert "context" in lines[2] and len(lines) == 3 + 4 + 1 and "[" in lines[3]
+    written = pd.read_parquet(out)
+    assert list(written.columns) == list(qkviz.explain.ABLATION_COLUMNS) and len(written) == run.n_tokens
+    assert np.allclose(written.change, frame.change, equal_nan=True)
+    top = frame.sort_values("change", ascending=False).token_index.iloc[0]
+    assert lines[3].split()[0] == str(top)
+    one_line_error(run_main("ablate", "--run", str(run.path), "--layer", "1", "--head", "9"), "head 9 is out of range")
+    one_line_error(run_main("ablate", "--run", str(run.path), "--layer", "1", "--head", "0", "--out", "x.txt"),
+                   ".csv or .parquet")
+    one_line_error(run_main("ablate", "--run", str(run.path), "--layer", "1", "--head", "0", "--mode", "half"),
+                   "--mode")
+
+
 def test_a_run_whose_model_was_saved_without_its_head_measures_the_hidden_state(tiny_run):
     run = tiny_run("llama", max_sentences=4)
     frame = run.ablate(0, 1)
