@@ -5,8 +5,9 @@ on first use, :func:`qkviz.explain.run_model`); a request never waits for it. A 
 :meth:`ExplainWorker.ask` with a key and the function that computes it: the answer is the result when it is ready,
 the one-line reason when it failed (a :class:`qkviz.QkvizError`: the run's model cannot be found, the family is
 refused), or ``None`` while it is being computed, after which the page polls (:mod:`dash_app.panels.why`).
-Jobs run one at a time in the order asked (the model is loaded once, and one pass at a time keeps the server's
-cores for its requests); a job no longer wanted (the panel moved on) is dropped before it starts.
+The ablate action (:mod:`dash_app.panels.ablation`) runs on the same worker. Jobs run one at a time in the order
+asked (the model is loaded once, and one pass at a time keeps the server's cores for its requests); a job no longer
+wanted (the panel moved on) is dropped before it starts.
 """
 
 from __future__ import annotations

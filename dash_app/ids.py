@@ -192,6 +192,15 @@ def why_ids(view: str) -> WhyIds:
     return WhyIds(view)
 
 
+# the ablate action in the single view (dash_app.panels.ablation)
+ABLATE_MODE = "ablate-mode"
+ABLATE_BUTTON = "ablate-button"
+ABLATE_POLL = "ablate-poll"
+#: the subject shown: {run, layer, head, mode}
+ABLATE_SHOWN = "ablate-shown"
+ABLATE_PANEL = "ablate-panel"
+
+
 # composition view (dash_app.views.composition): heads as nodes, Q- and K-composition edges from stored circuits
 COMPOSITION_VIEW = view_container("composition")
 COMPOSITION_GRAPH = "composition-graph"

@@ -132,6 +132,22 @@ class Run(StoredRun):
 
         return explain_pair(self, layer, head, query, key, by, model=model, device=device)
 
+    def ablate(self, layer: int, head: int, mode: str = "zero", *, model=None, device: str = "cpu",
+               sentences=None, progress: bool = False) -> pd.DataFrame:
+        """Whether head ``(layer, head)`` matters: the run's model over the run's own sequences, clean and with the
+        head's output removed (its slice of the output projection's input set to zero, ``mode="zero"``, or to its
+        mean over the sequences, ``"mean"``; :mod:`qkviz.explain.ablation`).
+
+        One row per token (of ``sentences`` when given): ``token_index``, ``sentence``, ``position``, ``token``,
+        ``loss``, ``ablated_loss`` and ``change`` (ablated minus clean next-token loss, nats; NaN where there is no
+        next token). For an encoder (no language-model head) ``change`` is the relative change of the last hidden
+        state and the losses are NaN; the ``measure`` column says which. ``attrs["mean_change"]``: the mean over
+        the tokens. The run's model is loaded on first use (once per process); a notebook run passes it as
+        ``model=``."""
+        from qkviz.explain import ablate
+
+        return ablate(self, layer, head, mode, model=model, device=device, sentences=sentences, progress=progress)
+
     @property
     def circuits(self) -> pd.DataFrame | None:
         """Every head's stored circuit (``qkviz stats --circuits``, :func:`qkviz.explain.compute_circuits`): one row

@@ -18,6 +18,7 @@ import pandas as pd
 import qkviz
 from qkviz.analysis import LabelThresholds
 from qkviz.api import app_entry_point
+from qkviz.cli_ablate import ablate_command
 from qkviz.cli_options import describe_os_error
 from qkviz.cli_parser import build_parser
 from qkviz.core import QkvizError
@@ -284,7 +285,7 @@ def _quiet_dask() -> None:
 
 COMMANDS = {"extract": _extract, "project": _project, "report": _report, "stats": _stats, "related": _related,
             "compare": _compare, "status": _status, "index": _index, "serve": _serve, "models": _models,
-            "explain": _explain}
+            "explain": _explain, "ablate": ablate_command}
 
 
 #: the loggers whose information lines the console shows (other libraries' only from warnings up)

@@ -265,5 +265,21 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--out", type=Path, help="also write every row to this .csv file")
     explain.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:1")
 
+    ablate = commands.add_parser(
+        "ablate", help="whether a head matters: its output removed, the change per token",
+        description="Run the run's model (loaded once: a bundled name or a saved directory) over the run's own "
+                    "sequences clean and with one head's output removed (its slice of the attention output "
+                    "projection's input set to zero, or to its mean over the run), and print the mean change of the "
+                    "next-token loss (an encoder: the relative change of its last hidden state) and the tokens it "
+                    "changes most.")
+    ablate.add_argument("--run", required=True, type=Path, help="run directory")
+    ablate.add_argument("--layer", required=True, type=integer(0), help="the head's layer")
+    ablate.add_argument("--head", required=True, type=integer(0), help="the head")
+    ablate.add_argument("--mode", choices=("zero", "mean"), default="zero",
+                        help="zero: the head's output set to zero; mean: to its mean over the run (default zero)")
+    ablate.add_argument("--top", type=integer(1), default=10, help="tokens printed (default 10)")
+    ablate.add_argument("--out", type=Path, help="also write every token's row to this .csv or .parquet file")
+    ablate.add_argument("--device", type=device, default="cpu", help="where the model runs: cpu (default), cuda, cuda:N, mps")
+
     commands.add_parser("models", help="list the bundled models and the supported families")
     return parser

@@ -31,6 +31,7 @@ from dash_app.events import NAMESPACE, clicked, select_clicked_point, show_view,
 from dash_app.image_patches import PATCH_PX
 from dash_app.export import export_buttons, image_config
 from dash_app.figure_parts import OPACITY_STEPS, message_figure
+from dash_app.panels import ablation as ablation_panel
 from dash_app.panels import atlas as atlas_panel
 from dash_app.panels import partners as partners_panel
 from dash_app.panels import related as related_panel
@@ -96,6 +97,7 @@ def layout(_context: AppContext) -> html.Div:
                 *why_panel.panel(VIEW_NAME),
                 html.H4("Head atlas"), html.Div(id=ids.SINGLE_ATLAS),
                 html.Button("Open its sentence ▶", id=ids.OPEN_SENTENCE, n_clicks=0),
+                *ablation_panel.controls(),
                 *partners_panel.controls(),
                 html.H4("Distance-dot correlation, partner recall@10"), html.Div(id=ids.SINGLE_CORRELATION),
                 html.H4("Related heads"), html.Div(id=ids.SINGLE_RELATED),
@@ -324,6 +326,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
     related_panel.register(app)
     selection_panel.register(app, runs)
     why_panel.register(app, runs, context.explanations, VIEW_NAME, selection_store=ids.SINGLE_SELECTION)
+    ablation_panel.register(app, runs, context.explanations, VIEW.state_store)
 
 
 VIEW = register_view(View(

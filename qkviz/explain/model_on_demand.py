@@ -16,8 +16,11 @@ from qkviz.store.run import StoredRun
 
 logger = logging.getLogger(__name__)
 
-#: (model id, device) -> the loaded model, for the life of the process
-_LOADED: dict[tuple[str, str], object] = {}
+#: (model id, device) -> the loaded model, for the life of the process; (model id, device, "lm") -> its causal
+#: language model (:func:`run_language_model`), whose base model then serves :func:`run_model` too
+_LOADED: dict[tuple, object] = {}
+#: (model id, device) of the causal runs' models whose checkpoints hold no language-model head
+_HEADLESS: set[tuple[str, str]] = set()
 #: id(model object) -> (the model, the identity hashes computed for it); the model is kept so that its id is not
 #: reused by another object
 _IDENTITIES: dict[int, tuple[object, dict]] = {}
@@ -54,19 +57,14 @@ def run_model(run: StoredRun, model=None, device: str = "cpu"):
     if model is not None:
         _check_same_model(run, model, f"the model given ({type(model).__name__})")
         return model.eval()
-    recorded = run.manifest.get("model", {})
-    spec = str(recorded.get("id", ""))
+    spec = _loadable_spec(run)
     key = (spec, device)
     if key in _LOADED:
         return _LOADED[key]
-    if recorded.get("in_memory"):
-        raise QkvizError(f"run {run.path} was extracted from a model in memory ({recorded.get('class')}, "
-                         f"{recorded.get('name_or_path') or 'no name or path'}); pass it as model=")
-    from qkviz.extraction import BUNDLED_MODELS, load_model
+    if (spec, device, "lm") in _LOADED:
+        return _LOADED[(spec, device, "lm")].base_model
+    from qkviz.extraction import load_model
 
-    if spec not in BUNDLED_MODELS and not Path(spec).expanduser().is_dir():
-        raise QkvizError(f"run {run.path}: its model {spec!r} is neither a bundled model "
-                         f"({', '.join(BUNDLED_MODELS)}) nor a model directory here; pass it as model=")
     logger.info("loading %s for attribution (once per process)", spec)
     try:
         loaded = load_model(spec, device=device)
@@ -76,3 +74,58 @@ def run_model(run: StoredRun, model=None, device: str = "cpu"):
     _check_same_model(run, loaded.model, f"model {spec!r}")
     _LOADED[key] = loaded.model
     return loaded.model
+
+
+def run_language_model(run: StoredRun, model=None, device: str = "cpu"):
+    """The run's model with its language-model head where it has one, for the next-token loss (ablation).
+
+    ``model`` if given (it, or its base model, checked to be the run's own). Else, for a causal run, the model the
+    manifest names loaded as a causal language model once per process (its base model checked to be the run's own);
+    an encoder run, or a checkpoint saved without its head, gets :func:`run_model`'s base model."""
+    if run.is_image_run:
+        raise QkvizError(f"run {run.path} is an image run; ablation runs text runs' models")
+    if model is not None:
+        base = getattr(model, "base_model", model)
+        try:
+            _check_same_model(run, model, f"the model given ({type(model).__name__})")
+        except QkvizError:
+            if base is model:
+                raise
+            _check_same_model(run, base, f"the model given ({type(model).__name__})")
+        return model.eval()
+    if not run.is_causal:
+        return run_model(run, None, device)
+    spec = _loadable_spec(run)
+    key = (spec, device, "lm")
+    if (spec, device) in _HEADLESS:
+        return run_model(run, None, device)
+    if key not in _LOADED:
+        from qkviz.extraction import load_language_model
+
+        logger.info("loading %s with its language-model head (once per process)", spec)
+        try:
+            language_model = load_language_model(spec, device=device)
+        except QkvizError as error:
+            raise QkvizError(f"run {run.path}: its model {spec!r} cannot be loaded ({error}); pass it as model=") \
+                from None
+        if language_model is None:
+            _HEADLESS.add((spec, device))
+            return run_model(run, None, device)
+        _check_same_model(run, language_model.base_model, f"model {spec!r}")
+        _LOADED[key] = language_model
+    return _LOADED[key]
+
+
+def _loadable_spec(run: StoredRun) -> str:
+    """The model id the manifest names, if qkviz can load it (a bundled name or a model directory here)."""
+    recorded = run.manifest.get("model", {})
+    spec = str(recorded.get("id", ""))
+    if recorded.get("in_memory"):
+        raise QkvizError(f"run {run.path} was extracted from a model in memory ({recorded.get('class')}, "
+                         f"{recorded.get('name_or_path') or 'no name or path'}); pass it as model=")
+    from qkviz.extraction import BUNDLED_MODELS
+
+    if spec not in BUNDLED_MODELS and not Path(spec).expanduser().is_dir():
+        raise QkvizError(f"run {run.path}: its model {spec!r} is neither a bundled model "
+                         f"({', '.join(BUNDLED_MODELS)}) nor a model directory here; pass it as model=")
+    return spec

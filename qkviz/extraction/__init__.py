@@ -27,7 +27,10 @@ STEPS = {"CHUNK_BYTES": "chunk_capture", "bytes_per_token": "text_capture", "chu
          "model_for_extraction": "borrowed_model", "LayerAttentionSettings": "capture",
          # the split of a layer's queries and keys by the parts of the residual stream (qkviz.explain)
          "query_key_parts": "residual_parts", "layer_weighted_sums": "residual_parts",
-         "AttributionRefused": "residual_parts", "model_identity": "run_manifest"}
+         "AttributionRefused": "residual_parts", "model_identity": "run_manifest",
+         # whether a head matters: a head's output removed, the next-token loss (or hidden state) compared
+         "ablation_losses": "head_ablation", "Ablation": "head_ablation", "ABLATION_MODES": "head_ablation",
+         "load_language_model": "language_model"}
 __all__ += list(STEPS)
 
 
