@@ -115,8 +115,11 @@ def build_report(run: StoredRun, max_pairs: int = correlation.DEFAULT_MAX_PAIRS,
 
 
 def atlas_summary(atlas: HeadAtlas) -> dict:
-    """Label counts and the model means of every statistic (the page is ``atlas.html``)."""
+    """Strongest-label counts, the heads earning each label, and the model means of every statistic (the page is
+    ``atlas.html``)."""
+    earned = atlas.labels.drop_duplicates(["layer", "head", "label"]).label.value_counts()
     return {"page": ATLAS_HTML_NAME, "labels": {k: int(v) for k, v in atlas.table.label.value_counts().items()},
+            "heads_earning": {k: int(v) for k, v in earned.items()}, "probe": atlas.probe_note,
             "means": {name: _float(atlas.table[name].mean()) for name in STATISTICS},
             "thresholds": atlas.thresholds.as_dict()}
 

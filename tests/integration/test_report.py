@@ -68,7 +68,8 @@ def test_report_covers_every_cached_projection_and_keeps_the_table_for_the_app(c
     labels = summary["head_atlas"]["labels"]
     assert sum(labels.values()) == causal_run.n_layers * causal_run.n_heads
     atlas_page = (out / "atlas.html").read_text()
-    assert "Pattern labels" in atlas_page and all(label in atlas_page for label in labels)
+    assert "Strongest label of each head" in atlas_page and all(label in atlas_page for label in labels)
+    assert all(label in atlas_page for label in summary["head_atlas"]["heads_earning"])
     assert f'<script src="{PLOTLY_ASSET}">' in atlas_page and (out / "atlas.html").stat().st_size < 1_000_000
     assert set(summary["files"]) == {"correlation.csv", "index.html", "atlas.html", PLOTLY_ASSET}
     extremes = summary["extreme_pairs"]
