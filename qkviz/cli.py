@@ -136,7 +136,7 @@ def _stats(args: argparse.Namespace) -> int:
         qkviz.compute_stats(run, max_offset=args.max_offset, argmax_share=args.argmax_share,
                             broad_entropy=args.broad_entropy, exemplars=args.exemplars, syntax=args.syntax,
                             progress=not args.quiet, jobs=args.jobs, client=client, probes=not args.no_probes,
-                            device=args.device, probe_settings=ProbeSettings(seed=args.probe_seed),
+                            device=args.device, probe_settings=ProbeSettings(seed=args.probe_seed), ablate=args.ablate,
                             thresholds=LabelThresholds(position_mass=args.position_mass, first_token=args.first_token,
                                                        copying=args.copying, over_chance=args.over_chance))
     if args.circuits:

@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--no-probes", action="store_true",
                        help="do not run the repeated-random-tokens probe (it loads the run's model); induction and "
                             "duplicate-token labels then come from the corpus's own repeats only")
+    stats.add_argument("--ablate", action="store_true",
+                       help="check each induction and previous-token label causally: the head removed (zero ablation) "
+                            "on the label's own probe, its mean change of next-token loss kept beside the label")
     stats.add_argument("--probe-seed", type=integer(0, 2**32 - 1), default=0, help="seed of the probe's tokens (default 0)")
     stats.add_argument("--circuits", action="store_true",
                        help="also every head's circuit (which earlier heads and MLPs build its queries and keys; "

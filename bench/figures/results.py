@@ -87,7 +87,7 @@ def source(results: Results, *names: str) -> str:
 
 
 #: the bundled models as the pages name them, by the key a result file gives (a run's directory name or the model)
-BUNDLED = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
+BUNDLED = {"minilm": "MiniLM", "smollm2": "SmolLM2", "gemma3": "Gemma 3 270M"}
 
 
 def model_name(key: str) -> str:

@@ -59,18 +59,26 @@ def _pool(run: StoredRun, model, settings: ProbeSettings) -> tuple[np.ndarray, s
     return vocabulary, f"drawn from the vocabulary's {len(vocabulary):,} ids (the corpus has too few distinct tokens)"
 
 
+def probe_sequences(run: StoredRun, model, settings: ProbeSettings):
+    """The probe's sequences (:class:`qkviz.extraction.repeat_probe.RepeatedTokens`) for the run's model, and where
+    their tokens were drawn from."""
+    from qkviz.extraction.repeat_probe import RepeatedTokens
+
+    prefix, suffix = _framing(run)
+    pool, drawn_from = _pool(run, model, settings)
+    return RepeatedTokens.draw(pool, settings.sequences, settings.half, settings.seed, prefix, suffix), drawn_from
+
+
 def probe_heads(run: StoredRun, settings: ProbeSettings = ProbeSettings(), *, model=None,
                 device: str = "cpu") -> pd.DataFrame:
     """Every head's score on the repeated-random-tokens probe (:data:`PROBE_COLUMNS`; the probes of
     :data:`qkviz.extraction.repeat_probe.PROBES`), from the run's own model (``model`` if given, checked to be it)."""
     if run.is_image_run:
         raise QkvizError(f"run {run.path} is an image run; the repeated-token probes are for text models")
-    from qkviz.extraction.repeat_probe import PROBES, RepeatedTokens, probe_scores
+    from qkviz.extraction.repeat_probe import PROBES, probe_scores
 
     model = run_model(run, model, device)
-    prefix, suffix = _framing(run)
-    pool, drawn_from = _pool(run, model, settings)
-    probe = RepeatedTokens.draw(pool, settings.sequences, settings.half, settings.seed, prefix, suffix)
+    probe, drawn_from = probe_sequences(run, model, settings)
     logger.info("probing %d heads on %s", run.n_layers * run.n_heads, settings.describe())
     scores = probe_scores(model, probe, device=device)
     source = f"{settings.describe()}, {drawn_from}"

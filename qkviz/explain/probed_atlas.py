@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 from qkviz.analysis import HeadAtlas, LabelThresholds
 from qkviz.analysis import compute_stats as compute_corpus_stats
 from qkviz.core.errors import QkvizError
+from qkviz.analysis.head_atlas import store_atlas
 from qkviz.explain.head_probes import ProbeSettings, probe_heads
+from qkviz.explain.label_ablation import ablate_labels
 from qkviz.store.run import StoredRun, as_run
 
 if TYPE_CHECKING:
@@ -29,7 +31,7 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
                   broad_entropy: float = 0.8, thresholds: LabelThresholds | None = None, exemplars: int = 5,
                   syntax: bool = False, progress: bool = True, jobs: int = 1, client: "DaskClient | None" = None,
                   probes: bool = True, model: object | None = None, device: str = "cpu",
-                  probe_settings: ProbeSettings = ProbeSettings()) -> HeadAtlas:
+                  probe_settings: ProbeSettings = ProbeSettings(), ablate: bool = False) -> HeadAtlas:
     """Compute the head atlas of a run, with every label each head earns, and store it in ``<run>/stats/``.
 
     Every head's attention is recomputed over the whole corpus from the stored vectors; the repeated-random-tokens
@@ -53,6 +55,9 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
         Where the probe runs the model.
     probe_settings
         The probe's sequences: how many, of how many tokens, the seed.
+    ablate
+        Check each induction and previous-token label causally: the head removed on the label's own probe, its mean
+        change of next-token loss in the label table's ``ablation_change`` (:mod:`qkviz.explain.label_ablation`).
 
     Returns
     -------
@@ -71,6 +76,11 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
             note = f"not run: {error}"
             logger.warning("%s: the induction and duplicate-token probe did not run (%s); labelling from the corpus "
                            "alone", run.path, error)
-    return compute_corpus_stats(run, max_offset=max_offset, argmax_share=argmax_share, broad_entropy=broad_entropy,
-                                thresholds=thresholds, exemplars=exemplars, syntax=syntax, progress=progress, jobs=jobs,
-                                client=client, probes=scores, probe_note=note)
+    atlas = compute_corpus_stats(run, max_offset=max_offset, argmax_share=argmax_share, broad_entropy=broad_entropy,
+                                 thresholds=thresholds, exemplars=exemplars, syntax=syntax, progress=progress,
+                                 jobs=jobs, client=client, probes=scores, probe_note=note)
+    if ablate and not run.is_image_run:
+        atlas.labels = ablate_labels(run, atlas.labels, model=model, device=device, settings=probe_settings,
+                                     progress=progress)
+        store_atlas(run, atlas)
+    return atlas

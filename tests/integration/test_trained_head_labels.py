@@ -26,7 +26,7 @@ SEQUENCES, HALF, SEED, ID_RANGE = 6, 40, 1234, (2000, 40000)
 def labelled(tmp_path_factory):
     lines = (REPO / "data" / "classics.txt").read_text(encoding="utf-8").splitlines()[LINES]
     run = qkviz.extract("smollm2", lines, tmp_path_factory.mktemp("labels") / "run", progress=False)
-    atlas = qkviz.compute_stats(run, progress=False)
+    atlas = qkviz.compute_stats(run, progress=False, ablate=True)
     return run, atlas
 
 
@@ -56,7 +56,7 @@ def _independent_previous_token(model, run) -> np.ndarray:
     """``[layer, head]`` mean attention to the token before, over the held-out sentences (every query but the first)."""
     totals, count = None, 0
     for sentence in range(run.n_sentences):
-        ids = torch.as_tensor(run.tokens.token_id.to_numpy()[run.sentence_tokens(sentence)])[None]
+        ids = torch.as_tensor(np.array(run.tokens.token_id.to_numpy()[run.sentence_tokens(sentence)]))[None]
         attentions = _eager_attentions(model, ids)
         n = ids.shape[1]
         sums = np.array([[float(layer[0, head, torch.arange(1, n), torch.arange(n - 1)].sum())
@@ -93,7 +93,8 @@ def test_the_strongest_previous_token_heads_are_labelled(labelled):
 def test_labels_carry_their_evidence_and_the_strongest_label_is_not_only_sinks(labelled):
     _, atlas = labelled
     labels = atlas.labels
-    assert list(labels.columns) == ["layer", "head", "label", "detail", "score", "chance", "threshold", "probe"]
+    assert list(labels.columns) == ["layer", "head", "label", "detail", "score", "chance", "threshold", "probe",
+                                    "ablation_change", "ablation_measure"]
     assert (labels.score >= labels.threshold).all()
     assert (labels.chance < labels.score)[labels.label != "broad"].all()     # broad's chance (1) is its ceiling
     first = labels[labels.label == "first-token"]
@@ -103,3 +104,17 @@ def test_labels_carry_their_evidence_and_the_strongest_label_is_not_only_sinks(l
     table = atlas.table.set_index(["layer", "head"])
     assert all(table.loc[head, "label"] != "first-token" for head in both)
     assert atlas.table.label.value_counts().get("first-token", 0) < len(atlas.table) * 0.8
+
+
+def test_ablation_confirms_the_induction_labels_on_their_probe(labelled):
+    """--ablate: removing the strongest labelled induction head raises the loss on the probe's second copy by far the
+    most; on average the labelled induction heads raise it (a single weak one may lower it: others take over)."""
+    run, atlas = labelled
+    labels = atlas.labels
+    checked = labels[labels.label.isin(["induction", "previous-token"])]
+    assert checked.ablation_change.notna().all() and labels[~labels.index.isin(checked.index)].ablation_change.isna().all()
+    on_probe = checked[checked.probe.str.startswith("repeated random tokens")].sort_values("score", ascending=False)
+    assert on_probe.ablation_measure.str.contains("next-token loss change on the probe's second copy").all()
+    strongest = on_probe.iloc[0]
+    assert strongest.ablation_change > 0.5, on_probe[["layer", "head", "score", "ablation_change"]]
+    assert strongest.ablation_change == on_probe.ablation_change.max() and on_probe.ablation_change.mean() > 0.1
