@@ -122,12 +122,13 @@ def exactness(results: Results) -> str:
     by = {row["model"]: row for row in result["rows"]}
     grouped = {model for group in EXACTNESS_GROUPS for model, _ in group}
     groups = [[(model, label) for model, label in group if model in by] for group in EXACTNESS_GROUPS]
-    groups += [[(model, model)] for model in by if model not in grouped and model not in BUNDLED]
+    whole = {model for model in BUNDLED if "tokens" in by.get(model, {})}     # a bundled model's real-weights row
+    groups += [[(model, model)] for model in by if model not in grouped and model not in whole]
     rows = [("tiny " + " / ".join(label for _, label in group),
              *(" / ".join(f"{by[model][dtype]:.1e}" for model, _ in group) for dtype in ("float32", "float16")))
             for group in groups if group]
     rows += [(f"{BUNDLED[model]}, whole default corpus ({by[model]['tokens']:,} tokens)",
-              f"{by[model]['float32']:.1e}", f"{by[model]['float16']:.1e}") for model in BUNDLED if model in by]
+              f"{by[model]['float32']:.1e}", f"{by[model]['float16']:.1e}") for model in BUNDLED if model in whole]
     table = "\n".join(f"| {name} | {f32} | {f16} |" for name, f32, f16 in rows)
     compared = {row["kind"]: row["compared"] for row in result["rows"]}
     worst = {dtype: max(result["rows"], key=lambda row: row[dtype]) for dtype in ("float32", "float16")}
