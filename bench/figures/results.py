@@ -137,4 +137,7 @@ def heads_named(pairs) -> str:
     return ", ".join(f"L{layer} H{first}" + (f"–H{last}" if last > first else "") for layer, first, last in runs)
 
 def run_name(row: dict) -> str:
-    return model_name(row["run"])
+    """The bundled model a row's run is of (its model, or a bundled key in its directory's name), else the name."""
+    if row.get("model") in BUNDLED:
+        return BUNDLED[row["model"]]
+    return next((name for key, name in BUNDLED.items() if key in row["run"].split("-")), row["run"])

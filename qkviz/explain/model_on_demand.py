@@ -66,14 +66,19 @@ def run_model(run: StoredRun, model=None, device: str = "cpu"):
     from qkviz.extraction import load_model
 
     logger.info("loading %s for attribution (once per process)", spec)
-    try:
-        loaded = load_model(spec, device=device)
-    except QkvizError as error:
-        raise QkvizError(f"run {run.path}: its model {spec!r} cannot be loaded ({error}); pass it as model=") \
-            from None
+    loaded = _loaded(run, spec, load_model, device)
     _check_same_model(run, loaded.model, f"model {spec!r}")
     _LOADED[key] = loaded.model
     return loaded.model
+
+
+def _loaded(run: StoredRun, spec: str, loader, device: str):
+    """``loader(spec, device=device)``, its failure one line naming the run and ``model=``."""
+    try:
+        return loader(spec, device=device)
+    except QkvizError as error:
+        raise QkvizError(f"run {run.path}: its model {spec!r} cannot be loaded ({error}); pass it as model=") \
+            from None
 
 
 def run_language_model(run: StoredRun, model=None, device: str = "cpu"):
@@ -103,11 +108,7 @@ def run_language_model(run: StoredRun, model=None, device: str = "cpu"):
         from qkviz.extraction import load_language_model
 
         logger.info("loading %s with its language-model head (once per process)", spec)
-        try:
-            language_model = load_language_model(spec, device=device)
-        except QkvizError as error:
-            raise QkvizError(f"run {run.path}: its model {spec!r} cannot be loaded ({error}); pass it as model=") \
-                from None
+        language_model = _loaded(run, spec, load_language_model, device)
         if language_model is None:
             _HEADLESS.add((spec, device))
             return run_model(run, None, device)

@@ -19,6 +19,7 @@ from qkviz.core.errors import QkvizError
 from qkviz.analysis.head_atlas import store_atlas
 from qkviz.explain.head_probes import ProbeSettings, probe_heads
 from qkviz.explain.label_ablation import ablate_labels
+from qkviz.explain.model_on_demand import run_language_model
 from qkviz.store.run import StoredRun, as_run
 
 if TYPE_CHECKING:
@@ -65,6 +66,11 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
         The atlas, as :attr:`qkviz.Run.atlas` reads it back; ``atlas.labels`` holds every label with its evidence.
     """
     run = as_run(run)
+    if ablate and probes and not run.is_image_run and model is None:
+        try:        # loaded first with its language-model head, the model serves the probe too: one copy
+            run_language_model(run, None, device)
+        except QkvizError:
+            pass    # the probe says why below
     scores, note = None, "not run (probes=False, --no-probes)"
     if probes and run.is_image_run:
         note = "not run: the repeated-token probe is for text models"

@@ -115,3 +115,16 @@ def test_the_composition_view_opens_the_head_clicked(page, served):
     assert f"layer={LAYER}" in page.url and f"head={HEAD}" in page.url
     page.wait_for_function(f"() => document.querySelector('#{ids.SINGLE_GRAPH}').offsetParent !== null",
                            timeout=20_000)
+
+
+def test_ablate_this_head_shows_the_mean_change_an_independent_ablation_gives(page, served, why_run):
+    """The head panel's "Ablate this head": the model runs in the background (never in the request), and the mean
+    change drawn equals ``run.ablate`` computed here."""
+    open_view(page, served, f"view=single&layer={LAYER}&head={HEAD}&method=pca&dim=2", ids.SINGLE_GRAPH, 13)
+    page.click(f"#{ids.ABLATE_BUTTON}")
+    page.wait_for_selector(".ablation-mean", timeout=120_000)
+    wait_idle(page)
+    shown = float(page.inner_text(".ablation-mean"))
+    expected = why_run.ablate(LAYER, HEAD).attrs["mean_change"]
+    assert shown == pytest.approx(expected, abs=1.5e-4)
+    assert page.locator(".ablation-tokens tbody tr").count() > 0
