@@ -166,7 +166,9 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
                     "layers %s (the manifest's shape.model_layers)", adapter.family, shape.n_layers - 1,
                     ", ".join(map(str, adapter.layer_indices)))
     layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, run_input.n_tokens, dtype,
-                         head_update)
+                         head_update, output_norms=gate.no_output_norms is None)
+    if gate.no_output_norms is not None:
+        logger.info("%s: no output norms |W_O v| in this run: %s", adapter.family, gate.no_output_norms)
     if batch_size > 1 and passes_alone(loaded.model):
         logger.info("%s's own attention code reads the padding beside a sentence: each sentence passes alone "
                     "(batch size 1), so that its queries and keys are its own", adapter.family)
@@ -192,6 +194,8 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
         manifest["input"] = described
     manifest["extraction"] = {"device": device, "batch_size": batch_size, "exactness_gate": gate.as_manifest()}
     manifest["logit_parts"] = sorted(parts)
+    manifest["output_norms"] = ({"stored": True} if layout.output_norms
+                                else {"stored": False, "why": gate.no_output_norms})
     writer.finish(manifest, tokens, run_input.sequence_table(), {**parts, **run_input.extra_arrays()})
     seconds = time.perf_counter() - started
     result = ExtractionResult(open_stored_run(out), "resumed" if resumed else "extracted", seconds)
