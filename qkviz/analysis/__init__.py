@@ -7,7 +7,7 @@ search's matches form in each head's layout; the text around a pair of tokens in
 """
 
 from qkviz.analysis.attention_weighting import (AGGREGATE_POSITIONS, adjusted_attention, aggregate_attention,
-                                               hidden_tokens)
+                                               hidden_tokens, moved_norms)
 from qkviz.analysis.attention_change import (attention_change, check_comparable, most_changed, shape_difference,
                                             token_difference)
 from qkviz.analysis.document_attention import (DocumentHead, HeadProfile, PooledMap, RepeatedSpan, attention_blocks,
@@ -29,7 +29,7 @@ __all__ = ["copying_scores", "AGGREGATE_POSITIONS", "CLUSTER_GRID", "CORRELATION
            "PooledMap", "RelatedHead", "RepeatedSpan", "adjusted_attention", "aggregate_attention",
            "attention_blocks", "attention_change", "check_comparable", "cluster_counts", "compute_stats",
            "correlation_table", "document_head", "document_overview", "excerpt", "excerpt_pieces", "head_profile",
-           "hidden_tokens", "load_atlas", "load_head_similarity", "most_changed", "pixel_edges", "pooled_attention",
+           "hidden_tokens", "load_atlas", "load_head_similarity", "moved_norms", "most_changed", "pixel_edges", "pooled_attention",
            "relate_heads", "related_heads", "repeated_span", "shape_difference", "stored_correlations",
            "token_difference",
            "TokenSyntax", "attending_pairs", "head_correlation_rows", "load_pipeline"]
