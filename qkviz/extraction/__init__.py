@@ -27,7 +27,9 @@ STEPS = {"CHUNK_BYTES": "chunk_capture", "bytes_per_token": "text_capture", "chu
          "model_for_extraction": "borrowed_model", "LayerAttentionSettings": "capture",
          # the split of a layer's queries and keys by the parts of the residual stream (qkviz.explain)
          "query_key_parts": "residual_parts", "layer_weighted_sums": "residual_parts",
-         "AttributionRefused": "residual_parts", "model_identity": "run_manifest"}
+         "AttributionRefused": "residual_parts", "model_identity": "run_manifest",
+         # every head's |W_O^h v_j| (bench.output_norms times it apart from the extraction around it)
+         "head_factors": "output_norms", "head_output_norms": "output_norms"}
 __all__ += list(STEPS)
 
 

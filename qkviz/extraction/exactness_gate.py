@@ -42,7 +42,7 @@ from qkviz.extraction.attention_span import affordable_tokens, compared_rows, lo
 from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, LayerCalls, capturing, switch_attention
 from qkviz.extraction.float32_reference import float32_weights
 from qkviz.extraction.forward_pass import forward
-from qkviz.extraction.output_norms import MIXING_BOUND, projection_mismatch, unresolved_reason
+from qkviz.extraction.output_norms import HALF_MIXING_BOUND, MIXING_BOUND, projection_mismatch, unresolved_reason
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,8 @@ def check_exactness(model: torch.nn.Module, adapter: FamilyAdapter, shape: Model
             worst = max(worst, long_worst, key=lambda found: found[0])
     error, layer, head, where = worst
     result = GateResult(settings, error, layer, head, bound, str(compared_in).removeprefix("torch."),
-                        [batch.describe() for batch in checked], span, unresolved or mixing_refusal(mixing),
+                        [batch.describe() for batch in checked], span,
+                        unresolved or mixing_refusal(mixing, MIXING_BOUND if bound == FLOAT32_BOUND else HALF_MIXING_BOUND),
                         None if mixing is None else mixing[0])
     if not result.max_error <= bound:
         raise QkvizError(
@@ -175,9 +176,10 @@ def check_exactness(model: torch.nn.Module, adapter: FamilyAdapter, shape: Model
     return result
 
 
-def mixing_refusal(mixing: tuple[float, int] | None) -> str | None:
-    """Why output norms cannot be kept, from :func:`measure`'s ``(error, layer)``; None where they can."""
-    if mixing is None or mixing[0] <= MIXING_BOUND:
+def mixing_refusal(mixing: tuple[float, int] | None, bound: float = MIXING_BOUND) -> str | None:
+    """Why output norms cannot be kept, from :func:`measure`'s ``(error, layer)`` and the largest error accepted in
+    the precision compared in; None where they can."""
+    if mixing is None or mixing[0] <= bound:
         return None
     error, layer = mixing
     if error == float("inf"):
@@ -236,7 +238,11 @@ def _projection_inputs(model, adapter: FamilyAdapter, received: dict[int, torch.
     if received is None:
         yield
         return
-    projections = adapter.output_projections(model)
+    try:
+        projections = adapter.output_projections(model)
+    except AttributeError:              # a layer without the projection where the family keeps it: no output norms
+        yield
+        return
     layer_of = LayerCalls(projections).counter()
 
     def keep(module, args):

@@ -28,6 +28,8 @@ from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 #: the largest relative difference between the output projection's input and every head's ``sum_j a_ij v_j``
 #: accepted as "the same" (float32 rounding is ~1e-6; a sigmoid gate is ~0.5)
 MIXING_BOUND = 1e-3
+#: the same where the gate compares in half precision (float32 weights would not fit): bfloat16 rounds to ~4e-3
+HALF_MIXING_BOUND = 5e-2
 
 
 def head_factors(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape) -> list[torch.Tensor]:
@@ -40,7 +42,7 @@ def head_factors(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelSha
     return factors
 
 
-def output_norms(values: torch.Tensor, factors: torch.Tensor, n_heads: int) -> torch.Tensor:
+def head_output_norms(values: torch.Tensor, factors: torch.Tensor, n_heads: int) -> torch.Tensor:
     """float32 ``[batch, head, pos]``: ``|W_O^h v_j|`` for every query head ``h`` from ``values``
     ``[batch, kv_head, pos, d_value]`` (query head ``h`` reads key-value head ``h // (n_heads // n_kv_heads)``)
     and one layer's ``factors`` ``[head, rank, d_value]`` (:func:`head_factors`)."""
@@ -62,7 +64,7 @@ class OutputNormProbe:
         self._sink = sink
 
     def __call__(self, layer: int, values: torch.Tensor) -> None:
-        self._sink(layer, output_norms(values, self._factors[layer], self._heads))
+        self._sink(layer, head_output_norms(values, self._factors[layer], self._heads))
 
 
 def unresolved_reason(adapter: FamilyAdapter) -> str | None:
