@@ -31,6 +31,10 @@ NAMES = {
     "concentration": "concentration (top-1 - top-2)",
     "first_token_attention": "attention to the first token",
     "special_attention": "attention to special tokens",
+    "first_token_value_share": "value-weighted share of the first token (α·‖W_O v‖)",
+    "special_value_share": "value-weighted share of special tokens (α·‖W_O v‖)",
+    "first_token_transmits": "first token: moved / attended (transmits)",
+    "special_transmits": "special tokens: moved / attended (transmits)",
     "update_ratio_median": "head update: median norm ratio",
     "update_cosine_mean": "head update: mean cosine",
     "dependency_alignment": "dependency alignment",
@@ -52,7 +56,8 @@ IMAGE_NAMES = {
 PANEL = ("mean_distance", "mean_distance_no_first", "entropy_normalised", "variability", "argmax_self", "argmax_first",
          "argmax_previous", "argmax_next", "argmax_neighbour", "argmax_same_row", "argmax_same_col",
          "argmax_delimiter", "argmax_offset", "concentration",
-         "first_token_attention", "special_attention", "update_ratio_median", "update_cosine_mean",
+         "first_token_attention", "special_attention", "first_token_value_share", "first_token_transmits",
+         "special_value_share", "special_transmits", "update_ratio_median", "update_cosine_mean",
          "dependency_alignment")
 #: short tags for the matrix badges
 LABEL_TAGS = {"previous-token": "prev", "next-token": "next", "self": "self", "fixed-offset": "offset",
@@ -85,7 +90,8 @@ def column_name(column: str, image: bool = False) -> str:
 def is_share(column: str) -> bool:
     """Columns holding a share of queries or of attention (shown as percentages)."""
     return ((column.startswith(("argmax_", "share_", "pos_", "dependency_alignment", "relation_", "corpus_"))
-             and not column.endswith("_queries")) or column in ("first_token_attention", "special_attention"))
+             and not column.endswith("_queries"))
+            or column in ("first_token_attention", "special_attention", "first_token_value_share", "special_value_share"))
 
 
 def format_value(column: str, value: float) -> str:

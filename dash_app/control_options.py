@@ -7,7 +7,7 @@ options the control has. A view names these for its controls in its ``options``.
 
 from __future__ import annotations
 
-from dash import no_update
+from dash import dcc, no_update
 
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
@@ -36,3 +36,25 @@ def head_options(data: RunData, state: ViewState, previous: ViewState | None):
 def colour_options(data: RunData, state: ViewState, previous: ViewState | None):
     """The colourings the run offers (an image run's or a text run's), sent when the run changes."""
     return [{"label": COLOURS[name], "value": name} for name in data.colours] if run_changed(state, previous) else no_update
+
+
+def weighting_labels(data: RunData) -> dict[str, str]:
+    """What the weighting switch calls its two choices for the run: value weighting is ``a . |W_O v|`` where the
+    run keeps output norms, else (an older run, a family whose output is gated) ``a . |v|``, and it says so."""
+    value = ("value-weighted: α·‖W_O v‖" if data.run.has_output_norms
+             else "value-weighted: α·‖v‖ (no ‖W_O v‖ in this run)")
+    return {"attention": "attention α", "value": value}
+
+
+def weighting_options(data: RunData, state: ViewState, previous: ViewState | None):
+    """The weighting switch's two choices (:func:`weighting_labels`), sent when the run changes."""
+    if not run_changed(state, previous):
+        return no_update
+    return [{"label": label, "value": value} for value, label in weighting_labels(data).items()]
+
+
+def weighting_switch(control: str) -> dcc.RadioItems:
+    """A view's attention / value-weighted switch (its options come with the run: :func:`weighting_options`)."""
+    return dcc.RadioItems(id=control, value=ViewState.weighting, inline=True, className="weighting-switch",
+                          options=[{"label": label, "value": value} for value, label in
+                                   (("attention", "attention α"), ("value", "value-weighted"))])

@@ -88,6 +88,10 @@ EXEMPLAR = "exemplar"
 # sentence view
 SENTENCE_SELECT = "sentence-select"
 SENTENCE_OPTIONS = "sentence-options"
+#: each view's attention / value-weighted switch (the state's ``weighting``)
+SENTENCE_WEIGHTING = "sentence-weighting"
+SINGLE_WEIGHTING = "single-weighting"
+DOCUMENT_WEIGHTING = "document-weighting"
 SENTENCE_GRAPH = "sentence-graph"
 SENTENCE_MESSAGE = "sentence-message"
 AGGREGATE_GRAPH = "aggregate-graph"

@@ -14,7 +14,7 @@ from qkviz.report import COLOURS
 from dash_app.run_data import RunShape
 from dash_app.view_registry import view_names
 from qkviz.projection import FIRST_METHOD, method_names
-from qkviz.store import DIMENSIONS
+from qkviz.store import DIMENSIONS, WEIGHTINGS
 
 #: matrix-view orders: model order, by the report's distance-dot correlation, by search clusters, by the
 #: clustering of ``qkviz related``; a run with a head atlas adds its columns (``RunShape.atlas_sorts``)
@@ -51,6 +51,9 @@ class ViewState:
     filter_labels: tuple[str, ...] = ()
     filter_mode: str = "dim"
     sentence: int = 0
+    #: what the views that draw attention weights draw: ``"attention"`` (a_ij) or ``"value"`` (a_ij |W_O^h v_j|, as
+    #: each query's share); one of :data:`qkviz.store.WEIGHTINGS`
+    weighting: str = "attention"
     point: int | None = None
     #: the point clicked before ``point``, of the other kind (its query for a key, its key for a query): with
     #: ``point`` the pair the why panel explains (:mod:`dash_app.panels.why`); None without one
@@ -105,6 +108,7 @@ def validate(state: ViewState, shape: RunShape, defaults: ViewState) -> ViewStat
         "filter_labels": labels is not None,
         "filter_mode": isinstance(state.filter_mode, str) and state.filter_mode in FILTER_MODES,
         "sentence": _index(state.sentence, shape.n_sentences),
+        "weighting": isinstance(state.weighting, str) and state.weighting in WEIGHTINGS,
         "point": state.point is None or _index(state.point, 2 * shape.n_tokens),
         "pair_point": state.pair_point is None or pairs_with(state.point, state.pair_point, shape.n_tokens),
     }

@@ -1,7 +1,8 @@
 """The URL query string <-> :class:`~dash_app.state.ViewState`, validated.
 
 ``?run=minilm&view=single&layer=2&head=5&method=tsne&dim=2&colour=position&search=the`` restores
-a view. Every parameter is checked against the runs given at start: a run is named by its name or
+a view (``&weighting=value``: the views that draw attention weights draw them value-weighted). Every
+parameter is checked against the runs given at start: a run is named by its name or
 its index among them (never by a path), numbers must be in range, choices must be known. What
 does not pass falls back to its default and yields a notice for the page, never an error page. The views
 (``view=``) are the registered ones (:mod:`dash_app.view_registry`), and the one shown adds the fields it
@@ -21,12 +22,12 @@ from dash_app.view_registry import get_view, view_names
 from qkviz.analysis import LABELS
 from qkviz.report import COLOURS
 from qkviz.projection import method_names
-from qkviz.store import DIMENSIONS
+from qkviz.store import DIMENSIONS, WEIGHTINGS
 
 MAX_SEARCH_LENGTH = 100
 MATCH_MODES = {"whole": False, "substring": True}
 PARAMS = ("run", "view", "layer", "head", "method", "dim", "colour", "search", "match", "sort", "filter", "filter_min",
-          "filter_max", "filter_labels", "filter_mode", "sentence", "point", "pair")
+          "filter_max", "filter_labels", "filter_mode", "sentence", "weighting", "point", "pair")
 #: the URL's names of the matrix filter's state fields
 FILTER_PARAMS = {"filter": "filter_by", "filter_min": "filter_min", "filter_max": "filter_max",
                  "filter_labels": "filter_labels", "filter_mode": "filter_mode"}
@@ -67,6 +68,7 @@ def parse_url(search: str | None, shapes: list[RunShape]) -> tuple[ViewState, li
         "filter_labels": lambda text: _labels(text),
         "filter_mode": lambda text: _choice(text, FILTER_MODES),
         "sentence": lambda text: _integer(text, shape.n_sentences),
+        "weighting": lambda text: _choice(text, WEIGHTINGS),
         "point": lambda text: _integer(text, 2 * shape.n_tokens),
         "pair": lambda text: _integer(text, 2 * shape.n_tokens),
     }
@@ -98,6 +100,8 @@ def to_url(state: ViewState, shapes: list[RunShape]) -> str:
         params["match"] = "substring" if state.substring else "whole"
     if state.sort != "order":
         params["sort"] = state.sort
+    if state.weighting != ViewState.weighting:
+        params["weighting"] = state.weighting
     if state.filter_by:
         params["filter"] = state.filter_by
         params.update({name: getattr(state, field) for name, field in FILTER_PARAMS.items()

@@ -6,7 +6,9 @@ cells it covers, on a log scale, the pairs the model's mask forbids in grey (so 
 window's band show). Zooming (a box, the scroll wheel, a pan) asks the server for the region on screen, drawn
 again at screen resolution, down to single tokens labelled on both axes; the token strip under the map follows
 the zoom. Beside it, the head's profile over the document: attention mass against distance, on the first and the
-special tokens, the previous-token score and, over a repeated passage, the induction score.
+special tokens, the previous-token score and, over a repeated passage, the induction score. The weighting switch
+(the state's ``weighting``) draws all of it value-weighted: each weight times its key's ``|W_O^h v_j|`` (``|v_j|``
+in a run without output norms), every query's row rescaled to its share.
 
 Everything is computed by :mod:`qkviz.analysis.document_attention` from the stored queries and keys, block by
 block (never the ``n^2`` weights at once); the view only colours and sends it, at most :data:`MAP_PIXELS` squared
@@ -26,7 +28,7 @@ from dash import Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.control_options import head_options, layer_options, run_changed
+from dash_app.control_options import head_options, layer_options, run_changed, weighting_options, weighting_switch
 from dash_app.events import event_fields, relay_graph_event
 from dash_app.export import export_buttons
 from dash_app.figure_parts import plotly_texts, png_data_uri
@@ -35,7 +37,7 @@ from dash_app.run_data import RunData, RunShape
 from dash_app.state import MAX_SEARCH, ViewState, checked_state, select_pair
 from dash_app.view_registry import AppContext, View, register_view
 from qkviz.analysis import (DocumentHead, HeadProfile, PooledMap, RepeatedSpan, document_head, document_overview,
-                            pooled_attention, repeated_span)
+                            moved_norms, pooled_attention, repeated_span)
 
 #: the map's plot area, in CSS pixels a side: the image is at most this many pixels a side (the request's bound)
 MAP_PIXELS = 640
@@ -68,6 +70,7 @@ def layout(_context: AppContext) -> html.Div:
             html.Label("Head"), dcc.Dropdown(id=ids.DOCUMENT_HEAD, clearable=False, style={"width": "80px"}),
             html.Label("Document"), dcc.Dropdown(id=ids.DOCUMENT_SELECT, clearable=False, style={"width": "520px"}),
             dcc.RadioItems(id=ids.DOCUMENT_POOL, options=POOLS, value="max", inline=True),
+            weighting_switch(ids.DOCUMENT_WEIGHTING),
             export_buttons(ids.DOCUMENT_GRAPH, "document"),
         ]),
         html.Div(id=ids.DOCUMENT_MESSAGE, className="info"),
@@ -123,12 +126,15 @@ class DocumentCache:
         tokens = self.data.tokens.iloc[self.rows(document)]
         return tokens.is_special.to_numpy(bool), repeated_span(tokens.token_id.to_numpy())
 
-    def head(self, layer: int, head: int, document: int) -> DocumentHead:
-        return document_head(self.data.run, layer, head, document)
+    def head(self, layer: int, head: int, document: int, weighting: str = "attention") -> DocumentHead:
+        """The head over the document; value-weighted with ``weighting`` ``"value"``."""
+        weights = moved_norms(self.data.run, layer, head) if weighting == "value" else None
+        return document_head(self.data.run, layer, head, document, weights)
 
-    def whole(self, layer: int, head: int, document: int, pool: str) -> tuple[PooledMap, HeadProfile]:
+    def whole(self, layer: int, head: int, document: int, pool: str,
+              weighting: str = "attention") -> tuple[PooledMap, HeadProfile]:
         """The whole map and the profile of a head (computed once, however many requests ask at the same time)."""
-        key = (layer, head, document, pool)
+        key = (layer, head, document, pool, weighting)
         with self._lock:
             if key in self._done:
                 self._done.move_to_end(key)
@@ -143,8 +149,8 @@ class DocumentCache:
                     return self._done[key]
         try:
             special, repeat = self.passage(document)
-            result = document_overview(self.head(layer, head, document), special, repeat, (MAP_PIXELS, MAP_PIXELS),
-                                       pool)
+            result = document_overview(self.head(layer, head, document, weighting), special, repeat,
+                                       (MAP_PIXELS, MAP_PIXELS), pool)
             with self._lock:
                 self._done[key] = result
                 while len(self._done) > HEADS_KEPT:
@@ -157,12 +163,13 @@ class DocumentCache:
                 event.set()
 
     def region(self, layer: int, head: int, document: int, pool: str, rows: tuple[int, int],
-               columns: tuple[int, int]) -> PooledMap:
+               columns: tuple[int, int], weighting: str = "attention") -> PooledMap:
         """The map of a region (the whole map from the cache)."""
         n = self.rows(document).stop - self.rows(document).start
         if rows == (0, n) and columns == (0, n):
-            return self.whole(layer, head, document, pool)[0]
-        return pooled_attention(self.head(layer, head, document), rows, columns, (MAP_PIXELS, MAP_PIXELS), pool)
+            return self.whole(layer, head, document, pool, weighting)[0]
+        return pooled_attention(self.head(layer, head, document, weighting), rows, columns, (MAP_PIXELS, MAP_PIXELS),
+                                pool)
 
 
 def map_colours(pooled: PooledMap) -> np.ndarray:
@@ -211,14 +218,16 @@ def distance_label(low: int, high: int) -> str:
     return str(low) if high - low == 1 else f"{low}–{high - 1}"
 
 
-def profile_figure(profile: HeadProfile) -> go.Figure:
-    """Attention mass against query-key distance, one bar per log bin."""
+def profile_figure(profile: HeadProfile, weighting: str = "attention") -> go.Figure:
+    """Attention mass (value-weighted with ``weighting`` ``"value"``) against query-key distance, one bar per log
+    bin."""
     edges = profile.distance_edges
     labels = [distance_label(int(low), int(high)) for low, high in zip(edges[:-1], edges[1:])]
     figure = go.Figure(go.Bar(x=labels, y=profile.distance_mass, marker_color="#4a98c9",
                               hovertemplate="distance %{x}: %{y:.3f}<extra></extra>"))
     figure.update_layout(width=380, height=300, margin=dict(l=50, r=10, t=40, b=60),
-                         title=dict(text="attention mass by distance |query − key|", font=dict(size=13)),
+                         title=dict(text=f"{'value-weighted' if weighting == 'value' else 'attention'} mass by "
+                                         "distance |query − key|", font=dict(size=13)),
                          xaxis=dict(title="distance (tokens, log bins)", type="category", tickangle=-45),
                          yaxis=dict(title="mean weight", rangemode="tozero"), plot_bgcolor="white")
     return figure
@@ -338,7 +347,8 @@ def register(app: dash.Dash, context: AppContext) -> None:
     def draw_document(current, pool, drawn):
         state, data, cache, pool, rows = shown(current, pool)
         n = rows.stop - rows.start
-        if isinstance(drawn, dict) and drawn.get("key") == [state.run, state.sentence, state.layer, state.head, pool]:
+        if isinstance(drawn, dict) and drawn.get("key") == [state.run, state.sentence, state.layer, state.head, pool,
+                                                            state.weighting]:
             raise PreventUpdate                 # the state written again (another control's echo): this map is drawn
         if data.patches is not None:
             return (no_update, no_update, [], [], "The document view is for text runs; an image's attention is in the "
@@ -346,17 +356,18 @@ def register(app: dash.Dash, context: AppContext) -> None:
         if n > MAX_DOCUMENT_TOKENS:
             return (no_update, no_update, [], [], f"Document {state.sentence} has {n:,} tokens; the view draws "
                     f"documents of at most {MAX_DOCUMENT_TOKENS:,}.", None)
-        key = [state.run, state.sentence, state.layer, state.head, pool]
+        key = [state.run, state.sentence, state.layer, state.head, pool, state.weighting]
         texts = data.tokens.token.to_numpy()[rows]
-        pooled, profile = cache.whole(state.layer, state.head, state.sentence, pool)
+        pooled, profile = cache.whole(state.layer, state.head, state.sentence, pool, state.weighting)
         _, repeat = cache.passage(state.sentence)
-        title = f"{data.name}: layer {state.layer} head {state.head}, document {state.sentence} ({n:,} tokens)"
+        title = (f"{data.name}: layer {state.layer} head {state.head}, document {state.sentence} ({n:,} tokens)"
+                 + (", value-weighted" if state.weighting == "value" else ""))
         figure = map_figure(pooled, plotly_texts(texts), title, "-".join(map(str, key)))
         message = (f"Document {state.sentence}: {n:,} tokens, {pooled.values.shape[0]} × {pooled.values.shape[1]} "
                    f"pixels, each the {pool} weight of its query-key cells. Drag a box or scroll to zoom (tokens are "
                    f"labelled below {LABELLED_TOKENS + 1}); double-click for the whole document. Click a cell (zoomed "
                    "in to single tokens) to see why its query meets its key.")
-        return (figure, profile_figure(profile), scores_table(profile, repeat), token_strip(texts, (0, n), (0, n)),
+        return (figure, profile_figure(profile, state.weighting), scores_table(profile, repeat), token_strip(texts, (0, n), (0, n)),
                 message, {"key": key, "rows": [0, n], "columns": [0, n]})
 
     @app.callback(Output(ids.DOCUMENT_GRAPH, "figure", allow_duplicate=True),
@@ -368,14 +379,14 @@ def register(app: dash.Dash, context: AppContext) -> None:
         """The region on screen after a zoom or pan, drawn again (only the image, the axes' labels and the strip)
         when it is of the map drawn (its key) and another region."""
         state, data, cache, pool, rows = shown(current, pool)
-        key = [state.run, state.sentence, state.layer, state.head, pool]
+        key = [state.run, state.sentence, state.layer, state.head, pool, state.weighting]
         if not isinstance(drawn, dict) or drawn.get("key") != key:
             raise PreventUpdate
         region = zoomed_region(relayout, drawn, rows.stop - rows.start)
         if region is None or [list(region[0]), list(region[1])] == [drawn["rows"], drawn["columns"]]:
             raise PreventUpdate
         texts = data.tokens.token.to_numpy()[rows]
-        pooled = cache.region(state.layer, state.head, state.sentence, pool, *region)
+        pooled = cache.region(state.layer, state.head, state.sentence, pool, *region, state.weighting)
         patch = Patch()
         patch["data"][0] = image_trace(pooled)
         patch["layout"]["xaxis"].update(axis_labels(*region[1], plotly_texts(texts)))
@@ -416,7 +427,8 @@ def offered(context: AppContext) -> bool:
 VIEW = register_view(View(
     name=VIEW_NAME, label="Document", order=35, layout=layout, register=register, offered=offered,
     stores=(ids.DOCUMENT_REGION, ids.DOCUMENT_CLICK), actions={(ids.DOCUMENT_CLICK, "data"): select_clicked_cell},
-    repeats={ids.DOCUMENT_LAYER: "layer", ids.DOCUMENT_HEAD: "head",
-                                            ids.DOCUMENT_SELECT: "sentence"},
-    options={ids.DOCUMENT_LAYER: layer_options, ids.DOCUMENT_HEAD: head_options, ids.DOCUMENT_SELECT: offered_documents},
+    repeats={ids.DOCUMENT_LAYER: "layer", ids.DOCUMENT_HEAD: "head", ids.DOCUMENT_SELECT: "sentence",
+             ids.DOCUMENT_WEIGHTING: "weighting"},
+    options={ids.DOCUMENT_LAYER: layer_options, ids.DOCUMENT_HEAD: head_options, ids.DOCUMENT_SELECT: offered_documents,
+             ids.DOCUMENT_WEIGHTING: weighting_options},
     url_fields=("sentence",)))

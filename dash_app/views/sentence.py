@@ -6,7 +6,10 @@ separate traces carrying ``meta = [query position, key position]``, so hovering 
 only its lines in the browser (``showHoveredLines`` in ``assets/clientside.js`` restyles their
 visibility; no round trip). Its own layer and head selectors set the same state as the single view's.
 Below it, the head's attention averaged over the corpus by (query
-position, key position). :func:`register` adds the callback that draws both and the clientside relays.
+position, key position). The weighting switch (the state's ``weighting``) draws value-weighted attention instead:
+each weight times its key's ``|W_O^h v_j|`` (``|v_j|`` in a run without output norms, and the switch says so),
+every query's row rescaled to its share (:func:`qkviz.analysis.adjusted_attention`). :func:`register` adds the
+callback that draws both and the clientside relays.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from dash import Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from qkviz.analysis import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens
-from dash_app.control_options import head_options, layer_options, run_changed
+from qkviz.analysis import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens, moved_norms
+from dash_app.control_options import (head_options, layer_options, run_changed, weighting_labels, weighting_options,
+                                      weighting_switch)
 from dash_app.events import clicked, relay_graph_event
 from dash_app.export import export_buttons, image_config
 from dash_app.figure_parts import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
@@ -30,8 +34,7 @@ from dash_app.state import MAX_SEARCH, ViewState, checked_state, select_point, s
 from dash_app.view_registry import AppContext, View, register_view
 
 OPTIONS = [{"label": "hide the first token", "value": "first"},
-           {"label": "hide special tokens ([CLS], [SEP], BOS ...)", "value": "special"},
-           {"label": "weight by value norm", "value": "value_norm"}]
+           {"label": "hide special tokens ([CLS], [SEP], BOS ...)", "value": "special"}]
 MIN_WEIGHT = 0.02
 #: sentences the selector offers at a time (typing finds others): a large run's thousands of options took
 #: Dash 1-2 s to render on every page load
@@ -50,6 +53,7 @@ def layout(_context: AppContext) -> html.Div:
             html.Label("Head"), dcc.Dropdown(id=ids.SENTENCE_HEAD, clearable=False, style={"width": "80px"}),
             html.Label("Sentence / image"), dcc.Dropdown(id=ids.SENTENCE_SELECT, clearable=False, style={"width": "520px"}),
             dcc.Checklist(id=ids.SENTENCE_OPTIONS, options=OPTIONS, value=[], inline=True),
+            weighting_switch(ids.SENTENCE_WEIGHTING),
             export_buttons(ids.SENTENCE_GRAPH, "sentence"),
         ]),
         html.Div(id=ids.SENTENCE_MESSAGE, className="info"),
@@ -105,14 +109,15 @@ def select_clicked_token(state: ViewState, event: dict | None, data: RunData, sh
     return state
 
 
-def sentence_weights(data: RunData, layer: int, head: int, sentence: int, options: list[str]
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """``([query, key] adjusted weights, bool [token] hidden)`` of one sentence in one head."""
+def sentence_weights(data: RunData, layer: int, head: int, sentence: int, options: list[str],
+                     weighting: str = "attention") -> tuple[np.ndarray, np.ndarray]:
+    """``([query, key] adjusted weights, bool [token] hidden)`` of one sentence in one head; with ``weighting``
+    ``"value"``, value-weighted (:func:`qkviz.analysis.moved_norms`)."""
     rows = data.sentence_rows(sentence)
     tokens = data.tokens.iloc[rows]
     hidden = hidden_tokens(tokens.position.to_numpy(), tokens.is_special.to_numpy(),
                            "first" in options, "special" in options)
-    norms = data.run.value_norms(layer, head)[rows] if "value_norm" in options else None
+    norms = moved_norms(data.run, layer, head)[rows] if weighting == "value" else None
     return adjusted_attention(data.run.attention(layer, head, sentence), hidden, norms), hidden
 
 
@@ -152,7 +157,7 @@ def sentence_figure(texts: np.ndarray, weights: np.ndarray, hidden: np.ndarray, 
     return figure
 
 
-def aggregate_figure(average: np.ndarray, layer: int, head: int) -> go.Figure:
+def aggregate_figure(average: np.ndarray, layer: int, head: int, weighted: str = "attention") -> go.Figure:
     """Heatmap of ``average`` ``[query position, key position]`` (NaN cells left blank)."""
     visible = np.flatnonzero(~np.all(np.isnan(average), axis=1))
     size = int(visible.max()) + 1 if len(visible) else 1
@@ -160,7 +165,7 @@ def aggregate_figure(average: np.ndarray, layer: int, head: int) -> go.Figure:
                                   colorbar=dict(title=dict(text="mean weight", side="right")),
                                   hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"))
     figure.update_layout(height=560, width=620, margin=dict(l=50, r=10, t=50, b=50),
-                         title=dict(text=f"Layer {layer} head {head}: mean attention by position over the corpus "
+                         title=dict(text=f"Layer {layer} head {head}: mean {weighted} by position over the corpus "
                                          f"(positions < {AGGREGATE_POSITIONS})", font=dict(size=13)),
                          xaxis=dict(title="key position"), yaxis=dict(title="query position", autorange="reversed"))
     return figure
@@ -169,15 +174,16 @@ def aggregate_figure(average: np.ndarray, layer: int, head: int) -> go.Figure:
 def render_sentence(data: RunData, state: ViewState, options: list[str]) -> tuple[go.Figure, str]:
     """The sentence figure and the line above it for ``state``."""
     rows = data.sentence_rows(state.sentence)
-    weights, hidden = sentence_weights(data, state.layer, state.head, state.sentence, options)
+    weights, hidden = sentence_weights(data, state.layer, state.head, state.sentence, options, state.weighting)
     bold = None
     if state.point is not None and data.sentence_of(state.point % data.run.n_tokens) == state.sentence:
         bold = int(state.point % data.run.n_tokens - rows[0])
     figure = sentence_figure(plotly_texts(data.tokens.token.to_numpy()[rows]), weights, hidden, bold)
     n_pairs = len(strongest_pairs(weights)[0])
+    weighted = "" if state.weighting == "attention" else f" ({weighting_labels(data)['value']}, each query's share)"
     message = (f"Sentence {state.sentence} ({len(rows)} tokens), layer {state.layer} head {state.head}: "
-               f"{n_pairs} lines of weight ≥ {MIN_WEIGHT} (at most {MAX_LINES}). Hover a token to see only its lines; "
-               "click a query, then a key, to see why they meet.")
+               f"{n_pairs} lines of weight ≥ {MIN_WEIGHT}{weighted} (at most {MAX_LINES}). Hover a token to see only "
+               "its lines; click a query, then a key, to see why they meet.")
     return figure, message
 
 
@@ -196,11 +202,13 @@ def register(app: dash.Dash, context: AppContext) -> None:
         data, options = runs[state.run], string_list(options)
         if data.patches is not None:     # an image run: the image with a query's attention laid over it
             return image_attention.render_image(
-                data, state, options, lambda layer, head: sentence_weights(data, layer, head, state.sentence, options)[0])
+                data, state, options,
+                lambda layer, head: sentence_weights(data, layer, head, state.sentence, options, state.weighting)[0])
         figure, message = render_sentence(data, state, options)
-        average = data.aggregate(state.layer, state.head, "first" in options, "special" in options,
-                                 "value_norm" in options)
-        return figure, aggregate_figure(average, state.layer, state.head), message
+        value = state.weighting == "value"
+        average = data.aggregate(state.layer, state.head, "first" in options, "special" in options, value)
+        return figure, aggregate_figure(average, state.layer, state.head,
+                                        "value-weighted attention" if value else "attention"), message
 
     @app.callback(Output(ids.SENTENCE_SELECT, "options", allow_duplicate=True),
                   Input(ids.SENTENCE_SELECT, "search_value"), State(ids.STATE, "data"), prevent_initial_call=True)
@@ -218,6 +226,8 @@ VIEW = register_view(View(
     name=VIEW_NAME, label="Sentence", order=30, layout=layout, register=register,
     point_events={ids.SENTENCE_CLICK: (ids.SENTENCE_GRAPH, "clickData")},
     actions={(ids.SENTENCE_CLICK, "data"): select_clicked_token, (ids.SENTENCE_SELECT, "value"): choose_sentence},
-    controls={ids.SENTENCE_SELECT: "sentence"}, repeats={ids.SENTENCE_LAYER: "layer", ids.SENTENCE_HEAD: "head"},
-    options={ids.SENTENCE_LAYER: layer_options, ids.SENTENCE_HEAD: head_options, ids.SENTENCE_SELECT: offered_sentences},
+    controls={ids.SENTENCE_SELECT: "sentence", ids.SENTENCE_WEIGHTING: "weighting"},
+    repeats={ids.SENTENCE_LAYER: "layer", ids.SENTENCE_HEAD: "head"},
+    options={ids.SENTENCE_LAYER: layer_options, ids.SENTENCE_HEAD: head_options, ids.SENTENCE_SELECT: offered_sentences,
+             ids.SENTENCE_WEIGHTING: weighting_options},
     url_fields=("sentence",)))

@@ -26,7 +26,7 @@ from dash import ClientsideFunction, Input, Output, Patch, State, dcc, html, no_
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.control_options import colour_options, head_options, layer_options
+from dash_app.control_options import colour_options, head_options, layer_options, weighting_options, weighting_switch
 from dash_app.events import NAMESPACE, clicked, select_clicked_point, show_view, step
 from dash_app.image_patches import PATCH_PX
 from dash_app.export import export_buttons, image_config
@@ -82,6 +82,7 @@ def layout(_context: AppContext) -> html.Div:
             html.Label("weight ≥"),
             dcc.Input(id=ids.THRESHOLD, type="number", min=0, max=1, step=0.01, value=DEFAULT_THRESHOLD,
                       style={"width": "70px"}),
+            weighting_switch(ids.SINGLE_WEIGHTING),
         ]),
         html.Div(id=ids.SINGLE_INFO, className="info"),
         html.Div(id=ids.SINGLE_MESSAGE, className="message"),
@@ -145,7 +146,8 @@ def render_single(data: RunData, state: ViewState, options: list[str], matches: 
     sizes = norm_sizes(data.norms(state.layer, state.head)) if "size" in options else None
     base = base_traces(coordinates, data.display_text, values, state.colour, sizes, "labels" in options, matches,
                        token_fields)
-    overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners)
+    overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners,
+                              state.weighting)
     legend = category_legend(state.colour, state.dim)
     drawn = FIRST_METHOD if standing_in(data, state) else state.method
     shown = (f"{method_label(drawn)} (waiting for {method_label(state.method)})" if drawn != state.method
@@ -250,7 +252,8 @@ def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float,
     """Only the overlay slots of a drawn figure, for a new clicked point or line settings."""
     coordinates = to_steps(shown_layout(data, state))
     patch = Patch()
-    overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners)
+    overlays = overlay_traces(data, coordinates, state.layer, state.head, state.point, top_k, threshold, partners,
+                              state.weighting)
     for slot, trace in zip(range(OVERLAY_SLOTS.start, OVERLAY_SLOTS.stop), overlays):
         patch["data"][slot] = trace
     return patch
@@ -279,7 +282,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
         base_key = [state.run, state.layer, state.head, state.method, state.dim, state.colour,
                     state.search.strip().lower(), state.substring, sorted(options or []), standing_in(data, state),
                     data.is_cached(state.layer, state.head, state.method, state.dim)]
-        overlay_key = [state.point, top_k, threshold, partner_k, sorted(partner_options or [])]
+        overlay_key = [state.point, top_k, threshold, partner_k, sorted(partner_options or []), state.weighting]
         partners = partners_panel.partner_points(data, state, partner_k, partner_options)
         key = {"base": base_key, "overlay": overlay_key}
         rendered = rendered if isinstance(rendered, dict) else None           # ours, or nothing
@@ -342,4 +345,6 @@ VIEW = register_view(View(
              (ids.LAYER_UP, "n_clicks"): step(step_layer, -1), (ids.LAYER_DOWN, "n_clicks"): step(step_layer, 1),
              (ids.OPEN_SENTENCE, "n_clicks"): show_view("sentence")},
     controls={ids.LAYER_SELECT: "layer", ids.HEAD_SELECT: "head", ids.COLOUR_SELECT: "colour"},
-    options={ids.LAYER_SELECT: layer_options, ids.HEAD_SELECT: head_options, ids.COLOUR_SELECT: colour_options}))
+    repeats={ids.SINGLE_WEIGHTING: "weighting"},
+    options={ids.LAYER_SELECT: layer_options, ids.HEAD_SELECT: head_options, ids.COLOUR_SELECT: colour_options,
+             ids.SINGLE_WEIGHTING: weighting_options}))

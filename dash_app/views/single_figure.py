@@ -13,6 +13,7 @@ from dash_app.figure_parts import (CATEGORY_COLOURS, KEY_COLOUR, KEY_MATCH_COLOU
                               OPACITY_STEPS, QUERY_COLOUR, QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker,
                               legend_entries, opacity_step, step_opacity)
 from dash_app.run_data import RunData
+from qkviz.analysis import adjusted_attention, moved_norms
 from qkviz.report import CATEGORIES, COLOURS, colour_ticks, colour_title, colour_values
 
 PARTNER_COLOUR = "#ff7f00"
@@ -141,10 +142,13 @@ def base_traces(coordinates: np.ndarray, texts: np.ndarray, values: np.ndarray |
 
 
 def overlay_traces(data: RunData, coordinates: np.ndarray, layer: int, head: int, point: int | None,
-                   top_k: int, threshold: float, partners: np.ndarray | None = None) -> list[dict]:
+                   top_k: int, threshold: float, partners: np.ndarray | None = None,
+                   weighting: str = "attention") -> list[dict]:
     """Slots 4 onwards, as plain dicts: the clicked point's sentence (labelled), lines to the points
     it attends to most (or, for a key, from the queries attending to it most), the point itself, and
-    its corpus-wide ``partners`` (joint-layout indices) as stars.
+    its corpus-wide ``partners`` (joint-layout indices) as stars. With ``weighting`` ``"value"`` the lines are
+    the value-weighted attention (each query's share, :func:`qkviz.analysis.adjusted_attention` with
+    :func:`qkviz.analysis.moved_norms`).
 
     Empty traces when nothing is clicked, so a ``Patch`` can replace the slots in place."""
     dim, n_tokens = coordinates.shape[1], len(coordinates) // 2
@@ -156,6 +160,9 @@ def overlay_traces(data: RunData, coordinates: np.ndarray, layer: int, head: int
         sentence = data.sentence_of(token)
         sentence_rows = data.sentence_rows(sentence)
         attention = data.run.attention(layer, head, sentence)                  # [query, key] of the sentence
+        if weighting == "value":
+            attention = adjusted_attention(attention, np.zeros(len(attention), dtype=bool),
+                                           moved_norms(data.run, layer, head)[sentence_rows])
         local = token - sentence_rows[0]
         row = attention[:, local] if is_key else attention[local]
         chosen = [i for i in np.argsort(-row, kind="stable")[:max(int(top_k), 0)] if row[i] >= threshold]

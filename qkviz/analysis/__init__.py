@@ -7,7 +7,7 @@ search's matches form in each head's layout; the text around a pair of tokens in
 """
 
 from qkviz.analysis.attention_weighting import (AGGREGATE_POSITIONS, adjusted_attention, aggregate_attention,
-                                               hidden_tokens)
+                                               hidden_tokens, moved_norms)
 from qkviz.analysis.attention_change import (attention_change, check_comparable, most_changed, shape_difference,
                                             token_difference)
 from qkviz.analysis.document_attention import (DocumentHead, HeadProfile, PooledMap, RepeatedSpan, attention_blocks,
@@ -19,17 +19,17 @@ from qkviz.analysis.syntax import TokenSyntax, load_pipeline
 from qkviz.analysis.head_atlas import UPDATE_STATISTICS, HeadAtlas, compute_stats, load_atlas
 from qkviz.analysis.head_labels import LABELS, LabelThresholds
 from qkviz.analysis.head_similarity import HeadSimilarity, RelatedHead, load_head_similarity, related_heads, relate_heads
-from qkviz.analysis.head_stats import IMAGE_STATISTICS, STATISTICS
+from qkviz.analysis.head_stats import IMAGE_STATISTICS, STATISTICS, VALUE_STATISTICS
 from qkviz.analysis.induction_scores import copying_scores
 from qkviz.analysis.match_clusters import CLUSTER_GRID, cluster_counts
 from qkviz.analysis.text_excerpt import excerpt, excerpt_pieces
 
 __all__ = ["copying_scores", "AGGREGATE_POSITIONS", "CLUSTER_GRID", "CORRELATION_COLUMNS", "IMAGE_STATISTICS", "LABELS", "STATISTICS",
-           "UPDATE_STATISTICS", "DocumentHead", "HeadAtlas", "HeadProfile", "HeadSimilarity", "LabelThresholds",
+           "UPDATE_STATISTICS", "VALUE_STATISTICS", "DocumentHead", "HeadAtlas", "HeadProfile", "HeadSimilarity", "LabelThresholds",
            "PooledMap", "RelatedHead", "RepeatedSpan", "adjusted_attention", "aggregate_attention",
            "attention_blocks", "attention_change", "check_comparable", "cluster_counts", "compute_stats",
            "correlation_table", "document_head", "document_overview", "excerpt", "excerpt_pieces", "head_profile",
-           "hidden_tokens", "load_atlas", "load_head_similarity", "most_changed", "pixel_edges", "pooled_attention",
+           "hidden_tokens", "load_atlas", "load_head_similarity", "moved_norms", "most_changed", "pixel_edges", "pooled_attention",
            "relate_heads", "related_heads", "repeated_span", "shape_difference", "stored_correlations",
            "token_difference",
            "TokenSyntax", "attending_pairs", "head_correlation_rows", "load_pipeline"]

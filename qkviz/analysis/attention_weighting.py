@@ -1,6 +1,6 @@
-"""A head's attention adjusted as the app's sentence view shows it: tokens hidden (the first, the special
-ones) with every query's row renormalised (to its keys' share, less a sink's), weighted by the keys' value
-norms, and averaged over the corpus by (query position, key position).
+"""A head's attention adjusted as the app's views show it: tokens hidden (the first, the special
+ones) with every query's row renormalised (to its keys' share, less a sink's), value-weighted (each key's weight
+times what it moves, :func:`moved_norms`), and averaged over the corpus by (query position, key position).
 
 All functions take and return numpy arrays; shapes are ``[query, key]`` for one sentence and
 ``[query position, key position]`` for the corpus average.
@@ -15,6 +15,13 @@ from qkviz.store.run import StoredRun
 
 #: the corpus average covers query and key positions below this
 AGGREGATE_POSITIONS = 64
+
+
+def moved_norms(run: StoredRun, layer: int, head: int) -> np.ndarray:
+    """float32 ``[token]``: what each token's value weighs in value-weighted attention, ``|W_O^h v_j|``
+    (:meth:`~qkviz.store.StoredRun.output_norms`), or, in a run without output norms, ``|v_j|`` of the key-value head
+    (:meth:`~qkviz.store.StoredRun.value_norms`, which ignores the head's slice of the output projection)."""
+    return run.output_norms(layer, head) if run.has_output_norms else run.value_norms(layer, head)
 
 
 def hidden_tokens(positions: np.ndarray, is_special: np.ndarray, hide_first: bool, hide_special: bool) -> np.ndarray:
@@ -46,13 +53,14 @@ def adjusted_attention(attention: np.ndarray, hidden: np.ndarray, value_norms: n
 
 def aggregate_attention(run: StoredRun, layer: int, head: int, hide_first: bool = False, hide_special: bool = False,
                         by_value_norm: bool = False, positions: int = AGGREGATE_POSITIONS) -> np.ndarray:
-    """float64 ``[query position, key position]``: the head's (adjusted) attention averaged over the
-    corpus's sentences, for positions below ``positions``; NaN where no sentence has the pair.
+    """float64 ``[query position, key position]``: the head's (adjusted; with ``by_value_norm`` value-weighted by
+    :func:`moved_norms`) attention averaged over the corpus's sentences, for positions below ``positions``; NaN
+    where no sentence has the pair.
 
     Queries and keys are read once; each sentence's attention is recomputed from them exactly as
     :meth:`Run.attention` does."""
     queries, keys = run.queries(layer, head), run.keys(layer, head)
-    norms = run.value_norms(layer, head) if by_value_norm else None
+    norms = moved_norms(run, layer, head) if by_value_norm else None
     tokens = run.tokens
     token_positions, specials = tokens.position.to_numpy(), tokens.is_special.to_numpy()
     totals = np.zeros((positions, positions))

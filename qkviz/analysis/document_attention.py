@@ -46,11 +46,13 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class DocumentHead:
     """One head over one document: ``queries`` and ``keys`` ``[token, d_head]`` (the document's tokens, its first
-    token first) and the head's logit rule."""
+    token first) and the head's logit rule; with ``key_weights`` ``[token]``, value-weighted: each weight times its
+    key's, every row rescaled to the share its keys had (1, less a sink's), so that a row still sums to it."""
 
     queries: np.ndarray
     keys: np.ndarray
     rule: LogitRule
+    key_weights: np.ndarray | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -61,12 +63,14 @@ class DocumentHead:
         return allowed_keys(position, self.n_tokens, self.rule)
 
 
-def document_head(run, layer: int, head: int, sentence: int) -> DocumentHead:
+def document_head(run, layer: int, head: int, sentence: int, key_weights: np.ndarray | None = None) -> DocumentHead:
     """The :class:`DocumentHead` of ``run``'s sentence (document) ``sentence`` in head ``(layer, head)``, read from
-    the memory-mapped vectors (only its rows)."""
+    the memory-mapped vectors (only its rows); ``key_weights`` ``[token of the run]`` value-weights it (e.g.
+    :func:`qkviz.analysis.attention_weighting.moved_norms`)."""
     rows = run.sentence_tokens(sentence)
+    weights = None if key_weights is None else np.asarray(key_weights[rows], dtype=np.float64)
     return DocumentHead(run.vector_rows("queries", layer, head, rows), run.vector_rows("keys", layer, head, rows),
-                        run.logit_rule(layer, head))
+                        run.logit_rule(layer, head), weights)
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,14 @@ def block_probabilities(head: DocumentHead, first: int, stop: int, key_first: in
     allowed = (key_position[None, :] >= lo[:, None]) & (key_position[None, :] < hi[:, None])
     logits = attention_logits(head.queries[first:stop], head.keys[key_first:key_stop], head.rule, allowed,
                               query_positions=np.arange(first, stop), key_positions=key_position)
-    return masked_softmax(logits, sink=head.rule.sink, overwrite=True)           # the block's own logits: no copy
+    probabilities = masked_softmax(logits, sink=head.rule.sink, overwrite=True)  # the block's own logits: no copy
+    if head.key_weights is None:
+        return probabilities
+    # a block holds every key its rows may see (block_spans), so each row is rescaled whole
+    shares = probabilities.sum(axis=1, keepdims=True)
+    probabilities *= head.key_weights[key_first:key_stop][None, :]
+    totals = probabilities.sum(axis=1, keepdims=True)
+    return np.divide(probabilities * shares, totals, out=np.zeros_like(probabilities), where=totals > 0)
 
 
 def attention_blocks(head: DocumentHead, row_edges: np.ndarray, max_cells: int = MAX_BLOCK_CELLS

@@ -27,7 +27,7 @@ import pandas as pd
 from qkviz.analysis.atlas_tasks import (EXEMPLAR_COLUMNS, UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS,
                                         AtlasSettings, HeadEntry, forget_run_states, head_entry, head_update_summary)
 from qkviz.analysis.head_labels import LabelThresholds
-from qkviz.analysis.head_stats import DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, STATISTICS, TokenKinds
+from qkviz.analysis.head_stats import DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, STATISTICS, VALUE_STATISTICS, TokenKinds
 from qkviz.analysis.induction_scores import REPEAT_STATISTICS
 from qkviz.analysis.label_table import LABEL_COLUMNS, as_label_table, corpus_labels, probe_labels, strongest_labels
 from qkviz.analysis.uniform_chance import uniform_chance
@@ -230,6 +230,7 @@ def _assemble(run: StoredRun, entries: list[HeadEntry], settings: AtlasSettings,
             update_histograms[layer, head] = entry.update_histograms
     exemplar_table = pd.concat([entry.exemplars for entry in entries], ignore_index=True)[list(EXEMPLAR_COLUMNS)]
     columns = ["layer", "head", *STATISTICS, *(IMAGE_STATISTICS if run.is_image_run else ()),
+               *(VALUE_STATISTICS if run.has_output_norms else ()),
                *(SYNTAX_STATISTICS if syntax else ()),
                *(f"share_{term}" for term in terms),
                *(f"embed_share_{term}" for term in (EMBEDDING_TERMS if with_embeddings else ())),
@@ -262,7 +263,8 @@ def store_atlas(run: StoredRun, atlas: HeadAtlas) -> Path:
         tables={run_files.ATLAS_TABLE: atlas.table, run_files.ATLAS_EXEMPLARS: atlas.exemplars,
                 run_files.ATLAS_LABELS: atlas.labels, run_files.ATLAS_PROBES: atlas.probes},
         marker={"max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(), "probe_note": atlas.probe_note,
-                "statistics": [name for name in (*STATISTICS, *IMAGE_STATISTICS) if name in atlas.table],
+                "statistics": [name for name in (*STATISTICS, *IMAGE_STATISTICS, *VALUE_STATISTICS)
+                               if name in atlas.table],
                 "terms": list(atlas.terms)})
 
 

@@ -12,7 +12,8 @@ rule as it is, and ``broad`` needs none, its chance being its ceiling):
 * ``local``: the mean attention within ``|o| <= LOCAL_WINDOW`` reaches ``local_mass`` while no single offset there
   reaches ``position_mass`` (attention spread over a window of neighbours);
 * ``first-token``: Gu et al. 2025's first-token importance, the mean attention every query pays to the first token,
-  above their threshold ``epsilon = 0.3`` (``first_token``);
+  above their threshold ``epsilon = 0.3`` (``first_token``); where the run has output norms its ``detail`` says how
+  much the head moves from there (``first_token_transmits``: a sink that moves nothing from one that moves something);
 * ``delimiter``: the share of queries whose strongest key is a special or punctuation token other than the first
   reaches ``argmax_share``; its chance is the share of such keys;
 * ``broad``: normalised entropy ``>= broad_entropy`` (a uniform head scores 1);
@@ -73,8 +74,8 @@ def corpus_labels(row: dict, profile: np.ndarray, chance: UniformChance, thresho
     if max(at[offset] for offset in window) < thresholds.position_mass:
         earn("local", f"mean attention within offsets {min(window):+d}..{max(window):+d}",
              sum(at[offset] for offset in window), sum(chance_at[offset] for offset in window), thresholds.local_mass)
-    earn("first-token", FIRST_TOKEN_RULE, float(row["first_token_attention"]), chance.first_token,
-         thresholds.first_token, over_chance=False)
+    earn("first-token", FIRST_TOKEN_RULE + _moved(row, "first_token"), float(row["first_token_attention"]),
+         chance.first_token, thresholds.first_token, over_chance=False)
     earn("delimiter", "share of queries whose strongest key is a special or punctuation token (not the first)",
          float(row["argmax_delimiter"]), delimiter_share, thresholds.argmax_share)
     if float(row["entropy_normalised"]) >= thresholds.broad_entropy:
@@ -92,6 +93,15 @@ def corpus_labels(row: dict, profile: np.ndarray, chance: UniformChance, thresho
                 earn("dependency", _relation_detail(name), float(row[name]), float(row[f"{name}_chance"]),
                      thresholds.relation, SYNTAX_PROBE)
     return rows
+
+
+def _moved(row: dict, where: str) -> str:
+    """What a sink moves, where the run has output norms: the value-weighted share of its attention mass
+    (``<where>_transmits``, Kobayashi et al. 2020: a sink with short value vectors moves almost nothing)."""
+    ratio = row.get(f"{where}_transmits")
+    if ratio is None or not np.isfinite(float(ratio)):
+        return ""
+    return f"; it transmits {float(ratio):.2f}× its attention share there (value-weighted share / attention share)"
 
 
 def _copy_target(label: str) -> str:

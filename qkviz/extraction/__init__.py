@@ -30,7 +30,9 @@ STEPS = {"CHUNK_BYTES": "chunk_capture", "bytes_per_token": "text_capture", "chu
          "AttributionRefused": "residual_parts", "model_identity": "run_manifest",
          # whether a head matters: a head's output removed, the next-token loss (or hidden state) compared
          "ablation_losses": "head_ablation", "Ablation": "head_ablation", "ABLATION_MODES": "head_ablation",
-         "load_language_model": "language_model"}
+         "load_language_model": "language_model",
+         # every head's |W_O^h v_j| (bench.output_norms times it apart from the extraction around it)
+         "head_factors": "output_norms", "head_output_norms": "output_norms"}
 __all__ += list(STEPS)
 
 

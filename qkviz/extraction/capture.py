@@ -38,6 +38,8 @@ SKIP_IMPLEMENTATION = "qkviz_skip_attention"
 #: ``sink(layer, queries, keys, value_norms)`` with tensors ``[batch, head, pos, d_head]``,
 #: ``[batch, kv_head, pos, d_head]`` and ``[batch, kv_head, pos]``.
 LayerSink = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], None]
+#: ``values(layer, values)``: the values themselves, ``[batch, kv_head, pos, d_value]`` (what output norms are made of)
+ValueSink = Callable[[int, torch.Tensor], None]
 
 
 @dataclass(frozen=True)
@@ -93,9 +95,10 @@ class LayerCalls:
 class AttentionRecorder:
     """Receives every attention call of one model and forwards it to a sink, per layer."""
 
-    def __init__(self, layer_calls: LayerCalls, sink: LayerSink):
+    def __init__(self, layer_calls: LayerCalls, sink: LayerSink, values: ValueSink | None = None):
         self._layer_of = layer_calls.counter()
         self._sink = sink
+        self._values = values
         self.settings: dict[int, LayerAttentionSettings] = {}
 
     def record(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
@@ -118,6 +121,8 @@ class AttentionRecorder:
             sinks=per_head(kwargs.get("s_aux")),
         )
         self._sink(layer, query.detach(), key.detach(), value.detach().norm(dim=-1))
+        if self._values is not None:
+            self._values(layer, value.detach())
 
 
 def attention_chunk(module: torch.nn.Module) -> int | None:

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 from qkviz.extraction.capture import AttentionRecorder, LayerCalls, capturing
 from qkviz.extraction.head_update_capture import HeadUpdateProbe
+from qkviz.extraction.output_norms import OutputNormProbe
 from qkviz.store import files as run_files
 from qkviz.store.run_writer import RunWriter
 
@@ -37,14 +38,16 @@ class ChunkBuffers:
     keys: np.ndarray
     value_norms: np.ndarray
     head_updates: np.ndarray | None = None   # [layer, head, token, 2] float32 with --head-update
+    output_norms: np.ndarray | None = None   # [layer, head, token] float32 where the family allows
 
     @classmethod
-    def allocate(cls, shape: ModelShape, n_tokens: int, dtype: np.dtype, head_update: bool = False
-                 ) -> "ChunkBuffers":
+    def allocate(cls, shape: ModelShape, n_tokens: int, dtype: np.dtype, head_update: bool = False,
+                 output_norms: bool = False) -> "ChunkBuffers":
         return cls(np.zeros((shape.n_layers, shape.n_heads, n_tokens, shape.head_dim), dtype=dtype),
                    np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens, shape.head_dim), dtype=dtype),
                    np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens), dtype=np.float32),
-                   np.zeros((shape.n_layers, shape.n_heads, n_tokens, 2), dtype=np.float32) if head_update else None)
+                   np.zeros((shape.n_layers, shape.n_heads, n_tokens, 2), dtype=np.float32) if head_update else None,
+                   np.zeros((shape.n_layers, shape.n_heads, n_tokens), dtype=np.float32) if output_norms else None)
 
 
 class Scatter:
@@ -84,6 +87,10 @@ class Scatter:
         """``[batch, head, pos, 2]`` (ratio, cosine) from :class:`qkviz.extraction.head_update_capture.HeadUpdateProbe`."""
         self.buffers.head_updates[layer][:, self.rows] = self._real_tokens(updates).cpu().numpy()
 
+    def output_norms(self, layer: int, norms: torch.Tensor) -> None:
+        """``[batch, head, pos]`` ``|W_O^h v_j|`` from :class:`qkviz.extraction.output_norms.OutputNormProbe`."""
+        self.buffers.output_norms[layer][:, self.rows] = self._real_tokens(norms).cpu().numpy()
+
     def _real_tokens(self, tensor: torch.Tensor) -> torch.Tensor:
         """``[batch, head, pos, ...]`` -> ``[head, real token, ...]``."""
         return tensor.transpose(0, 1)[:, self.real]
@@ -114,9 +121,9 @@ class Scatter:
 
 
 def bytes_per_token(shape: ModelShape, dtype: np.dtype) -> int:
-    """Bytes of one token in the chunk buffers."""
+    """Bytes of one token in the chunk buffers (the optional output norms counted)."""
     vectors = (shape.n_heads + shape.n_kv_heads) * shape.head_dim * np.dtype(dtype).itemsize
-    return shape.n_layers * (vectors + shape.n_kv_heads * 4)
+    return shape.n_layers * (vectors + (shape.n_kv_heads + shape.n_heads) * 4)
 
 
 
@@ -130,11 +137,12 @@ def attention_layers(model, adapter: FamilyAdapter, shape: ModelShape) -> LayerC
 
 @contextlib.contextmanager
 def recording(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: LayerCalls, scatter: Scatter,
-              head_update: bool) -> Iterator[None]:
+              head_update: bool, output_norms: bool = False) -> Iterator[None]:
     """Inference with every attention call of ``model`` captured into ``scatter`` (with ``head_update``, each
-    head's update relative to the hidden state too)."""
+    head's update relative to the hidden state too; with ``output_norms``, every head's ``|W_O^h v_j|``)."""
     probe = HeadUpdateProbe(model, adapter, shape, scatter.head_updates) if head_update else None
-    recorder = AttentionRecorder(layer_of_module, scatter)
+    norms = OutputNormProbe(model, adapter, shape, scatter.output_norms) if output_norms else None
+    recorder = AttentionRecorder(layer_of_module, scatter, norms)
     with torch.inference_mode(), capturing(model, recorder), probe or contextlib.nullcontext():
         yield
 
@@ -151,7 +159,8 @@ def store_chunk(writer: RunWriter, scatter: Scatter, first_token: int, count: in
     if writer.offsets is None:
         writer.save_offsets(scatter.offsets())
     buffers = scatter.buffers
-    updates = buffers.head_updates
+    updates, norms = buffers.head_updates, buffers.output_norms
     writer.write_chunk(first_token, buffers.queries[:, :, :count], buffers.keys[:, :, :count],
-                       buffers.value_norms[:, :, :count], None if updates is None else updates[:, :, :count])
+                       buffers.value_norms[:, :, :count], None if updates is None else updates[:, :, :count],
+                       None if norms is None else norms[:, :, :count])
     writer.checkpoint(first_token + count)

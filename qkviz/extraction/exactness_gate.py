@@ -18,12 +18,18 @@ Two things make the check see what the model does on the run itself:
 
 Otherwise the run is refused in one line that names the family, the error and where it is largest, and nothing
 is written: a family never seen before is then either exact or refused, never silently wrong.
+
+The first batch's eager pass also checks what output norms need (:mod:`qkviz.extraction.output_norms`): that each
+layer's output projection receives every head's ``sum_j a_ij v_j`` unchanged (no gate, no norm on the way). Where it
+does not, the run is written without output norms and its manifest says why; nothing is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -36,6 +42,7 @@ from qkviz.extraction.attention_span import affordable_tokens, compared_rows, lo
 from qkviz.extraction.capture import AttentionRecorder, LayerAttentionSettings, LayerCalls, capturing, switch_attention
 from qkviz.extraction.float32_reference import float32_weights
 from qkviz.extraction.forward_pass import forward
+from qkviz.extraction.output_norms import HALF_MIXING_BOUND, MIXING_BOUND, projection_mismatch, unresolved_reason
 
 logger = logging.getLogger(__name__)
 
@@ -88,10 +95,15 @@ class GateResult:
     compared_in: str = "float32"
     inputs: list[dict] = field(default_factory=list)
     span: SpanCheck = SpanCheck(None, False)
+    #: why the run can keep no output norms (:mod:`qkviz.extraction.output_norms`), None where it can
+    no_output_norms: str | None = None
+    #: the largest relative difference between an output projection's input and its heads' ``sum_j a_ij v_j``
+    output_projection_error: float | None = None
 
     def as_manifest(self) -> dict:
         return {"max_error": self.max_error, "layer": self.layer, "head": self.head, "bound": self.bound,
-                "compared_in": self.compared_in, "inputs": self.inputs, "window": self.span.as_manifest()}
+                "compared_in": self.compared_in, "inputs": self.inputs, "window": self.span.as_manifest(),
+                "output_projection_error": self.output_projection_error}
 
 
 def tolerance(dtype: torch.dtype) -> float:
@@ -135,16 +147,19 @@ def check_exactness(model: torch.nn.Module, adapter: FamilyAdapter, shape: Model
     with float32_weights(model) as compared_in:
         bound = tolerance(compared_in)
         first = GateInput(inputs, lengths)
-        settings, worst = measure(model, adapter, shape, layer_of_module, first)
+        unresolved = unresolved_reason(adapter)
+        settings, worst, mixing = measure(model, adapter, shape, layer_of_module, first, mixing=unresolved is None)
         checked = [first]
         span, longer = _span_check(model, shape, settings, max(lengths), longest)
         if longer is not None:
-            _, long_worst = measure(model, adapter, shape, layer_of_module, longer)
+            _, long_worst, _ = measure(model, adapter, shape, layer_of_module, longer)
             checked.append(longer)
             worst = max(worst, long_worst, key=lambda found: found[0])
     error, layer, head, where = worst
     result = GateResult(settings, error, layer, head, bound, str(compared_in).removeprefix("torch."),
-                        [batch.describe() for batch in checked], span)
+                        [batch.describe() for batch in checked], span,
+                        unresolved or mixing_refusal(mixing, MIXING_BOUND if bound == FLOAT32_BOUND else HALF_MIXING_BOUND),
+                        None if mixing is None else mixing[0])
     if not result.max_error <= bound:
         raise QkvizError(
             f"{adapter.family}: refused: attention recomputed from the captured queries and keys differs from the "
@@ -161,15 +176,36 @@ def check_exactness(model: torch.nn.Module, adapter: FamilyAdapter, shape: Model
     return result
 
 
-def measure(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: LayerCalls, batch: GateInput
-            ) -> tuple[dict[int, LayerAttentionSettings], tuple[float, int, int, str]]:
-    """Each layer's settings, and the largest difference between recomputed and model attention on ``batch``:
-    ``(error, layer, head, which input)``. Measures in the precision the model is in; judges nothing."""
-    captured, settings = _captured(model, layer_of_module, batch, shape, adapter.family)
+def mixing_refusal(mixing: tuple[float, int] | None, bound: float = MIXING_BOUND) -> str | None:
+    """Why output norms cannot be kept, from :func:`measure`'s ``(error, layer)`` and the largest error accepted in
+    the precision compared in; None where they can."""
+    if mixing is None or mixing[0] <= bound:
+        return None
+    error, layer = mixing
+    if error == float("inf"):
+        return (f"the output projection of layer {layer} does not receive every head's attention-weighted values "
+                "side by side")
+    return (f"the attention output is changed before the output projection (a gate or a norm: layer {layer} "
+            f"differs by {error:.2g} relative), so a head's slice of the projection does not say what it moves")
+
+
+def measure(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: LayerCalls, batch: GateInput,
+            mixing: bool = False
+            ) -> tuple[dict[int, LayerAttentionSettings], tuple[float, int, int, str], tuple[float, int] | None]:
+    """Each layer's settings, the largest difference between recomputed and model attention on ``batch``:
+    ``(error, layer, head, which input)``, and with ``mixing`` (a batch of whole rows) the largest relative
+    difference between an output projection's input and its heads' ``sum_j a_ij v_j``: ``(error, layer)``
+    (:func:`qkviz.extraction.output_norms.projection_mismatch`). Measures in the precision the model is in;
+    judges nothing."""
+    values: dict[int, torch.Tensor] | None = {} if mixing else None
+    captured, settings = _captured(model, layer_of_module, batch, shape, adapter.family, values)
     where = f"on {max(batch.lengths)} tokens" + ("" if batch.rows is None else f", {len(batch.rows)} rows compared")
     worst = [0.0, 0, 0]
+    probabilities: dict[int, torch.Tensor] = {}
 
     def compare(layer: int, weights: torch.Tensor) -> None:
+        if values is not None:
+            probabilities[layer] = weights.detach().float().cpu()
         queries, keys = captured.pop(layer)
         setting = settings[layer]
         for row, n in enumerate(batch.lengths):
@@ -183,8 +219,43 @@ def measure(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: L
                 if not error <= worst[0]:
                     worst[:] = [error, layer, head]
 
-    _eager_attention(model, adapter, batch, compare)
-    return settings, (worst[0], worst[1], worst[2], where)
+    received: dict[int, torch.Tensor] = {}
+    with _projection_inputs(model, adapter, received if values is not None else None):
+        _eager_attention(model, adapter, batch, compare)
+    mixed = None
+    if values is not None:
+        errors = [(projection_mismatch(received[layer], probabilities[layer], values[layer], batch.lengths)
+                   if layer in received and layer in values else float("inf"), layer)
+                  for layer in range(shape.n_layers)]
+        mixed = max(errors, key=lambda found: found[0])
+    return settings, (worst[0], worst[1], worst[2], where), mixed
+
+
+@contextlib.contextmanager
+def _projection_inputs(model, adapter: FamilyAdapter, received: dict[int, torch.Tensor] | None) -> Iterator[None]:
+    """While the context lasts, each layer's output projection's input ``[batch, pos, heads x d_value]`` is kept in
+    ``received`` (nothing where ``received`` is None)."""
+    if received is None:
+        yield
+        return
+    try:
+        projections = adapter.output_projections(model)
+    except AttributeError:              # a layer without the projection where the family keeps it: no output norms
+        yield
+        return
+    layer_of = LayerCalls(projections).counter()
+
+    def keep(module, args):
+        layer = layer_of(module)
+        if layer is not None and args and isinstance(args[0], torch.Tensor):
+            received[layer] = args[0].detach().float().cpu()
+
+    handles = [module.register_forward_pre_hook(keep) for module in {id(m): m for m in projections}.values()]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _span_check(model, shape: ModelShape, settings: dict[int, LayerAttentionSettings], first_tokens: int,
@@ -213,10 +284,12 @@ def _span_check(model, shape: ModelShape, settings: dict[int, LayerAttentionSett
                                  "sequence"), long
 
 
-def _captured(model, layer_of_module: LayerCalls, batch: GateInput, shape: ModelShape, family: str
+def _captured(model, layer_of_module: LayerCalls, batch: GateInput, shape: ModelShape, family: str,
+              values: dict[int, torch.Tensor] | None = None
               ) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]], dict[int, LayerAttentionSettings]]:
     """Every layer's ``(queries [batch, head, pos, d], keys [batch, kv_head, pos, d])`` float64 (queries at the
-    compared positions only) and settings."""
+    compared positions only) and settings; each layer's values ``[batch, kv_head, pos, d_value]`` into ``values``
+    where given."""
     seen: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     rows = None if batch.rows is None else torch.as_tensor(batch.rows)
 
@@ -224,7 +297,10 @@ def _captured(model, layer_of_module: LayerCalls, batch: GateInput, shape: Model
         kept = queries if rows is None else queries[:, :, rows.to(queries.device)]
         seen[layer] = (kept.double().cpu().numpy(), keys.double().cpu().numpy())
 
-    recorder = AttentionRecorder(layer_of_module, keep)
+    def keep_values(layer, given):
+        values[layer] = given.float().cpu()
+
+    recorder = AttentionRecorder(layer_of_module, keep, None if values is None else keep_values)
     with torch.inference_mode(), capturing(model, recorder):
         forward(model, **batch.inputs)
     expected = ((shape.n_heads, shape.head_dim), (shape.n_kv_heads, shape.head_dim))

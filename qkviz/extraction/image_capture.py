@@ -130,11 +130,13 @@ def capture_images(model, adapter: FamilyAdapter, shape: ModelShape, source: Pix
     store_dtype = np.dtype(writer.layout.dtype)
     chunks = chunk_images(len(selected), layout.n_tokens, CHUNK_BYTES // bytes_per_token(shape, store_dtype))
     largest = max(end - first for first, end, _ in chunks) * layout.n_tokens
-    scatter = Scatter(ChunkBuffers.allocate(shape, largest, store_dtype, writer.layout.head_update), writer.offsets,
+    scatter = Scatter(ChunkBuffers.allocate(shape, largest, store_dtype, writer.layout.head_update,
+                                            writer.layout.output_norms), writer.offsets,
                       min(MAX_OFFSET_POSITIONS, layout.n_tokens))
     thumbnails = np.zeros((len(selected), layout.n_tokens, layout.thumbnail, layout.thumbnail, 3), dtype=np.uint8)
     bar = progress_bar(writer, progress)
-    with recording(model, adapter, shape, layer_of_module, scatter, writer.layout.head_update):
+    with recording(model, adapter, shape, layer_of_module, scatter, writer.layout.head_update,
+                   writer.layout.output_norms):
         for first, end, first_token in chunks:
             done = first_token + (end - first) * layout.n_tokens <= writer.tokens_done
             for start in range(first, end, batch_size):

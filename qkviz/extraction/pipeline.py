@@ -52,7 +52,7 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
                 max_sentences: int | None = None, seed: int = 0, dtype: str = "float32", batch_size: int = 16,
                 max_length: int | None = None, chunk: int | None = None, chunk_overlap: int | None = None,
                 device: str | None = None, text_column: str = "text", overwrite: bool = False,
-                head_update: bool = False, progress: bool = False) -> ExtractionResult:
+                head_update: bool = False, progress: bool = False, output_norms: bool = True) -> ExtractionResult:
     """Extract every head's queries, keys and value norms over ``corpus`` into the run ``out``;
     with ``head_update``, also each head's update relative to the hidden state per token
     (:mod:`qkviz.extraction.head_update_capture`). ``model`` is a name or directory, or a model object with
@@ -64,7 +64,8 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
     :mod:`qkviz.extraction.long_documents`); without either, a text longer than the model's context is
     refused with its count. ``device`` None: ``"cpu"`` for a name, where
     the model object is for an object. One extraction writes a run directory at a time: a second one into
-    the same ``out`` is refused while the first runs."""
+    the same ``out`` is refused while the first runs. ``output_norms=False`` leaves out every head's ``|W_O^h v_j|``
+    (:mod:`qkviz.extraction.output_norms`; the benches time their cost with it)."""
     out = Path(out)
     started = time.perf_counter()
     _check_options(dtype, batch_size, max_tokens, max_sentences, max_length)
@@ -85,7 +86,7 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
                      TextInput.select(loaded, adapter, corpus_data, max_length=max_length, chunk=chunk,
                                       chunk_overlap=chunk_overlap, **limits))
         return write_run(loaded, adapter, run_input, out, started, dtype=dtype, batch_size=batch_size,
-                         overwrite=overwrite, head_update=head_update, progress=progress)
+                         overwrite=overwrite, head_update=head_update, progress=progress, output_norms=output_norms)
 
 
 class RunInput(Protocol):
@@ -128,7 +129,8 @@ class RunInput(Protocol):
 
 
 def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, out: Path, started: float, *,
-              dtype: str, batch_size: int, overwrite: bool, head_update: bool, progress: bool) -> ExtractionResult:
+              dtype: str, batch_size: int, overwrite: bool, head_update: bool, progress: bool,
+              output_norms: bool = True) -> ExtractionResult:
     """Write the run of ``run_input`` into ``out``: reuse, resume or refuse what is there (see the module),
     stream the vectors, then the tables, the arrays and the manifest last. Every step that runs the model's own
     code sits behind :func:`~qkviz.extraction.model_boundary.model_step`; all of them but the capture run before
@@ -165,8 +167,11 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
         logger.info("%s mixes attention with other layers: the run's layers 0-%d are its attention layers, model "
                     "layers %s (the manifest's shape.model_layers)", adapter.family, shape.n_layers - 1,
                     ", ".join(map(str, adapter.layer_indices)))
+    no_output_norms = gate.no_output_norms if output_norms else "the extraction was asked for none (output_norms=False)"
     layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, run_input.n_tokens, dtype,
-                         head_update)
+                         head_update, output_norms=no_output_norms is None)
+    if no_output_norms is not None:
+        logger.info("%s: no output norms |W_O v| in this run: %s", adapter.family, no_output_norms)
     if batch_size > 1 and passes_alone(loaded.model):
         logger.info("%s's own attention code reads the padding beside a sentence: each sentence passes alone "
                     "(batch size 1), so that its queries and keys are its own", adapter.family)
@@ -192,6 +197,7 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
         manifest["input"] = described
     manifest["extraction"] = {"device": device, "batch_size": batch_size, "exactness_gate": gate.as_manifest()}
     manifest["logit_parts"] = sorted(parts)
+    manifest["output_norms"] = {"stored": True} if layout.output_norms else {"stored": False, "why": no_output_norms}
     writer.finish(manifest, tokens, run_input.sequence_table(), {**parts, **run_input.extra_arrays()})
     seconds = time.perf_counter() - started
     result = ExtractionResult(open_stored_run(out), "resumed" if resumed else "extracted", seconds)

@@ -75,15 +75,16 @@ def capture_sentences(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelS
     chunks = chunk_sentences(sentences, max(1, CHUNK_BYTES // bytes_per_token(shape, store_dtype)))
     largest = max(sum(len(s) for s in sentences[a:b]) for a, b, _ in chunks)
     n_positions = min(MAX_OFFSET_POSITIONS, max(len(s) for s in sentences))
-    head_update = writer.layout.head_update
-    scatter = Scatter(ChunkBuffers.allocate(shape, largest, store_dtype, head_update), writer.offsets, n_positions)
+    head_update, output_norms = writer.layout.head_update, writer.layout.output_norms
+    scatter = Scatter(ChunkBuffers.allocate(shape, largest, store_dtype, head_update, output_norms), writer.offsets,
+                      n_positions)
     layer_of_module = attention_layers(model, adapter, shape)
     pad_id = pad_token_id(loaded.tokenizer)
     bar = progress_bar(writer, progress)
     with torch.inference_mode():   # the settings do not depend on the length: a few tokens are enough
         probe = replace(sentences[0], token_ids=sentences[0].token_ids[:PROBE_TOKENS])
         settings = probe_layers(model, layer_of_module, probe, shape, pad_id, device)
-    with recording(model, adapter, shape, layer_of_module, scatter, head_update):
+    with recording(model, adapter, shape, layer_of_module, scatter, head_update, output_norms):
         for first, end, first_token in chunks:
             chunk = sentences[first:end]
             chunk_tokens = sum(len(s) for s in chunk)

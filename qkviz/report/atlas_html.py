@@ -17,7 +17,7 @@ from qkviz.report.html_page import figure_html, page
 from qkviz.analysis.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS, HeadAtlas
 from qkviz.analysis.head_labels import LABELS
 from qkviz.analysis.text_excerpt import excerpt
-from qkviz.analysis.head_stats import STATISTICS
+from qkviz.analysis.head_stats import STATISTICS, VALUE_STATISTICS
 from qkviz.report.colours import LABEL_COLOURS
 from qkviz.report.figure_grid import heatmap_grid
 from qkviz.report.position_heatmap import head_names, log_weights, relative_position_figure
@@ -31,7 +31,7 @@ ATLAS_STYLE = ("mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; } 
 def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
     table = atlas.table
     counts = table.label.value_counts()
-    shown = [name for name in (*STATISTICS, "dependency_alignment", "dependency_alignment_no_first",
+    shown = [name for name in (*STATISTICS, *VALUE_STATISTICS, "dependency_alignment", "dependency_alignment_no_first",
                                *UPDATE_STATISTICS) if name in table]
     count_text = ", ".join(f"{html.escape(label)} {counts.get(label, 0)}" for label in LABELS if counts.get(label, 0))
     sections = [

@@ -14,6 +14,9 @@ A run directory holds what ``qkviz extract`` writes::
                          biases and the rotary tables its layers apply (for the logit decomposition)
     head_updates.npy     [layer, head, token, 2] float32, optional (--head-update): each head's
                          update relative to the hidden state (norm ratio, cosine)
+    output_norms.npy     [layer, head, token]                  float32, where the family allows (the manifest's
+                         ``output_norms`` says why not): |W_O^h v_j|, each token's value after query head h's
+                         slice of the attention's output projection (qkviz.extraction.output_norms)
 
 A vector is ``stored + offsets[min(position, n_offset_rows - 1)]`` of its head. With float32
 storage there is one offset row of zeros. With float16 the rows are the head's mean vector at
@@ -79,6 +82,8 @@ LOGIT_PART_FILES = (QUERY_BIAS, KEY_BIAS, ROTARY_COS, ROTARY_SIN, POSITION_UNSPL
 #: image runs: every token's patch thumbnail (zeros for special tokens), see qkviz.extraction.image_capture
 PATCHES = "patches.npy"            # [token, t, t, 3] uint8
 HEAD_UPDATES = "head_updates.npy"  # [layer, head, token, 2] float32: |update| / |hidden|, cos(update, hidden)
+#: streamed like the vectors where the family allows (see qkviz.extraction.output_norms); absent from older runs
+OUTPUT_NORMS = "output_norms.npy"  # [layer, head, token] float32: |W_O^h v_j|
 STREAMED_FILES = (QUERIES, KEYS, VALUE_NORMS)
 ARRAY_FILES = (*STREAMED_FILES, QUERY_OFFSETS, KEY_OFFSETS)
 PARTIAL_SUFFIX = ".partial"
@@ -113,7 +118,7 @@ TOKEN_INDEX_FILE = "tokens.parquet"
 
 #: Every name qkviz writes directly in a run directory (files, and the directories of derived results);
 #: ``--overwrite`` removes these and nothing else.
-RUN_FILES = (MANIFEST, PROGRESS, TOKENS, SENTENCES, *ARRAY_FILES, HEAD_UPDATES, PATCHES, *LOGIT_PART_FILES,
+RUN_FILES = (MANIFEST, PROGRESS, TOKENS, SENTENCES, *ARRAY_FILES, HEAD_UPDATES, OUTPUT_NORMS, PATCHES, *LOGIT_PART_FILES,
              CORRELATION_TABLE)
 RUN_DIRECTORIES = (CACHE_DIRECTORY, ATLAS_DIRECTORY, RELATED_DIRECTORY, INDEX_DIRECTORY, CIRCUITS_DIRECTORY)
 

@@ -27,6 +27,8 @@ TOKEN_COLUMNS = ("sentence", "position", "token", "piece", "token_id", "char_sta
 REQUIRED_FILES = (*run_files.ARRAY_FILES, run_files.TOKENS, run_files.SENTENCES)
 SENTENCE_COLUMNS = ("sentence", "corpus_index", "text", "first_token", "n_tokens", "truncated", "token_offset",
                     "char_offset")
+#: what :meth:`StoredRun.attention` weights a pair by: its attention, or its attention times the key's output norm
+WEIGHTINGS = ("attention", "value")
 #: columns a run written before they existed reads with a default: a sequence is a whole corpus item
 SENTENCE_DEFAULTS = {"token_offset": 0, "char_offset": 0}
 
@@ -275,6 +277,33 @@ class StoredRun:
         cos, sin = self.part(run_files.ROTARY_COS), self.part(run_files.ROTARY_SIN)
         return None if cos is None or sin is None else (np.array(cos[layer]), np.array(sin[layer]))
 
+    # -- what a head moves (optional file) --------------------------------------------------------
+    @property
+    def has_output_norms(self) -> bool:
+        """Whether the run keeps every head's ``|W_O^h v_j|`` (:meth:`output_norms`)."""
+        return self.has_part(run_files.OUTPUT_NORMS)
+
+    @property
+    def no_output_norms(self) -> str | None:
+        """Why the run keeps no output norms (one line saying what to do), or None where it keeps them."""
+        if self.has_output_norms:
+            return None
+        recorded = self.manifest.get("output_norms")
+        if isinstance(recorded, dict) and recorded.get("why"):
+            return f"{self.path} has no output norms |W_O v|: {recorded['why']}"
+        return (f"{self.path} has no output norms |W_O v| (extracted by a qkviz before they were kept); extract it "
+                "again with --overwrite to keep them")
+
+    def output_norms(self, layer: int, head: int) -> np.ndarray:
+        """``[token]`` float32: ``|W_O^h v_j|``, each token's value vector (of the key-value head serving ``head``)
+        after query head ``head``'s slice of the attention's output projection -- the length of what the token
+        would write into the residual stream through this head at attention weight 1 (output bias and any norm
+        after the projection left out). A run without them (:attr:`no_output_norms`) raises a QkvizError."""
+        self.check_head(layer, head)
+        if not self.has_output_norms:
+            raise QkvizError(self.no_output_norms)
+        return np.array(self.part(run_files.OUTPUT_NORMS)[layer, head], dtype=np.float32)
+
     def head_updates(self, layer: int, head: int) -> np.ndarray | None:
         """``[token, 2]`` float32: the head's update norm over the hidden state's, and their cosine;
         ``None`` unless the run was extracted with ``--head-update``."""
@@ -326,11 +355,33 @@ class StoredRun:
             scale=self.scale(layer), causal=self.is_causal, window=self.sliding_window(layer), chunk=self.chunk(layer),
             softcap=self.softcap(layer), alibi_slope=self.alibi_slope(layer, head), sink=self.sink(layer, head))
 
-    def attention(self, layer: int, head: int, sentence: int) -> np.ndarray:
-        """``[query, key]`` attention of one head over one sentence, recomputed from the vectors."""
+    def attention(self, layer: int, head: int, sentence: int, weighting: str = "attention") -> np.ndarray:
+        """``[query, key]`` float64 attention of one head over one sentence, recomputed from the vectors.
+
+        Parameters
+        ----------
+        layer, head
+            The head.
+        sentence
+            The sentence (a row of :attr:`sentences`).
+        weighting
+            ``"attention"``: the weights ``a_ij``. ``"value"``: ``a_ij * |W_O^h v_j|`` (:meth:`output_norms`), what
+            each key moves into the query's residual stream through the head; rows are not renormalised (a row
+            sums to the head's output length bound, not 1). A run without output norms raises a QkvizError.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``[query, key]`` over the sentence's tokens; zero where the mask forbids the pair.
+        """
+        if weighting not in WEIGHTINGS:
+            raise QkvizError(f"weighting={weighting!r} is not one of {', '.join(map(repr, WEIGHTINGS))}")
         rows = self.sentence_tokens(sentence)
-        return attention.attention_probs(self.queries(layer, head)[rows], self.keys(layer, head)[rows],
-                                         self.logit_rule(layer, head))
+        weights = attention.attention_probs(self.queries(layer, head)[rows], self.keys(layer, head)[rows],
+                                            self.logit_rule(layer, head))
+        if weighting == "value":
+            weights = weights * self.output_norms(layer, head)[rows][None, :]
+        return weights
 
     def result_marker(self, result: str) -> Path:
         """The file written last of a derived result (``"atlas"``, ``"related"``, ``"correlations"``):

@@ -52,8 +52,8 @@ def plan_directory(directory: Path, fingerprint: str, overwrite: bool) -> Direct
             return DirectoryPlan.RESUME
         try:
             manifest = read_manifest(directory)
-            # Runs made before the logit parts were captured are redone only when asked to.
-            if "logit_parts" in manifest or not overwrite:
+            # Runs made before the logit parts or the output norms were captured are redone only when asked to.
+            if ("logit_parts" in manifest and "output_norms" in manifest) or not overwrite:
                 return DirectoryPlan.REUSE
         except IncompleteRunError:
             if not overwrite:
@@ -103,6 +103,7 @@ class StoreLayout:
     n_tokens: int
     dtype: str  # "float16" or "float32"
     head_update: bool = False   # also stream run_files.HEAD_UPDATES
+    output_norms: bool = False  # also stream run_files.OUTPUT_NORMS
 
     def streamed_specs(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
         """The arrays filled token range by token range, with their shapes and stored dtypes."""
@@ -114,11 +115,14 @@ class StoreLayout:
         }
         if self.head_update:
             specs[run_files.HEAD_UPDATES] = ((self.n_layers, self.n_heads, self.n_tokens, 2), np.dtype(np.float32))
+        if self.output_norms:
+            specs[run_files.OUTPUT_NORMS] = ((self.n_layers, self.n_heads, self.n_tokens), np.dtype(np.float32))
         return specs
 
     def array_files(self) -> tuple[str, ...]:
         """Every array file the extraction writes through ``*.partial`` files."""
-        return run_files.ARRAY_FILES + ((run_files.HEAD_UPDATES,) if self.head_update else ())
+        return (run_files.ARRAY_FILES + ((run_files.HEAD_UPDATES,) if self.head_update else ())
+                + ((run_files.OUTPUT_NORMS,) if self.output_norms else ()))
 
 
 class RunWriter:
@@ -180,13 +184,15 @@ class RunWriter:
         self._offsets = self._load_offsets()
 
     def write_chunk(self, token_start: int, queries: np.ndarray, keys: np.ndarray, value_norms: np.ndarray,
-                    head_updates: np.ndarray | None = None) -> None:
+                    head_updates: np.ndarray | None = None, output_norms: np.ndarray | None = None) -> None:
         """Write encoded tokens ``[token_start, token_start + n)``: ``[layer, head, n, d_head]`` etc."""
         if self._offsets is None:
             raise RuntimeError("save_offsets must come before the first chunk")
         blocks = [(run_files.QUERIES, queries), (run_files.KEYS, keys), (run_files.VALUE_NORMS, value_norms)]
         if self.layout.head_update:
             blocks.append((run_files.HEAD_UPDATES, head_updates))
+        if self.layout.output_norms:
+            blocks.append((run_files.OUTPUT_NORMS, output_norms))
         for name, block in blocks:
             for layer, head in np.ndindex(*block.shape[:2]):
                 self._writers[name].write_rows((layer, head), token_start, block[layer, head])

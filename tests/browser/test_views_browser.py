@@ -174,6 +174,11 @@ def test_the_sentence_view_has_its_layer_and_head_and_the_heads_map_is_labelled(
     page.wait_for_function("() => document.getElementById('sentence-message').innerText.includes('layer 1 head 3')",
                            timeout=10_000)
     assert "view=sentence" in page.url
+    # the weighting switch (issue 38): value-weighted lines, kept in the URL
+    page.locator(f"#{ids.SENTENCE_WEIGHTING} input[value='value']").check()
+    page.wait_for_function("() => location.search.includes('weighting=value')", timeout=10_000)
+    page.wait_for_function("() => document.getElementById('sentence-message').innerText.includes('α·‖W_O v‖')",
+                           timeout=10_000)
 
     open_view(page, served, "view=heads&method=pca&dim=2", ids.HEADS_GRAPH, 2)
     texts = page.evaluate("() => Array.from(document.querySelector('#heads-graph .js-plotly-plot')._fullData[0].text)")

@@ -169,3 +169,56 @@ def test_syntax_without_the_extra_is_a_one_line_error(tiny_run, capsys, monkeypa
     assert main(["-q", "stats", "--run", run_path, "--syntax"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "pip install 'qkviz[syntax]'" in error
+
+
+def test_what_the_first_and_special_tokens_transmit(tiny_run, tmp_path):
+    """Uniform attention (zero queries and keys) in an encoder: every query gives each of a sentence's ``n`` keys
+    ``1/n``. With output norms ``a`` on [CLS] (the first token), ``b`` on [SEP] and 1 elsewhere, a query receives
+    ``a / (a + b + n - 2)`` of what it moves from [CLS] and ``(a + b) / (a + b + n - 2)`` from the special tokens."""
+    from qkviz.analysis.head_stats import VALUE_STATISTICS
+    from qkviz.store import files as run_files
+
+    run = tiny_run("bert")
+    assert run.has_output_norms
+    zeros = np.zeros((run.n_tokens, run.head_dim), dtype=np.float32)
+    synthetic = with_head(run, tmp_path, zeros, zeros)
+    special = synthetic.tokens.is_special.to_numpy()
+    position = synthetic.tokens.position.to_numpy()
+    a, b = 0.05, 3.0
+    norms = np.where(position == 0, a, np.where(special, b, 1.0)).astype(np.float32)
+    stored = np.load(synthetic.path / run_files.OUTPUT_NORMS, mmap_mode="r+")
+    stored[0, 0] = norms
+    stored.flush()
+    reseal(synthetic.path)
+    found = head_statistics(open_stored_run(synthetic.path), 0, 0).values
+    lengths = synthetic.sentences.n_tokens.to_numpy().astype(float)
+    per_sentence = [special[synthetic.sentence_tokens(s)] for s in range(synthetic.n_sentences)]
+    assert all(kinds[0] and kinds[-1] and kinds.sum() == 2 for kinds in per_sentence)    # [CLS] ... [SEP]
+    first_share = (lengths * a / (a + b + lengths - 2)).sum() / lengths.sum()
+    special_share = (lengths * (a + b) / (a + b + lengths - 2)).sum() / lengths.sum()
+    first_attention = synthetic.n_sentences / lengths.sum()           # every query gives the first token 1/n
+    special_attention = 2 * synthetic.n_sentences / lengths.sum()
+    assert found["first_token_attention"] == pytest.approx(first_attention)
+    assert found["first_token_value_share"] == pytest.approx(first_share)
+    assert found["special_value_share"] == pytest.approx(special_share)
+    assert found["first_token_transmits"] == pytest.approx(first_share / first_attention)
+    assert found["special_transmits"] == pytest.approx(special_share / special_attention)
+    assert found["first_token_transmits"] < 0.2 < 1 < found["special_transmits"]    # a sink that moves little
+    assert set(VALUE_STATISTICS) <= set(found)
+
+
+def test_no_value_statistics_without_output_norms(tiny_run, tmp_path):
+    import json
+
+    from qkviz.analysis.head_stats import VALUE_STATISTICS
+    from qkviz.store import files as run_files
+
+    copy = tmp_path / "old"
+    shutil.copytree(tiny_run("bert").path, copy)
+    (copy / run_files.OUTPUT_NORMS).unlink()
+    manifest = json.loads((copy / run_files.MANIFEST).read_text())
+    for key in ("files", "sha256"):
+        manifest[key].pop(run_files.OUTPUT_NORMS)
+    (copy / run_files.MANIFEST).write_text(json.dumps(manifest))
+    found = head_statistics(open_stored_run(copy), 0, 0).values
+    assert not set(VALUE_STATISTICS) & set(found) and "first_token_attention" in found
