@@ -34,7 +34,8 @@ def atlas_of(n_layers: int, n_heads: int, text: str = "a sentence") -> SimpleNam
                          columns=["layer", "head"])
     table = heads.assign(label=np.where(heads["head"] % 2 == 0, "first-token", "previous-token"))
     exemplars = heads.assign(rank=0, query_token="q", key_token="k", weight=0.5, text=text)
-    return SimpleNamespace(table=table, exemplars=exemplars)
+    labels = table.assign(detail="", score=0.9, chance=0.1, threshold=0.3, probe="corpus")
+    return SimpleNamespace(table=table, exemplars=exemplars, labels=labels)
 
 
 def test_the_label_grid_writes_labels_in_cells_only_where_they_fit_and_always_has_its_key():
