@@ -170,7 +170,7 @@ def test_positions_row_opens_its_head_whose_exemplar_opens_its_sentence(page, se
     wait_idle(page)
     assert shown_view(page) == ["single-view"]
     row = atlas.table.query("layer == 1 and head == 3").iloc[0]
-    assert page.inner_text("#single-atlas").startswith(f"{row.label} {row.label_detail}")
+    assert page.inner_text("#single-atlas").startswith(f"strongest label: {row.label} {row.label_detail}")
     # the side panel, taller than the graph, must not stretch it (a resize redraws WebGL: 65 -> 350 ms a head):
     # the graph's height follows the window's
     heights = page.evaluate("""() => [document.getElementById('single-graph').getBoundingClientRect().height,

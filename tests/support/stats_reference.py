@@ -47,6 +47,8 @@ def head_statistics(run, layer, head, kinds, batches, max_offset, n_exemplars):
         probs = batch_attention(run, layer, head, batch)
         mask = mask_of(batch, run.is_causal, run.sliding_window(layer))
         _accumulate(sums, batch, probs, mask, kinds)
+        if run.has_output_norms:
+            _accumulate_moved(sums, batch, probs, mask, kinds, run.output_norms(layer, head).astype(np.float64))
         candidates.append(_exemplar_candidates(batch, probs, mask, kinds, n_exemplars))
     mean_map = np.divide(sums.position_sum, sums.position_count, out=np.zeros_like(sums.position_sum),
                          where=sums.position_count > 0)
@@ -108,6 +110,24 @@ def _accumulate(sums, batch, probs, mask, kinds: TokenKinds) -> None:
     totals["delimiter"] += (decided & (strongest > 0) & kinds.delimiter[strongest_token]).sum()
     near = decided & (np.abs(strongest_offset) <= sums.max_offset)
     sums.argmax_offset += np.bincount(strongest_offset[near] + sums.max_offset, minlength=len(sums.argmax_offset))
+
+
+def _accumulate_moved(sums, batch, probs, mask, kinds, norms) -> None:
+    """Value-weighted shares, sentence by sentence and query by query: each query's weights times its keys' output
+    norms, the first token's and the special tokens' part of their sum."""
+    sums.moved = True
+    totals = sums.totals
+    for member, (rows, length) in enumerate(zip(batch.rows, batch.lengths)):
+        rows = rows[:length]
+        for query in range(length):
+            if not mask[member, query].any():
+                continue
+            moved = probs[member, query, :length] * norms[rows]
+            if moved.sum() <= 0:
+                continue
+            totals["value_queries"] += 1
+            totals["first_value"] += moved[0] / moved.sum()
+            totals["special_value"] += moved[kinds.special[rows]].sum() / moved.sum()
 
 
 def _exemplar_candidates(batch, probs, mask, kinds, count):
