@@ -86,6 +86,9 @@ def stop_server(server, timeout: float = 5.0) -> None:
         wasyncore.close_all(sockets, ignore_all=True)
         closed.set()
 
-    trigger.pull_trigger(close_in_loop)
+    try:
+        trigger.pull_trigger(close_in_loop)
+    except OSError:         # its pipe closed between the check and the pull: the loop has ended, nothing selects now
+        close_in_loop()
     closed.wait(timeout)
     server.task_dispatcher.shutdown(timeout=1)
