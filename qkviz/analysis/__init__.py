@@ -19,7 +19,8 @@ from qkviz.analysis.syntax import TokenSyntax, load_pipeline
 from qkviz.analysis.head_atlas import UPDATE_STATISTICS, HeadAtlas, compute_stats, load_atlas
 from qkviz.analysis.head_labels import LABELS, LabelThresholds
 from qkviz.analysis.head_similarity import HeadSimilarity, RelatedHead, load_head_similarity, related_heads, relate_heads
-from qkviz.analysis.head_stats import IMAGE_STATISTICS, STATISTICS, VALUE_STATISTICS
+from qkviz.analysis.head_stats import IMAGE_STATISTICS, STATISTICS
+from qkviz.analysis.value_shares import VALUE_STATISTICS
 from qkviz.analysis.induction_scores import copying_scores
 from qkviz.analysis.match_clusters import CLUSTER_GRID, cluster_counts
 from qkviz.analysis.text_excerpt import excerpt, excerpt_pieces

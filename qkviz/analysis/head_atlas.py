@@ -27,7 +27,8 @@ import pandas as pd
 from qkviz.analysis.atlas_tasks import (EXEMPLAR_COLUMNS, UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS,
                                         AtlasSettings, HeadEntry, forget_run_states, head_entry, head_update_summary)
 from qkviz.analysis.head_labels import LabelThresholds
-from qkviz.analysis.head_stats import DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, STATISTICS, VALUE_STATISTICS, TokenKinds
+from qkviz.analysis.head_stats import DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, STATISTICS, TokenKinds
+from qkviz.analysis.value_shares import VALUE_STATISTICS
 from qkviz.analysis.induction_scores import REPEAT_STATISTICS
 from qkviz.analysis.label_table import LABEL_COLUMNS, as_label_table, corpus_labels, probe_labels, strongest_labels
 from qkviz.analysis.uniform_chance import uniform_chance

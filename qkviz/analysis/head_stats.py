@@ -24,15 +24,7 @@ the sentence), ``A(x, i)`` the keys query ``i`` may attend to, and ``N`` the num
 * ``first_token_attention`` and ``special_attention``: the mean weight a query gives the first
   token, and special tokens ([CLS], [SEP], <s>, ...).
 
-Runs with output norms (:attr:`qkviz.store.StoredRun.has_output_norms`) add :data:`VALUE_STATISTICS`, what the
-head moves rather than where it looks (Kobayashi et al. 2020), with ``n_j = |W_O^h v_j|`` the key's output norm:
-
-* ``first_token_value_share``: the mean over queries of ``a[x, i, 0] n_0 / sum_j a[x, i, j] n_j``, the first
-  token's share of what the query receives through the head; ``special_value_share`` likewise over special keys;
-* ``first_token_transmits`` = ``first_token_value_share / first_token_attention`` and ``special_transmits`` =
-  ``special_value_share / special_attention``: 1 where the token moves as much as its attention says, near 0 for a
-  sink that moves nothing (a short value), above 1 for one that moves more; NaN where the attention is below
-  :data:`TRANSMIT_FLOOR` (nothing to compare).
+Runs with output norms add the value-weighted shares of :mod:`qkviz.analysis.value_shares` (``VALUE_STATISTICS``).
 
 Exemplars (Vig & Belinkov): the sentences holding the strongest weights, ignoring keys that are
 the first token or special, and special queries, one pair per sentence.
@@ -66,6 +58,7 @@ import pandas as pd
 from qkviz.analysis.attention_batches import SentenceBatch, batch_attention, batch_mask, sentence_batches, workspace
 from qkviz.store.run import StoredRun
 from qkviz.analysis.syntax import BatchSyntax, SyntaxSums
+from qkviz.analysis.value_shares import ValueShares
 
 DEFAULT_MAX_OFFSET = 64
 TIE_MARGIN = 1e-6
@@ -74,11 +67,6 @@ STATISTICS = ("mean_distance", "mean_distance_no_first", "entropy", "entropy_nor
               "argmax_offset", "offset", "concentration", "first_token_attention", "special_attention")
 #: image runs only: where on the patch grid the strongest key of a patch query is
 IMAGE_STATISTICS = ("argmax_neighbour", "argmax_same_row", "argmax_same_col")
-#: runs with output norms only: the value-weighted share of the first and special tokens, and its ratio to their
-#: attention share (see the module)
-VALUE_STATISTICS = ("first_token_value_share", "special_value_share", "first_token_transmits", "special_transmits")
-#: the attention share below which a ``*_transmits`` ratio is NaN
-TRANSMIT_FLOOR = 1e-4
 
 
 def is_punctuation(text: str) -> bool:
@@ -130,10 +118,8 @@ class _Accumulator:
         self.totals: dict[str, float] = dict.fromkeys(
             ("queries", "distance", "distance_no_first", "queries_no_first", "entropy", "entropy_normalised",
              "queries_multi", "first", "previous", "next", "self", "delimiter", "concentration",
-             "first_weight", "special_weight", "patch_queries", "neighbour", "same_row", "same_col",
-             "value_queries", "first_value", "special_value"), 0.0)
+             "first_weight", "special_weight", "patch_queries", "neighbour", "same_row", "same_col"), 0.0)
         self.image = False
-        self.moved = False
 
 
 #: bytes of one head's attention probabilities kept from the first pass for the second (variability) one;
@@ -150,7 +136,7 @@ def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | N
 
     With ``syntax`` (one :class:`qkviz.analysis.syntax.BatchSyntax` per batch of ``batches``) the values
     also hold :data:`qkviz.analysis.syntax.SYNTAX_STATISTICS`; where the run has output norms, they hold
-    :data:`VALUE_STATISTICS`. Each of ``observers`` sees every batch's attention as
+    :data:`qkviz.analysis.value_shares.VALUE_STATISTICS`. Each of ``observers`` sees every batch's attention as
     ``observer.add(batch number, probs, mask)`` (:class:`qkviz.analysis.induction_scores.RepeatSums`)."""
     kinds = TokenKinds.of(run) if kinds is None else kinds
     batches = sentence_batches(run) if batches is None else batches
@@ -159,7 +145,8 @@ def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | N
     syntax_sums = SyntaxSums()
     candidates = []
     queries, keys = run.queries(layer, head), run.keys(layer, head)
-    norms = run.output_norms(layer, head).astype(np.float64) if run.has_output_norms else None
+    moved = (ValueShares(run.output_norms(layer, head).astype(np.float64), kinds.special) if run.has_output_norms
+             else None)
     kept: dict[int, np.ndarray] = {}
     room = cache_bytes
     for number, batch in enumerate(batches):
@@ -171,8 +158,8 @@ def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | N
         mask = batch_mask(batch, run.logit_rule(layer, head))
         scratch = workspace("scratch", shape)
         _accumulate(sums, batch, probs, mask, kinds, scratch)
-        if norms is not None:
-            _accumulate_moved(sums, batch, probs, mask, kinds, norms)
+        if moved is not None:
+            moved.add(batch, probs, mask)
         candidates.append(_exemplar_candidates(batch, probs, mask, kinds, n_exemplars, scratch))
         if syntax is not None:
             syntax_sums.add(probs, mask, syntax[number])
@@ -195,6 +182,8 @@ def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | N
     found = _finish(sums, deviation, pd.concat(candidates, ignore_index=True), n_exemplars)
     if syntax is not None:
         found.values.update(syntax_sums.values())
+    if moved is not None:
+        found.values.update(moved.values(found.values))
     return found
 
 
@@ -285,24 +274,6 @@ def _accumulate(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mas
     sums.argmax_offset += np.bincount(strongest_offset[near] + sums.max_offset, minlength=len(sums.argmax_offset))
 
 
-def _accumulate_moved(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mask: np.ndarray,
-                      kinds: TokenKinds, norms: np.ndarray) -> None:
-    """Adds one batch's value-weighted shares of the first and special tokens (``norms``: the head's output norm of
-    every token of the run)."""
-    sums.moved = True
-    rows = np.maximum(batch.rows, 0)
-    moved = np.where(batch.valid, norms[rows], 0.0)                      # [batch, key]
-    special = kinds.special[rows] & batch.valid
-    total = np.einsum("bqk,bk->bq", probs, moved)
-    received = mask.any(axis=2) & (total > 0)
-    totals = sums.totals
-    totals["value_queries"] += received.sum()
-    share = np.where(received, total, 1.0)
-    totals["first_value"] += float((probs[:, :, 0] * moved[:, :1] / share)[received].sum())
-    special_moved = np.einsum("bqk,bk->bq", probs, np.where(special, moved, 0.0))
-    totals["special_value"] += float((special_moved / share)[received].sum())
-
-
 def _accumulate_patches(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mask: np.ndarray,
                         patch: np.ndarray, decided: np.ndarray, strongest: np.ndarray) -> None:
     """An image batch's grid statistics (see the module): distances between patches, and where the strongest
@@ -354,19 +325,6 @@ def _exemplar_candidates(batch: SentenceBatch, probs: np.ndarray, mask: np.ndarr
                          "key": best[keep] % side, "weight": strongest[keep]})
 
 
-def _moved_values(totals: dict[str, float], values: dict[str, float]) -> dict[str, float]:
-    """:data:`VALUE_STATISTICS` from the sums and the attention shares already in ``values``."""
-    queries = max(totals["value_queries"], 1.0)
-    first, special = totals["first_value"] / queries, totals["special_value"] / queries
-
-    def ratio(moved: float, attended: float) -> float:
-        return moved / attended if attended >= TRANSMIT_FLOOR else float("nan")
-
-    return {"first_token_value_share": first, "special_value_share": special,
-            "first_token_transmits": ratio(first, values["first_token_attention"]),
-            "special_transmits": ratio(special, values["special_attention"])}
-
-
 def _finish(sums: _Accumulator, deviation: float, candidates: pd.DataFrame, n_exemplars: int) -> HeadStatistics:
     totals = sums.totals
     queries = max(totals["queries"], 1.0)
@@ -400,8 +358,6 @@ def _finish(sums: _Accumulator, deviation: float, candidates: pd.DataFrame, n_ex
             "argmax_same_row": totals["same_row"] / patch_queries,
             "argmax_same_col": totals["same_col"] / patch_queries,
         })
-    if sums.moved:
-        values.update(_moved_values(totals, values))
     profile = np.divide(sums.offset_weight, sums.offset_count, out=np.full_like(sums.offset_weight, np.nan),
                         where=sums.offset_count > 0)
     exemplars = candidates.sort_values("weight", ascending=False).head(n_exemplars).reset_index(drop=True)

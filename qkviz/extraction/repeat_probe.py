@@ -89,16 +89,16 @@ def probe_scores(model: torch.nn.Module, probe: RepeatedTokens, device: str = "c
     def score(layer: int, queries: torch.Tensor, keys: torch.Tensor, _value_norms) -> None:
         settings = recorder.settings[layer]
         q, k = queries.double().cpu().numpy(), keys.double().cpu().numpy()
+        rule = settings.rule(0)             # the mask is the layer's: its heads differ only in ALiBi slopes and sinks
+        targets = {name: probe.targets(name, rule.causal) for name in PROBES}
+        n_keys = allowed_pairs(probe.ids.shape[1], rule).sum(axis=1)
+        for name, (rows, _) in targets.items():
+            chances[name][layer] = float(np.mean(1.0 / n_keys[rows]))
         for head in range(shape.n_heads):
-            rule = settings.rule(head)
-            for name in PROBES:
-                rows, columns = probe.targets(name, rule.causal)
-                n_keys = allowed_pairs(probe.ids.shape[1], rule).sum(axis=1)
-                chances[name][layer, head] = float(np.mean(1.0 / n_keys[rows]))
+            head_rule = settings.rule(head)
             for sequence in range(len(q)):
-                probs = attention_probs(q[sequence, head], k[sequence, head // group], rule)
-                for name in PROBES:
-                    rows, columns = probe.targets(name, rule.causal)
+                probs = attention_probs(q[sequence, head], k[sequence, head // group], head_rule)
+                for name, (rows, columns) in targets.items():
                     scores[name][layer, head] += float(probs[rows, columns].mean())
 
     recorder = AttentionRecorder(LayerCalls(adapter.attention_modules(model)), score)

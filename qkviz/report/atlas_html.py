@@ -17,7 +17,8 @@ from qkviz.report.html_page import figure_html, page
 from qkviz.analysis.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS, HeadAtlas
 from qkviz.analysis.head_labels import LABELS
 from qkviz.analysis.text_excerpt import excerpt
-from qkviz.analysis.head_stats import STATISTICS, VALUE_STATISTICS
+from qkviz.analysis.head_stats import STATISTICS
+from qkviz.analysis.value_shares import VALUE_STATISTICS
 from qkviz.report.colours import LABEL_COLOURS
 from qkviz.report.figure_grid import heatmap_grid
 from qkviz.report.position_heatmap import head_names, log_weights, relative_position_figure

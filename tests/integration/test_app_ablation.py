@@ -11,7 +11,7 @@ import time
 import pytest
 from support.browser import served_in_thread
 from support.component_tree import texts
-from test_hostile_requests import HOSTILE, post, request_for
+from test_hostile_requests import answered, callback_request, hostile_failures, request_for
 
 from dash_app import ids
 from dash_app.app import build_app
@@ -28,16 +28,7 @@ def data(app_run):
 
 
 def panel_request(app, values: list):
-    output, spec = next((output, spec) for output, spec in app.callback_map.items()
-                        if f"{ids.ABLATE_PANEL}.children" in output)
-    return output, spec, request_for(output, spec, values)
-
-
-def answered(port: int, body: dict, trigger: str) -> dict:
-    body["changedPropIds"] = [trigger]
-    status, text = post(port, body)
-    assert status == 200, text[:300]
-    return json.loads(text)["response"]
+    return callback_request(app, f"{ids.ABLATE_PANEL}.children", values)
 
 
 def test_the_panel_shows_the_mean_change_and_the_tokens_changed_most(data):
@@ -88,15 +79,6 @@ def test_forged_subjects_and_hostile_values_are_refused(data):
     assert all(ablation.checked_subject(value, runs) is None for value in forged)
     app = build_app([data])
     output, spec, _ = panel_request(app, [0, 0, {}, "zero", None])
-    arity = len(spec["inputs"]) + len(spec["state"])
-    failures = []
     with served_in_thread(app) as url:
-        port = int(url.rstrip("/").rsplit(":", 1)[1])
-        for position in range(arity):
-            for value in HOSTILE:
-                values = [{} for _ in range(arity)]
-                values[position] = value
-                status, text = post(port, request_for(output, spec, values))
-                if status not in (200, 204) or b"Traceback" in text:
-                    failures.append((position, repr(value)[:40], status, text[:200]))
+        failures = hostile_failures(int(url.rstrip("/").rsplit(":", 1)[1]), output, spec)
     assert not failures, failures[:5]

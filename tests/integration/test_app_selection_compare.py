@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 from support.browser import served_in_thread
-from test_hostile_requests import HOSTILE, post, request_for
+from test_hostile_requests import hostile_failures, post, request_for
 
 from dash_app import ids
 from dash_app.app import build_app, open_runs
@@ -103,16 +103,7 @@ def test_selection_and_compare_callbacks_take_hostile_values(served, two_runs):
     ours = [(output, spec) for output, spec in app.callback_map.items() if "callback" in spec
             and any(name in output for name in (ids.SELECTION_TABLE, ids.SELECTION_DOWNLOAD, "compare-"))]
     assert len(ours) >= 5
-    failures = []
-    for output, spec in ours:
-        arity = len(spec["inputs"]) + len(spec["state"])
-        for position in range(arity):
-            for value in HOSTILE:
-                values = [{} for _ in range(arity)]
-                values[position] = value
-                status, text = post(port, request_for(output, spec, values))
-                if status not in (200, 204) or b"Traceback" in text:
-                    failures.append((output, position, repr(value)[:40], status, text[:200]))
+    failures = [failure for output, spec in ours for failure in hostile_failures(port, output, spec)]
     assert not failures, failures[:5]
 
     # a valid selection is kept on the run's data, as Run.selection reads it

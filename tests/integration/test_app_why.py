@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from support.browser import copy_run, served_in_thread
 from support.component_tree import texts
-from test_hostile_requests import HOSTILE, post, request_for
+from test_hostile_requests import answered, callback_request, hostile_failures, request_for
 
 from dash_app import ids
 from dash_app.app import build_app, next_state, open_runs
@@ -155,16 +155,7 @@ def test_forged_subjects_are_refused(data):
 
 
 def panel_request(app, view: str, values: list):
-    output, spec = next((output, spec) for output, spec in app.callback_map.items()
-                        if ids.why_ids(view).panel + ".children" in output)
-    return output, spec, request_for(output, spec, values)
-
-
-def answered(port: int, body: dict, trigger: str) -> dict:
-    body["changedPropIds"] = [trigger]
-    status, text = post(port, body)
-    assert status == 200, text[:300]
-    return json.loads(text)["response"]
+    return callback_request(app, ids.why_ids(view).panel + ".children", values)
 
 
 def test_the_panel_is_pending_then_explains_the_pair_through_the_server(data):
@@ -217,14 +208,7 @@ def test_the_new_callbacks_take_hostile_values(data):
     with served_in_thread(app) as url:
         port = int(url.rstrip("/").rsplit(":", 1)[1])
         for output, spec in ours:
-            arity = len(spec["inputs"]) + len(spec["state"])
-            for position in range(arity):
-                for value in HOSTILE:
-                    values = [{} for _ in range(arity)]
-                    values[position] = value
-                    status, text = post(port, request_for(output, spec, values))
-                    if status not in (200, 204) or b"Traceback" in text:
-                        failures.append((output, position, repr(value)[:40], status, text[:200]))
+            failures += hostile_failures(port, output, spec)
     assert not failures, failures[:5]
 
 

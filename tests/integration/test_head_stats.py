@@ -175,7 +175,7 @@ def test_what_the_first_and_special_tokens_transmit(tiny_run, tmp_path):
     """Uniform attention (zero queries and keys) in an encoder: every query gives each of a sentence's ``n`` keys
     ``1/n``. With output norms ``a`` on [CLS] (the first token), ``b`` on [SEP] and 1 elsewhere, a query receives
     ``a / (a + b + n - 2)`` of what it moves from [CLS] and ``(a + b) / (a + b + n - 2)`` from the special tokens."""
-    from qkviz.analysis.head_stats import VALUE_STATISTICS
+    from qkviz.analysis.value_shares import VALUE_STATISTICS
     from qkviz.store import files as run_files
 
     run = tiny_run("bert")
@@ -210,7 +210,7 @@ def test_what_the_first_and_special_tokens_transmit(tiny_run, tmp_path):
 def test_no_value_statistics_without_output_norms(tiny_run, tmp_path):
     import json
 
-    from qkviz.analysis.head_stats import VALUE_STATISTICS
+    from qkviz.analysis.value_shares import VALUE_STATISTICS
     from qkviz.store import files as run_files
 
     copy = tmp_path / "old"

@@ -76,6 +76,35 @@ def request_for(output: str, spec: dict, values: list) -> dict:
             "state": states, "changedPropIds": [f"{inputs[0]['id']}.{inputs[0]['property']}"] if inputs else []}
 
 
+def callback_request(app, output_part: str, values: list) -> tuple[str, dict, dict]:
+    """``(output, spec, request)`` of the server callback whose output names ``output_part``, with ``values``."""
+    output, spec = next((output, spec) for output, spec in app.callback_map.items() if output_part in output)
+    return output, spec, request_for(output, spec, values)
+
+
+def answered(port: int, body: dict, trigger: str) -> dict:
+    """The callback's response to ``body`` sent as if ``trigger`` (``id.property``) changed; it must be a 200."""
+    body["changedPropIds"] = [trigger]
+    status, text = post(port, body)
+    assert status == 200, text[:300]
+    return json.loads(text)["response"]
+
+
+def hostile_failures(port: int, output: str, spec: dict) -> list[tuple]:
+    """Each input and state of one callback hostile in turn (the others ``{}``): what was not answered with 200 or
+    204, or answered with a stack trace."""
+    arity = len(spec["inputs"]) + len(spec["state"])
+    failures = []
+    for position in range(arity):
+        for value in HOSTILE:
+            values = [{} for _ in range(arity)]
+            values[position] = value
+            status, text = post(port, request_for(output, spec, values))
+            if status not in (200, 204) or b"Traceback" in text:
+                failures.append((output, position, repr(value)[:40], status, text[:200]))
+    return failures
+
+
 def test_every_callback_takes_hostile_values_as_the_nearest_valid_state_with_bounded_memory(served):
     """Every server callback, each input hostile in turn and then all at once: answered (200, or 204 when
     there is nothing to redraw), never refused with 4xx, never a 500 or a stack trace."""

@@ -42,13 +42,14 @@ def batch_attention(run, layer, head, batch):
 def head_statistics(run, layer, head, kinds, batches, max_offset, n_exemplars):
     width = max(batch.rows.shape[1] for batch in batches)
     sums = _Accumulator(max_offset, width)
+    moved = {"queries": 0, "first": 0.0, "special": 0.0}
     candidates = []
     for batch in batches:
         probs = batch_attention(run, layer, head, batch)
         mask = mask_of(batch, run.is_causal, run.sliding_window(layer))
         _accumulate(sums, batch, probs, mask, kinds)
         if run.has_output_norms:
-            _accumulate_moved(sums, batch, probs, mask, kinds, run.output_norms(layer, head).astype(np.float64))
+            _accumulate_moved(moved, batch, probs, mask, kinds, run.output_norms(layer, head).astype(np.float64))
         candidates.append(_exemplar_candidates(batch, probs, mask, kinds, n_exemplars))
     mean_map = np.divide(sums.position_sum, sums.position_count, out=np.zeros_like(sums.position_sum),
                          where=sums.position_count > 0)
@@ -58,7 +59,16 @@ def head_statistics(run, layer, head, kinds, batches, max_offset, n_exemplars):
         mask = mask_of(batch, run.is_causal, run.sliding_window(layer))
         side = probs.shape[1]
         deviation += float(np.abs(probs - mean_map[None, :side, :side])[mask].sum())
-    return _finish(sums, deviation, pd.concat(candidates, ignore_index=True), n_exemplars)
+    found = _finish(sums, deviation, pd.concat(candidates, ignore_index=True), n_exemplars)
+    if run.has_output_norms:
+        values = found.values
+        first, special = moved["first"] / max(moved["queries"], 1), moved["special"] / max(moved["queries"], 1)
+        values.update(first_token_value_share=first, special_value_share=special,
+                      first_token_transmits=first / values["first_token_attention"]
+                      if values["first_token_attention"] >= 1e-4 else float("nan"),
+                      special_transmits=special / values["special_attention"]
+                      if values["special_attention"] >= 1e-4 else float("nan"))
+    return found
 
 
 def _accumulate(sums, batch, probs, mask, kinds: TokenKinds) -> None:
@@ -115,8 +125,6 @@ def _accumulate(sums, batch, probs, mask, kinds: TokenKinds) -> None:
 def _accumulate_moved(sums, batch, probs, mask, kinds, norms) -> None:
     """Value-weighted shares, sentence by sentence and query by query: each query's weights times its keys' output
     norms, the first token's and the special tokens' part of their sum."""
-    sums.moved = True
-    totals = sums.totals
     for member, (rows, length) in enumerate(zip(batch.rows, batch.lengths)):
         rows = rows[:length]
         for query in range(length):
@@ -125,9 +133,9 @@ def _accumulate_moved(sums, batch, probs, mask, kinds, norms) -> None:
             moved = probs[member, query, :length] * norms[rows]
             if moved.sum() <= 0:
                 continue
-            totals["value_queries"] += 1
-            totals["first_value"] += moved[0] / moved.sum()
-            totals["special_value"] += moved[kinds.special[rows]].sum() / moved.sum()
+            sums["queries"] += 1
+            sums["first"] += moved[0] / moved.sum()
+            sums["special"] += moved[kinds.special[rows]].sum() / moved.sum()
 
 
 def _exemplar_candidates(batch, probs, mask, kinds, count):
