@@ -3,7 +3,7 @@
 Every command is a function first::
 
     import qkviz
-    run = qkviz.extract("minilm", "data/sentences.txt", "runs/minilm")
+    run = qkviz.extract("minilm", qkviz.DEFAULT_CORPUS, "runs/minilm")   # the bundled corpus, or a file of yours
     qkviz.project(run, jobs=2)                 # every head's default layouts (qkviz.projection.DEFAULT_METHODS)
     qkviz.build_indexes(run); qkviz.compute_stats(run); qkviz.relate_heads(run)
     qkviz.write_report(qkviz.correlation_report(run), "reports/minilm")
@@ -25,13 +25,13 @@ from qkviz.analysis import attention_change, correlation_table, relate_heads
 from qkviz.api import Run, extract, open_run
 from qkviz.core import IncompleteRunError, QkvizError
 from qkviz.explain import compute_stats
-from qkviz.extraction import load_images, sample_images
+from qkviz.extraction import DEFAULT_CORPUS, load_images, sample_images
 from qkviz.projection import project
 from qkviz.report import correlation_report, write_report
 from qkviz.search import build_indexes
 
 __version__ = "0.1.0"
 
-__all__ = ["IncompleteRunError", "QkvizError", "Run", "__version__", "attention_change", "build_indexes", "compute_stats",
-           "correlation_report", "correlation_table", "extract", "load_images", "open_run", "project", "relate_heads",
+__all__ = ["DEFAULT_CORPUS", "IncompleteRunError", "QkvizError", "Run", "__version__", "attention_change", "build_indexes",
+           "compute_stats", "correlation_report", "correlation_table", "extract", "load_images", "open_run", "project", "relate_heads",
            "sample_images", "write_report"]
