@@ -78,8 +78,7 @@ def setup_cost(results: Results) -> str:
     result = results("setup_cost")
     size = result["environment_bytes"] / 1e9
     return (f"The set-up makes a {size:.1f} GB environment in `.venv` in {minutes(result['seconds'])} on a fresh clone "
-            f"(`bench/setup_cost.py`: {source(results, 'setup_cost')}; the large wheels came from local files, so a "
-            f"download adds to it).\n")
+            f"({source(results, 'setup_cost')}; large wheels from local files).\n")
 
 
 if __name__ == "__main__":
