@@ -76,7 +76,7 @@ def test_a_changed_result_is_caught_then_written(tmp_path):
     path.write_text(json.dumps(result))
     assert readme_figures.main(["--check", "--root", str(root)]) == 1
     assert readme_figures.main(["--root", str(root)]) == 0
-    assert " / 9.9 / " in (root / "README.md").read_text()
+    assert " / 9.9 / " in (root / "docs" / "scale.md").read_text()    # the modern block
     assert readme_figures.main(["--check", "--root", str(root)]) == 0
 
 
