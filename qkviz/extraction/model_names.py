@@ -66,7 +66,7 @@ def check_hub_reachable() -> None:
         socket.create_connection((host, port), timeout=HUB_CHECK_SECONDS).close()
     except OSError as error:
         logger.debug("the Hugging Face hub (%s) cannot be reached (%s): loading from the local cache only",
-                    constants.ENDPOINT, error)
+                     constants.ENDPOINT, error)
         go_offline()
 
 
