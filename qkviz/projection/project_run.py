@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from qkviz.cluster import check_jobs
 from qkviz.core.alignment import Alignment
-from qkviz.projection.catalogue import projection_method
+from qkviz.projection.catalogue import dim_list, method_list, projection_method
 from qkviz.projection.defaults import DEFAULT_METHODS
 from qkviz.projection.tasks import plan_specs, projection_runner, run_tasks
 from qkviz.store.run import StoredRun, as_run
@@ -42,7 +42,8 @@ class ProjectionSummary:
     failed: list[tuple[int, int, str, int, str]] = field(default_factory=list)
 
 
-def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHODS, dims: Sequence[int] | None = None,
+def project(run: StoredRun | str | Path, methods: Sequence[str] | str = DEFAULT_METHODS,
+            dims: Sequence[int] | int | None = None,
             *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None, jobs: int = 1, seed: int = 0,
             translate_keys: bool = True, scale_norms: bool = True, params: dict[str, dict] | None = None,
             progress: bool = True, client: "DaskClient | None" = None) -> ProjectionSummary:
@@ -55,11 +56,12 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
     run
         A run, or the path of one.
     methods
-        Projection methods, by name (``qkviz models`` and :func:`qkviz.projection.method_names` list them;
-        default :data:`qkviz.projection.DEFAULT_METHODS`).
+        Projection methods, by name: a list, one name, or names separated by commas (``"pca,tsne"``) (``qkviz
+        models`` and :func:`qkviz.projection.method_names` list them; default
+        :data:`qkviz.projection.DEFAULT_METHODS`).
     dims
-        Dimensions, 2, 3 or both, made for every method; default each method's ``default_dims`` (2D and 3D,
-        but 2D only for the t-SNE methods, whose 3D about doubles their time).
+        Dimensions, 2, 3 or both (``3`` or ``[2, 3]``), made for every method; default each method's
+        ``default_dims`` (2D and 3D, but 2D only for the t-SNE methods, whose 3D about doubles their time).
     layers, heads
         The heads to project (default: every layer and every head).
     jobs
@@ -84,6 +86,7 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] = DEFAULT_METHOD
         How many layouts were computed, how many were already cached, and which failed (each failure is
         also recorded in the run, for ``qkviz status`` and the app, until the layout is made).
     """
+    methods, dims = method_list(methods), dim_list(dims)
     run = as_run(run)
     check_jobs(jobs, client)
     run.check_files()

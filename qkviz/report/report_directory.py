@@ -104,7 +104,8 @@ def check_destination(out: Path, overwrite: bool) -> None:
     if not out.is_dir():
         raise QkvizError(f"{out} exists and is not a directory; choose another --out")
     if not overwrite:
-        raise QkvizError(f"{out} already exists; pass --overwrite to replace it, or choose another --out")
+        raise QkvizError(f"{out} already exists; pass --overwrite (overwrite=True in Python) to replace it, or choose "
+                         "another --out")
     entries = _report_entries(out)
     summary = _summary(out)
     if entries and summary is None:

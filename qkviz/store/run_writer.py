@@ -59,8 +59,8 @@ def plan_directory(directory: Path, fingerprint: str, overwrite: bool) -> Direct
             if not overwrite:
                 raise
     elif not overwrite:
-        raise QkvizError(f"{directory} holds a run made with different settings; pass --overwrite to replace it "
-                         "or choose another --out directory")
+        raise QkvizError(f"{directory} holds a run made with different settings; pass --overwrite (overwrite=True in "
+                         "Python) to replace it, or choose another --out directory")
     remove_run(directory)
     return DirectoryPlan.FRESH
 
