@@ -246,8 +246,8 @@ def cluster_message(clusters: np.ndarray | None, matches: np.ndarray | None) -> 
     if clusters is None or matches is None or not len(matches) or not (np.asarray(clusters) >= 0).any():
         return ""
     count = len(matches)
-    tokens = f"{count:,} matching token" + ("" if count == 1 else "s")
-    return (f"Cluster badges: how many groups the {tokens} form in each head's 2D layout; queries and keys both "
+    tokens = "matching token forms" if count == 1 else f"{count:,} matching tokens form"
+    return (f"Cluster badges: how many groups the {tokens} in each head's 2D layout; queries and keys both "
             f"count, so {count:,} {'match' if count == 1 else 'matches'} can make up to {2 * count:,} clusters "
             "(fewer: the head draws them together).")
 
