@@ -101,6 +101,12 @@ def dash_app(root_path: str) -> dash.Dash:
     return app
 
 
+#: the projection menu's width: its longest label, "attention t-SNE (1023/1024 heads, being made, recall 30%)"
+#: (:func:`method_options`), is about 480 px at the page's 16 px, the control's arrow and padding 47 more; the rest
+#: is room for wider fonts. The top bar wraps it to its second row, beside the search box, at 1400 px across.
+METHOD_SELECT_PX = 600
+
+
 def view_tabs(context: AppContext) -> list[tuple[str, str]]:
     """``(value, label)`` of the views offered (a view may be offered only for some runs: Compare when two
     are comparable)."""
@@ -122,7 +128,7 @@ def shell_layout(context: AppContext) -> html.Div:
             dcc.Tabs(id=ids.VIEW_TABS, value=ViewState().view, children=[
                 dcc.Tab(label=label, value=value, style=TAB_STYLE, selected_style=TAB_STYLE) for value, label in tabs],
                      style={"width": f"{108 * len(tabs)}px", "height": "40px"}),
-            dcc.Dropdown(id=ids.METHOD_SELECT, clearable=False, style={"width": "210px"}),
+            dcc.Dropdown(id=ids.METHOD_SELECT, clearable=False, style={"width": f"{METHOD_SELECT_PX}px"}),
             dcc.RadioItems(id=ids.DIM_SELECT, options=[{"label": f"{dim}D", "value": dim} for dim in DIMENSIONS],
                            value=2, inline=True),
             dcc.Input(id=ids.SEARCH_INPUT, type="search", placeholder="search a token", debounce=0.3, value="",

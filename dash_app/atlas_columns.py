@@ -94,17 +94,25 @@ def is_share(column: str) -> bool:
             or column in ("first_token_attention", "special_attention", "first_token_value_share", "special_value_share"))
 
 
+def signed_format(value: float, spec: str) -> str:
+    """``format(value, spec)``, never a negative zero: a value that rounds to zero is written as 0 is
+    (``"0.0"``, ``"+0.000"``, ``"0"``, not ``"-0.0"``)."""
+    text = format(value, spec)
+    return format(0.0, spec) if text.startswith("-") and float(text) == 0 else text
+
+
 def format_value(column: str, value: float) -> str:
-    """``value`` as the panel and the badges write it: ``"95.4%"``, ``"+0.039"``, ``"-2"``, ``"8.02"``."""
+    """``value`` as the panel and the badges write it: ``"95.4%"``, ``"+0.039"``, ``"-2"``, ``"8.02"``; never a
+    negative zero (``"0.0%"`` for a share of -0.0001)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     if column == "offset":
         return f"{int(value):+d}"
     if is_share(column):
-        return f"{100 * value:.1f}%"
+        return f"{signed_format(100 * value, '.1f')}%"
     if column == "update_cosine_mean":
-        return f"{value:+.3f}"
-    return f"{value:.3g}"
+        return signed_format(value, "+.3f")
+    return signed_format(value, ".3g")
 
 
 def sortable_columns(table: pd.DataFrame) -> tuple[str, ...]:

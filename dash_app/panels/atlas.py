@@ -16,7 +16,7 @@ import pandas as pd
 from dash import ALL, html
 
 from dash_app import ids
-from dash_app.atlas_columns import PANEL, column_name, format_value
+from dash_app.atlas_columns import PANEL, column_name, format_value, signed_format
 from dash_app.events import exemplar_target, relay_button_clicks
 from dash_app.run_data import RunData, RunShape
 from dash_app.state import ViewState, open_exemplar
@@ -25,6 +25,8 @@ from qkviz.report import LABEL_COLOURS
 
 #: exemplars listed per head (the atlas keeps more)
 EXEMPLARS_SHOWN = 3
+#: the first token's share of a head's attention from which the pairs' line gives it (what the pairs leave out)
+FIRST_TOKEN_NOTED = 0.5
 
 
 def missing_atlas_message(data: RunData) -> str:
@@ -79,8 +81,9 @@ def earned_labels(labels: pd.DataFrame) -> html.Div | None:
     for row in labels.itertuples(index=False):
         tag = html.Span(str(row.label), className="label-tag",
                         style={"background": LABEL_COLOURS.get(str(row.label), "#777")})
-        lines.append(html.Li([tag, f" {row.detail}: {row.score:.3g} (chance {row.chance:.2g}, threshold "
-                                   f"{row.threshold:.2g}; {row.probe})"]))
+        lines.append(html.Li([tag, f" {row.detail}: {signed_format(row.score, '.3g')} (chance "
+                                   f"{signed_format(row.chance, '.2g')}, threshold {signed_format(row.threshold, '.2g')}; "
+                                   f"{row.probe})"]))
     return html.Div([html.Div(f"Labels earned ({len(lines)}):", className="hint"),
                      html.Ul(lines, className="atlas-labels")])
 
@@ -95,6 +98,19 @@ def statistics_table(row: pd.Series, columns: list[str]) -> html.Table:
             name += f" ({format_value('offset', row['offset'])})"
         lines.append(html.Tr([html.Td(name), html.Td(format_value(column, float(row[column])))]))
     return html.Table(html.Tbody(lines), className="atlas-stats")
+
+
+def pairs_hint(row: pd.Series) -> str:
+    """The line above the strongest pairs: what they leave out (the atlas's exemplars never pair a query with the
+    first token or a special token, nor a special token's query: ``head_stats._exemplar_candidates``), and the first
+    token's share of the head's attention when it takes half or more of it (a first-token head's pairs are then
+    what is left)."""
+    text = "Strongest pairs, leaving out the first token and special tokens"
+    first = row.get("first_token_attention")
+    if first is not None and not pd.isna(first) and float(first) >= FIRST_TOKEN_NOTED:
+        text += (f" (the first token takes {format_value('first_token_attention', float(first))} of this head's "
+                 "attention; these pairs are among the rest)")
+    return text + ". Click one to open its sentence:"
 
 
 def exemplar_button(data: RunData, exemplar) -> html.Button:
@@ -140,7 +156,7 @@ def head_panel(data: RunData, layer: int, head: int) -> list:
         children.append(earned)
     children.append(statistics_table(row, panel_columns(list(atlas.table.columns), data.run.is_causal)))
     if len(exemplars):
-        children.append(html.Div("Strongest pairs (click one to open its sentence):", className="hint"))
+        children.append(html.Div(pairs_hint(row), className="hint pairs-hint"))
         children += [exemplar_button(data, exemplar) for exemplar in exemplars.itertuples()]
     return children
 

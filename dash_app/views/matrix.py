@@ -236,8 +236,29 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
     figure = matrix_figure(layouts.points, sample, grid, parts.labels, drawn_matches(data, matches), cells,
                            head_colours(data, state.colour) if thumbnails is None else None, state.colour,
                            list(parts.legend), thumbnails, value_range, kept, parts.margin)
+    return figure, full_message(data, state, parts, clusters, matches)
+
+
+def cluster_message(clusters: np.ndarray | None, matches: np.ndarray | None) -> str:
+    """What the search's cluster badges (``"· 6 clusters"``) count: the groups the matches' queries and keys form
+    in each head's 2D layout (:func:`qkviz.analysis.cluster_counts`); both points of a token count, so a head
+    can show up to twice as many clusters as matches. ``""`` without a search or a head with a count."""
+    if clusters is None or matches is None or not len(matches) or not (np.asarray(clusters) >= 0).any():
+        return ""
+    count = len(matches)
+    tokens = "matching token forms" if count == 1 else f"{count:,} matching tokens form"
+    return (f"Cluster badges: how many groups the {tokens} in each head's 2D layout; queries and keys both "
+            f"count, so {count:,} {'match' if count == 1 else 'matches'} can make up to {2 * count:,} clusters "
+            "(fewer: the head draws them together).")
+
+
+def full_message(data: RunData, state: ViewState, parts: MatrixParts, clusters: np.ndarray | None,
+                 matches: np.ndarray | None) -> str:
+    """The line above the figure: what it does not show (:func:`matrix_message`), what an order lacks, the
+    filter, and what the search's cluster badges count."""
+    layouts = data.all_layouts(state.method)
     message = matrix_message(data, state.method, state.dim, layouts)
-    if thumbnails is not None:
+    if rasterised(data):
         message += (f" Each head is an image of all its {2 * data.run.n_tokens:,} points (darker where more fall); "
                     "click a head to see and hover its points.")
     if state.sort == "correlation" and parts.correlations is None:
@@ -247,14 +268,15 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
         message += " Search a token to order heads by how many clusters its matches form."
     if state.sort == "related" and data.related() is None:
         message += f" {missing_related_message(data)}"
-    message += " " + filter_message(data, state, kept)
-    return figure, message.strip()
+    pieces = [message.strip(), filter_message(data, state, parts.kept), cluster_message(clusters, matches)]
+    return " ".join(piece for piece in pieces if piece)
 
 
 def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, matches: np.ndarray | None,
-                 viewport=None) -> Patch:
+                 viewport=None) -> tuple[Patch, str]:
     """Only what a new search changes in a drawn matrix (same run, method, window, filter and an order that does
-    not depend on the search): the match traces, the labels' badges, the cells' hover and the points' opacity."""
+    not depend on the search): the match traces, the labels' badges, the cells' hover and the points' opacity;
+    and the message line, which explains the new badges."""
     parts = matrix_parts(data, state, clusters, viewport)
     layouts = data.all_layouts(state.method)
     searching = matches is not None and len(matches) > 0
@@ -273,7 +295,7 @@ def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, m
     patch["data"][4]["text"] = list(labels.text)
     patch["data"][4]["hovertext"] = list(labels.hovertext)
     patch["data"][5]["text"] = cell_heatmap(parts.grid, parts.labels).text
-    return patch
+    return patch, full_message(data, state, parts, clusters, matches)
 
 
 def opened_or_run_changed(state: ViewState, previous: ViewState | None) -> bool:
@@ -328,7 +350,8 @@ def register(app: dash.Dash, context: AppContext) -> None:
                     if matches is not None else None)
         if rendered and rendered[:3] + rendered[5:] == key[:3] + key[5:] and state.sort != "clusters":
             # only the search changed: send the matches and badges, not every head's points again
-            return search_patch(data, state, clusters, matches, viewport), no_update, key
+            patch, message = search_patch(data, state, clusters, matches, viewport)
+            return patch, message, key
         figure, message = render_matrix(data, state, clusters, matches, viewport)
         return figure, message, key
 

@@ -29,8 +29,11 @@ CELL = 1000                 # grid units per cell, on both axes
 DEFAULT_WINDOW = (1400, 900)
 #: the window sizes taken from the browser (anything else is clipped into them)
 WINDOW_RANGE = ((320, 8192), (240, 8192))
-#: pixels of the page beside the figure: the body's margins across; the bars above the graph down
-PAGE_WIDTH_PX, PAGE_HEIGHT_PX = 32, 190
+#: pixels of the page beside the figure: the body's margins across; down, what lies above the graph at 1400 px
+#: across (the top bar's two rows, 82; the run's line, 23; the two rows of controls, 84; the message line's fixed
+#: two-line slot, 40: the graph's top at about 245, see assets/qkviz.css) and 35 to spare below it, room for the
+#: progress line of layouts being made and for other fonts: the page and the axes' labels stay inside the window
+PAGE_WIDTH_PX, PAGE_HEIGHT_PX = 32, 280
 MIN_GRAPH_HEIGHT_PX = 420
 #: a cell's padding around its layout, as a share of its smaller side
 PADDING = 0.06

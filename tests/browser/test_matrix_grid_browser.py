@@ -1,7 +1,8 @@
 """The matrix view fitted to the window, in headless Chromium at 1400 x 900: the drawn grid of 6 x 12, 12 x 12,
-30 x 9 and 32 x 32 heads spans >= 60% of the window's width and >= 55% of its height (issue 28); a click on a
-head of the 1,024 opens it; a filter by pattern label hides or fades the other heads. The runs are random
-Llama-shaped models of those grids over two sentences (tests/support/grid_runs.py)."""
+30 x 9 and 32 x 32 heads spans >= 60% of the window's width and >= 55% of its height (issue 28), and the page fits
+the window whole, the grid's last row and its axes' labels inside it, the projection menu's longest label uncut
+(issue 40); a click on a head of the 1,024 opens it; a filter by pattern label hides or fades the other heads. The
+runs are random Llama-shaped models of those grids over two sentences (tests/support/grid_runs.py)."""
 
 import re
 
@@ -10,6 +11,7 @@ from support.browser import DRAWN_JS, served_app, wait_idle
 from support.grid_runs import GRIDS, grid_run
 
 from qkviz.cli import main
+from qkviz.projection import method_labels
 
 #: the drawn grid (the cells' heatmap image) as shares of the window, and its rows and columns
 GRID_SHARE_JS = """() => { const g = document.querySelector('#matrix-graph .js-plotly-plot');
@@ -25,6 +27,22 @@ CELL_JS = """(flat) => {
   return [box.left + layout._size.l + layout.xaxis.l2p(cells.x[column]),
           box.top + layout._size.t + layout.yaxis.l2p(cells.y[row])];
 }"""
+#: the page's height, the bottoms of the drawn grid and of the lowest axis label, the axes' label counts, and the
+#: message line's height
+FIT_JS = """() => { const g = document.querySelector('#matrix-graph .js-plotly-plot');
+  const labels = Array.from(g.querySelectorAll('.xtick text, .ytick text')).map(t => t.getBoundingClientRect().bottom);
+  return {page: document.documentElement.scrollHeight, grid: g.querySelector('.heatmaplayer image').getBoundingClientRect().bottom,
+          labels: Math.max(...labels), x: g.querySelectorAll('.xtick text').length, y: g.querySelectorAll('.ytick text').length,
+          message: document.getElementById('matrix-message').getBoundingClientRect().height}; }"""
+#: whether the figure is drawn at its graph's size (a responsive graph resizes after it is first drawn)
+SETTLED_JS = """() => { const g = document.querySelector('#matrix-graph .js-plotly-plot');
+  return !!g && !!g._fullLayout && g.querySelectorAll('.xtick text').length > 0 && g.querySelector('.heatmaplayer image') !== null
+         && Math.abs(g._fullLayout.height - g.getBoundingClientRect().height) < 2
+         && Math.abs(g._fullLayout.width - g.getBoundingClientRect().width) < 2; }"""
+#: the projection menu's shown label set to ``text``: [its width, the room its closed control gives it]
+MENU_LABEL_JS = """(text) => { const shown = document.querySelector('#method-select .dash-dropdown-value');
+  shown.querySelector('.dash-dropdown-value-item span').textContent = text;
+  return [shown.scrollWidth, shown.clientWidth]; }"""
 #: the flat heads that have a cell
 SHOWN_JS = """() => document.querySelector('#matrix-graph .js-plotly-plot')._fullData[5].customdata
                        .flat().filter(flat => flat !== null && flat !== undefined)"""
@@ -66,6 +84,30 @@ def test_the_matrix_fills_the_window_for_every_grid(page, served, grid_runs):
     # the axes name the layers and heads, the cells do not
     ticks = page.evaluate("() => Array.from(document.querySelectorAll('#matrix-graph .ytick text')).map(t => t.textContent)")
     assert ticks[:2] == ["L0", "L1"] and page.locator("#matrix-graph .textpoint text").count() == 0
+
+
+def test_the_matrix_fits_the_window_whole_with_its_axes(page, served):
+    """Issue 40: at 1400 x 900 the page is no taller than the window for every grid, the grid's last row and the axes'
+    labels inside it (the layout leaves about 35 px below the graph: matrix_grid.PAGE_HEIGHT_PX), the message line a
+    fixed two-line slot whatever it says, and the projection menu's longest label fits its closed control."""
+    fits = {}
+    for index, name in enumerate(GRIDS):
+        for search in ("", "&search=the"):
+            page.goto(f"{served}?view=matrix&method=pca&run={index}{search}")
+            page.wait_for_function(DRAWN_JS, arg=["matrix-graph", 6], timeout=60_000)
+            wait_idle(page, 60_000)
+            page.wait_for_function(SETTLED_JS, timeout=30_000)
+            if search:
+                page.wait_for_function("() => document.getElementById('matrix-message').innerText.includes('Cluster badges')",
+                                       timeout=30_000)
+            fits[name, search] = fit = page.evaluate(FIT_JS)
+            assert fit["page"] <= 900 and fit["grid"] <= 900 and fit["labels"] <= 900, fits
+            assert fit["x"] >= 2 and fit["y"] >= 2, fits                  # both axes are labelled
+    assert {round(fit["message"]) for fit in fits.values()} == {32}, fits     # the message's slot, empty or not
+    # the longest label the menu can show: the longest method's name, every head but one, being made, a recall
+    longest = f"{max(method_labels().values(), key=len)} (1023/1024 heads, being made, recall 30%)"
+    width, room = page.evaluate(MENU_LABEL_JS, longest)
+    assert 400 <= width <= room, (width, room)
 
 
 def test_a_click_on_a_head_of_the_1024_opens_it(page, served):

@@ -89,7 +89,10 @@ def test_the_views_fill_the_window_and_3d_fits_its_cloud(page, served):
         shares[view] = page.evaluate(WINDOW_SHARE_JS, graph)
     # [figure, plot area] shares of the window; before issue 17, on the MiniLM run: matrix [0.66, 0.57], single
     # [0.54, 0.41], heads [0.69, 0.54] (scripts/screenshots.py prints them)
-    assert shares["matrix"][0] >= 0.75 and shares["matrix"][1] >= 0.6, shares
+    # issue 40 lowered the matrix's bounds (from 0.75 and 0.6): its graph starts lower (the message line is a fixed
+    # two-line slot) and leaves ~35 px below it so that the page and the axes' labels fit the window whole
+    # (matrix_grid.PAGE_HEIGHT_PX); it measures [0.67, 0.58] at 1400 x 900
+    assert shares["matrix"][0] >= 0.65 and shares["matrix"][1] >= 0.55, shares
     assert shares["single"][0] >= 0.55 and shares["heads"][0] >= 0.75, shares
     # the cells' grid spans the plot area (its shape fitted to the window; test_app_views checks each head's layout
     # is a square on screen inside its cell)

@@ -104,7 +104,7 @@ def test_a_new_search_patches_only_matches_badges_and_opacity(data):
     matches = search.find("the", False).tokens
     clusters = search.clusters("the", False, "pca")
     state = ViewState(method="pca", search="the")
-    operations = matrix_view.search_patch(data, state, clusters, matches).to_plotly_json()["operations"]
+    operations = matrix_view.search_patch(data, state, clusters, matches)[0].to_plotly_json()["operations"]
     changed = {tuple(operation["location"]): operation["params"]["value"] for operation in operations}
     assert set(changed) == {("data", 2), ("data", 3), ("data", 0, "marker", "opacity"),
                             ("data", 1, "marker", "opacity"), ("data", 4, "text"), ("data", 4, "hovertext"),

@@ -153,7 +153,7 @@ def test_search_matches_are_drawn_over_the_images(raster_data):
     state = ViewState(method="pca", search="the")
     figure, _ = matrix_view.render_matrix(raster_data, state, None, matches)
     assert len(figure.data[2].x) == 8 * len(matches) and len(figure.layout.images) == 8
-    patch = matrix_view.search_patch(raster_data, state, None, matches).to_plotly_json()
+    patch = matrix_view.search_patch(raster_data, state, None, matches)[0].to_plotly_json()
     changed = {tuple(operation["location"]): operation["params"]["value"] for operation in patch["operations"]}
     assert set(changed) == {("data", 2), ("data", 3), ("data", 4, "text"), ("data", 4, "hovertext"),
                             ("data", 5, "text")}                               # the images and click targets kept
@@ -161,7 +161,7 @@ def test_search_matches_are_drawn_over_the_images(raster_data):
     assert len(np.frombuffer(base64.b64decode(changed[("data", 2)]["x"]["bdata"]), np.uint16)) == len(
         figure.data[2].x)
     assert figure.data[2].type == "scattergl"                   # matches in WebGL; none: an empty SVG trace again
-    cleared = matrix_view.search_patch(raster_data, ViewState(method="pca"), None, None).to_plotly_json()
+    cleared = matrix_view.search_patch(raster_data, ViewState(method="pca"), None, None)[0].to_plotly_json()
     assert [operation["params"]["value"]["type"] for operation in cleared["operations"]
             if operation["location"] in (["data", 2], ["data", 3])] == ["scatter", "scatter"]
 
