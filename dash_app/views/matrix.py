@@ -50,7 +50,7 @@ from qkviz.report import CATEGORIES, COLOURS
 SORT_OPTIONS = [
     {"label": "layer / head order", "value": "order"},
     {"label": "distance-dot correlation (report)", "value": "correlation"},
-    {"label": "clusters of the matches' queries and keys (fewest first)", "value": "clusters"},
+    {"label": "search clusters (fewest first)", "value": "clusters"},
     {"label": "related heads (attention clusters)", "value": "related"},
 ]
 #: the figure's height: the window's, less the bars above it (matrix_grid fits the grid to it)
