@@ -1,9 +1,9 @@
 """``umap``: UMAP over the head's nearest-neighbour graph of the aligned points.
 
 Cosine neighbours (as in AttentionViz), 200 epochs with ``min_dist`` 0 (``min_dist`` 0.1 and 500 epochs scored
-0.005 to 0.01 lower in trustworthiness on MiniLM heads, at twice the time); a 3D layout runs ``n_epochs_3d``
-(100) epochs instead: with a third axis to spread into it converges in fewer, and at 200 it took longer than the
-AttentionViz recipe's 3D UMAP (issue 39). It starts from PCA (umap's spectral
+0.005 to 0.01 lower in trustworthiness on MiniLM heads, at twice the time). A 3D layout runs ``n_epochs_3d``
+(100) epochs instead: with a third axis to spread into, it keeps nearly the same neighbourhoods in half the
+epochs, and at 200 it took longer than the AttentionViz recipe's 3D UMAP (issue 39). It starts from PCA (umap's spectral
 start fails on components of identical points, as layer-0 heads have) and draws 20 negative samples per edge,
 not 5: ``bench/faithful.py``'s sweep raised trustworthiness from 0.889 to 0.910 (MiniLM) and 0.929 to 0.945
 (SmolLM2) for about twice the time (``docs/methods.md``).
