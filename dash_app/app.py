@@ -131,7 +131,9 @@ def shell_layout(context: AppContext) -> html.Div:
             dcc.Dropdown(id=ids.METHOD_SELECT, clearable=False, style={"width": f"{METHOD_SELECT_PX}px"}),
             dcc.RadioItems(id=ids.DIM_SELECT, options=[{"label": f"{dim}D", "value": dim} for dim in DIMENSIONS],
                            value=2, inline=True),
-            dcc.Input(id=ids.SEARCH_INPUT, type="search", placeholder="search a token", debounce=0.3, value="",
+            # the search runs on Enter or when the box loses focus (debounce=True), not while typing: a timed
+            # debounce held Enter back by its delay
+            dcc.Input(id=ids.SEARCH_INPUT, type="search", placeholder="search a token", debounce=True, value="",
                       maxLength=100, style={"width": "180px"}),
             dcc.Checklist(id=ids.SEARCH_SUBSTRING, options=[{"label": "substring", "value": "substring"}],
                           value=[], inline=True),

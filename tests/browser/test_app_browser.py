@@ -116,8 +116,13 @@ def test_views_clicks_search_and_reload(page, served, app_run):
     page.wait_for_function("() => document.getElementById('search-count').innerText === '0 tokens'", timeout=10_000)
     assert page.locator("#search-count b").count() == 0
 
-    # back to the matrix: matches highlighted in every head; the URL restores the view on reload
+    # typing alone searches nothing: the search runs on Enter (or when the box loses focus), not while typing
     page.fill("#search-input", "the")
+    page.wait_for_timeout(900)                        # three times the former 0.3 s debounce
+    wait_idle(page)
+    assert page.inner_text("#search-count") == "0 tokens" and "search=the" not in page.url
+
+    # back to the matrix: matches highlighted in every head; the URL restores the view on reload
     page.press("#search-input", "Enter")
     page.click("#view-tabs >> text=Matrix")          # at once: the view and the search must both hold
     page.wait_for_function("""() => { const g = document.querySelector('#matrix-graph .js-plotly-plot');

@@ -80,6 +80,7 @@ def test_a_server_bug_shows_its_id_on_the_page_and_in_the_log(page, app_run, mon
             wait_idle(page, 30_000)
             assert page.locator("#qkviz-server-error").count() == 0
             page.fill("#search-input", "boom")
+            page.press("#search-input", "Enter")      # the search runs on Enter, not while typing
             page.wait_for_selector("#qkviz-server-error", timeout=20_000)
             shown = page.inner_text("#qkviz-server-error")
     finally:
@@ -95,7 +96,9 @@ def test_a_run_served_read_only_is_left_byte_for_byte_after_browsing(page, app_r
     with serving([run.path], "--read-only") as (server, port):
         labels = draw_every_view(page, f"http://127.0.0.1:{port}/")
         page.fill("#search-input", "the")
-        page.wait_for_timeout(800)
+        page.press("#search-input", "Enter")
+        page.wait_for_function("() => /^[0-9,]+ tokens?/.test(document.getElementById('search-count').innerText)",
+                               timeout=20_000)
         wait_idle(page, 30_000)
         page.goto("about:blank")                    # no fetch in flight when the server stops
     assert len(labels) >= 3 and "read-only" in server.output

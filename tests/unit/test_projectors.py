@@ -98,3 +98,20 @@ def test_umap_starts_from_pca_and_never_warns_of_a_failed_spectral_initialisatio
     assert project(points, "umap", 2, n_epochs=20).params["init"] == "pca"
     with pytest.raises(QkvizError, match="init 'random' is not one of pca, spectral"):
         project(points, "umap", 2, init="random")
+
+
+def test_a_3d_umap_runs_n_epochs_3d_epochs_and_a_2d_one_n_epochs():
+    points = blobs(300)
+    three_d = project(points, "umap", 3).params
+    assert three_d["n_epochs_3d"] == 100 and "n_epochs_3d" not in project(points, "umap", 2, n_epochs=5).params
+
+    def layout(dim: int, **params) -> np.ndarray:
+        return project(points, "umap", dim, seed=0, **params).coordinates
+
+    # a 3D layout follows n_epochs_3d and ignores n_epochs (umap is deterministic for a seed and one thread)
+    assert np.array_equal(layout(3, n_epochs_3d=30, n_epochs=1), layout(3, n_epochs_3d=30, n_epochs=400))
+    assert not np.allclose(layout(3, n_epochs_3d=1), layout(3, n_epochs_3d=30))
+    # a 2D layout follows n_epochs alone
+    assert not np.allclose(layout(2, n_epochs=1), layout(2, n_epochs=30))
+    with pytest.raises(QkvizError, match="n_epochs_3d must be a whole number >= 1, got 0"):
+        project(points, "umap", 3, n_epochs_3d=0)

@@ -1,7 +1,9 @@
 """``umap``: UMAP over the head's nearest-neighbour graph of the aligned points.
 
 Cosine neighbours (as in AttentionViz), 200 epochs with ``min_dist`` 0 (``min_dist`` 0.1 and 500 epochs scored
-0.005 to 0.01 lower in trustworthiness on MiniLM heads, at twice the time). It starts from PCA (umap's spectral
+0.005 to 0.01 lower in trustworthiness on MiniLM heads, at twice the time). A 3D layout runs ``n_epochs_3d``
+(100) epochs instead: with a third axis to spread into, it keeps nearly the same neighbourhoods in half the
+epochs, and at 200 it took longer than the AttentionViz recipe's 3D UMAP (issue 39). It starts from PCA (umap's spectral
 start fails on components of identical points, as layer-0 heads have) and draws 20 negative samples per edge,
 not 5: ``bench/faithful.py``'s sweep raised trustworthiness from 0.889 to 0.910 (MiniLM) and 0.929 to 0.945
 (SmolLM2) for about twice the time (``docs/methods.md``).
@@ -22,6 +24,9 @@ PCA_START = "pca"
 #: UMAP's layout parameters, shared with ``attn-umap``
 MIN_DIST = Parameter("min_dist", 0.0, "real", "UMAP minimum distance", low=0.0)
 N_EPOCHS = Parameter("n_epochs", 200, "whole", "UMAP epochs", low=1)
+#: the epochs of a 3D ``umap`` layout (2D layouts' settings leave it out, so their cache entries are unchanged)
+N_EPOCHS_3D = Parameter("n_epochs_3d", 100, "whole", "3D UMAP: epochs of a 3D layout, in place of --n-epochs", low=1,
+                        only_3d=True)
 
 
 def neighbours_needed(params: dict, n_points: int) -> int:
@@ -40,8 +45,9 @@ def fit(inputs: FitInputs) -> Projection:
     if graph.k - 1 < params["n_neighbors"]:
         used["n_neighbors"] = graph.k - 1
         adjusted["n_neighbors"] = (params["n_neighbors"], used["n_neighbors"])
+    epochs = used["n_epochs_3d"] if inputs.dim == 3 else used["n_epochs"]
     reducer = umap.UMAP(n_components=inputs.dim, n_neighbors=used["n_neighbors"], min_dist=used["min_dist"],
-                        n_epochs=used["n_epochs"], metric=used["metric"], init=used["init"],
+                        n_epochs=epochs, metric=used["metric"], init=used["init"],
                         negative_sample_rate=used["negative_sample_rate"], random_state=inputs.seed, n_jobs=1,
                         precomputed_knn=(graph.indices, graph.distances, None))
     with warnings.catch_warnings():   # no search index comes with our neighbours: umap's transform() is not used
@@ -61,6 +67,7 @@ PARAMETERS = (
     Parameter("n_neighbors", 15, "whole", "UMAP neighbours", low=2),
     MIN_DIST,
     N_EPOCHS,
+    N_EPOCHS_3D,
     METRIC,
     Parameter("init", PCA_START, "choice", "UMAP's starting layout (spectral, umap's own, fails on some heads and "
               "falls back to random)", choices=(PCA_START, "spectral")),
