@@ -10,7 +10,7 @@ with its circuits stored (the model is loaded on demand from its saved directory
 import re
 
 import pytest
-from support.browser import click_point, copy_run, open_view, start_server, stop_server, wait_idle
+from support.browser import click_point, copy_run, isolated_point, open_view, start_server, stop_server, wait_idle
 
 from dash_app import ids
 
@@ -75,18 +75,22 @@ def test_a_query_then_its_partner_opens_the_why_panel_whose_bars_add_up_to_the_l
     n = run.n_tokens
     open_view(page, served, f"view=single&layer={LAYER}&head={HEAD}&method=pca&dim=2", ids.SINGLE_GRAPH, 13)
     rows = run.sentence_tokens(3)
-    click_point(page, ids.SINGLE_GRAPH, 0, rows.stop - 1)       # the sentence's last query
-    page.wait_for_function(f"() => /point={rows.stop - 1}(&|$)/.test(location.search)", timeout=20_000)
+    # one of the sentence's later queries, one that no other point covers (a click opens the point nearest it)
+    chosen = isolated_point(page, ids.SINGLE_GRAPH, 0, range(rows.start + 3, rows.stop))
+    click_point(page, ids.SINGLE_GRAPH, 0, chosen)
+    page.wait_for_function(f"() => /point={chosen}(&|$)/.test(location.search)", timeout=20_000)
     page.wait_for_function("() => document.querySelector('#single-graph .js-plotly-plot')._fullData[5].x.length > 0",
                            timeout=20_000)
     wait_idle(page)
     assert page.locator(f"#{ids.why_ids('single').panel}").is_hidden()
-    click_point(page, ids.SINGLE_GRAPH, 5, 2)                   # a key of its sentence, drawn over the keys
+    keys = page.evaluate("() => document.querySelector('#single-graph .js-plotly-plot')._fullData[5].x.length")
+    key_point = isolated_point(page, ids.SINGLE_GRAPH, 5, range(keys))
+    click_point(page, ids.SINGLE_GRAPH, 5, key_point)           # a key of its sentence, drawn over the keys
     page.wait_for_function("() => /pair=\\d+/.test(location.search)", timeout=20_000)
     point = int(re.search(r"point=(\d+)", page.url)[1])
     pair = int(re.search(r"pair=(\d+)", page.url)[1])
     query, key = min(point, pair), max(point, pair) - n
-    assert query == rows.stop - 1 and rows.start <= key < rows.stop
+    assert query == chosen and rows.start <= key < rows.stop
     check_bars(explained(page, ids.why_ids("single").panel), run, query, key)
 
 

@@ -34,6 +34,35 @@ POINT_JS = """([graphId, trace, index]) => {
 }"""
 
 
+#: of the points ``indexes`` of ``trace``, the one whose nearest other drawn point (of any visible trace) is farthest
+#: away on screen, and that distance in pixels: Plotly picks the point nearest the mouse, so a click on a point that
+#: another covers opens that other
+ISOLATED_JS = """([graphId, trace, indexes]) => {
+  const graph = document.querySelector('#' + graphId + ' .js-plotly-plot');
+  const layout = graph._fullLayout;
+  const pixel = (data, i) => [layout.xaxis.l2p(data.x[i]), layout.yaxis.l2p(data.y[i])];
+  const drawn = [];
+  graph._fullData.forEach((data, t) => {
+    if (data.visible !== true || !data.x || !data.y || data.hoverinfo === 'skip') { return; }
+    for (let i = 0; i < data.x.length; i++) {
+      const [px, py] = pixel(data, i);
+      if (Number.isFinite(px) && Number.isFinite(py)) { drawn.push([t, i, px, py]); }   // lines' gaps are null
+    }
+  });
+  let best = [indexes[0], -1];
+  for (const index of indexes) {
+    const [x, y] = pixel(graph._fullData[trace], index);
+    let nearest = Infinity;
+    for (const [t, i, px, py] of drawn) {
+      if ((t === trace && i === index) || (px === x && py === y && t !== trace)) { continue; }
+      nearest = Math.min(nearest, Math.hypot(px - x, py - y));
+    }
+    if (nearest > best[1]) { best = [index, nearest]; }
+  }
+  return best;
+}"""
+
+
 #: the shares of the window's area that a graph's figure (its part in view) and its plot area cover
 #: whether a graph is drawn and shown with at least ``traces`` traces
 DRAWN_JS = """([graphId, traces]) => {
@@ -156,6 +185,13 @@ def click_point(page, graph_id: str, trace: int, index: int, settle_s: float = 5
     page.mouse.move(x - 3, y)
     page.mouse.move(x, y)
     page.mouse.click(x, y)
+
+
+def isolated_point(page, graph_id: str, trace: int, indexes) -> int:
+    """Of the points ``indexes`` of ``trace`` in a 2D graph, the one a click picks most surely (:data:`ISOLATED_JS`)."""
+    index, pixels = page.evaluate(ISOLATED_JS, [graph_id, trace, [int(i) for i in indexes]])
+    assert pixels > 2, f"every candidate point of trace {trace} is covered by another ({pixels:.1f} px)"
+    return int(index)
 
 
 @contextlib.contextmanager
