@@ -77,7 +77,8 @@ def head_entry(run_path: str, layer: int, head: int, settings: AtlasSettings,
     embeddings), head-update histograms (where extracted) and exemplar rows."""
     state = _run_state(run_path, token_syntax)
     run = state.run
-    repeats = None if state.repeats is None else RepeatSums(state.repeats)
+    rule = run.logit_rule(layer, head)
+    repeats = None if state.repeats is None else RepeatSums(state.repeats, (rule.causal, rule.window, rule.chunk))
     found = head_statistics(run, layer, head, state.kinds, state.batches, settings.max_offset, settings.n_exemplars,
                             state.syntax, observers=[] if repeats is None else [repeats])
     label, detail = head_label(found.values, settings.thresholds)

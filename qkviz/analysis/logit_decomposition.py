@@ -24,6 +24,7 @@ split of each logit into token and position parts (:class:`EmbeddingSplit`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,6 +32,7 @@ import numpy as np
 
 from qkviz.analysis.attention_batches import SentenceBatch, batch_mask, workspace
 from qkviz.core.attention import softmax_numerators
+from qkviz.core.logit_rule import LogitRule
 from qkviz.store.run import StoredRun
 
 TERMS = ("content", "key_prior", "query_constant", "bias_bias", "positional", "content_and_position")
@@ -147,7 +149,7 @@ class HeadDecomposition:
 
 #: cells (sentence x query x key) of one block of the decomposition: each batch is split into blocks of its query
 #: rows (one row at least) of at most this many cells, over the keys those rows may attend to only
-BLOCK_CELLS = 1 << 19
+BLOCK_CELLS = 1 << 18
 #: how far the float32 block-wise profiles (relative) and shares (absolute: parts of 1) may be from the float64
 #: computation over whole batches
 FLOAT32_BOUND = 1e-5
@@ -187,20 +189,12 @@ def _decompose(run: StoredRun, layer: int, head: int, batches: list[SentenceBatc
     for batch in batches:
         mask = batch_mask(batch, rule)
         block_terms = blocks_of(batch)
-        sentences, side = mask.shape[:2]
-        step = max(1, block_cells // max(sentences * side, 1))
-        for start in range(0, side, step):
-            stop = min(side, start + step)
-            used = mask[:, start:stop].any(axis=(0, 1))          # the keys of these queries
-            if not used.any():
-                continue
-            first, last = int(used.argmax()), side - int(used[::-1].argmax())
-            block_mask = mask[:, start:stop, first:last]
-            parts = block_terms(slice(start, stop), slice(first, last), np.float32, True)
-            rows, cols, offset_bin = _band(stop - start, last - first, first - start, max_offset)
-            count += np.bincount(offset_bin, block_mask[:, rows, cols].sum(axis=0), minlength=bins)
-            n_keys = block_mask.sum(axis=2, keepdims=True)
-            multi = n_keys[..., 0] >= 2
+        batch_count, blocks = _blocks(batch, rule, mask, block_cells, max_offset)
+        count += batch_count
+        for block in blocks:
+            rows, cols, offset_bin, n_keys, multi = block.rows, block.cols, block.offset_bin, block.n_keys, block.multi
+            block_mask = mask[:, block.at, block.to]
+            parts = block_terms(block.at, block.to, np.float32, True)
             blocked = ~block_mask
             scratch = workspace("decompose-scratch", block_mask.shape, np.float32)
             total = workspace("decompose-total", block_mask.shape, np.float32)
@@ -229,6 +223,58 @@ def _decompose(run: StoredRun, layer: int, head: int, batches: list[SentenceBatc
     profiles = np.divide(weight, count, out=np.full_like(weight, np.nan), where=count > 0)
     shares = covariance / variance if variance > 0 else np.full(len(terms), np.nan)
     return HeadDecomposition(terms, profiles, shares)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A block of query rows of a batch over their keys, and what its mask gives every head of the mask."""
+
+    at: slice                 # its query rows
+    to: slice                 # the keys they may attend to (from the first to the last)
+    rows: np.ndarray          # the cells within max_offset of the diagonal: row, column, offset bin (offset + max_offset)
+    cols: np.ndarray
+    offset_bin: np.ndarray
+    n_keys: np.ndarray        # int [sentence, row, 1]: each query's keys
+    multi: np.ndarray         # bool [sentence, row]: a query with two keys or more
+
+
+def _blocks(batch: SentenceBatch, rule: LogitRule, mask: np.ndarray, block_cells: int, max_offset: int
+            ) -> tuple[np.ndarray, list[_Block]]:
+    """The batch's blocks of at most ``block_cells`` cells (one query row at least), and the number of allowed pairs
+    at each offset (``[2 * max_offset + 1]``); made once per mask (its batch and rule) and kept for the next heads, up
+    to :data:`BLOCK_CACHE_ITEMS` index entries."""
+    key = (id(batch), rule.causal, rule.window, rule.chunk, block_cells, max_offset)
+    if key in _BLOCKS:
+        _BLOCKS.move_to_end(key)
+        return _BLOCKS[key][1]
+    sentences, side = mask.shape[:2]
+    step = max(1, block_cells // max(sentences * side, 1))
+    count, blocks = np.zeros(2 * max_offset + 1), []
+    for start in range(0, side, step):
+        stop = min(side, start + step)
+        used = mask[:, start:stop].any(axis=(0, 1))          # the keys of these queries
+        if not used.any():
+            continue
+        first, last = int(used.argmax()), side - int(used[::-1].argmax())
+        block_mask = mask[:, start:stop, first:last]
+        rows, cols, offset_bin = _band(stop - start, last - first, first - start, max_offset)
+        count += np.bincount(offset_bin, block_mask[:, rows, cols].sum(axis=0), minlength=count.size)
+        n_keys = block_mask.sum(axis=2, keepdims=True)
+        blocks.append(_Block(slice(start, stop), slice(first, last), rows, cols, offset_bin, n_keys, n_keys[..., 0] >= 2))
+    _BLOCKS[key] = (batch, (count, blocks))        # the batch held with its blocks: its id stays its own
+    while len(_BLOCKS) > 1 and sum(_size(found) for _, found in _BLOCKS.values()) > BLOCK_CACHE_ITEMS:
+        _BLOCKS.popitem(last=False)
+    return count, blocks
+
+
+def _size(found: tuple[np.ndarray, list[_Block]]) -> int:
+    return sum(3 * block.rows.size + block.n_keys.size for block in found[1])
+
+
+#: index entries of the blocks :func:`_blocks` keeps for the next heads
+BLOCK_CACHE_ITEMS = 1 << 23
+#: (id of the batch, causal, window, chunk, block cells, max offset) -> (batch, (count, blocks)), least recent first
+_BLOCKS: OrderedDict[tuple, tuple[SentenceBatch, tuple[np.ndarray, list[_Block]]]] = OrderedDict()
 
 
 def _band(rows: int, keys: int, shift: int, max_offset: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
