@@ -277,6 +277,11 @@ BLOCK_CACHE_ITEMS = 1 << 23
 _BLOCKS: OrderedDict[tuple, tuple[SentenceBatch, tuple[np.ndarray, list[_Block]]]] = OrderedDict()
 
 
+def forget_blocks() -> None:
+    """Drop the blocks :func:`_blocks` keeps (and the batches they hold)."""
+    _BLOCKS.clear()
+
+
 def _band(rows: int, keys: int, shift: int, max_offset: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The cells of a ``[rows, keys]`` block (key ``c`` is ``shift + c - r`` tokens from query row ``r``) within
     ``max_offset`` of the diagonal: their row, column and offset bin (``offset + max_offset``)."""
