@@ -20,7 +20,7 @@ from qkviz.analysis.attention_batches import SentenceBatch, release_workspace, s
 from qkviz.analysis.head_labels import LabelThresholds, head_label
 from qkviz.analysis.head_stats import TokenKinds, head_statistics
 from qkviz.analysis.induction_scores import RepeatSums, RepeatTargets
-from qkviz.analysis.logit_decomposition import EmbeddingSplit, decompose_embeddings, decompose_head
+from qkviz.analysis.logit_decomposition import EmbeddingSplit, decompose_embeddings, decompose_head, forget_blocks
 from qkviz.analysis.syntax import BatchSyntax, TokenSyntax, batch_syntax
 from qkviz.analysis.text_excerpt import excerpt
 from qkviz.store import files as run_files
@@ -77,7 +77,8 @@ def head_entry(run_path: str, layer: int, head: int, settings: AtlasSettings,
     embeddings), head-update histograms (where extracted) and exemplar rows."""
     state = _run_state(run_path, token_syntax)
     run = state.run
-    repeats = None if state.repeats is None else RepeatSums(state.repeats)
+    rule = run.logit_rule(layer, head)
+    repeats = None if state.repeats is None else RepeatSums(state.repeats, (rule.causal, rule.window, rule.chunk))
     found = head_statistics(run, layer, head, state.kinds, state.batches, settings.max_offset, settings.n_exemplars,
                             state.syntax, observers=[] if repeats is None else [repeats])
     label, detail = head_label(found.values, settings.thresholds)
@@ -103,6 +104,7 @@ def _run_state(run_path: str, token_syntax: TokenSyntax | None) -> _RunState:
     key = (path, str(read_manifest(Path(path))["fingerprint"]), token_syntax is not None)
     if key not in _STATES:
         _STATES.clear()                 # one run at a time: keep only its state
+        forget_blocks()
         run = open_stored_run(path)
         batches = sentence_batches(run)
         _STATES[key] = _RunState(
@@ -140,6 +142,8 @@ def head_update_summary(updates: np.ndarray) -> tuple[dict[str, float], np.ndarr
 
 
 def forget_run_states() -> None:
-    """Drop this process's shared state (the caller's, once its serial atlas is made) and its workspace."""
+    """Drop this process's shared state (the caller's, once its serial atlas is made), its workspace and the
+    decomposition's blocks."""
     _STATES.clear()
     release_workspace()
+    forget_blocks()

@@ -79,15 +79,16 @@ def batch_mask(batch: SentenceBatch, rule: LogitRule) -> np.ndarray:
 _MASKS: OrderedDict[tuple[int, bool, int | None, int | None], tuple[SentenceBatch, np.ndarray]] = OrderedDict()
 
 
-def workspace(name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A float64 array of ``shape`` with undefined contents, the same memory each time ``name`` is asked
-    (grown when a larger one is asked): the per-head analyses reuse it from head to head rather than
+def workspace(name: str, shape: tuple[int, ...], dtype: type = np.float64) -> np.ndarray:
+    """A float64 (or ``dtype``) array of ``shape`` with undefined contents, the same memory each time ``name`` is
+    asked (grown when a larger one is asked): the per-head analyses reuse it from head to head rather than
     have the system hand out, and fault in, hundreds of megabytes of fresh pages per head. A caller keeps
     none past its own work; :func:`release_workspace` frees them."""
     size = int(np.prod(shape))
-    if name not in _WORKSPACE or _WORKSPACE[name].size < size:
+    held = _WORKSPACE.get(name)
+    if held is None or held.size < size or held.dtype != dtype:
         _WORKSPACE.pop(name, None)
-        _WORKSPACE[name] = np.empty(size)
+        _WORKSPACE[name] = np.empty(size, dtype=dtype)
     return _WORKSPACE[name][:size].reshape(shape)
 
 

@@ -234,9 +234,10 @@ def _accumulate(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mas
         totals["distance_no_first"] += float((distance_rest[has_rest] / rest[has_rest]).sum())
         totals["queries_no_first"] += has_rest.sum()
 
-    # p log p, 0 where p is 0: log(max(p, the least subnormal)) is log p for every p > 0, and finite
+    # p log p, 0 where p is 0: log(max(p, the least subnormal)) is log p for every p > 0, and finite; taken on the
+    # allowed pairs only (a masked pair's p is exactly 0, so its product is 0 whatever its finite factor)
     logs = np.maximum(probs, np.finfo(np.float64).smallest_subnormal, out=scratch)
-    np.log(logs, out=logs)
+    np.log(logs, out=logs, where=mask)
     logs *= probs
     entropy = -logs.sum(axis=2)
     totals["entropy"] += float(entropy[queries].sum())

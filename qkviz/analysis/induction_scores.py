@@ -14,7 +14,7 @@ special tokens left out, beside a uniform head's score.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -78,6 +78,8 @@ class RepeatTargets:
 
     pairs: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]
     queries: dict[str, int]
+    #: (mask key, kind, batch number) -> a uniform head's sum over the batch's targets: the same for every head of a mask
+    chances: dict[tuple, float] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, run: StoredRun, batches: list[SentenceBatch]) -> "RepeatTargets":
@@ -108,17 +110,29 @@ class RepeatSums:
     over repeating queries of the attention to their targets, with ``_chance`` (a uniform head's: the targets it may
     attend to over the keys it may attend to) and ``_queries`` columns (:data:`REPEAT_STATISTICS`)."""
 
-    def __init__(self, targets: RepeatTargets):
+    def __init__(self, targets: RepeatTargets, mask_key: tuple | None = None):
+        """``mask_key``: what the head's mask is made of (causal, window, chunk); heads of the same key share the
+        uniform head's score, computed for the first of them only (``None``: computed for this head)."""
         self.targets = targets
+        self.mask_key = mask_key
         self.sums = {kind: [0.0, 0.0] for kind in targets.pairs}
 
     def add(self, number: int, probs: np.ndarray, mask: np.ndarray) -> None:
         for kind, per_batch in self.targets.pairs.items():
             members, queries, keys = per_batch[number]
             if len(members):
-                n_keys = mask[members, queries].sum(axis=1)
                 self.sums[kind][0] += float(probs[members, queries, keys].sum())
-                self.sums[kind][1] += float((mask[members, queries, keys] / n_keys).sum())
+                self.sums[kind][1] += self._chance(kind, number, mask, members, queries, keys)
+
+    def _chance(self, kind: str, number: int, mask: np.ndarray, members: np.ndarray, queries: np.ndarray,
+                keys: np.ndarray) -> float:
+        """A uniform head's attention to the batch's targets of ``kind``: the targets it may attend to over the keys."""
+        found = self.targets.chances.get((self.mask_key, kind, number)) if self.mask_key is not None else None
+        if found is None:
+            found = float((mask[members, queries, keys] / mask[members, queries].sum(axis=1)).sum())
+            if self.mask_key is not None:
+                self.targets.chances[(self.mask_key, kind, number)] = found
+        return found
 
     def values(self) -> dict[str, float]:
         found = {}

@@ -24,12 +24,15 @@ split of each logit into token and position parts (:class:`EmbeddingSplit`).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from qkviz.analysis.attention_batches import SentenceBatch, batch_mask, workspace
 from qkviz.core.attention import softmax_numerators
+from qkviz.core.logit_rule import LogitRule
 from qkviz.store.run import StoredRun
 
 TERMS = ("content", "key_prior", "query_constant", "bias_bias", "positional", "content_and_position")
@@ -72,37 +75,69 @@ def batch_terms(run: StoredRun, layer: int, head: int, batch: SentenceBatch, que
     """``{term: [batch, query, key]}`` float64 for one sentence batch; the terms add up to ``q . k``.
     ``reuse``: the products are written into :func:`~qkviz.analysis.attention_batches.workspace` arrays
     (overwritten by the next call)."""
+    side = batch.rows.shape[1]
+    return batch_blocks(run, layer, head, batch, queries, keys)(slice(0, side), slice(0, side), np.float64, reuse)
+
+
+#: a function of (query rows, keys, dtype, reuse) giving ``{term: [batch, rows, keys]}`` of one batch
+BlockTerms = Callable[[slice, slice, type, bool], dict[str, np.ndarray]]
+
+
+def batch_blocks(run: StoredRun, layer: int, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray
+                 ) -> BlockTerms:
+    """The terms of :func:`batch_terms` for any block of the batch (a slice of its query rows x a slice of its keys), in
+    any float ``dtype``: the per-token vectors (unrotated, the biases taken off) are made here once, in float64; a
+    block's products of them in ``dtype``. ``reuse``: into workspace arrays, overwritten by the next call."""
     from qkviz.store import files as run_files
 
     rows = np.maximum(batch.rows, 0)
     q, k = queries[rows].astype(np.float64), keys[rows].astype(np.float64)
     if run.has_part(run_files.POSITION_UNSPLIT):
-        return {UNSPLIT: _products(q, k, "decompose-content" if reuse else None)}
-    terms = {}
+        return lambda at, to, dtype, reuse=False: {UNSPLIT: _products(q[:, at], k[:, to], dtype,
+                                                                      "decompose-content" if reuse else None)}
+    stored = q, k
     rotary = run.rotary(layer)
     if rotary is not None:
         positions = np.broadcast_to(np.arange(rows.shape[1]), rows.shape)
-        terms["positional"] = _products(q, k, "decompose-positional" if reuse else None)
-        q, k = unrotated = unrotate(q, positions, *rotary), unrotate(k, positions, *rotary)
+        q, k = unrotate(q, positions, *rotary), unrotate(k, positions, *rotary)
+    unrotated = q, k
     query_bias, key_bias = run.query_bias(layer, head), run.key_bias(layer, head)
-    if query_bias is not None and key_bias is not None:
+    biased = query_bias is not None and key_bias is not None
+    if biased:
         query_bias, key_bias = query_bias.astype(np.float64), key_bias.astype(np.float64)
         q, k = q - query_bias, k - key_bias
-        shape = q.shape[:2] + (rows.shape[1],)
-        terms["key_prior"] = np.broadcast_to((k @ query_bias)[:, None, :], shape).copy()
-        terms["query_constant"] = np.broadcast_to((q @ key_bias)[:, :, None], shape).copy()
-        terms["bias_bias"] = np.full(shape, float(query_bias @ key_bias))
-    terms["content"] = _products(q, k, "decompose-content" if reuse else None)
-    if "positional" in terms:                            # what the rotation adds: q . k - q0 . k0
-        terms["positional"] -= terms["content"] if "bias_bias" not in terms else _products(*unrotated)
-    return {term: terms[term] for term in TERMS if term in terms}
+        key_prior, query_constant, bias_bias = k @ query_bias, q @ key_bias, float(query_bias @ key_bias)
+
+    def block(at: slice, to: slice, dtype: type, reuse: bool = False) -> dict[str, np.ndarray]:
+        into = (lambda name: f"decompose-{name}") if reuse else (lambda name: None)  # noqa: E731
+        terms = {"content": _products(q[:, at], k[:, to], dtype, into("content"))}
+        shape = terms["content"].shape
+        if biased:
+            terms["key_prior"] = _filled(key_prior[:, None, to], shape, dtype, into("key_prior"))
+            terms["query_constant"] = _filled(query_constant[:, at, None], shape, dtype, into("query_constant"))
+            terms["bias_bias"] = _filled(bias_bias, shape, dtype, into("bias_bias"))
+        if rotary is not None:                           # what the rotation adds: q . k - q0 . k0
+            positional = _products(stored[0][:, at], stored[1][:, to], dtype, into("positional"))
+            positional -= (terms["content"] if not biased
+                           else _products(unrotated[0][:, at], unrotated[1][:, to], dtype, into("unrotated")))
+            terms["positional"] = positional
+        return {term: terms[term] for term in TERMS if term in terms}
+
+    return block
 
 
-def _products(a: np.ndarray, b: np.ndarray, into: str | None = None) -> np.ndarray:
-    """``[batch, query, key]`` dot products of ``a`` ``[batch, query, d]`` and ``b`` ``[batch, key, d]``
+def _products(a: np.ndarray, b: np.ndarray, dtype: type = np.float64, into: str | None = None) -> np.ndarray:
+    """``[batch, query, key]`` dot products in ``dtype`` of ``a`` ``[batch, query, d]`` and ``b`` ``[batch, key, d]``
     (``into``: in that workspace array)."""
-    out = None if into is None else workspace(into, a.shape[:2] + b.shape[1:2])
-    return np.matmul(a, np.swapaxes(b, -1, -2), out=out)
+    out = None if into is None else workspace(into, a.shape[:2] + b.shape[1:2], dtype)
+    return np.matmul(a.astype(dtype, copy=False), np.swapaxes(b.astype(dtype, copy=False), -1, -2), out=out)
+
+
+def _filled(values: np.ndarray | float, shape: tuple[int, ...], dtype: type, into: str | None = None) -> np.ndarray:
+    """``values`` broadcast to ``shape`` in an array of its own (``into``: that workspace array)."""
+    out = np.empty(shape, dtype) if into is None else workspace(into, shape, dtype)
+    np.copyto(out, values, casting="unsafe")
+    return out
 
 
 @dataclass
@@ -112,26 +147,40 @@ class HeadDecomposition:
     variance_share: np.ndarray    # [term]
 
 
-def decompose_head(run: StoredRun, layer: int, head: int, batches: list[SentenceBatch], max_offset: int
-                   ) -> HeadDecomposition:
+#: cells (sentence x query x key) of one block of the decomposition: each batch is split into blocks of its query
+#: rows (one row at least) of at most this many cells, over the keys those rows may attend to only
+BLOCK_CELLS = 1 << 18
+#: how far the float32 block-wise profiles (relative) and shares (absolute: parts of 1) may be from the float64
+#: computation over whole batches
+FLOAT32_BOUND = 1e-5
+
+
+def decompose_head(run: StoredRun, layer: int, head: int, batches: list[SentenceBatch], max_offset: int,
+                   block_cells: int = BLOCK_CELLS) -> HeadDecomposition:
     """The bias / rotary split (:func:`batch_terms`) of one head over the corpus."""
     queries, keys = run.queries(layer, head), run.keys(layer, head)
     return _decompose(run, layer, head, batches, max_offset, available_terms(run),
-                      lambda batch: batch_terms(run, layer, head, batch, queries, keys, reuse=True))
+                      lambda batch: batch_blocks(run, layer, head, batch, queries, keys), block_cells)
 
 
 def decompose_embeddings(run: StoredRun, split: "EmbeddingSplit", head: int, batches: list[SentenceBatch],
-                         max_offset: int) -> HeadDecomposition:
+                         max_offset: int, block_cells: int = BLOCK_CELLS) -> HeadDecomposition:
     """The token / position split (:class:`EmbeddingSplit`) of a first-layer head over the corpus."""
     queries, keys = run.queries(0, head), run.keys(0, head)
     return _decompose(run, 0, head, batches, max_offset, EMBEDDING_TERMS,
-                      lambda batch: split.batch_terms(run, head, batch, queries, keys))
+                      lambda batch: split.batch_blocks(run, head, batch, queries, keys), block_cells)
 
 
 def _decompose(run: StoredRun, layer: int, head: int, batches: list[SentenceBatch], max_offset: int,
-               terms: tuple[str, ...], parts_of) -> HeadDecomposition:
-    """Shares and relative-position profiles of ``terms``; ``parts_of(batch)`` gives ``{term: [b, q, k]}``
-    (arrays of its own, overwritten here)."""
+               terms: tuple[str, ...], blocks_of: Callable[[SentenceBatch], BlockTerms], block_cells: int
+               ) -> HeadDecomposition:
+    """Shares and relative-position profiles of ``terms``; ``blocks_of(batch)`` gives the batch's :data:`BlockTerms`
+    (arrays of their own, overwritten here).
+
+    Block by block (:data:`BLOCK_CELLS`): a block's terms, softmax and centred products are float32 over the keys its
+    query rows may attend to (the masked pairs would add exactly 0); its sums are added up in float64. Each query's
+    mean of a term over its keys is a float64 sum, so a term constant for a query (``query_constant``, ``bias_bias``)
+    centres to exactly 0. The results are within 1e-5 of the float64 computation over the whole batch (a test checks)."""
     bins = 2 * max_offset + 1
     weight, count = np.zeros((len(terms), bins)), np.zeros(bins)
     covariance, variance = np.zeros(len(terms)), 0.0
@@ -139,42 +188,108 @@ def _decompose(run: StoredRun, layer: int, head: int, batches: list[SentenceBatc
     scale = rule.scale
     for batch in batches:
         mask = batch_mask(batch, rule)
-        parts = parts_of(batch)
-        side = mask.shape[1]
-        offsets = range(max(-max_offset, 1 - side), min(max_offset, side - 1) + 1)
-        for offset in offsets:
-            count[offset + max_offset] += np.count_nonzero(np.diagonal(mask, offset, 1, 2))
-        n_keys = mask.sum(axis=2, keepdims=True)
-        multi = (n_keys[..., 0] >= 2)
-        blocked = ~mask
-        scratch = workspace("scratch", mask.shape)
-        total = workspace("spare", mask.shape)
-        np.copyto(total, parts[terms[0]])
-        for term in terms[1:]:
-            total += parts[term]
-        total_centred = _centre(total, mask, n_keys, scratch)
-        variance += float(np.multiply(total_centred, total_centred, out=scratch).sum(axis=2)[multi].sum())
-        for number, term in enumerate(terms):
-            part = parts.pop(term)
-            # the profile: masked_softmax(dot_logits(term, scale)) (a term alone: never capped), on the diagonals
-            # |offset| <= max_offset only
-            weights = np.multiply(part, scale, out=scratch)
-            np.copyto(weights, -np.inf, where=blocked)
-            weights, norm = softmax_numerators(weights)
-            norm = norm[..., 0]
-            norm[~(norm > 0)] = np.inf                     # a query with no key: weights 0
-            for offset in offsets:
-                first = max(0, -offset)
-                diagonal = np.diagonal(weights, offset, 1, 2) / norm[:, first:first + side - abs(offset)]
-                weight[number, offset + max_offset] += diagonal.sum()
-            # the share: sum over queries of the term's covariance with the logit over its keys
-            centred = np.subtract(part, _masked_mean(part, mask, n_keys, scratch), out=part)
-            centred *= total_centred                      # 0 where masked: total_centred is
-            covariance[number] += float(centred.sum(axis=2)[multi].sum())
-            del part, centred
+        block_terms = blocks_of(batch)
+        batch_count, blocks = _blocks(batch, rule, mask, block_cells, max_offset)
+        count += batch_count
+        for block in blocks:
+            rows, cols, offset_bin, n_keys, multi = block.rows, block.cols, block.offset_bin, block.n_keys, block.multi
+            block_mask = mask[:, block.at, block.to]
+            parts = block_terms(block.at, block.to, np.float32, True)
+            blocked = ~block_mask
+            scratch = workspace("decompose-scratch", block_mask.shape, np.float32)
+            total = workspace("decompose-total", block_mask.shape, np.float32)
+            np.copyto(total, parts[terms[0]])
+            for term in terms[1:]:
+                total += parts[term]
+            total_centred = _centre(total, block_mask, n_keys, scratch)
+            variance += float(np.multiply(total_centred, total_centred, out=scratch).sum(axis=2, dtype=np.float64)
+                              [multi].sum())
+            for number, term in enumerate(terms):
+                part = parts.pop(term)
+                # the profile: masked_softmax(dot_logits(term, scale)) (a term alone: never capped), on the diagonals
+                # |offset| <= max_offset only
+                weights = np.multiply(part, scale, out=scratch)
+                np.copyto(weights, -np.inf, where=blocked)
+                weights, norm = softmax_numerators(weights)
+                norm = norm[..., 0]
+                norm[~(norm > 0)] = np.inf                     # a query with no key: weights 0
+                on_band = (weights[:, rows, cols] / norm[:, rows]).sum(axis=0, dtype=np.float64)
+                weight[number] += np.bincount(offset_bin, on_band, minlength=bins)
+                # the share: sum over queries of the term's covariance with the logit over its keys
+                centred = np.subtract(part, _masked_mean(part, block_mask, n_keys, scratch), out=part)
+                centred *= total_centred                      # 0 where masked: total_centred is
+                covariance[number] += float(centred.sum(axis=2, dtype=np.float64)[multi].sum())
+                del part, centred
     profiles = np.divide(weight, count, out=np.full_like(weight, np.nan), where=count > 0)
     shares = covariance / variance if variance > 0 else np.full(len(terms), np.nan)
     return HeadDecomposition(terms, profiles, shares)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A block of query rows of a batch over their keys, and what its mask gives every head of the mask."""
+
+    at: slice                 # its query rows
+    to: slice                 # the keys they may attend to (from the first to the last)
+    rows: np.ndarray          # the cells within max_offset of the diagonal: row, column, offset bin (offset + max_offset)
+    cols: np.ndarray
+    offset_bin: np.ndarray
+    n_keys: np.ndarray        # int [sentence, row, 1]: each query's keys
+    multi: np.ndarray         # bool [sentence, row]: a query with two keys or more
+
+
+def _blocks(batch: SentenceBatch, rule: LogitRule, mask: np.ndarray, block_cells: int, max_offset: int
+            ) -> tuple[np.ndarray, list[_Block]]:
+    """The batch's blocks of at most ``block_cells`` cells (one query row at least), and the number of allowed pairs
+    at each offset (``[2 * max_offset + 1]``); made once per mask (its batch and rule) and kept for the next heads, up
+    to :data:`BLOCK_CACHE_ITEMS` index entries."""
+    key = (id(batch), rule.causal, rule.window, rule.chunk, block_cells, max_offset)
+    if key in _BLOCKS:
+        _BLOCKS.move_to_end(key)
+        return _BLOCKS[key][1]
+    sentences, side = mask.shape[:2]
+    step = max(1, block_cells // max(sentences * side, 1))
+    count, blocks = np.zeros(2 * max_offset + 1), []
+    for start in range(0, side, step):
+        stop = min(side, start + step)
+        used = mask[:, start:stop].any(axis=(0, 1))          # the keys of these queries
+        if not used.any():
+            continue
+        first, last = int(used.argmax()), side - int(used[::-1].argmax())
+        block_mask = mask[:, start:stop, first:last]
+        rows, cols, offset_bin = _band(stop - start, last - first, first - start, max_offset)
+        count += np.bincount(offset_bin, block_mask[:, rows, cols].sum(axis=0), minlength=count.size)
+        n_keys = block_mask.sum(axis=2, keepdims=True)
+        blocks.append(_Block(slice(start, stop), slice(first, last), rows, cols, offset_bin, n_keys, n_keys[..., 0] >= 2))
+    _BLOCKS[key] = (batch, (count, blocks))        # the batch held with its blocks: its id stays its own
+    while len(_BLOCKS) > 1 and sum(_size(found) for _, found in _BLOCKS.values()) > BLOCK_CACHE_ITEMS:
+        _BLOCKS.popitem(last=False)
+    return count, blocks
+
+
+def _size(found: tuple[np.ndarray, list[_Block]]) -> int:
+    return sum(3 * block.rows.size + block.n_keys.size for block in found[1])
+
+
+#: index entries of the blocks :func:`_blocks` keeps for the next heads
+BLOCK_CACHE_ITEMS = 1 << 23
+#: (id of the batch, causal, window, chunk, block cells, max offset) -> (batch, (count, blocks)), least recent first
+_BLOCKS: OrderedDict[tuple, tuple[SentenceBatch, tuple[np.ndarray, list[_Block]]]] = OrderedDict()
+
+
+def forget_blocks() -> None:
+    """Drop the blocks :func:`_blocks` keeps (and the batches they hold)."""
+    _BLOCKS.clear()
+
+
+def _band(rows: int, keys: int, shift: int, max_offset: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The cells of a ``[rows, keys]`` block (key ``c`` is ``shift + c - r`` tokens from query row ``r``) within
+    ``max_offset`` of the diagonal: their row, column and offset bin (``offset + max_offset``)."""
+    row = np.arange(rows)[:, None]
+    offset = np.arange(-max_offset, max_offset + 1)[None, :]
+    col = row + offset - shift
+    inside = (col >= 0) & (col < keys)
+    return np.broadcast_to(row, inside.shape)[inside], col[inside], np.broadcast_to(offset + max_offset, inside.shape)[inside]
 
 
 EMBEDDING_TERMS = ("token_token", "token_position", "position_token", "position_position", "embedding_other")
@@ -233,21 +348,36 @@ class EmbeddingSplit:
 
     def batch_terms(self, run: StoredRun, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray
                     ) -> dict[str, np.ndarray]:
-        """``{term: [batch, query, key]}``; ``embedding_other`` is the stored logit minus the four."""
+        """``{term: [batch, query, key]}`` float64; ``embedding_other`` is the stored logit minus the four."""
+        side = batch.rows.shape[1]
+        return self.batch_blocks(run, head, batch, queries, keys)(slice(0, side), slice(0, side), np.float64)
+
+    def batch_blocks(self, run: StoredRun, head: int, batch: SentenceBatch, queries: np.ndarray, keys: np.ndarray
+                     ) -> BlockTerms:
+        """The terms of :meth:`batch_terms` for any block of the batch, in any float dtype (as :func:`batch_blocks`)."""
         rows = np.maximum(batch.rows, 0)
         query, key = self.projections(run, head, rows)
-        terms = {"token_token": _products(query[0], key[0]), "token_position": _products(query[0], key[1]),
-                 "position_token": _products(query[1], key[0]), "position_position": _products(query[1], key[1])}
-        total = _products(queries[rows].astype(np.float64), keys[rows].astype(np.float64))
-        terms["embedding_other"] = total - sum(terms.values())
-        return terms
+        stored = queries[rows].astype(np.float64), keys[rows].astype(np.float64)
+
+        def block(at: slice, to: slice, dtype: type, reuse: bool = False) -> dict[str, np.ndarray]:
+            into = (lambda name: f"decompose-{name}") if reuse else (lambda name: None)  # noqa: E731
+            terms = {f"{a_name}_{b_name}": _products(query[a][:, at], key[b][:, to], dtype, into(f"{a_name}_{b_name}"))
+                     for a, a_name in enumerate(("token", "position")) for b, b_name in enumerate(("token", "position"))}
+            other = _products(stored[0][:, at], stored[1][:, to], dtype, into("embedding_other"))
+            for term in terms.values():
+                other -= term
+            terms["embedding_other"] = other
+            return terms
+
+        return block
 
 
 def _masked_mean(values: np.ndarray, mask: np.ndarray, n_keys: np.ndarray, scratch: np.ndarray | None = None
                  ) -> np.ndarray:
-    """``[batch, query, 1]``: the mean of ``values`` over each query's allowed keys (``scratch``: a spare array of
-    their shape)."""
-    return np.multiply(values, mask, out=scratch).sum(axis=2, keepdims=True) / np.maximum(n_keys, 1)
+    """``[batch, query, 1]``: the mean of ``values`` over each query's allowed keys, summed in float64, in the dtype of
+    ``values`` (``scratch``: a spare array of their shape)."""
+    total = np.multiply(values, mask, out=scratch).sum(axis=2, keepdims=True, dtype=np.float64)
+    return (total / np.maximum(n_keys, 1)).astype(values.dtype, copy=False)
 
 
 def _centre(values: np.ndarray, mask: np.ndarray, n_keys: np.ndarray, scratch: np.ndarray) -> np.ndarray:

@@ -86,14 +86,17 @@ def test_the_strongest_label_names_what_a_head_does_before_where_it_rests():
                                                                              "content"]
 
 
-@pytest.mark.parametrize("family", ["llama", "bert"])
-def test_corpus_repeats_equal_brute_force_over_the_runs_attention(tiny_run, family):
+@pytest.mark.parametrize("family", ["llama", "bert", "mistral"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_corpus_repeats_equal_brute_force_over_the_runs_attention(tiny_run, family, shared):
+    """``shared``: the uniform head's score is computed for the first head of a mask and reused by the next ones."""
     run = tiny_run(family, max_sentences=30)
     batches = sentence_batches(run, max_cells=3000)
     targets = RepeatTargets.of(run, batches)
     ids, special = run.tokens.token_id.to_numpy(), run.tokens.is_special.to_numpy(bool)
-    for layer, head in [(0, 0), (1, 3)]:
-        sums = RepeatSums(targets)
+    for layer, head in [(0, 0), (1, 3), (1, 1)]:
+        rule = run.logit_rule(layer, head)
+        sums = RepeatSums(targets, (rule.causal, rule.window, rule.chunk) if shared else None)
         for number, (batch, probs) in enumerate(head_attention(run, layer, head, batches)):
             sums.add(number, probs, batch_mask(batch, run.logit_rule(layer, head)))
         found = sums.values()

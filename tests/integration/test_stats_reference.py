@@ -1,7 +1,8 @@
 """The head atlas's fast statistics and logit decomposition (in-place work, probabilities kept for the second
 pass, diagonals for the profiles, the top two weights without a sort) equal the straightforward reference
-(:mod:`support.stats_reference`, the code as first written) up to float rounding, on decoders and encoders,
-with rotary, biases, sliding windows, padded multi-sentence batches and the second pass recomputed."""
+(:mod:`support.stats_reference`, the code as first written) up to float rounding (the decomposition, float32 block by
+block, within its bound of the float64 reference), on decoders and encoders, with rotary, biases, sliding windows,
+padded multi-sentence batches and the second pass recomputed."""
 
 import numpy as np
 import pandas as pd
@@ -9,7 +10,7 @@ import pytest
 
 from qkviz.analysis.attention_batches import sentence_batches
 from qkviz.analysis.head_stats import TokenKinds, head_statistics
-from qkviz.analysis.logit_decomposition import EmbeddingSplit, decompose_embeddings, decompose_head
+from qkviz.analysis.logit_decomposition import FLOAT32_BOUND, EmbeddingSplit, decompose_embeddings, decompose_head
 from support import stats_reference as reference
 
 RTOL, ATOL = 1e-9, 1e-12
@@ -24,9 +25,11 @@ def assert_same_statistics(found, expected):
 
 
 def assert_same_decomposition(found, expected):
+    """Within the bound of the float32 block-wise decomposition: relative on the profiles (attention weights),
+    absolute on the shares (parts of 1)."""
     assert found.terms == expected.terms
-    np.testing.assert_allclose(found.profiles, expected.profiles, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(found.variance_share, expected.variance_share, rtol=RTOL, atol=1e-9)
+    np.testing.assert_allclose(found.profiles, expected.profiles, rtol=FLOAT32_BOUND, atol=ATOL)
+    np.testing.assert_allclose(found.variance_share, expected.variance_share, rtol=0, atol=FLOAT32_BOUND)
 
 
 @pytest.mark.parametrize("family", ["qwen2", "bert", "mistral", "gemma3"])
@@ -49,3 +52,29 @@ def test_fast_head_statistics_and_decomposition_equal_the_reference(tiny_run, fa
                                        lambda batch: reference.embedding_terms(split, run, 1, batch))
         assert_same_decomposition(decompose_embeddings(run, split, 1, batches, 8), expected)
     assert family != "bert" or split is not None
+
+
+@pytest.mark.parametrize("family, layer", [("qwen2", 1), ("mistral", 0), ("gemma3", 2), ("bert", 1)])
+@pytest.mark.parametrize("max_cells", [1 << 22, 3000])
+def test_float32_blocks_are_within_the_bound_of_the_float64_decomposition(tiny_run, family, layer, max_cells):
+    """Query blocks of one row, a few rows, a few hundred cells and whole batches (causal: keys up to the block's last
+    query; sliding window: from its first query's first key) against the float64 reference over whole batches."""
+    from qkviz.analysis.logit_decomposition import BLOCK_CELLS
+
+    run = tiny_run(family, max_sentences=30)
+    batches = sentence_batches(run, max_cells=max_cells)
+    expected = reference.decompose_head(run, layer, 1, batches, 12)
+    assert np.isfinite(expected.profiles).any() and np.abs(expected.variance_share).max() > 0.01
+    found = {cells: decompose_head(run, layer, 1, batches, 12, block_cells=cells) for cells in (1, 700, 5000, BLOCK_CELLS)}
+    for cells, result in found.items():
+        assert_same_decomposition(result, expected)
+        # the blocks only change the order of float32 sums: the same answer whatever their size
+        np.testing.assert_allclose(result.profiles, found[BLOCK_CELLS].profiles, rtol=1e-6, atol=ATOL)
+        np.testing.assert_allclose(result.variance_share, found[BLOCK_CELLS].variance_share, rtol=0, atol=1e-6)
+    split = EmbeddingSplit.of(run)
+    if split is not None:
+        expected = reference.decompose(run, 0, batches, 12, ("token_token", "token_position", "position_token",
+                                                             "position_position", "embedding_other"),
+                                       lambda batch: reference.embedding_terms(split, run, 1, batch))
+        for cells in (1, 700, BLOCK_CELLS):
+            assert_same_decomposition(decompose_embeddings(run, split, 1, batches, 12, block_cells=cells), expected)
