@@ -2,7 +2,8 @@
 faiss, or an approximate inverted file; :func:`top_products`, and :func:`top_logits` for the model's logits), by
 cosine, by Euclidean distance, over arrays or a run's memory-mapped vectors (:mod:`qkviz.neighbours.top_k`);
 and partner recall, how many of each point's attention partners a layout keeps near
-(:mod:`qkviz.neighbours.partner_recall`).
+(:mod:`qkviz.neighbours.partner_recall`); trustworthiness, how many of each layout point's near points are near in the
+space it lays out, and the layouts' goals on both (:mod:`qkviz.neighbours.trust`).
 
 Imports numpy, faiss (inside the functions that search) and :mod:`qkviz.core`; no file, no run format.
 """
@@ -10,6 +11,9 @@ Imports numpy, faiss (inside the functions that search) and :mod:`qkviz.core`; n
 from qkviz.neighbours.partner_recall import PartnerSample, layout_recall, partner_recall, partner_sample
 from qkviz.neighbours.top_k import (MappedVectors, nearest_cosine, nearest_euclidean, tie_aware_recall, top_logits,
                                     top_products, unit_rows)
+from qkviz.neighbours.trust import (RECALL_GOAL, TRUST_GOAL, TRUST_K, TRUST_SAMPLE, goal_verdict, layout_trust, meets_goals,
+                                    trustworthiness)
 
-__all__ = ["MappedVectors", "PartnerSample", "layout_recall", "nearest_cosine", "nearest_euclidean", "partner_recall",
+__all__ = ["RECALL_GOAL", "TRUST_GOAL", "TRUST_K", "TRUST_SAMPLE", "goal_verdict", "layout_trust", "meets_goals",
+           "trustworthiness", "MappedVectors", "PartnerSample", "layout_recall", "nearest_cosine", "nearest_euclidean", "partner_recall",
            "partner_sample", "tie_aware_recall", "top_logits", "top_products", "unit_rows"]
