@@ -50,7 +50,7 @@ from qkviz.core.alignment import Alignment, align_head, norm_scale
 from qkviz.core.attention import allowed_keys
 from qkviz.core.logit_rule import LogitRule
 from qkviz.neighbours.partner_recall import layout_recall, partner_sample
-from qkviz.neighbours.trust import TRUST_K, TRUST_SAMPLE, layout_trust
+from qkviz.neighbours.trust import TRUST_K, TRUST_SAMPLE, reference_trust, trust_reference
 from qkviz.store.projections import ProjectionCache, ProjectionSpec
 from qkviz.store.run import StoredRun
 from qkviz.analysis.rank_correlation import (QueryGroups, RankedValues, correlations, mean_query_spearman,
@@ -230,6 +230,7 @@ def head_correlation_rows(run: StoredRun, layer: int, head: int, pairs: PairSet,
     clouds = head_space_clouds(queries, keys)
     recalls = {space: layout_recall(recall_sample, cloud) for space, cloud in clouds.items()}
     trust: dict[str, float] = {}
+    reference = None                    # the translated+scaled points' sample, made for the first projection
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
     for space, spec in (projections or {}).items():
         coordinates = cache.load(spec)
@@ -237,7 +238,9 @@ def head_correlation_rows(run: StoredRun, layer: int, head: int, pairs: PairSet,
             distances = pair_distances(coordinates[:run.n_tokens], coordinates[run.n_tokens:], pairs)
             figures[space] = (distances, projected_dots)
             recalls[space] = layout_recall(recall_sample, coordinates)
-            trust[space] = layout_trust(clouds["translated+scaled"], coordinates, TRUST_K, TRUST_SAMPLE)
+            if reference is None:
+                reference = trust_reference(clouds["translated+scaled"], TRUST_K, TRUST_SAMPLE)
+            trust[space] = reference_trust(reference, coordinates)
     groups = QueryGroups.of(pairs.query_index)
     ranked: dict[int, RankedValues] = {}   # the dot products are shared by most spaces: rank them once
 

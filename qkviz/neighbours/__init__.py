@@ -11,9 +11,9 @@ Imports numpy, faiss (inside the functions that search) and :mod:`qkviz.core`; n
 from qkviz.neighbours.partner_recall import PartnerSample, layout_recall, partner_recall, partner_sample
 from qkviz.neighbours.top_k import (MappedVectors, nearest_cosine, nearest_euclidean, tie_aware_recall, top_logits,
                                     top_products, unit_rows)
-from qkviz.neighbours.trust import (RECALL_GOAL, TRUST_GOAL, TRUST_K, TRUST_SAMPLE, goal_verdict, layout_trust, meets_goals,
-                                    trustworthiness)
+from qkviz.neighbours.trust import (RECALL_GOAL, TRUST_GOAL, TRUST_K, TRUST_SAMPLE, TrustReference, goal_verdict, layout_trust,
+                                    meets_goals, reference_trust, trust_reference, trustworthiness)
 
-__all__ = ["RECALL_GOAL", "TRUST_GOAL", "TRUST_K", "TRUST_SAMPLE", "goal_verdict", "layout_trust", "meets_goals",
-           "trustworthiness", "MappedVectors", "PartnerSample", "layout_recall", "nearest_cosine", "nearest_euclidean", "partner_recall",
+__all__ = ["RECALL_GOAL", "TRUST_GOAL", "TRUST_K", "TRUST_SAMPLE", "TrustReference", "goal_verdict", "layout_trust",
+           "meets_goals", "reference_trust", "trust_reference", "trustworthiness", "MappedVectors", "PartnerSample", "layout_recall", "nearest_cosine", "nearest_euclidean", "partner_recall",
            "partner_sample", "tie_aware_recall", "top_logits", "top_products", "unit_rows"]

@@ -9,7 +9,8 @@ the original space (1 for the nearest), and
 
 1 when every layout neighbour is among the ``k`` nearest original points, lower as intruders come from further
 away. Computed with numpy over all the given points (``n^2`` distances), so a head's layout is measured on a seeded
-sample of at most :data:`TRUST_SAMPLE` of its points (:func:`layout_trust`): both the original points and the
+sample of at most :data:`TRUST_SAMPLE` of its points (:func:`layout_trust`; :func:`trust_reference` samples and
+measures the points once for all of a head's layouts, :func:`reference_trust` measures each layout): both the original points and the
 layout are restricted to the sample, as ``bench/faithful.py`` measures it. Where original distances tie, a point
 takes the best of the tied ranks (sklearn's ``argsort`` leaves the order of ties unspecified).
 
@@ -21,6 +22,7 @@ the mean of the query-to-key and key-to-query sides) at least :data:`RECALL_GOAL
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,40 +37,62 @@ TRUST_GOAL = 0.90
 _ROWS = 64                         # sampled points whose ranks are counted at once (rows x k x n comparisons)
 
 
+@dataclass(frozen=True)
+class TrustReference:
+    """The points a head's layouts are measured against, sampled once: ``chosen`` (int64 rows of the layouts, in
+    order) and their ``[m, m]`` squared distances (the diagonal infinite), shared by every layout of the head."""
+
+    chosen: np.ndarray
+    distances: np.ndarray
+    k: int
+
+
+def trust_reference(points: np.ndarray, k: int = TRUST_K, sample: int | None = TRUST_SAMPLE,
+                    seed: int = 0) -> TrustReference:
+    """A seeded sample of ``sample`` rows of ``points`` (all with ``None``) and their distances."""
+    n = len(points)
+    chosen = (np.arange(n) if sample is None or sample >= n
+              else np.sort(np.random.default_rng(seed).choice(n, size=sample, replace=False)))
+    return TrustReference(chosen, _squared_distances(np.asarray(points, dtype=np.float64)[chosen]), k)
+
+
+def reference_trust(reference: TrustReference, layout: np.ndarray) -> float:
+    """Trustworthiness at ``reference.k`` of ``layout`` (all the points' rows) on the reference's sample; NaN
+    when the sample is too small for ``k`` (fewer than ``2k + 1`` points)."""
+    m, k = len(reference.chosen), reference.k
+    if k < 1 or k >= m / 2:
+        return math.nan
+    original = reference.distances
+    laid_out = _squared_distances(np.asarray(layout, dtype=np.float64)[reference.chosen])
+    near = np.argpartition(laid_out, k - 1, axis=1)[:, :k]          # each point's k nearest in the layout
+    penalty = 0
+    for start in range(0, m, _ROWS):
+        rows = original[start:start + _ROWS]
+        reached = np.take_along_axis(rows, near[start:start + _ROWS], axis=1)
+        ranks = 1 + (rows[:, None, :] < reached[:, :, None]).sum(axis=2)   # rank among the point's originals
+        penalty += int(np.maximum(ranks - k, 0).sum())
+    return float(1.0 - penalty * (2.0 / (m * k * (2.0 * m - 3.0 * k - 1.0))))
+
+
 def trustworthiness(points: np.ndarray, layout: np.ndarray, k: int = TRUST_K) -> float:
     """Trustworthiness at ``k`` of ``layout`` ``[n, dim]`` against ``points`` ``[n, d]`` (row ``i`` of one is row
     ``i`` of the other), Euclidean both; ``k`` must be below ``n / 2``, as in sklearn."""
-    points = np.asarray(points, dtype=np.float64)
-    layout = np.asarray(layout, dtype=np.float64)
     n = len(points)
     if len(layout) != n:
         raise ValueError(f"a layout of {len(layout)} points does not lay out {n} points")
     if k < 1 or k >= n / 2:
         raise ValueError(f"trustworthiness needs 1 <= k < n / 2 (k {k}, n {n})")
-    original = _squared_distances(points)
-    laid_out = _squared_distances(layout)
-    near = np.argpartition(laid_out, k - 1, axis=1)[:, :k]          # each point's k nearest in the layout
-    penalty = 0
-    for start in range(0, n, _ROWS):
-        rows = original[start:start + _ROWS]
-        reached = np.take_along_axis(rows, near[start:start + _ROWS], axis=1)
-        ranks = 1 + (rows[:, None, :] < reached[:, :, None]).sum(axis=2)   # rank among the point's originals
-        penalty += int(np.maximum(ranks - k, 0).sum())
-    return float(1.0 - penalty * (2.0 / (n * k * (2.0 * n - 3.0 * k - 1.0))))
+    return reference_trust(trust_reference(points, k, None), layout)
 
 
 def layout_trust(points: np.ndarray, layout: np.ndarray, k: int = TRUST_K, sample: int | None = TRUST_SAMPLE,
                  seed: int = 0) -> float:
     """:func:`trustworthiness` of ``layout`` on a seeded sample of ``sample`` of its rows (all with ``None``);
-    NaN when there are too few points for ``k`` (fewer than ``2k + 1``)."""
-    n = len(points)
-    if len(layout) != n:
-        raise ValueError(f"a layout of {len(layout)} points does not lay out {n} points")
-    chosen = (np.arange(n) if sample is None or sample >= n
-              else np.sort(np.random.default_rng(seed).choice(n, size=sample, replace=False)))
-    if k >= len(chosen) / 2:
-        return math.nan
-    return trustworthiness(np.asarray(points)[chosen], np.asarray(layout)[chosen], k)
+    NaN when there are too few points for ``k`` (fewer than ``2k + 1``). Several layouts of the same points:
+    one :func:`trust_reference`, then :func:`reference_trust` of each."""
+    if len(layout) != len(points):
+        raise ValueError(f"a layout of {len(layout)} points does not lay out {len(points)} points")
+    return reference_trust(trust_reference(points, k, sample, seed), layout)
 
 
 def meets_goals(recall: float | None, trust: float | None) -> bool:

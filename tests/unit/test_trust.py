@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from sklearn.manifold import trustworthiness as sklearn_trustworthiness
 
-from qkviz.neighbours import RECALL_GOAL, TRUST_GOAL, goal_verdict, layout_trust, meets_goals, trustworthiness
+from qkviz.neighbours import (RECALL_GOAL, TRUST_GOAL, goal_verdict, layout_trust, meets_goals, reference_trust,
+                              trust_reference, trustworthiness)
 
 
 @pytest.mark.parametrize("n, d, dim, k", [(60, 8, 2, 10), (301, 16, 2, 10), (200, 5, 3, 7), (41, 3, 2, 1)])
@@ -41,6 +42,10 @@ def test_layout_trust_samples_its_points_and_is_nan_when_too_few():
     assert math.isnan(layout_trust(points[:20], layout[:20]))
     with pytest.raises(ValueError, match="does not lay out"):
         layout_trust(points, layout[:10])
+    # one reference serves several layouts of the same points
+    reference = trust_reference(points, sample=500, seed=3)
+    assert reference_trust(reference, layout) == sampled
+    assert reference_trust(reference, points[:, 3:5]) == layout_trust(points, points[:, 3:5], sample=500, seed=3)
 
 
 def test_the_goals_verdicts():
