@@ -14,6 +14,7 @@ from qkviz.neighbours.top_k import (MappedVectors, nearest_cosine, nearest_eucli
 from qkviz.neighbours.trust import (RECALL_GOAL, TRUST_GOAL, TRUST_K, TRUST_SAMPLE, TrustReference, goal_verdict, layout_trust,
                                     meets_goals, reference_trust, trust_reference, trustworthiness)
 
-__all__ = ["RECALL_GOAL", "TRUST_GOAL", "TRUST_K", "TRUST_SAMPLE", "TrustReference", "goal_verdict", "layout_trust",
-           "meets_goals", "reference_trust", "trust_reference", "trustworthiness", "MappedVectors", "PartnerSample", "layout_recall", "nearest_cosine", "nearest_euclidean", "partner_recall",
-           "partner_sample", "tie_aware_recall", "top_logits", "top_products", "unit_rows"]
+__all__ = ["RECALL_GOAL", "TRUST_GOAL", "TRUST_K", "TRUST_SAMPLE", "MappedVectors", "PartnerSample", "TrustReference",
+           "goal_verdict", "layout_recall", "layout_trust", "meets_goals", "nearest_cosine", "nearest_euclidean",
+           "partner_recall", "partner_sample", "reference_trust", "tie_aware_recall", "top_logits", "top_products",
+           "trust_reference", "trustworthiness", "unit_rows"]
