@@ -61,6 +61,7 @@ from qkviz import projection  # noqa: E402  (its attention_graph: the function, 
 from qkviz.projection import GRAPH_PARAMS  # noqa: E402
 from qkviz.projection import project_points  # noqa: E402
 from qkviz.search import PartnerIndexes, head_layout_overlap  # noqa: E402
+from qkviz.neighbours import RECALL_GOAL, TRUST_GOAL  # noqa: E402
 from qkviz.projection import projection_methods, resolve_params  # noqa: E402
 
 from bench.head_survey import K, SAMPLE, choose_heads, survey_heads  # noqa: E402
@@ -421,11 +422,11 @@ def over_heads(result: dict, value, pick=min) -> float | None:
 def attn_goals(model: str) -> list[Goal]:
     """attn-tsne's goals (issue 22) on every chosen head of ``model``, each judged on its lowest head."""
     name = f"faithful_chosen_{model}"
-    return [Goal("partner recall@10 on every head", 0.30, "", False, name, "lowest head",
+    return [Goal("partner recall@10 on every head", RECALL_GOAL, "", False, name, "lowest head",
                  lambda found: over_heads(found, lambda ours, tsne: ours["recall"]), 3),
             Goal("partner recall against t-SNE's on every head", 3, "×", False, name, "lowest head",
                  lambda found: over_heads(found, lambda ours, tsne: ours["recall"] / max(tsne["recall"], 1e-9)), 1),
-            Goal("trustworthiness on every head", 0.90, "", False, name, "lowest head",
+            Goal("trustworthiness on every head", TRUST_GOAL, "", False, name, "lowest head",
                  lambda found: over_heads(found, lambda ours, tsne: ours["trust"]), 3),
             Goal("time against t-SNE's on every head", 1, "×", True, name, "slowest head",
                  lambda found: over_heads(found, lambda ours, tsne: ours["seconds"] / tsne["seconds"], max), 2)]
@@ -501,10 +502,8 @@ def faithful_sinks(results: Results) -> str:
             + (f"{runs}. " if runs else "")
             + f"`bench/faithful.py` ({source(results, *names.values())}).\n")
 
-#: the layouts' goals on every measured head (issue 22): trustworthiness and partner recall@10
-TRUST_GOAL = 0.90
-
-RECALL_GOAL = 0.30
+#: the layouts' goals on every measured head (issue 22): trustworthiness and partner recall@10 (kept in qkviz.neighbours,
+#: where the report and the app judge them too)
 
 def lowest(rows: list[dict], key: str) -> float | None:
     return min(row[key] for row in rows) if rows else None

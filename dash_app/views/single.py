@@ -43,6 +43,7 @@ from dash_app.view_registry import AppContext, View, register_view
 from dash_app.views.single_figure import (KIND, base_traces, category_legend, colour_array, head_patch, norm_sizes,
                                           overlay_traces, single_figure, to_steps)
 from qkviz import QkvizError
+from qkviz.neighbours import goal_verdict
 from qkviz.projection import FIRST_METHOD, method_label, projection_method
 from qkviz.report import COLOURS, describe_value
 
@@ -100,7 +101,7 @@ def layout(_context: AppContext) -> html.Div:
                 html.Button("Open its sentence ▶", id=ids.OPEN_SENTENCE, n_clicks=0),
                 *ablation_panel.controls(),
                 *partners_panel.controls(),
-                html.H4("Distance-dot correlation, partner recall@10"), html.Div(id=ids.SINGLE_CORRELATION),
+                html.H4("Fidelity: correlation, partner recall@10, trust"), html.Div(id=ids.SINGLE_CORRELATION),
                 html.H4("Related heads"), html.Div(id=ids.SINGLE_RELATED),
                 *selection_panel.controls(),
             ]),
@@ -223,23 +224,56 @@ def hovered_line(data: RunData, point: int | None, selected: int | None):
             f"position {int(row.position)}")
 
 
-def correlation_panel(data: RunData, layer: int, head: int):
-    """The report's figures for this head (a table), or how to make the report."""
+def correlation_panel(data: RunData, layer: int, head: int, method: str | None = None, dim: int = 2):
+    """The report's figures for this head (a table) under the fidelity gauge of the layout shown (``method``,
+    ``dim``: :func:`fidelity_gauge`), or how to make the report."""
     table = data.correlations()
     if table is None:
-        return html.Div(f"No correlation report for this run yet: 'qkviz report --run {data.run.path} --out reports/{data.name}'.")
+        return html.Div(f"No correlation report for this run yet: {report_command(data)}.")
     rows = table[(table["layer"] == layer) & (table["head"] == head)]
     if rows.empty:
         return html.Div("The report has no figures for this head.")
-    header = html.Tr([html.Th(name) for name in ("space", "Pearson", "Spearman", "recall q→k", "recall k→q")])
+    header = html.Tr([html.Th(name) for name in ("space", "Pearson", "Spearman", "recall q→k", "recall k→q", "trust")])
     body = [html.Tr([html.Td(str(row.space)), html.Td(f"{row.pearson:+.3f}"), html.Td(f"{row.spearman:+.3f}"),
-                     *(html.Td(_percent(getattr(row, name, None))) for name in ("recall_query", "recall_key"))])
+                     *(html.Td(_percent(getattr(row, name, None))) for name in ("recall_query", "recall_key")),
+                     html.Td(_decimal(getattr(row, "trust", None)))])
             for row in rows.itertuples()]
-    return html.Table([html.Thead(header), html.Tbody(body)], className="correlations")
+    gauge = [] if method is None else [html.Div(fidelity_gauge(data, layer, head, method, dim), className="fidelity-gauge")]
+    return html.Div([*gauge, html.Table([html.Thead(header), html.Tbody(body)], className="correlations")])
+
+
+def report_command(data: RunData) -> str:
+    """The command that makes the run's correlation report (and so its table of recall and trustworthiness)."""
+    return f"'qkviz report --run {data.run.path} --out reports/{data.name}'"
+
+
+def fidelity_gauge(data: RunData, layer: int, head: int, method: str, dim: int) -> str:
+    """One line on how faithful the layout shown is, from the report: ``this layout (pca-2d): partner recall@10 31%
+    (goal 30%: met), trustworthiness 0.87 (goal 0.90: not met)`` (the goals of :mod:`qkviz.neighbours`), or how to
+    get the figures when the report lacks them."""
+    space = f"{method}-{dim}d"
+    table = data.correlations()
+    if table is None:
+        return f"this layout ({space}): partner recall@10 and trustworthiness not measured yet: {report_command(data)}"
+    rows = table[(table["layer"] == layer) & (table["head"] == head) & (table["space"] == space)]
+    if rows.empty:
+        return (f"this layout ({space}): not in the report (made before this layout was cached); make the report "
+                f"again: {report_command(data)}")
+    row = rows.iloc[0]
+    recall = (float(row["recall_query"]) + float(row["recall_key"])) / 2 if "recall_query" in rows.columns else None
+    trust = float(row["trust"]) if "trust" in rows.columns else None
+    line = f"this layout ({space}): {goal_verdict(recall, trust)}"
+    if recall is None or trust is None:            # a report made before the column existed
+        line += f"; make the report again to measure it: {report_command(data)}"
+    return line
 
 
 def _percent(value) -> str:
     return "–" if value is None or value != value else f"{value:.0%}"
+
+
+def _decimal(value) -> str:
+    return "–" if value is None or value != value else f"{value:.2f}"
 
 
 def same_but_head(drawn: list, key: list) -> bool:
@@ -295,7 +329,8 @@ def register(app: dash.Dash, context: AppContext) -> None:
         same_tokens = bool(rendered and rendered.get("ok") and isinstance(rendered.get("base"), list)
                            and same_but_head(rendered["base"], base_key))
         matches = searches[state.run].matches(state.search, state.substring)
-        correlations = correlation_panel(data, state.layer, state.head)
+        shown = (FIRST_METHOD, 2) if standing_in(data, state) else (state.method, state.dim)
+        correlations = correlation_panel(data, state.layer, state.head, *shown)
         atlas = atlas_panel.head_panel(data, state.layer, state.head)
         related = related_panel.render_related(data, state.layer, state.head)
         try:

@@ -17,7 +17,11 @@ Beside the correlations, each row has the space's **partner recall@10** (:mod:`q
 of a query's 10 strongest keys over the whole corpus, the share among its 10 nearest keys in that
 space (``recall_query``), and the same from the keys' side (``recall_key``), over 200 sampled
 queries and keys. Correlation says whether near pairs attend more on average; recall says whether
-the picture shows each token's actual partners.
+the picture shows each token's actual partners. Projection rows also have the layout's **trustworthiness** at
+k = 10 (``trust``, :mod:`qkviz.neighbours.trust`) against the translated+scaled points it lays out, on a seeded
+sample of 1,000 of the head's queries and keys: whether the layout's near points are near in the space it was
+made from. The head spaces' ``trust`` is NaN: they are not layouts (translated+scaled is the reference itself,
+trustworthy by definition). A table stored before the column existed reads without it (unknown).
 
 Distances are vectorised: ``|q - k|^2 = |q|^2 + |k|^2 - 2 q.k``, and translation and scaling only
 change the per-token terms (``|c q - (k + t) / c|^2 = c^2 |q|^2 + |k + t|^2 / c^2 - 2 (q.k + q.t)``),
@@ -46,6 +50,7 @@ from qkviz.core.alignment import Alignment, align_head, norm_scale
 from qkviz.core.attention import allowed_keys
 from qkviz.core.logit_rule import LogitRule
 from qkviz.neighbours.partner_recall import layout_recall, partner_sample
+from qkviz.neighbours.trust import TRUST_K, TRUST_SAMPLE, reference_trust, trust_reference
 from qkviz.store.projections import ProjectionCache, ProjectionSpec
 from qkviz.store.run import StoredRun
 from qkviz.analysis.rank_correlation import (QueryGroups, RankedValues, correlations, mean_query_spearman,
@@ -59,7 +64,7 @@ DEFAULT_MAX_PAIRS = 5_000_000
 #: 1,024-head model 146,484 a layer: 21 s a head at 5,000,000 pairs would have been six hours)
 RUN_PAIR_BUDGET = 150_000_000
 COLUMNS = ("layer", "head", "space", "n_pairs", "pearson", "spearman", "query_spearman", "exact", "ci95",
-           "recall_query", "recall_key")
+           "recall_query", "recall_key", "trust")
 #: Partner recall@RECALL_K (qkviz.neighbours.partner_recall) is measured on this many sampled queries and as many keys.
 RECALL_K, RECALL_SAMPLE = 10, 200
 _CHUNK = 1 << 20                       # pairs per gather, bounding memory to ~0.5 GB at d_head 64
@@ -222,7 +227,10 @@ def head_correlation_rows(run: StoredRun, layer: int, head: int, pairs: PairSet,
     figures = head_space_figures(queries, keys, pairs, pair_dots(queries, keys, pairs))
     projected_dots = figures["translated+scaled"][1]
     recall_sample = partner_sample(queries, keys, run.logit_rule(layer, head), RECALL_K, RECALL_SAMPLE)
-    recalls = {space: layout_recall(recall_sample, cloud) for space, cloud in head_space_clouds(queries, keys).items()}
+    clouds = head_space_clouds(queries, keys)
+    recalls = {space: layout_recall(recall_sample, cloud) for space, cloud in clouds.items()}
+    trust: dict[str, float] = {}
+    reference = None                    # the translated+scaled points' sample, made for the first projection
     cache = ProjectionCache(run.path, run.manifest["fingerprint"])
     for space, spec in (projections or {}).items():
         coordinates = cache.load(spec)
@@ -230,6 +238,9 @@ def head_correlation_rows(run: StoredRun, layer: int, head: int, pairs: PairSet,
             distances = pair_distances(coordinates[:run.n_tokens], coordinates[run.n_tokens:], pairs)
             figures[space] = (distances, projected_dots)
             recalls[space] = layout_recall(recall_sample, coordinates)
+            if reference is None:
+                reference = trust_reference(clouds["translated+scaled"], TRUST_K, TRUST_SAMPLE)
+            trust[space] = reference_trust(reference, coordinates)
     groups = QueryGroups.of(pairs.query_index)
     ranked: dict[int, RankedValues] = {}   # the dot products are shared by most spaces: rank them once
 
@@ -247,7 +258,7 @@ def head_correlation_rows(run: StoredRun, layer: int, head: int, pairs: PairSet,
         rows.append({"layer": layer, "head": head, "space": space, "n_pairs": len(dots), "pearson": pearson,
                      "spearman": spearman, "query_spearman": mean_query_spearman(ranked_distances, ranked_dots, groups),
                      "exact": pairs.exact, "ci95": ci95, "recall_query": recalls[space]["query"],
-                     "recall_key": recalls[space]["key"]})
+                     "recall_key": recalls[space]["key"], "trust": trust.get(space, np.nan)})
     return rows, (HeadPairs(layer, head, figures) if keep_pairs else None)
 
 

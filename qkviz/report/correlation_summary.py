@@ -24,6 +24,7 @@ from qkviz.analysis import correlation
 from qkviz.analysis.head_atlas import HeadAtlas, load_atlas
 from qkviz.analysis.head_stats import STATISTICS
 from qkviz.core.errors import QkvizError
+from qkviz.neighbours.trust import RECALL_GOAL, TRUST_GOAL, meets_goals
 from qkviz.store.run import StoredRun, as_run
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ ATLAS_HTML_NAME = "atlas.html"
 #: AttentionViz (Yeh et al., 2023), Wiki-Auto data: mean correlation between query-key distance
 #: and dot product over heads.
 ATTENTIONVIZ_MEANS = {"BERT": -0.938, "GPT-2": -0.792}
-FIGURES = ("pearson", "spearman", "query_spearman", "recall_query", "recall_key")
+FIGURES = ("pearson", "spearman", "query_spearman", "recall_query", "recall_key", "trust")
 SCATTER_PAIRS = 3000
 
 
@@ -127,6 +128,7 @@ def atlas_summary(atlas: HeadAtlas) -> dict:
 def summarise(run: StoredRun, table: pd.DataFrame, max_pairs: int, seed: int) -> dict:
     """Model-level and per-layer means per space, the best projection, and how pairs were chosen."""
     spaces = list(dict.fromkeys(table.space))
+    table = with_figures(table)
     means = table.groupby("space", sort=False)[list(FIGURES)].mean()
     per_layer = table.groupby(["space", "layer"], sort=False)[list(FIGURES)].mean()
     n_pairs = int(table.n_pairs.max()) if len(table) else 0
@@ -154,10 +156,40 @@ def summarise(run: StoredRun, table: pd.DataFrame, max_pairs: int, seed: int) ->
                                 if row_space == space} for space in spaces},
         "attentionviz_means": ATTENTIONVIZ_MEANS,
         "projections": projection_ranking(means, projected),
+        "goals": goal_counts(table, projected),
     }
     if not projected:
         summary["missing_projections"] = f"qkviz project --run {run.path}"
     return summary
+
+
+def with_figures(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with every column of :data:`FIGURES`, those it lacks (a table stored before them) unknown (NaN)."""
+    missing = [name for name in FIGURES if name not in table.columns]
+    return table.assign(**{name: np.nan for name in missing}) if missing else table
+
+
+def goal_counts(table: pd.DataFrame, projected: list[str]) -> dict:
+    """For each projection space, how many heads' layouts reach both goals (:mod:`qkviz.neighbours.trust`: partner
+    recall@10, the mean of both sides, at least ``RECALL_GOAL`` and trustworthiness at least ``TRUST_GOAL``), of how
+    many heads; a head whose figures are unknown reaches neither."""
+    table = with_figures(table)
+    spaces = {}
+    for space in projected:
+        rows = table[table.space == space]
+        recall = (rows.recall_query + rows.recall_key) / 2
+        spaces[space] = {"both": int(sum(meets_goals(r, t) for r, t in zip(recall, rows.trust))), "heads": len(rows)}
+    return {"recall_goal": RECALL_GOAL, "trust_goal": TRUST_GOAL, "spaces": spaces}
+
+
+def goal_lines(summary: dict) -> list[str]:
+    """``N of M heads reach both goals in <space>``, one per projection space of the report (none for a summary
+    made before the goals were counted)."""
+    goals = summary.get("goals")
+    if not goals:
+        return []
+    return [f"{counts['both']} of {counts['heads']} heads reach both goals in {space}"
+            for space, counts in goals["spaces"].items()]
 
 
 def projection_ranking(means: pd.DataFrame, projected: list[str]) -> list[dict]:

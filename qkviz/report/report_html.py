@@ -16,7 +16,8 @@ from plotly.subplots import make_subplots
 
 from qkviz.report.figure_grid import heatmap_grid
 from qkviz.report.html_page import figure_html, page
-from qkviz.report.correlation_summary import ATTENTIONVIZ_MEANS, Report
+from qkviz.neighbours.trust import RECALL_GOAL, TRUST_GOAL
+from qkviz.report.correlation_summary import ATTENTIONVIZ_MEANS, Report, goal_lines
 
 #: the distance / dot-product pairs of the best and worst head are drawn as a density of this many bins a side
 #: (a 2D histogram draws in a tenth of the time of thousands of SVG points, and shows where they pile up)
@@ -69,16 +70,30 @@ def _means_section(summary: dict) -> str:
         f"<tr><td>{html.escape(space)}</td>" + "".join(_cell(means[name]) for name in ("pearson", "spearman",
                                                                                       "query_spearman"))
         + "".join(_cell(means.get(name), "{:.1%}") for name in ("recall_query", "recall_key"))
+        + _cell(means.get("trust"), "{:.3f}")
         + "</tr>" for space, means in summary["model_means"].items())
     published = ", ".join(f"{name} {value:+.3f}" for name, value in ATTENTIONVIZ_MEANS.items())
     return ("<h2>Model means over heads</h2><table><tr><th>space</th><th>Pearson</th><th>Spearman</th>"
-            f"<th>query Spearman</th><th>recall q&rarr;k</th><th>recall k&rarr;q</th></tr>{rows}</table>"
+            f"<th>query Spearman</th><th>recall q&rarr;k</th><th>recall k&rarr;q</th><th>trust</th></tr>{rows}</table>"
             '<p class="note"><i>recall</i>: partner recall@10, of a query\'s 10 strongest keys over the whole corpus '
             "the share among its 10 nearest keys in that space (and from the keys' side), over 200 sampled "
             "queries and keys; 10 / tokens by chance. It says whether the picture shows each token's actual "
-            "partners.</p>"
-            f'<p class="note">AttentionViz (Yeh et al., 2023) reports mean correlations of {published} on '
+            "partners. <i>trust</i>: a layout's trustworthiness at k = 10 against the translated+scaled points it "
+            "lays out, on 1,000 sampled queries and keys: 1 when each point's 10 nearest in the layout are among "
+            "its 10 nearest in that space (&ndash; for the head spaces, which are not layouts).</p>"
+            + _goals_note(summary)
+            + f'<p class="note">AttentionViz (Yeh et al., 2023) reports mean correlations of {published} on '
             "Wiki-Auto data, for their own normalised joint embeddings; compare with the translated+scaled row.</p>")
+
+
+def _goals_note(summary: dict) -> str:
+    """The goals a layout should reach on every head, and how many heads reach both in each projection."""
+    lines = goal_lines(summary)
+    if not lines:
+        return ""
+    return (f'<p class="note goals">The goals on every head: partner recall@10 (mean of both sides) &ge; '
+            f"{RECALL_GOAL:.0%} and trustworthiness &ge; {TRUST_GOAL:.2f}. "
+            + "; ".join(html.escape(line) for line in lines) + ".</p>")
 
 
 def _projection_section(summary: dict) -> str:

@@ -209,6 +209,9 @@ def test_point_details_and_correlations(data, tmp_path):
     text = str(details)
     assert "(key)" in text and "sentence 2, position 3" in text and "punctuation / special token: " in text
     assert "qkviz report --run" in str(single_view.correlation_panel(data, 0, 0))
+    assert single_view.fidelity_gauge(data, 0, 0, "pca", 2) == (
+        "this layout (pca-2d): partner recall@10 and trustworthiness not measured yet: "
+        f"'qkviz report --run {data.run.path} --out reports/tiny'")
     assert main(["-q", "report", "--run", str(data.run.path), "--out", str(tmp_path / "report")]) == 0
     panel = str(single_view.correlation_panel(data, 1, 2))
     assert "pca-2d" in panel and "translated+scaled" in panel
@@ -225,6 +228,45 @@ def test_point_details_and_correlations(data, tmp_path):
     assert set(labels) == {"pca"}                     # only the layouts the run has are offered
     assert data.offered_layouts() == (("pca", 2), ("pca", 3))
     assert validate(ViewState(method="tsne", dim=3), data.shape, ViewState(method="pca")).method == "pca"
+
+
+def test_the_fidelity_gauge_gives_the_shown_layouts_recall_and_trust_with_the_goals_verdicts(data, tmp_path):
+    from qkviz.analysis.correlation import store_correlations
+
+    def gauge(layer=1, head=2, method="pca", dim=2):
+        return single_view.fidelity_gauge(data, layer, head, method, dim)
+
+    assert main(["-q", "report", "--run", str(data.run.path), "--out", str(tmp_path / "report")]) == 0
+    table = data.correlations()
+    row = table[(table.layer == 1) & (table["head"] == 2) & (table.space == "pca-2d")].iloc[0]
+    recall, trust = (row.recall_query + row.recall_key) / 2, row.trust
+    assert 0 <= trust <= 1
+    assert gauge() == (f"this layout (pca-2d): partner recall@10 {recall:.0%} "
+                       f"(goal 30%: {'met' if recall >= 0.3 else 'not met'}), trustworthiness {trust:.2f} "
+                       f"(goal 0.90: {'met' if trust >= 0.9 else 'not met'})")
+    panel = str(single_view.correlation_panel(data, 1, 2, "pca", 2))
+    assert gauge() in panel and "trust" in panel and f"{trust:.2f}" in panel
+    assert "not in the report" in gauge(method="umap") and "qkviz report --run" in gauge(method="umap")
+    try:
+        # a head whose layout reaches both goals, and one that reaches one
+        known = table.copy()
+        chosen = (known.layer == 1) & (known["head"] == 2) & (known.space == "pca-2d")
+        known.loc[chosen, ["recall_query", "recall_key", "trust"]] = [0.5, 0.3, 0.93]
+        other = (known.layer == 0) & (known["head"] == 1) & (known.space == "pca-3d")
+        known.loc[other, ["recall_query", "recall_key", "trust"]] = [0.1, 0.2, 0.95]
+        store_correlations(data.run, known)
+        assert gauge() == ("this layout (pca-2d): partner recall@10 40% (goal 30%: met), "
+                           "trustworthiness 0.93 (goal 0.90: met)")
+        assert gauge(0, 1, "pca", 3) == ("this layout (pca-3d): partner recall@10 15% (goal 30%: not met), "
+                                         "trustworthiness 0.95 (goal 0.90: met)")
+        # a report stored before the trust column: the table still reads, the gauge says how to measure it
+        store_correlations(data.run, table.drop(columns="trust"))
+        line = gauge()
+        assert "trustworthiness unknown (goal 0.90)" in line and "make the report again" in line
+        assert "–" in str(single_view.correlation_panel(data, 1, 2, "pca", 2))
+    finally:
+        store_correlations(data.run, table)
+    assert gauge().startswith(f"this layout (pca-2d): partner recall@10 {recall:.0%}")
 
 
 def test_aggregate_attention_is_the_corpus_mean_by_position(app_run):

@@ -89,6 +89,55 @@ def test_report_covers_every_cached_projection_and_keeps_the_table_for_the_app(c
     assert means["pca-3d"] <= means["pca-2d"] + 0.05
 
 
+def test_projection_rows_have_trustworthiness_and_the_report_counts_the_heads_reaching_both_goals(causal_run, tmp_path):
+    from sklearn.manifold import trustworthiness as sklearn_trustworthiness
+
+    from qkviz.analysis.correlation import head_space_clouds
+    from qkviz.neighbours import RECALL_GOAL, TRUST_GOAL, TRUST_SAMPLE, trustworthiness
+    from qkviz.report.correlation_summary import summarise
+    from qkviz.store.projections import ProjectionCache
+
+    assert main(["-q", "project", "--run", str(causal_run.path), "--method", "pca", "--dim", "2"]) == 0
+    out = tmp_path / "report"
+    assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(out)]) == 0
+    table = pd.read_csv(out / "correlation.csv")
+    projected = table[~table.space.isin(correlation.HEAD_SPACES)]
+    assert set(projected.space) >= {"pca-2d"} and projected.trust.between(0, 1).all()
+    assert table[table.space.isin(correlation.HEAD_SPACES)].trust.isna().all()
+    # the figure is sklearn's on the same seeded sample of the head's translated+scaled points and its layout
+    row = projected[projected.space == "pca-2d"].iloc[-1]
+    layer, head = int(row["layer"]), int(row["head"])
+    points = head_space_clouds(causal_run.queries(layer, head), causal_run.keys(layer, head))["translated+scaled"]
+    spec = correlation.cached_projections(causal_run)[(layer, head)]["pca-2d"]
+    layout = ProjectionCache(causal_run.path, causal_run.manifest["fingerprint"]).load(spec)
+    n = len(points)
+    chosen = np.sort(np.random.default_rng(0).choice(n, size=TRUST_SAMPLE, replace=False)) if n > TRUST_SAMPLE else np.arange(n)
+    assert row["trust"] == pytest.approx(trustworthiness(points[chosen], layout[chosen]), abs=1e-6)
+    # sklearn's within the sampled points' ties (a repeated token's vectors are equal: which of them ranks first
+    # is arbitrary), and exactly sklearn's on the points without repeats
+    assert row["trust"] == pytest.approx(sklearn_trustworthiness(points[chosen], layout[chosen], n_neighbors=10), abs=1e-3)
+    unique = np.sort(np.unique(points[chosen], axis=0, return_index=True)[1])
+    assert len(unique) < len(chosen)
+    assert trustworthiness(points[chosen][unique], layout[chosen][unique]) == pytest.approx(
+        sklearn_trustworthiness(points[chosen][unique], layout[chosen][unique], n_neighbors=10), abs=1e-9)
+    # the summary counts the heads whose layout reaches both goals; the page says so beside the column
+    summary = json.loads((out / "summary.json").read_text())
+    both = [(r.recall_query + r.recall_key) / 2 >= RECALL_GOAL and r.trust >= TRUST_GOAL
+            for r in projected[projected.space == "pca-2d"].itertuples()]
+    counts = summary["goals"]["spaces"]["pca-2d"]
+    assert counts == {"both": sum(both), "heads": causal_run.n_layers * causal_run.n_heads}
+    page = (out / "index.html").read_text()
+    assert "<th>trust</th>" in page and "<th>recall q&rarr;k</th><th>recall k&rarr;q</th><th>trust</th>" in page
+    assert f"{sum(both)} of {counts['heads']} heads reach both goals in pca-2d" in page
+    assert summary["model_means"]["pca-2d"]["trust"] == pytest.approx(projected[projected.space == "pca-2d"].trust.mean(),
+                                                                      abs=1e-6)
+    # a table stored before the column existed still summarises: trust unknown, no head reaching both goals
+    old = table.drop(columns="trust")
+    old_summary = summarise(causal_run, old, 10_000, 0)
+    assert old_summary["model_means"]["pca-2d"]["trust"] is None
+    assert old_summary["goals"]["spaces"]["pca-2d"] == {"both": 0, "heads": counts["heads"]}
+
+
 def test_sampled_pairs_are_flagged_with_their_interval(causal_run, tmp_path):
     out = tmp_path / "sampled"
     assert main(["-q", "report", "--run", str(causal_run.path), "--out", str(out), "--max-pairs", "500"]) == 0
