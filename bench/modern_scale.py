@@ -43,6 +43,7 @@ from pathlib import Path
 import tempfile
 
 from bench import schema
+from bench.figures.goals import Goal
 from bench.harness import SMOKE_OUT, Recorder, smoke_arguments
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,6 +71,9 @@ def part_arguments(name: str, directory: Path, smoke: bool = False) -> list[str]
                  "layouts": ["--run", str(run), "--work", str(directory / "layouts")]}[name]
     return [*arguments, "--smoke"] if smoke else arguments
 QKVIZ = [sys.executable, "-m", "qkviz", "-q"]
+#: issue 39's goal for the head atlas of a 1,024-head model (the commands part's ``stats`` step)
+STATS_1024 = Goal("`qkviz stats --jobs 2` on a 1,024-head model over 9,123 tokens", 10, "min", True, "modern_scale",
+                  "wall time", lambda found: found["commands"]["stats"]["seconds"] / 60)
 
 
 #: the commands part's steps, in order (``--steps`` runs some of them; the others keep their figures)

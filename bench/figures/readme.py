@@ -9,6 +9,7 @@ from bench.figures.goals import verdict
 from bench.figures.results import Results, figure, minutes, source
 from bench.long_inputs import beyond_weights
 from bench.matrix_grid import MATRIX_1024, MATRIX_FILL
+from bench.modern_scale import STATS_1024
 from bench.thousand_heads import LAYOUTS_1024, RECALL_RATIO_EVERY_HEAD, RECALL_RATIO_MEAN
 
 
@@ -123,7 +124,7 @@ def modern_table(results: Results) -> str:
         (f"partner recall, {len(quality)} seeded random heads, default over a full fit",
          f"{mean_ratio:.3f}× (lowest head {min(ratios):.2f}×)",
          f"mean {verdict(RECALL_RATIO_MEAN, results)}; every head {verdict(RECALL_RATIO_EVERY_HEAD, results)}"),
-        ("`qkviz stats --jobs 2`, 1,024 heads", command("stats"), ""),
+        ("`qkviz stats --jobs 2`, 1,024 heads", command("stats"), verdict(STATS_1024, results)),
         ("`qkviz related`", command("related"), ""),
         ("`qkviz index`", command("index"), ""),
         ("`qkviz report`", command("report"), ""),
