@@ -189,6 +189,7 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
         raise
     finally:
         writer.close()
+    writer.checksum_arrays()        # in the background, while the tables are built
     tokens = run_input.token_table()
     manifest = run_manifest(identity, loaded, adapter, shape, settings, tokens, corpus_source=run_input.source,
                             n_corpus_items=run_input.n_corpus_items, n_sentences=run_input.n_sequences,

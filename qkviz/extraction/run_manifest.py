@@ -40,9 +40,10 @@ def model_identity(loaded, family: str) -> dict:
     for name, tensor in sorted(loaded.model.state_dict().items()):
         weights.update(name.encode())
         # flattened first: a 0-dim parameter (a scalar gate or temperature) cannot be viewed as bytes; the bytes of
-        # every other tensor are the same either way, so runs made before keep their fingerprint
-        weights.update(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-                       if tensor.numel() else b"")
+        # every other tensor are the same either way, so runs made before keep their fingerprint. The tensor's memory
+        # is hashed where it lies (a CPU tensor already contiguous is not copied; no bytes object is made of it).
+        if tensor.numel():
+            weights.update(memoryview(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy()))
     config = loaded.model.config.to_diff_dict()
     config.pop("_attn_implementation_autoset", None)
     config.pop("attn_implementation", None)
