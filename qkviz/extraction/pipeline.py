@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Protocol
 
@@ -36,7 +37,8 @@ from qkviz.extraction.model_boundary import (CAPTURE, DISCOVERY, GATE, IDENTITY,
                                             model_step)
 from qkviz.extraction.models import LoadedModel
 from qkviz.extraction.own_code_capture import passes_alone
-from qkviz.extraction.run_manifest import ExtractionResult, fingerprint, model_identity, run_manifest
+from qkviz.extraction.run_manifest import (ExtractionResult, fingerprint, identity_in_background, model_identity,
+                                           run_manifest)
 from qkviz.extraction.text_input import TextInput
 from qkviz.store import files as run_files
 from qkviz.store.locks import exclusive_lock
@@ -81,12 +83,15 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
                                  modality="image" if images else "text") as loaded:
         with model_step(family_name(loaded.model), DISCOVERY):
             adapter = model_adapter(loaded.model)
+        with model_step(adapter.family, IDENTITY):
+            identity = identity_in_background(loaded, adapter.family)     # hashed while the corpus is tokenized
         limits = dict(max_tokens=max_tokens, max_sentences=max_sentences, seed=seed)
         run_input = (ImageInput.select(loaded, adapter, corpus_data, **limits) if images else
                      TextInput.select(loaded, adapter, corpus_data, max_length=max_length, chunk=chunk,
                                       chunk_overlap=chunk_overlap, **limits))
         return write_run(loaded, adapter, run_input, out, started, dtype=dtype, batch_size=batch_size,
-                         overwrite=overwrite, head_update=head_update, progress=progress, output_norms=output_norms)
+                         overwrite=overwrite, head_update=head_update, progress=progress, output_norms=output_norms,
+                         identity=identity)
 
 
 class RunInput(Protocol):
@@ -130,15 +135,16 @@ class RunInput(Protocol):
 
 def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, out: Path, started: float, *,
               dtype: str, batch_size: int, overwrite: bool, head_update: bool, progress: bool,
-              output_norms: bool = True) -> ExtractionResult:
+              output_norms: bool = True, identity: Future | None = None) -> ExtractionResult:
     """Write the run of ``run_input`` into ``out``: reuse, resume or refuse what is there (see the module),
     stream the vectors, then the tables, the arrays and the manifest last. Every step that runs the model's own
     code sits behind :func:`~qkviz.extraction.model_boundary.model_step`; all of them but the capture run before
-    anything is written, and a refused capture of a fresh run removes what it wrote."""
+    anything is written, and a refused capture of a fresh run removes what it wrote. ``identity``: the model's
+    :func:`~qkviz.extraction.run_manifest.model_identity` already under way (:func:`identity_in_background`)."""
     device = str(next(loaded.model.parameters()).device)
     shape = adapter.shape(loaded.model.config)
     with model_step(adapter.family, IDENTITY):
-        model_hashes = model_identity(loaded, adapter.family)
+        model_hashes = identity.result() if identity is not None else model_identity(loaded, adapter.family)
     identity = {
         "schema_version": run_files.SCHEMA_VERSION,
         "model": model_hashes,
