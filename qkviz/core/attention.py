@@ -142,9 +142,10 @@ def softmax_numerators(logits: np.ndarray, *, sink: float | None = None) -> tupl
 def attention_probs(queries: np.ndarray, keys: np.ndarray, rule: LogitRule) -> np.ndarray:
     """Attention probabilities ``[query, key]`` of one head over one sentence under ``rule``.
 
-    ``queries`` and ``keys`` are ``[token, d_head]`` for the same tokens, as stored in a run.
+    ``queries`` and ``keys`` are ``[token, d_head]`` for the same tokens, as stored in a run (or ``[..., token,
+    d_head]``: several heads with the same rule at once, ``[..., query, key]``, each as if alone).
     Returns float64; masked pairs are exactly 0 and every row sums to 1 (less its sink's share where the head
     has a sink).
     """
-    allowed = allowed_pairs(len(queries), rule)
+    allowed = allowed_pairs(np.shape(queries)[-2], rule)
     return masked_softmax(attention_logits(queries, keys, rule, allowed), sink=rule.sink, overwrite=True)

@@ -68,43 +68,61 @@ class Scatter:
         if offsets is not None:
             for name, array in offsets.items():
                 self._offsets[name] = [torch.from_numpy(np.array(layer)) for layer in array]
+        #: each layer's offsets position-first, ``[position, head, d_head]`` (what a batch's tokens gather)
+        self._offset_rows_first: dict[str, list[torch.Tensor | None]] = {name: [None] * n_layers for name in self._offsets}
         self.real: torch.Tensor | None = None       # [batch, pos] bool
         self.rows: np.ndarray | None = None         # chunk row of each real token, batch-major
         self.offset_rows: torch.Tensor | None = None  # offset row of each real token, batch-major
+        self._real_index: torch.Tensor | None = None  # index of each real token in [batch x pos], batch-major
+        self._chunk_rows: torch.Tensor | None = None  # self.rows as a tensor
 
     def set_batch(self, attention_mask: torch.Tensor, rows: np.ndarray) -> None:
         self.real = attention_mask.bool()
         positions = torch.arange(attention_mask.shape[1], device=attention_mask.device).expand_as(attention_mask)
         self.offset_rows = positions[self.real].clamp(max=self.n_positions - 1)
+        self._real_index = self.real.reshape(-1).nonzero().squeeze(1)
         self.rows = rows
+        self._chunk_rows = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
 
     def __call__(self, layer: int, queries: torch.Tensor, keys: torch.Tensor, value_norms: torch.Tensor) -> None:
-        self.buffers.queries[layer][:, self.rows] = self._encode(run_files.QUERY_OFFSETS, layer, queries)
-        self.buffers.keys[layer][:, self.rows] = self._encode(run_files.KEY_OFFSETS, layer, keys)
-        self.buffers.value_norms[layer][:, self.rows] = self._real_tokens(value_norms).float().cpu().numpy()
+        self._place(self.buffers.queries[layer], self._encode(run_files.QUERY_OFFSETS, layer, queries))
+        self._place(self.buffers.keys[layer], self._encode(run_files.KEY_OFFSETS, layer, keys))
+        self._place(self.buffers.value_norms[layer], self._real_tokens(value_norms).float())
 
     def head_updates(self, layer: int, updates: torch.Tensor) -> None:
         """``[batch, head, pos, 2]`` (ratio, cosine) from :class:`qkviz.extraction.head_update_capture.HeadUpdateProbe`."""
-        self.buffers.head_updates[layer][:, self.rows] = self._real_tokens(updates).cpu().numpy()
+        self._place(self.buffers.head_updates[layer], self._real_tokens(updates))
 
     def output_norms(self, layer: int, norms: torch.Tensor) -> None:
         """``[batch, head, pos]`` ``|W_O^h v_j|`` from :class:`qkviz.extraction.output_norms.OutputNormProbe`."""
-        self.buffers.output_norms[layer][:, self.rows] = self._real_tokens(norms).cpu().numpy()
+        self._place(self.buffers.output_norms[layer], self._real_tokens(norms))
 
     def _real_tokens(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``[batch, head, pos, ...]`` -> ``[head, real token, ...]``."""
-        return tensor.transpose(0, 1)[:, self.real]
+        """``[batch, head, pos, ...]`` -> ``[real token, head, ...]`` (batch-major; one gather of whole tokens)."""
+        moved = tensor.movedim(2, 1)                                  # [batch, pos, head, ...]: as the model lays it
+        return moved.reshape(-1, *moved.shape[2:]).index_select(0, self._real_index)
 
-    def _encode(self, name: str, layer: int, vectors: torch.Tensor) -> np.ndarray:
+    def _place(self, buffer: np.ndarray, tokens: torch.Tensor) -> None:
+        """``tokens`` ``[real token, head, ...]`` into one layer's ``buffer`` ``[head, chunk row, ...]`` at the batch's
+        rows: one indexed copy (in the buffer's dtype, as an assignment into it casts)."""
+        target = torch.from_numpy(buffer).transpose(0, 1)              # [chunk row, head, ...], the buffer's memory
+        target.index_copy_(0, self._chunk_rows, tokens.to(device="cpu", dtype=target.dtype))
+
+    def _encode(self, name: str, layer: int, vectors: torch.Tensor) -> torch.Tensor:
+        """``[real token, head, d_head]`` in the stored dtype: each vector less its head's offset at its position."""
         real = self._real_tokens(vectors).float()
         offsets = self._offsets[name]
         if offsets[layer] is None:
-            offsets[layer] = self._first_offsets(real)
-        offset = offsets[layer].to(real.device)[:, self.offset_rows]
-        return (real - offset).to(device="cpu", dtype=self.store_dtype).numpy()
+            offsets[layer] = self._first_offsets(real.transpose(0, 1).contiguous())
+        by_position = self._offset_rows_first[name]
+        if by_position[layer] is None:
+            by_position[layer] = offsets[layer].transpose(0, 1).contiguous()
+        offset = by_position[layer].to(real.device).index_select(0, self.offset_rows)
+        return (real - offset).to(device="cpu", dtype=self.store_dtype)
 
     def _first_offsets(self, real: torch.Tensor) -> torch.Tensor:
-        """``[head, position, d_head]``: per-position means (the head mean where a position is absent)."""
+        """``[head, position, d_head]``: per-position means (the head mean where a position is absent) of ``real``
+        ``[head, token, d_head]``."""
         heads, _, d_head = real.shape
         if self.store_dtype == torch.float32:
             return torch.zeros(heads, 1, d_head)

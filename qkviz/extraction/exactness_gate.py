@@ -127,7 +127,8 @@ def recomputed_probabilities(queries: np.ndarray, keys: np.ndarray, n_keys: int,
                              rule: LogitRule) -> np.ndarray:
     """One head's attention ``[query, key]`` recomputed under its logit ``rule`` from its captured ``queries``
     (``[n_keys, d]``, or ``[len(rows), d]`` at positions ``rows``) and ``keys`` ``[n_keys, d]``, as the run's readers
-    recompute it. The one place the gate turns vectors into probabilities: a term the readers add belongs here too."""
+    recompute it; or several heads' with the same rule at once (``[head, ...]`` first, ``[head, query, key]``, each
+    as if alone). The one place the gate turns vectors into probabilities: a term the readers add belongs here too."""
     if rows is None:
         return attention_probs(queries, keys, rule)
     lo, hi = allowed_keys(rows, n_keys, rule)
@@ -202,20 +203,22 @@ def measure(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: L
     where = f"on {max(batch.lengths)} tokens" + ("" if batch.rows is None else f", {len(batch.rows)} rows compared")
     worst = [0.0, 0, 0]
     probabilities: dict[int, torch.Tensor] = {}
+    kv_heads = np.array([shape.kv_head_of(head) for head in range(shape.n_heads)], dtype=np.intp)
 
     def compare(layer: int, weights: torch.Tensor) -> None:
         if values is not None:
             probabilities[layer] = weights.detach().float().cpu()
         queries, keys = captured.pop(layer)
-        setting = settings[layer]
+        heads_by_rule = _heads_by_rule(settings[layer], shape.n_heads)
         for row, n in enumerate(batch.lengths):
             theirs = weights[row, :, :n, :n] if batch.rows is None else weights[row][:, torch.as_tensor(batch.rows), :n]
             theirs = theirs.double().cpu().numpy()
-            for head in range(shape.n_heads):
-                ours = recomputed_probabilities(queries[row, head, :n] if batch.rows is None else queries[row, head],
-                                                keys[row, shape.kv_head_of(head), :n], n, batch.rows,
-                                                setting.rule(head))
-                error = float(np.abs(ours - theirs[head]).max())
+            errors = np.empty(shape.n_heads)
+            for rule, heads in heads_by_rule.items():    # the heads alike recomputed at once (ALiBi, sinks: one by one)
+                ours = recomputed_probabilities(queries[row, heads, :n] if batch.rows is None else queries[row, heads],
+                                                keys[row, kv_heads[heads], :n], n, batch.rows, rule)
+                errors[heads] = np.abs(ours - theirs[heads]).max(axis=(1, 2))
+            for head, error in enumerate(errors.tolist()):
                 if not error <= worst[0]:
                     worst[:] = [error, layer, head]
 
@@ -229,6 +232,15 @@ def measure(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: L
                   for layer in range(shape.n_layers)]
         mixed = max(errors, key=lambda found: found[0])
     return settings, (worst[0], worst[1], worst[2], where), mixed
+
+
+def _heads_by_rule(setting: LayerAttentionSettings, n_heads: int) -> dict[LogitRule, np.ndarray]:
+    """A layer's query heads by their logit rule, in head order: one group where every head is alike, a group per
+    head under ALiBi slopes or sink logits."""
+    grouped: dict[LogitRule, list[int]] = {}
+    for head in range(n_heads):
+        grouped.setdefault(setting.rule(head), []).append(head)
+    return {rule: np.array(heads, dtype=np.intp) for rule, heads in grouped.items()}
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Protocol
 
@@ -36,7 +37,7 @@ from qkviz.extraction.model_boundary import (CAPTURE, DISCOVERY, GATE, IDENTITY,
                                             model_step)
 from qkviz.extraction.models import LoadedModel
 from qkviz.extraction.own_code_capture import passes_alone
-from qkviz.extraction.run_manifest import ExtractionResult, fingerprint, model_identity, run_manifest
+from qkviz.extraction.run_manifest import ExtractionResult, fingerprint, identity_in_background, run_manifest
 from qkviz.extraction.text_input import TextInput
 from qkviz.store import files as run_files
 from qkviz.store.locks import exclusive_lock
@@ -81,12 +82,15 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
                                  modality="image" if images else "text") as loaded:
         with model_step(family_name(loaded.model), DISCOVERY):
             adapter = model_adapter(loaded.model)
+        with model_step(adapter.family, IDENTITY):
+            hashing = identity_in_background(loaded, adapter.family)     # hashed while the corpus is tokenized
         limits = dict(max_tokens=max_tokens, max_sentences=max_sentences, seed=seed)
         run_input = (ImageInput.select(loaded, adapter, corpus_data, **limits) if images else
                      TextInput.select(loaded, adapter, corpus_data, max_length=max_length, chunk=chunk,
                                       chunk_overlap=chunk_overlap, **limits))
         return write_run(loaded, adapter, run_input, out, started, dtype=dtype, batch_size=batch_size,
-                         overwrite=overwrite, head_update=head_update, progress=progress, output_norms=output_norms)
+                         overwrite=overwrite, head_update=head_update, progress=progress, output_norms=output_norms,
+                         hashing=hashing)
 
 
 class RunInput(Protocol):
@@ -130,15 +134,22 @@ class RunInput(Protocol):
 
 def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, out: Path, started: float, *,
               dtype: str, batch_size: int, overwrite: bool, head_update: bool, progress: bool,
-              output_norms: bool = True) -> ExtractionResult:
+              output_norms: bool = True, hashing: Future | None = None) -> ExtractionResult:
     """Write the run of ``run_input`` into ``out``: reuse, resume or refuse what is there (see the module),
     stream the vectors, then the tables, the arrays and the manifest last. Every step that runs the model's own
     code sits behind :func:`~qkviz.extraction.model_boundary.model_step`; all of them but the capture run before
-    anything is written, and a refused capture of a fresh run removes what it wrote."""
+    anything is written, and a refused capture of a fresh run removes what it wrote. ``hashing``: the model's
+    :func:`~qkviz.extraction.run_manifest.model_identity` already under way (:func:`identity_in_background`)."""
     device = str(next(loaded.model.parameters()).device)
     shape = adapter.shape(loaded.model.config)
+    if hashing is None:
+        with model_step(adapter.family, IDENTITY):
+            hashing = identity_in_background(loaded, adapter.family)
+    # An empty or absent directory is a fresh run whatever the fingerprint: there the checks run while the weights are
+    # still being hashed (none changes a weight in place: the gate's float32 lift replaces them and puts them back).
+    checked = _checks_before_writing(adapter, run_input, head_update) if _is_empty(out) else None
     with model_step(adapter.family, IDENTITY):
-        model_hashes = model_identity(loaded, adapter.family)
+        model_hashes = hashing.result()
     identity = {
         "schema_version": run_files.SCHEMA_VERSION,
         "model": model_hashes,
@@ -152,13 +163,7 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     if plan is DirectoryPlan.REUSE:
         logger.info("%s already holds this run; reusing it", out)
         return ExtractionResult(open_stored_run(out), "reused", time.perf_counter() - started)
-    if head_update and not adapter.has_output_projection:
-        raise QkvizError(f"--head-update needs the attention's output projection, which qkviz does not find in "
-                         f"{adapter.family} models; extract without it")
-    with model_step(adapter.family, GATE):
-        gate = run_input.check_exactness()          # before anything is written
-    with model_step(adapter.family, LOGIT_PARTS):
-        parts = run_input.logit_parts()
+    gate, parts = checked or _checks_before_writing(adapter, run_input, head_update)
     if adapter.layer_indices is not None and len(set(adapter.layer_indices)) < len(adapter.layer_indices):
         logger.info("%s calls a shared layer %d times: the run's layer i is its i-th call (model layers %s, the "
                     "manifest's shape.model_layers)", adapter.family, shape.n_layers,
@@ -189,6 +194,7 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
         raise
     finally:
         writer.close()
+    writer.checksum_arrays()        # in the background, while the tables are built
     tokens = run_input.token_table()
     manifest = run_manifest(identity, loaded, adapter, shape, settings, tokens, corpus_source=run_input.source,
                             n_corpus_items=run_input.n_corpus_items, n_sentences=run_input.n_sequences,
@@ -206,6 +212,24 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     if result.n_truncated:
         logger.warning("%d sentences were longer than the model allows and were truncated", result.n_truncated)
     return result
+
+
+def _is_empty(directory: Path) -> bool:
+    """Whether ``directory`` is absent or empty (its plan is then a fresh run, whatever the run's fingerprint)."""
+    return not directory.exists() or (directory.is_dir() and not any(directory.iterdir()))
+
+
+def _checks_before_writing(adapter: FamilyAdapter, run_input: RunInput, head_update: bool) -> tuple[GateResult, dict]:
+    """What runs before anything is written: ``--head-update`` against the family, the exactness gate and the logit
+    parts (each a refusal in one line where the model fails it)."""
+    if head_update and not adapter.has_output_projection:
+        raise QkvizError(f"--head-update needs the attention's output projection, which qkviz does not find in "
+                         f"{adapter.family} models; extract without it")
+    with model_step(adapter.family, GATE):
+        gate = run_input.check_exactness()          # before anything is written
+    with model_step(adapter.family, LOGIT_PARTS):
+        parts = run_input.logit_parts()
+    return gate, parts
 
 
 def family_name(model) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -34,22 +35,40 @@ def fingerprint(identity: dict) -> str:
 
 def model_identity(loaded, family: str) -> dict:
     """Hashes that change exactly when the model's numbers can change."""
-    import torch
+    return identity_in_background(loaded, family).result()
 
-    weights = hashlib.sha256()
-    for name, tensor in sorted(loaded.model.state_dict().items()):
-        weights.update(name.encode())
-        # flattened first: a 0-dim parameter (a scalar gate or temperature) cannot be viewed as bytes; the bytes of
-        # every other tensor are the same either way, so runs made before keep their fingerprint
-        weights.update(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-                       if tensor.numel() else b"")
+
+def identity_in_background(loaded, family: str) -> Future:
+    """:func:`model_identity` of the model as it is now, its weights hashed in a thread (hashing releases the GIL), so
+    that the steps after it (tokenizing the corpus) run meanwhile. The configuration and the list of weights are taken
+    now; the caller changes no weight in place before it reads the result."""
+    tensors = sorted(loaded.model.state_dict().items())
     config = loaded.model.config.to_diff_dict()
     config.pop("_attn_implementation_autoset", None)
     config.pop("attn_implementation", None)
     config_text = json.dumps(config, sort_keys=True, default=str)
-    return {"family": family, "architecture": type(loaded.model).__name__,
-            "weights_sha256": weights.hexdigest(),
-            "config_sha256": hashlib.sha256(config_text.encode()).hexdigest()}
+    known = {"family": family, "architecture": type(loaded.model).__name__,
+             "config_sha256": hashlib.sha256(config_text.encode()).hexdigest()}
+    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkviz-identity")
+    try:
+        return hasher.submit(lambda: {**known, "weights_sha256": weights_sha256(tensors)})
+    finally:
+        hasher.shutdown(wait=False)     # what was submitted still runs; the thread ends after it
+
+
+def weights_sha256(tensors: list) -> str:
+    """The sha256 of ``(name, tensor)`` pairs (a state dict's, sorted): each name, then the tensor's bytes."""
+    import torch
+
+    weights = hashlib.sha256()
+    for name, tensor in tensors:
+        weights.update(name.encode())
+        # flattened first: a 0-dim parameter (a scalar gate or temperature) cannot be viewed as bytes; the bytes of
+        # every other tensor are the same either way, so runs made before keep their fingerprint. The tensor's memory
+        # is hashed where it lies (a CPU tensor already contiguous is not copied; no bytes object is made of it).
+        if tensor.numel():
+            weights.update(memoryview(tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy()))
+    return weights.hexdigest()
 
 
 def qkviz_version() -> str:

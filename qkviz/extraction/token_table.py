@@ -14,24 +14,28 @@ def token_table(sentences: list[TokenizedSentence], tokenizer) -> pd.DataFrame:
     ``token`` is the text the token covers in its sentence (its vocabulary ``piece`` for special
     tokens and for tokens that cover only whitespace); character offsets are -1 for special tokens.
     """
-    rows: dict[str, list] = {name: [] for name in
-                             ("sentence", "position", "token", "piece", "token_id", "char_start", "char_end",
-                              "is_special", "sentence_chars")}
-    for sentence_number, sentence in enumerate(sentences):
-        pieces = tokenizer.convert_ids_to_tokens(list(sentence.token_ids))
-        for position, (token_id, (start, end), special, piece) in enumerate(
-                zip(sentence.token_ids, sentence.offsets, sentence.special, pieces)):
-            surface = "" if special else sentence.text[start:end].strip()
-            rows["sentence"].append(sentence_number)
-            rows["position"].append(position)
-            rows["token"].append(surface or str(piece))
-            rows["piece"].append(str(piece))
-            rows["token_id"].append(token_id)
-            rows["char_start"].append(-1 if special else start)
-            rows["char_end"].append(-1 if special else end)
-            rows["is_special"].append(special)
-            rows["sentence_chars"].append(len(sentence.text))
-    frame = pd.DataFrame(rows)
+    lengths = [len(sentence) for sentence in sentences]
+    # one vocabulary look-up of every token (each id's piece, as the sentences' own look-ups give it), and each column
+    # built whole: a list of every token's text, a flat array of each number column
+    pieces = [str(piece) for piece in tokenizer.convert_ids_to_tokens(
+        [token_id for sentence in sentences for token_id in sentence.token_ids])]
+    special = [flag for sentence in sentences for flag in sentence.special]
+    offsets = np.array([pair for sentence in sentences for pair in sentence.offsets], dtype=np.int64).reshape(-1, 2)
+    surfaces = ["" if flag else sentence.text[start:end].strip()
+                for sentence in sentences for flag, (start, end) in zip(sentence.special, sentence.offsets)]
+    is_special = np.array(special, dtype=bool)
+    character = np.where(is_special[:, None], -1, offsets)
+    frame = pd.DataFrame({
+        "sentence": np.repeat(np.arange(len(sentences), dtype=np.int64), lengths),
+        "position": np.concatenate([np.arange(length, dtype=np.int64) for length in lengths] or [np.zeros(0, np.int64)]),
+        "token": [surface or piece for surface, piece in zip(surfaces, pieces)],
+        "piece": pieces,
+        "token_id": np.array([token_id for sentence in sentences for token_id in sentence.token_ids], dtype=np.int64),
+        "char_start": character[:, 0],
+        "char_end": character[:, 1],
+        "is_special": is_special,
+        "sentence_chars": np.repeat(np.array([len(sentence.text) for sentence in sentences], dtype=np.int64), lengths),
+    })
     for column in ("sentence", "position", "token_id", "char_start", "char_end", "sentence_chars"):
         frame[column] = frame[column].astype(np.int32)
     frame["is_special"] = frame["is_special"].astype(bool)

@@ -142,6 +142,7 @@ class RunWriter:
         self._offsets = None if create else self._load_offsets()
         self._flusher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkviz-flush")
         self._pending: Future | None = None
+        self._checksums: dict[str, Future] = {}     # the arrays' sha256, taken in the background (checksum_arrays)
         if create:
             self._write_progress()
         else:
@@ -216,6 +217,18 @@ class RunWriter:
             pending, self._pending = self._pending, None
             pending.result()
 
+    def checksum_arrays(self) -> None:
+        """Close the arrays, now complete, and start their sha256 in the background, so that it overlaps with what
+        comes before :meth:`finish` (building the tables); :meth:`finish` collects them. Each is the hash of the file
+        as it is on disk, read back (a thread: reading and hashing release the GIL)."""
+        self.close()
+        hasher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="qkviz-sha256")
+        try:
+            self._checksums = {name: hasher.submit(run_files.file_sha256, self._partial(name))
+                               for name in self.layout.array_files()}
+        finally:
+            hasher.shutdown(wait=False)     # what was submitted still runs; the thread ends after it
+
     def finish(self, manifest: dict, tokens: pd.DataFrame, sentences: pd.DataFrame,
                extra_arrays: dict[str, np.ndarray] | None = None) -> dict:
         """Write the tables and ``extra_arrays`` (``{file name: array}``), move the arrays into
@@ -225,12 +238,14 @@ class RunWriter:
         run_files.write_parquet_atomic(sentences, self.directory / run_files.SENTENCES)
         for name, array in (extra_arrays or {}).items():
             run_files.save_npy_atomic(self.directory / name, array)
+        # the arrays closed before (checksum_arrays) are hashed already: the same files, under their final names now
+        hashed = {name: future.result() for name, future in self._checksums.items()}
         for name in self.layout.array_files():
             os.replace(self._partial(name), self.directory / name)
         names = (*self.layout.array_files(), *(extra_arrays or {}), run_files.TOKENS, run_files.SENTENCES)
         manifest = {**manifest, "fingerprint": self.fingerprint,
                     "files": {name: (self.directory / name).stat().st_size for name in names},
-                    "sha256": {name: run_files.file_sha256(self.directory / name) for name in names}}
+                    "sha256": {name: hashed.get(name) or run_files.file_sha256(self.directory / name) for name in names}}
         run_files.write_json_atomic(self.directory / run_files.MANIFEST, manifest)
         (self.directory / run_files.PROGRESS).unlink(missing_ok=True)
         return manifest
