@@ -109,6 +109,7 @@ def fill(browser, url: str, runs: int) -> list[list[float]]:
 def grid_runs(directory: Path) -> dict[str, Path]:
     from bench.support.grid_runs import GRIDS, grid_run
 
+    directory.mkdir(parents=True, exist_ok=True)          # --grids-dir may name a folder not made yet
     corpus = directory / "sentences.txt"
     corpus.write_text("\n".join((ROOT / "data" / "sentences.txt").read_text(encoding="utf-8").splitlines()[:2]) + "\n",
                       encoding="utf-8")
