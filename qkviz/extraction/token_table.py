@@ -17,8 +17,8 @@ def token_table(sentences: list[TokenizedSentence], tokenizer) -> pd.DataFrame:
     lengths = [len(sentence) for sentence in sentences]
     # one vocabulary look-up of every token (each id's piece, as the sentences' own look-ups give it), and each column
     # built whole: a list of every token's text, a flat array of each number column
-    pieces = [str(piece) for piece in tokenizer.convert_ids_to_tokens(
-        [token_id for sentence in sentences for token_id in sentence.token_ids])]
+    token_ids = [token_id for sentence in sentences for token_id in sentence.token_ids]
+    pieces = [str(piece) for piece in tokenizer.convert_ids_to_tokens(token_ids)]
     special = [flag for sentence in sentences for flag in sentence.special]
     offsets = np.array([pair for sentence in sentences for pair in sentence.offsets], dtype=np.int64).reshape(-1, 2)
     surfaces = ["" if flag else sentence.text[start:end].strip()
@@ -30,7 +30,7 @@ def token_table(sentences: list[TokenizedSentence], tokenizer) -> pd.DataFrame:
         "position": np.concatenate([np.arange(length, dtype=np.int64) for length in lengths] or [np.zeros(0, np.int64)]),
         "token": [surface or piece for surface, piece in zip(surfaces, pieces)],
         "piece": pieces,
-        "token_id": np.array([token_id for sentence in sentences for token_id in sentence.token_ids], dtype=np.int64),
+        "token_id": np.array(token_ids, dtype=np.int64),
         "char_start": character[:, 0],
         "char_end": character[:, 1],
         "is_special": is_special,
