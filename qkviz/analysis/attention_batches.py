@@ -104,13 +104,67 @@ def batch_attention(run: StoredRun, layer: int, head: int, batch: SentenceBatch,
                     queries: np.ndarray | None = None, keys: np.ndarray | None = None,
                     out: np.ndarray | None = None) -> np.ndarray:
     """float64 ``[batch, query, key]`` attention probabilities; padding rows and columns are 0 (``out``: a
-    float64 array of that shape to hold them)."""
+    float64 array of that shape to hold them).
+
+    Where the mask leaves much of the batch out (a decoder's upper triangle, a sliding window), the logits and
+    softmax are computed block by block of :data:`ROW_BLOCK` query rows over the keys those rows may attend to
+    (:func:`key_spans`), and the rest of each row set to 0: the same probabilities, for about half the work."""
     queries = run.queries(layer, head) if queries is None else queries
     keys = run.keys(layer, head) if keys is None else keys
     rows = np.maximum(batch.rows, 0)
     rule = run.logit_rule(layer, head)
-    logits = attention_logits(queries[rows], keys[rows], rule, batch_mask(batch, rule), out=out)
-    return masked_softmax(logits, sink=rule.sink, overwrite=True)
+    mask = batch_mask(batch, rule)
+    spans = key_spans(batch, rule, mask)
+    if spans is None:
+        logits = attention_logits(queries[rows], keys[rows], rule, mask, out=out)
+        return masked_softmax(logits, sink=rule.sink, overwrite=True)
+    out = np.empty(mask.shape) if out is None else out
+    gathered_queries, gathered_keys = queries[rows], keys[rows]
+    positions = np.arange(mask.shape[1])
+    for at, to in spans:
+        if to.stop == to.start:                  # rows of padding only
+            out[:, at] = 0.0
+            continue
+        block = workspace("attention-block", (mask.shape[0], at.stop - at.start, to.stop - to.start))
+        logits = attention_logits(gathered_queries[:, at], gathered_keys[:, to], rule, mask[:, at, to],
+                                  query_positions=positions[at], key_positions=positions[to], out=block)
+        out[:, at, to] = masked_softmax(logits, sink=rule.sink, overwrite=True)
+        out[:, at, :to.start] = 0.0
+        out[:, at, to.stop:] = 0.0
+    return out
+
+
+#: query rows of one block of :func:`batch_attention` where the mask leaves much of a batch out
+ROW_BLOCK = 256
+#: the share of a batch's cells below which :func:`key_spans` computes it block by block
+SPAN_SHARE = 0.8
+
+
+def key_spans(batch: SentenceBatch, rule: LogitRule, mask: np.ndarray) -> list[tuple[slice, slice]] | None:
+    """``(query rows, keys)`` blocks of :data:`ROW_BLOCK` rows of a batch, each over the keys from the first its rows
+    may attend to to the last; None where they would cover more than :data:`SPAN_SHARE` of the batch (an encoder's,
+    or a narrow one: the batch is computed whole). Kept with the mask for the next heads."""
+    key = ("spans", id(batch), rule.causal, rule.window, rule.chunk)
+    if key in _SPANS:
+        return _SPANS[key][1]
+    side = mask.shape[1]
+    spans: list[tuple[slice, slice]] | None = []
+    if (rule.causal or rule.window is not None or rule.chunk is not None) and side > ROW_BLOCK:
+        for start in range(0, side, ROW_BLOCK):
+            at = slice(start, min(side, start + ROW_BLOCK))
+            used = mask[:, at].any(axis=(0, 1))
+            first, last = (int(used.argmax()), side - int(used[::-1].argmax())) if used.any() else (0, 0)
+            spans.append((at, slice(first, last)))
+    if not spans or sum((at.stop - at.start) * (to.stop - to.start) for at, to in spans) > SPAN_SHARE * side * side:
+        spans = None
+    _SPANS[key] = (batch, spans)             # the batch held with its spans: its id stays its own
+    while len(_SPANS) > SPAN_CACHE_ITEMS:
+        _SPANS.popitem(last=False)
+    return spans
+
+
+SPAN_CACHE_ITEMS = 4096
+_SPANS: OrderedDict[tuple, tuple[SentenceBatch, list[tuple[slice, slice]] | None]] = OrderedDict()
 
 
 def head_attention(run: StoredRun, layer: int, head: int, batches: list[SentenceBatch] | None = None

@@ -55,7 +55,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from qkviz.analysis.attention_batches import SentenceBatch, batch_attention, batch_mask, sentence_batches, workspace
+from qkviz.analysis.attention_batches import (SentenceBatch, batch_attention, batch_mask, key_spans, sentence_batches,
+                                              workspace)
+from qkviz.core.logit_rule import LogitRule
 from qkviz.store.run import StoredRun
 from qkviz.analysis.syntax import BatchSyntax, SyntaxSums
 from qkviz.analysis.value_shares import ValueShares
@@ -112,9 +114,7 @@ class _Accumulator:
         self.offset_count = np.zeros(2 * max_offset + 1)
         self.argmax_offset = np.zeros(2 * max_offset + 1)
         self.position_sum = workspace("stats-position-sum", (max_width, max_width))
-        self.position_count = workspace("stats-position-count", (max_width, max_width))
         self.position_sum.fill(0.0)
-        self.position_count.fill(0.0)
         self.totals: dict[str, float] = dict.fromkeys(
             ("queries", "distance", "distance_no_first", "queries_no_first", "entropy", "entropy_normalised",
              "queries_multi", "first", "previous", "next", "self", "delimiter", "concentration",
@@ -167,24 +167,47 @@ def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | N
             observer.add(number, probs, mask)
         if keep:
             kept[number] = probs
-    mean_map = np.divide(sums.position_sum, sums.position_count, out=sums.position_sum,
-                         where=sums.position_count > 0)
+    position_count = _position_counts(batches, run.logit_rule(layer, head), width)
+    mean_map = np.divide(sums.position_sum, position_count, out=sums.position_sum, where=position_count > 0)
     deviation = 0.0
     for number, batch in enumerate(batches):
         probs = kept.pop(number) if number in kept else batch_attention(
             run, layer, head, batch, queries, keys, out=workspace("spare", _cells(batch)))
-        mask = batch_mask(batch, run.logit_rule(layer, head))
+        rule = run.logit_rule(layer, head)
+        mask = batch_mask(batch, rule)
         side = probs.shape[1]
-        np.subtract(probs, mean_map[None, :side, :side], out=probs)
-        np.abs(probs, out=probs)
-        probs *= mask
-        deviation += float(probs.sum())
+        # only where a query may attend (its spans, where the batch has them): elsewhere probs and mask are 0
+        for at, to in key_spans(batch, rule, mask) or [(slice(0, side), slice(0, side))]:
+            cells = probs[:, at, to]
+            np.subtract(cells, mean_map[None, at, to], out=cells)
+            np.abs(cells, out=cells)
+            cells *= mask[:, at, to]
+            deviation += float(cells.sum())
     found = _finish(sums, deviation, pd.concat(candidates, ignore_index=True), n_exemplars)
     if syntax is not None:
         found.values.update(syntax_sums.values())
     if moved is not None:
         found.values.update(moved.values(found.values))
     return found
+
+
+def _position_counts(batches: list[SentenceBatch], rule: LogitRule, width: int) -> np.ndarray:
+    """float64 ``[width, width]``: how many sentences of ``batches`` allow each pair of positions under ``rule``'s mask
+    (the same for every head of the mask: kept for the next heads, read-only)."""
+    key = (id(batches), rule.causal, rule.window, rule.chunk, width)
+    if _POSITION_COUNTS.get("key") != key:
+        count = np.zeros((width, width))
+        for batch in batches:
+            mask = batch_mask(batch, rule)
+            side = mask.shape[1]
+            count[:side, :side] += mask[0] if len(mask) == 1 else mask.sum(axis=0)
+        count.flags.writeable = False
+        _POSITION_COUNTS.update(key=key, batches=batches, count=count)   # the batches held: their id stays their own
+    return _POSITION_COUNTS["count"]
+
+
+#: the latest :func:`_position_counts`: its key, its batches and the counts
+_POSITION_COUNTS: dict[str, object] = {}
 
 
 def _cells(batch: SentenceBatch) -> tuple[int, int, int]:
@@ -218,12 +241,7 @@ def _accumulate(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mas
     for offset in range(max(-sums.max_offset, 1 - side), min(sums.max_offset, side - 1) + 1):   # j - i
         sums.offset_weight[offset + sums.max_offset] += np.diagonal(probs, offset, 1, 2).sum()
         sums.offset_count[offset + sums.max_offset] += np.count_nonzero(np.diagonal(mask, offset, 1, 2))
-    if len(probs) == 1:
-        sums.position_sum[:side, :side] += probs[0]
-        sums.position_count[:side, :side] += mask[0]
-    else:
-        sums.position_sum[:side, :side] += probs.sum(axis=0)
-        sums.position_count[:side, :side] += mask.sum(axis=0)
+    sums.position_sum[:side, :side] += probs[0] if len(probs) == 1 else probs.sum(axis=0)
 
     if kinds.patch is None:
         weighted = np.multiply(probs, _distances(side), out=scratch)

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qkviz.analysis.attention_batches import sentence_batches
+from qkviz.analysis import attention_batches
+from qkviz.analysis.attention_batches import key_spans, sentence_batches
 from qkviz.analysis.head_stats import TokenKinds, head_statistics
 from qkviz.analysis.logit_decomposition import FLOAT32_BOUND, EmbeddingSplit, decompose_embeddings, decompose_head
 from support import stats_reference as reference
@@ -33,13 +34,21 @@ def assert_same_decomposition(found, expected):
 
 
 @pytest.mark.parametrize("family", ["qwen2", "bert", "mistral", "gemma3"])
-@pytest.mark.parametrize("max_cells, cache_bytes", [(1 << 22, 1 << 30), (2000, 0), (2000, 20000)])
-def test_fast_head_statistics_and_decomposition_equal_the_reference(tiny_run, family, max_cells, cache_bytes):
+@pytest.mark.parametrize("max_cells, cache_bytes, row_block", [(1 << 22, 1 << 30, 256), (1 << 22, 1 << 30, 3),
+                                                               (2000, 0, 3), (2000, 20000, 256)])
+def test_fast_head_statistics_and_decomposition_equal_the_reference(tiny_run, family, max_cells, cache_bytes, row_block,
+                                                                    monkeypatch):
+    """``row_block`` 3: the attention of decoders (causal, sliding windows) block by block over the keys each block's
+    rows may attend to, on these short sentences too."""
+    monkeypatch.setattr(attention_batches, "ROW_BLOCK", row_block)
     run = tiny_run(family, max_sentences=30)
     kinds = TokenKinds.of(run)
     batches = sentence_batches(run, max_cells=max_cells)
     assert (len(batches) > 1) == (max_cells == 2000)
     assert max_cells > 2000 or any(len(batch.sentences) > 1 for batch in batches)   # padded batches
+    blocked = [key_spans(batch, run.logit_rule(0, 0), attention_batches.batch_mask(batch, run.logit_rule(0, 0)))
+               is not None for batch in batches]
+    assert any(blocked) == (row_block == 3 and run.is_causal)
     for layer, head in [(0, 0), (1, 2), (run.n_layers - 1, run.n_heads - 1)]:
         found = head_statistics(run, layer, head, kinds, batches, 8, 5, cache_bytes=cache_bytes)
         assert_same_statistics(found, reference.head_statistics(run, layer, head, kinds, batches, 8, 5))

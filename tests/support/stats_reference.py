@@ -42,6 +42,8 @@ def batch_attention(run, layer, head, batch):
 def head_statistics(run, layer, head, kinds, batches, max_offset, n_exemplars):
     width = max(batch.rows.shape[1] for batch in batches)
     sums = _Accumulator(max_offset, width)
+    sums.position_sum = np.zeros((width, width))
+    sums.position_count = np.zeros((width, width))    # the fast code counts the positions once per mask, apart
     moved = {"queries": 0, "first": 0.0, "special": 0.0}
     candidates = []
     for batch in batches:
