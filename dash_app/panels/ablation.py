@@ -126,7 +126,7 @@ def register(app: dash.Dash, runs: list[RunData], worker: ExplainWorker, state_s
     @app.callback(Output(ids.ABLATE_PANEL, "children"), Output(ids.ABLATE_POLL, "disabled"),
                   Output(ids.ABLATE_SHOWN, "data"), Input(ids.ABLATE_BUTTON, "n_clicks"),
                   Input(ids.ABLATE_POLL, "n_intervals"), Input(state_store, "data"), State(ids.ABLATE_MODE, "value"),
-                  State(ids.ABLATE_SHOWN, "data"))
+                  State(ids.ABLATE_SHOWN, "data"), prevent_initial_call=True)
     def show_ablation(_clicks, _tick, current, mode, shown_value):
         shown = checked_subject(shown_value, runs)
         trigger = dash.ctx.triggered_id

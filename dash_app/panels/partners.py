@@ -151,7 +151,7 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
     button's click to the state callback (``{point, timestamp}``)."""
 
     @app.callback(Output(ids.SINGLE_PARTNERS, "children"), Input(ids.view_state("single"), "data"), Input(ids.PARTNER_K, "value"),
-                  Input(ids.PARTNER_OPTIONS, "value"))
+                  Input(ids.PARTNER_OPTIONS, "value"), prevent_initial_call=True)
     def list_partners(current, partner_k, partner_options):
         state = checked_state(current, runs)
         if current is None or state.view != "single":

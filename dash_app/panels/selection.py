@@ -157,7 +157,8 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
 
     @app.callback(Output(ids.SELECTION_TABLE, "children"), Output(ids.SELECTION_SHOWN, "data"),
                   Output(ids.SELECTION_CSV_BUTTON, "disabled"),
-                  Input(ids.SINGLE_SELECTION, "data"), Input(ids.view_state("single"), "data"), State(ids.SELECTION_SHOWN, "data"))
+                  Input(ids.SINGLE_SELECTION, "data"), Input(ids.view_state("single"), "data"), State(ids.SELECTION_SHOWN, "data"),
+                  prevent_initial_call=True)
     def show_selection(payload, current, shown):
         if current is None:                     # the single view has not shown yet
             raise PreventUpdate

@@ -262,7 +262,7 @@ def register(app: dash.Dash, runs: list[RunData], worker: ExplainWorker, view: s
         inputs.append(Input(selection_store, "data"))
 
     @app.callback(Output(names.panel, "children"), Output(names.panel, "style"), Output(names.poll, "disabled"),
-                  Output(names.shown, "data"), *inputs, State(names.shown, "data"))
+                  Output(names.shown, "data"), *inputs, State(names.shown, "data"), prevent_initial_call=True)
     def show_why(current, _tick, *rest):
         payload, shown_value = (rest[0], rest[1]) if selection_store is not None else (None, rest[0])
         shown = checked_subject(shown_value, runs)

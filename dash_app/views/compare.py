@@ -210,7 +210,8 @@ def register(app: dash.Dash, context: AppContext) -> None:
 
     @app.callback(Output(ids.COMPARE_GRAPH_A, "figure"), Output(ids.COMPARE_GRAPH_B, "figure"),
                   Input(ids.COMPARE_RUN_A, "value"), Input(ids.COMPARE_RUN_B, "value"),
-                  Input(ids.COMPARE_LAYER, "value"), Input(ids.COMPARE_HEAD, "value"), Input(VIEW.state_store, "data"))
+                  Input(ids.COMPARE_LAYER, "value"), Input(ids.COMPARE_HEAD, "value"), Input(VIEW.state_store, "data"),
+                  prevent_initial_call=True)
     def draw_pair(run_a, run_b, layer, head, current):
         state = checked_state(current, runs)
         pair = chosen_pair(run_a, run_b, changes)

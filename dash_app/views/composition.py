@@ -216,7 +216,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
                   Input(VIEW.state_store, "data"), Input(ids.COMPOSITION_SIDE, "value"),
                   Input(ids.COMPOSITION_BY, "value"), Input(ids.COMPOSITION_MINIMUM, "value"),
                   Input(ids.COMPOSITION_TOP, "value"), Input(ids.COMPOSITION_LAYERS, "value"),
-                  Input(ids.COMPOSITION_HEAD, "value"))
+                  Input(ids.COMPOSITION_HEAD, "value"), prevent_initial_call=True)
     def draw_composition(current, side, by, minimum, top, layer, head):
         state = checked_state(current, runs)
         if current is None or state.view != VIEW.name:

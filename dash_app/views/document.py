@@ -343,7 +343,8 @@ def register(app: dash.Dash, context: AppContext) -> None:
     @app.callback(Output(ids.DOCUMENT_GRAPH, "figure"), Output(ids.DOCUMENT_PROFILE, "figure"),
                   Output(ids.DOCUMENT_SCORES, "children"), Output(ids.DOCUMENT_STRIP, "children"),
                   Output(ids.DOCUMENT_MESSAGE, "children"), Output(ids.DOCUMENT_REGION, "data"),
-                  Input(VIEW.state_store, "data"), Input(ids.DOCUMENT_POOL, "value"), State(ids.DOCUMENT_REGION, "data"))
+                  Input(VIEW.state_store, "data"), Input(ids.DOCUMENT_POOL, "value"), State(ids.DOCUMENT_REGION, "data"),
+                  prevent_initial_call=True)
     def draw_document(current, pool, drawn):
         state, data, cache, pool, rows = shown(current, pool)
         n = rows.stop - rows.start

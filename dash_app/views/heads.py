@@ -166,7 +166,8 @@ def register(app: dash.Dash, context: AppContext) -> None:
 
     @app.callback(Output(ids.HEADS_GRAPH, "figure"), Output(ids.HEADS_MESSAGE, "children"),
                   Output(ids.HEADS_COLOUR, "options"), Output(ids.HEADS_RENDERED, "data"),
-                  Input(VIEW.state_store, "data"), Input(ids.HEADS_COLOUR, "value"), State(ids.HEADS_RENDERED, "data"))
+                  Input(VIEW.state_store, "data"), Input(ids.HEADS_COLOUR, "value"), State(ids.HEADS_RENDERED, "data"),
+                  prevent_initial_call=True)
     def draw_heads(current, colour, rendered):
         state = checked_state(current, runs)
         if current is None or state.view != VIEW.name:

@@ -10,14 +10,16 @@ How the points are placed and coloured is :mod:`dash_app.views.matrix_points`; t
 Ordered by a head-atlas column, the cells get a background (one translucent heatmap under the points,
 slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value (see
 :mod:`dash_app.views.matrix_cells`). A large run's heads are images of all their points instead of a sample
-(see :mod:`dash_app.views.matrix_raster`), slot 0 then an invisible heatmap whose cells a click and hover reach,
-and the figure has no WebGL trace until a search has matches.
+drawn in one image (see :mod:`dash_app.views.matrix_raster`), the points' slots left empty, the cells' heatmap
+(slot 5) invisible where no atlas column colours it, and the figure has no WebGL trace until a search has
+matches.
 :func:`register` adds the callback that draws it (patching only the search traces when only the search
 changed) and the clientside relay of a click.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import dash
@@ -34,7 +36,7 @@ from dash_app.export import export_buttons
 from dash_app.figure_parts import CATEGORY_COLOURS, legend_entries, typed_arrays
 from dash_app.panels.related import missing_related_message
 from dash_app.run_data import HeadLayouts, RunData
-from dash_app.state import ViewState, checked_state
+from dash_app.state import ViewState, checked_state, initial_state
 from dash_app.view_registry import AppContext, View, register_view
 from dash_app.views.matrix_filter import NO_FILTER, filter_mask, filter_message
 from dash_app.views.matrix_cells import atlas_badges, cell_heatmap, label_legend
@@ -47,6 +49,8 @@ from qkviz.analysis import LABELS
 from qkviz.projection import method_label
 from qkviz.report import CATEGORIES, COLOURS
 
+logger = logging.getLogger(__name__)
+
 SORT_OPTIONS = [
     {"label": "layer / head order", "value": "order"},
     {"label": "distance-dot correlation (report)", "value": "correlation"},
@@ -57,8 +61,10 @@ SORT_OPTIONS = [
 GRAPH_HEIGHT = f"calc(100vh - {PAGE_HEIGHT_PX}px)"
 
 
-def layout(_context: AppContext) -> html.Div:
+def layout(context: AppContext) -> html.Div:
+    figure, message, key = first_drawing(context.runs)
     return html.Div(id=ids.MATRIX_VIEW, children=[
+        dcc.Store(id=ids.MATRIX_RENDERED, data=key),
         html.Div(className="controls", children=[
             html.Label("Order heads by"),
             dcc.Dropdown(id=ids.MATRIX_SORT, options=SORT_OPTIONS, value="order", clearable=False,
@@ -82,10 +88,41 @@ def layout(_context: AppContext) -> html.Div:
                            options=[{"label": "fade the others", "value": "dim"},
                                     {"label": "hide them", "value": "hide"}]),
         ]),
-        html.Div(id=ids.MATRIX_MESSAGE, className="message"),
+        html.Div(id=ids.MATRIX_MESSAGE, className="message", children=message),
         dcc.Graph(id=ids.MATRIX_GRAPH, config={"displayModeBar": False, "scrollZoom": False, "responsive": True},
-                  style={"height": GRAPH_HEIGHT, "minHeight": f"{MIN_GRAPH_HEIGHT_PX}px"}, figure={"data": [], "layout": {}}),
+                  style={"height": GRAPH_HEIGHT, "minHeight": f"{MIN_GRAPH_HEIGHT_PX}px"}, figure=figure),
     ])
+
+
+def first_drawing(runs: list[RunData]) -> tuple[go.Figure | dict, str | None, list | None]:
+    """The figure, message and drawing key (:func:`drawing_key`) of the matrix a page without a query opens on: the
+    first run's, in the default window. Drawn when the app is built, and only for a run whose heads are one image
+    (cheap to keep in the page): the page draws it as soon as Plotly is loaded, without waiting for the matrix's
+    callback, which finds it drawn (or draws it again where the window, the state or the layouts differ). An empty
+    figure for other runs, or when it cannot be drawn (logged; the callback draws it then)."""
+    empty = {"data": [], "layout": {}}
+    if not runs or not rasterised(runs[0]):
+        return empty, None, None
+    data = runs[0]
+    state = initial_state(data.shape)
+    try:
+        figure, message = render_matrix(data, state, None, None)
+    except Exception:  # noqa: BLE001 -- an optimisation of the first load: the callback draws it, or says what failed
+        logger.exception("could not draw %s's matrix ahead of the first page", data.name)
+        return empty, None, None
+    return figure, message, drawing_key(data, state, None)
+
+
+def drawing_key(data: RunData, state: ViewState, viewport) -> list:
+    """What a drawn matrix depends on (the callback draws again only when it changes): the state's parts the matrix
+    shows, the atlas's or related heads' stamp where the order uses them, the layouts missing and standing in, the
+    window and the filter."""
+    layouts = data.all_layouts(state.method)
+    atlas = state.sort in data.atlas_sorts() or bool(state.filter_by)
+    return [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort, state.colour,
+            data.atlas_stamp() if atlas else data.related_stamp() if state.sort == "related" else None,
+            [len(layouts.missing), len(layouts.stand_in)], list(window_size(viewport)),
+            [state.filter_by, state.filter_min, state.filter_max, list(state.filter_labels), state.filter_mode]]
 
 
 def head_order(values: np.ndarray, ascending: bool = True) -> np.ndarray:
@@ -228,14 +265,14 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
     grid, kept = parts.grid, parts.kept
     cells = (cell_heatmap(grid, parts.labels, parts.cell_values, state.sort, kept)
              if parts.cell_values is not None else None)
-    sample, thumbnails, value_range = data.matrix_sample(), None, None
+    sample, sheet, value_range = data.matrix_sample(), None, None
     if rasterised(data):
         cache = thumbnails_of(data)
-        thumbnails = cache.all(state.method, state.colour, layouts.stand_in)
+        sheet = cache.sheet(state.method, state.colour, grid, kept, layouts.stand_in)
         value_range = cache.value_range(state.colour) if state.colour != "type" and state.colour not in CATEGORIES else None
     figure = matrix_figure(layouts.points, sample, grid, parts.labels, drawn_matches(data, matches), cells,
-                           head_colours(data, state.colour) if thumbnails is None else None, state.colour,
-                           list(parts.legend), thumbnails, value_range, kept, parts.margin)
+                           head_colours(data, state.colour) if sheet is None else None, state.colour,
+                           list(parts.legend), sheet, value_range, kept, parts.margin)
     return figure, full_message(data, state, parts, clusters, matches)
 
 
@@ -329,18 +366,14 @@ def register(app: dash.Dash, context: AppContext) -> None:
 
     @app.callback(Output(ids.MATRIX_GRAPH, "figure"), Output(ids.MATRIX_MESSAGE, "children"),
                   Output(ids.MATRIX_RENDERED, "data"), Input(VIEW.state_store, "data"), Input(ids.LAYOUT_STAMP, "data"),
-                  Input(ids.MATRIX_VIEWPORT, "data"), State(ids.MATRIX_RENDERED, "data"))
+                  Input(ids.MATRIX_VIEWPORT, "data"), State(ids.MATRIX_RENDERED, "data"), prevent_initial_call=True)
     def draw_matrix(current, _landed, viewport, rendered):
         state = checked_state(current, runs)
         if current is None or state.view != VIEW.name:
             raise PreventUpdate
         data = runs[state.run]
         layouts = data.all_layouts(state.method)      # heads that landed since the last drawing are read here
-        atlas = state.sort in data.atlas_sorts() or bool(state.filter_by)
-        key = [state.run, state.method, state.dim, state.search.strip().lower(), state.substring, state.sort, state.colour,
-               data.atlas_stamp() if atlas else data.related_stamp() if state.sort == "related" else None,
-               [len(layouts.missing), len(layouts.stand_in)], list(window_size(viewport)),
-               [state.filter_by, state.filter_min, state.filter_max, list(state.filter_labels), state.filter_mode]]
+        key = drawing_key(data, state, viewport)
         rendered = rendered if isinstance(rendered, list) and len(rendered) == len(key) else None   # ours, or nothing
         if key == rendered:
             raise PreventUpdate
@@ -362,7 +395,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
 
 VIEW = register_view(View(
     name="matrix", label="Matrix", order=10, layout=layout, register=register,
-    point_events={ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData")}, stores=(ids.MATRIX_RENDERED, ids.MATRIX_VIEWPORT),
+    point_events={ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData")}, stores=(ids.MATRIX_VIEWPORT,),
     actions={(ids.MATRIX_CLICK, "data"): open_clicked_head},
     controls={ids.MATRIX_SORT: "sort", ids.MATRIX_FILTER: "filter_by", ids.MATRIX_FILTER_MIN: "filter_min",
               ids.MATRIX_FILTER_MAX: "filter_max", ids.MATRIX_FILTER_LABELS: "filter_labels",

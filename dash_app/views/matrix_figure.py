@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from dash_app.views.matrix_cells import cell_heatmap
 from dash_app.views.matrix_grid import CELL, Grid, axis_ticks
 from dash_app.views.matrix_points import colour_markers, match_traces, place, raster_extras
-from dash_app.views.matrix_raster import thumbnail_images
+from dash_app.views.matrix_raster import sheet_image
 
 #: extra width for the colour bar when cells are coloured
 COLOUR_BAR_PX = 110
@@ -95,7 +95,7 @@ def grid_axes(grid: Grid) -> tuple[dict, dict]:
 def matrix_figure(points: np.ndarray, sample: np.ndarray, grid: Grid, labels: list[str],
                   matches: np.ndarray | None = None, cells: go.Heatmap | None = None,
                   values: np.ndarray | None = None, colour: str = "type", legend: list | None = None,
-                  thumbnails: list[str | None] | None = None, value_range: tuple[float, float] | None = None,
+                  sheet: str | None = None, value_range: tuple[float, float] | None = None,
                   kept: np.ndarray | None = None, margin: dict | None = None) -> go.Figure:
     """The matrix figure: traces queries, keys, query matches, key matches (all ``scattergl``), labels, the
     cells (hover, clicks and their background, drawn under the points), then ``legend`` (legend-only entries).
@@ -108,13 +108,13 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, grid: Grid, labels: li
     (:func:`~dash_app.views.matrix_points.head_colours`, None: queries green, keys pink), ``colour`` its name;
     ``kept`` bool ``[flat head]`` the heads a filter keeps (the others faded), None: all.
 
-    With ``thumbnails`` (a PNG data URI per flat head, see :mod:`dash_app.views.matrix_raster`) the heads are
-    images instead: slots 0 and 1 empty SVG traces, ``sample`` and ``values`` unused, a continuous colouring's
+    With ``sheet`` (a PNG data URI of every head's points, see :mod:`dash_app.views.matrix_raster`) the heads are
+    one image instead: slots 0 and 1 empty SVG traces, ``sample`` and ``values`` unused, a continuous colouring's
     bars span ``value_range``."""
     searching = matches is not None and len(matches) > 0
     drawn = grid.positions >= 0
     traces = []
-    if thumbnails is not None:
+    if sheet is not None:
         traces += [go.Scatter(x=[], y=[], name=name, showlegend=False) for name in ("queries", "keys")]
         legend = (legend or []) + raster_extras(colour, value_range)
     else:
@@ -123,7 +123,7 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, grid: Grid, labels: li
             x, y, head = place(points, grid, sample, keys)
             traces.append(go.Scattergl(x=x, y=y, customdata=head, mode="markers", name=name, hoverinfo="skip",
                                        marker=dict(marker, size=2.5, opacity=point_opacity(head, kept, searching))))
-    traces += match_traces(points, grid, matches, thumbnails is not None)
+    traces += match_traces(points, grid, matches, sheet is not None)
     traces.append(label_trace(grid, labels, kept))
     traces.append(cells if cells is not None else cell_heatmap(grid, labels))
     figure = go.Figure(traces + (legend or []))
@@ -132,5 +132,5 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, grid: Grid, labels: li
         autosize=True, margin=margin or grid_margin(grid.model, bool(legend), False, False), xaxis=xaxis, yaxis=yaxis,
         plot_bgcolor="white", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0, groupclick="toggleitem"),
         hovermode="closest", uirevision="matrix",
-        images=thumbnail_images(thumbnails, grid, kept) if thumbnails is not None else None)
+        images=[sheet_image(sheet, grid)] if sheet is not None else None)
     return figure

@@ -1,15 +1,18 @@
-"""The matrix view's thumbnails as images, for runs too large to draw every head's points.
+"""The matrix view's thumbnails as one image, for runs too large to draw every head's points at once.
 
-Past :func:`raster_threshold` points per head (queries and keys), the matrix shows each head as a small
-PNG (:data:`THUMBNAIL_PIXELS` square) of *all* its points instead of a WebGL sample of them: each pixel
-counts the points falling in it (``numpy.bincount``, no projection is computed), its opacity grows with
-the log of the count and its colour is the count-weighted mix of its points' colours (queries green and
-keys pink, a category's colour, or a continuous value on the queries' or keys' scale).
+Past :func:`raster_threshold` points per head (queries and keys), or :data:`RASTER_TOTAL_POINTS` over all the
+heads, the matrix shows every head's *all* points as pixels of one PNG, the **sheet**, instead of a WebGL sample
+of them: no WebGL context is started until a head is opened, and the browser draws one image however many heads
+there are. A head's square of the sheet (:func:`head_thumbnail`, as many pixels across as its layout's square has
+on the screen) counts the points falling in each pixel (``numpy.bincount``, no projection is computed); its
+opacity grows with the log of the count and its colour is the count-weighted mix of its points' colours (queries
+green and keys pink, a category's colour, or a continuous value on the queries' or keys' scale).
 
-Thumbnails are made from the cached layouts on first use and kept by :class:`HeadThumbnails` in memory and
-on disk in the run's :data:`RASTER_DIRECTORY` (next to its projection cache), each named by a hash of its
-layout's cache entry (key, file size and modification time), the colouring and its range: a layout made
-again gets a new thumbnail. A run directory that cannot be written keeps them in memory only.
+:class:`HeadThumbnails` draws each head's square from its cached layout on first use and keeps it in memory (by a
+hash of its layout's cache entry -- key, file size and modification time --, the colouring, its range and the
+size), and keeps each sheet in memory and on disk in the run's :data:`RASTER_DIRECTORY` (next to its projection
+cache), named by a hash of its heads' squares, where they lie and which a filter dims: a layout made again
+gets a new sheet. A run directory that cannot be written keeps them in memory only.
 """
 
 from __future__ import annotations
@@ -30,18 +33,21 @@ from plotly.colors import hex_to_rgb, sample_colorscale, unlabel_rgb
 
 from dash_app.figure_parts import CATEGORY_COLOURS, KEY_COLOUR, KEY_SCALE, QUERY_COLOUR, QUERY_SCALE, png_bytes
 from dash_app.run_data import RunData, normalise_layout
-from dash_app.views.matrix_grid import Grid
+from dash_app.views.matrix_grid import CELL, Grid
 from qkviz import QkvizError
 from qkviz.projection import FIRST_METHOD
 from qkviz.report import CATEGORIES, colour_values
 
 logger = logging.getLogger(__name__)
 
-#: points per head (queries and keys) above which the matrix draws thumbnails as images ...
+#: points per head (queries and keys) above which the matrix draws its heads as one image ...
 RASTER_POINTS = 20_000
 #: ... unless this environment variable sets another number (0: always images)
 RASTER_POINTS_ENV = "QKVIZ_MATRIX_RASTER_POINTS"
-#: each thumbnail's side in pixels (a cell is 56-100 screen pixels, its layout 76% of that)
+#: ... or points over all the heads above which it does (the bundled MiniLM's 72 heads over 5,000 tokens have
+#: 720,000: a WebGL sample of them took the browser about a second to draw, the image a tenth of that)
+RASTER_TOTAL_POINTS = 200_000
+#: a head's side in pixels where no grid says it (the default of :func:`head_thumbnail`)
 THUMBNAIL_PIXELS = 96
 #: the opacity of a pixel holding one point (one holding the head's densest count is opaque) ...
 MIN_ALPHA = 0.3
@@ -50,7 +56,7 @@ ALPHA_LEVELS, COLOUR_STEP = 16, 8
 #: the run's subdirectory holding the thumbnails' PNG files
 RASTER_DIRECTORY = "matrix_rasters"
 #: changes when the way thumbnails are drawn changes (old files are then no longer read)
-RASTER_VERSION = 2
+RASTER_VERSION = 3
 #: the opacity of a head's thumbnail that a filter dims
 DIMMED_OPACITY = 0.15
 #: colours a continuous scale is sampled into
@@ -73,8 +79,12 @@ def raster_threshold() -> int:
 
 
 def rasterised(data: RunData) -> bool:
-    """Whether the matrix draws this run's heads as images (more points per head than :func:`raster_threshold`)."""
-    return 2 * data.run.n_tokens > raster_threshold()
+    """Whether the matrix draws this run's heads as one image: more points per head than :func:`raster_threshold`,
+    or, unless the environment sets that threshold, more over all heads than :data:`RASTER_TOTAL_POINTS`."""
+    threshold = raster_threshold()
+    total = 2 * data.run.n_tokens * data.n_total_heads
+    return 2 * data.run.n_tokens > threshold or (not os.environ.get(RASTER_POINTS_ENV, "").strip()
+                                                 and total > RASTER_TOTAL_POINTS)
 
 
 # -- drawing --------------------------------------------------------------------------------
@@ -144,19 +154,32 @@ def data_uri(png: bytes) -> str:
 
 
 # -- the figure's parts --------------------------------------------------------------------
-def thumbnail_images(thumbnails: list[str | None], grid: Grid, kept: np.ndarray | None = None) -> list[dict]:
-    """``layout.images``: each head's thumbnail (flat order, None: left out) exactly where its points would lie
-    in its cell (see :func:`dash_app.views.matrix_points.place`), above the cells' background, under the WebGL
-    traces (the search's matches, the only WebGL a rasterised matrix draws); heads the grid does not draw left
-    out, heads a filter dims (``kept`` False) faded. They are not dimmed during a search as sampled points are:
-    changing 72 images' opacity took 0.2-0.4 s in the browser, and the matches, ringed, stand out anyway."""
+def sheet_pixels(grid: Grid) -> tuple[int, int, int]:
+    """``(width, height, side)`` of a grid's sheet in pixels: the plot area's, and a head's layout square's."""
+    across, down = grid.cell_px
+    _, _, width, _ = grid.inner
+    return (max(int(round(grid.n_cols * across)), 1), max(int(round(grid.n_rows * down)), 1),
+            max(int(round(width / CELL * across)), 1))
+
+
+def head_corners(grid: Grid) -> np.ndarray:
+    """int64 ``[flat head, 2]``: the sheet pixel (column, row from the top) of each head's layout square's top
+    left corner (-1 for a head not drawn), where :func:`dash_app.views.matrix_points.place` puts its points."""
+    across, down = grid.cell_px
+    x0, y0, _, height = grid.inner
     origins = grid.origins()
-    x0, y0, width, height = grid.inner
-    return [dict(source=source, xref="x", yref="y", x=float(origins[flat, 0] + x0),
-                 y=float(origins[flat, 1] + y0 + height), sizex=width, sizey=height, xanchor="left",
-                 yanchor="top", sizing="stretch", layer="above", name=f"head {flat}",
-                 opacity=1.0 if kept is None or kept[flat] else DIMMED_OPACITY)
-            for flat, source in enumerate(thumbnails) if source is not None and grid.positions[flat] >= 0]
+    left = (origins[:, 0] + x0) / CELL * across
+    top = (grid.n_rows * CELL - (origins[:, 1] + y0 + height)) / CELL * down
+    corners = np.stack([left, top], axis=1)
+    return np.where(np.isfinite(corners), np.rint(np.nan_to_num(corners)), -1).astype(np.int64)
+
+
+def sheet_image(source: str, grid: Grid) -> dict:
+    """``layout.images``' one entry: the sheet over the whole plot area, above the cells' background, under the
+    WebGL traces (the search's matches, the only WebGL a rasterised matrix draws)."""
+    return dict(source=source, xref="x", yref="y", x=0.0, y=float(grid.n_rows * CELL), sizex=float(grid.n_cols * CELL),
+                sizey=float(grid.n_rows * CELL), xanchor="left", yanchor="top", sizing="stretch", layer="above",
+                name="heads")
 
 
 # -- the cache ------------------------------------------------------------------------------
@@ -167,13 +190,15 @@ class HeadThumbnails:
         self.data = data
         self.pixels = pixels
         self.directory = Path(data.run.path) / RASTER_DIRECTORY
-        self._memory: dict[str, str] = {}
+        self._memory: dict[str, np.ndarray] = {}        # a head's square by its name
+        self._sheets: dict[str, str] = {}               # a sheet's data URI by its name
         self._ranges: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
         #: ``(layer, head, method, dim) -> (cache key, file)`` of each layout (its file is looked at each time)
         self._entry = functools.lru_cache(maxsize=None)(data.layout_entry)
-        #: thumbnails drawn from a layout (not read from memory or disk) since the app started
+        #: heads' squares drawn from a layout, and sheets composed (not read from memory or disk), since the app started
         self.drawn = 0
+        self.sheets_drawn = 0
 
     def value_range(self, colour: str) -> tuple[float, float]:
         """The continuous colouring's range over every head (the matrix's colour bars show it), computed once."""
@@ -198,41 +223,75 @@ class HeadThumbnails:
         values = colour_values(self.data.features[colour].to_numpy(), colour)
         return np.concatenate([values, values])
 
-    def _key(self, layer: int, head: int, method: str, colour: str) -> str | None:
-        """The thumbnail's name: a hash of its layout's cache entry and file, the colouring and the drawing."""
+    def _key(self, layer: int, head: int, method: str, colour: str, side: int) -> str | None:
+        """A head's square's name: a hash of its layout's cache entry and file, the colouring and the drawing."""
         entry, path = self._entry(layer, head, method, 2)
         try:
             stat = path.stat()
         except OSError:
             return None
         value_range = self.value_range(colour) if colour != "type" and colour not in CATEGORIES else None
-        identity = [RASTER_VERSION, self.pixels, entry, stat.st_size, stat.st_mtime_ns, colour,
+        identity = [RASTER_VERSION, side, entry, stat.st_size, stat.st_mtime_ns, colour,
                     None if value_range is None else [round(bound, 6) for bound in value_range]]
         return hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:32]
 
-    def thumbnail(self, layer: int, head: int, method: str, colour: str) -> str | None:
-        """The head's thumbnail of its 2D ``method`` layout as a PNG data URI; None when that layout is not cached."""
-        key = self._key(layer, head, method, colour)
+    def thumbnail(self, layer: int, head: int, method: str, colour: str, side: int | None = None
+                  ) -> tuple[str, np.ndarray] | None:
+        """The head's square (its name, and uint8 RGBA ``[side, side, 4]``) of its 2D ``method`` layout; None when
+        that layout is not cached."""
+        side = self.pixels if side is None else side
+        key = self._key(layer, head, method, colour, side)
         if key is None:
             return None
-        if key in self._memory:
-            return self._memory[key]
-        path = self.directory / f"{key}.png"
-        try:
-            png = path.read_bytes()
-        except OSError:
-            png = self._draw(layer, head, method, colour)
-            self._write(path, png)
-        self._memory[key] = data_uri(png)
-        return self._memory[key]
+        if key not in self._memory:
+            flat = layer * self.data.run.n_heads + head
+            points = normalise_layout(self.data.run.projection(layer, head, method, 2, make=False))
+            value_range = self.value_range(colour) if colour != "type" and colour not in CATEGORIES else (0.0, 1.0)
+            self.drawn += 1
+            self._memory[key] = head_thumbnail(points, self.colour_values(colour, flat), colour, value_range, side)
+        return key, self._memory[key]
 
-    def _draw(self, layer: int, head: int, method: str, colour: str) -> bytes:
-        flat = layer * self.data.run.n_heads + head
-        points = normalise_layout(self.data.run.projection(layer, head, method, 2, make=False))
-        value_range = self.value_range(colour) if colour != "type" and colour not in CATEGORIES else (0.0, 1.0)
-        self.drawn += 1
-        return png_bytes(head_thumbnail(points, self.colour_values(colour, flat), colour, value_range, self.pixels),
-                         level=9)
+    def sheet(self, method: str, colour: str, grid: Grid, kept: np.ndarray | None = None,
+              stand_in: tuple[tuple[int, int], ...] = ()) -> str:
+        """The sheet of ``grid`` as a PNG data URI: every drawn head's square where its points would lie (heads in
+        ``stand_in`` from their PCA layout, heads without a layout left empty, heads ``kept`` False faded to
+        :data:`DIMMED_OPACITY`). One thread at a time: the server's warm-up and a first request draw it once."""
+        width, height, side = sheet_pixels(grid)
+        corners = head_corners(grid)
+        n_heads = self.data.run.n_heads
+        with self._lock:
+            squares = {}
+            for flat in np.flatnonzero(grid.positions >= 0):
+                layer, head = divmod(int(flat), n_heads)
+                found = self.thumbnail(layer, head, FIRST_METHOD if (layer, head) in stand_in else method, colour, side)
+                if found is not None:
+                    squares[int(flat)] = found
+            identity = [RASTER_VERSION, width, height, side, corners.tolist(), sorted((flat, key) for flat, (key, _) in squares.items()),
+                        None if kept is None else np.flatnonzero(~np.asarray(kept, bool)).tolist()]
+            name = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:32]
+            if name in self._sheets:
+                return self._sheets[name]
+            path = self.directory / f"sheet-{name}.png"
+            try:
+                png = path.read_bytes()
+            except OSError:
+                png = png_bytes(self._compose(width, height, side, corners, squares, kept), level=6)
+                self.sheets_drawn += 1
+                self._write(path, png)
+            self._sheets[name] = data_uri(png)
+            return self._sheets[name]
+
+    @staticmethod
+    def _compose(width: int, height: int, side: int, corners: np.ndarray, squares: dict[int, tuple[str, np.ndarray]],
+                 kept: np.ndarray | None) -> np.ndarray:
+        sheet = np.zeros((height, width, 4), np.uint8)
+        for flat, (_, square) in squares.items():
+            left, top = corners[flat]
+            block = sheet[max(top, 0):top + side, max(left, 0):left + side]
+            block[...] = square[max(-top, 0):max(-top, 0) + block.shape[0], max(-left, 0):max(-left, 0) + block.shape[1]]
+            if kept is not None and not kept[flat]:
+                block[..., 3] = np.rint(block[..., 3] * DIMMED_OPACITY).astype(np.uint8)
+        return sheet
 
     def _write(self, path: Path, png: bytes) -> None:
         """Write atomically (a temporary file renamed, removed if the write fails); a run directory that cannot be
@@ -248,13 +307,6 @@ class HeadThumbnails:
             with contextlib.suppress(OSError):
                 partial.unlink(missing_ok=True)
             logger.info("matrix thumbnails kept in memory only (%s)", error)
-
-    def all(self, method: str, colour: str, stand_in: tuple[tuple[int, int], ...] = ()) -> list[str | None]:
-        """Every head's thumbnail (flat order), heads in ``stand_in`` drawn from their PCA layout (one thread at a
-        time: the server's warm-up and a first request draw them once)."""
-        with self._lock:
-            return [self.thumbnail(layer, head, FIRST_METHOD if (layer, head) in stand_in else method, colour)
-                    for layer, head in (divmod(flat, self.data.run.n_heads) for flat in range(self.data.n_total_heads))]
 
 
 _THUMBNAILS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -56,7 +56,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
 
     @app.callback(Output(ids.POSITIONS_GRAPH, "figure"), Output(ids.POSITIONS_MESSAGE, "children"),
                   Output(ids.POSITIONS_RENDERED, "data"), Input(VIEW.state_store, "data"),
-                  State(ids.POSITIONS_RENDERED, "data"))
+                  State(ids.POSITIONS_RENDERED, "data"), prevent_initial_call=True)
     def draw_positions(current, rendered):
         state = checked_state(current, runs)
         if current is None or state.view != VIEW.name:

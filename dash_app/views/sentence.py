@@ -194,7 +194,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
 
     @app.callback(Output(ids.SENTENCE_GRAPH, "figure"), Output(ids.AGGREGATE_GRAPH, "figure"),
                   Output(ids.SENTENCE_MESSAGE, "children"),
-                  Input(VIEW.state_store, "data"), Input(ids.SENTENCE_OPTIONS, "value"))
+                  Input(VIEW.state_store, "data"), Input(ids.SENTENCE_OPTIONS, "value"), prevent_initial_call=True)
     def draw_sentence(current, options):
         state = checked_state(current, runs)
         if current is None or state.view != VIEW.name:

@@ -94,46 +94,75 @@ def raster_data(app_run, tmp_path, monkeypatch):
     return RunData(copy_run(app_run, tmp_path / "run", atlas=False), "tiny")
 
 
-def test_thumbnails_are_cached_in_memory_and_on_disk(raster_data):
+def sheet_grid(raster_data) -> matrix_grid.Grid:
+    return matrix_view.matrix_parts(raster_data, ViewState(method="pca"), None).grid
+
+
+def test_heads_and_sheets_are_cached_in_memory_and_sheets_on_disk(raster_data):
+    grid = sheet_grid(raster_data)
     cache = matrix_raster.HeadThumbnails(raster_data)
-    first = cache.all("pca", "type")
-    assert cache.drawn == 8 and all(uri.startswith("data:image/png;base64,") for uri in first)
-    assert cache.all("pca", "type") == first and cache.drawn == 8                    # memory
-    assert len(os.listdir(cache.directory)) == 8
+    first = cache.sheet("pca", "type", grid)
+    assert first.startswith("data:image/png;base64,") and cache.drawn == 8 and cache.sheets_drawn == 1
+    assert cache.sheet("pca", "type", grid) == first and (cache.drawn, cache.sheets_drawn) == (8, 1)      # memory
+    assert len(os.listdir(cache.directory)) == 1
     again = matrix_raster.HeadThumbnails(raster_data)
-    assert again.all("pca", "type") == first and again.drawn == 0                     # disk
-    again.all("pca", "punctuation")
-    assert again.drawn == 8 and len(os.listdir(cache.directory)) == 16                # another colouring: drawn
+    assert again.sheet("pca", "type", grid) == first and again.sheets_drawn == 0                          # disk
+    again.sheet("pca", "punctuation", grid)
+    assert again.sheets_drawn == 1 and len(os.listdir(cache.directory)) == 2          # another colouring: drawn
+    kept = np.ones(8, bool)
+    kept[3] = False
+    assert again.sheet("pca", "type", grid, kept) != first and again.drawn == 16      # a filter: the same heads, faded
     _, layout_file = raster_data.layout_entry(0, 1, "pca", 2)
     stamp = layout_file.stat().st_mtime_ns
     os.utime(layout_file, ns=(stamp + 10**9, stamp + 10**9))                          # the layout made again
-    assert matrix_raster.HeadThumbnails(raster_data).all("pca", "type")[1] == first[1]  # same pixels ...
-    assert len(os.listdir(cache.directory)) == 17                                    # ... drawn again, a new file
+    assert matrix_raster.HeadThumbnails(raster_data).sheet("pca", "type", grid) == first  # same pixels ...
+    assert len(os.listdir(cache.directory)) == 4                                     # ... drawn again, a new file
 
 
-def test_a_thumbnail_is_drawn_from_the_heads_own_layout(raster_data):
-    cache = matrix_raster.HeadThumbnails(raster_data, pixels=40)
-    image = decode_png(base64.b64decode(cache.thumbnail(1, 2, "pca", "type").split(",", 1)[1]))
-    points = raster_data.all_layouts("pca").points[1 * 4 + 2]
-    expected = np.zeros(40 * 40, bool)
-    expected[matrix_raster.pixel_index(points, 40)] = True
-    assert np.array_equal(image[..., 3].ravel() > 0, expected)
+def test_each_head_is_drawn_from_its_own_layout_where_its_points_lie(raster_data):
+    """The sheet holds, in each head's square, exactly the pixels its points fall in, the same pixels
+    :func:`head_thumbnail` draws at the square's size; the square lies where ``place()`` puts the points; a head a
+    filter dims is faded."""
+    grid = sheet_grid(raster_data)
+    width, height, side = matrix_raster.sheet_pixels(grid)
+    kept = np.ones(8, bool)
+    kept[5] = False
+    cache = matrix_raster.HeadThumbnails(raster_data)
+    sheet = decode_png(base64.b64decode(cache.sheet("pca", "type", grid, kept).split(",", 1)[1]))
+    assert sheet.shape == (height, width, 4)
+    corners = matrix_raster.head_corners(grid)
+    layouts = raster_data.all_layouts("pca").points
+    drawn = np.zeros((height, width), bool)
+    across, down = grid.cell_px
+    for flat in range(8):
+        left, top = corners[flat]
+        square = sheet[top:top + side, left:left + side]
+        expected = np.zeros(side * side, bool)
+        expected[matrix_raster.pixel_index(layouts[flat], side)] = True
+        assert np.array_equal(square[..., 3].ravel() > 0, expected), flat
+        own = cache.thumbnail(flat // 4, flat % 4, "pca", "type", side)[1]
+        faded = np.rint(own[..., 3] * matrix_raster.DIMMED_OPACITY).astype(np.uint8)
+        assert np.array_equal(square[..., 3], faded if flat == 5 else own[..., 3])
+        drawn[top:top + side, left:left + side] = True
+        # the points place() draws, in pixels of the plot area, lie in the head's square (to a pixel)
+        x, y, _ = matrix_points.place(layouts[[flat]], grid, np.arange(raster_data.run.n_tokens), False, heads=[flat])
+        column, row = np.asarray(x) / matrix_grid.CELL * across, (grid.n_rows * matrix_grid.CELL - np.asarray(y)) / matrix_grid.CELL * down
+        assert left - 1 <= column.min() and column.max() <= left + side + 1
+        assert top - 1 <= row.min() and row.max() <= top + side + 1
+    assert sheet[~drawn][..., 3].max() == 0                                           # nothing outside the squares
 
 
-def test_a_rasterised_matrix_places_images_in_the_cells_and_clicks_open_heads(raster_data):
+def test_a_rasterised_matrix_places_its_image_over_the_grid_and_clicks_open_heads(raster_data):
     figure, message = matrix_view.render_matrix(raster_data, ViewState(method="pca"), None, None)
     assert "image of all its" in message
     payload = json.loads(to_json_plotly(figure))
     queries, keys, query_matches, _, labels, heads = payload["data"][:6]
+    grid = sheet_grid(raster_data)
     images = payload["layout"]["images"]
-    assert len(images) == 8 and all(image["source"].startswith("data:image/png") for image in images)
-    layouts = raster_data.all_layouts("pca").points
-    grid = matrix_view.matrix_parts(raster_data, ViewState(method="pca"), None).grid
+    assert len(images) == 1 and images[0]["source"].startswith("data:image/png")
+    assert (images[0]["x"], images[0]["y"], images[0]["sizex"], images[0]["sizey"]) == (
+        0, grid.n_rows * matrix_grid.CELL, grid.n_cols * matrix_grid.CELL, grid.n_rows * matrix_grid.CELL)
     origins = grid.origins()
-    for flat, image in enumerate(images):      # the points place() draws lie inside the head's image (to a grid unit)
-        x, y, _ = matrix_points.place(layouts[[flat]], grid, np.arange(raster_data.run.n_tokens), False, heads=[flat])
-        assert image["x"] - 1 <= x.min() and x.max() <= image["x"] + image["sizex"] + 1
-        assert image["y"] - image["sizey"] - 1 <= y.min() and y.max() <= image["y"] + 1
     # one invisible heatmap cell per head, its centre in the head's cell, its customdata the flat head
     assert heads["type"] == "heatmap" and heads["opacity"] == 0
     cells = {flat: (heads["x"][column], heads["y"][row]) for row, flats in enumerate(heads["customdata"])
@@ -152,7 +181,7 @@ def test_search_matches_are_drawn_over_the_images(raster_data):
     matches = search.matches("the", False)
     state = ViewState(method="pca", search="the")
     figure, _ = matrix_view.render_matrix(raster_data, state, None, matches)
-    assert len(figure.data[2].x) == 8 * len(matches) and len(figure.layout.images) == 8
+    assert len(figure.data[2].x) == 8 * len(matches) and len(figure.layout.images) == 1
     patch = matrix_view.search_patch(raster_data, state, None, matches)[0].to_plotly_json()
     changed = {tuple(operation["location"]): operation["params"]["value"] for operation in patch["operations"]}
     assert set(changed) == {("data", 2), ("data", 3), ("data", 4, "text"), ("data", 4, "hovertext"),
@@ -179,3 +208,19 @@ def test_a_small_run_keeps_its_points(app_run, monkeypatch):
     monkeypatch.delenv(matrix_raster.RASTER_POINTS_ENV, raising=False)
     figure, _ = matrix_view.render_matrix(RunData(open_stored_run(app_run.path), "tiny"), ViewState(method="pca"), None, None)
     assert not figure.layout.images and figure.data[0].name == "queries"
+
+
+def test_many_heads_are_drawn_as_one_image_unless_the_environment_sets_the_threshold(monkeypatch):
+    """Past RASTER_TOTAL_POINTS over all heads (the bundled MiniLM's 72 heads over 5,000 tokens), an image; a
+    threshold set in the environment decides alone."""
+    from types import SimpleNamespace
+
+    def run(tokens: int, heads: int):
+        return SimpleNamespace(run=SimpleNamespace(n_tokens=tokens), n_total_heads=heads)
+
+    monkeypatch.delenv(matrix_raster.RASTER_POINTS_ENV, raising=False)
+    assert matrix_raster.rasterised(run(5000, 72)) and matrix_raster.rasterised(run(9123, 1024))
+    assert not matrix_raster.rasterised(run(300, 8))
+    assert matrix_raster.rasterised(run(10_001, 1))                              # past the per-head threshold
+    monkeypatch.setenv(matrix_raster.RASTER_POINTS_ENV, "1000000")
+    assert not matrix_raster.rasterised(run(5000, 72))

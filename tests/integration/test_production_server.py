@@ -184,15 +184,18 @@ def test_read_only_refuses_a_run_with_nothing_to_show(tiny_run, tmp_path):
 
 def test_read_only_draws_thumbnails_in_memory_only(app_run, tmp_path):
     from dash_app.app import open_runs
+    from dash_app.views.matrix_grid import Box, model_grid
     from dash_app.views.matrix_raster import RASTER_DIRECTORY, HeadThumbnails
 
     run = copy_run(app_run, tmp_path / "run", atlas=False)
     shared, writable = open_runs([run.path, run.path])
     shared.read_only = True
-    assert all(HeadThumbnails(shared).all("pca", "type"))
+    grid = model_grid(run.n_layers, run.n_heads, Box(600, 300))
+    sheet = HeadThumbnails(shared).sheet("pca", "type", grid)
+    assert sheet.startswith("data:image/png;base64,")
     assert not (run.path / RASTER_DIRECTORY).exists()
-    assert all(HeadThumbnails(writable).all("pca", "type"))              # the same, not read-only: kept on disk
-    assert len(list((run.path / RASTER_DIRECTORY).glob("*.png"))) == run.n_layers * run.n_heads
+    assert HeadThumbnails(writable).sheet("pca", "type", grid) == sheet     # the same, not read-only: kept on disk
+    assert len(list((run.path / RASTER_DIRECTORY).glob("*.png"))) == 1
 
 
 def test_a_run_served_read_only_is_left_as_it_was(app_run, tmp_path):
