@@ -241,32 +241,37 @@ class HeadThumbnails:
         that layout is not cached."""
         side = self.pixels if side is None else side
         key = self._key(layer, head, method, colour, side)
-        if key is None:
-            return None
+        return None if key is None else (key, self._square(key, layer, head, method, colour, side))
+
+    def _square(self, key: str, layer: int, head: int, method: str, colour: str, side: int) -> np.ndarray:
         if key not in self._memory:
             flat = layer * self.data.run.n_heads + head
             points = normalise_layout(self.data.run.projection(layer, head, method, 2, make=False))
             value_range = self.value_range(colour) if colour != "type" and colour not in CATEGORIES else (0.0, 1.0)
             self.drawn += 1
             self._memory[key] = head_thumbnail(points, self.colour_values(colour, flat), colour, value_range, side)
-        return key, self._memory[key]
+        return self._memory[key]
 
     def sheet(self, method: str, colour: str, grid: Grid, kept: np.ndarray | None = None,
               stand_in: tuple[tuple[int, int], ...] = ()) -> str:
         """The sheet of ``grid`` as a PNG data URI: every drawn head's square where its points would lie (heads in
         ``stand_in`` from their PCA layout, heads without a layout left empty, heads ``kept`` False faded to
-        :data:`DIMMED_OPACITY`). One thread at a time: the server's warm-up and a first request draw it once."""
+        :data:`DIMMED_OPACITY`). Named by its heads' squares' names (from their layouts' files, not their points), so a
+        sheet in memory or on disk is used without reading a layout. One thread at a time: the server's warm-up and
+        a first request draw it once."""
         width, height, side = sheet_pixels(grid)
         corners = head_corners(grid)
         n_heads = self.data.run.n_heads
         with self._lock:
-            squares = {}
+            heads = {}                                  # flat head -> (its square's name, layer, head, method)
             for flat in np.flatnonzero(grid.positions >= 0):
                 layer, head = divmod(int(flat), n_heads)
-                found = self.thumbnail(layer, head, FIRST_METHOD if (layer, head) in stand_in else method, colour, side)
-                if found is not None:
-                    squares[int(flat)] = found
-            identity = [RASTER_VERSION, width, height, side, corners.tolist(), sorted((flat, key) for flat, (key, _) in squares.items()),
+                drawn_with = FIRST_METHOD if (layer, head) in stand_in else method
+                key = self._key(layer, head, drawn_with, colour, side)
+                if key is not None:
+                    heads[int(flat)] = (key, layer, head, drawn_with)
+            identity = [RASTER_VERSION, width, height, side, corners.tolist(),
+                        sorted((flat, key) for flat, (key, *_) in heads.items()),
                         None if kept is None else np.flatnonzero(~np.asarray(kept, bool)).tolist()]
             name = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:32]
             if name in self._sheets:
@@ -275,6 +280,8 @@ class HeadThumbnails:
             try:
                 png = path.read_bytes()
             except OSError:
+                squares = {flat: self._square(key, layer, head, drawn_with, colour, side)
+                           for flat, (key, layer, head, drawn_with) in heads.items()}
                 png = png_bytes(self._compose(width, height, side, corners, squares, kept), level=6)
                 self.sheets_drawn += 1
                 self._write(path, png)
@@ -282,10 +289,10 @@ class HeadThumbnails:
             return self._sheets[name]
 
     @staticmethod
-    def _compose(width: int, height: int, side: int, corners: np.ndarray, squares: dict[int, tuple[str, np.ndarray]],
+    def _compose(width: int, height: int, side: int, corners: np.ndarray, squares: dict[int, np.ndarray],
                  kept: np.ndarray | None) -> np.ndarray:
         sheet = np.zeros((height, width, 4), np.uint8)
-        for flat, (_, square) in squares.items():
+        for flat, square in squares.items():
             left, top = corners[flat]
             block = sheet[max(top, 0):top + side, max(left, 0):left + side]
             block[...] = square[max(-top, 0):max(-top, 0) + block.shape[0], max(-left, 0):max(-left, 0) + block.shape[1]]
