@@ -13,7 +13,8 @@ read every head's layout (its start-up warm-up), and drives Debian's headless Ch
 * **fill**: the drawn grid (the cells' heatmap) as shares of the window's width and height, for the run, and, unless
   ``--no-grids``, for runs of 6 x 12, 12 x 12, 30 x 9 and 32 x 32 heads over two sentences built in ``--grids-dir``
   (``bench.support.grid_runs``; the goal: >= 60% of the width and >= 55% of the height);
-* the matrix figure's bytes (the callback's response).
+* the matrix figure's bytes: the larger of the callback's response and the page's layout (which holds the first
+  run's matrix when its heads are one image).
 
 Writes ``--out`` (``bench/results/matrix_grid.json``) with the date, the machine and its load average, and the
 arguments. ``--smoke``: one repeat, the fill measured on the run given as ``--grid-run`` (no grid built), the result
@@ -88,8 +89,8 @@ def time_loads(browser, url: str, repeats: int) -> dict:
         context = browser.new_context(viewport=WINDOW)
         page = context.new_page()
         page.on("response", lambda response: sizes.append(len(response.body()))
-                if "_dash-update-component" in response.url and response.status == 200
-                and '"matrix-graph"' in response.request.post_data else None)
+                if response.status == 200 and ("_dash-layout" in response.url or "_dash-update-component" in response.url
+                                               and '"matrix-graph"' in response.request.post_data) else None)
         cold.append(load(page, url))
         warm.append(load(page, url))
         context.close()
