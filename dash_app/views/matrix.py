@@ -34,19 +34,18 @@ from dash_app.control_options import colour_options, run_changed
 from dash_app.events import NAMESPACE, open_clicked_head
 from dash_app.export import export_buttons
 from dash_app.figure_parts import CATEGORY_COLOURS, legend_entries, typed_arrays
-from dash_app.panels.related import missing_related_message
 from dash_app.run_data import HeadLayouts, RunData
 from dash_app.state import ViewState, checked_state, initial_state
 from dash_app.view_registry import AppContext, View, register_view
-from dash_app.views.matrix_filter import NO_FILTER, filter_mask, filter_message
+from dash_app.views.matrix_filter import NO_FILTER, filter_mask
 from dash_app.views.matrix_cells import atlas_badges, cell_heatmap, label_legend
 from dash_app.views.matrix_figure import grid_margin, head_labels, label_trace, matrix_figure, point_opacity
 from dash_app.views.matrix_grid import (MIN_GRAPH_HEIGHT_PX, PAGE_HEIGHT_PX, Box, Grid, list_grid,
                                         model_grid, plot_box, window_size)
 from dash_app.views.matrix_points import head_colours, match_traces, place
+from dash_app.views.matrix_message import full_message
 from dash_app.views.matrix_raster import rasterised, thumbnails_of
 from qkviz.analysis import LABELS
-from qkviz.projection import method_label
 from qkviz.report import CATEGORIES, COLOURS
 
 logger = logging.getLogger(__name__)
@@ -155,22 +154,6 @@ def fitted_grid(data: RunData, order: np.ndarray, kept: np.ndarray | None, hide:
     return list_grid(shown, len(order), box, text_lines=2) if grid.shows_text() else grid
 
 
-def matrix_message(data: RunData, method: str, dim: int, layouts: HeadLayouts) -> str:
-    """What the figure does not show, and the command that makes the missing layouts."""
-    parts = []
-    if dim == 3:
-        parts.append(f"The matrix shows the 2D {method} layouts; 3D is in the single-head view.")
-    total, name = data.n_total_heads, method_label(method)
-    if layouts.stand_in:
-        parts.append(f"{len(layouts.stand_in)} of {total} heads are drawn in PCA (marked 'PCA, waiting') until their "
-                     f"{name} layout, being made in the background, lands.")
-    empty = len(layouts.missing) - len(layouts.stand_in)
-    if empty:
-        parts.append(f"{empty} of {total} heads have no {name} 2D layout (drawn empty): make them with "
-                     f"'qkviz project --run {data.run.path} --method {method} --dim 2'.")
-    return " ".join(parts)
-
-
 def waiting_badges(data: RunData, method: str, layouts: HeadLayouts, badges: list[str] | None) -> list[str] | None:
     """``badges`` with "PCA, waiting" on heads drawn in PCA meanwhile and "failed" on heads whose layout failed."""
     failed = [(layer, head) for layer, head in layouts.missing if data.layout_failure(layer, head, method, 2)]
@@ -273,40 +256,7 @@ def render_matrix(data: RunData, state: ViewState, clusters: np.ndarray | None, 
     figure = matrix_figure(layouts.points, sample, grid, parts.labels, drawn_matches(data, matches), cells,
                            head_colours(data, state.colour) if sheet is None else None, state.colour,
                            list(parts.legend), sheet, value_range, kept, parts.margin)
-    return figure, full_message(data, state, parts, clusters, matches)
-
-
-def cluster_message(clusters: np.ndarray | None, matches: np.ndarray | None) -> str:
-    """What the search's cluster badges (``"· 6 clusters"``) count: the groups the matches' queries and keys form
-    in each head's 2D layout (:func:`qkviz.analysis.cluster_counts`); both points of a token count, so a head
-    can show up to twice as many clusters as matches. ``""`` without a search or a head with a count."""
-    if clusters is None or matches is None or not len(matches) or not (np.asarray(clusters) >= 0).any():
-        return ""
-    count = len(matches)
-    tokens = "matching token forms" if count == 1 else f"{count:,} matching tokens form"
-    return (f"Cluster badges: how many groups the {tokens} in each head's 2D layout; queries and keys both "
-            f"count, so {count:,} {'match' if count == 1 else 'matches'} can make up to {2 * count:,} clusters "
-            "(fewer: the head draws them together).")
-
-
-def full_message(data: RunData, state: ViewState, parts: MatrixParts, clusters: np.ndarray | None,
-                 matches: np.ndarray | None) -> str:
-    """The line above the figure: what it does not show (:func:`matrix_message`), what an order lacks, the
-    filter, and what the search's cluster badges count."""
-    layouts = data.all_layouts(state.method)
-    message = matrix_message(data, state.method, state.dim, layouts)
-    if rasterised(data):
-        message += (f" Each head is an image of all its {2 * data.run.n_tokens:,} points (darker where more fall); "
-                    "click a head to see and hover its points.")
-    if state.sort == "correlation" and parts.correlations is None:
-        message += (" No correlation report for this run yet: make it with "
-                    f"'qkviz report --run {data.run.path} --out reports/{data.name}'.")
-    if state.sort == "clusters" and clusters is None:
-        message += " Search a token to order heads by how many clusters its matches form."
-    if state.sort == "related" and data.related() is None:
-        message += f" {missing_related_message(data)}"
-    pieces = [message.strip(), filter_message(data, state, parts.kept), cluster_message(clusters, matches)]
-    return " ".join(piece for piece in pieces if piece)
+    return figure, full_message(data, state, parts.correlations, parts.kept, clusters, matches)
 
 
 def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, matches: np.ndarray | None,
@@ -332,7 +282,7 @@ def search_patch(data: RunData, state: ViewState, clusters: np.ndarray | None, m
     patch["data"][4]["text"] = list(labels.text)
     patch["data"][4]["hovertext"] = list(labels.hovertext)
     patch["data"][5]["text"] = cell_heatmap(parts.grid, parts.labels).text
-    return patch, full_message(data, state, parts, clusters, matches)
+    return patch, full_message(data, state, parts.correlations, parts.kept, clusters, matches)
 
 
 def opened_or_run_changed(state: ViewState, previous: ViewState | None) -> bool:

@@ -17,7 +17,7 @@ from dash_app.panels import atlas as atlas_panel
 from dash_app.run_data import RunData
 from dash_app.state import ViewState
 from dash_app.token_search import TokenSearch
-from dash_app.views import matrix as matrix_view
+from dash_app.views import matrix as matrix_view, matrix_message
 
 LEFT_OUT = "leaving out the first token and special tokens"
 
@@ -114,7 +114,7 @@ def test_the_search_s_cluster_badges_are_explained(atlas_data):
     _, message = matrix_view.search_patch(atlas_data, state, clusters, matches)
     assert explained in message
     one = search.matches(str(atlas_data.tokens.token.iat[int(matches[0])]), False)
-    assert matrix_view.cluster_message(clusters, one[:1]).count("1 match can make up to 2 clusters") == 1
+    assert matrix_message.cluster_message(clusters, one[:1]).count("1 match can make up to 2 clusters") == 1
     # through the draw callback: the whole drawing, then only the search changed (a patch): both explain the badges
     app = build_app([atlas_data])
     client = app.server.test_client()
