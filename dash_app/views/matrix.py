@@ -9,10 +9,10 @@ How the points are placed and coloured is :mod:`dash_app.views.matrix_points`; t
 :mod:`dash_app.views.matrix_figure`.
 Ordered by a head-atlas column, the cells get a background (one translucent heatmap under the points,
 slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value (see
-:mod:`dash_app.views.matrix_cells`). A large run's heads are images of all their points instead of a sample
-drawn in one image (see :mod:`dash_app.views.matrix_raster`), the points' slots left empty, the cells' heatmap
-(slot 5) invisible where no atlas column colours it, and the figure has no WebGL trace until a search has
-matches.
+:mod:`dash_app.views.matrix_cells`). A large run's heads are drawn as one image of all their points instead of a
+sample (see :mod:`dash_app.views.matrix_raster`): the points' slots are left empty, the cells' heatmap (slot 5) is
+invisible where no atlas column colours it, and the figure has no WebGL trace until a search has matches. The
+first run's matrix is drawn into the page when the app is built (:func:`first_drawing`).
 :func:`register` adds the callback that draws it (patching only the search traces when only the search
 changed) and the clientside relay of a click.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -14,6 +14,7 @@ import numpy as np
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 from qkviz.extraction.capture import LayerAttentionSettings
 from qkviz.extraction.models import LoadedModel
+from qkviz.store.background_hashing import in_background
 from qkviz.store.run import StoredRun
 
 
@@ -49,11 +50,8 @@ def identity_in_background(loaded, family: str) -> Future:
     config_text = json.dumps(config, sort_keys=True, default=str)
     known = {"family": family, "architecture": type(loaded.model).__name__,
              "config_sha256": hashlib.sha256(config_text.encode()).hexdigest()}
-    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkviz-identity")
-    try:
-        return hasher.submit(lambda: {**known, "weights_sha256": weights_sha256(tensors)})
-    finally:
-        hasher.shutdown(wait=False)     # what was submitted still runs; the thread ends after it
+    return in_background({"identity": lambda: {**known, "weights_sha256": weights_sha256(tensors)}}, 1,
+                         "qkviz-identity")["identity"]
 
 
 def weights_sha256(tensors: list) -> str:

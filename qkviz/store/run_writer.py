@@ -14,6 +14,7 @@ import os
 import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from enum import Enum
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import pandas as pd
 
 from qkviz.store import files as run_files
 from qkviz.core.errors import IncompleteRunError, QkvizError
+from qkviz.store.background_hashing import in_background
 from qkviz.store.run import read_manifest
 
 logger = logging.getLogger(__name__)
@@ -222,12 +224,8 @@ class RunWriter:
         comes before :meth:`finish` (building the tables); :meth:`finish` collects them. Each is the hash of the file
         as it is on disk, read back (a thread: reading and hashing release the GIL)."""
         self.close()
-        hasher = ThreadPoolExecutor(max_workers=2, thread_name_prefix="qkviz-sha256")
-        try:
-            self._checksums = {name: hasher.submit(run_files.file_sha256, self._partial(name))
-                               for name in self.layout.array_files()}
-        finally:
-            hasher.shutdown(wait=False)     # what was submitted still runs; the thread ends after it
+        self._checksums = in_background({name: partial(run_files.file_sha256, self._partial(name))
+                                         for name in self.layout.array_files()}, 2, "qkviz-sha256")
 
     def finish(self, manifest: dict, tokens: pd.DataFrame, sentences: pd.DataFrame,
                extra_arrays: dict[str, np.ndarray] | None = None) -> dict:
