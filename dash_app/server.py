@@ -20,9 +20,6 @@ from pathlib import Path
 from dash_app.app import build_app, open_runs
 from dash_app.guard import allowed_hosts, check_listen
 from dash_app.run_data import RunData
-from dash_app.state import ViewState
-from dash_app.views.matrix import render_matrix
-from dash_app.views.matrix_raster import rasterised
 from dash_app.wsgi_server import production_server
 from dash_app.wsgi_server import root_path as normalised_root_path
 from qkviz import QkvizError, project
@@ -38,13 +35,10 @@ WARM_JOIN_S = 30.0
 
 
 def warm(data: RunData) -> None:
-    """Read the default projection's 2D layouts of every head, and for a large run draw (or read) the matrix's
-    image of them in the default window, so the first matrix view is quick."""
+    """Read the default projection's 2D layouts of every head, so the first matrix view is quick (a large run's
+    matrix image is drawn when the app is built: :func:`dash_app.views.matrix.first_drawing`)."""
     try:
-        method = data.default_method()
-        data.all_layouts(method)
-        if rasterised(data):
-            render_matrix(data, ViewState(method=method), None, None)
+        data.all_layouts(data.default_method())
     except Exception:  # noqa: BLE001 -- warming is an optimisation; the request that needs it reports the error
         logger.exception("could not read the layouts of %s ahead of time", data.name)
 
