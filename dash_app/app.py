@@ -21,6 +21,7 @@ from dash import Input, Output, State, dcc, html, no_update
 
 import dash_app.views  # noqa: F401  (each view registers itself)
 from dash_app import export, ids, progress
+from dash_app.deferred_graphs import FIRST_VIEW, defer_graphs, mounted_views, slot_children
 from dash_app.attention_changes import AttentionChanges
 from dash_app.events import relay_point_events
 from dash_app.guard import allowed_hosts, guard
@@ -71,8 +72,10 @@ def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts(), root
     guard(app.server, hosts, lambda: app.callback_map)
     # every comparable pair's attention change, computed in the background
     context = AppContext(runs, searches, AttentionChanges(runs))
-    app.layout = shell_layout(context)
-    register_state_callback(app, runs)
+    app.layout, deferred = shell_layout(context)
+    # every id a callback names, for Dash's checks in debug mode: the page and the graphs not yet in it
+    app.validation_layout = html.Div([app.layout, *(graph for slots in deferred.values() for graph in slots.values())])
+    register_state_callback(app, runs, deferred)
     register_search_count(app, runs, searches)
     progress.register(app, runs)
     for view in VIEWS:
@@ -113,12 +116,18 @@ def view_tabs(context: AppContext) -> list[tuple[str, str]]:
     return [(view.name, view.label) for view in VIEWS if view.offered(context)]
 
 
-def shell_layout(context: AppContext) -> html.Div:
-    """The page: the top bar and every view (each view's container is in the page, its tab offered or not)."""
+def shell_layout(context: AppContext) -> tuple[html.Div, dict[str, dict]]:
+    """The page: the top bar and every view (each view's container is in the page, its tab offered or not), and
+    the graphs of the views other than the first, held back until each first shows (``{view: {slot id: graph}}``,
+    :mod:`dash_app.deferred_graphs`)."""
     runs, tabs = context.runs, view_tabs(context)
+    containers = [view.layout(context) for view in VIEWS]
+    deferred = {view.name: defer_graphs(container) for view, container in zip(VIEWS, containers)
+                if view.name != FIRST_VIEW}
     return html.Div([
         dcc.Location(id=ids.URL, refresh=False),
         dcc.Store(id=ids.STATE),
+        dcc.Store(id=ids.MOUNTED_VIEWS, data=[FIRST_VIEW]),
         *(dcc.Store(id=store) for store in STORES),
         html.Div(className="topbar", children=[
             html.Span("qkviz", className="brand"),
@@ -142,8 +151,8 @@ def shell_layout(context: AppContext) -> html.Div:
         *progress.layout(runs),
         html.Div(id=ids.NOTICE),
         html.Div(id=ids.RUN_INFO, className="info"),
-        *(view.layout(context) for view in VIEWS),
-    ])
+        *containers,
+    ]), {view: slots for view, slots in deferred.items() if slots}
 
 
 # -- state ------------------------------------------------------------------------------------
@@ -231,7 +240,9 @@ def dim_options(data: RunData, method: str) -> list[dict]:
     return [{"label": f"{dim}D", "value": dim, "disabled": (method, dim) not in offered} for dim in DIMENSIONS]
 
 
-def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
+def register_state_callback(app: dash.Dash, runs: list[RunData], deferred: dict[str, dict]) -> None:
+    """The state callback (:func:`next_state`), which also puts a view's held-back graphs (``deferred``, from
+    :func:`shell_layout`) into the page when the state first shows it."""
     value_controls = [(ids.RUN_SELECT, "value"), *((control, "value") for control in FIELD_CONTROLS),
                       (ids.SEARCH_SUBSTRING, "value")]
     event_inputs = [(component, prop) for component, (prop, _) in ACTIONS.items() if component not in FIELD_CONTROLS]
@@ -243,14 +254,17 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         *(Output(control, "options") for control in CONTROL_OPTIONS),
         *(Output(view.container, "style") for view in VIEWS),
         *(Output(view.state_store, "data") for view in VIEWS),
+        Output(ids.MOUNTED_VIEWS, "data"),
+        *(Output(slot, "children") for slots in deferred.values() for slot in slots),
         Input(ids.URL, "search"),
         *(Input(control, prop) for control, prop in value_controls),
         *(Input(control, prop) for control, prop in event_inputs),
         State(ids.STATE, "data"),
+        State(ids.MOUNTED_VIEWS, "data"),
     )
     def update_state(url_search, *values):
-        current = values[-1]
-        inputs = dict(zip([control for control, _ in value_controls + event_inputs], values[:-1]))
+        current, mounted = values[-2:]
+        inputs = dict(zip([control for control, _ in value_controls + event_inputs], values[:-2]))
         trigger = dash.ctx.triggered_id
         controls = {control: inputs[control] for control, _ in value_controls}
         state, notices = next_state(trigger, inputs.get(trigger), current, url_search, runs, controls)
@@ -269,7 +283,7 @@ def register_state_callback(app: dash.Dash, runs: list[RunData]) -> None:
         notice = html.Div([html.Div(text) for text in notices], className="notice") if notices else None
         shown = [state.as_dict() if state.view == view.name else no_update for view in VIEWS]
         return (state.as_dict(), to_url(state, [d.shape for d in runs]), notice, *control_outputs, *options, *styles,
-                *shown)
+                *shown, mounted_views(state.view, mounted), *slot_children(deferred, state.view, mounted))
 
 
 def run_summary(data: RunData) -> str:

@@ -27,9 +27,10 @@ NAMESPACE = "qkviz"
 
 
 def relay_graph_event(app: dash.Dash, function: str, graph: str, event: str, store: str) -> None:
-    """``store.data = function(graph.<event>, graph id)`` in the browser (``event``: clickData, hoverData)."""
+    """``store.data = function(graph.<event>, graph id)`` in the browser (``event``: clickData, hoverData); not
+    when the graph enters the page (it has no event yet)."""
     app.clientside_callback(ClientsideFunction(NAMESPACE, function), Output(store, "data"), Input(graph, event),
-                            State(graph, "id"))
+                            State(graph, "id"), prevent_initial_call=True)
 
 
 def relay_point_events(app: dash.Dash, events: dict[str, tuple[str, str]]) -> None:

@@ -36,6 +36,8 @@ DIM_SELECT = "dim-select"
 COLOUR_SELECT = "colour-select"
 SEARCH_SUBSTRING = "search-substring"
 RUN_INFO = "run-info"
+#: the views whose graphs the page holds (dash_app.deferred_graphs)
+MOUNTED_VIEWS = "mounted-views"
 #: background layouts (qkviz serve): the top bar's progress line, its poll, and the count of heads landed
 LAYOUT_PROGRESS = "layout-progress"
 LAYOUT_POLL = "layout-poll"

@@ -47,7 +47,8 @@ def test_pca_first_then_each_head_switches_to_its_layout_without_a_reload(tiny_r
                                            .includes('8/8 heads')""", timeout=20_000)
             assert "being made" not in page.inner_text(f"#{ids.LAYOUT_PROGRESS}")
             page.click("#view-tabs >> text=Single head")
-            page.wait_for_function("() => document.getElementById('single-graph').innerText"
+            # the single view's graph enters the page when the view first shows
+            page.wait_for_function("() => (document.getElementById('single-graph')?.innerText ?? '')"
                                    ".includes('attention t-SNE 2D')", timeout=20_000)
             assert "waiting" not in page.inner_text("#single-graph")
             browser.close()

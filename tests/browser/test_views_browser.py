@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from support.browser import (WINDOW_SHARE_JS, click_point, copy_run, open_view, screenshot_pixels, start_server,
+from support.browser import (DRAWN_JS, WINDOW_SHARE_JS, click_point, copy_run, open_view, screenshot_pixels, start_server,
                              stop_server, wait_idle)
 
 from dash_app import ids
@@ -270,3 +270,23 @@ def test_every_view_exports_png_and_svg(page, served, view, graph, traces, name)
             text = content.decode("utf-8")
             assert text.lstrip().startswith("<svg") and text.rstrip().endswith("</svg>")
             assert f'width="{round(size[0])}"' in text
+
+
+def test_a_hidden_views_graphs_enter_the_page_when_it_first_shows(page, served):
+    """The matrix page holds one graph; a view's graphs are put in when it first shows, drawn at once, and kept
+    (the same element) when it shows again."""
+    graphs_js = "() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(graph => graph.parentElement.id)"
+    open_view(page, served, "view=matrix&method=pca&dim=2", ids.MATRIX_GRAPH)
+    assert page.evaluate(graphs_js) == [ids.MATRIX_GRAPH]
+    assert page.evaluate(f"() => document.getElementById('{ids.SINGLE_GRAPH}')") is None
+    page.click("#view-tabs >> text=Single head")
+    page.wait_for_function(DRAWN_JS, arg=[ids.SINGLE_GRAPH, 13], timeout=30_000)
+    wait_idle(page)
+    assert sorted(page.evaluate(graphs_js)) == sorted([ids.MATRIX_GRAPH, ids.SINGLE_GRAPH])
+    page.evaluate(f"() => {{ window.singleGraph = document.getElementById('{ids.SINGLE_GRAPH}'); }}")
+    page.click("#view-tabs >> text=Matrix")
+    wait_idle(page)
+    page.click("#view-tabs >> text=Single head")
+    wait_idle(page)
+    assert page.evaluate(f"() => document.getElementById('{ids.SINGLE_GRAPH}') === window.singleGraph")
+    assert sorted(page.evaluate(graphs_js)) == sorted([ids.MATRIX_GRAPH, ids.SINGLE_GRAPH])
