@@ -65,9 +65,15 @@ SCALE_STEPS = 256
 
 def raster_threshold() -> int:
     """Points per head above which thumbnails are images: :data:`RASTER_POINTS` or :data:`RASTER_POINTS_ENV`."""
+    threshold = environment_threshold()
+    return RASTER_POINTS if threshold is None else threshold
+
+
+def environment_threshold() -> int | None:
+    """The points per head :data:`RASTER_POINTS_ENV` sets, None when unset (a QkvizError when not a number)."""
     value = os.environ.get(RASTER_POINTS_ENV)
     if value is None or not value.strip():
-        return RASTER_POINTS
+        return None
     try:
         threshold = int(value)
     except ValueError:
@@ -81,10 +87,11 @@ def raster_threshold() -> int:
 def rasterised(data: RunData) -> bool:
     """Whether the matrix draws this run's heads as one image: more points per head than :func:`raster_threshold`,
     or, unless the environment sets that threshold, more over all heads than :data:`RASTER_TOTAL_POINTS`."""
-    threshold = raster_threshold()
-    total = 2 * data.run.n_tokens * data.n_total_heads
-    return 2 * data.run.n_tokens > threshold or (not os.environ.get(RASTER_POINTS_ENV, "").strip()
-                                                 and total > RASTER_TOTAL_POINTS)
+    per_head = 2 * data.run.n_tokens
+    threshold = environment_threshold()
+    if threshold is not None:
+        return per_head > threshold
+    return per_head > RASTER_POINTS or per_head * data.n_total_heads > RASTER_TOTAL_POINTS
 
 
 # -- drawing --------------------------------------------------------------------------------
