@@ -23,6 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.faithful import REPO, compare, warm_up  # noqa: E402  (faithful.py puts the checkout on sys.path)
+from bench.figures.goals import Goal, verdict  # noqa: E402
+from bench.figures.results import Results, figure, source  # noqa: E402
+from qkviz.neighbours.trust import TRUST_GOAL  # noqa: E402
 from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
 import qkviz  # noqa: E402
@@ -49,6 +52,40 @@ def means(rows: list[dict], methods: list[str]) -> dict:
                      "seconds": round(float(np.mean([r["seconds"] for r in rows if r["method"] == method])), 1),
                      "min_recall": round(float(min(r["recall"] for r in rows if r["method"] == method)), 3)}
             for method in methods}
+
+
+def trusted_heads(models: dict, model: str, method: str) -> int | None:
+    """How many of ``model``'s random heads ``method``'s layout keeps at trustworthiness :data:`TRUST_GOAL`."""
+    rows = [row for row in models.get(model, {}).get("rows", []) if row["method"] == method]
+    return sum(row["trust"] >= TRUST_GOAL for row in rows) if rows else None
+
+
+def trust_goal(model: str, label: str, heads: int) -> Goal:
+    """Issue 39's goal: the default layout keeps trustworthiness on 14 of 16 random heads of ``model``."""
+    return Goal(f"{label} heads the default layout keeps at trustworthiness {TRUST_GOAL}", heads * 14 / 16, "heads",
+                False, "faithful_sample", f"heads of {heads} at that trustworthiness",
+                lambda result: trusted_heads(result["models"], model, "attn-tsne"), digits=0)
+
+
+@figure("trust-ceiling")
+def trust_ceiling(results: Results) -> str:
+    """Where t-SNE of the aligned points -- the space trustworthiness is measured in, laid out for its neighbours and
+    nothing else -- keeps trustworthiness, beside the default layout, on the same random heads."""
+    models = results("faithful_sample")["models"]
+    names = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
+    bound = Goal("trustworthiness of a layout", TRUST_GOAL, "", False, "faithful_sample", "", lambda _: None, digits=2)
+    lines = [f"| heads kept at trustworthiness {bound.stated()} | " + " | ".join(names.get(m, m) for m in models) + " |",
+             "|---|" + "---|" * len(models)]
+    for method, label in (("tsne", "t-SNE of the aligned points"), ("attn-tsne", "attn-tsne (default)")):
+        counts = [trusted_heads(models, model, method) for model in models]
+        lines.append(f"| {label} | " + " | ".join("not measured" if count is None else
+                                                    f"{count} of {len(models[model]['heads'])}"
+                                                    for model, count in zip(models, counts)) + " |")
+    goals = "; ".join(f"{names.get(model, model)}: "
+                      + verdict(trust_goal(model, names.get(model, model), len(models[model]["heads"])), results)
+                      for model in models)
+    return ("\n".join(lines) + f"\n\nThe default layout on 14 of 16 heads: {goals}. The heads of the README's table "
+            f"(`bench/faithful_sample.py`, {source(results, 'faithful_sample')}).\n")
 
 
 #: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,

@@ -42,7 +42,6 @@ def faithful(results: Results) -> str:
     below = ", ".join(f"{sum(r['recall'] < 0.30 for r in rows_)} of {len(rows_)} {names.get(model, model)} heads"
                       for model, rows_ in attn.items())
     untrusted = ", ".join(f"{sum(r['trust'] < 0.90 for r in rows_)} of {len(rows_)}" for rows_ in attn.values())
-    ceiling = trust_ceiling(models, names)
     tokens = " and ".join(f"{models[model]['tokens']:,}" for model in models)
     heads = next(iter(models.values()))["heads"]
     return (f"Partner recall@10 (of a token's 10 strongest partners, the share among its 10 nearest points of the "
@@ -50,22 +49,8 @@ def faithful(results: Results) -> str:
             f"{result['arguments']['seed']}) over {tokens} tokens of *Paradise Lost* (`data/classics.txt`), a text no "
             f"default was tuned on:\n\n{header}\n|---|" + "---|" * (len(models) + 1) + "\n" + "\n".join(rows)
             + f"\n\nattn-tsne's recall is below 0.30 on {below}; its trustworthiness below 0.90 on {untrusted}. "
-            + ceiling +
             f"`bench/faithful_sample.py` ({source(results, 'faithful_sample')})"
             + (f"; the chosen heads: `bench/faithful.py --model` ({source(results, *chosen)})" if chosen else "") + ".\n")
-
-
-def trust_ceiling(models: dict, names: dict) -> str:
-    """What t-SNE of the aligned points -- the space trustworthiness is measured in, laid out for its neighbours and
-    nothing else -- reaches: the heads where it keeps trustworthiness 0.90, against the goal's 14 of 16."""
-    reached = {model: [r["trust"] >= 0.90 for r in models[model]["rows"] if r["method"] == "tsne"] for model in models}
-    if not all(reached.values()):
-        return ""
-    counts = ", ".join(f"{sum(kept)} of {len(kept)} {names.get(model, model)} heads" for model, kept in reached.items())
-    short = [names.get(model, model) for model, kept in reached.items() if sum(kept) < 14 * len(kept) / 16]
-    return (f"t-SNE of the aligned points alone, the space trustworthiness is measured in, reaches 0.90 on {counts}"
-            + (f": on {' and '.join(short)} the goal (14 of 16) asks a layout that also keeps the attention partners to "
-               "lay out that space more faithfully than t-SNE does. " if short else ". "))
 
 
 @figure("modern")
