@@ -25,7 +25,7 @@ import numpy as np
 from bench.faithful import REPO, compare, warm_up  # noqa: E402  (faithful.py puts the checkout on sys.path)
 from bench.figures.goals import Goal, verdict  # noqa: E402
 from bench.figures.results import Results, figure, source  # noqa: E402
-from qkviz.neighbours.trust import TRUST_GOAL  # noqa: E402
+from qkviz.neighbours import TRUST_GOAL  # noqa: E402
 from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
 import qkviz  # noqa: E402
