@@ -120,7 +120,10 @@ class AttentionRecorder:
             alibi_slopes=per_head(kwargs.get("alibi_slopes")),
             sinks=per_head(kwargs.get("s_aux")),
         )
-        self._sink(layer, query.detach(), key.detach(), value.detach().norm(dim=-1))
+        # the norms computed position-first, as the model lays its values out: [batch, kv_head, pos] seen over a
+        # [batch, pos, kv_head] tensor, which a sink takes token by token without a copy
+        value_norms = torch.linalg.vector_norm(value.detach().movedim(2, 1), dim=-1).movedim(1, 2)
+        self._sink(layer, query.detach(), key.detach(), value_norms)
         if self._values is not None:
             self._values(layer, value.detach())
 

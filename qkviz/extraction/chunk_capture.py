@@ -25,6 +25,8 @@ from qkviz.store import files as run_files
 from qkviz.store.run_writer import RunWriter
 
 CHUNK_BYTES = 64 * 2**20
+#: the chunk buffers' numpy dtypes as torch's
+_TORCH_DTYPES = {np.float16: torch.float16, np.float32: torch.float32}
 #: float16 runs keep a float32 offset per head and position below this (see ``qkviz.store.files``).
 MAX_OFFSET_POSITIONS = 512
 
@@ -32,7 +34,11 @@ MAX_OFFSET_POSITIONS = 512
 @dataclass
 class ChunkBuffers:
     """Encoded vectors of one chunk (see ``qkviz.store.files``): ``[layer, head, token, d_head]``
-    in the stored dtype, and value norms ``[layer, kv_head, token]`` in float32."""
+    in the stored dtype, and value norms ``[layer, kv_head, token]`` in float32.
+
+    Every array has one token row more than the chunk: the last, :attr:`discard_row`, is where the padding
+    of a batch lands (:class:`Scatter` copies a padded batch whole, so that its real tokens need no gathering);
+    it is never written to the run."""
 
     queries: np.ndarray
     keys: np.ndarray
@@ -43,20 +49,31 @@ class ChunkBuffers:
     @classmethod
     def allocate(cls, shape: ModelShape, n_tokens: int, dtype: np.dtype, head_update: bool = False,
                  output_norms: bool = False) -> "ChunkBuffers":
-        return cls(np.zeros((shape.n_layers, shape.n_heads, n_tokens, shape.head_dim), dtype=dtype),
-                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens, shape.head_dim), dtype=dtype),
-                   np.zeros((shape.n_layers, shape.n_kv_heads, n_tokens), dtype=np.float32),
-                   np.zeros((shape.n_layers, shape.n_heads, n_tokens, 2), dtype=np.float32) if head_update else None,
-                   np.zeros((shape.n_layers, shape.n_heads, n_tokens), dtype=np.float32) if output_norms else None)
+        rows = n_tokens + 1          # the chunk's tokens and the discard row
+        return cls(np.zeros((shape.n_layers, shape.n_heads, rows, shape.head_dim), dtype=dtype),
+                   np.zeros((shape.n_layers, shape.n_kv_heads, rows, shape.head_dim), dtype=dtype),
+                   np.zeros((shape.n_layers, shape.n_kv_heads, rows), dtype=np.float32),
+                   np.zeros((shape.n_layers, shape.n_heads, rows, 2), dtype=np.float32) if head_update else None,
+                   np.zeros((shape.n_layers, shape.n_heads, rows), dtype=np.float32) if output_norms else None)
+
+    @property
+    def discard_row(self) -> int:
+        """The token row where a batch's padding is copied (the last)."""
+        return self.queries.shape[2] - 1
 
 
 class Scatter:
-    """The recorder's sink: encodes one batch's real tokens and puts them at their chunk rows.
+    """The recorder's sink: encodes one batch and puts its real tokens at their chunk rows.
 
     A vector is stored as ``vector - offset[position]`` of its head (see ``qkviz.store.files``). The
     offsets are zero for float32 runs; for float16 runs they are each head's mean vector at each
     position over the first batch (the chunk's longest sentences), taken when a layer is first
     seen, or the ones an interrupted run saved.
+
+    A batch is encoded and placed whole, padding included, as the model lays it out: one subtraction that
+    writes the stored dtype (float16 runs) and one indexed copy into the chunk's buffer, where every real token
+    goes to its chunk row and every padded position to the buffer's discard row. The encoding is the same
+    numbers as ``(vector.float() - offset).to(stored dtype)`` of each real token alone.
     """
 
     def __init__(self, buffers: ChunkBuffers, offsets: dict[str, np.ndarray] | None, n_positions: int):
@@ -68,64 +85,87 @@ class Scatter:
         if offsets is not None:
             for name, array in offsets.items():
                 self._offsets[name] = [torch.from_numpy(np.array(layer)) for layer in array]
-        #: each layer's offsets position-first, ``[position, head, d_head]`` (what a batch's tokens gather)
+        #: each layer's offsets position-first, ``[position, head, d_head]``, on the model's device
         self._offset_rows_first: dict[str, list[torch.Tensor | None]] = {name: [None] * n_layers for name in self._offsets}
         self.real: torch.Tensor | None = None       # [batch, pos] bool
         self.rows: np.ndarray | None = None         # chunk row of each real token, batch-major
         self.offset_rows: torch.Tensor | None = None  # offset row of each real token, batch-major
         self._real_index: torch.Tensor | None = None  # index of each real token in [batch x pos], batch-major
-        self._chunk_rows: torch.Tensor | None = None  # self.rows as a tensor
+        self._positions: torch.Tensor | None = None   # offset row of every position of the batch (longer than n_positions)
+        self._destinations: np.ndarray | None = None  # chunk row of every [batch x pos] slot; padding: the discard row
 
     def set_batch(self, attention_mask: torch.Tensor, rows: np.ndarray) -> None:
         self.real = attention_mask.bool()
-        positions = torch.arange(attention_mask.shape[1], device=attention_mask.device).expand_as(attention_mask)
-        self.offset_rows = positions[self.real].clamp(max=self.n_positions - 1)
+        width = attention_mask.shape[1]
+        positions = torch.arange(width, device=attention_mask.device)
+        self.offset_rows = positions.expand_as(attention_mask)[self.real].clamp(max=self.n_positions - 1)
+        self._positions = positions.clamp(max=self.n_positions - 1) if width > self.n_positions else None
         self._real_index = self.real.reshape(-1).nonzero().squeeze(1)
         self.rows = rows
-        self._chunk_rows = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64))
+        destinations = np.full(self.real.numel(), self.buffers.discard_row, dtype=np.int64)
+        destinations[self._real_index.cpu().numpy()] = rows
+        self._destinations = destinations
 
     def __call__(self, layer: int, queries: torch.Tensor, keys: torch.Tensor, value_norms: torch.Tensor) -> None:
+        for vectors, buffer in ((queries, self.buffers.queries), (keys, self.buffers.keys)):
+            if vectors.shape[1] != buffer.shape[1] or vectors.shape[3] != buffer.shape[3]:
+                raise RuntimeError(f"layer {layer}: captured (heads, d_head) {tuple(vectors.shape[1::2])} do not match "
+                                   f"the run's {(buffer.shape[1], buffer.shape[3])}")
         self._place(self.buffers.queries[layer], self._encode(run_files.QUERY_OFFSETS, layer, queries))
         self._place(self.buffers.keys[layer], self._encode(run_files.KEY_OFFSETS, layer, keys))
-        self._place(self.buffers.value_norms[layer], self._real_tokens(value_norms).float())
+        self._place(self.buffers.value_norms[layer], self._padded_tokens(value_norms))
 
     def head_updates(self, layer: int, updates: torch.Tensor) -> None:
         """``[batch, head, pos, 2]`` (ratio, cosine) from :class:`qkviz.extraction.head_update_capture.HeadUpdateProbe`."""
-        self._place(self.buffers.head_updates[layer], self._real_tokens(updates))
+        self._place(self.buffers.head_updates[layer], self._padded_tokens(updates))
 
     def output_norms(self, layer: int, norms: torch.Tensor) -> None:
         """``[batch, head, pos]`` ``|W_O^h v_j|`` from :class:`qkviz.extraction.output_norms.OutputNormProbe`."""
-        self._place(self.buffers.output_norms[layer], self._real_tokens(norms))
+        self._place(self.buffers.output_norms[layer], self._padded_tokens(norms))
+
+    @staticmethod
+    def _padded_tokens(tensor: torch.Tensor) -> torch.Tensor:
+        """``[batch, head, pos, ...]`` -> ``[batch x pos, head, ...]``, padding included (a view where the model lays
+        the tensor out position-first, as most do)."""
+        moved = tensor.movedim(2, 1)                                  # [batch, pos, head, ...]
+        return moved.reshape(-1, *moved.shape[2:])
 
     def _real_tokens(self, tensor: torch.Tensor) -> torch.Tensor:
         """``[batch, head, pos, ...]`` -> ``[real token, head, ...]`` (batch-major; one gather of whole tokens)."""
-        moved = tensor.movedim(2, 1)                                  # [batch, pos, head, ...]: as the model lays it
-        return moved.reshape(-1, *moved.shape[2:]).index_select(0, self._real_index)
+        return self._padded_tokens(tensor).index_select(0, self._real_index)
 
     def _place(self, buffer: np.ndarray, tokens: torch.Tensor) -> None:
-        """``tokens`` ``[real token, head, ...]`` into one layer's ``buffer`` ``[head, chunk row, ...]`` at the batch's
-        rows: one indexed copy (in the buffer's dtype, as an assignment into it casts)."""
-        target = torch.from_numpy(buffer).transpose(0, 1)              # [chunk row, head, ...], the buffer's memory
-        target.index_copy_(0, self._chunk_rows, tokens.to(device="cpu", dtype=target.dtype))
+        """``tokens`` ``[batch x pos, head, ...]`` into one layer's ``buffer`` ``[head, chunk row, ...]``: each real
+        token at its row, the padding at the discard row; one indexed assignment in numpy (in the buffer's dtype, as
+        an assignment into it casts), which copies a head's rows several times faster than torch's ``index_copy_``
+        into the transposed buffer."""
+        placed = tokens.to(device="cpu", dtype=_TORCH_DTYPES[buffer.dtype.type]).numpy()
+        buffer[:, self._destinations] = placed.swapaxes(0, 1)
 
     def _encode(self, name: str, layer: int, vectors: torch.Tensor) -> torch.Tensor:
-        """``[real token, head, d_head]`` in the stored dtype: each vector less its head's offset at its position."""
-        real = self._real_tokens(vectors).float()
+        """``[batch x pos, head, d_head]`` in the stored dtype: each vector less its head's offset at its position
+        (float32 runs: the vectors themselves, their offsets being zero)."""
         offsets = self._offsets[name]
+        if self.store_dtype == torch.float32:
+            if offsets[layer] is None:
+                offsets[layer] = torch.zeros(vectors.shape[1], 1, vectors.shape[3])
+            return self._padded_tokens(vectors)
         if offsets[layer] is None:
-            offsets[layer] = self._first_offsets(real.transpose(0, 1).contiguous())
+            offsets[layer] = self._first_offsets(self._real_tokens(vectors).float().transpose(0, 1).contiguous())
         by_position = self._offset_rows_first[name]
         if by_position[layer] is None:
-            by_position[layer] = offsets[layer].transpose(0, 1).contiguous()
-        offset = by_position[layer].to(real.device).index_select(0, self.offset_rows)
-        return (real - offset).to(device="cpu", dtype=self.store_dtype)
+            by_position[layer] = offsets[layer].transpose(0, 1).contiguous().to(vectors.device)
+        moved = vectors.movedim(2, 1)                                 # [batch, pos, head, d_head]
+        offset = (by_position[layer][:moved.shape[1]] if self._positions is None
+                  else by_position[layer].index_select(0, self._positions))
+        encoded = torch.empty(moved.shape, dtype=self.store_dtype, device=moved.device)
+        torch.sub(moved, offset, out=encoded)        # computed in float32 (the offsets'), rounded once to the stored dtype
+        return encoded.view(-1, *moved.shape[2:])
 
     def _first_offsets(self, real: torch.Tensor) -> torch.Tensor:
         """``[head, position, d_head]``: per-position means (the head mean where a position is absent) of ``real``
         ``[head, token, d_head]``."""
         heads, _, d_head = real.shape
-        if self.store_dtype == torch.float32:
-            return torch.zeros(heads, 1, d_head)
         sums = torch.zeros(heads, self.n_positions, d_head, device=real.device).index_add_(1, self.offset_rows, real)
         counts = torch.bincount(self.offset_rows, minlength=self.n_positions)
         offsets = real.mean(dim=1, keepdim=True).expand(heads, self.n_positions, d_head).clone()
@@ -155,14 +195,15 @@ def attention_layers(model, adapter: FamilyAdapter, shape: ModelShape) -> LayerC
 
 @contextlib.contextmanager
 def recording(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module: LayerCalls, scatter: Scatter,
-              head_update: bool, output_norms: bool = False) -> Iterator[None]:
+              head_update: bool, output_norms: bool = False) -> Iterator[AttentionRecorder]:
     """Inference with every attention call of ``model`` captured into ``scatter`` (with ``head_update``, each
-    head's update relative to the hidden state too; with ``output_norms``, every head's ``|W_O^h v_j|``)."""
+    head's update relative to the hidden state too; with ``output_norms``, every head's ``|W_O^h v_j|``); yields
+    the recorder, whose ``settings`` are those of every layer called so far."""
     probe = HeadUpdateProbe(model, adapter, shape, scatter.head_updates) if head_update else None
     norms = OutputNormProbe(model, adapter, shape, scatter.output_norms) if output_norms else None
     recorder = AttentionRecorder(layer_of_module, scatter, norms)
     with torch.inference_mode(), capturing(model, recorder), probe or contextlib.nullcontext():
-        yield
+        yield recorder
 
 
 def progress_bar(writer: RunWriter, progress: bool):

@@ -5,13 +5,14 @@
   adapter names (:meth:`FamilyAdapter.projection`). Not taken where a QK-norm follows the
   projection: the stored vector is then not the projection plus its bias.
 * First-layer embedding parts, for absolute-position models (adapters with ``embeddings``):
-  see :func:`embedding_parts`.
+  see :class:`EmbeddingRecorder`.
 * Rotary tables, where the family rotates queries and keys: the ``cos`` and ``sin`` each layer's
   attention receives for positions ``0..P-1`` (``[layer, position, rotary_dim]``), recorded from
   one forward pass by a pre-hook on every attention module, so every rotary variant (scaling,
   partial rotation, local / global bases) is exactly the model's own. The pass skips attention itself
   (:func:`qkviz.extraction.capture.without_attention`): the tables (and the position embeddings) are
-  computed before it, and at thousands of positions attention would be most of the pass's time.
+  computed before it, and at thousands of positions attention would be most of the pass's time. The
+  same pass gives the embedding parts.
 """
 
 from __future__ import annotations
@@ -51,34 +52,40 @@ class UnstoredRotation(Exception):
     rotate), or of different sizes in different layers."""
 
 
-def rotary_tables(model: torch.nn.Module, modules: list[torch.nn.Module], n_positions: int, pad_id: int,
-                  device: str) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(cos, sin)`` float32 ``[layer, position, rotary_dim]`` as each layer receives them, or ``None``;
-    :class:`UnstoredRotation` where one array cannot hold them."""
-    seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    foreign: list[int] = []
+class RotaryRecorder:
+    """Pre-hooks on every attention module that keep the ``cos`` and ``sin`` each layer receives in one pass
+    (:meth:`tables` once it ran)."""
 
-    def recorder(layer):
+    def __init__(self, modules: list[torch.nn.Module]):
+        self.n_layers = len(modules)
+        self.seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.foreign: list[int] = []
+        self.handles = [module.register_forward_pre_hook(self._hook(layer), with_kwargs=True)
+                        for layer, module in enumerate(modules)]
+
+    def _hook(self, layer: int):
         def hook(_module, args, kwargs):
             embeddings = kwargs.get("position_embeddings")
             if isinstance(embeddings, (tuple, list)) and len(embeddings) == 2:
                 cos, sin = embeddings
-                seen[layer] = (cos[0].float().cpu(), sin[0].float().cpu())
+                self.seen[layer] = (cos[0].float().cpu(), sin[0].float().cpu())
             elif embeddings is not None:       # another form (DeepSeek-V2's complex frequencies): not cos / sin
-                foreign.append(layer)
+                self.foreign.append(layer)
         return hook
 
-    _one_pass(model, [module.register_forward_pre_hook(recorder(layer), with_kwargs=True)
-                      for layer, module in enumerate(modules)], pad_id, n_positions, device)
-    if not seen and not foreign:
-        return None
-    if foreign or sorted(seen) != list(range(len(modules))):
-        raise UnstoredRotation(f"rotary tables as (cos, sin) reach layers {sorted(seen)} only, of {len(modules)}")
-    if len({table.shape for pair in seen.values() for table in pair}) > 1:
-        raise UnstoredRotation("rotary tables differ in size between layers")
-    cos = torch.stack([seen[layer][0] for layer in range(len(modules))]).numpy()
-    sin = torch.stack([seen[layer][1] for layer in range(len(modules))]).numpy()
-    return cos, sin
+    def tables(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(cos, sin)`` float32 ``[layer, position, rotary_dim]`` as each layer received them, or ``None``;
+        :class:`UnstoredRotation` where one array cannot hold them."""
+        seen = self.seen
+        if not seen and not self.foreign:
+            return None
+        if self.foreign or sorted(seen) != list(range(self.n_layers)):
+            raise UnstoredRotation(f"rotary tables as (cos, sin) reach layers {sorted(seen)} only, of {self.n_layers}")
+        if len({table.shape for pair in seen.values() for table in pair}) > 1:
+            raise UnstoredRotation("rotary tables differ in size between layers")
+        cos = torch.stack([seen[layer][0] for layer in range(self.n_layers)]).numpy()
+        sin = torch.stack([seen[layer][1] for layer in range(self.n_layers)]).numpy()
+        return cos, sin
 
 
 def _one_pass(model: torch.nn.Module, handles: list, token_id: int, n_positions: int, device: str) -> None:
@@ -100,36 +107,38 @@ def _first_layer_projection(attention: torch.nn.Module, adapter: FamilyAdapter, 
     return weight.detach().float().cpu().numpy().reshape(heads, shape.head_dim, -1)
 
 
-def embedding_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, used_token_ids: np.ndarray,
-                    n_positions: int, pad_id: int, device: str) -> dict[str, np.ndarray]:
-    """What splits the first layer's queries and keys into token and position parts, for
-    absolute-position models (``{}`` for others): the token embeddings of the ids the run uses, the
-    position embeddings the model adds at positions ``0..P-1`` (read from one forward pass, so
-    offsets such as RoBERTa's are the model's own), the token-type row, the norm's weight, bias and
-    eps, and the first layer's query and key projection weights."""
-    modules = adapter.embedding_modules(model)
-    if modules is None:
-        return {}
-    word, position, token_type, norm = modules
-    seen = {}
-    hooks = [position.register_forward_hook(lambda m, i, out: seen.__setitem__("position", out[0]))]
-    if token_type is not None:
-        hooks.append(token_type.register_forward_hook(lambda m, i, out: seen.__setitem__("type", out[0, 0])))
-    # Not the padding id: RoBERTa numbers positions from its non-padding tokens.
-    filler = int(next((t for t in used_token_ids if t != pad_id), used_token_ids[0]))
-    _one_pass(model, hooks, filler, n_positions, device)
-    attention = adapter.attention_modules(model)[0]
-    constant = seen["type"] if "type" in seen else torch.zeros(word.weight.shape[1])
-    as_numpy = lambda tensor: tensor.detach().float().cpu().numpy()  # noqa: E731
-    return {
-        run_files.EMBED_TOKEN_IDS: np.asarray(used_token_ids, dtype=np.int64),
-        run_files.EMBED_TOKENS: as_numpy(word.weight[torch.as_tensor(used_token_ids, device=word.weight.device)]),
-        run_files.EMBED_POSITIONS: as_numpy(seen["position"]),
-        run_files.EMBED_NORM: np.stack([as_numpy(constant), as_numpy(norm.weight), as_numpy(norm.bias),
-                                        np.full(constant.shape[-1], float(norm.eps), dtype=np.float32)]),
-        run_files.EMBED_QUERY_WEIGHT: _first_layer_projection(attention, adapter, 0, shape, shape.n_heads),
-        run_files.EMBED_KEY_WEIGHT: _first_layer_projection(attention, adapter, 1, shape, shape.n_kv_heads),
-    }
+class EmbeddingRecorder:
+    """Forward hooks that keep what the model's embeddings add in one pass (the position embeddings at
+    positions ``0..P-1``, the token-type row), for :meth:`parts`."""
+
+    def __init__(self, modules: tuple):
+        self.modules = modules
+        word, position, token_type, norm = modules
+        self.seen: dict[str, torch.Tensor] = {}
+        self.handles = [position.register_forward_hook(lambda m, i, out: self.seen.__setitem__("position", out[0]))]
+        if token_type is not None:
+            self.handles.append(token_type.register_forward_hook(
+                lambda m, i, out: self.seen.__setitem__("type", out[0, 0])))
+
+    def parts(self, model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape,
+              used_token_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """What splits the first layer's queries and keys into token and position parts, for absolute-position
+        models: the token embeddings of the ids the run uses, the position embeddings the model added in the pass
+        (so offsets such as RoBERTa's are the model's own), the token-type row, the norm's weight, bias and eps,
+        and the first layer's query and key projection weights."""
+        word, _, _, norm = self.modules
+        attention = adapter.attention_modules(model)[0]
+        constant = self.seen["type"] if "type" in self.seen else torch.zeros(word.weight.shape[1])
+        as_numpy = lambda tensor: tensor.detach().float().cpu().numpy()  # noqa: E731
+        return {
+            run_files.EMBED_TOKEN_IDS: np.asarray(used_token_ids, dtype=np.int64),
+            run_files.EMBED_TOKENS: as_numpy(word.weight[torch.as_tensor(used_token_ids, device=word.weight.device)]),
+            run_files.EMBED_POSITIONS: as_numpy(self.seen["position"]),
+            run_files.EMBED_NORM: np.stack([as_numpy(constant), as_numpy(norm.weight), as_numpy(norm.bias),
+                                            np.full(constant.shape[-1], float(norm.eps), dtype=np.float32)]),
+            run_files.EMBED_QUERY_WEIGHT: _first_layer_projection(attention, adapter, 0, shape, shape.n_heads),
+            run_files.EMBED_KEY_WEIGHT: _first_layer_projection(attention, adapter, 1, shape, shape.n_kv_heads),
+        }
 
 
 def bias_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape) -> dict[str, np.ndarray]:
@@ -190,22 +199,35 @@ def capture_logit_parts(model: torch.nn.Module, adapter: FamilyAdapter, shape: M
                         pad_id: int, device: str, used_token_ids: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """``{run file: array}`` of the biases, rotary tables and first-layer embedding parts the model has. Where the
     rotation of queries and keys is not one qkviz can invert (:func:`rotation_explained`), no rotary table and no
-    bias is kept, and :data:`~qkviz.store.files.POSITION_UNSPLIT` says the logit is not split by position."""
+    bias is kept, and :data:`~qkviz.store.files.POSITION_UNSPLIT` says the logit is not split by position.
+
+    The rotary tables and the embedding parts (absolute-position models, where the biases are kept) come from one
+    pass without attention over ``n_positions`` copies of one token the run uses (not the padding id: RoBERTa
+    numbers positions from its non-padding tokens; the rotary tables depend on positions only)."""
     modules = adapter.attention_modules(model)
     parts = bias_parts(model, adapter, shape)
+    rotary = RotaryRecorder(modules)
+    embedding_modules = (adapter.embedding_modules(model)
+                         if used_token_ids is not None and run_files.QUERY_BIAS in parts else None)
+    embeddings = EmbeddingRecorder(embedding_modules) if embedding_modules is not None else None
+    filler = pad_id
+    if used_token_ids is not None and len(used_token_ids):
+        filler = int(next((t for t in used_token_ids if t != pad_id), used_token_ids[0]))
+    _one_pass(model, rotary.handles + (embeddings.handles if embeddings is not None else []), filler, n_positions,
+              device)
     try:
-        tables = rotary_tables(model, modules, n_positions, pad_id, device)
+        tables = rotary.tables()
     except UnstoredRotation as unstored:
         logger.info("%s: %s; its logits are not split by position", adapter.family, unstored)
         return {run_files.POSITION_UNSPLIT: np.ones(1, dtype=np.int8)}
-    filler = int(used_token_ids[0]) if used_token_ids is not None and len(used_token_ids) else pad_id
-    if adapter.modality == "text" and not rotation_explained(model, modules[0], tables, filler, device):
+    first = int(used_token_ids[0]) if used_token_ids is not None and len(used_token_ids) else pad_id
+    if adapter.modality == "text" and not rotation_explained(model, modules[0], tables, first, device):
         logger.info("%s rotates queries and keys in a way qkviz does not invert: its logits are not split by "
                     "position", adapter.family)
         return {run_files.POSITION_UNSPLIT: np.ones(1, dtype=np.int8)}
     if tables is not None:
         parts[run_files.ROTARY_COS], parts[run_files.ROTARY_SIN] = tables
-    if used_token_ids is not None and run_files.QUERY_BIAS in parts:
-        parts.update(embedding_parts(model, adapter, shape, used_token_ids, n_positions, pad_id, device))
+    if embeddings is not None:
+        parts.update(embeddings.parts(model, adapter, shape, used_token_ids))
     logger.debug("logit parts: %s", sorted(parts))
     return parts

@@ -68,7 +68,9 @@ def pad_token_id(tokenizer) -> int:
 def capture_sentences(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelShape,
                       sentences: list[TokenizedSentence], writer: RunWriter, batch_size: int,
                       progress: bool) -> dict[int, LayerAttentionSettings]:
-    """Capture every sentence not yet on disk; return each layer's attention settings."""
+    """Capture every sentence not yet on disk; return each layer's attention settings, as the capture itself recorded
+    them (the scatter checks every layer's shapes as it receives them, and every layer must have been captured before
+    a chunk is written). Only a run whose every chunk was on disk already runs :func:`probe_layers` for them."""
     model = loaded.model
     device = str(next(model.parameters()).device)
     store_dtype = np.dtype(writer.layout.dtype)
@@ -81,20 +83,23 @@ def capture_sentences(loaded: LoadedModel, adapter: FamilyAdapter, shape: ModelS
     layer_of_module = attention_layers(model, adapter, shape)
     pad_id = pad_token_id(loaded.tokenizer)
     bar = progress_bar(writer, progress)
-    with torch.inference_mode():   # the settings do not depend on the length: a few tokens are enough
-        probe = replace(sentences[0], token_ids=sentences[0].token_ids[:PROBE_TOKENS])
-        settings = probe_layers(model, layer_of_module, probe, shape, pad_id, device)
-    with recording(model, adapter, shape, layer_of_module, scatter, head_update, output_norms):
+    with recording(model, adapter, shape, layer_of_module, scatter, head_update, output_norms) as recorder:
         for first, end, first_token in chunks:
             chunk = sentences[first:end]
             chunk_tokens = sum(len(s) for s in chunk)
             if first_token + chunk_tokens <= writer.tokens_done:
                 continue
             _capture_chunk(model, scatter, chunk, batch_size, pad_id, device, bar)
+            if sorted(recorder.settings) != list(range(shape.n_layers)):     # before anything of the chunk is written
+                raise RuntimeError(f"captured layers {sorted(recorder.settings)} are not the model's {shape.n_layers}")
             store_chunk(writer, scatter, first_token, chunk_tokens)
             bar.set_postfix(sentences=end, refresh=False)
     bar.close()
-    return settings
+    if recorder.settings:
+        return dict(recorder.settings)
+    with torch.inference_mode():   # every chunk was on disk already: a few tokens give the settings, which do not depend on the length
+        probe = replace(sentences[0], token_ids=sentences[0].token_ids[:PROBE_TOKENS])
+        return probe_layers(model, layer_of_module, probe, shape, pad_id, device)
 
 
 def _capture_chunk(model, scatter: Scatter, chunk: list[TokenizedSentence], batch_size: int, pad_id: int,

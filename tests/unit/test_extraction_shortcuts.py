@@ -50,7 +50,8 @@ def test_heads_recomputed_at_once_are_bit_for_bit_each_head_alone(rule, rows):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
-def test_the_scatter_places_a_batch_as_a_mask_and_an_assignment_do(dtype):
+@pytest.mark.parametrize("offset_positions", [9, 5])      # every position its own offset; the last ones sharing one
+def test_the_scatter_places_a_batch_as_a_mask_and_an_assignment_do(dtype, offset_positions):
     torch.manual_seed(0)
     batch, heads, positions, d_head, chunk = 4, 3, 9, 8, 40
     shape = type("Shape", (), {"n_layers": 1, "n_heads": heads, "n_kv_heads": heads, "head_dim": d_head})()
@@ -62,7 +63,7 @@ def test_the_scatter_places_a_batch_as_a_mask_and_an_assignment_do(dtype):
     queries = torch.randn(batch, positions, heads, d_head).transpose(1, 2)
     keys = torch.randn(batch, heads, positions, d_head)
     norms = keys.norm(dim=-1)
-    scatter = Scatter(ChunkBuffers.allocate(shape, chunk, np.dtype(dtype), output_norms=True), None, positions)
+    scatter = Scatter(ChunkBuffers.allocate(shape, chunk, np.dtype(dtype), output_norms=True), None, offset_positions)
     scatter.set_batch(mask, rows)
     scatter(0, queries, keys, norms)
     scatter.output_norms(0, norms * 2)
@@ -73,11 +74,13 @@ def test_the_scatter_places_a_batch_as_a_mask_and_an_assignment_do(dtype):
     offsets = scatter.offsets()[run_files.QUERY_OFFSETS][0]
     offset_rows = torch.arange(positions).expand_as(mask)[real].clamp(max=scatter.n_positions - 1)
     expected[:, rows] = (chosen - torch.from_numpy(offsets)[:, offset_rows]).to(torch.from_numpy(expected).dtype).numpy()
-    assert np.array_equal(scatter.buffers.queries[0].view(np.uint8), expected.view(np.uint8))
+    # the chunk's rows (the padding went to the discard row after them)
+    assert scatter.buffers.discard_row == chunk
+    assert np.array_equal(scatter.buffers.queries[0, :, :chunk].view(np.uint8), expected.view(np.uint8))
     placed_norms = np.zeros((heads, chunk), dtype=np.float32)
     placed_norms[:, rows] = norms.transpose(0, 1)[:, real].numpy()
-    assert np.array_equal(scatter.buffers.value_norms[0], placed_norms)
-    assert np.array_equal(scatter.buffers.output_norms[0], placed_norms * 2)
+    assert np.array_equal(scatter.buffers.value_norms[0, :, :chunk], placed_norms)
+    assert np.array_equal(scatter.buffers.output_norms[0, :, :chunk], placed_norms * 2)
 
 
 def test_the_token_table_is_the_one_built_a_row_at_a_time():
