@@ -8,12 +8,12 @@ softmax of :mod:`qkviz.core.attention`; a test checks it), with padded rows and 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 
+from qkviz.analysis.batch_memo import BatchMemo
 from qkviz.core.attention import allowed_pairs, attention_logits, masked_softmax
 from qkviz.core.logit_rule import LogitRule
 from qkviz.store.run import StoredRun
@@ -60,23 +60,18 @@ def sentence_batches(run: StoredRun, max_cells: int = DEFAULT_MAX_CELLS,
 def batch_mask(batch: SentenceBatch, rule: LogitRule) -> np.ndarray:
     """bool ``[batch, query, key]``: both real tokens and allowed by the mask of ``rule`` (read-only: the masks
     of the latest batches are kept, up to :data:`MASK_CACHE_CELLS` cells, since every head shares them)."""
-    key = (id(batch), rule.causal, rule.window, rule.chunk)
-    if key in _MASKS:
-        _MASKS.move_to_end(key)
-        return _MASKS[key][1]
-    width = batch.rows.shape[1]
-    valid = batch.valid
-    mask = allowed_pairs(width, rule)[None] & valid[:, :, None] & valid[:, None, :]
-    mask.flags.writeable = False
-    if mask.size <= MASK_CACHE_CELLS:
-        _MASKS[key] = (batch, mask)          # the batch held with its mask: its id stays its own
-        while sum(held.size for _, held in _MASKS.values()) > MASK_CACHE_CELLS:
-            _MASKS.popitem(last=False)
-    return mask
+
+    def make() -> np.ndarray:
+        valid = batch.valid
+        mask = allowed_pairs(batch.rows.shape[1], rule)[None] & valid[:, :, None] & valid[:, None, :]
+        mask.flags.writeable = False
+        return mask
+
+    return _MASKS.get(batch, (rule.causal, rule.window, rule.chunk), make)
 
 
-#: (id of the batch, causal, sliding window, chunk) -> (batch, mask), least recently used first
-_MASKS: OrderedDict[tuple[int, bool, int | None, int | None], tuple[SentenceBatch, np.ndarray]] = OrderedDict()
+#: each batch's mask under a rule (causal, sliding window, chunk), kept up to MASK_CACHE_CELLS cells
+_MASKS = BatchMemo(MASK_CACHE_CELLS, weight=lambda mask: mask.size)
 
 
 def workspace(name: str, shape: tuple[int, ...], dtype: type = np.float64) -> np.ndarray:
@@ -144,9 +139,10 @@ def key_spans(batch: SentenceBatch, rule: LogitRule, mask: np.ndarray) -> list[t
     """``(query rows, keys)`` blocks of :data:`ROW_BLOCK` rows of a batch, each over the keys from the first its rows
     may attend to to the last; None where they would cover more than :data:`SPAN_SHARE` of the batch (an encoder's,
     or a narrow one: the batch is computed whole). Kept with the mask for the next heads."""
-    key = ("spans", id(batch), rule.causal, rule.window, rule.chunk)
-    if key in _SPANS:
-        return _SPANS[key][1]
+    return _SPANS.get(batch, (rule.causal, rule.window, rule.chunk), lambda: _spans(rule, mask))
+
+
+def _spans(rule: LogitRule, mask: np.ndarray) -> list[tuple[slice, slice]] | None:
     side = mask.shape[1]
     spans: list[tuple[slice, slice]] | None = []
     if (rule.causal or rule.window is not None or rule.chunk is not None) and side > ROW_BLOCK:
@@ -156,15 +152,13 @@ def key_spans(batch: SentenceBatch, rule: LogitRule, mask: np.ndarray) -> list[t
             first, last = (int(used.argmax()), side - int(used[::-1].argmax())) if used.any() else (0, 0)
             spans.append((at, slice(first, last)))
     if not spans or sum((at.stop - at.start) * (to.stop - to.start) for at, to in spans) > SPAN_SHARE * side * side:
-        spans = None
-    _SPANS[key] = (batch, spans)             # the batch held with its spans: its id stays its own
-    while len(_SPANS) > SPAN_CACHE_ITEMS:
-        _SPANS.popitem(last=False)
+        return None
     return spans
 
 
+#: the blocks of each batch under a rule, for this many batches and rules
 SPAN_CACHE_ITEMS = 4096
-_SPANS: OrderedDict[tuple, tuple[SentenceBatch, list[tuple[slice, slice]] | None]] = OrderedDict()
+_SPANS = BatchMemo(SPAN_CACHE_ITEMS)
 
 
 def head_attention(run: StoredRun, layer: int, head: int, batches: list[SentenceBatch] | None = None

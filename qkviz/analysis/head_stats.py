@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from qkviz.analysis.batch_memo import BatchMemo
 from qkviz.analysis.attention_batches import (SentenceBatch, batch_attention, batch_mask, key_spans, sentence_batches,
                                               workspace)
 from qkviz.core.logit_rule import LogitRule
@@ -194,20 +195,21 @@ def head_statistics(run: StoredRun, layer: int, head: int, kinds: TokenKinds | N
 def _position_counts(batches: list[SentenceBatch], rule: LogitRule, width: int) -> np.ndarray:
     """float64 ``[width, width]``: how many sentences of ``batches`` allow each pair of positions under ``rule``'s mask
     (the same for every head of the mask: kept for the next heads, read-only)."""
-    key = (id(batches), rule.causal, rule.window, rule.chunk, width)
-    if _POSITION_COUNTS.get("key") != key:
+
+    def make() -> np.ndarray:
         count = np.zeros((width, width))
         for batch in batches:
             mask = batch_mask(batch, rule)
             side = mask.shape[1]
             count[:side, :side] += mask[0] if len(mask) == 1 else mask.sum(axis=0)
         count.flags.writeable = False
-        _POSITION_COUNTS.update(key=key, batches=batches, count=count)   # the batches held: their id stays their own
-    return _POSITION_COUNTS["count"]
+        return count
+
+    return _POSITION_COUNTS.get(batches, (rule.causal, rule.window, rule.chunk, width), make)
 
 
-#: the latest :func:`_position_counts`: its key, its batches and the counts
-_POSITION_COUNTS: dict[str, object] = {}
+#: the latest :func:`_position_counts`
+_POSITION_COUNTS = BatchMemo(1)
 
 
 def _cells(batch: SentenceBatch) -> tuple[int, int, int]:
