@@ -163,9 +163,9 @@ def extract_goal(results: Results) -> str:
     child = result.get("child_extract")
     peak = (f"peak RSS at 100,000 tokens {verdict(EXTRACT_PEAK, results)}, at {child['tokens']:,} tokens" if child
             else "peak RSS not measured in this run (`--rss-tokens 0`)")
-    smollm2 = (f"; SmolLM2's {verdict(EXTRACT_RATIO_SMOLLM2, results)}" if results.exists("extract_smollm2") else
-               "; SmolLM2's not measured")
-    names = ["extract_minilm", *(["extract_smollm2"] if results.exists("extract_smollm2") else [])]
+    measured = results.exists("extract_smollm2")
+    smollm2 = f"; SmolLM2's {verdict(EXTRACT_RATIO_SMOLLM2, results)}" if measured else "; SmolLM2's not measured"
+    names = ["extract_minilm", *(["extract_smollm2"] if measured else [])]
     return (f"Goals: the ratio over a bare forward pass, MiniLM's {verdict(EXTRACT_RATIO, results)}{smollm2}; {peak}. "
             f"({source(results, *names)}.)\n")
 

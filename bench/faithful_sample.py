@@ -24,7 +24,7 @@ import numpy as np
 
 from bench.faithful import REPO, compare, warm_up  # noqa: E402  (faithful.py puts the checkout on sys.path)
 from bench.figures.goals import Goal, verdict  # noqa: E402
-from bench.figures.results import Results, figure, source  # noqa: E402
+from bench.figures.results import Results, figure, model_name, source  # noqa: E402
 from qkviz.neighbours import TRUST_GOAL  # noqa: E402
 from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
@@ -72,17 +72,15 @@ def trust_ceiling(results: Results) -> str:
     """Where t-SNE of the aligned points -- the space trustworthiness is measured in, laid out for its neighbours and
     nothing else -- keeps trustworthiness, beside the default layout, on the same random heads."""
     models = results("faithful_sample")["models"]
-    names = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
     bound = Goal("trustworthiness of a layout", TRUST_GOAL, "", False, "faithful_sample", "", lambda _: None, digits=2)
-    lines = [f"| heads kept at trustworthiness {bound.stated()} | " + " | ".join(names.get(m, m) for m in models) + " |",
+    lines = [f"| heads kept at trustworthiness {bound.stated()} | " + " | ".join(model_name(m) for m in models) + " |",
              "|---|" + "---|" * len(models)]
     for method, label in (("tsne", "t-SNE of the aligned points"), ("attn-tsne", "attn-tsne (default)")):
         counts = [trusted_heads(models, model, method) for model in models]
         lines.append(f"| {label} | " + " | ".join("not measured" if count is None else
                                                     f"{count} of {len(models[model]['heads'])}"
                                                     for model, count in zip(models, counts)) + " |")
-    goals = "; ".join(f"{names.get(model, model)}: "
-                      + verdict(trust_goal(model, names.get(model, model), len(models[model]["heads"])), results)
+    goals = "; ".join(f"{model_name(model)}: " + verdict(trust_goal(model, model_name(model), len(models[model]["heads"])), results)
                       for model in models)
     return ("\n".join(lines) + f"\n\nThe default layout on 14 of 16 heads: {goals}. The heads of the README's table "
             f"(`bench/faithful_sample.py`, {source(results, 'faithful_sample')}).\n")

@@ -25,8 +25,6 @@ from qkviz.store import files as run_files
 from qkviz.store.run_writer import RunWriter
 
 CHUNK_BYTES = 64 * 2**20
-#: the chunk buffers' numpy dtypes as torch's
-_TORCH_DTYPES = {np.float16: torch.float16, np.float32: torch.float32}
 #: float16 runs keep a float32 offset per head and position below this (see ``qkviz.store.files``).
 MAX_OFFSET_POSITIONS = 512
 
@@ -139,7 +137,7 @@ class Scatter:
         token at its row, the padding at the discard row; one indexed assignment in numpy (in the buffer's dtype, as
         an assignment into it casts), which copies a head's rows several times faster than torch's ``index_copy_``
         into the transposed buffer."""
-        placed = tokens.to(device="cpu", dtype=_TORCH_DTYPES[buffer.dtype.type]).numpy()
+        placed = tokens.to(device="cpu", dtype=torch.from_numpy(buffer).dtype).numpy()
         buffer[:, self._destinations] = placed.swapaxes(0, 1)
 
     def _encode(self, name: str, layer: int, vectors: torch.Tensor) -> torch.Tensor:
