@@ -23,7 +23,6 @@ from functools import lru_cache
 
 import dash
 import numpy as np
-import plotly.graph_objects as go
 from dash import Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
@@ -31,21 +30,16 @@ from dash_app import ids
 from dash_app.control_options import head_options, layer_options, run_changed, weighting_options, weighting_switch
 from dash_app.events import event_fields, relay_graph_event
 from dash_app.export import export_buttons
-from dash_app.figure_parts import plotly_texts, png_data_uri
+from dash_app.figure_parts import plotly_texts
 from dash_app.panels import why as why_panel
 from dash_app.run_data import RunData, RunShape
+from dash_app.views.document_figure import (LABELLED_TOKENS, MAP_PIXELS, axis_labels, colour_key, image_trace,
+                                           map_figure, profile_figure, scores_table, token_strip)
 from dash_app.state import MAX_SEARCH, ViewState, checked_state, select_pair
 from dash_app.view_registry import AppContext, View, register_view
 from qkviz.analysis import (DocumentHead, HeadProfile, PooledMap, RepeatedSpan, document_head, document_overview,
                             moved_norms, pooled_attention, repeated_span)
 
-#: the map's plot area, in CSS pixels a side: the image is at most this many pixels a side (the request's bound)
-MAP_PIXELS = 640
-MARGIN = dict(l=80, r=20, t=36, b=80)
-#: axes are labelled with tokens once the region on screen spans at most this many
-LABELLED_TOKENS = 48
-#: tokens the strip shows of each axis (the first of the region; zoom in for the rest)
-STRIP_TOKENS = 300
 #: the longest document drawn (a whole map's cost grows with its square: 8,192 tokens took 2.5-3.9 s of one
 #: core on the shared 2-core machine under load)
 MAX_DOCUMENT_TOKENS = 32_768
@@ -55,11 +49,6 @@ DOCUMENTS_OFFERED = 200
 #: heads whose whole map and profile are kept per run
 HEADS_KEPT = 8
 POOLS = [{"label": "max per pixel", "value": "max"}, {"label": "mean per pixel", "value": "mean"}]
-#: log10 weights from LOG_FLOOR (white) to 0 (darkest); the mask's forbidden pairs are MASKED_RGB
-LOG_FLOOR = -4.0
-SCALE_STOPS = np.array([0.0, 0.35, 0.7, 1.0])
-SCALE_RGB = np.array([[255, 255, 255], [198, 219, 239], [74, 152, 201], [8, 48, 107]], dtype=float)
-MASKED_RGB = np.array([214, 214, 214], dtype=np.uint8)
 VIEW_NAME = "document"
 
 
@@ -90,19 +79,6 @@ def layout(_context: AppContext) -> html.Div:
         ]),
         html.Div(id=ids.DOCUMENT_STRIP, className="document-strip",
                  style={"fontFamily": "monospace", "fontSize": "12px", "whiteSpace": "pre-wrap", "maxWidth": "1300px"}),
-    ])
-
-
-def colour_key() -> html.Div:
-    """The map's colour scale as a line of text and a gradient (the image carries no colour bar)."""
-    stops = ", ".join(f"rgb({r:.0f},{g:.0f},{b:.0f}) {100 * at:.0f}%" for at, (r, g, b) in zip(SCALE_STOPS, SCALE_RGB))
-    return html.Div(style={"display": "flex", "gap": "8px", "alignItems": "center", "fontSize": "12px"}, children=[
-        html.Span(f"weight 1e{LOG_FLOOR:.0f}"),
-        html.Div(style={"width": "200px", "height": "12px", "background": f"linear-gradient(to right, {stops})",
-                        "border": "1px solid #aaa"}),
-        html.Span("1 (log scale);"),
-        html.Div(style={"width": "12px", "height": "12px", "background": "rgb(214,214,214)"}),
-        html.Span("masked (the model cannot attend)"),
     ])
 
 
@@ -170,94 +146,6 @@ class DocumentCache:
             return self.whole(layer, head, document, pool, weighting)[0]
         return pooled_attention(self.head(layer, head, document, weighting), rows, columns, (MAP_PIXELS, MAP_PIXELS),
                                 pool)
-
-
-def map_colours(pooled: PooledMap) -> np.ndarray:
-    """uint8 ``[height, width, 3]``: each pixel's log weight on the scale, forbidden pixels grey."""
-    with np.errstate(divide="ignore"):
-        level = np.clip((np.log10(pooled.values) - LOG_FLOOR) / -LOG_FLOOR, 0.0, 1.0)
-    rgb = np.stack([np.interp(level, SCALE_STOPS, SCALE_RGB[:, channel]) for channel in range(3)], axis=-1)
-    image = np.rint(rgb).astype(np.uint8)
-    image[~pooled.allowed] = MASKED_RGB
-    return image
-
-
-def image_trace(pooled: PooledMap) -> dict:
-    """The map's image trace: token ``j`` of an axis is centred on ``j``, the image spanning the region's cells."""
-    rows, columns = pooled.row_edges, pooled.column_edges
-    dx = (columns[-1] - columns[0]) / (len(columns) - 1)
-    dy = (rows[-1] - rows[0]) / (len(rows) - 1)
-    # hoverinfo "none": no label, but a click still fires (a cell clicked is a pair for the why panel)
-    return dict(type="image", source=png_data_uri(map_colours(pooled)), x0=float(columns[0] - 0.5 + dx / 2), dx=dx,
-                y0=float(rows[0] - 0.5 + dy / 2), dy=dy, hoverinfo="none")
-
-
-def axis_labels(start: int, stop: int, texts: np.ndarray) -> dict:
-    """Token labels on an axis over ``[start, stop)`` when it spans at most :data:`LABELLED_TOKENS`, else numbers."""
-    if stop - start > LABELLED_TOKENS:
-        return dict(tickmode="auto", tickvals=None, ticktext=None)
-    positions = np.arange(start, stop)
-    return dict(tickmode="array", tickvals=positions.tolist(), ticktext=[f"{texts[p]} {p}" for p in positions])
-
-
-def map_figure(pooled: PooledMap, texts: np.ndarray, title: str, revision: str) -> go.Figure:
-    """The map of ``pooled``'s region (``texts``: the document's labels, escaped for Plotly)."""
-    rows, columns = pooled.row_edges, pooled.column_edges
-    figure = go.Figure(image_trace(pooled))
-    figure.update_layout(
-        width=MAP_PIXELS + MARGIN["l"] + MARGIN["r"], height=MAP_PIXELS + MARGIN["t"] + MARGIN["b"], margin=MARGIN,
-        title=dict(text=title, font=dict(size=13)), dragmode="zoom", uirevision=revision, plot_bgcolor="white",
-        xaxis=dict(title="key position", range=[columns[0] - 0.5, columns[-1] - 0.5], showgrid=False, zeroline=False,
-                   tickfont=dict(size=10), **axis_labels(int(columns[0]), int(columns[-1]), texts)),
-        yaxis=dict(title="query position", range=[rows[-1] - 0.5, rows[0] - 0.5], showgrid=False, zeroline=False,
-                   tickfont=dict(size=10), **axis_labels(int(rows[0]), int(rows[-1]), texts)))
-    return figure
-
-
-def distance_label(low: int, high: int) -> str:
-    return str(low) if high - low == 1 else f"{low}–{high - 1}"
-
-
-def profile_figure(profile: HeadProfile, weighting: str = "attention") -> go.Figure:
-    """Attention mass (value-weighted with ``weighting`` ``"value"``) against query-key distance, one bar per log
-    bin."""
-    edges = profile.distance_edges
-    labels = [distance_label(int(low), int(high)) for low, high in zip(edges[:-1], edges[1:])]
-    figure = go.Figure(go.Bar(x=labels, y=profile.distance_mass, marker_color="#4a98c9",
-                              hovertemplate="distance %{x}: %{y:.3f}<extra></extra>"))
-    figure.update_layout(width=380, height=300, margin=dict(l=50, r=10, t=40, b=60),
-                         title=dict(text=f"{'value-weighted' if weighting == 'value' else 'attention'} mass by "
-                                         "distance |query − key|", font=dict(size=13)),
-                         xaxis=dict(title="distance (tokens, log bins)", type="category", tickangle=-45),
-                         yaxis=dict(title="mean weight", rangemode="tozero"), plot_bgcolor="white")
-    return figure
-
-
-def scores_table(profile: HeadProfile, repeat: RepeatedSpan | None) -> html.Table:
-    """The head's scores over the document, each a mean over its queries."""
-    if profile.induction is None:
-        induction = "no repeated passage in this document"
-    else:
-        induction = (f"{profile.induction:.3f} over {profile.n_induction:,} queries of a passage repeated "
-                     f"{repeat.offset:,} tokens later")
-    rows = [("first token", f"{profile.first_token:.3f}"), ("special tokens", f"{profile.special_tokens:.3f}"),
-            ("previous token", f"{profile.previous_token:.3f}"), ("induction", induction)]
-    return html.Table(className="document-scores", children=[
-        html.Tr([html.Th(name, style={"textAlign": "left", "paddingRight": "8px"}), html.Td(value)])
-        for name, value in rows])
-
-
-def token_strip(tokens: np.ndarray, rows: tuple[int, int], columns: tuple[int, int]) -> list:
-    """The tokens of the region on screen: its keys, then its queries (the first :data:`STRIP_TOKENS` of each)."""
-    def line(name: str, start: int, stop: int) -> html.Div:
-        shown = min(stop, start + STRIP_TOKENS)
-        rest = [html.Span(f" … {stop - shown:,} more (zoom in)", className="hint")] if stop > shown else []
-        return html.Div(className="strip-line", children=[
-            html.B(f"{name} {start}–{stop - 1}: ", className="strip-range"),
-            *(html.Span(str(tokens[p]), title=str(p), className="strip-token",
-                        style={"borderRight": "1px solid #ddd", "padding": "0 1px"}) for p in range(start, shown)),
-            *rest])
-    return [line("keys", *columns), line("queries", *rows)]
 
 
 def document_options(data: RunData, typed: str = "", current: int | None = None,

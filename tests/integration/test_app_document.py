@@ -11,7 +11,7 @@ from dash_app.app import build_app
 from dash_app.run_data import RunData
 from dash_app.url_state import parse_url, to_url
 from dash_app.view_registry import view_names
-from dash_app.views import document
+from dash_app.views import document, document_figure
 from qkviz.analysis import document_head, document_overview, repeated_span
 from qkviz.core import LogitRule
 
@@ -54,14 +54,14 @@ def test_the_image_is_the_pooled_map_coloured_and_bounded(data):
                                                     (document.MAP_PIXELS, document.MAP_PIXELS))
     assert np.array_equal(pooled.values, expected.values)
     assert profile.previous_token == expected_profile.previous_token
-    trace = document.image_trace(pooled)
+    trace = document_figure.image_trace(pooled)
     pixels = png_pixels(trace["source"])
     n = rows.stop - rows.start
     assert pixels.shape == (n, n, 3) and trace["dx"] == 1.0 and trace["x0"] == 0.0
-    assert np.all(pixels[np.triu_indices(n, 1)] == document.MASKED_RGB)       # a decoder: no key after its query
+    assert np.all(pixels[np.triu_indices(n, 1)] == document_figure.MASKED_RGB)       # a decoder: no key after its query
     assert np.all(pixels[np.tril_indices(n)].min(axis=-1) < 255)            # allowed: tinted by their weight
-    assert (pixels[0, 0] == document.SCALE_RGB[-1]).all()                   # the first query's weight is 1
-    figure = document.map_figure(pooled, data.display_text[rows], "t", "r")
+    assert (pixels[0, 0] == document_figure.SCALE_RGB[-1]).all()                   # the first query's weight is 1
+    figure = document_figure.map_figure(pooled, data.display_text[rows], "t", "r")
     assert figure.layout.xaxis.ticktext[0].endswith(" 0")                   # a short document: tokens labelled
 
 
@@ -70,7 +70,7 @@ def test_a_long_documents_image_is_capped_at_the_plot_size():
     head = document.DocumentHead(generator.normal(size=(1500, 4)), generator.normal(size=(1500, 4)),
                                  LogitRule(0.5, causal=True))
     pooled, _ = document_overview(head, np.zeros(1500, bool), None, (document.MAP_PIXELS, document.MAP_PIXELS))
-    trace = document.image_trace(pooled)
+    trace = document_figure.image_trace(pooled)
     assert png_pixels(trace["source"]).shape == (document.MAP_PIXELS, document.MAP_PIXELS, 3)
     assert trace["dx"] * document.MAP_PIXELS == pytest.approx(1500)
 
