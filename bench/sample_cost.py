@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.harness import RESULTS, Recorder, smoke_arguments  # noqa: E402
 from bench.scale import sample_cost  # noqa: E402
-from bench.faithful import defaults  # noqa: E402
+from bench.faithful_figures import defaults  # noqa: E402
 from bench.figures.results import Results, figure, source  # noqa: E402
 from statistics import mean  # noqa: E402
 

@@ -4,10 +4,10 @@ Every figure block of a page sits between ``<!-- figures:NAME -->`` and ``<!-- /
 rewrites each block from the bench result files its renderer reads, and every block names those files, the date
 they were measured and the machine's load average then. ``--check`` rewrites nothing and exits 1 when a page
 differs from what the results give (the test suite runs it, so a page cannot drift from its results).
-The renderers sit beside the benches that make their result files (``@figure("name")`` in ``bench/NAME.py``,
-registered by name with :func:`bench.figures.results.figure` when the bench is imported), and the README's
-summary blocks, which combine several benches' results, in :mod:`bench.figures.readme`; :func:`load_blocks`
-imports them all. A goal is judged only by :func:`bench.figures.goals.verdict`.
+The renderers sit beside the benches that make their result files (``@figure("name")`` in ``bench/NAME.py`` or
+``bench/NAME_figures.py``, registered by name with :func:`bench.figures.results.figure` when the module is
+imported), and the README's summary blocks, which combine several benches' results, in :mod:`bench.figures.readme`;
+:func:`load_blocks` imports them all. A goal is judged only by :func:`bench.figures.goals.verdict`.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from bench.figures.results import FIGURES, Results
 
 
 def load_blocks() -> None:
-    """Register every figure block: import each bench (its ``@figure`` blocks) and the README's summary blocks."""
+    """Register every figure block: import each module of the bench package (a bench's ``@figure`` blocks, in its
+    own module or in ``bench/NAME_figures.py``) and the README's summary blocks."""
     for _, name, package in pkgutil.iter_modules(bench.__path__):
-        if not package and name not in bench.NOT_BENCHES:
+        if not package:
             importlib.import_module(f"bench.{name}")
     importlib.import_module("bench.figures.readme")
 
