@@ -38,11 +38,12 @@ A new bench, ``bench/my_bench.py``, in about ten lines::
 Its figure block, if a page shows it, is a function in the bench's own module registered with ``@figure("name")``
 (:func:`bench.figures.results.figure`; ``python -m bench.figures`` imports every module of this package to find
 them), or, where the blocks are a concept of their own beside what the bench measures, in ``bench/NAME_figures.py``
-(:mod:`bench.faithful_figures`; listed in :data:`NOT_BENCHES`); a goal it states is a
+(:mod:`bench.faithful_figures`, :mod:`bench.search_figures`; listed in :data:`NOT_BENCHES`); a goal it states is a
 :class:`bench.figures.goals.Goal` declared there too and judged by :func:`bench.figures.goals.verdict`.
 Only the README's summary blocks, which combine several benches' results, live in :mod:`bench.figures.readme`.
 """
 
-#: the modules of this package that are not benches: the harness, the schema, the helpers some benches share, and the
-#: figure blocks a bench keeps in a module of their own
-NOT_BENCHES = ("harness", "schema", "head_survey", "modern_model", "faithful_figures")
+#: the modules of this package that are not benches: the harness, the schema, the helpers some benches share, the parts
+#: of a bench its command runs from modules of their own, and the figure blocks a bench keeps in a module of their own
+NOT_BENCHES = ("harness", "schema", "head_survey", "modern_model", "search_timing", "search_tokens", "search_overlap",
+               "search_large", "faithful_figures", "search_figures")
