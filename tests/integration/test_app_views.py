@@ -8,7 +8,7 @@ from plotly.io.json import to_json_plotly
 
 from dash_app import ids
 from dash_app.views import matrix as matrix_view, matrix_grid, sentence as sentence_view, single as single_view
-from dash_app.app import build_app, method_options, next_state, open_runs
+from dash_app.app import VIEWS, build_app, method_options, next_state, open_runs
 from qkviz.analysis import aggregate_attention
 from qkviz.report import token_features
 from dash_app.run_data import RunData, normalise_layout
@@ -344,6 +344,18 @@ def test_the_app_builds_with_its_stable_ids(app_run):
     assert "'label': 'tiny-llama-2'" in layout                             # duplicate names made unique
     with pytest.raises(QkvizError, match="no run at"):
         open_runs([app_run.path / "missing"])
+
+
+def test_no_callback_that_takes_a_views_state_runs_at_page_load(app_run):
+    """A view's drawing callbacks wait for the state callback to send that view its state, so a hidden view costs
+    the page load no request: every server callback taking a view's state store as an input has
+    ``prevent_initial_call`` (a browser-side one, as the matrix's measure of the window, asks the server nothing)."""
+    app = build_app(open_runs([app_run.path]))
+    state_stores = {view.state_store for view in VIEWS}
+    taking_state = [callback for callback in app._callback_list if callback["clientside_function"] is None
+                    and state_stores & {given["id"] for given in callback["inputs"]}]
+    assert len(taking_state) >= len(VIEWS)                                 # every view draws from its state
+    assert [callback["output"] for callback in taking_state if not callback["prevent_initial_call"]] == []
 
 
 @pytest.mark.parametrize("layers, heads, layers_as_rows", [(6, 12, True), (12, 12, True), (30, 9, False), (32, 32, True)])
