@@ -39,7 +39,7 @@ from qkviz.core.errors import QkvizError
 from qkviz.extraction.attention_replay import AttentionReplay
 from qkviz.extraction.frozen_norm import FrozenNorm
 from qkviz.extraction.residual_pass import AttributionRefused
-from qkviz.extraction.residual_stream import MATCH_TOLERANCE, ResidualStream, StreamParts, _close
+from qkviz.extraction.residual_stream import MATCH_TOLERANCE, ResidualStream, StreamParts, matches
 
 
 @dataclass
@@ -80,7 +80,7 @@ class ResidualTrace(ResidualStream):
             key_names.append(f"L{layer}.key_bias")
             key_parts = torch.cat([key_parts, key_constant[None]])
         real_query, real_key = record.query.double(), record.key.double()
-        if not _close(query_parts.sum(dim=0), real_query) or not _close(key_parts.sum(dim=0), real_key):
+        if not matches(query_parts.sum(dim=0), real_query) or not matches(key_parts.sum(dim=0), real_key):
             raise self._refuse(f"layer {layer}'s query and key parts do not add up to the model's own query and key")
         return QueryKeyParts(query_names, query_parts.cpu().numpy(), key_names, key_parts.cpu().numpy(),
                              real_query.cpu().numpy(), real_key.cpu().numpy())
@@ -157,10 +157,10 @@ class ResidualTrace(ResidualStream):
         if real_input is None or record.query is None:
             raise self._refuse(f"layer {layer}'s attention was not called on the sequence")
         total = stream.total()
-        if _close(total, real_input.double()):
+        if matches(total, real_input.double()):
             return None, None
         norm_name = next((name for name, (real_in, real_out) in record.norms.items()
-                          if real_in is not None and _close(total, real_in) and _close(real_out, real_input)), None)
+                          if real_in is not None and matches(total, real_in) and matches(real_out, real_input)), None)
         if norm_name is None:
             raise self._refuse(f"layer {layer}'s attention reads something other than its input or a norm of it")
         return self._frozen(norm_name, *record.norms[norm_name], self._module(layer, norm_name)), norm_name

@@ -18,7 +18,9 @@ from qkviz.extraction.residual_pass import AttributionRefused, ResidualPass
 #: (float32 arithmetic over a few hundred parts)
 MATCH_TOLERANCE = 2e-4
 
-def _close(reconstructed: torch.Tensor, real: torch.Tensor) -> bool:
+def matches(reconstructed: torch.Tensor, real: torch.Tensor) -> bool:
+    """Whether ``reconstructed`` is the model's own ``real`` tensor to within :data:`MATCH_TOLERANCE` of its largest
+    entry (every step of the split is checked by this one rule)."""
     if reconstructed.shape != real.shape:
         return False
     size = max(float(real.abs().max()), 1e-6)
@@ -81,10 +83,10 @@ class ResidualStream(ResidualPass):
             parts.add(label, vector)
         if not parts.names or "embed" not in parts.names:
             raise self._refuse("its first layer's input does not come from its token embeddings")
-        if _close(parts.total(), first):
+        if matches(parts.total(), first):
             return parts
         for name, real_in, real_out, module in self.outside_norms:
-            if real_in is not None and _close(parts.total(), real_in) and _close(real_out, first):
+            if real_in is not None and matches(parts.total(), real_in) and matches(real_out, first):
                 norm = self._frozen(name, real_in, real_out, module)
                 normed = parts.through(norm)
                 if norm.bias is not None:
@@ -104,7 +106,7 @@ class ResidualStream(ResidualPass):
         bias = getattr(projection, "bias", None)
         bias = None if bias is None else bias.detach().double().expand_as(record.heads_out)
         total = torch.stack(heads).sum(dim=0) + (0 if bias is None else bias)
-        if not _close(total, record.heads_out):
+        if not matches(total, record.heads_out):
             raise self._refuse(f"layer {layer}'s heads through the output projection do not add up to its output")
         return heads, bias
 
@@ -112,7 +114,7 @@ class ResidualStream(ResidualPass):
         """``added`` (what the layer adds beside its attention), checked to be one of its modules' output."""
         record = self.records[layer]
         candidates = list(record.module_outputs.values()) + [out for _in, out in record.norms.values()]
-        if not any(_close(added, candidate) for candidate in candidates):
+        if not any(matches(added, candidate) for candidate in candidates):
             raise self._refuse(f"layer {layer} adds something beside its attention that is not one module's output "
                                "(an MLP)")
         return added
@@ -125,11 +127,11 @@ class ResidualStream(ResidualPass):
         x = record.input.double()
         norms = {name: (real_in.double(), real_out.double()) for name, (real_in, real_out) in record.norms.items()
                  if real_in is not None}
-        post = next((name for name, (real_in, _out) in norms.items() if _close(real_heads, real_in)), None)
+        post = next((name for name, (real_in, _out) in norms.items() if matches(real_heads, real_in)), None)
         # a post-norm layer's output is a norm's output; a pre-norm layer's (whose MLP norm also reads x + heads) not
-        normed_output = any(_close(real_out, record.output.double()) for _in, real_out in norms.values())
+        normed_output = any(matches(real_out, record.output.double()) for _in, real_out in norms.values())
         residual = None if post is not None or not normed_output else next(
-            (name for name, (real_in, _out) in norms.items() if _close(x + real_heads, real_in)), None)
+            (name for name, (real_in, _out) in norms.items() if matches(x + real_heads, real_in)), None)
         if post is not None:                     # a norm on the attention's output (sandwich / post-norms)
             norm = self._frozen(post, *norms[post], self._module(layer, post))
             heads = [norm.linear(head) for head in heads]
@@ -158,7 +160,7 @@ class ResidualStream(ResidualPass):
         record = self.records[layer]
         h = norms[first_name][1]
         second = next((name for name, (_in, real_out) in norms.items()
-                       if name != first_name and _close(real_out, record.output.double())), None)
+                       if name != first_name and matches(real_out, record.output.double())), None)
         if second is None:
             raise self._refuse(f"layer {layer}'s output is not a norm of its attention's normed output plus an MLP")
         mlp = self._mlp(layer, norms[second][0] - h)
@@ -176,7 +178,7 @@ class ResidualStream(ResidualPass):
         return self._checked(layer, out)
 
     def _checked(self, layer: int, parts: StreamParts) -> StreamParts:
-        if not _close(parts.total(), self.records[layer].output.double()):
+        if not matches(parts.total(), self.records[layer].output.double()):
             raise self._refuse(f"layer {layer}'s parts do not add up to its output")
         return parts
 
