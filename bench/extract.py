@@ -93,13 +93,17 @@ def main(argv: list[str] | None = None) -> None:
         sentences = select_sentences(load_corpus(corpus).sentences, loaded.tokenizer, None, args.tokens, None, 0)
         n_tokens = sum(len(s) for s in sentences)
 
+        steps: list[dict[str, float]] = []
+
         def timed_extract(repeat: int) -> tuple[float, float]:
-            """(the extract's seconds, a warm load of the model's seconds just before it)."""
+            """(the extract's seconds, a warm load of the model's seconds just before it); its steps' seconds into
+            ``steps``."""
             load_start = time.perf_counter()
             load_model(args.model, device=args.device)
             load = time.perf_counter() - load_start
             result = extract_run(args.model, corpus, scratch / f"run{repeat}", max_tokens=args.tokens,
                                  dtype=args.dtype, batch_size=args.batch_size, device=args.device)
+            steps.append(result.steps)
             return result.seconds, load
 
         # one untimed pass first: torch's first forward pass warms its kernels and allocator (4x a later one here),
@@ -124,9 +128,11 @@ def main(argv: list[str] | None = None) -> None:
               f"{statistics.median(loads):.2f} s")
         print(f"ratio extract / bare forward: median {statistics.median(ratios):.2f} (without its pair's warm model "
               f"load: {statistics.median(unloaded):.2f}); pairs {[round(r, 2) for r in ratios]}")
+        step_medians = {step: round(statistics.median(run[step] for run in steps), 3) for step in steps[0]}
+        print("the extract's steps, medians: " + ", ".join(f"{step} {spent:.2f} s" for step, spent in step_medians.items()))
         figures.update(tokens=n_tokens, sentences=len(sentences), bare_forward_s=summary(bare, 2),
                        extract_s=summary(full, 2), warm_model_load_s=summary(loads, 2), ratio=summary(ratios, 2),
-                       ratio_without_model_load=summary(unloaded, 2))
+                       ratio_without_model_load=summary(unloaded, 2), steps_s=step_medians)
 
         if args.rss_tokens:
             out = scratch / "rss-run"
@@ -186,7 +192,30 @@ def extract(results: Results) -> str:
               if (c := r.get("child_extract")) else "not run" for r in columns])]
     table = "\n".join(f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows)
     return (f"| min / median / max of {columns[0]['ratio']['runs']} pairs | " + " | ".join(labels) + " |\n|---|"
-            + "---|" * len(columns) + f"\n{table}\n\n({source(results, *names)}.)\n")
+            + "---|" * len(columns) + f"\n{table}\n\n{extract_steps(columns, labels)}({source(results, *names)}.)\n")
+
+
+#: what each of ``qkviz.extract``'s steps (``ExtractionResult.steps``) is, as the block names it
+STEP_LABELS = {"corpus": "reading the corpus", "model": "loading the model", "select": "tokenizing and selecting",
+               "hash": "waiting for the weights' hash", "gate": "the exactness gate", "logit_parts": "the logit parts",
+               "capture": "the capture (forward passes, every query and key stored)", "tables": "the tables and manifest",
+               "finish": "the last writes"}
+
+
+def extract_steps(columns: list[dict], labels: list[str]) -> str:
+    """Where an extraction's time goes, step by step (medians), and the capture's cost over the bare forward pass;
+    nothing where the result files do not hold the steps."""
+    measured = [(result, label) for result, label in zip(columns, labels) if "steps_s" in result]
+    if not measured:
+        return ""
+    parts = []
+    for result, label in measured:
+        steps, bare = result["steps_s"], result["bare_forward_s"]["median"]
+        named = ", ".join(f"{STEP_LABELS.get(step, step)} {spent:.2f} s" for step, spent in steps.items())
+        beyond = sum(spent for step, spent in steps.items() if step != "capture") + steps.get("capture", bare) - bare
+        parts.append(f"{label}: {named}; the capture {steps.get('capture', 0) / bare:.2f}× the bare forward pass, and "
+                     f"all but the forward pass {beyond:.2f} s ({beyond / bare:.2f}× it)")
+    return "Where the time goes (medians of the steps): " + "; ".join(parts) + ". "
 
 
 if __name__ == "__main__":

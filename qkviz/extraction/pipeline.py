@@ -15,12 +15,13 @@ columns, the manifest's image layout, the patch thumbnails).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Protocol
+from typing import Iterator, Protocol
 
 import numpy as np
 import pandas as pd
@@ -47,6 +48,22 @@ from qkviz.store.run_writer import DirectoryPlan, RunWriter, StoreLayout, plan_d
 logger = logging.getLogger(__name__)
 
 STORED_DTYPES = ("float16", "float32")
+
+#: the steps of an extraction whose wall seconds :class:`ExtractionResult` ``steps`` gives: reading the corpus, loading
+#: the model, tokenizing and selecting, waiting for the weights' hash (computed meanwhile), the exactness gate, the
+#: logit parts, the capture (the forward passes with every query and key stored), the tables and manifest, and the
+#: last writes (tables, arrays, checksums, manifest)
+STEPS = ("corpus", "model", "select", "hash", "gate", "logit_parts", "capture", "tables", "finish")
+
+
+@contextlib.contextmanager
+def timed(steps: dict[str, float], step: str) -> Iterator[None]:
+    """Add the wall seconds of the block to ``steps[step]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        steps[step] = steps.get(step, 0.0) + time.perf_counter() - start
 
 
 def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=None, max_tokens: int | None = None,
@@ -75,22 +92,27 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
     if images and (max_length is not None or chunk is not None):
         option = "--max-length truncates" if max_length is not None else "--chunk splits"
         raise QkvizError(f"{option} sentences; an image is always all its patches (leave it out)")
-    corpus_data = load_images(corpus) if images else load_corpus(corpus, text_column)
+    steps: dict[str, float] = {}
+    with timed(steps, "corpus"):
+        corpus_data = load_images(corpus) if images else load_corpus(corpus, text_column)
+    loading = time.perf_counter()
     with exclusive_lock(out.parent / f".{out.name}.lock", wait=False,
                         busy_message=f"another qkviz extract is writing {out}; wait for it to finish"), \
             model_for_extraction(model, tokenizer, device, progress, processor=processor,
                                  modality="image" if images else "text") as loaded:
+        steps["model"] = time.perf_counter() - loading
         with model_step(family_name(loaded.model), DISCOVERY):
             adapter = model_adapter(loaded.model)
         with model_step(adapter.family, IDENTITY):
             hashing = identity_in_background(loaded, adapter.family)     # hashed while the corpus is tokenized
         limits = dict(max_tokens=max_tokens, max_sentences=max_sentences, seed=seed)
-        run_input = (ImageInput.select(loaded, adapter, corpus_data, **limits) if images else
-                     TextInput.select(loaded, adapter, corpus_data, max_length=max_length, chunk=chunk,
-                                      chunk_overlap=chunk_overlap, **limits))
+        with timed(steps, "select"):
+            run_input = (ImageInput.select(loaded, adapter, corpus_data, **limits) if images else
+                         TextInput.select(loaded, adapter, corpus_data, max_length=max_length, chunk=chunk,
+                                          chunk_overlap=chunk_overlap, **limits))
         return write_run(loaded, adapter, run_input, out, started, dtype=dtype, batch_size=batch_size,
                          overwrite=overwrite, head_update=head_update, progress=progress, output_norms=output_norms,
-                         hashing=hashing)
+                         hashing=hashing, steps=steps)
 
 
 class RunInput(Protocol):
@@ -134,12 +156,15 @@ class RunInput(Protocol):
 
 def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, out: Path, started: float, *,
               dtype: str, batch_size: int, overwrite: bool, head_update: bool, progress: bool,
-              output_norms: bool = True, hashing: Future | None = None) -> ExtractionResult:
+              output_norms: bool = True, hashing: Future | None = None,
+              steps: dict[str, float] | None = None) -> ExtractionResult:
     """Write the run of ``run_input`` into ``out``: reuse, resume or refuse what is there (see the module),
     stream the vectors, then the tables, the arrays and the manifest last. Every step that runs the model's own
     code sits behind :func:`~qkviz.extraction.model_boundary.model_step`; all of them but the capture run before
     anything is written, and a refused capture of a fresh run removes what it wrote. ``hashing``: the model's
-    :func:`~qkviz.extraction.run_manifest.model_identity` already under way (:func:`identity_in_background`)."""
+    :func:`~qkviz.extraction.run_manifest.model_identity` already under way (:func:`identity_in_background`);
+    ``steps``: the seconds of the steps before this one (:data:`STEPS`), which the result's ``steps`` continue."""
+    steps = {} if steps is None else steps
     device = str(next(loaded.model.parameters()).device)
     shape = adapter.shape(loaded.model.config)
     if hashing is None:
@@ -147,8 +172,8 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
             hashing = identity_in_background(loaded, adapter.family)
     # An empty or absent directory is a fresh run whatever the fingerprint: there the checks run while the weights are
     # still being hashed (none changes a weight in place: the gate's float32 lift replaces them and puts them back).
-    checked = _checks_before_writing(adapter, run_input, head_update) if _is_empty(out) else None
-    with model_step(adapter.family, IDENTITY):
+    checked = _checks_before_writing(adapter, run_input, head_update, steps) if _is_empty(out) else None
+    with model_step(adapter.family, IDENTITY), timed(steps, "hash"):
         model_hashes = hashing.result()
     identity = {
         "schema_version": run_files.SCHEMA_VERSION,
@@ -162,8 +187,8 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     plan = plan_directory(out, run_fingerprint, overwrite)
     if plan is DirectoryPlan.REUSE:
         logger.info("%s already holds this run; reusing it", out)
-        return ExtractionResult(open_stored_run(out), "reused", time.perf_counter() - started)
-    gate, parts = checked or _checks_before_writing(adapter, run_input, head_update)
+        return ExtractionResult(open_stored_run(out), "reused", time.perf_counter() - started, _in_order(steps))
+    gate, parts = checked or _checks_before_writing(adapter, run_input, head_update, steps)
     if adapter.layer_indices is not None and len(set(adapter.layer_indices)) < len(adapter.layer_indices):
         logger.info("%s calls a shared layer %d times: the run's layer i is its i-th call (model layers %s, the "
                     "manifest's shape.model_layers)", adapter.family, shape.n_layers,
@@ -185,7 +210,7 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     writer = RunWriter(out, run_fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
     resumed = writer.tokens_done > 0
     try:
-        with model_step(adapter.family, CAPTURE):
+        with model_step(adapter.family, CAPTURE), timed(steps, "capture"):
             settings = run_input.capture(writer, batch_size, progress)
     except QkvizError as refused:
         writer.close()
@@ -195,6 +220,7 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     finally:
         writer.close()
     writer.checksum_arrays()        # in the background, while the tables are built
+    tables = time.perf_counter()
     tokens = run_input.token_table()
     manifest = run_manifest(identity, loaded, adapter, shape, settings, tokens, corpus_source=run_input.source,
                             n_corpus_items=run_input.n_corpus_items, n_sentences=run_input.n_sequences,
@@ -204,11 +230,15 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     manifest["extraction"] = {"device": device, "batch_size": batch_size, "exactness_gate": gate.as_manifest()}
     manifest["logit_parts"] = sorted(parts)
     manifest["output_norms"] = {"stored": True} if layout.output_norms else {"stored": False, "why": no_output_norms}
-    writer.finish(manifest, tokens, run_input.sequence_table(), {**parts, **run_input.extra_arrays()})
+    sequences, arrays = run_input.sequence_table(), {**parts, **run_input.extra_arrays()}
+    steps["tables"] = time.perf_counter() - tables
+    with timed(steps, "finish"):
+        writer.finish(manifest, tokens, sequences, arrays)
     seconds = time.perf_counter() - started
-    result = ExtractionResult(open_stored_run(out), "resumed" if resumed else "extracted", seconds)
+    result = ExtractionResult(open_stored_run(out), "resumed" if resumed else "extracted", seconds, _in_order(steps))
     logger.info("%s: %s %s in %.1f s", out, "resumed and finished" if resumed else "extracted",
                 run_input.summary(result.run), seconds)
+    logger.debug("extraction steps: %s", ", ".join(f"{step} {spent:.2f} s" for step, spent in result.steps.items()))
     if result.n_truncated:
         logger.warning("%d sentences were longer than the model allows and were truncated", result.n_truncated)
     return result
@@ -219,17 +249,23 @@ def _is_empty(directory: Path) -> bool:
     return not directory.exists() or (directory.is_dir() and not any(directory.iterdir()))
 
 
-def _checks_before_writing(adapter: FamilyAdapter, run_input: RunInput, head_update: bool) -> tuple[GateResult, dict]:
+def _checks_before_writing(adapter: FamilyAdapter, run_input: RunInput, head_update: bool,
+                           steps: dict[str, float]) -> tuple[GateResult, dict]:
     """What runs before anything is written: ``--head-update`` against the family, the exactness gate and the logit
-    parts (each a refusal in one line where the model fails it)."""
+    parts (each a refusal in one line where the model fails it); their seconds into ``steps``."""
     if head_update and not adapter.has_output_projection:
         raise QkvizError(f"--head-update needs the attention's output projection, which qkviz does not find in "
                          f"{adapter.family} models; extract without it")
-    with model_step(adapter.family, GATE):
+    with model_step(adapter.family, GATE), timed(steps, "gate"):
         gate = run_input.check_exactness()          # before anything is written
-    with model_step(adapter.family, LOGIT_PARTS):
+    with model_step(adapter.family, LOGIT_PARTS), timed(steps, "logit_parts"):
         parts = run_input.logit_parts()
     return gate, parts
+
+
+def _in_order(steps: dict[str, float]) -> dict[str, float]:
+    """``steps`` in the order of :data:`STEPS`."""
+    return {step: steps[step] for step in STEPS if step in steps}
 
 
 def family_name(model) -> str:

@@ -6,7 +6,7 @@ import hashlib
 import json
 import platform
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import numpy as np
@@ -23,6 +23,8 @@ class ExtractionResult:
     run: StoredRun
     status: str          # "extracted", "resumed" or "reused"
     seconds: float
+    #: wall seconds of each step, in order (:data:`qkviz.extraction.pipeline.STEPS`; a step that did not run is absent)
+    steps: dict[str, float] = field(default_factory=dict)
 
     @property
     def n_truncated(self) -> int:

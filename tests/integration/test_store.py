@@ -76,6 +76,17 @@ def test_overwrite_replaces_a_run(tiny_model, tiny_corpus, tmp_path):
     assert replaced.status == "extracted" and replaced.run.n_sentences == 7
 
 
+def test_an_extraction_gives_each_steps_seconds_in_order(tiny_model, tiny_corpus, tmp_path):
+    from qkviz.extraction.pipeline import STEPS
+
+    model = str(tiny_model("bert"))
+    fresh = extract_run(model, tiny_corpus, tmp_path / "run", max_sentences=5)
+    assert list(fresh.steps) == list(STEPS)                              # every step timed, in the order they run
+    assert all(spent >= 0 for spent in fresh.steps.values()) and sum(fresh.steps.values()) <= fresh.seconds
+    reused = extract_run(model, tiny_corpus, tmp_path / "run", max_sentences=5)
+    assert reused.status == "reused" and list(reused.steps) == ["corpus", "model", "select", "hash"]
+
+
 def test_a_directory_that_is_not_a_run_is_never_written(tiny_model, tiny_corpus, tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(QkvizError, match="not a qkviz run"):
