@@ -212,9 +212,11 @@ def extract_steps(columns: list[dict], labels: list[str]) -> str:
     for result, label in measured:
         steps, bare = result["steps_s"], result["bare_forward_s"]["median"]
         named = ", ".join(f"{STEP_LABELS.get(step, step)} {spent:.2f} s" for step, spent in steps.items())
-        beyond = sum(spent for step, spent in steps.items() if step != "capture") + steps.get("capture", bare) - bare
-        parts.append(f"{label}: {named}; the capture {steps.get('capture', 0) / bare:.2f}× the bare forward pass, and "
-                     f"all but the forward pass {beyond:.2f} s ({beyond / bare:.2f}× it)")
+        besides = sum(spent for step, spent in steps.items() if step != "capture")
+        beyond = besides + steps.get("capture", bare) - bare
+        parts.append(f"{label}: {named}; the capture {steps.get('capture', 0) / bare:.2f}× the bare forward pass, the "
+                     f"steps besides it {besides:.2f} s ({besides / bare:.2f}× the forward pass), all but the forward "
+                     f"pass {beyond:.2f} s ({beyond / bare:.2f}× it)")
     return "Where the time goes (medians of the steps): " + "; ".join(parts) + ". "
 
 
