@@ -51,18 +51,21 @@ def side_by_side(factors: torch.Tensor, kv_heads: int) -> torch.Tensor:
     return grouped.permute(0, 3, 1, 2).reshape(kv_heads, d_value, -1).contiguous()
 
 
-def head_output_norms(values: torch.Tensor, factors: torch.Tensor, n_heads: int,
-                      stacked: torch.Tensor | None = None) -> torch.Tensor:
+def head_output_norms(values: torch.Tensor, factors: torch.Tensor, n_heads: int) -> torch.Tensor:
     """float32 ``[batch, head, pos]``: ``|W_O^h v_j|`` for every query head ``h`` from ``values``
     ``[batch, kv_head, pos, d_value]`` (query head ``h`` reads key-value head ``h // (n_heads // n_kv_heads)``)
-    and one layer's ``factors`` ``[head, rank, d_value]`` (:func:`head_factors`; ``stacked``: the same
-    :func:`side_by_side`, where the caller keeps it). One batched product over the key-value heads, the batch's
-    tokens as its rows; the result is a view of a position-first ``[batch, pos, head]`` tensor."""
+    and one layer's ``factors`` ``[head, rank, d_value]`` (:func:`head_factors`)."""
+    return stacked_output_norms(values, side_by_side(factors, values.shape[1]), n_heads)
+
+
+def stacked_output_norms(values: torch.Tensor, stacked: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """:func:`head_output_norms` from the layer's factors already :func:`side_by_side` (``[kv_head, d_value, group x
+    rank]``, as :class:`OutputNormProbe` keeps them). One batched product over the key-value heads, the batch's tokens
+    as its rows; the result is a view of a position-first ``[batch, pos, head]`` tensor."""
     batch, kv_heads, positions, d_value = values.shape
-    group, rank = n_heads // kv_heads, factors.shape[1]
-    stacked = side_by_side(factors, kv_heads) if stacked is None else stacked
+    group = n_heads // kv_heads
     tokens = values.float().transpose(0, 1).reshape(kv_heads, batch * positions, d_value)
-    projected = torch.bmm(tokens, stacked.to(values.device)).view(kv_heads, batch * positions, group, rank)
+    projected = torch.bmm(tokens, stacked.to(values.device)).view(kv_heads, batch * positions, group, -1)
     norms = torch.linalg.vector_norm(projected, dim=-1)                      # [kv_head, token, group]
     return norms.transpose(0, 1).reshape(batch, positions, n_heads).movedim(2, 1)
 
@@ -73,13 +76,12 @@ class OutputNormProbe:
 
     def __init__(self, model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, sink):
         device = next(model.parameters()).device
-        self._factors = [factor.to(device) for factor in head_factors(model, adapter, shape)]
-        self._stacked = [side_by_side(factor, shape.n_kv_heads) for factor in self._factors]
+        self._stacked = [side_by_side(factor.to(device), shape.n_kv_heads) for factor in head_factors(model, adapter, shape)]
         self._heads = shape.n_heads
         self._sink = sink
 
     def __call__(self, layer: int, values: torch.Tensor) -> None:
-        self._sink(layer, head_output_norms(values, self._factors[layer], self._heads, self._stacked[layer]))
+        self._sink(layer, stacked_output_norms(values, self._stacked[layer], self._heads))
 
 
 def unresolved_reason(adapter: FamilyAdapter) -> str | None:

@@ -220,18 +220,18 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     finally:
         writer.close()
     writer.checksum_arrays()        # in the background, while the tables are built
-    tables = time.perf_counter()
-    tokens = run_input.token_table()
-    manifest = run_manifest(identity, loaded, adapter, shape, settings, tokens, corpus_source=run_input.source,
-                            n_corpus_items=run_input.n_corpus_items, n_sentences=run_input.n_sequences,
-                            n_truncated=run_input.n_truncated)
-    if (described := run_input.manifest_input()) is not None:
-        manifest["input"] = described
-    manifest["extraction"] = {"device": device, "batch_size": batch_size, "exactness_gate": gate.as_manifest()}
-    manifest["logit_parts"] = sorted(parts)
-    manifest["output_norms"] = {"stored": True} if layout.output_norms else {"stored": False, "why": no_output_norms}
-    sequences, arrays = run_input.sequence_table(), {**parts, **run_input.extra_arrays()}
-    steps["tables"] = time.perf_counter() - tables
+    with timed(steps, "tables"):
+        tokens = run_input.token_table()
+        manifest = run_manifest(identity, loaded, adapter, shape, settings, tokens, corpus_source=run_input.source,
+                                n_corpus_items=run_input.n_corpus_items, n_sentences=run_input.n_sequences,
+                                n_truncated=run_input.n_truncated)
+        if (described := run_input.manifest_input()) is not None:
+            manifest["input"] = described
+        manifest["extraction"] = {"device": device, "batch_size": batch_size, "exactness_gate": gate.as_manifest()}
+        manifest["logit_parts"] = sorted(parts)
+        manifest["output_norms"] = ({"stored": True} if layout.output_norms
+                                    else {"stored": False, "why": no_output_norms})
+        sequences, arrays = run_input.sequence_table(), {**parts, **run_input.extra_arrays()}
     with timed(steps, "finish"):
         writer.finish(manifest, tokens, sequences, arrays)
     seconds = time.perf_counter() - started
