@@ -240,7 +240,7 @@ def head_circuits(run: StoredRun, heads: Iterable[tuple[int, int]], *, budget: i
                   progress: bool = False) -> dict[tuple[int, int], HeadCircuit]:
     """The circuit of every head of ``heads`` (``(layer, head)`` pairs), from one sample of the run."""
     heads = list(heads)
-    model = run_model(run, model, device)
+    model = run_model(run, model, device, "head circuits")
     sample = sample_sequences(run, budget, seed)
     logger.info("circuits of %d heads over %d sequences (%d tokens)", len(heads), len(sample.sentences),
                 sample.n_tokens)
@@ -277,6 +277,6 @@ def explain_selection(run: StoredRun, layer: int, head: int, queries, keys, *, m
         chosen[sentence] = mask
     n_tokens = int(sum(run.sentences.n_tokens.iloc[s] for s in shared))
     sample = CircuitSample(tuple(shared), n_tokens, n_tokens, 0, int(run.sentences.n_tokens.sum()))
-    model = run_model(run, model, device)
+    model = run_model(run, model, device, "attribution of a selection")
     sums = circuit_sums(run, model, [(layer, head)], sample, chosen=chosen)
     return circuit_from_sums(layer, head, sums[(layer, head)], sample)

@@ -77,7 +77,7 @@ def probe_heads(run: StoredRun, settings: ProbeSettings = ProbeSettings(), *, mo
         raise QkvizError(f"run {run.path} is an image run; the repeated-token probes are for text models")
     from qkviz.extraction.repeat_probe import PROBES, probe_scores
 
-    model = run_model(run, model, device)
+    model = run_model(run, model, device, "the repeated-token probe")
     probe, drawn_from = probe_sequences(run, model, settings)
     logger.info("probing %d heads on %s", run.n_layers * run.n_heads, settings.describe())
     scores = probe_scores(model, probe, device=device)

@@ -42,7 +42,7 @@ def ablate_labels(run: StoredRun, labels: pd.DataFrame, *, model=None, device: s
     when its head is removed, on its probe (see the module)."""
     from qkviz.extraction import ablation_losses
 
-    model = run_language_model(run, model, device)
+    model = run_language_model(run, model, device, "ablation of the labels' heads")
     checked = labels.label.isin(CHECKED_LABELS)
     on_probe = checked & labels.probe.str.startswith("repeated random tokens")
     changes = np.full(len(labels), np.nan)

@@ -48,10 +48,11 @@ def _check_same_model(run: StoredRun, model, where: str) -> None:
                              "pass the run's own model (model=)")
 
 
-def run_model(run: StoredRun, model=None, device: str = "cpu"):
+def run_model(run: StoredRun, model=None, device: str = "cpu", purpose: str = "attribution"):
     """The run's model, in eval mode: ``model`` if given (checked to be the run's own), else the model the manifest
     names, loaded once per process. A run whose model cannot be found is refused in one line that names what was
-    looked for."""
+    looked for. ``purpose``: what the model is loaded for, named by the log line of its loading
+    (``"attribution"``, ``"ablation"``, ``"the repeated-token probe"``, ...)."""
     if run.is_image_run:
         raise QkvizError(f"run {run.path} is an image run; query-key attribution splits text runs' logits")
     if model is not None:
@@ -65,7 +66,7 @@ def run_model(run: StoredRun, model=None, device: str = "cpu"):
         return _LOADED[(spec, device, "lm")].base_model
     from qkviz.extraction import load_model
 
-    logger.info("loading %s for attribution (once per process)", spec)
+    logger.info("loading %s for %s (once per process)", spec, purpose)
     loaded = _loaded(run, spec, load_model, device)
     _check_same_model(run, loaded.model, f"model {spec!r}")
     _LOADED[key] = loaded.model
@@ -81,12 +82,13 @@ def _loaded(run: StoredRun, spec: str, loader, device: str):
             from None
 
 
-def run_language_model(run: StoredRun, model=None, device: str = "cpu"):
+def run_language_model(run: StoredRun, model=None, device: str = "cpu", purpose: str = "ablation"):
     """The run's model with its language-model head where it has one, for the next-token loss (ablation).
 
     ``model`` if given (it, or its base model, checked to be the run's own). Else, for a causal run, the model the
     manifest names loaded as a causal language model once per process (its base model checked to be the run's own);
-    an encoder run, or a checkpoint saved without its head, gets :func:`run_model`'s base model."""
+    an encoder run, or a checkpoint saved without its head, gets :func:`run_model`'s base model. ``purpose``: as
+    :func:`run_model`'s."""
     if run.is_image_run:
         raise QkvizError(f"run {run.path} is an image run; ablation runs text runs' models")
     if model is not None:
@@ -99,19 +101,19 @@ def run_language_model(run: StoredRun, model=None, device: str = "cpu"):
             _check_same_model(run, base, f"the model given ({type(model).__name__})")
         return model.eval()
     if not run.is_causal:
-        return run_model(run, None, device)
+        return run_model(run, None, device, purpose)
     spec = _loadable_spec(run)
     key = (spec, device, "lm")
     if (spec, device) in _HEADLESS:
-        return run_model(run, None, device)
+        return run_model(run, None, device, purpose)
     if key not in _LOADED:
         from qkviz.extraction import load_language_model
 
-        logger.info("loading %s with its language-model head (once per process)", spec)
+        logger.info("loading %s with its language-model head for %s (once per process)", spec, purpose)
         language_model = _loaded(run, spec, load_language_model, device)
         if language_model is None:
             _HEADLESS.add((spec, device))
-            return run_model(run, None, device)
+            return run_model(run, None, device, purpose)
         _check_same_model(run, language_model.base_model, f"model {spec!r}")
         _LOADED[key] = language_model
     return _LOADED[key]

@@ -95,7 +95,7 @@ def explain_pair_splits(run: StoredRun, layer: int, head: int, query: int, key: 
     if unknown or not bys:
         raise QkvizError(f"by must be one of {', '.join(BY)}, got {unknown[0] if unknown else 'none'!r}")
     query, key = check_token(run, "query", query), check_token(run, "key", key)
-    model = run_model(run, model, device)
+    model = run_model(run, model, device, "attribution")
     query_names, query_parts, key_names, key_parts = split_vectors(run, model, layer, head, query, key)
     scale = run.scale(layer)
     tokens = run.tokens

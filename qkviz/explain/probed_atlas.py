@@ -68,7 +68,7 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
     run = as_run(run)
     if ablate and probes and not run.is_image_run and model is None:
         try:        # loaded first with its language-model head, the model serves the probe too: one copy
-            run_language_model(run, None, device)
+            run_language_model(run, None, device, "the probe and its ablations")
         except QkvizError:
             pass    # the probe says why below
     scores, note = None, "not run (probes=False, --no-probes)"

@@ -37,7 +37,7 @@ def compute_circuits(run: StoredRun, *, budget: int = DEFAULT_BUDGET, seed: int 
                      device: str = "cpu", progress: bool = True) -> pd.DataFrame:
     """Every head's circuit over one sample of ``run`` (one model pass per chunk of each sampled sequence, every
     layer split from it), stored in ``<run>/circuits/``; returns the table."""
-    model = run_model(run, model, device)
+    model = run_model(run, model, device, "head circuits")
     sample = sample_sequences(run, budget, seed)
     heads = [(layer, head) for layer in range(run.n_layers) for head in range(run.n_heads)]
     sums = circuit_sums(run, model, heads, sample, progress)

@@ -255,6 +255,25 @@ def test_the_cli_prints_the_mean_change_and_the_tokens_most_changed(gpt2_languag
                    "--mode")
 
 
+def test_the_cli_says_an_encoders_result_once_and_logs_what_the_model_is_loaded_for(tiny_run, monkeypatch):
+    """Issue 49: "mean hidden-state change change" printed, the result logged again in another number format, and
+    the model's loading logged as "for attribution" for an ablation."""
+    from support.cli import run_main
+
+    from qkviz.explain import model_on_demand
+
+    monkeypatch.setattr(model_on_demand, "_LOADED", {})     # loaded here, so that its log line shows
+    run = tiny_run("bert", max_sentences=4)
+    done = run_main("ablate", "--run", str(run.path), "--layer", "1", "--head", "0", "--top", "3")
+    assert done.returncode == 0, done.stderr
+    summary = done.stdout.splitlines()[0]
+    assert summary.startswith("L1H0 zero-ablated: mean hidden-state change +") and "change change" not in summary
+    mean = run.ablate(1, 0).attrs["mean_change"]
+    assert f"{mean:+.4g}" in summary and "-ablated" not in done.stderr      # said once, on stdout
+    loading = [line for line in done.stderr.splitlines() if "loading" in line]
+    assert len(loading) == 1 and "for ablation" in loading[0] and "attribution" not in loading[0], done.stderr
+
+
 def test_a_run_whose_model_was_saved_without_its_head_measures_the_hidden_state(tiny_run):
     run = tiny_run("llama", max_sentences=4)
     frame = run.ablate(0, 1)
