@@ -124,7 +124,8 @@ class Run(StoredRun):
         the biases; :mod:`qkviz.explain`).
 
         ``query`` and ``key`` are token indices (rows of :attr:`tokens`, of ``queries`` / ``keys``), in one sequence
-        or two. ``by="pair"`` gives columns ``query_part``, ``key_part``, ``contribution``; ``"query"`` and
+        or two; a pair the head's mask forbids (a key after the query in a causal model, outside its sliding window
+        or chunk) is refused in one line. ``by="pair"`` gives columns ``query_part``, ``key_part``, ``contribution``; ``"query"`` and
         ``"key"`` one row per part of that side (``part``, ``contribution``); ``"dimension"`` the split over
         dimensions or rotary frequency bands. Rows add up to ``frame.attrs["logit"]``. The run's model is loaded on
         first use (once per process); a notebook run passes its model as ``model=``."""

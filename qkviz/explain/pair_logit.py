@@ -4,7 +4,8 @@
 tokens -- one pass when they share a sequence, one each when partner search paired them across sequences -- splits
 the head's query at ``i`` and key at ``j`` by the parts that wrote them
 (:func:`qkviz.extraction.query_key_parts`), checks that those add up to the run's stored query and key, and
-returns the split the caller asked for (:mod:`qkviz.analysis.logit_attribution`).
+returns the split the caller asked for (:mod:`qkviz.analysis.logit_attribution`). A pair the head's mask forbids
+(attention 0) is refused first, in one line saying why (:func:`masked_pair`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from qkviz.analysis.logit_attribution import BY, dimension_split, pair_split, side_split
+from qkviz.core.attention import allowed_keys
 from qkviz.core.errors import QkvizError
 from qkviz.explain.model_on_demand import run_model
 from qkviz.store.run import StoredRun
@@ -29,6 +31,32 @@ def check_token(run: StoredRun, name: str, token) -> int:
     if not 0 <= int(token) < len(run.tokens):
         raise QkvizError(f"{name} {token} is outside the run's {len(run.tokens)} tokens (0..{len(run.tokens) - 1})")
     return int(token)
+
+
+def masked_pair(run: StoredRun, layer: int, head: int, query: int, key: int) -> str | None:
+    """Why head ``(layer, head)``'s mask forbids token ``query`` to meet token ``key`` (attention 0: no logit of
+    theirs reaches the softmax), in one line, or None where they may meet. Masked: a key after the query in a causal
+    model, one outside the query's sliding window, one in another chunk (:class:`qkviz.core.LogitRule`,
+    :func:`qkviz.core.attention.allowed_keys`). A pair across two sequences is not masked: partner search pairs
+    them by their content logit. (A run holds no padding: every token of a sequence is real.)"""
+    tokens = run.tokens
+    sentence = int(tokens.sentence.iat[query])
+    if int(tokens.sentence.iat[key]) != sentence:
+        return None
+    rule = run.logit_rule(layer, head)
+    at_query, at_key = int(tokens.position.iat[query]), int(tokens.position.iat[key])
+    lo, hi = allowed_keys(np.array([at_query]), int(run.sentences.n_tokens.iat[sentence]), rule)
+    if lo[0] <= at_key < hi[0]:
+        return None
+    if rule.causal and at_key > at_query:
+        why = f"key {key} comes after query {query} in this causal model"
+    elif rule.window is not None and abs(at_key - at_query) >= rule.window:
+        why = (f"key {key} is {abs(at_key - at_query)} positions from query {query}, outside layer {layer}'s "
+               f"sliding window of {rule.window}")
+    else:
+        why = f"key {key} is in another chunk of {rule.chunk} tokens than query {query} (layer {layer}'s chunked " \
+              "attention)"
+    return f"{why}: the pair is masked (attention 0)"
 
 
 def sequence_ids(run: StoredRun, sentence: int, up_to: int | None = None) -> np.ndarray:
@@ -95,6 +123,9 @@ def explain_pair_splits(run: StoredRun, layer: int, head: int, query: int, key: 
     if unknown or not bys:
         raise QkvizError(f"by must be one of {', '.join(BY)}, got {unknown[0] if unknown else 'none'!r}")
     query, key = check_token(run, "query", query), check_token(run, "key", key)
+    masked = masked_pair(run, layer, head, query, key)
+    if masked is not None:
+        raise QkvizError(masked)
     model = run_model(run, model, device, "attribution")
     query_names, query_parts, key_names, key_parts = split_vectors(run, model, layer, head, query, key)
     scale = run.scale(layer)

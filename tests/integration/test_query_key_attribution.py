@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import qkviz
-from qkviz.core import QkvizError
+from qkviz.core import QkvizError, allowed_keys
 from qkviz.explain.pair_logit import sequence_ids, split_vectors
 from qkviz.extraction import AttributionRefused
 from qkviz.extraction.adapters import model_adapter
@@ -61,10 +61,14 @@ def family_run(tokenizer, tmp_path_factory):
 
 
 def _pairs(run) -> list[tuple[int, int]]:
-    """A pair inside one sentence (the key before the query) and a pair across two sentences."""
+    """A pair inside one sentence (the key before the query, the earliest from position 1 that every layer's mask
+    allows: a masked pair is refused) and a pair across two sentences."""
     first = run.sentence_tokens(0)
     second = run.sentence_tokens(1)
-    return [(first.stop - 2, first.start + 1), (second.start + 3, first.start + 2)]
+    query, length = first.stop - 2, first.stop - first.start
+    earliest = max(int(allowed_keys(np.array([query - first.start]), length, run.logit_rule(layer, 0))[0][0])
+                   for layer in range(run.n_layers))
+    return [(query, first.start + max(1, earliest)), (second.start + 3, first.start + 2)]
 
 
 def _stored_logit(run, layer, head, query, key) -> float:
@@ -254,6 +258,33 @@ def test_bad_arguments_are_one_line(arguments, message, family_run):
     assert "\n" not in str(refused.value)
 
 
+def test_a_masked_pair_is_refused_in_one_line_saying_why(family_run):
+    """Issue 49: a key after the query of a causal model (attention 0) was split as if it were attended."""
+    model, run = family_run("llama")
+    first, second = run.sentence_tokens(0), run.sentence_tokens(1)
+    query, key = first.start + 2, first.start + 5
+    with pytest.raises(QkvizError) as refused:
+        run.explain(1, 0, query, key, model=model)
+    assert str(refused.value) == (f"key {key} comes after query {query} in this causal model: the pair is masked "
+                                  "(attention 0)")
+    frame = run.explain(1, 0, first.start + 2, second.start + 5, model=model)    # across two sequences: allowed
+    assert frame.contribution.sum() == pytest.approx(frame.attrs["logit"], abs=1e-4)
+    model, windowed = family_run("mistral")                                        # a sliding window of 6 tokens
+    window = windowed.sliding_window(0)
+    rows = windowed.sentence_tokens(0)
+    query = rows.start + window + 2
+    with pytest.raises(QkvizError, match=f"key {rows.start + 2} is {window} positions from query {query}, outside "
+                                         f"layer 0's sliding window of {window}: the pair is masked"):
+        windowed.explain(0, 0, query, rows.start + 2, model=model)
+    assert windowed.explain(0, 0, query, rows.start + 3, model=model).attrs["logit"] is not None
+    model, chunked = family_run("llama4_text")                                     # chunks of 8 tokens
+    layer = next(layer for layer in range(chunked.n_layers) if chunked.chunk(layer))
+    rows = chunked.sentence_tokens(0)
+    with pytest.raises(QkvizError, match=f"key {rows.start + 7} is in another chunk of 8 tokens than query "
+                                         f"{rows.start + 8} .*: the pair is masked"):
+        chunked.explain(layer, 0, rows.start + 8, rows.start + 7, model=model)
+
+
 def test_the_cli_explains_a_pair_and_refuses_in_one_line(tiny_run, tmp_path):
     run = tiny_run("llama")
     sentence = run.sentence_tokens(0)
@@ -270,6 +301,10 @@ def test_the_cli_explains_a_pair_and_refuses_in_one_line(tiny_run, tmp_path):
                    "give --query I and --key J")
     one_line_error(run_main("explain", "--run", str(run.path), "--layer", "1", "--head", "2", "--query", "0",
                             "--key", "999999"), "outside the run's")
+    one_line_error(run_main("explain", "--run", str(run.path), "--layer", "1", "--head", "2", "--query",
+                            str(sentence.start), "--key", str(sentence.start + 3)),
+                   f"key {sentence.start + 3} comes after query {sentence.start} in this causal model: the pair is "
+                   "masked (attention 0)")
     circuit = run_main("-q", "explain", "--run", str(run.path), "--layer", "1", "--head", "2", "--circuit",
                        "--budget", "50")
     assert circuit.returncode == 0, circuit.stderr
