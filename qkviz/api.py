@@ -117,18 +117,35 @@ class Run(StoredRun):
         search (what :meth:`partners` asks)."""
         return PartnerIndexes(self)
 
+    def token_rows(self, sentence: int) -> pd.DataFrame:
+        """One sentence's tokens with their indices in :attr:`tokens` -- the ``query`` and ``key`` that
+        :meth:`explain` takes (``qkviz tokens`` prints this table).
+
+        Columns ``token_index`` (the row of :attr:`tokens`, of ``queries`` / ``keys``), ``position`` (in the
+        sentence, from 0), ``token`` and ``is_special``; ``attrs`` holds ``sentence`` and its ``text``. A sentence
+        that is not one of the run's is a one-line :class:`QkvizError`."""
+        if isinstance(sentence, (bool, np.bool_)) or not isinstance(sentence, (int, np.integer)):
+            raise QkvizError(f"sentence must be a sentence number of the run (0..{self.n_sentences - 1}), "
+                             f"got {sentence!r}")
+        rows = self.sentence_tokens(int(sentence))
+        frame = self.tokens.iloc[rows][["position", "token", "is_special"]].reset_index(drop=True)
+        frame.insert(0, "token_index", np.arange(rows.start, rows.stop))
+        frame.attrs.update(sentence=int(sentence), text=str(self.sentences.text.iat[int(sentence)]))
+        return frame
+
     def explain(self, layer: int, head: int, query: int, key: int, by: str = "pair", *, model=None,
                 device: str = "cpu") -> pd.DataFrame:
         """Why token ``query`` meets token ``key`` in head ``(layer, head)``: its pre-softmax logit split exactly by
         the parts of the residual stream that wrote the query and the key (embeddings, each earlier head and MLP,
         the biases; :mod:`qkviz.explain`).
 
-        ``query`` and ``key`` are token indices (rows of :attr:`tokens`, of ``queries`` / ``keys``), in one sequence
-        or two; a pair the head's mask forbids (a key after the query in a causal model, outside its sliding window
-        or chunk) is refused in one line. ``by="pair"`` gives columns ``query_part``, ``key_part``, ``contribution``; ``"query"`` and
-        ``"key"`` one row per part of that side (``part``, ``contribution``); ``"dimension"`` the split over
-        dimensions or rotary frequency bands. Rows add up to ``frame.attrs["logit"]``. The run's model is loaded on
-        first use (once per process); a notebook run passes its model as ``model=``."""
+        ``query`` and ``key`` are token indices (rows of :attr:`tokens`, of ``queries`` / ``keys``; a sentence's are
+        :meth:`token_rows`), in one sequence or two; a pair the head's mask forbids (a key after the query in a
+        causal model, outside its sliding window or chunk) is refused in one line. ``by="pair"`` gives columns
+        ``query_part``, ``key_part``, ``contribution``; ``"query"`` and ``"key"`` one row per part of that side
+        (``part``, ``contribution``); ``"dimension"`` the split over dimensions or rotary frequency bands. Rows add
+        up to ``frame.attrs["logit"]``. The run's model is loaded on first use (once per process); a notebook run
+        passes its model as ``model=``."""
         from qkviz.explain import explain_pair
 
         return explain_pair(self, layer, head, query, key, by, model=model, device=device)

@@ -231,6 +231,18 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tokens(args: argparse.Namespace) -> int:
+    table = qkviz.open_run(args.run).token_rows(args.sentence)
+    rows = table.token_index
+    header = (f"sentence {args.sentence}: tokens {rows.iat[0]}-{rows.iat[-1]} of the run (the indices qkviz explain's "
+              f"--query and --key take)")
+    width = max(len("index"), len(str(rows.iat[-1])))
+    lines = [header, " ".join(table.attrs["text"].split()), f"{'index':>{width}}  position  token"]
+    lines += [f"{row.token_index:>{width}}  {row.position:>8}  {row.token!r}" for row in table.itertuples()]
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
 def _models(args: argparse.Namespace) -> int:
     sys.stdout.write(models_listing() + "\n")
     return 0
@@ -285,7 +297,7 @@ def _quiet_dask() -> None:
 
 COMMANDS = {"extract": _extract, "project": _project, "report": _report, "stats": _stats, "related": _related,
             "compare": _compare, "status": _status, "index": _index, "serve": _serve, "models": _models,
-            "explain": _explain, "ablate": ablate_command}
+            "explain": _explain, "ablate": ablate_command, "tokens": _tokens}
 
 
 #: the loggers whose information lines the console shows (other libraries' only from warnings up)

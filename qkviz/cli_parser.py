@@ -284,5 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--out", type=Path, help="also write every token's row to this .csv or .parquet file")
     ablate.add_argument("--device", type=device, default="cpu", help="where the model runs: cpu (default), cuda, cuda:N, mps")
 
+    tokens = commands.add_parser(
+        "tokens", help="a sentence's tokens with their indices in the run (what explain's --query and --key take)",
+        description="Print one sentence of the run, then each of its tokens: its index (its row of the run's token "
+                    "table, what 'qkviz explain --query / --key' take), its position in the sentence and the token.")
+    tokens.add_argument("--run", required=True, type=Path, help="run directory")
+    tokens.add_argument("--sentence", required=True, type=integer(0), help="the sentence (from 0, as the run stores them)")
+
     commands.add_parser("models", help="list the bundled models and the supported families")
     return parser

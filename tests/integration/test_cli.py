@@ -7,6 +7,7 @@ import pytest
 import transformers
 from support.cli import run_main, run_process
 
+from qkviz import QkvizError
 from qkviz.extraction.model_families import MODEL_FAMILIES
 from qkviz.store import files as run_files
 
@@ -140,3 +141,53 @@ def test_the_console_log_shows_other_libraries_only_from_warnings_up(monkeypatch
     monkeypatch.setitem(qkviz.cli.COMMANDS, "status", command)
     result = run_main("status", "--run", "anywhere")
     assert result.stderr.splitlines() == ["qkviz: extracted 40 images", "qkviz: a library's warning"]
+
+
+def test_tokens_lists_a_sentences_token_indices_for_explain(tiny_run):
+    """Issue 49: the indices 'qkviz explain --query / --key' take, per sentence (run.token_rows, then the verb)."""
+    run = tiny_run("llama")
+    rows = run.sentence_tokens(2)
+    table = run.token_rows(2)
+    assert list(table.columns) == ["token_index", "position", "token", "is_special"]
+    assert table.token_index.tolist() == list(range(rows.start, rows.stop))
+    assert table.position.tolist() == list(range(rows.stop - rows.start))
+    assert table.token.tolist() == run.tokens.token.iloc[rows].tolist()
+    assert table.attrs == {"sentence": 2, "text": run.sentences.text.iat[2]}
+    for bad, message in ((run.n_sentences, f"sentence {run.n_sentences} is out of range"), (-1, "out of range"),
+                         ("2", "sentence must be a sentence number"), (True, "sentence must be a sentence number")):
+        with pytest.raises(QkvizError, match=message):
+            run.token_rows(bad)
+    listed = qkviz("tokens", "--run", str(run.path), "--sentence", "2", check_rc=0).stdout.splitlines()
+    assert listed[0].startswith(f"sentence 2: tokens {rows.start}-{rows.stop - 1} of the run") and "--query" in listed[0]
+    assert listed[1] == " ".join(run.sentences.text.iat[2].split())
+    assert listed[2].split() == ["index", "position", "token"] and len(listed) == 3 + rows.stop - rows.start
+    for line, row in zip(listed[3:], table.itertuples()):
+        assert line.split(maxsplit=2) == [str(row.token_index), str(row.position), repr(row.token)]
+    assert_one_line_error(qkviz("tokens", "--run", str(run.path), "--sentence", str(run.n_sentences)),
+                          f"sentence {run.n_sentences} is out of range")
+    assert_one_line_error(qkviz("tokens", "--run", str(run.path), "--sentence", "-1"), "--sentence")
+    assert_one_line_error(qkviz("tokens", "--run", str(run.path)), "--sentence")
+
+
+def test_the_docs_name_every_command_and_every_method_of_a_run():
+    """docs/cli.md's summary and sections name every command of the parser; docs/api.md's list of a run's methods
+    names every public method and property that qkviz.Run adds to the stored run (issue 49: explain, ablate, circuit
+    and tokens were missing)."""
+    import argparse
+
+    from support import REPO
+
+    import qkviz.cli
+    from qkviz.api import Run
+    from qkviz.cli_parser import build_parser
+
+    subcommands = next(action for action in build_parser()._actions if isinstance(action, argparse._SubParsersAction))
+    assert set(subcommands.choices) == set(qkviz.cli.COMMANDS)
+    page = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    summary = page.split("```")[1].splitlines()
+    for command in subcommands.choices:
+        assert any(line.startswith(f"qkviz {command} ") for line in summary), command
+        assert f"## `qkviz {command}`" in page, command
+    api = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    for name in (name for name in vars(Run) if not name.startswith("_")):
+        assert f"run.{name}" in api, name
