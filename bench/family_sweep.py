@@ -8,12 +8,19 @@ first on its path. The result says, per release, every type's outcome, and the c
 and for the held-out batch of 32 types no issue names (the goals are declared in this module's figure block, below).
 
     python -m bench.family_sweep                  # both releases: bench/results/family_sweep.json (~1 h on 2 cores)
+    python -m bench.family_sweep --releases newest --add   # a new release added to the releases swept before
     python -m bench.family_sweep --types llama,gptj --out /tmp/sweep.json
+
+The result records every release it covers, each with the date and commit it was swept at; ``--add`` sweeps the
+releases asked for and keeps the file's others (a release swept again replaces its earlier sweep), so that a release
+the registry serves later is added without sweeping the old ones again. The figure block says, release by release,
+what changed from the one before.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
 import os
@@ -50,7 +57,10 @@ def sweep(types: list[str] | None, seconds: int) -> dict:
     for model_type in types or registered_text_types():
         rows.append(sweep_type(model_type, lines[:6], tokenizer, seconds))
         print(f"{transformers.__version__} {model_type}: {rows[-1]['status']}", file=sys.stderr, flush=True)
-    return {"transformers": transformers.__version__, "rows": rows}
+    from bench.harness import commit
+
+    return {"transformers": transformers.__version__, "rows": rows, "swept_at": {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit()}}
 
 
 def summarise(release: dict) -> dict:
@@ -88,6 +98,30 @@ def child_result(child: subprocess.Popen, out: Path) -> dict:
         out.unlink(missing_ok=True)
 
 
+def release_key(release: dict):
+    from packaging.version import Version
+
+    return Version(release["transformers"])
+
+
+def with_earlier_releases(releases: list[dict], path: Path) -> list[dict]:
+    """``releases`` with those of the result file at ``path`` that they do not sweep again, oldest first."""
+    earlier = json.loads(path.read_text(encoding="utf-8"))["figures"]["releases"] if path.exists() else []
+    swept = {release["transformers"] for release in releases}
+    return sorted([release for release in earlier if release["transformers"] not in swept] + releases, key=release_key)
+
+
+def changes(before: dict, after: dict) -> list[str]:
+    """What changed from release ``before`` to ``after``: types whose outcome changed, types new in ``after``'s
+    registry and types gone from it, each as ``"type: old -> new"``."""
+    old = {row["model_type"]: row["status"] for row in before["rows"]}
+    new = {row["model_type"]: row["status"] for row in after["rows"]}
+    changed = [f"{name}: {old[name]} -> {new[name]}" for name in sorted(old.keys() & new.keys()) if old[name] != new[name]]
+    added = [f"{name}: new, {new[name]}" for name in sorted(new.keys() - old.keys())]
+    gone = [f"{name}: no longer registered" for name in sorted(old.keys() - new.keys())]
+    return changed + added + gone
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--types", type=lambda text: text.split(","), default=None,
@@ -95,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=int, default=120, help="time limit per type")
     parser.add_argument("--releases", default="pinned,newest", help="pinned, newest or both (comma-separated)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--add", action="store_true",
+                        help="keep the releases the result file has already (those swept now replace theirs)")
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     args = smoke_arguments(parser, argv, types=SMOKE_TYPES, releases="pinned")
     if args.child is not None:
@@ -115,6 +151,8 @@ def main(argv: list[str] | None = None) -> None:
         releases.append(child_result(*child))
     for release in releases:
         release["summary"] = summarise(release)
+    if args.add:
+        releases = with_earlier_releases(releases, recorder.out)
     path = recorder.write(releases=releases)
     print(f"wrote {path}")
 
@@ -151,18 +189,34 @@ def family_sweep(results: Results) -> str:
                 f"configuration cannot be built; " + (f"**failures: {', '.join(failures)}**" if failures
                                                        else "no traceback, time-out or wrong result"))
 
+    releases = result["releases"]
     pinned, newest = _sweep_release(result, False), _sweep_release(result, True)
     issue, held = SWEEP_GOALS
-    exact = [row for row in pinned["rows"] + newest["rows"] if row["status"] == "exact"]
+    exact = [row for release in releases for row in release["rows"] if row["status"] == "exact"]
     worst = max(exact, key=lambda row: row["max_error"])
     typical = sorted(row["max_error"] for row in exact)[len(exact) // 2]
-    return (f"Measured by `python -m bench.family_sweep`: {outcome(pinned)}; {outcome(newest)}. The 57 types of "
+    steps = []
+    for before, after in zip(releases, releases[1:]):
+        changed = changes(before, after)
+        steps.append(f"{before['transformers']} to {after['transformers']}: "
+                     + ("; ".join(changed) if changed else "no type's outcome changed"))
+    return (f"Measured by `python -m bench.family_sweep`: {'; '.join(outcome(release) for release in releases)}. "
+            f"What changed, release by release: {'. '.join(steps)}. The 57 types of "
             f"issue 27: {_exact(pinned, 'issue_27'):.0f} exact with {pinned['transformers']}, "
             f"{_exact(newest, 'issue_27'):.0f} with {newest['transformers']} (goal {verdict(issue, results)}). The "
             f"held-out batch of 32: {_exact(pinned, 'held_out'):.0f} exact with {pinned['transformers']}, "
             f"{_exact(newest, 'held_out'):.0f} with {newest['transformers']} (goal {verdict(held, results)}). "
             f"Largest difference from the model's own attention over every exact run: {worst['max_error']:.1e} "
-            f"({worst['model_type']}), median {typical:.1e}. ({source(results, 'family_sweep')}.)\n")
+            f"({worst['model_type']}), median {typical:.1e}. ({source(results, 'family_sweep')}"
+            f"{_swept_dates(releases)}.)\n")
+
+
+def _swept_dates(releases: list[dict]) -> str:
+    """Each release's own sweep date where the releases were swept at different times (``--add``)."""
+    dates = [(release["transformers"], release.get("swept_at", {}).get("date", "")[:10]) for release in releases]
+    if len({date for _, date in dates if date}) <= 1:
+        return ""
+    return "; swept " + ", ".join(f"{version} on {date}" for version, date in dates if date)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""ALiBi families that compute attention in their own code: what qkviz captures there and the slopes it stores.
+"""ALiBi families: what qkviz captures where their attention is computed and the slopes it stores.
 
 ALiBi (Press et al., 2022) adds ``slope_h * (j - i)`` to head ``h``'s logit from query ``i`` to key ``j``, a bias
 ``q . k`` cannot express, so the run stores each head's slope (``attention.alibi_slopes``) and every recomputation
@@ -9,13 +9,31 @@ from a sequence's first real token) or ``slope_h * (j - n + 1)`` (MPT): a consta
 The slopes come from the family's own function for them, called on two positions (so a release that changes them
 changes what is stored), and the queries and keys from the method that splits them off the fused projection, as
 they enter ``q . k``; the exactness gate then checks both against the model's own attention.
+
+Falcon with ``alibi=True`` calls transformers' attention interface from release 5.25 on (:func:`mask_alibi_slopes`):
+its model adds ``slope_h * j / sqrt(d_head)`` to the mask it passes every layer, so the queries and keys are the
+interface's, and only the slopes are read here. Falcon computes ``slope_h * j`` in bfloat16: where that product
+needs more than bfloat16's 8 significant bits (a slope that is not a power of two, or a position past 256) the
+model's bias is no longer a slope per head times the distance, and the model is refused in one line that says by
+how much, at the length where it happens (:class:`RoundedAlibi`). A Falcon with 2, 4, 8, ... heads has power-of-two
+slopes and is exact up to 256 tokens a sequence; Falcon-RW's 32 heads have slopes ``2^(-k/4)``, most of them not.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 
 import torch
+
+from qkviz.core.errors import QkvizError
+
+#: how far (in logits, relative to the largest bias) a model's ALiBi bias may be from ``slope * position``
+ALIBI_LINEAR_TOLERANCE = 1e-6
+
+
+class RoundedAlibi(QkvizError):
+    """A model's ALiBi bias is not a slope per head times the position (Falcon's bfloat16 product)."""
 
 
 def bloom_slopes(module: torch.nn.Module) -> torch.Tensor:
@@ -55,3 +73,25 @@ def mpt_split(module: torch.nn.Module, fused: torch.Tensor) -> tuple[torch.Tenso
     batch, length = fused.shape[:2]
     return tuple(part.reshape(batch, length, module.n_heads, module.head_dim).transpose(1, 2)
                  for part in fused.chunk(3, dim=2))
+
+
+def mask_alibi_slopes(module: torch.nn.Module, n_keys: int = 2) -> torch.Tensor | None:
+    """``[head]`` float32: the ALiBi slopes a model adds through the attention mask it passes the attention
+    interface (Falcon with ``alibi=True``, transformers >= 5.25: ``build_alibi_tensor(...) / sqrt(d_head)``), or
+    None for every other attention module. The slopes are the family's own function, divided as its model divides
+    them; over the ``n_keys`` positions of this call its bias must be ``slope * position``, else
+    :class:`RoundedAlibi` says by how much it is not."""
+    config = getattr(module, "config", None)
+    if type(module).__name__ != "FalconAttention" or not getattr(config, "alibi", False):
+        return None
+    family = sys.modules[type(module).__module__]
+    n_keys = max(int(n_keys), 2)
+    bias = family.build_alibi_tensor(torch.ones(1, n_keys, dtype=torch.long), module.num_heads, torch.float32)
+    bias = bias.reshape(module.num_heads, n_keys).double() / math.sqrt(config.hidden_size // module.num_heads)
+    slopes = bias[:, 1] - bias[:, 0]
+    departure = float((bias - slopes[:, None] * torch.arange(n_keys, dtype=torch.float64)).abs().max())
+    if departure > ALIBI_LINEAR_TOLERANCE * max(1.0, float(bias.abs().max())):
+        raise RoundedAlibi(f"Falcon with alibi=True rounds slope x position to bfloat16, so over {n_keys} positions its "
+                           f"ALiBi bias departs from a slope per head by up to {departure:.2g} logits (slopes that are "
+                           "not powers of two, or positions past 256), which q.k and one slope per head cannot express")
+    return slopes.float()

@@ -25,7 +25,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from qkviz.core.errors import QkvizError
 from qkviz.core.logit_rule import LogitRule
-from qkviz.extraction.alibi_capture import bloom_settings, mpt_settings, mpt_split
+from qkviz.extraction.alibi_capture import bloom_settings, mask_alibi_slopes, mpt_settings, mpt_split
 from qkviz.extraction.block_sparse import attending_in_full
 from qkviz.extraction.own_code_capture import capturing_own_code, own_code_modules
 
@@ -111,13 +111,16 @@ class AttentionRecorder:
         softcap = kwargs.get("softcap")
         causal = kwargs.get("is_causal")
         chunk = attention_chunk(module)
+        slopes = kwargs.get("alibi_slopes")
+        if slopes is None:
+            slopes = mask_alibi_slopes(module, key.shape[-2])
         self.settings[layer] = LayerAttentionSettings(
             scale=scale,
             causal=bool(getattr(module, "is_causal", False) if causal is None else causal),
             sliding_window=int(window) if window else None,
             softcap=float(softcap) if softcap else None,
             chunk=int(chunk) if chunk else None,
-            alibi_slopes=per_head(kwargs.get("alibi_slopes")),
+            alibi_slopes=per_head(slopes),
             sinks=per_head(kwargs.get("s_aux")),
         )
         # the norms computed position-first, as the model lays its values out: [batch, kv_head, pos] seen over a

@@ -20,7 +20,12 @@ OWN_CODE = "no layer calls transformers' attention interface (its attention is c
 NO_ATTENTION = "no attention layer at all (a state-space or recurrent model)"
 #: the refusal of a family whose attention module computes several attentions each time it runs
 SEVERAL_PER_LAYER = "one attention module calls attention several times each time it runs (several attentions per layer)"
-#: the refusal of Falcon with ``alibi=True`` (not a row of the table: a configuration of the falcon type)
+#: the first transformers release whose Falcon with ``alibi=True`` qkviz captures: it passes its ALiBi bias to the
+#: attention interface in the mask, once, and its eager and SDPA attention agree (a tiny 4-head Falcon's last hidden
+#: state: 7e-7 apart, against 0.14 on 5.23); the exactness gate proves every such run
+FALCON_ALIBI_EXACT_FROM = "5.25.0"
+#: the refusal of Falcon with ``alibi=True`` before :data:`FALCON_ALIBI_EXACT_FROM` (not a row of the table: a
+#: configuration of the falcon type)
 FALCON_ALIBI = ("Falcon with alibi=True: transformers' eager attention adds its ALiBi bias twice (to the logits and "
                 "again in the mask) and SDPA once, so the model has no one attention to reproduce")
 DEBERTA = "DeBERTa adds disentangled relative-position terms (content-to-position, position-to-content) to every logit"
@@ -71,8 +76,10 @@ MODEL_FAMILIES: tuple[ModelFamily, ...] = (
                     "_reshape)"),
     _exact("mpt", "ALiBi (a slope per head, stored with the run); fused QKV projection (split as its own forward "
                   "does)"),
-    _exact("falcon", "rotary, grouped keys broadcast to every head (captured where its own code multiplies queries "
-                     "by keys); alibi=True is refused"),
+    _exact("falcon", "rotary, grouped keys broadcast to every head (before transformers 5.25 captured where its "
+                     "own code multiplies queries by keys; from 5.25 through the attention interface); alibi=True: "
+                     f"exact from transformers {FALCON_ALIBI_EXACT_FROM} (a slope per head stored with the run, "
+                     "where its bfloat16 bias is one), refused on earlier releases"),
     # rotary decoders
     _exact("llama", "grouped-query"),
     _exact("mistral", "sliding window"),

@@ -218,18 +218,17 @@ def test_the_gate_refuses_a_family_never_seen_that_adds_a_term(tokenizer, tmp_pa
     assert not (tmp_path / "run").exists()
 
 
-def test_falcon_with_alibi_is_refused_in_one_line_while_its_eager_and_sdpa_attention_differ(tokenizer, tmp_path):
-    """The refusal's reason holds: the same Falcon with ALiBi gives different hidden states under transformers'
-    eager and SDPA attention (eager adds the bias twice). When a release agrees with itself, this test fails, and
-    the refusal can be replaced by a capture."""
+def falcon_alibi(heads: int = 4):
+    """A tiny Falcon with ALiBi (the old architecture, a key head per query head), ``heads`` heads of 16 dimensions,
+    and its hidden states under transformers' eager and SDPA attention."""
     import transformers
 
-    from qkviz.extraction.model_families import FALCON_ALIBI
     from support.family_configs import tiny_family_config
 
     config = tiny_family_config("falcon")
     config.alibi, config.new_decoder_architecture, config.multi_query = True, False, False
-    config.num_kv_heads = config.num_attention_heads
+    config.num_attention_heads = config.num_kv_heads = heads
+    config.hidden_size = 16 * heads
     ids = torch.arange(3, 23)[None]
     hidden = {}
     for implementation in ("eager", "sdpa"):
@@ -237,11 +236,45 @@ def test_falcon_with_alibi_is_refused_in_one_line_while_its_eager_and_sdpa_atten
         model = transformers.AutoModel.from_config(config, dtype=torch.float32, attn_implementation=implementation)
         with torch.no_grad():
             hidden[implementation] = model.eval()(input_ids=ids).last_hidden_state
-    assert float((hidden["eager"] - hidden["sdpa"]).abs().max()) > 1e-2
+    return model, float((hidden["eager"] - hidden["sdpa"]).abs().max())
+
+
+def test_falcon_with_alibi_is_refused_while_its_attention_differs_and_exact_where_the_gate_proves_it(tokenizer,
+                                                                                                    tmp_path):
+    """Falcon with ALiBi depends on the release. Before transformers 5.25 its eager attention adds the bias twice
+    and SDPA once: refused in one line that names the release. From 5.25 on the bias goes once, in the mask, and
+    both agree: extracted with a slope per head, exact against the model's own eager attention."""
+    import transformers
+    from packaging.version import Version
+
+    from qkviz.extraction.model_families import FALCON_ALIBI, FALCON_ALIBI_EXACT_FROM
+
+    model, eager_from_sdpa = falcon_alibi()
+    if Version(transformers.__version__) < Version(FALCON_ALIBI_EXACT_FROM):
+        assert eager_from_sdpa > 1e-2
+        with pytest.raises(QkvizError) as refusal:
+            qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
+        message = str(refusal.value)
+        assert FALCON_ALIBI in message and transformers.__version__ in message and "\n" not in message, message
+        assert not (tmp_path / "run").exists()
+        return
+    assert eager_from_sdpa < 1e-5
+    run = assert_exact("falcon-alibi", model.to(torch.float32), tokenizer, tmp_path / "run")
+    slopes = [run.alibi_slope(0, head) for head in range(run.n_heads)]
+    assert all(slope and slope > 0 for slope in slopes) and len(set(slopes)) == run.n_heads, slopes
+
+
+def test_falcon_alibi_rounded_to_bfloat16_is_refused_in_one_line(tokenizer, tmp_path):
+    """Falcon multiplies slope by position in bfloat16: with 12 heads, four slopes are not powers of two, and its
+    bias departs from a slope per head within the gate's 40 tokens. Refused in one line saying by how much; nothing
+    written (before 5.25, refused for the release)."""
+    from qkviz.extraction.model_families import FALCON_ALIBI
+
+    model, _ = falcon_alibi(heads=12)
     with pytest.raises(QkvizError) as refusal:
         qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
     message = str(refusal.value)
-    assert FALCON_ALIBI in message and "\n" not in message, message
+    assert ("rounds slope x position to bfloat16" in message or FALCON_ALIBI in message) and "\n" not in message
     assert not (tmp_path / "run").exists()
 
 

@@ -1,5 +1,5 @@
 """Families whose attention adds a term to ``scale * q . k`` that the queries and keys cannot express (and one
-configuration, Falcon with ALiBi, whose attention transformers computes two ways).
+configuration, Falcon with ALiBi, whose attention transformers computed two ways before release 5.25).
 
 Declared by model type (and, where a configuration decides it, by a check of the configuration), so that such
 a model is refused before its weights load, in one line that says why. Anything not declared here still passes
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from qkviz.extraction.model_families import DEBERTA, FALCON_ALIBI, LATENT_ATTENTION, MPNET
+from qkviz.extraction.model_families import DEBERTA, FALCON_ALIBI, FALCON_ALIBI_EXACT_FROM, LATENT_ATTENTION, MPNET
 
 _INEXPRESSIBLE = ", which q.k cannot express"
 
@@ -32,7 +32,13 @@ REFUSED_MODEL_TYPES: dict[str, str] = {
 
 
 def _falcon(config) -> str | None:
-    return FALCON_ALIBI if getattr(config, "alibi", False) else None
+    """Falcon with ALiBi on a release before :data:`FALCON_ALIBI_EXACT_FROM` (from it on, the exactness gate decides)."""
+    import transformers
+    from packaging.version import Version
+
+    if not getattr(config, "alibi", False) or Version(transformers.__version__) >= Version(FALCON_ALIBI_EXACT_FROM):
+        return None
+    return f"{FALCON_ALIBI} (transformers {transformers.__version__}; exact from {FALCON_ALIBI_EXACT_FROM} on)"
 
 
 def relative_positions(config) -> str | None:
