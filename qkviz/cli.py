@@ -21,7 +21,7 @@ from qkviz.api import app_entry_point
 from qkviz.cli_ablate import ablate_command
 from qkviz.cli_options import describe_os_error
 from qkviz.cli_parser import build_parser
-from qkviz.core import QkvizError
+from qkviz.core import QkvizError, command_line_caller
 from qkviz.explain import ProbeSettings
 from qkviz.cluster import dask_client
 from qkviz.extraction import DEFAULT_CORPUS, load_images
@@ -326,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_transformers()
     _quiet_dask()
     try:
-        return COMMANDS[args.command](args)
+        with command_line_caller():         # the library's messages name options as this command's flags
+            return COMMANDS[args.command](args)
     except QkvizError as error:
         sys.stderr.write(f"qkviz: error: {error}\n")
         return 2

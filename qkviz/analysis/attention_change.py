@@ -29,6 +29,7 @@ import pandas as pd
 from qkviz.analysis.attention_batches import SentenceBatch, batch_attention, sentence_batches
 from qkviz.analysis.head_similarity import worker_count
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 from qkviz.store.run import StoredRun, as_run
 
 logger = logging.getLogger(__name__)
@@ -78,8 +79,9 @@ def check_comparable(run_a: StoredRun, run_b: StoredRun) -> None:
                          "of one architecture")
     tokens = token_difference(run_a, run_b)
     if tokens is not None:
+        same = "/".join(option(name, None) for name in ("max_sentences", "max_tokens", "seed"))
         raise QkvizError(f"cannot compare runs over different tokens: {tokens}; extract both with the same corpus, "
-                         "tokenizer and --max-sentences/--max-tokens/--seed")
+                         f"tokenizer and {same}")
 
 
 def query_js_distances(run_a: StoredRun, run_b: StoredRun, layer: int, head: int,

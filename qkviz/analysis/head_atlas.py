@@ -36,6 +36,7 @@ from qkviz.analysis.logit_decomposition import EMBEDDING_TERMS, EmbeddingSplit, 
 from qkviz.analysis.syntax import SYNTAX_STATISTICS, TokenSyntax
 from qkviz.cluster import HeadRunner, HeadTask
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 from qkviz.store import files as run_files
 from qkviz.store.artifacts import ArtifactDirectory
 from qkviz.store.run import StoredRun, as_run
@@ -136,7 +137,7 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_
     run = as_run(run)
     if syntax and run.is_image_run:
         logger.warning("%s is an image run: part of speech and dependencies do not apply to image patches, so "
-                       "--syntax is left out; the other statistics are computed (on the patch grid)", run.path)
+                       "%s is left out; the other statistics are computed (on the patch grid)", run.path, option("syntax"))
         syntax = False
     if max_offset < 1 or exemplars < 0:
         raise QkvizError(f"max_offset must be at least 1 and exemplars at least 0, got {max_offset} and {exemplars}")
@@ -243,11 +244,11 @@ def _assemble(run: StoredRun, entries: list[HeadEntry], settings: AtlasSettings,
 
 def _warn_about_missing_parts(run: StoredRun, has_updates: bool) -> None:
     if not has_updates:
-        logger.warning("%s was extracted without --head-update, so head updates are left out; the other "
-                       "statistics are computed (extract with --head-update to add them)", run.path)
+        logger.warning("%s was extracted without %s, so head updates are left out; the other statistics are "
+                       "computed (extract with %s to add them)", run.path, option("head_update"), option("head_update"))
     if "logit_parts" not in run.manifest:
         logger.warning("%s was extracted before qkviz captured biases and rotary tables, so its logits are not "
-                       "decomposed; extract it again with --overwrite to add them", run.path)
+                       "decomposed; extract it again with %s to add them", run.path, option("overwrite"))
 
 
 def _atlas_directory(run: StoredRun) -> ArtifactDirectory:

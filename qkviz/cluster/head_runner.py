@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from qkviz.cluster.dask_cluster import HeadTask, prepare_workers, submit_heads
 from qkviz.cluster.local_pool import check_spawn_safe, local_pool, start_quiet_worker
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 from qkviz.store.run import StoredRun
 
 if TYPE_CHECKING:
@@ -45,9 +46,10 @@ class HeadRunner:
 
     def __init__(self, run: StoredRun, what: str, jobs: int = 1, client: "Client | None" = None, *,
                  initializer: Callable = start_quiet_worker, initargs: tuple = (), always_pool: bool = False,
-                 doing: str | None = None, instead: str = "run it without --dask"):
+                 doing: str | None = None, instead: str | None = None):
         check_jobs(jobs, client)
-        self.what, self.jobs, self.client, self.instead = what, jobs, client, instead
+        self.what, self.jobs, self.client = what, jobs, client
+        self.instead = instead or f"run it here ({option('client', None, flag='--dask')} left out)"
         self._start = (initializer, initargs)
         self._on_pool = client is None and (jobs > 1 or always_pool)
         self._pool: ProcessPoolExecutor | None = None
@@ -98,7 +100,8 @@ class HeadRunner:
                 except BrokenProcessPool:
                     task = tasks[futures[future]]
                     raise QkvizError(f"a worker process ended while running layer {task.layer} head {task.head}'s "
-                                     f"{self.what} task (out of memory?): run with fewer --jobs") from None
+                                     f"{self.what} task (out of memory?): run with fewer {option('jobs', None)}") \
+                        from None
         finally:
             for future in futures:
                 future.cancel()

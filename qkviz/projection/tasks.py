@@ -21,6 +21,7 @@ import numpy as np
 from qkviz.cluster import HeadRunner, HeadTask, start_quiet_worker
 from qkviz.core.alignment import Alignment, align_head
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 from qkviz.store.locks import LockBusy, exclusive_lock
 from qkviz.store.projections import ProjectionCache, ProjectionSpec
 from qkviz.projection.neighbors import NeighborGraph, neighbor_graph
@@ -103,7 +104,7 @@ def _project_head(run: StoredRun, cache: ProjectionCache, specs: list[Projection
         queries, keys = run.queries(first.layer, first.head), run.keys(first.layer, first.head)
         if not (np.isfinite(queries).all() and np.isfinite(keys).all()):
             raise QkvizError("the head's stored queries or keys are not all finite (overflow or damage); extract "
-                             "the run again, with --dtype float32 if it was float16")
+                             f"the run again, with {option('dtype', 'float32')} if it was float16")
         aligned = align_head(queries, keys, Alignment(first.translate_keys, first.scale_norms))
     except OSError:            # the file system (permission, a full disk): every head would fail alike
         raise
@@ -263,7 +264,8 @@ def projection_runner(run: StoredRun, jobs: int = 1, client: "DaskClient | None"
     persistent pool of ``jobs`` worker processes started by :func:`start_worker` (spawned: no state forked from
     the parent), or on the workers of a Dask ``client`` (task keys ``project-L3H4-...``). Close it (``with``)."""
     return HeadRunner(run, "project", jobs, client, initializer=start_worker, initargs=(tuple(methods), niceness),
-                      always_pool=always_pool, doing="projecting", instead="project that head without --dask")
+                      always_pool=always_pool, doing="projecting",
+                      instead=f"project that head here ({option('client', None, flag='--dask')} left out)")
 
 
 def run_tasks(run: StoredRun, specs: list[ProjectionSpec], runner: HeadRunner | None = None) -> Iterator[dict]:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 from qkviz.report.atlas_html import render_atlas_html
 from qkviz.report.html_page import ASSETS_DIR, shared_assets
 from qkviz.report.correlation_summary import ATLAS_HTML_NAME, CSV_NAME, HTML_NAME, SUMMARY_NAME, Report
@@ -102,20 +103,21 @@ def check_destination(out: Path, overwrite: bool) -> None:
     if not out.exists():
         return
     if not out.is_dir():
-        raise QkvizError(f"{out} exists and is not a directory; choose another --out")
+        raise QkvizError(f"{out} exists and is not a directory; choose another {option('out', None)}")
     if not overwrite:
-        raise QkvizError(f"{out} already exists; pass --overwrite (overwrite=True in Python) to replace it, or choose "
-                         "another --out")
+        raise QkvizError(f"{out} already exists; pass {option('overwrite')} to replace it, or choose another "
+                         f"{option('out', None)}")
     entries = _report_entries(out)
     summary = _summary(out)
     if entries and summary is None:
-        raise QkvizError(f"{out} is not a qkviz report directory; refusing to replace it: choose another --out")
+        raise QkvizError(f"{out} is not a qkviz report directory; refusing to replace it: choose another "
+                         f"{option('out', None)}")
     listed = summary.get("files") if summary is not None else None
     known = {*REPORT_FILES, *(listed if isinstance(listed, dict) else ())}
     others = [name for name in entries if name not in known]
     if others:       # a run, or the user's own files, inside a report directory: never deleted
         raise QkvizError(f"{out} holds more than a qkviz report ({', '.join(others[:3])}); refusing to replace it: "
-                         "move those out or choose another --out")
+                         f"move those out or choose another {option('out', None)}")
 
 
 def _report_entries(directory: Path) -> list[str]:

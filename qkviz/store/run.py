@@ -18,6 +18,7 @@ from qkviz.core import attention
 from qkviz.core.logit_rule import LogitRule
 from qkviz.store import files as run_files
 from qkviz.core.errors import IncompleteRunError, QkvizError
+from qkviz.core.option_names import option
 from qkviz.store.locks import exclusive_lock
 
 logger = logging.getLogger(__name__)
@@ -59,23 +60,25 @@ def read_manifest(directory: Path) -> dict:
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise IncompleteRunError(f"{manifest_path} is corrupt ({error}); extract the run again with --overwrite") from None
+        raise IncompleteRunError(f"{manifest_path} is corrupt ({error}); extract the run again with "
+                                 f"{option('overwrite')}") from None
     if manifest.get("schema_version") != run_files.SCHEMA_VERSION:
         raise IncompleteRunError(
             f"{directory} has run schema {manifest.get('schema_version')}, this qkviz reads {run_files.SCHEMA_VERSION}; "
-            "extract it again with --overwrite")
+            f"extract it again with {option('overwrite')}")
     missing = [name for name in REQUIRED_FILES if name not in manifest.get("files", {})]
     if missing:
         raise IncompleteRunError(f"{directory} lacks {', '.join(missing)} (written by another qkviz version?); "
-                                 "extract it again with --overwrite")
+                                 f"extract it again with {option('overwrite')}")
     for name, size in manifest["files"].items():
         file_path = directory / name
         if not file_path.exists():
-            raise IncompleteRunError(f"{directory} is damaged: {name} is missing; extract it again with --overwrite")
+            raise IncompleteRunError(f"{directory} is damaged: {name} is missing; extract it again with "
+                                     f"{option('overwrite')}")
         if file_path.stat().st_size != size:
             raise IncompleteRunError(
                 f"{directory} is damaged: {name} has {file_path.stat().st_size} bytes, the manifest says {size}; "
-                "extract it again with --overwrite")
+                f"extract it again with {option('overwrite')}")
     return manifest
 
 
@@ -97,7 +100,7 @@ def with_checksums(directory: Path, manifest: dict, read_only: bool = False) -> 
     listed = "any of its files" if len(missing) == len(manifest["files"]) else ", ".join(missing)
     what = f"{directory}'s manifest has no checksum of {listed} (made by an older qkviz, or edited)"
     remedy = (f"open it once where it can be written ('qkviz status --run {directory}' records them), or extract it "
-              "again with --overwrite")
+              f"again with {option('overwrite')}")
     if read_only:
         raise IncompleteRunError(f"{what}, and it is opened read-only: {remedy}")
     try:
@@ -151,10 +154,11 @@ class StoredRun:
         path = self.path / name
         expected = self.manifest["sha256"].get(name)
         if expected is None:       # a file the manifest does not list: never read as if it were checked
-            raise IncompleteRunError(f"{self.path} has no {name} in its manifest; extract the run again with --overwrite")
+            raise IncompleteRunError(f"{self.path} has no {name} in its manifest; extract the run again with "
+                                     f"{option('overwrite')}")
         if not run_files.matches_checksum(path, expected):
             raise IncompleteRunError(f"{self.path} is damaged: {name} does not match its checksum (changed after "
-                                     "extraction); extract the run again with --overwrite")
+                                     f"extraction); extract the run again with {option('overwrite')}")
         return path
 
     def check_files(self) -> None:
@@ -292,7 +296,7 @@ class StoredRun:
         if isinstance(recorded, dict) and recorded.get("why"):
             return f"{self.path} has no output norms |W_O v|: {recorded['why']}"
         return (f"{self.path} has no output norms |W_O v| (extracted by a qkviz before they were kept); extract it "
-                "again with --overwrite to keep them")
+                f"again with {option('overwrite')} to keep them")
 
     def output_norms(self, layer: int, head: int) -> np.ndarray:
         """``[token]`` float32: ``|W_O^h v_j|``, each token's value vector (of the key-value head serving ``head``)

@@ -23,6 +23,7 @@ import pandas as pd
 
 from qkviz.store import files as run_files
 from qkviz.core.errors import IncompleteRunError, QkvizError
+from qkviz.core.option_names import option
 from qkviz.store.background_hashing import in_background
 from qkviz.store.run import read_manifest
 
@@ -39,15 +40,16 @@ def plan_directory(directory: Path, fingerprint: str, overwrite: bool) -> Direct
     """What to do with ``directory`` for a run identified by ``fingerprint``."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
-        raise QkvizError(f"{directory} is a file, not a directory; choose another --out")
+        raise QkvizError(f"{directory} is a file, not a directory; choose another {option('out', None)} directory")
     if not directory.exists() or not any(directory.iterdir()):
         return DirectoryPlan.FRESH
     markers = [directory / marker for marker in run_files.RUN_MARKERS if (directory / marker).exists()]
     if not markers:
-        raise QkvizError(f"{directory} exists and is not a qkviz run; choose a new or empty --out directory")
+        raise QkvizError(f"{directory} exists and is not a qkviz run; choose a new or empty {option('out', None)} "
+                         "directory")
     if not all(run_files.is_run_marker(marker) for marker in markers):
         raise QkvizError(f"{directory} holds a {markers[0].name} that is not a qkviz run's; nothing was replaced: "
-                         "choose a new or empty --out directory")
+                         f"choose a new or empty {option('out', None)} directory")
     previous = _read_fingerprint(directory)
     if previous == fingerprint:
         if not (directory / run_files.MANIFEST).exists():
@@ -61,8 +63,8 @@ def plan_directory(directory: Path, fingerprint: str, overwrite: bool) -> Direct
             if not overwrite:
                 raise
     elif not overwrite:
-        raise QkvizError(f"{directory} holds a run made with different settings; pass --overwrite (overwrite=True in "
-                         "Python) to replace it, or choose another --out directory")
+        raise QkvizError(f"{directory} holds a run made with different settings; pass {option('overwrite')} to "
+                         f"replace it, or choose another {option('out', None)} directory")
     remove_run(directory)
     return DirectoryPlan.FRESH
 
@@ -70,7 +72,7 @@ def plan_directory(directory: Path, fingerprint: str, overwrite: bool) -> Direct
 def remove_run(directory: Path) -> None:
     """Remove what qkviz wrote in the run ``directory`` (``--overwrite``): the files and result directories the
     run format names, nothing else; anything else there is left (and logged)."""
-    logger.info("removing the previous run in %s (--overwrite)", directory)
+    logger.info("removing the previous run in %s (%s)", directory, option("overwrite"))
     kept = []
     for entry in sorted(directory.iterdir()):
         if not run_files.is_run_entry(entry.name):

@@ -29,5 +29,5 @@ def test_one_job_runs_here_in_task_order(tiny_run):
 def test_a_worker_that_dies_is_one_line_naming_the_head(tiny_run):
     with HeadRunner(tiny_run("llama"), "stats", always_pool=True) as runner:     # never os._exit here
         with pytest.raises(QkvizError, match="a worker process ended while running layer 1 head 2's stats task "
-                                             r"\(out of memory\?\): run with fewer --jobs"):
+                                             r"\(out of memory\?\): run with fewer jobs"):
             list(runner.run(os._exit, [HeadTask(1, 2, (3,))]))

@@ -65,7 +65,7 @@ def test_identical_inputs_reuse_and_different_ones_are_refused(bert_run, tiny_mo
     again = extract_run(model, tiny_corpus, bert_run.path, max_sentences=12, batch_size=3)
     assert again.status == "reused"
     assert (bert_run.path / run_files.MANIFEST).read_text() == manifest_before
-    with pytest.raises(QkvizError, match="different settings.*--overwrite"):
+    with pytest.raises(QkvizError, match=r"different settings; pass overwrite=True"):
         qkviz.extract(model, tiny_corpus, bert_run.path, max_sentences=12, dtype="float16")
 
 

@@ -168,7 +168,7 @@ def test_a_run_from_before_output_norms_opens_and_names_the_remedy(tiny_run, tmp
     (old / run_files.OUTPUT_NORMS).unlink()
     run = qkviz.open_run(old)
     assert not run.has_output_norms and run.attention(0, 0, 0).shape[0] > 0
-    with pytest.raises(QkvizError, match="--overwrite"):
+    with pytest.raises(QkvizError, match="overwrite=True"):
         run.output_norms(0, 0)
 
 

@@ -183,3 +183,27 @@ def test_head_update_without_an_output_projection_found_is_one_line(tmp_path):
             qkviz.extract(tiny_family_model("llama"), lines[:4], tmp_path / "run", tokenizer=decoder_tokenizer(lines),
                           head_update=True, progress=False)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_run_without_head_updates_is_named_in_the_callers_words(tiny_model, tiny_corpus, tmp_path, caplog):
+    """Issue 49: the README's Python snippet (qkviz.compute_stats on a run extracted without head updates) was told
+    to give the command line's --head-update; Python is told head_update=True, the command line still --head-update."""
+    import logging
+
+    from support.cli import run_main
+
+    run = qkviz.extract(str(tiny_model("gpt2")), tiny_corpus, tmp_path / "plain", max_sentences=4, progress=False)
+    with caplog.at_level(logging.WARNING, logger="qkviz"):
+        qkviz.compute_stats(run, probes=False, progress=False)
+    assert "extract with head_update=True to add them" in caplog.text and "--head-update" not in caplog.text
+    done = run_main("-q", "stats", "--run", str(run.path), "--no-probes")
+    assert done.returncode == 0, done.stderr
+    assert "extract with --head-update to add them" in done.stderr and "head_update=True" not in done.stderr
+    from qkviz.core import command_line_caller, option
+
+    assert [option("head_update"), option("out", None), option("dtype", "float32"), option("client", None, flag="--dask")] \
+        == ["head_update=True", "out", "dtype='float32'", "client"]
+    with command_line_caller():
+        assert [option("head_update"), option("out", None), option("dtype", "float32"),
+                option("client", None, flag="--dask")] == ["--head-update", "--out", "--dtype float32", "--dask"]
+    assert option("overwrite") == "overwrite=True"          # the command over, Python's words again
