@@ -41,9 +41,10 @@ logger = logging.getLogger(__name__)
 TAB_STYLE = {"padding": "8px 4px"}
 #: the views, in tab order (each module of dash_app.views that is one registered itself)
 VIEWS = registered_views()
-#: the stores the shell holds: the views' (their last drawn key, the events the state callback reads, the state
-#: written only while the view shows) and the export buttons' sink
-STORES = (*(store for view in VIEWS for store in (*view.stores, *view.point_events, view.state_store)), ids.EXPORT_SINK)
+#: the stores the shell holds: the views' (their last drawn key, the events the state callback reads, the state and
+#: the layout stamp written only while the view shows) and the export buttons' sink
+STORES = (*(store for view in VIEWS for store in (*view.stores, *view.point_events, view.state_store, view.layout_stamp)),
+          ids.EXPORT_SINK)
 #: where the app's CSS and clientside JavaScript lie (Dash serves and links every file in it)
 ASSETS = Path(__file__).parent / "assets"
 
@@ -77,7 +78,7 @@ def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts(), root
     app.validation_layout = html.Div([app.layout, *(graph for slots in deferred.values() for graph in slots.values())])
     register_state_callback(app, runs, deferred)
     register_search_count(app, runs, searches)
-    progress.register(app, runs)
+    progress.register(app, runs, [view.name for view in VIEWS])
     for view in VIEWS:
         view.register(app, context)
         relay_point_events(app, view.point_events)

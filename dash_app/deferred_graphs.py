@@ -8,6 +8,12 @@ in the view's layout as if the slot were not there). The state callback fills a 
 state shows it (:func:`slot_children`), in the same answer that sends the view its state: Dash mounts the graphs,
 then runs the view's drawing callbacks, which find them. Which views a page has mounted is the store
 :data:`dash_app.ids.MOUNTED_VIEWS`.
+
+So a callback with a held-back graph among its outputs must not run before its view shows: Dash refuses one whose
+output is not in the page, and logs the refusal in the browser's console. It takes no input the page sets before
+then: not the page's load (``prevent_initial_call``), not the shell's layout stamp (the view's own copy,
+:func:`dash_app.ids.layout_stamp`, written only while it shows), not a poll that runs before the view shows, and
+no control whose value the browser may reset (a dropdown clears a value that is not among its options).
 """
 
 from __future__ import annotations

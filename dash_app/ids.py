@@ -1,7 +1,7 @@
 """Every component id of the app, in one place (the first six are stable, for tests and users).
 
-A view's container and its state store are named after the view (:mod:`dash_app.view_registry`):
-:func:`view_container` and :func:`view_state`.
+A view's container, its state store and its layout stamp are named after the view (:mod:`dash_app.view_registry`):
+:func:`view_container`, :func:`view_state` and :func:`layout_stamp`.
 """
 
 
@@ -16,6 +16,14 @@ def view_state(view: str) -> str:
     while any callback whose outputs may lead to its inputs is pending: each hidden view's no-op delayed a head
     switch's figure by about 0.2 s)."""
     return f"{view}-view-state"
+
+
+def layout_stamp(view: str) -> str:
+    """The id of ``view``'s layout stamp: the count of layouts landed in the background again, written only while its
+    view shows, as its state store is. A view that redraws when a head's layout lands takes it as input, so that a
+    landing runs no callback of a hidden view, nor of one whose graphs the page does not hold yet (Dash refuses a
+    callback whose output is not in the page, and logs it: :mod:`dash_app.deferred_graphs`)."""
+    return f"{view}-layout-stamp"
 
 
 MATRIX_VIEW = view_container("matrix")
@@ -38,7 +46,8 @@ SEARCH_SUBSTRING = "search-substring"
 RUN_INFO = "run-info"
 #: the views whose graphs the page holds (dash_app.deferred_graphs)
 MOUNTED_VIEWS = "mounted-views"
-#: background layouts (qkviz serve): the top bar's progress line, its poll, and the count of heads landed
+#: background layouts (qkviz serve): the top bar's progress line, its poll, and the count of heads landed (each view
+#: reads its own copy, :func:`layout_stamp`)
 LAYOUT_PROGRESS = "layout-progress"
 LAYOUT_POLL = "layout-poll"
 LAYOUT_STAMP = "layout-stamp"

@@ -2,8 +2,9 @@
 default layouts), and the poll that lets the views switch each head in as its layout lands.
 
 Every :data:`POLL_MS` the line is redrawn from the run's :class:`qkviz.projection.LayoutProgress`, and
-``LAYOUT_STAMP`` takes the number of layouts landed; the matrix and single-head views take it as an
-input and redraw when it changes (no reload). The poll stops once every run's worker is done.
+``LAYOUT_STAMP`` takes the number of layouts landed, as does the layout stamp of the view that shows
+(:func:`dash_app.ids.layout_stamp`); the matrix and single-head views take theirs as an input and redraw when it
+changes (no reload). The poll stops once every run's worker is done.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def progress_text(data: RunData) -> list | str:
     return parts
 
 
-def register(app: dash.Dash, runs: list[RunData]) -> None:
+def register(app: dash.Dash, runs: list[RunData], views: list[str]) -> None:
+    """The line and the stamps: the shell's and those of ``views`` (the names of the app's views)."""
     @app.callback(Output(ids.LAYOUT_PROGRESS, "children"), Output(ids.LAYOUT_POLL, "disabled"),
                   Input(ids.LAYOUT_POLL, "n_intervals"), Input(ids.STATE, "data"))
     def show_progress(_, current):
@@ -60,11 +62,15 @@ def register(app: dash.Dash, runs: list[RunData]) -> None:
         running = any(data.worker is not None and data.worker.progress().running for data in runs)
         return progress_text(shown), not running
 
-    # the stamp only on the poll: were it an output of the callback above, every change of state would hold the
-    # views' drawing (which takes the stamp as input) back until that callback had answered
-    @app.callback(Output(ids.LAYOUT_STAMP, "data"), Input(ids.LAYOUT_POLL, "n_intervals"),
-                  State(ids.LAYOUT_STAMP, "data"))
-    def stamp_landed(_, stamp):
+    # the stamps only on the poll: were they outputs of the callback above, every change of state would hold the
+    # views' drawing (which takes a stamp as input) back until that callback had answered. A view's own stamp is
+    # written only while it shows: a hidden view draws nothing, and one not shown yet has no graphs in the page
+    @app.callback(Output(ids.LAYOUT_STAMP, "data"), *(Output(ids.layout_stamp(view), "data") for view in views),
+                  Input(ids.LAYOUT_POLL, "n_intervals"), State(ids.LAYOUT_STAMP, "data"), State(ids.STATE, "data"))
+    def stamp_landed(_, stamp, current):
         progresses = [None if data.worker is None else data.worker.progress() for data in runs]
         landed = [None if progress is None else [progress.done, len(progress.failed)] for progress in progresses]
-        return landed if landed != stamp else no_update
+        if landed == stamp:
+            return no_update, *(no_update for _ in views)
+        shown = checked_state(current, runs).view
+        return landed, *(landed if view == shown else no_update for view in views)

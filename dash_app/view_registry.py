@@ -12,8 +12,9 @@ shows), the relays of their graphs' clicks, the inputs of the one state callback
 (:attr:`View.actions`), the controls that set a state field and their options (:attr:`View.controls`,
 :attr:`View.repeats`, :attr:`View.options`), the ``view=`` values the URL and the state accept, and which
 fields the URL carries while the view shows (:attr:`View.url_fields`). A view's component ids are in
-:mod:`dash_app.ids`; its container is ``<name>-view`` and its state store ``<name>-view-state``
-(:func:`dash_app.ids.view_container`, :func:`dash_app.ids.view_state`).
+:mod:`dash_app.ids`; its container is ``<name>-view``, its state store ``<name>-view-state`` and
+its copy of the layout stamp ``<name>-layout-stamp`` (:func:`dash_app.ids.view_container`,
+:func:`dash_app.ids.view_state`, :func:`dash_app.ids.layout_stamp`).
 
 :mod:`dash_app.views` imports every module in it, so that each registers itself; this module imports no view.
 """
@@ -62,10 +63,11 @@ class View:
     ``name`` is the state's ``view`` (the tab's value and the URL's ``view=``), ``label`` the tab's text and
     ``order`` its place among the tabs. ``layout(context)`` is the view's container (id :attr:`container`,
     hidden unless the state shows it), ``register(app, context)`` adds its callbacks, which read the state
-    from :attr:`state_store`. ``offered(context)``: whether its tab is shown (the container is always in the
-    page, so that a URL naming the view still finds it). ``point_events``: ``{store: (graph, event)}`` relayed
-    by ``pointEvent`` (the shell holds the stores); ``stores``: the other stores the shell holds for it (its
-    last drawn key, events its own relays write). ``actions``: ``{(component, property): transition}``, inputs
+    from :attr:`state_store` (and, to redraw as layouts land in the background, :attr:`layout_stamp`).
+    ``offered(context)``: whether its tab is shown (the container is always in the page, so that a URL naming
+    the view still finds it). ``point_events``: ``{store: (graph, event)}`` relayed by ``pointEvent`` (the
+    shell holds the stores); ``stores``: the other stores the shell holds for it (its last drawn key, events
+    its own relays write). ``actions``: ``{(component, property): transition}``, inputs
     of the state callback. ``controls``: ``{control: field}``, controls whose value is a state field as is;
     ``repeats``: the same for a control that repeats a field another view's control sets, read instead of it
     while this view shows. ``options``: ``{control: options}`` sent by the state callback. ``url_fields``:
@@ -92,6 +94,10 @@ class View:
     @property
     def state_store(self) -> str:
         return ids.view_state(self.name)
+
+    @property
+    def layout_stamp(self) -> str:
+        return ids.layout_stamp(self.name)
 
 
 _VIEWS: dict[str, View] = {}

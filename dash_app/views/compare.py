@@ -50,7 +50,8 @@ def layout(context: AppContext) -> html.Div:
     shape = runs[first[0]].run
     return html.Div(id=ids.COMPARE_VIEW, style={"display": "none"}, children=[
         dcc.Store(id=ids.COMPARE_LINK_SINK),
-        dcc.Interval(id=ids.COMPARE_POLL, interval=POLL_MS, disabled=not changes.pairs),
+        # started by the view's first drawing (show_change) when the change is still being computed
+        dcc.Interval(id=ids.COMPARE_POLL, interval=POLL_MS, disabled=True),
         html.Div(className="controls", children=[
             html.Label("Run A"), dropdown(ids.COMPARE_RUN_A, first[0], run_options, "180px"),
             html.Label("Run B"), dropdown(ids.COMPARE_RUN_B, first[1], run_options, "180px"),
@@ -176,18 +177,23 @@ def comparable(context: AppContext) -> bool:
 
 
 def register(app: dash.Dash, context: AppContext) -> None:
-    """The change table and heatmap (polled until computed), a cell's click, the two figures, and the
-    clientside links of hover and selection."""
+    """The change table and heatmap (drawn when the view first shows, then polled until computed), a cell's click,
+    the two figures, and the clientside links of hover and selection."""
     runs, changes = context.runs, context.changes
 
+    # not when the page loads: the heatmap enters the page when the view first shows (dash_app.deferred_graphs), in
+    # the answer that writes the view's state, which draws it
     @app.callback(Output(ids.COMPARE_STATUS, "children"), Output(ids.COMPARE_HEATMAP, "figure"),
                   Output(ids.COMPARE_TABLE, "children"), Output(ids.COMPARE_POLL, "disabled"),
-                  Input(ids.COMPARE_POLL, "n_intervals"), Input(ids.COMPARE_RUN_A, "value"),
-                  Input(ids.COMPARE_RUN_B, "value"), State(ids.COMPARE_TABLE, "children"))
-    def show_change(_tick, run_a, run_b, shown_table):
+                  Input(VIEW.state_store, "data"), Input(ids.COMPARE_POLL, "n_intervals"),
+                  Input(ids.COMPARE_RUN_A, "value"), Input(ids.COMPARE_RUN_B, "value"),
+                  State(ids.COMPARE_TABLE, "children"), prevent_initial_call=True)
+    def show_change(_current, _tick, run_a, run_b, shown_table):
         status, heatmap, table, finished = change_outputs(runs, changes, run_a, run_b)
-        if dash.ctx.triggered_id == ids.COMPARE_POLL and table is not None and shown_table:
-            return no_update, no_update, no_update, finished     # drawn already: a poll for other pairs redraws nothing
+        redrawn_by_choice = dash.ctx.triggered_id in (ids.COMPARE_RUN_A, ids.COMPARE_RUN_B)
+        if not redrawn_by_choice and table is not None and shown_table:
+            # drawn already: a poll for other pairs, or the view shown again, redraws nothing
+            return no_update, no_update, no_update, finished
         return status, heatmap, table, finished
 
     @app.callback(Output(ids.COMPARE_LAYER, "options"), Output(ids.COMPARE_HEAD, "options"),

@@ -61,9 +61,14 @@ def layout(_context: AppContext) -> html.Div:
             dcc.Input(id=ids.COMPOSITION_TOP, type="number", min=1, max=MAX_TOP, step=1, value=DEFAULT_TOP,
                       style={"width": "70px"}),
             html.Label("only layer"),
-            dcc.Dropdown(id=ids.COMPOSITION_LAYERS, value=ALL, clearable=False, style={"width": "130px"}),
+            # "all" offered from the start (the run's layers and heads come with the first drawing): a dropdown
+            # whose value is not among its options clears it, which would draw the view before its graph is in
+            # the page (dash_app.deferred_graphs)
+            dcc.Dropdown(id=ids.COMPOSITION_LAYERS, options=focus_options(0, "layers"), value=ALL, clearable=False,
+                         style={"width": "130px"}),
             html.Label("head"),
-            dcc.Dropdown(id=ids.COMPOSITION_HEAD, value=ALL, clearable=False, style={"width": "130px"}),
+            dcc.Dropdown(id=ids.COMPOSITION_HEAD, options=focus_options(0, "heads"), value=ALL, clearable=False,
+                         style={"width": "130px"}),
             export_buttons(ids.COMPOSITION_GRAPH, "composition"),
         ]),
         html.Div(id=ids.COMPOSITION_MESSAGE, className="info"),

@@ -315,7 +315,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
     runs, searches = context.runs, context.searches
 
     @app.callback(Output(ids.MATRIX_GRAPH, "figure"), Output(ids.MATRIX_MESSAGE, "children"),
-                  Output(ids.MATRIX_RENDERED, "data"), Input(VIEW.state_store, "data"), Input(ids.LAYOUT_STAMP, "data"),
+                  Output(ids.MATRIX_RENDERED, "data"), Input(VIEW.state_store, "data"), Input(VIEW.layout_stamp, "data"),
                   Input(ids.MATRIX_VIEWPORT, "data"), State(ids.MATRIX_RENDERED, "data"), prevent_initial_call=True)
     def draw_matrix(current, _landed, viewport, rendered):
         state = checked_state(current, runs)

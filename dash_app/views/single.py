@@ -304,7 +304,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
                   Output(ids.SINGLE_RELATED, "children"),
                   Input(VIEW.state_store, "data"), Input(ids.SINGLE_OPTIONS, "value"), Input(ids.TOP_K, "value"),
                   Input(ids.THRESHOLD, "value"), Input(ids.PARTNER_K, "value"), Input(ids.PARTNER_OPTIONS, "value"),
-                  Input(ids.LAYOUT_STAMP, "data"), State(ids.SINGLE_RENDERED, "data"), prevent_initial_call=True)
+                  Input(VIEW.layout_stamp, "data"), State(ids.SINGLE_RENDERED, "data"), prevent_initial_call=True)
     def draw_single(current, options, top_k, threshold, partner_k, partner_options, _landed, rendered):
         state = checked_state(current, runs)
         if current is None or state.view != VIEW.name:

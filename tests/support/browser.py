@@ -143,6 +143,14 @@ def new_page(browser) -> tuple[object, list[str]]:
     return page, errors
 
 
+def console_errors(page) -> list[str]:
+    """The list the errors ``page`` logs in its console from now on are collected in (their first 300 characters):
+    Dash's own complaints (a callback whose output is not in the page, a failed request) are logged, not thrown."""
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text[:300]) if message.type == "error" else None)
+    return errors
+
+
 @contextlib.contextmanager
 def chromium_page():
     """A page of a new headless Chromium, for a module's tests; closing it fails the tests' teardown when the
