@@ -4,8 +4,8 @@
 #   bash scripts/demo.sh smollm2    SmolLM2-135M (converted from its GGUF the first time)
 #   bash scripts/demo.sh gemma3     Gemma 3 270M (converted the first time: 1.5-3 min, 3.4 GB of memory)
 #   bash scripts/demo.sh ./my-model a Hugging Face model directory (a path with a slash; its run is named after it)
-# It does this: set up .venv (scripts/setup.sh; its output goes to runs/setup.log, and only a failure shows its last
-# lines), extract 5,000 tokens (its progress bar on the console), serve at once (every head in PCA; the attention
+# It does this: set up .venv (scripts/setup.sh; its output goes to runs/setup.log, its step lines "qkviz set-up: [2/6]
+# ... (40 s)" to the console, and a failure shows the log's last lines), extract 5,000 tokens (its progress bar on the console), serve at once (every head in PCA; the attention
 # t-SNE layouts are made in the background and switch in as they land; the app shows how many are left), and
 # meanwhile project the rest (sharing the heads with the server), the head atlas, related heads, the search indexes
 # and the report, which the app shows as they appear. The server's output and those steps' go to runs/MODEL.log, so
@@ -37,7 +37,8 @@ RUN=$RUNS/$NAME
 LOG=$RUNS/$NAME.log
 mkdir -p "$RUNS"
 if [ "${QKVIZ_SETUP:-}" != skip ]; then
-  bash scripts/quietly.sh --name "setting up .venv (scripts/setup.sh)" "$RUNS/setup.log" -- bash scripts/setup.sh
+  bash scripts/quietly.sh --name "setting up .venv (scripts/setup.sh)" --show "qkviz set-up:" "$RUNS/setup.log" -- \
+    bash scripts/setup.sh
 fi
 export HF_HUB_OFFLINE=1
 qkviz() { "$PY" -m qkviz "$@"; }

@@ -133,8 +133,10 @@ def checkout(tmp_path) -> Path:
     shutil.copy(DEMO, scripts / "demo.sh")
     shutil.copy(QUIETLY, scripts / "quietly.sh")
     (scripts / "setup.sh").write_text(
+        'echo "qkviz set-up: [1/2] installing (0 s)"\n'
         'for i in $(seq 200); do echo "WARNING: pip is warning you, line $i" >&2; done\n'
-        '[ -z "${FAIL_SETUP:-}" ] || { echo "ERROR: no matching distribution" >&2; exit 5; }\n')
+        '[ -z "${FAIL_SETUP:-}" ] || { echo "ERROR: no matching distribution" >&2; exit 5; }\n'
+        'echo "qkviz set-up: [2/2] done (1 s)"\n')
     executable(tmp_path / "python", '#!/bin/sh\necho "python ran: $*"\nexit 7\n')
     return tmp_path
 
@@ -150,19 +152,32 @@ def test_setup_output_goes_to_its_log(checkout):
     lines = console_lines(result.stdout)
     setup_log = checkout / "out" / "runs" / "setup.log"
     assert lines[0] == f"qkviz: setting up .venv (scripts/setup.sh) (its output: {setup_log})"
+    # the set-up's progress, its step lines, on the console as they come; pip's lines only in the log
+    assert lines[1:3] == ["qkviz set-up: [1/2] installing (0 s)", "qkviz set-up: [2/2] done (1 s)"]
     assert not PIP.search(result.stdout), result.stdout
     assert setup_log.read_text().count("WARNING: pip is warning you") == 200
     # then the extraction, with the Python given
-    assert lines[1].startswith("python ran: -m qkviz extract --model minilm --out ") and "--max-tokens 300" in lines[1]
-    assert result.returncode == 7 and len(lines) == 2, result.stdout
+    assert lines[3].startswith("python ran: -m qkviz extract --model minilm --out ") and "--max-tokens 300" in lines[3]
+    assert result.returncode == 7 and len(lines) == 4, result.stdout
+
+
+def test_the_real_setup_says_each_of_its_steps():
+    """scripts/setup.sh prints a numbered "qkviz set-up:" line for each of its steps, 1 to STEPS, in order, and a
+    heartbeat during the long install (what the demo shows while it sets up)."""
+    text = (REPO / "scripts" / "setup.sh").read_text()
+    steps = int(re.search(r"^STEPS=(\d+)$", text, re.M).group(1))
+    said = [int(number) for number in re.findall(r"^\s*say (\d+) ", text, re.M)]
+    assert said == list(range(1, steps + 1)), said
+    assert re.search(r"^with_heartbeat 2 .*\\\n\s*\.venv/bin/python -m pip install", text, re.M)
 
 
 def test_a_failing_setup_shows_its_last_lines(checkout):
     result = run_demo(checkout / "checkout" / "scripts" / "demo.sh", "minilm", checkout, setup_env(checkout, FAIL_SETUP="1"))
     assert result.returncode == 5, result.stdout
     lines = console_lines(result.stdout)
-    assert lines[1].startswith("qkviz: setting up .venv (scripts/setup.sh) failed (exit status 5)")
-    assert [line.strip() for line in lines[2:]] == [*(f"WARNING: pip is warning you, line {i}" for i in range(172, 201)),
+    assert lines[1] == "qkviz set-up: [1/2] installing (0 s)"
+    assert lines[2].startswith("qkviz: setting up .venv (scripts/setup.sh) failed (exit status 5)")
+    assert [line.strip() for line in lines[3:]] == [*(f"WARNING: pip is warning you, line {i}" for i in range(172, 201)),
                                                    "ERROR: no matching distribution"]
     assert not any("python ran" in line for line in lines)
 
@@ -199,3 +214,12 @@ def test_quietly_shows_the_tail_of_a_failure_and_keeps_its_status(tmp_path):
     assert result.returncode == 1 and result.stdout == ""
     assert [line.strip() for line in result.stderr.splitlines()[1:]] == ["3", "4", "5"]
     assert quietly(tmp_path, str(log), "sh").returncode == 2                 # no '--': its usage
+
+
+def test_quietly_shows_the_lines_of_its_prefix_and_keeps_its_status(tmp_path):
+    log = tmp_path / "setup.log"
+    script = 'echo "step: [1/2] a"; echo noise; echo "not step: b" >&2; echo "step: [2/2] c"; exit 4'
+    result = quietly(tmp_path, "--silent", "--show", "step:", str(log), "--", "sh", "-c", script)
+    assert result.returncode == 4
+    assert result.stdout == "step: [1/2] a\nstep: [2/2] c\n"
+    assert log.read_text().splitlines()[1:] == ["step: [1/2] a", "noise", "not step: b", "step: [2/2] c"]
