@@ -23,6 +23,7 @@ from typing import Iterator
 import torch
 
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def attending_in_full(model: torch.nn.Module) -> Iterator[None]:
             ids = kwargs.get("inputs_embeds")
         if isinstance(ids, torch.Tensor) and ids.dim() >= 2 and ids.shape[1] > span:
             raise QkvizError(f"{config.model_type}: a sequence of {ids.shape[1]:,} tokens is longer than "
-                             f"{span_name(config)}; qkviz passes at most {span:,} (--chunk {span})")
+                             f"{span_name(config)}; qkviz passes at most {span:,} ({option('chunk', span)})")
 
     hook = model.register_forward_pre_hook(refuse_longer, with_kwargs=True)
     try:

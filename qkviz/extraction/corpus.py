@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "sentences.txt"
 TABULAR_SUFFIXES = {".jsonl", ".csv", ".parquet"}
@@ -105,7 +106,8 @@ def _read_tabular(path: Path, text_column: str) -> list[str]:
         raise QkvizError(f"corpus {path} cannot be read as {suffix[1:].upper()}: {str(error).splitlines()[0]}") from None
     if text_column not in frame.columns:
         columns = ", ".join(map(str, frame.columns)) or "none"
-        raise QkvizError(f"corpus {path} has no column {text_column!r} (columns: {columns}); choose one with --text-column")
+        raise QkvizError(f"corpus {path} has no column {text_column!r} (columns: {columns}); choose one with "
+                         f"{option('text_column', None)}")
     return [_text_of(value, path, f"row {number}", text_column) for number, value in
             enumerate(frame[text_column], start=2 if suffix == ".csv" else 1)
             if not (isinstance(value, str) and not value.strip())]
@@ -135,7 +137,8 @@ def _read_jsonl(path: Path, text_column: str) -> list[str]:
             if text_column not in row:
                 if not seen_column and not sentences:
                     raise QkvizError(f"corpus {path} has no column {text_column!r} (columns: "
-                                     f"{', '.join(map(str, row)) or 'none'}); choose one with --text-column")
+                                     f"{', '.join(map(str, row)) or 'none'}); choose one with "
+                                     f"{option('text_column', None)}")
                 raise QkvizError(f"corpus {path} line {number}: {text_column!r} is missing, not text; fix or remove "
                                  "the row")
             seen_column = True
@@ -165,7 +168,7 @@ def _read_hub_dataset(name: str, text_column: str) -> list[str]:
     dataset = load_hub_dataset(name)
     if text_column not in dataset.column_names:
         raise QkvizError(f"dataset {name} has no column {text_column!r} (columns: {', '.join(dataset.column_names)}); "
-                         "choose one with --text-column")
+                         f"choose one with {option('text_column', None)}")
     return [text.strip() for text in dataset[text_column] if isinstance(text, str) and text.strip()]
 
 

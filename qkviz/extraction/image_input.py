@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 from qkviz.extraction.capture import LayerAttentionSettings
 from qkviz.extraction.chunk_capture import attention_layers
@@ -54,8 +55,8 @@ class ImageInput:
         layout = image_layout(adapter, model.config, source.pixels([0]))
         selected = select_images(len(corpus_data), layout.n_tokens, max_tokens, max_sentences, seed)
         if not len(selected):
-            raise QkvizError(f"no image of {corpus_data.source} fits in --max-tokens {max_tokens} (an image is "
-                             f"{layout.n_tokens} tokens); raise it")
+            raise QkvizError(f"no image of {corpus_data.source} fits in {option('max_tokens', max_tokens)} "
+                             f"(an image is {layout.n_tokens} tokens); raise it")
         selection = {"max_tokens": max_tokens, "max_sentences": max_sentences, "seed": seed}
         return cls(loaded, adapter, adapter.shape(model.config), corpus_data, source, layout, selected, selection)
 

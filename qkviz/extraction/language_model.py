@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 from qkviz.extraction.models import model_directory
 
 logger = logging.getLogger(__name__)
@@ -26,7 +27,8 @@ def load_language_model(spec: str, device: str = "cpu"):
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise QkvizError(f"--device {device} was asked for but no CUDA device is available; use --device cpu")
+        raise QkvizError(f"{option('device', device)} was asked for but no CUDA device is available; use "
+                         f"{option('device', 'cpu')}")
     directory, _source = model_directory(spec)
     try:
         config = AutoConfig.from_pretrained(directory)

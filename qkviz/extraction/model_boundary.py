@@ -22,6 +22,7 @@ from typing import Iterator
 import torch
 
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +49,12 @@ class OutOfMemory(QkvizError):
 def refusal(family: str, step: str, error: BaseException) -> QkvizError:
     """The one-line refusal of ``family`` whose ``step`` raised ``error`` (memory running out is said as such)."""
     if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
-        kept = ("what was captured is kept: run it again with a lower --batch-size and it resumes" if step == CAPTURE
-                else "nothing was written: lower --batch-size")
+        batch_size = option("batch_size", None)
+        kept = (f"what was captured is kept: run it again with a lower {batch_size} and it resumes" if step == CAPTURE
+                else f"nothing was written: lower {batch_size}")
         return OutOfMemory(f"{family}: {step} ran out of memory ({failure_detail(error)}); {kept}, or extract "
-                           "fewer tokens (--max-tokens) or shorter texts (--max-length, --chunk)")
+                           f"fewer tokens ({option('max_tokens', None)}) or shorter texts ({option('max_length', None)}, "
+                           f"{option('chunk', None)})")
     return QkvizError(f"{family}: refused: {step} fails with this model's own code ({failure_detail(error)}); "
                       "qkviz cannot extract it exactly, and nothing was written")
 

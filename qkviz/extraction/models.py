@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 from qkviz.extraction.model_names import check_hub_reachable, model_name
 from qkviz.store.locks import exclusive_lock
 
@@ -133,7 +134,8 @@ def load_model(spec: str, device: str = "cpu", progress: bool = False, modality:
 
     spec = model_name(spec, BUNDLED_MODELS)     # what the run records: a bundled name in lower case
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise QkvizError(f"--device {device} was asked for but no CUDA device is available; use --device cpu")
+        raise QkvizError(f"{option('device', device)} was asked for but no CUDA device is available; use "
+                         f"{option('device', 'cpu')}")
     directory, source = model_directory(spec, progress)
     try:
         config = AutoConfig.from_pretrained(directory)
@@ -179,8 +181,9 @@ def check_modality(what: str, adapter, modality: str | None, config) -> None:
     if modality is None or (adapter.modality if adapter is not None else "text") == modality:
         return
     if adapter is not None and adapter.modality == "image":
-        raise QkvizError(f"{what} is an image model ({adapter.description}); give it images: --images FOLDER, "
-                         "a list file, imagefolder:DIR or skimage-samples (in Python: a list of PIL images)")
+        raise QkvizError(f"{what} is an image model ({adapter.description}); give it images: "
+                         f"{option('corpus', 'FOLDER', flag='--images')}, a list file, imagefolder:DIR or skimage-samples "
+                         "(in Python: a list of PIL images)")
     from qkviz.extraction.adapters import ADAPTERS
 
     vision = ", ".join(a.family for a in ADAPTERS if a.modality == "image")

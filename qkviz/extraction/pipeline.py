@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 from qkviz.extraction.adapters import FamilyAdapter, model_adapter
 from qkviz.extraction.borrowed_model import model_for_extraction
 from qkviz.extraction.capture import LayerAttentionSettings
@@ -34,6 +35,7 @@ from qkviz.extraction.corpus import load_corpus
 from qkviz.extraction.exactness_gate import GateResult
 from qkviz.extraction.image_corpus import is_image_source, load_images
 from qkviz.extraction.image_input import ImageInput
+from qkviz.extraction.long_documents import option_with_n
 from qkviz.extraction.model_boundary import (CAPTURE, DISCOVERY, GATE, IDENTITY, LOGIT_PARTS, OutOfMemory,
                                             model_step)
 from qkviz.extraction.models import LoadedModel
@@ -90,8 +92,8 @@ def extract_run(model, corpus, out: str | Path, *, tokenizer=None, processor=Non
     _check_long_text_options(max_length, chunk, chunk_overlap)
     images = is_image_source(corpus)
     if images and (max_length is not None or chunk is not None):
-        option = "--max-length truncates" if max_length is not None else "--chunk splits"
-        raise QkvizError(f"{option} sentences; an image is always all its patches (leave it out)")
+        given = f"{option('max_length', None)} truncates" if max_length is not None else f"{option('chunk', None)} splits"
+        raise QkvizError(f"{given} sentences; an image is always all its patches (leave it out)")
     steps: dict[str, float] = {}
     with timed(steps, "corpus"):
         corpus_data = load_images(corpus) if images else load_corpus(corpus, text_column)
@@ -254,7 +256,7 @@ def _checks_before_writing(adapter: FamilyAdapter, run_input: RunInput, head_upd
     """What runs before anything is written: ``--head-update`` against the family, the exactness gate and the logit
     parts (each a refusal in one line where the model fails it); their seconds into ``steps``."""
     if head_update and not adapter.has_output_projection:
-        raise QkvizError(f"--head-update needs the attention's output projection, which qkviz does not find in "
+        raise QkvizError(f"{option('head_update')} needs the attention's output projection, which qkviz does not find in "
                          f"{adapter.family} models; extract without it")
     with model_step(adapter.family, GATE), timed(steps, "gate"):
         gate = run_input.check_exactness()          # before anything is written
@@ -284,20 +286,22 @@ def _remove_fresh_run(out: Path, existed: bool) -> None:
 
 def _check_options(dtype: str, batch_size: int, max_tokens, max_sentences, max_length) -> None:
     if dtype not in STORED_DTYPES:
-        raise QkvizError(f"--dtype {dtype} is not one of {', '.join(STORED_DTYPES)}")
-    for name, value in (("--batch-size", batch_size), ("--max-tokens", max_tokens),
-                        ("--max-sentences", max_sentences), ("--max-length", max_length)):
+        raise QkvizError(f"{option('dtype', dtype)} is not one of {', '.join(STORED_DTYPES)}")
+    for name, value in (("batch_size", batch_size), ("max_tokens", max_tokens),
+                        ("max_sentences", max_sentences), ("max_length", max_length)):
         if value is not None and value < 1:
-            raise QkvizError(f"{name} must be a positive number, got {value}")
+            raise QkvizError(f"{option(name, None)} must be a positive number, got {value}")
 
 
 def _check_long_text_options(max_length, chunk, chunk_overlap) -> None:
     """``--chunk`` and ``--chunk-overlap`` on their own (against the model and tokenizer: ``TextInput.select``)."""
     if chunk is not None and max_length is not None:
-        raise QkvizError("give --chunk (split long documents into windows) or --max-length (truncate them), not both")
+        raise QkvizError(f"give {option('chunk', None)} (split long documents into windows) or "
+                         f"{option('max_length', None)} (truncate them), not both")
     if chunk_overlap is not None and chunk is None:
-        raise QkvizError("--chunk-overlap needs --chunk N (the window size)")
+        raise QkvizError(f"{option('chunk_overlap', None)} needs {option_with_n('chunk')} (the window size)")
     if chunk is not None and chunk < 2:
-        raise QkvizError(f"--chunk must be at least 2 tokens, got {chunk}")
+        raise QkvizError(f"{option('chunk', None)} must be at least 2 tokens, got {chunk}")
     if chunk_overlap is not None and not 0 <= chunk_overlap < chunk:
-        raise QkvizError(f"--chunk-overlap must be from 0 to --chunk - 1 ({chunk - 1}), got {chunk_overlap}")
+        raise QkvizError(f"{option('chunk_overlap', None)} must be from 0 to {option('chunk', None)} - 1 ({chunk - 1}), "
+                         f"got {chunk_overlap}")

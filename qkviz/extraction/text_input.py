@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from qkviz.core.errors import QkvizError
+from qkviz.core.option_names import option
 from qkviz.extraction.adapters import FamilyAdapter, ModelShape
 from qkviz.extraction.borrowed_model import check_token_ids
 from qkviz.extraction.capture import LayerAttentionSettings
@@ -61,7 +62,8 @@ class TextInput:
         sentences = select_sentences(corpus_data.sentences, loaded.tokenizer, max_length, max_tokens,
                                      max_sentences, seed, rule)
         if not sentences:
-            raise QkvizError(f"no sentence of {corpus_data.source} fits in --max-tokens {max_tokens}; raise it")
+            raise QkvizError(f"no sentence of {corpus_data.source} fits in {option('max_tokens', max_tokens)}; "
+                             "raise it")
         check_token_ids(sentences, loaded.model)
         selection = {"max_tokens": max_tokens, "max_sentences": max_sentences, "seed": seed,
                      "max_length": length_limit, **windows}
@@ -148,18 +150,19 @@ class TextInput:
 
 def _length_limit(model_limit: int | None, requested: int | None) -> int | None:
     if requested is not None and model_limit is not None and requested > model_limit:
-        raise QkvizError(f"--max-length {requested} is longer than the model allows ({model_limit})")
+        raise QkvizError(f"{option('max_length', requested)} is longer than the model allows ({model_limit})")
     return requested if requested is not None else model_limit
 
 
 def _window_rule(tokenizer, context: int | None, size: int, overlap: int) -> DocumentRule:
     """Windows of ``size`` tokens sharing ``overlap``, once ``size`` is checked against the model and the tokenizer."""
     if context is not None and size > context:
-        raise QkvizError(f"--chunk {size} is longer than the model's context ({context}); use at most {context}")
+        raise QkvizError(f"{option('chunk', size)} is longer than the model's context ({context}); use at most {context}")
     special = tokenizer.num_special_tokens_to_add(pair=False)
     if size - special <= overlap:
-        raise QkvizError(f"--chunk {size} holds {size - special} text tokens after the tokenizer's {special} special "
-                         f"tokens, not more than --chunk-overlap {overlap}: raise --chunk or lower --chunk-overlap")
+        raise QkvizError(f"{option('chunk', size)} holds {size - special} text tokens after the tokenizer's {special} "
+                         f"special tokens, not more than {option('chunk_overlap', overlap)}: raise "
+                         f"{option('chunk', None)} or lower {option('chunk_overlap', None)}")
     return windows_of(size, overlap)
 
 
@@ -168,5 +171,5 @@ def _check_room_for_text(tokenizer, length_limit: int | None) -> None:
     tokenizer cannot truncate below them, and would silently ignore the limit)."""
     special = tokenizer.num_special_tokens_to_add(pair=False)
     if length_limit is not None and length_limit <= special:
-        raise QkvizError(f"--max-length {length_limit} leaves no room for text: the tokenizer adds {special} special "
-                         f"tokens to every sentence; use at least {special + 1}")
+        raise QkvizError(f"{option('max_length', length_limit)} leaves no room for text: the tokenizer adds {special} "
+                         f"special tokens to every sentence; use at least {special + 1}")

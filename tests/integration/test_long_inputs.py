@@ -79,6 +79,24 @@ def test_a_document_longer_than_the_context_is_refused_with_its_count_and_nothin
     assert not (tmp_path / "run").exists()
 
 
+def test_a_document_longer_than_the_context_names_chunk_in_the_callers_words(tiny_model, documents, tmp_path):
+    """Issue 49: qkviz.extract over a document longer than the context told a Python caller to give --chunk N; it
+    is told chunk=N (or max_length=N), and qkviz extract still --chunk N (or --max-length N)."""
+    model_dir = tiny_model("llama")
+    corpus = tmp_path / "documents.txt"
+    corpus.write_text("\n".join(documents[:2]) + "\n", encoding="utf-8")
+    with pytest.raises(qkviz.QkvizError) as refused:
+        qkviz.extract(str(model_dir), corpus, tmp_path / "python", progress=False)
+    message = str(refused.value)
+    assert message.endswith("more than the model's context of 256: give chunk=N (or max_length=N to truncate)")
+    assert "--chunk" not in message and "\n" not in message
+    assert not (tmp_path / "python").exists()
+    line = one_line_error(run_main("extract", "--model", str(model_dir), "--corpus", str(corpus), "--out",
+                                   str(tmp_path / "cli")),
+                          "more than the model's context of 256: give --chunk N (or --max-length N to truncate)")
+    assert "chunk=" not in line and not (tmp_path / "cli").exists()
+
+
 @pytest.mark.parametrize("options, message", [
     (["--chunk", "64", "--max-length", "64"], "give --chunk (split long documents into windows) or --max-length"),
     (["--chunk-overlap", "4"], "--chunk-overlap needs --chunk N"),

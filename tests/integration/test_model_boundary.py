@@ -119,7 +119,7 @@ def test_memory_running_out_in_the_capture_says_so_keeps_what_was_written_and_re
         with pytest.raises(model_boundary.OutOfMemory) as refusal:
             qkviz.extract(model, SENTENCES, out, tokenizer=tokenizer, progress=False)
         message = str(refusal.value)
-        assert "ran out of memory" in message and "lower --batch-size and it resumes" in message, message
+        assert "ran out of memory" in message and "lower batch_size and it resumes" in message, message
         assert "\n" not in message and out.is_dir()
         resumed = qkviz.extract(model, SENTENCES, out, tokenizer=tokenizer, progress=False, batch_size=1)
     finally:

@@ -33,7 +33,7 @@ def test_tabular_corpora_read_the_text_column_and_hash_like_text(tmp_path, suffi
     text = tmp_path / "same.txt"
     text.write_text("\n".join(SENTENCES), encoding="utf-8")
     assert corpus.sha256 == load_corpus(text).sha256
-    with pytest.raises(QkvizError, match=r"no column 'text' \(columns: id, body\).*--text-column"):
+    with pytest.raises(QkvizError, match=r"no column 'text' \(columns: id, body\); choose one with text_column$"):
         load_corpus(path)
 
 

@@ -179,7 +179,7 @@ def test_head_update_without_an_output_projection_found_is_one_line(tmp_path):
     names = tuple(name for name in discovery.OUTPUT_PROJECTION_NAMES if name != "o_proj")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(discovery, "OUTPUT_PROJECTION_NAMES", names)    # as if llama named it in a way not known
-        with pytest.raises(qkviz.QkvizError, match="--head-update needs the attention's output projection"):
+        with pytest.raises(qkviz.QkvizError, match="^head_update=True needs the attention's output projection"):
             qkviz.extract(tiny_family_model("llama"), lines[:4], tmp_path / "run", tokenizer=decoder_tokenizer(lines),
                           head_update=True, progress=False)
     assert not (tmp_path / "run").exists()

@@ -64,7 +64,7 @@ def test_a_document_longer_than_the_context_is_refused_with_its_count():
         rule(document(9411))
     message = str(error.value)
     assert message.startswith("document 8 ('w0 w1 w2")
-    assert "has 9,412 tokens, more than the model's context of 32: give --chunk N (or --max-length N to " \
+    assert "has 9,412 tokens, more than the model's context of 32: give chunk=N (or max_length=N to " \
            "truncate)" in message
     assert "\n" not in message
     assert refused_past(None)(document(9411)) == [document(9411)]
