@@ -106,7 +106,10 @@ def release_key(release: dict):
 
 def with_earlier_releases(releases: list[dict], path: Path) -> list[dict]:
     """``releases`` with those of the result file at ``path`` that they do not sweep again, oldest first."""
-    earlier = json.loads(path.read_text(encoding="utf-8"))["figures"]["releases"] if path.exists() else []
+    result = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"figures": {"releases": []}}
+    earlier = result["figures"]["releases"]
+    for release in earlier:     # a release from before each one kept its own date: the file's
+        release.setdefault("swept_at", {"date": result["date"], "commit": result["commit"]})
     swept = {release["transformers"] for release in releases}
     return sorted([release for release in earlier if release["transformers"] not in swept] + releases, key=release_key)
 
