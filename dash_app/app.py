@@ -25,6 +25,7 @@ from dash_app.deferred_graphs import FIRST_VIEW, defer_graphs, mounted_views, sl
 from dash_app.attention_changes import AttentionChanges
 from dash_app.events import relay_point_events
 from dash_app.guard import allowed_hosts, guard
+from dash_app.progress import method_options
 from dash_app.run_data import RunData, unique_names
 from dash_app.state import ViewState, checked_state, select_run, validate
 from dash_app.token_search import TokenSearch
@@ -32,7 +33,6 @@ from dash_app.url_state import parse_url, to_url
 from dash_app.view_registry import AppContext, registered_views
 from dash_app.wsgi_server import PrefixedPaths
 from qkviz import QkvizError, open_run
-from qkviz.projection import method_label
 from qkviz.search import ImageIds
 from qkviz.store import DIMENSIONS
 
@@ -106,8 +106,9 @@ def dash_app(root_path: str) -> dash.Dash:
 
 
 #: the projection menu's width: its longest label, "attention t-SNE (1023/1024 heads, being made, recall 30%)"
-#: (:func:`method_options`), is about 480 px at the page's 16 px, the control's arrow and padding 47 more; the rest
-#: is room for wider fonts. The top bar wraps it to its second row, beside the search box, at 1400 px across.
+#: (:func:`dash_app.progress.method_options`), is about 480 px at the page's 16 px, the control's arrow and padding 47
+#: more; the rest is room for wider fonts. The top bar wraps it to its second row, beside the search box, at 1400 px
+#: across.
 METHOD_SELECT_PX = 600
 
 
@@ -218,21 +219,6 @@ def next_state(trigger: str | None, value, current: dict | None, url_search: str
     elif trigger == ids.SEARCH_SUBSTRING:
         state = replace(state, substring=isinstance(value, list) and "substring" in value)
     return validate(state, shape, ViewState(run=state.run, method=shape.default_method)), []
-
-
-def method_options(data: RunData) -> list[dict]:
-    """``"t-SNE (72/72 heads, recall 4%)"`` per method offered (some head has its 2D layout, or it is being
-    made): how many heads have it, and, when the correlation report covers it, the layout's mean partner
-    recall@10 over heads (how faithfully it shows who attends to whom)."""
-    available, total = data.available(), data.n_total_heads
-    options = []
-    for method in data.offered_methods():
-        recall = data.mean_recall(f"{method}-2d")
-        shown = "" if recall is None else f", recall {recall:.0%}"
-        making = ", being made" if data.in_background(method) else ""
-        options.append({"label": f"{method_label(method)} ({available[(method, 2)]}/{total} heads{making}{shown})",
-                        "value": method})
-    return options
 
 
 def dim_options(data: RunData, method: str) -> list[dict]:

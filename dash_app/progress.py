@@ -1,7 +1,11 @@
-"""The top bar's line on the layouts being made in the background (``qkviz serve`` on a run without its
-default layouts), and the poll that lets the views switch each head in as its layout lands.
+"""The top bar's counts of layouts: the line on those being made in the background (``qkviz serve`` on a run
+without its default layouts) and the projection menu's options, and the poll that lets the views switch each head
+in as its layout lands.
 
-Every :data:`POLL_MS` the line is redrawn from the run's :class:`qkviz.projection.LayoutProgress`, and
+Both counts are :func:`heads_with_layout`. The state callback sends the menu's options on every action; the line
+is redrawn on every change of state and every :data:`POLL_MS`, from the run's
+:class:`qkviz.projection.LayoutProgress`, and the menu's options (:func:`method_options`) with it when they changed,
+so that the two never disagree for longer than a poll. Every poll
 ``LAYOUT_STAMP`` takes the number of layouts landed, as does the layout stamp of the view that shows
 (:func:`dash_app.ids.layout_stamp`); the matrix and single-head views take theirs as an input and redraw when it
 changes (no reload). The poll stops once every run's worker is done.
@@ -30,15 +34,33 @@ def layout(runs: list[RunData]) -> list:
             dcc.Store(id=ids.LAYOUT_STAMP, data=None)]
 
 
+def heads_with_layout(data: RunData, method: str) -> int:
+    """How many heads of the run have ``method``'s 2D layout in its cache (those the background worker made, those
+    a ``qkviz project`` beside it made, those made before): what the progress line and the projection menu say."""
+    return data.available().get((method, 2), 0)
+
+
+def method_options(data: RunData) -> list[dict]:
+    """``"t-SNE (72/72 heads, recall 4%)"`` per method offered (some head has its 2D layout, or it is being
+    made): how many heads have it, and, when the correlation report covers it, the layout's mean partner
+    recall@10 over heads (how faithfully it shows who attends to whom)."""
+    options = []
+    for method in data.offered_methods():
+        recall = data.mean_recall(f"{method}-2d")
+        shown = "" if recall is None else f", recall {recall:.0%}"
+        making = ", being made" if data.in_background(method) else ""
+        options.append({"label": f"{method_label(method)} ({heads_with_layout(data, method)}/{data.n_total_heads} "
+                                 f"heads{making}{shown})", "value": method})
+    return options
+
+
 def progress_text(data: RunData) -> list | str:
     """``"attention t-SNE layouts: 23/72 heads · about 3 min left · PCA shown until each lands"``, or ``""``."""
     if data.worker is None:
         return ""
     progress = data.worker.progress()
     name = method_label(progress.method)
-    total_heads = data.n_total_heads
-    have = total_heads - progress.total + progress.done
-    parts = [html.B(f"{name} layouts: {have}/{total_heads} heads")]
+    parts = [html.B(f"{name} layouts: {heads_with_layout(data, progress.method)}/{data.n_total_heads} heads")]
     if progress.running:
         left = (f"about {describe_seconds(progress.remaining_seconds)} left" if progress.remaining_seconds is not None
                 else "estimating the time left")
@@ -54,13 +76,19 @@ def progress_text(data: RunData) -> list | str:
 
 
 def register(app: dash.Dash, runs: list[RunData], views: list[str]) -> None:
-    """The line and the stamps: the shell's and those of ``views`` (the names of the app's views)."""
-    @app.callback(Output(ids.LAYOUT_PROGRESS, "children"), Output(ids.LAYOUT_POLL, "disabled"),
-                  Input(ids.LAYOUT_POLL, "n_intervals"), Input(ids.STATE, "data"))
-    def show_progress(_, current):
+    """The line and the menu's options, and the stamps: the shell's and those of ``views`` (the names of the app's
+    views)."""
+    # the menu's options with the line, when they changed: the state callback sends them with the menu's value (a
+    # dropdown clears a value its options lack), and this keeps them up with the layouts landing between actions.
+    # It runs when the page loads all the same, once the state callback has answered (it takes the state as input)
+    @app.callback(Output(ids.LAYOUT_PROGRESS, "children"), Output(ids.METHOD_SELECT, "options", allow_duplicate=True),
+                  Output(ids.LAYOUT_POLL, "disabled"), Input(ids.LAYOUT_POLL, "n_intervals"), Input(ids.STATE, "data"),
+                  State(ids.METHOD_SELECT, "options"), prevent_initial_call=True)
+    def show_progress(_, current, shown_options):
         shown = runs[checked_state(current, runs).run]
         running = any(data.worker is not None and data.worker.progress().running for data in runs)
-        return progress_text(shown), not running
+        options = method_options(shown)
+        return progress_text(shown), options if options != shown_options else no_update, not running
 
     # the stamps only on the poll: were they outputs of the callback above, every change of state would hold the
     # views' drawing (which takes a stamp as input) back until that callback had answered. A view's own stamp is

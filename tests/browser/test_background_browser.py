@@ -1,7 +1,7 @@
 """Serve before project, in headless Chromium: a run with only its PCA layouts is drawn at once (every head
 in PCA, marked as waiting), and once the background worker starts, each head's attention t-SNE layout
-switches in as it lands -- with no reload of the page, and no error in its console (a landing redraws only
-the view that shows)."""
+switches in as it lands -- with no reload of the page, the projection menu counting the heads with the progress
+line, and no error in its console (a landing redraws only the view that shows)."""
 
 import threading
 
@@ -48,6 +48,9 @@ def test_pca_first_then_each_head_switches_to_its_layout_without_a_reload(tiny_r
             page.wait_for_function(f"""() => document.getElementById('{ids.LAYOUT_PROGRESS}').innerText
                                            .includes('8/8 heads')""", timeout=20_000)
             assert "being made" not in page.inner_text(f"#{ids.LAYOUT_PROGRESS}")
+            # the projection menu followed the landings with the line (the page has made no action since it loaded)
+            menu = page.inner_text(f"#{ids.METHOD_SELECT}")
+            assert "attention t-SNE (8/8 heads" in menu and "being made" not in menu, menu
             page.click("#view-tabs >> text=Single head")
             # the single view's graph enters the page when the view first shows
             page.wait_for_function("() => (document.getElementById('single-graph')?.innerText ?? '')"

@@ -8,7 +8,8 @@ from plotly.io.json import to_json_plotly
 
 from dash_app import ids
 from dash_app.views import matrix as matrix_view, matrix_grid, sentence as sentence_view, single as single_view
-from dash_app.app import VIEWS, build_app, method_options, next_state, open_runs
+from dash_app.app import VIEWS, build_app, next_state, open_runs
+from dash_app.progress import method_options
 from qkviz.analysis import aggregate_attention
 from qkviz.report import token_features
 from dash_app.run_data import RunData, normalise_layout
