@@ -177,10 +177,12 @@ def _measure(model: torch.nn.Module, input_ids: torch.Tensor, mask: torch.Tensor
         return (hidden if hidden is not None else output[0]).float()
     logits = forward(model, input_ids=input_ids, attention_mask=mask).logits
     losses = torch.full(input_ids.shape, float("nan"), dtype=torch.float32, device=input_ids.device)
-    predicted = torch.nn.functional.cross_entropy(logits[:, :-1].float().transpose(1, 2), input_ids[:, 1:],
-                                                  reduction="none")
     has_next = mask[:, 1:].bool()
-    losses[:, :-1] = torch.where(has_next, predicted, losses[:, :-1])
+    # the real tokens' rows only, [tokens, vocabulary] and contiguous: the softmax runs along memory (a transposed
+    # [batch, vocabulary, pos] view took 6 times as long on SmolLM2) and over no padding
+    predicted = torch.nn.functional.cross_entropy(logits[:, :-1][has_next].float(), input_ids[:, 1:][has_next],
+                                                  reduction="none")
+    losses[:, :-1][has_next] = predicted
     return losses
 
 
