@@ -121,9 +121,11 @@ def ablation_cost(results: Results) -> str:
                      f"{ratio['median']:.2f}× | {inside['load_seconds']:.1f} s, {inside['first_ablation_seconds']:.1f} s, "
                      f"{inside['second_ablation_seconds']:.1f} s |")
     runs = found["models"][0]["ratio"]["runs"]
-    return ("\n".join(lines) + f"\n\nEach command a whole process, min / median / max of {runs} pairs run in alternating "
-            "order; the ratio is the median of each pair's. `python -m bench.ablation` "
-            f"({source(results, 'ablation')}).\n")
+    return ("\n".join(lines) + f"\n\nEach command a whole process (Python's start and imports included, as a user runs "
+            f"it), min / median / max of {runs} pairs run in alternating order; the ratio is the median of each pair's "
+            "ratio. In one process the models run one after the other: the first load (MiniLM's) includes importing "
+            "transformers' modelling code, and another head's ablation reuses the clean pass. `python -m "
+            f"bench.ablation` ({source(results, 'ablation')}).\n")
 
 
 if __name__ == "__main__":
