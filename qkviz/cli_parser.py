@@ -1,5 +1,6 @@
 """The ``qkviz`` command line's parser: every command, its options, their types and help (the commands
-themselves are in :mod:`qkviz.cli`)."""
+themselves are in :mod:`qkviz.cli`). Each command's options are added by a function of its own, ``_add_NAME``, in
+the order :data:`COMMANDS` lists them."""
 
 from __future__ import annotations
 
@@ -51,12 +52,7 @@ def _dask_option(command: argparse.ArgumentParser, what: str) -> None:
                               "on storage every worker sees at the same path) or local:N (N worker processes here)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _OneLineErrors(prog="qkviz", description="What every attention head does.")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or info messages")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                     parser_class=_OneLineErrors)
-
+def _add_extract(commands: argparse._SubParsersAction) -> None:
     extract = commands.add_parser("extract", help="extract every head's queries and keys over a corpus",
                                   description="Extract every head's queries, keys and value norms into a run directory.")
     extract.add_argument("--model", required=True,
@@ -89,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="also keep each head's update relative to the hidden state per token (norm ratio "
                               "and cosine; for 'qkviz stats')")
 
+
+def _add_project(commands: argparse._SubParsersAction) -> None:
     project = commands.add_parser(
         "project", help="project every head's aligned queries and keys (PCA, UMAP, t-SNE), cached",
         description="Project each head's joint query/key cloud into 2D or 3D and cache it in the run. "
@@ -116,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     project.add_argument("--no-scale", action="store_true", help="do not scale query and key norms to match")
     _method_options(project)
 
+
+def _add_report(commands: argparse._SubParsersAction) -> None:
     report = commands.add_parser(
         "report", help="distance-dot-product correlation of every head, in every space (HTML, CSV, JSON)",
         description="For every head, correlate query-key distance with the dot product over the pairs that "
@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "146,484 at 1,024 heads)")
     report.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the pair sample (default 0)")
 
+
+def _add_stats(commands: argparse._SubParsersAction) -> None:
     stats = commands.add_parser(
         "stats", help="head atlas: every head's attention statistics, labels and exemplars",
         description="Recompute every head's attention over the corpus and store per-head statistics (mean "
@@ -174,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="worker processes (heads run in parallel; at most one per CPU)")
     _dask_option(stats, "the heads' statistics (the atlas is written here, once)")
 
+
+def _add_related(commands: argparse._SubParsersAction) -> None:
     related = commands.add_parser(
         "related", help="related heads: every pair of heads compared by attention (JS distance) and geometry (CKA)",
         description="Compare every pair of heads over one seeded sample of queries (whole sentences; queries one by "
@@ -187,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
                               "pair budget, at most this many queries one by one (default 2000)")
     related.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the sample (default 0)")
 
+
+def _add_compare(commands: argparse._SubParsersAction) -> None:
     compare = commands.add_parser(
         "compare", help="how much each head's attention changed between two runs over the same tokens",
         description="For every head, the Jensen-Shannon distance (base 2, in [0, 1]) between its attention "
@@ -198,9 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=Path, help="write the per-head table here (CSV)")
     compare.add_argument("--top", type=integer(1), default=10, help="most changed heads printed (default 10)")
 
+
+def _add_status(commands: argparse._SubParsersAction) -> None:
     status = commands.add_parser("status", help="what a run directory holds")
     status.add_argument("--run", required=True, type=Path, help="run directory")
 
+
+def _add_index(commands: argparse._SubParsersAction) -> None:
     index = commands.add_parser(
         "index", help="search indexes: the token index and, past the exact limit, every head's partner indexes",
         description="Build the indexes the app's corpus-wide searches answer from, into <run>/indexes/: the token "
@@ -216,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the approximate indexes' k-means (default 0)")
     _dask_option(index, "each head's inverted files past --exact-limit (each worker writes its own)")
 
+
+def _add_serve(commands: argparse._SubParsersAction) -> None:
     serve = commands.add_parser("serve", help="serve the web app (matrix, single-head and sentence views)",
                                 description="Serve the Dash app over one or more runs from waitress, a "
                                             "production WSGI server. Listens on 127.0.0.1 unless --host says "
@@ -244,6 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="for a shared host: write nothing into the runs (no layouts made before serving or in "
                             "the background, no thumbnails on disk); each run must already have 2D layouts")
 
+
+def _add_explain(commands: argparse._SubParsersAction) -> None:
     explain = commands.add_parser(
         "explain", help="why a query meets a key in one head: its logit split by the parts that wrote them",
         description="Split one head's pre-softmax logit of query token I and key token J exactly into contributions "
@@ -268,6 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--out", type=Path, help="also write every row to this .csv file")
     explain.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:1")
 
+
+def _add_ablate(commands: argparse._SubParsersAction) -> None:
     ablate = commands.add_parser(
         "ablate", help="whether a head matters: its output removed, the change per token",
         description="Run the run's model (loaded once: a bundled name or a saved directory) over the run's own "
@@ -284,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--out", type=Path, help="also write every token's row to this .csv or .parquet file")
     ablate.add_argument("--device", type=device, default="cpu", help="where the model runs: cpu (default), cuda, cuda:N, mps")
 
+
+def _add_tokens(commands: argparse._SubParsersAction) -> None:
     tokens = commands.add_parser(
         "tokens", help="a sentence's tokens with their indices in the run (what explain's --query and --key take)",
         description="Print one sentence of the run, then each of its tokens: its index (its row of the run's token "
@@ -291,5 +309,22 @@ def build_parser() -> argparse.ArgumentParser:
     tokens.add_argument("--run", required=True, type=Path, help="run directory")
     tokens.add_argument("--sentence", required=True, type=integer(0), help="the sentence (from 0, as the run stores them)")
 
+
+def _add_models(commands: argparse._SubParsersAction) -> None:
     commands.add_parser("models", help="list the bundled models and the supported families")
+
+
+#: the commands in the order ``qkviz --help`` lists them, each added to the parser by its own function
+COMMANDS = (_add_extract, _add_project, _add_report, _add_stats, _add_related, _add_compare, _add_status, _add_index,
+            _add_serve, _add_explain, _add_ablate, _add_tokens, _add_models)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: the global options, then each command of :data:`COMMANDS` with its options."""
+    parser = _OneLineErrors(prog="qkviz", description="What every attention head does.")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or info messages")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_OneLineErrors)
+    for add_command in COMMANDS:
+        add_command(commands)
     return parser
