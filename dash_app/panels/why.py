@@ -187,13 +187,9 @@ def render_pair(data: RunData, subject: Subject, frames: dict[str, pd.DataFrame]
               ("by rotary band" if bands.band.str.startswith("rotary").any() else "by dimension",
                *top_and_rest(bands.band.to_numpy(), bands.contribution, name="bands"), BAND_COLOUR)]
     tokens = data.tokens
-    masked = (data.run.is_causal and tokens.sentence.iat[query] == tokens.sentence.iat[key]
-              and tokens.position.iat[key] > tokens.position.iat[query])
-    notes = []
+    notes = []     # a pair the head's mask forbids never gets here: run.explain refuses it in one line, shown instead
     if softcap:
         notes.append(f"Split before the model's soft cap ({softcap:g}).")
-    if masked:
-        notes.append("The key comes after the query: the model's causal mask never lets this pair attend.")
     if tokens.sentence.iat[query] != tokens.sentence.iat[key]:
         notes.append("The two tokens are in different sentences (as partner search pairs them).")
     return [

@@ -1,8 +1,9 @@
 """The why panel and the composition view in headless Chromium, over ``qkviz serve`` on a copy of the tiny Llama run
 with its circuits stored (the model is loaded on demand from its saved directory):
 
-* single-head view: a query clicked, then one of its sentence's keys: the panel shows the two tokens, the logit
-  (the stored query and key's) and bars whose every set adds up to it;
+* single-head view: a query clicked, then one of its sentence's keys it may attend to: the panel shows the two
+  tokens, the logit (the stored query and key's) and bars whose every set adds up to it; a key after it (masked) is
+  refused in the panel in one line;
 * document view: a cell of the map clicked is the pair, explained the same way;
 * composition view: drawn from the stored circuits, a click on a head node opens that head in the single view.
 """
@@ -83,9 +84,9 @@ def test_a_query_then_its_partner_opens_the_why_panel_whose_bars_add_up_to_the_l
                            timeout=20_000)
     wait_idle(page)
     assert page.locator(f"#{ids.why_ids('single').panel}").is_hidden()
-    keys = page.evaluate("() => document.querySelector('#single-graph .js-plotly-plot')._fullData[5].x.length")
-    key_point = isolated_point(page, ids.SINGLE_GRAPH, 5, range(keys))
-    click_point(page, ids.SINGLE_GRAPH, 5, key_point)           # a key of its sentence, drawn over the keys
+    # a key of its sentence (drawn over the keys in sentence order) the causal mask lets it meet: at or before it
+    key_point = isolated_point(page, ids.SINGLE_GRAPH, 5, range(chosen - rows.start + 1))
+    click_point(page, ids.SINGLE_GRAPH, 5, key_point)
     page.wait_for_function("() => /pair=\\d+/.test(location.search)", timeout=20_000)
     point = int(re.search(r"point=(\d+)", page.url)[1])
     pair = int(re.search(r"pair=(\d+)", page.url)[1])

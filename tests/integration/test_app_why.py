@@ -199,6 +199,18 @@ def test_a_run_whose_model_cannot_be_found_says_why_in_one_line(circuits_run, tm
     assert texts(children) == [answer.error] and "Traceback" not in answer.error
 
 
+def test_a_masked_pair_is_refused_in_the_panel_in_one_line(data):
+    """A key after the query in this causal run: the panel says in one line that the pair is masked (no bars)."""
+    run = data.run
+    rows = run.sentence_tokens(0)
+    query, key = rows.start, rows.start + 2
+    subject = why.Subject("pair", 0, LAYER, HEAD, (query,), (key,))
+    answer = ExplainWorker().wait(subject, lambda: why.explain(data, subject))
+    assert answer.error is not None and "\n" not in answer.error, answer.error
+    assert f"key {key} comes after query {query}" in answer.error and "masked" in answer.error
+    assert texts(why.render(data, subject, answer)) == [answer.error]
+
+
 def test_the_new_callbacks_take_hostile_values(data):
     app = build_app([data])
     ours = [(output, spec) for output, spec in app.callback_map.items() if "callback" in spec
