@@ -47,3 +47,10 @@ def option(name: str, value: object = True, *, flag: str | None = None) -> str:
         flag = flag or "--" + name.replace("_", "-")
         return flag if value is True or value is None else f"{flag} {value}"
     return name if value is None else f"{name}={value!r}"
+
+
+def option_with_n(name: str) -> str:
+    """Option ``name`` given a number of tokens ``N``, as the caller gives it: ``--chunk N`` from the command line,
+    ``chunk=N`` from Python."""
+    spelled = option(name, None)
+    return f"{spelled} N" if spelled.startswith("--") else f"{spelled}=N"

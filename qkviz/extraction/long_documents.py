@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Callable
 
 from qkviz.core.errors import QkvizError
-from qkviz.core.option_names import option
+from qkviz.core.option_names import option_with_n
 from qkviz.extraction.selection import TokenizedSentence
 
 #: what :func:`qkviz.extraction.selection.select_sentences` does with each tokenized document
@@ -50,13 +50,6 @@ def refused_past(context: int | None, limit_name: str | None = None) -> Document
                              f"(or {option_with_n('max_length')} to truncate)")
         return [document]
     return check
-
-
-def option_with_n(name: str) -> str:
-    """Option ``name`` given a number of tokens ``N``, as the caller gives it: ``--chunk N`` from the command line,
-    ``chunk=N`` from Python."""
-    spelled = option(name, None)
-    return f"{spelled} N" if spelled.startswith("--") else f"{spelled}=N"
 
 
 def _excerpt(text: str, width: int = 30) -> str:

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from qkviz.core.errors import QkvizError
-from qkviz.core.option_names import option
+from qkviz.core.option_names import option, option_with_n
 from qkviz.extraction.adapters import FamilyAdapter, model_adapter
 from qkviz.extraction.borrowed_model import model_for_extraction
 from qkviz.extraction.capture import LayerAttentionSettings
@@ -35,7 +35,6 @@ from qkviz.extraction.corpus import load_corpus
 from qkviz.extraction.exactness_gate import GateResult
 from qkviz.extraction.image_corpus import is_image_source, load_images
 from qkviz.extraction.image_input import ImageInput
-from qkviz.extraction.long_documents import option_with_n
 from qkviz.extraction.model_boundary import (CAPTURE, DISCOVERY, GATE, IDENTITY, LOGIT_PARTS, OutOfMemory,
                                             model_step)
 from qkviz.extraction.models import LoadedModel
