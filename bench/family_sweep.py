@@ -30,7 +30,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from bench.harness import Recorder, smoke_arguments
+from bench.harness import Recorder, commit, smoke_arguments
 from scripts.newest_transformers import NEWEST_DIRECTORY, installed_version
 from bench.figures.goals import Goal, verdict
 from bench.figures.results import Results, figure, source
@@ -57,8 +57,6 @@ def sweep(types: list[str] | None, seconds: int) -> dict:
     for model_type in types or registered_text_types():
         rows.append(sweep_type(model_type, lines[:6], tokenizer, seconds))
         print(f"{transformers.__version__} {model_type}: {rows[-1]['status']}", file=sys.stderr, flush=True)
-    from bench.harness import commit
-
     return {"transformers": transformers.__version__, "rows": rows, "swept_at": {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "commit": commit()}}
 

@@ -21,6 +21,7 @@ slopes and is exact up to 256 tokens a sequence; Falcon-RW's 32 heads have slope
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 
@@ -80,18 +81,24 @@ def mask_alibi_slopes(module: torch.nn.Module, n_keys: int = 2) -> torch.Tensor 
     interface (Falcon with ``alibi=True``, transformers >= 5.25: ``build_alibi_tensor(...) / sqrt(d_head)``), or
     None for every other attention module. The slopes are the family's own function, divided as its model divides
     them; over the ``n_keys`` positions of this call its bias must be ``slope * position``, else
-    :class:`RoundedAlibi` says by how much it is not."""
+    :class:`RoundedAlibi` says by how much it is not. Worked out once per shape (every layer of every batch asks)."""
     config = getattr(module, "config", None)
     if type(module).__name__ != "FalconAttention" or not getattr(config, "alibi", False):
         return None
-    family = sys.modules[type(module).__module__]
-    n_keys = max(int(n_keys), 2)
-    bias = family.build_alibi_tensor(torch.ones(1, n_keys, dtype=torch.long), module.num_heads, torch.float32)
-    bias = bias.reshape(module.num_heads, n_keys).double() / math.sqrt(config.hidden_size // module.num_heads)
+    slopes = _linear_alibi_slopes(type(module).__module__, module.num_heads, max(int(n_keys), 2),
+                                  config.hidden_size // module.num_heads)
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+@functools.lru_cache(maxsize=64)
+def _linear_alibi_slopes(family: str, heads: int, n_keys: int, head_dim: int) -> tuple[float, ...]:
+    """:func:`mask_alibi_slopes` for one family module, head count, key count and head size."""
+    bias = sys.modules[family].build_alibi_tensor(torch.ones(1, n_keys, dtype=torch.long), heads, torch.float32)
+    bias = bias.reshape(heads, n_keys).double() / math.sqrt(head_dim)
     slopes = bias[:, 1] - bias[:, 0]
     departure = float((bias - slopes[:, None] * torch.arange(n_keys, dtype=torch.float64)).abs().max())
     if departure > ALIBI_LINEAR_TOLERANCE * max(1.0, float(bias.abs().max())):
         raise RoundedAlibi(f"Falcon with alibi=True rounds slope x position to bfloat16, so over {n_keys} positions its "
                            f"ALiBi bias departs from a slope per head by up to {departure:.2g} logits (slopes that are "
                            "not powers of two, or positions past 256), which q.k and one slope per head cannot express")
-    return slopes.float()
+    return tuple(float(slope) for slope in slopes.float())
