@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 import numpy as np  # noqa: E402
 
 import qkviz  # noqa: E402
-from qkviz.explain import run_language_model  # noqa: E402
+from qkviz.probes import run_language_model  # noqa: E402
 
 from bench.figures.results import Results, figure, source  # noqa: E402
 from bench.harness import Recorder, smoke_arguments, summary  # noqa: E402

@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="where the rows go (default bench/results/exactness.json)")
     args = smoke_arguments(parser, argv, out='json', families='llama,vit', skip_real=True)
     # torch and the tiny models, imported here: the figure blocks below import this module without them
-    from qkviz.extraction import DEFAULT_CORPUS, load_model, pad_token_id
+    from qkviz.extraction import DEFAULT_CORPUS, load_model
+    from qkviz.extraction.streaming import pad_token_id
 
     from bench.support.attention_check import max_attention_error
     from bench.support.tiny_models import FAMILIES, build_tiny_model
@@ -88,7 +89,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def real_models(scratch: Path, count: int) -> list[dict]:
     """Both bundled models over the whole default corpus, compared on ``count`` sentences spread over it."""
-    from qkviz.extraction import DEFAULT_CORPUS, load_model, model_directory, pad_token_id
+    from qkviz.extraction import DEFAULT_CORPUS, load_model
+    from qkviz.extraction.models import model_directory
+    from qkviz.extraction.streaming import pad_token_id
 
     from bench.support.attention_check import max_attention_error
 

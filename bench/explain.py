@@ -33,7 +33,8 @@ REPO = Path(__file__).resolve().parent.parent
 import numpy as np  # noqa: E402
 
 import qkviz  # noqa: E402
-from qkviz.explain import CHUNK_TOKENS, compute_circuits, run_model  # noqa: E402
+from qkviz.explain import CHUNK_TOKENS, compute_circuits  # noqa: E402
+from qkviz.probes import run_model  # noqa: E402
 
 from bench.figures.goals import Goal, verdict  # noqa: E402
 from bench.figures.results import Results, figure, source  # noqa: E402

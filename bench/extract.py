@@ -34,9 +34,9 @@ import qkviz  # noqa: E402
 from qkviz.extraction import extract_run  # noqa: E402
 from qkviz.extraction import model_adapter  # noqa: E402
 from qkviz.extraction import DEFAULT_CORPUS, load_corpus  # noqa: E402
-from qkviz.extraction import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
+from qkviz.extraction.streaming import CHUNK_BYTES, bytes_per_token, chunk_sentences, pad_token_id, padded_batch  # noqa: E402
 from qkviz.extraction import load_model  # noqa: E402
-from qkviz.extraction import select_sentences  # noqa: E402
+from qkviz.extraction.inputs import select_sentences  # noqa: E402
 from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 from bench.figures.goals import Goal, verdict  # noqa: E402
 from bench.figures.results import Results, figure, source, span  # noqa: E402

@@ -1,6 +1,6 @@
 """Every model type of qkviz's families table, measured: exact (with its error) or refused (with its line).
 
-For each model type of ``qkviz.extraction.model_families.MODEL_FAMILIES``, a tiny random model of it
+For each model type of ``qkviz.extraction.adapters.model_families.MODEL_FAMILIES``, a tiny random model of it
 (``tests/support/family_configs.py``) is extracted in memory over the first sentences of the corpus; an exact
 one's attention recomputed from the run (``Run.attention``) is compared with the model's own eager attention
 on three sentences in one padded batch, by the comparison the tests use (``tests/support/family_sweep.eager_error``,
@@ -30,7 +30,7 @@ from bench.support.tiny_models import decoder_tokenizer  # noqa: E402
 
 import qkviz  # noqa: E402
 from qkviz.core import QkvizError  # noqa: E402
-from qkviz.extraction import MODEL_FAMILIES, REFUSED, counts  # noqa: E402
+from qkviz.extraction.adapters import MODEL_FAMILIES, REFUSED, counts  # noqa: E402
 from bench.figures.results import Results, figure, source  # noqa: E402
 
 CORPUS = REPO / "data" / "sentences.txt"
@@ -65,7 +65,8 @@ def measure_family(model_type: str, status: str, sentences: list[str], tokenizer
 
 def gate_timing(name: str, repeats: int) -> dict:
     """The exactness gate's seconds (min / median / max of ``repeats``) and error on a bundled model."""
-    from qkviz.extraction import DEFAULT_CORPUS, TextInput, load_corpus, load_model, model_adapter
+    from qkviz.extraction import DEFAULT_CORPUS, load_corpus, load_model, model_adapter
+    from qkviz.extraction.writing import TextInput
 
     loaded = load_model(name)
     adapter = model_adapter(loaded.model)

@@ -1,6 +1,6 @@
-"""The exactness gate's error and cost: what its bounds (``qkviz.extraction.exactness_gate.tolerance``) are set from.
+"""The exactness gate's error and cost: what its bounds (``qkviz.extraction.gate.exactness_gate.tolerance``) are set from.
 
-For every exact model type of ``qkviz.extraction.model_families.MODEL_FAMILIES`` (a tiny random model of it,
+For every exact model type of ``qkviz.extraction.adapters.model_families.MODEL_FAMILIES`` (a tiny random model of it,
 ``tests/support/family_configs.py``) and the bundled models (MiniLM, SmolLM2), the gate's largest difference
 between recomputed and model attention on its first batch, measured (not judged) in:
 
@@ -8,9 +8,9 @@ between recomputed and model attention on its first batch, measured (not judged)
 - ``float16`` / ``bfloat16``: the model cast to that precision, compared in it (what the gate does where the
   float32 weights do not fit);
 - ``float16 on float32 weights`` / ``bfloat16 on float32 weights``: the same half model, lifted to float32
-  for the gate (``qkviz.extraction.float32_reference``; what the gate does otherwise).
+  for the gate (``qkviz.extraction.gate.float32_reference``; what the gate does otherwise).
 
-The same on the long input (``qkviz.extraction.attention_span``) of tiny windowed families whose window is
+The same on the long input (``qkviz.extraction.gate.attention_span``) of tiny windowed families whose window is
 :data:`LONG_SPAN` tokens, longer than the first batch, and on a deep model (``bench.modern_model``'s random
 32-layer Llama). Beside them, what a term left out costs: gpt-oss with its sink logits (which qkviz stores) left out of the
 recomputation, in each precision. Then what the gate costs: its seconds and a whole extraction's
@@ -38,9 +38,13 @@ from bench.support.tiny_models import decoder_tokenizer
 from tests.support.family_configs import OVERRIDES, tiny_family_config, tiny_family_model
 
 import qkviz
-from qkviz.extraction import (DEFAULT_CORPUS, EXACT, MODEL_FAMILIES, GateInput, LayerAttentionSettings, TextInput,
-                              attention_layers, compared_rows, float32_weights, load_corpus, load_model,
-                              long_input_tokens, measure, model_adapter, model_for_extraction)
+from qkviz.extraction import DEFAULT_CORPUS, load_corpus, load_model, model_adapter
+from qkviz.extraction.adapters import EXACT, MODEL_FAMILIES
+from qkviz.extraction.capture import LayerAttentionSettings
+from qkviz.extraction.gate import GateInput, compared_rows, float32_weights, long_input_tokens, measure
+from qkviz.extraction.models import model_for_extraction
+from qkviz.extraction.streaming import attention_layers
+from qkviz.extraction.writing import TextInput
 from bench.figures.results import Results, figure, model_name, source, span
 
 REPO = Path(__file__).resolve().parent.parent

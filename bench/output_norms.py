@@ -25,8 +25,9 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from qkviz.extraction import DEFAULT_CORPUS, extract_run, head_factors, load_model, model_adapter  # noqa: E402
-from qkviz.extraction import head_output_norms  # noqa: E402
+from qkviz.extraction import DEFAULT_CORPUS, extract_run, load_model, model_adapter  # noqa: E402
+from qkviz.extraction.streaming import head_factors  # noqa: E402
+from qkviz.extraction.streaming import head_output_norms  # noqa: E402
 from bench.harness import Recorder, smoke_arguments, summary  # noqa: E402
 from bench.figures.results import Results, figure, source, span  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The head atlas's columns as the app shows them: names, which ones the panel lists, how values read.
 
-The atlas table (:class:`qkviz.analysis.head_atlas.HeadAtlas`) has one row per head; every numeric column
+The atlas table (:class:`qkviz.analysis.atlas.head_atlas.HeadAtlas`) has one row per head; every numeric column
 but ``layer`` and ``head`` can order and colour the matrix, and ``label`` can too (categorically).
 """
 
@@ -43,7 +43,7 @@ NAMES = {
     "argmax_same_row": "strongest key: same row, 2+ patches away",
     "argmax_same_col": "strongest key: same column, 2+ patches away",
 }
-#: an image run's names where they differ (its statistics are on the patch grid: qkviz.analysis.head_stats)
+#: an image run's names where they differ (its statistics are on the patch grid: qkviz.analysis.statistics.head_stats)
 IMAGE_NAMES = {
     "mean_distance": "mean patch distance",
     "mean_distance_no_first": "mean patch distance, special tokens left out",
@@ -131,7 +131,7 @@ def sort_options(columns: tuple[str, ...]) -> list[dict]:
 
 
 def label_codes(labels: np.ndarray) -> np.ndarray:
-    """float64 ``[n]``: each label's index in :data:`qkviz.analysis.head_labels.LABELS` (NaN when unknown or missing)."""
+    """float64 ``[n]``: each label's index in :data:`qkviz.analysis.labels.head_labels.LABELS` (NaN when unknown or missing)."""
     codes = {label: float(number) for number, label in enumerate(LABELS)}
     return np.array([codes.get(label, np.nan) for label in labels], dtype=np.float64)
 

@@ -24,7 +24,7 @@ torch: extraction imports it when called.
 from qkviz.analysis import attention_change, correlation_table, relate_heads
 from qkviz.api import Run, extract, open_run
 from qkviz.core import IncompleteRunError, QkvizError
-from qkviz.explain import compute_stats
+from qkviz.probes import compute_stats
 from qkviz.extraction import DEFAULT_CORPUS, load_images, sample_images
 from qkviz.projection import project
 from qkviz.report import correlation_report, write_report

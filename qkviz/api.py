@@ -154,7 +154,7 @@ class Run(StoredRun):
                sentences=None, progress: bool = False) -> pd.DataFrame:
         """Whether head ``(layer, head)`` matters: the run's model over the run's own sequences, clean and with the
         head's output removed (its slice of the output projection's input set to zero, ``mode="zero"``, or to its
-        mean over the sequences, ``"mean"``; :mod:`qkviz.explain.ablation`).
+        mean over the sequences, ``"mean"``; :mod:`qkviz.probes.ablation`).
 
         One row per token (of ``sentences`` when given): ``token_index``, ``sentence``, ``position``, ``token``,
         ``loss``, ``ablated_loss`` and ``change`` (ablated minus clean next-token loss, nats; NaN where there is no
@@ -162,7 +162,7 @@ class Run(StoredRun):
         state and the losses are NaN; the ``measure`` column says which. ``attrs["mean_change"]``: the mean over
         the tokens. The run's model is loaded on first use (once per process); a notebook run passes it as
         ``model=``."""
-        from qkviz.explain import ablate
+        from qkviz.probes import ablate
 
         return ablate(self, layer, head, mode, model=model, device=device, sentences=sentences, progress=progress)
 

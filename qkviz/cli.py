@@ -22,7 +22,7 @@ from qkviz.cli_ablate import ablate_command
 from qkviz.cli_options import describe_os_error
 from qkviz.cli_parser import build_parser
 from qkviz.core import QkvizError, command_line_caller
-from qkviz.explain import ProbeSettings
+from qkviz.probes import ProbeSettings
 from qkviz.cluster import dask_client
 from qkviz.extraction import DEFAULT_CORPUS, load_images
 from qkviz.projection import command_line_options, projection_method
@@ -254,7 +254,7 @@ def models_listing() -> str:
     import importlib.util
 
     from qkviz.extraction import ADAPTERS, BUNDLED_MODELS
-    from qkviz.extraction.model_families import MODEL_FAMILIES, attribution_status, counts
+    from qkviz.extraction.adapters.model_families import MODEL_FAMILIES, attribution_status, counts
 
     lines = ["Bundled models (--model NAME):"]
     for model in BUNDLED_MODELS.values():

@@ -12,7 +12,7 @@ import sys
 
 import qkviz
 from qkviz.core import QkvizError
-from qkviz.explain import ablation_summary, most_affected
+from qkviz.probes import ablation_summary, most_affected
 
 #: characters of a sentence shown on each side of a token
 CONTEXT_CHARS = 30

@@ -154,7 +154,7 @@ def minilm_run(tmp_path_factory):
 def smollm2_directory() -> Path:
     """The bundled SmolLM2 converted (once, then cached under ``$QKVIZ_CACHE_DIR``) to a Hugging Face directory;
     qkviz converts under a file lock, so a second xdist worker waits and reuses the first one's conversion."""
-    from qkviz.extraction.models import model_directory
+    from qkviz.extraction.models.loading import model_directory
 
     return model_directory("smollm2")[0]
 

@@ -23,7 +23,7 @@ from dash_app.explain_worker import Answer, ExplainWorker
 from dash_app.panels.atlas import marked_tokens
 from dash_app.run_data import RunData
 from dash_app.state import checked_state
-from qkviz.explain import ablate, most_affected
+from qkviz.probes import ablate, most_affected
 
 MODES = ("zero", "mean")
 #: tokens listed, largest change first

@@ -74,7 +74,7 @@ def label_line(row: pd.Series) -> html.Div:
 
 def earned_labels(labels: pd.DataFrame) -> html.Div | None:
     """Every label the head earns, strongest first: its tag, what was measured, its score beside chance and the
-    threshold, and the probe (:mod:`qkviz.analysis.label_table`)."""
+    threshold, and the probe (:mod:`qkviz.analysis.labels.label_table`)."""
     if labels is None or not len(labels):
         return None
     lines = []

@@ -1,6 +1,6 @@
 """The single view's "Related heads" panel: the heads nearest this one by attention and by geometry.
 
-From the run's head similarity (``qkviz related``, :mod:`qkviz.analysis.head_similarity`): the
+From the run's head similarity (``qkviz related``, :mod:`qkviz.analysis.atlas.head_similarity`): the
 :data:`RELATED_SHOWN` heads with the smallest Jensen-Shannon distance between their attention and
 this head's on the same queries, and those with the highest linear CKA between the aligned query/key
 clouds. Each is a button whose pattern-matching id carries the head, so a click opens it

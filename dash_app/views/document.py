@@ -10,7 +10,7 @@ special tokens, the previous-token score and, over a repeated passage, the induc
 (the state's ``weighting``) draws all of it value-weighted: each weight times its key's ``|W_O^h v_j|`` (``|v_j|``
 in a run without output norms), every query's row rescaled to its share.
 
-Everything is computed by :mod:`qkviz.analysis.document_attention` from the stored queries and keys, block by
+Everything is computed by :mod:`qkviz.analysis.documents.document_attention` from the stored queries and keys, block by
 block (never the ``n^2`` weights at once); the view only colours and sends it, at most :data:`MAP_PIXELS` squared
 pixels a request. The short-sentence view (lines between tokens) is :mod:`dash_app.views.sentence`.
 """

@@ -1,5 +1,5 @@
 """The matrix view's filter: which heads a head-atlas statistic (a range) or labels keep (a head is kept when it earns
-any of them, :mod:`qkviz.analysis.label_table`), and the line that says so."""
+any of them, :mod:`qkviz.analysis.labels.label_table`), and the line that says so."""
 
 from __future__ import annotations
 

@@ -30,8 +30,8 @@ import pandas as pd
 
 from qkviz.core.attention import allowed_pairs, attention_probs
 from qkviz.core.errors import QkvizError
-from qkviz.explain.model_on_demand import run_model
-from qkviz.explain.pair_logit import sequence_ids
+from qkviz.probes.model_on_demand import run_model
+from qkviz.probes.model_on_demand import sequence_ids
 from qkviz.store.run import StoredRun
 
 logger = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample
     """The running sums of every head of ``heads`` over ``sample``: one model pass per chunk of each sequence, every
     layer asked for split from it. ``chosen`` (sequence -> ``[query, key]`` booleans) replaces each query's
     strongest partners by the chosen pairs."""
-    from qkviz.extraction import layer_weighted_sums
+    from qkviz.extraction.residual import layer_weighted_sums
 
     heads = sorted(set((int(layer), int(head)) for layer, head in heads))
     for layer, head in heads:

@@ -1,10 +1,10 @@
 """Why query ``i`` meets key ``j`` in one head: the logit split by the parts of the residual stream.
 
-:func:`explain_pair` runs the run's model (:mod:`qkviz.explain.model_on_demand`) over the sequence(s) of the two
+:func:`explain_pair` runs the run's model (:mod:`qkviz.probes.model_on_demand`) over the sequence(s) of the two
 tokens -- one pass when they share a sequence, one each when partner search paired them across sequences -- splits
 the head's query at ``i`` and key at ``j`` by the parts that wrote them
 (:func:`qkviz.extraction.query_key_parts`), checks that those add up to the run's stored query and key, and
-returns the split the caller asked for (:mod:`qkviz.analysis.logit_attribution`). A pair the head's mask forbids
+returns the split the caller asked for (:mod:`qkviz.analysis.logits.logit_attribution`). A pair the head's mask forbids
 (attention 0) is refused first, in one line saying why (:func:`masked_pair`).
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from qkviz.analysis.logit_attribution import BY, dimension_split, pair_split, side_split
+from qkviz.analysis.logits.logit_attribution import BY, dimension_split, pair_split, side_split
 from qkviz.core.attention import allowed_keys
 from qkviz.core.errors import QkvizError
-from qkviz.explain.model_on_demand import run_model
+from qkviz.probes.model_on_demand import run_model, sequence_ids
 from qkviz.store.run import StoredRun
 
 #: how far the model's query and key at the two tokens may be from the run's stored ones (relative to their size;
@@ -59,14 +59,6 @@ def masked_pair(run: StoredRun, layer: int, head: int, query: int, key: int) -> 
     return f"{why}: the pair is masked (attention 0)"
 
 
-def sequence_ids(run: StoredRun, sentence: int, up_to: int | None = None) -> np.ndarray:
-    """The token ids of one of the run's sequences, as the extraction fed them to the model. ``up_to``: a causal
-    model's tokens after that position change nothing before it, so its pass stops there (positions ``0..up_to``)."""
-    rows = run.sentence_tokens(sentence)
-    ids = run.tokens.token_id.to_numpy()[rows]
-    return ids[:up_to + 1] if up_to is not None and run.is_causal else ids
-
-
 def _close_to_stored(parts_sum: np.ndarray, stored: np.ndarray) -> bool:
     return float(np.abs(parts_sum - stored).max()) <= STORED_TOLERANCE * max(float(np.abs(stored).max()), 1e-6)
 
@@ -74,7 +66,7 @@ def _close_to_stored(parts_sum: np.ndarray, stored: np.ndarray) -> bool:
 def split_vectors(run: StoredRun, model, layer: int, head: int, query: int, key: int):
     """``(query names, query parts [P, d], key names, key parts [P', d])`` of head ``(layer, head)`` at tokens
     ``query`` and ``key``, checked against the run's stored vectors."""
-    from qkviz.extraction import query_key_parts
+    from qkviz.extraction.residual import query_key_parts
 
     tokens = run.tokens
     sentences, positions = tokens.sentence.to_numpy(), tokens.position.to_numpy()

@@ -17,7 +17,7 @@ import pandas as pd
 
 from qkviz.explain.head_circuit import (DEFAULT_BUDGET, DEFAULT_SEED, circuit_from_sums, circuit_sums, part_kind,
                                         sample_sequences)
-from qkviz.explain.model_on_demand import run_model
+from qkviz.probes.model_on_demand import run_model
 from qkviz.store import files as run_files
 from qkviz.store.artifacts import ArtifactDirectory
 from qkviz.store.run import StoredRun

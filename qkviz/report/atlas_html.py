@@ -14,15 +14,15 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from qkviz.report.html_page import figure_html, page
-from qkviz.analysis.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS, HeadAtlas
-from qkviz.analysis.head_labels import LABELS
-from qkviz.analysis.text_excerpt import excerpt
-from qkviz.analysis.head_stats import STATISTICS
-from qkviz.analysis.value_shares import VALUE_STATISTICS
+from qkviz.analysis.atlas.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS, HeadAtlas
+from qkviz.analysis.labels.head_labels import LABELS
+from qkviz.analysis.documents.text_excerpt import excerpt
+from qkviz.analysis.statistics.head_stats import STATISTICS
+from qkviz.analysis.statistics.value_shares import VALUE_STATISTICS
 from qkviz.report.colours import LABEL_COLOURS
 from qkviz.report.figure_grid import heatmap_grid
 from qkviz.report.position_heatmap import head_names, log_weights, relative_position_figure
-from qkviz.analysis.syntax import POS_TAGS
+from qkviz.analysis.statistics.syntax import POS_TAGS
 
 ATLAS_STYLE = ("mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; } table { font-size: 0.9em; }\n"
                ".swatch { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: middle; }\n"
@@ -119,7 +119,7 @@ def _earned_section(atlas: HeadAtlas) -> str:
                     f"{html.escape(label)}</td><td>{len(heads):,}</td><td>{html.escape(str(first.probe))}; threshold "
                     f"{first.threshold:.2g}, chance about {earned.chance.median():.2g}</td><td>{listed}{more}</td></tr>")
     return ("<h2>Every label each head earns</h2>"
-            f'<p class="note">A head earns every label whose score reaches its threshold (qkviz.analysis.label_table); '
+            f'<p class="note">A head earns every label whose score reaches its threshold (qkviz.analysis.labels.label_table); '
             f"run.atlas.labels has each with its evidence. Probe: {html.escape(atlas.probe_note or 'not run')}.</p>"
             "<table><thead><tr><th>label</th><th>heads</th><th>measured on</th><th>strongest heads (score)</th></tr>"
             f"</thead><tbody>{''.join(rows)}</tbody></table>")

@@ -2,7 +2,7 @@
 
 :func:`build_report` computes it; :func:`qkviz.report.report_directory.write_report` writes it. A report
 directory holds ``correlation.csv`` (one row per layer, head and space; see
-:mod:`qkviz.analysis.correlation`), ``summary.json`` (model and per-layer means, the best projection,
+:mod:`qkviz.analysis.statistics.correlation`), ``summary.json`` (model and per-layer means, the best projection,
 how pairs were chosen, the sha256 of every other file) and ``index.html`` (with plotly.js once in ``assets/``
 beside the pages: no network).
 It is written into a temporary sibling directory and renamed into place, so a directory named
@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from qkviz.analysis import correlation
-from qkviz.analysis.head_atlas import HeadAtlas, load_atlas
-from qkviz.analysis.head_stats import STATISTICS
+from qkviz.analysis.statistics import correlation
+from qkviz.analysis.atlas.head_atlas import HeadAtlas, load_atlas
+from qkviz.analysis.statistics.head_stats import STATISTICS
 from qkviz.core.errors import QkvizError
 from qkviz.neighbours.trust import RECALL_GOAL, TRUST_GOAL, meets_goals
 from qkviz.store.run import StoredRun, as_run
@@ -45,7 +45,7 @@ SCATTER_PAIRS = 3000
 class Report:
     """The correlation report of a run; :func:`qkviz.report.write_report` writes it as files.
 
-    ``table`` has one row per (layer, head, space) (columns in ``qkviz.analysis.correlation.COLUMNS``);
+    ``table`` has one row per (layer, head, space) (columns in ``qkviz.analysis.statistics.correlation.COLUMNS``);
     ``summary`` the model and per-layer means, the best projection and how pairs were chosen."""
 
     table: pd.DataFrame
@@ -68,7 +68,7 @@ def correlation_report(run: StoredRun | str | Path, *, max_pairs: int | None = N
         A run, or the path of one.
     max_pairs
         Exact up to this many attending pairs per layer; None: 5,000,000, or fewer past 30 heads so that all the
-        heads' pairs stay within 150 million (:func:`qkviz.analysis.correlation.default_max_pairs`).
+        heads' pairs stay within 150 million (:func:`qkviz.analysis.statistics.correlation.default_max_pairs`).
     seed
         Seed of the pair sample.
     progress

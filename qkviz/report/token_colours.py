@@ -27,7 +27,7 @@ COLOURS = {
     "patch_col": "patch column (special tokens -1)",
     "image": "image (its number in the run)",
 }
-#: the features of image runs (their tokens are patches: see :mod:`qkviz.extraction.image_tokens`)
+#: the features of image runs (their tokens are patches: see :mod:`qkviz.extraction.writing.image_tokens`)
 IMAGE_COLOURS = ("type", "position", "norm", "patch_row", "patch_col", "image")
 #: the features of text runs (every other one: what a patch has no word for, or no place for)
 TEXT_COLOURS = tuple(name for name in COLOURS if name not in ("patch_row", "patch_col", "image"))

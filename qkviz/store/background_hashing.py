@@ -1,6 +1,6 @@
 """Hashes computed in background threads while the caller goes on (reading and hashing release the GIL): a run's
 array files once written (:meth:`qkviz.store.run_writer.RunWriter.checksum_arrays`), a model's weights while the
-corpus is tokenized (:func:`qkviz.extraction.run_manifest.identity_in_background`)."""
+corpus is tokenized (:func:`qkviz.extraction.writing.run_manifest.identity_in_background`)."""
 
 from __future__ import annotations
 

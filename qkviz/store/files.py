@@ -16,7 +16,7 @@ A run directory holds what ``qkviz extract`` writes::
                          update relative to the hidden state (norm ratio, cosine)
     output_norms.npy     [layer, head, token]                  float32, where the family allows (the manifest's
                          ``output_norms`` says why not): |W_O^h v_j|, each token's value after query head h's
-                         slice of the attention's output projection (qkviz.extraction.output_norms)
+                         slice of the attention's output projection (qkviz.extraction.streaming.output_norms)
 
 A vector is ``stored + offsets[min(position, n_offset_rows - 1)]`` of its head. With float32
 storage there is one offset row of zeros. With float16 the rows are the head's mean vector at
@@ -62,7 +62,7 @@ KEYS = "keys.npy"
 VALUE_NORMS = "value_norms.npy"
 QUERY_OFFSETS = "query_offsets.npy"
 KEY_OFFSETS = "key_offsets.npy"
-#: Optional, for the logit decomposition (see qkviz.extraction.logit_parts_capture): present when the model has them.
+#: Optional, for the logit decomposition (see qkviz.extraction.streaming.logit_parts_capture): present when the model has them.
 QUERY_BIAS = "query_bias.npy"     # [layer, head, d_head] float32
 KEY_BIAS = "key_bias.npy"         # [layer, kv_head, d_head] float32
 ROTARY_COS = "rotary_cos.npy"     # [layer, position, rotary_dim] float32
@@ -78,11 +78,11 @@ EMBED_QUERY_WEIGHT = "embed_query_weight.npy"  # [head, d_head, d_model] float32
 EMBED_KEY_WEIGHT = "embed_key_weight.npy"      # [kv_head, d_head, d_model] float32
 EMBED_FILES = (EMBED_TOKEN_IDS, EMBED_TOKENS, EMBED_POSITIONS, EMBED_NORM, EMBED_QUERY_WEIGHT, EMBED_KEY_WEIGHT)
 LOGIT_PART_FILES = (QUERY_BIAS, KEY_BIAS, ROTARY_COS, ROTARY_SIN, POSITION_UNSPLIT, *EMBED_FILES)
-#: Optional, with ``qkviz extract --head-update`` (see qkviz.extraction.head_update_capture), streamed like the vectors.
-#: image runs: every token's patch thumbnail (zeros for special tokens), see qkviz.extraction.image_capture
+#: Optional, with ``qkviz extract --head-update`` (see qkviz.extraction.streaming.head_update_capture), streamed like the vectors.
+#: image runs: every token's patch thumbnail (zeros for special tokens), see qkviz.extraction.streaming.image_capture
 PATCHES = "patches.npy"            # [token, t, t, 3] uint8
 HEAD_UPDATES = "head_updates.npy"  # [layer, head, token, 2] float32: |update| / |hidden|, cos(update, hidden)
-#: streamed like the vectors where the family allows (see qkviz.extraction.output_norms); absent from older runs
+#: streamed like the vectors where the family allows (see qkviz.extraction.streaming.output_norms); absent from older runs
 OUTPUT_NORMS = "output_norms.npy"  # [layer, head, token] float32: |W_O^h v_j|
 STREAMED_FILES = (QUERIES, KEYS, VALUE_NORMS)
 ARRAY_FILES = (*STREAMED_FILES, QUERY_OFFSETS, KEY_OFFSETS)
@@ -91,8 +91,8 @@ RUN_MARKERS = (MANIFEST, PROGRESS)
 
 # -- derived results ----------------------------------------------------------------------------
 CACHE_DIRECTORY = "projections"              # qkviz.store.projections
-CORRELATION_TABLE = "correlation.parquet"    # qkviz.analysis.correlation
-ATLAS_DIRECTORY = "stats"                    # qkviz.analysis.head_atlas
+CORRELATION_TABLE = "correlation.parquet"    # qkviz.analysis.statistics.correlation
+ATLAS_DIRECTORY = "stats"                    # qkviz.analysis.atlas.head_atlas
 ATLAS_MARKER = "atlas.json"
 ATLAS_TABLE = "head_stats.parquet"
 ATLAS_PROFILES = "relative_position.npy"
@@ -100,9 +100,9 @@ ATLAS_EXEMPLARS = "exemplars.parquet"
 ATLAS_TERM_PROFILES = "term_profiles.npy"
 ATLAS_UPDATE_HISTOGRAMS = "update_histograms.npy"
 ATLAS_EMBEDDING_PROFILES = "embedding_profiles.npy"
-ATLAS_LABELS = "labels.parquet"              # every label each head earns (qkviz.analysis.label_table)
-ATLAS_PROBES = "probes.parquet"              # the repeated-token probe's scores (qkviz.explain.head_probes)
-RELATED_DIRECTORY = "related"                # qkviz.analysis.head_similarity
+ATLAS_LABELS = "labels.parquet"              # every label each head earns (qkviz.analysis.labels.label_table)
+ATLAS_PROBES = "probes.parquet"              # the repeated-token probe's scores (qkviz.probes.head_probes)
+RELATED_DIRECTORY = "related"                # qkviz.analysis.atlas.head_similarity
 RELATED_MARKER = "related.json"
 RELATED_JS_DISTANCE = "js_distance.npy"
 RELATED_GEOMETRY = "geometry_similarity.npy"

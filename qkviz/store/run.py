@@ -193,7 +193,7 @@ class StoredRun:
     # -- images ---------------------------------------------------------------------------------
     @property
     def is_image_run(self) -> bool:
-        """Whether the run's sequences are images (see :mod:`qkviz.extraction.image_tokens`): its "sentences"
+        """Whether the run's sequences are images (see :mod:`qkviz.extraction.writing.image_tokens`): its "sentences"
         are images, its tokens special tokens and patches with ``patch_row`` / ``patch_col``."""
         return self.image_input is not None
 

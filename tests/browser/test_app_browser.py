@@ -147,7 +147,7 @@ def test_bad_url_parameters_show_a_notice(page, served):
 
 
 def test_positions_row_opens_its_head_whose_exemplar_opens_its_sentence(page, served, atlas_run):
-    from qkviz.analysis.head_atlas import load_atlas
+    from qkviz.analysis.atlas.head_atlas import load_atlas
 
     atlas = load_atlas(atlas_run)
     page.goto(served + "?run=1&sort=label")                  # the matrix coloured by label: cells under the points

@@ -2,7 +2,7 @@
 opens another (moved from tests/integration/test_app_related.py, whose fixture ``related_data`` is shared)."""
 
 from dash_app import ids
-from qkviz.analysis.head_similarity import related_heads
+from qkviz.analysis.atlas.head_similarity import related_heads
 
 
 def test_in_chromium_a_heads_map_click_opens_the_head_and_a_related_button_opens_another(related_data):

@@ -20,7 +20,7 @@ from dash_app.run_data import RunData
 from dash_app.state import ViewState, validate
 from dash_app.url_state import parse_url, to_url
 from qkviz.cli import main
-from qkviz.analysis.head_labels import LABELS
+from qkviz.analysis.labels.head_labels import LABELS
 from qkviz.report import LABEL_COLOURS
 
 
@@ -210,7 +210,7 @@ def test_the_app_has_the_positions_view(atlas_data):
 def test_the_label_share_is_rounded_as_the_statistics_are():
     import pandas as pd
 
-    from qkviz.analysis.head_labels import head_label
+    from qkviz.analysis.labels.head_labels import head_label
 
     shares = {"argmax_previous": 0.0, "argmax_next": 0.0, "argmax_self": 0.0, "argmax_offset": 0.0,
               "argmax_first": 0.9994, "argmax_delimiter": 0.0, "entropy_normalised": 0.3, "offset": 0.0}

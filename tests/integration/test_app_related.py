@@ -15,7 +15,7 @@ from dash_app.run_data import RunData
 from dash_app.state import ViewState
 from dash_app.url_state import parse_url, to_url
 from qkviz.cli import main
-from qkviz.analysis.head_similarity import related_heads
+from qkviz.analysis.atlas.head_similarity import related_heads
 
 
 def test_without_a_similarity_every_place_names_qkviz_related_and_it_appears_once_made(app_run, tmp_path):

@@ -232,7 +232,7 @@ def test_point_details_and_correlations(data, tmp_path):
 
 
 def test_the_fidelity_gauge_gives_the_shown_layouts_recall_and_trust_with_the_goals_verdicts(data, tmp_path):
-    from qkviz.analysis.correlation import store_correlations
+    from qkviz.analysis.statistics.correlation import store_correlations
 
     def gauge(layer=1, head=2, method="pca", dim=2):
         return single_view.fidelity_gauge(data, layer, head, method, dim)

@@ -10,15 +10,15 @@ import torch
 
 import qkviz
 from qkviz.analysis import LabelThresholds
-from qkviz.analysis.attention_batches import batch_mask, head_attention, sentence_batches
-from qkviz.analysis.induction_scores import RepeatSums, RepeatTargets, duplicate_targets, induction_targets
-from qkviz.analysis.label_table import corpus_labels, strongest_labels
-from qkviz.analysis.syntax import RELATIONS, BatchSyntax, SyntaxSums
-from qkviz.analysis.uniform_chance import _chance
+from qkviz.analysis.statistics.attention_batches import batch_mask, head_attention, sentence_batches
+from qkviz.analysis.statistics.induction_scores import RepeatSums, RepeatTargets, duplicate_targets, induction_targets
+from qkviz.analysis.labels.label_table import corpus_labels, strongest_labels
+from qkviz.analysis.statistics.syntax import RELATIONS, BatchSyntax, SyntaxSums
+from qkviz.analysis.statistics.uniform_chance import _chance
 from qkviz.core.attention import allowed_pairs
 from qkviz.core.logit_rule import LogitRule
 from qkviz.cli import main
-from qkviz.extraction.repeat_probe import PROBES, RepeatedTokens, probe_scores
+from qkviz.probes.repeat_probe import PROBES, RepeatedTokens, probe_scores
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from test_head_stats import previous_token_head

@@ -11,9 +11,9 @@ from support.family_configs import tiny_family_model
 from support.tiny_models import decoder_tokenizer
 
 import qkviz
-from qkviz.analysis.attention_batches import batch_attention, sentence_batches
-from qkviz.analysis.document_attention import attention_blocks, document_head, pixel_edges
-from qkviz.analysis.related_sample import block_attention, query_blocks, sentence_token_numbers
+from qkviz.analysis.statistics.attention_batches import batch_attention, sentence_batches
+from qkviz.analysis.documents.document_attention import attention_blocks, document_head, pixel_edges
+from qkviz.analysis.atlas.related_sample import block_attention, query_blocks, sentence_token_numbers
 
 TOLERANCE = 1e-5
 SENTENCES = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line][:4]
@@ -127,7 +127,7 @@ def test_attention_change_counts_a_changed_sink_share(family_run, tmp_path):
 
     from scipy.spatial.distance import jensenshannon
 
-    from qkviz.analysis.attention_change import query_js_distances
+    from qkviz.analysis.atlas.attention_change import query_js_distances
 
     run, _ = family_run
     if run.family != "gpt_oss":

@@ -6,8 +6,8 @@ from support.attention_check import max_attention_error
 from support import CORPUS
 
 import qkviz
-from qkviz.extraction.text_capture import pad_token_id
-from qkviz.extraction.models import load_model, model_directory
+from qkviz.extraction.streaming.text_capture import pad_token_id
+from qkviz.extraction.models.loading import load_model, model_directory
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import qkviz
-from qkviz.analysis.head_atlas import load_atlas
+from qkviz.analysis.atlas.head_atlas import load_atlas
 from qkviz.cli import main
 from qkviz.search import PartnerIndexes, index_targets
 from qkviz.store.files import ATLAS_DIRECTORY, ATLAS_MARKER
@@ -145,7 +145,7 @@ def test_a_worker_killed_mid_task_is_retried_and_leaves_nothing_half_written(wha
     source = tiny_run("llama")
     run, expected = _copy(source, tmp_path / "run"), _copy(source, tmp_path / "expected")
     marker = tmp_path / "killed"
-    hook = ("qkviz.analysis.atlas_tasks", "head_statistics") if what == "stats" else ("numpy", "savez")
+    hook = ("qkviz.analysis.atlas.atlas_tasks", "head_statistics") if what == "stats" else ("numpy", "savez")
     limit = source.n_tokens // 2
     workers_before = set(client.scheduler_info()["workers"])
     client.run(_die_in, str(marker), *hook)
@@ -207,7 +207,7 @@ def test_stats_and_index_refuse_workers_that_cannot_see_the_run(tiny_run, tmp_pa
 
 
 def test_what_every_head_shares_is_built_once_per_process(tiny_run, tmp_path, monkeypatch):
-    import qkviz.analysis.atlas_tasks as atlas_tasks
+    import qkviz.analysis.atlas.atlas_tasks as atlas_tasks
 
     run = _copy(tiny_run("llama"), tmp_path / "run")
     built = []

@@ -17,9 +17,9 @@ from support.tiny_models import decoder_tokenizer
 import qkviz
 import transformers
 from qkviz.core.errors import QkvizError
-from qkviz.extraction import capture
-from qkviz.extraction.attention_span import SPAN_MARGIN
-from qkviz.extraction.exactness_gate import GATE_TOKENS, tolerance
+from qkviz.extraction.capture import recorder as capture
+from qkviz.extraction.gate.attention_span import SPAN_MARGIN
+from qkviz.extraction.gate.exactness_gate import GATE_TOKENS, tolerance
 
 LINES = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line]
 #: a window longer than the gate's first batch
@@ -137,10 +137,10 @@ def test_half_precision_refuses_a_term_of_a_fortieth(dtype, tokenizer, tmp_path)
 
 def test_without_room_for_float32_weights_the_gate_compares_in_half_precision(tokenizer, tmp_path, monkeypatch,
                                                                                caplog):
-    from qkviz.extraction import float32_reference
+    from qkviz.extraction.gate import float32_reference
 
     monkeypatch.setattr(float32_reference, "_free_bytes", lambda device: 0)
-    with caplog.at_level("WARNING", logger="qkviz.extraction.float32_reference"):
+    with caplog.at_level("WARNING", logger="qkviz.extraction.gate.float32_reference"):
         run = qkviz.extract(tiny_family_model("llama").to(torch.bfloat16), LINES[:6], tmp_path / "run",
                             tokenizer=tokenizer)
     gate = run.manifest["extraction"]["exactness_gate"]

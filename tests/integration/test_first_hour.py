@@ -15,7 +15,7 @@ import pytest
 import qkviz
 from qkviz.core.errors import QkvizError
 from qkviz.extraction import BUNDLED_MODELS, load_model
-from qkviz.extraction.model_names import PROXY_VARIABLES, model_name
+from qkviz.extraction.models.model_names import PROXY_VARIABLES, model_name
 from qkviz.store.files import CACHE_DIRECTORY
 from support.cli import QUIET_TRANSFORMERS, one_line_error, run_main
 

@@ -20,8 +20,8 @@ from support.family_configs import HEADS, HIDDEN, tiny_family_config
 
 import qkviz
 from qkviz import QkvizError
-from qkviz.explain.pair_logit import sequence_ids
-from qkviz.extraction import ablation_losses
+from qkviz.probes.model_on_demand import sequence_ids
+from qkviz.probes import ablation_losses
 
 #: nats per token (the issue's bar)
 TOLERANCE = 1e-3
@@ -260,7 +260,7 @@ def test_the_cli_says_an_encoders_result_once_and_logs_what_the_model_is_loaded_
     the model's loading logged as "for attribution" for an ablation."""
     from support.cli import run_main
 
-    from qkviz.explain import model_on_demand
+    from qkviz.probes import model_on_demand
 
     monkeypatch.setattr(model_on_demand, "_LOADED", {})     # loaded here, so that its log line shows
     run = tiny_run("bert", max_sentences=4)

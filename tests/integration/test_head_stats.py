@@ -5,11 +5,11 @@ import shutil
 import numpy as np
 import pytest
 
-from qkviz.analysis.attention_batches import head_attention, sentence_batches
+from qkviz.analysis.statistics.attention_batches import head_attention, sentence_batches
 from qkviz.cli import main
-from qkviz.analysis.head_atlas import load_atlas
-from qkviz.analysis.head_labels import LabelThresholds, head_label
-from qkviz.analysis.head_stats import head_statistics, is_punctuation
+from qkviz.analysis.atlas.head_atlas import load_atlas
+from qkviz.analysis.labels.head_labels import LabelThresholds, head_label
+from qkviz.analysis.statistics.head_stats import head_statistics, is_punctuation
 from qkviz.store.run import open_stored_run
 from support.cli import run_main
 from support.runs import reseal
@@ -135,7 +135,7 @@ def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(tiny_run, tmp
 
 
 def test_syntax_statistics_of_a_previous_token_head_match_a_direct_count(tiny_run, tmp_path):
-    from qkviz.analysis.syntax import POS_TAGS, TokenSyntax, batch_syntax, load_pipeline
+    from qkviz.analysis.statistics.syntax import POS_TAGS, TokenSyntax, batch_syntax, load_pipeline
 
     synthetic = previous_token_head(tiny_run("gpt2", max_sentences=30), tmp_path)
     nlp = load_pipeline()
@@ -161,7 +161,7 @@ def test_syntax_statistics_of_a_previous_token_head_match_a_direct_count(tiny_ru
 
 
 def test_syntax_without_the_extra_is_a_one_line_error(tiny_run, capsys, monkeypatch):
-    from qkviz.analysis import syntax as syntax_module
+    from qkviz.analysis.statistics import syntax as syntax_module
 
     monkeypatch.setattr(syntax_module, "SPACY_PIPELINE", "qkviz_no_such_pipeline")
     run_path = str(tiny_run("bert", max_sentences=30).path)
@@ -175,7 +175,7 @@ def test_what_the_first_and_special_tokens_transmit(tiny_run, tmp_path):
     """Uniform attention (zero queries and keys) in an encoder: every query gives each of a sentence's ``n`` keys
     ``1/n``. With output norms ``a`` on [CLS] (the first token), ``b`` on [SEP] and 1 elsewhere, a query receives
     ``a / (a + b + n - 2)`` of what it moves from [CLS] and ``(a + b) / (a + b + n - 2)`` from the special tokens."""
-    from qkviz.analysis.value_shares import VALUE_STATISTICS
+    from qkviz.analysis.statistics.value_shares import VALUE_STATISTICS
     from qkviz.store import files as run_files
 
     run = tiny_run("bert")
@@ -210,7 +210,7 @@ def test_what_the_first_and_special_tokens_transmit(tiny_run, tmp_path):
 def test_no_value_statistics_without_output_norms(tiny_run, tmp_path):
     import json
 
-    from qkviz.analysis.value_shares import VALUE_STATISTICS
+    from qkviz.analysis.statistics.value_shares import VALUE_STATISTICS
     from qkviz.store import files as run_files
 
     copy = tmp_path / "old"

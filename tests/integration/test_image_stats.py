@@ -10,8 +10,8 @@ from support.cli import run_main
 
 import qkviz
 from qkviz.analysis import IMAGE_STATISTICS, STATISTICS
-from qkviz.analysis.head_labels import head_label
-from qkviz.analysis.head_stats import TIE_MARGIN, head_statistics
+from qkviz.analysis.labels.head_labels import head_label
+from qkviz.analysis.statistics.head_stats import TIE_MARGIN, head_statistics
 
 
 def grid_reference(run, layer: int, head: int) -> dict[str, float]:

@@ -16,12 +16,12 @@ import torch
 
 import qkviz
 from qkviz.analysis import copying_scores
-from qkviz.analysis.induction_scores import induction_targets
-from qkviz.explain import run_model
-from qkviz.explain.pair_logit import sequence_ids
+from qkviz.analysis.statistics.induction_scores import induction_targets
+from qkviz.probes import run_model
+from qkviz.probes.model_on_demand import sequence_ids
 from qkviz.extraction.adapters import model_adapter
-from qkviz.extraction.capture import AttentionRecorder, LayerCalls, capturing
-from qkviz.extraction.residual_parts import ResidualTrace
+from qkviz.extraction.capture.recorder import AttentionRecorder, LayerCalls, capturing
+from qkviz.extraction.residual.residual_parts import ResidualTrace
 from support import REPO
 
 #: the held-out lines (0-based 200 and 201 of data/classics.txt)

@@ -12,7 +12,7 @@ from support.tiny_models import CONTEXT
 from transformers import AutoTokenizer
 
 import qkviz
-from qkviz.extraction.text_capture import pad_token_id
+from qkviz.extraction.streaming.text_capture import pad_token_id
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from support.tiny_models import decoder_tokenizer
 
 import qkviz
 from qkviz.core.errors import QkvizError
-from qkviz.extraction import model_boundary
+from qkviz.extraction.models import model_boundary
 
 SENTENCES = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line][:6]
 STEPS = (model_boundary.DISCOVERY, model_boundary.GATE, model_boundary.LOGIT_PARTS, model_boundary.CAPTURE)
@@ -97,7 +97,7 @@ def test_a_model_with_a_scalar_parameter_is_hashed_and_exact(tokenizer, tmp_path
 def test_memory_running_out_in_the_capture_says_so_keeps_what_was_written_and_resumes(tokenizer, tmp_path):
     """Running out of memory is not the family's fault: the refusal says what to lower, and the same extraction
     with a smaller batch resumes from the chunks already written."""
-    from qkviz.extraction import text_capture
+    from qkviz.extraction.streaming import text_capture
 
     model = tiny_family_model("llama")
     reference = qkviz.extract(model, SENTENCES, tmp_path / "reference", tokenizer=tokenizer, progress=False)

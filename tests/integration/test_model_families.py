@@ -16,7 +16,7 @@ from support.tiny_models import decoder_tokenizer
 
 import qkviz
 from qkviz.core.errors import QkvizError
-from qkviz.extraction.model_families import EXACT, MODEL_FAMILIES, REFUSED, counts
+from qkviz.extraction.adapters.model_families import EXACT, MODEL_FAMILIES, REFUSED, counts
 
 TOLERANCE = 1e-5
 SENTENCES = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line][:6]
@@ -126,7 +126,7 @@ def test_a_block_sparse_big_bird_is_refused_a_document_longer_than_it_attends_to
 def test_a_block_sparse_big_bird_refuses_any_pass_longer_than_its_full_attention_span(tokenizer):
     """Where a pass longer than the span reaches the model under capture (not through a corpus, whose documents are
     refused first), it is refused in one line before BigBird's block-sparse attention runs."""
-    from qkviz.extraction.block_sparse import attending_in_full
+    from qkviz.extraction.capture.block_sparse import attending_in_full
 
     model = tiny_family_model("big_bird", **SHORT_SPAN)
     with attending_in_full(model), pytest.raises(QkvizError) as refusal, torch.no_grad():
@@ -180,7 +180,7 @@ def test_at_least_52_of_the_57_model_types_are_exact():
 
 def test_a_model_mixing_attention_and_linear_attention_layers_says_which_it_extracted(tokenizer, tmp_path, caplog):
     model = tiny_family_model("qwen3_next")        # layer 0: linear attention (Gated DeltaNet); layer 1: attention
-    with caplog.at_level("INFO", logger="qkviz.extraction.pipeline"):
+    with caplog.at_level("INFO", logger="qkviz.extraction.writing.pipeline"):
         run = qkviz.extract(model, SENTENCES, tmp_path / "run", tokenizer=tokenizer, progress=False)
     assert run.n_layers == 1 and run.manifest["shape"]["model_layers"] == [1]
     assert "the run's layers 0-0 are its attention layers, model layers 1" in caplog.text
@@ -247,7 +247,7 @@ def test_falcon_with_alibi_is_refused_while_its_attention_differs_and_exact_wher
     import transformers
     from packaging.version import Version
 
-    from qkviz.extraction.model_families import FALCON_ALIBI, FALCON_ALIBI_EXACT_FROM
+    from qkviz.extraction.adapters.model_families import FALCON_ALIBI, FALCON_ALIBI_EXACT_FROM
 
     model, eager_from_sdpa = falcon_alibi()
     if Version(transformers.__version__) < Version(FALCON_ALIBI_EXACT_FROM):
@@ -268,7 +268,7 @@ def test_falcon_alibi_rounded_to_bfloat16_is_refused_in_one_line(tokenizer, tmp_
     """Falcon multiplies slope by position in bfloat16: with 12 heads, four slopes are not powers of two, and its
     bias departs from a slope per head within the gate's 40 tokens. Refused in one line saying by how much; nothing
     written (before 5.25, refused for the release)."""
-    from qkviz.extraction.model_families import FALCON_ALIBI
+    from qkviz.extraction.adapters.model_families import FALCON_ALIBI
 
     model, _ = falcon_alibi(heads=12)
     with pytest.raises(QkvizError) as refusal:
@@ -295,7 +295,7 @@ def test_a_model_whose_attention_cannot_be_switched_is_one_line(tokenizer, tmp_p
 def test_the_docs_table_is_the_families_table():
     from support import REPO
 
-    from qkviz.extraction.model_families import families_markdown
+    from qkviz.extraction.adapters.model_families import families_markdown
 
     assert families_markdown() in (REPO / "docs" / "families.md").read_text(encoding="utf-8")
 
@@ -306,7 +306,7 @@ def test_the_logit_is_split_by_position_only_where_the_rotation_is_inverted(mode
     """Llama (rotate_half) and Phi (partial rotate_half) keep their rotary tables, and so does Falcon (rotate_half in
     its own attention code, from the tables its attention receives); Cohere (interleaved pairs), GPT-J and RoFormer
     (rotated inside their own code, by their own convention) are marked unsplit, and their logits stay one term."""
-    from qkviz.analysis.logit_decomposition import UNSPLIT, available_terms
+    from qkviz.analysis.logits.logit_decomposition import UNSPLIT, available_terms
     from qkviz.store import files as run_files
 
     run = qkviz.extract(tiny_family_model(model_type), SENTENCES, tmp_path / "run", tokenizer=tokenizer,
@@ -334,8 +334,8 @@ def test_a_declared_own_code_capture_that_sees_no_product_is_one_line(tokenizer,
     refused in one line, nothing written."""
     from dataclasses import replace
 
-    from qkviz.extraction import own_code_capture
-    from qkviz.extraction.model_families import OWN_CODE
+    from qkviz.extraction.capture import own_code_capture
+    from qkviz.extraction.adapters.model_families import OWN_CODE
 
     key = "modeling_falcon.FalconAttention"
     monkeypatch.setitem(own_code_capture.OWN_CODE_CAPTURES, key,

@@ -18,12 +18,13 @@ import torch
 
 import qkviz
 from qkviz.core import QkvizError, allowed_keys
-from qkviz.explain.pair_logit import sequence_ids, split_vectors
-from qkviz.extraction import AttributionRefused
+from qkviz.explain.pair_logit import split_vectors
+from qkviz.probes.model_on_demand import sequence_ids
+from qkviz.extraction.residual import AttributionRefused
 from qkviz.extraction.adapters import model_adapter
-from qkviz.extraction.capture import AttentionRecorder, LayerCalls, capturing
-from qkviz.extraction.model_families import ATTRIBUTION_REFUSED, EXACT, MODEL_FAMILIES
-from qkviz.extraction.residual_parts import ResidualTrace
+from qkviz.extraction.capture.recorder import AttentionRecorder, LayerCalls, capturing
+from qkviz.extraction.adapters.model_families import ATTRIBUTION_REFUSED, EXACT, MODEL_FAMILIES
+from qkviz.extraction.residual.residual_parts import ResidualTrace
 from support import CORPUS
 from support.cli import one_line_error, run_main
 from support.family_configs import tiny_family_model

@@ -69,7 +69,7 @@ def test_a_damaged_or_foreign_marker_is_never_taken_for_a_run(tiny_model, tiny_c
                                         ('{"text": ["a", "b"]}', "list"), ('{"id": 4}', "missing")])
 def test_jsonl_rows_whose_text_is_missing_null_a_number_or_a_list_are_refused_naming_the_row(tmp_path, row, shown):
     from qkviz.core.errors import QkvizError
-    from qkviz.extraction.corpus import load_corpus
+    from qkviz.extraction.inputs.corpus import load_corpus
 
     path = tmp_path / "corpus.jsonl"
     path.write_text('{"text": "A fine sentence."}\n' + row + '\n{"text": "Another one."}\n')
@@ -81,7 +81,7 @@ def test_parquet_rows_whose_text_is_not_text_are_refused_naming_the_row(tmp_path
     import pandas as pd
 
     from qkviz.core.errors import QkvizError
-    from qkviz.extraction.corpus import load_corpus
+    from qkviz.extraction.inputs.corpus import load_corpus
 
     path = tmp_path / "corpus.parquet"
     pd.DataFrame({"text": ["A fine sentence.", None, "Another one."]}).to_parquet(path)

@@ -10,7 +10,7 @@ import pytest
 
 import qkviz
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
-from qkviz.analysis import correlation
+from qkviz.analysis.statistics import correlation
 from qkviz.cli import main
 from qkviz.report.html_page import PLOTLY_ASSET, cartesian_bundle
 from qkviz.report.report_directory import report_problems
@@ -92,7 +92,7 @@ def test_report_covers_every_cached_projection_and_keeps_the_table_for_the_app(c
 def test_projection_rows_have_trustworthiness_and_the_report_counts_the_heads_reaching_both_goals(causal_run, tmp_path):
     from sklearn.manifold import trustworthiness as sklearn_trustworthiness
 
-    from qkviz.analysis.correlation import head_space_clouds
+    from qkviz.analysis.statistics.correlation import head_space_clouds
     from qkviz.neighbours import RECALL_GOAL, TRUST_GOAL, TRUST_SAMPLE, trustworthiness
     from qkviz.report.correlation_summary import summarise
     from qkviz.store.projections import ProjectionCache

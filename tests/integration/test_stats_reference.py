@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from qkviz.analysis import attention_batches
-from qkviz.analysis.attention_batches import key_spans, sentence_batches
-from qkviz.analysis.head_stats import TokenKinds, head_statistics
-from qkviz.analysis.logit_decomposition import FLOAT32_BOUND, EmbeddingSplit, decompose_embeddings, decompose_head
+from qkviz.analysis.statistics.attention_batches import key_spans, sentence_batches
+from qkviz.analysis.statistics.head_stats import TokenKinds, head_statistics
+from qkviz.analysis.logits.logit_decomposition import FLOAT32_BOUND, EmbeddingSplit, decompose_embeddings, decompose_head
 from support import stats_reference as reference
 
 RTOL, ATOL = 1e-9, 1e-12
@@ -68,7 +68,7 @@ def test_fast_head_statistics_and_decomposition_equal_the_reference(tiny_run, fa
 def test_float32_blocks_are_within_the_bound_of_the_float64_decomposition(tiny_run, family, layer, max_cells):
     """Query blocks of one row, a few rows, a few hundred cells and whole batches (causal: keys up to the block's last
     query; sliding window: from its first query's first key) against the float64 reference over whole batches."""
-    from qkviz.analysis.logit_decomposition import BLOCK_CELLS
+    from qkviz.analysis.logits.logit_decomposition import BLOCK_CELLS
 
     run = tiny_run(family, max_sentences=30)
     batches = sentence_batches(run, max_cells=max_cells)

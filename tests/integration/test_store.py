@@ -7,7 +7,7 @@ import pytest
 
 import qkviz
 import qkviz.extraction.adapters
-from qkviz.extraction import text_capture
+from qkviz.extraction.streaming import text_capture
 from qkviz.extraction import extract_run
 from qkviz.store import files as run_files
 from qkviz.core.errors import IncompleteRunError, QkvizError
@@ -77,7 +77,7 @@ def test_overwrite_replaces_a_run(tiny_model, tiny_corpus, tmp_path):
 
 
 def test_an_extraction_gives_each_steps_seconds_in_order(tiny_model, tiny_corpus, tmp_path):
-    from qkviz.extraction.pipeline import STEPS
+    from qkviz.extraction.writing.pipeline import STEPS
 
     model = str(tiny_model("bert"))
     fresh = extract_run(model, tiny_corpus, tmp_path / "run", max_sentences=5)

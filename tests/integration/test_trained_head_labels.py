@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import qkviz
-from qkviz.explain import run_model
+from qkviz.probes import run_model
 from support import REPO
 
 LINES = slice(3000, 3040)

@@ -134,7 +134,7 @@ def test_grouped_query_heads_read_their_own_key_value_head_through_their_own_sli
 
 
 def test_the_bundled_minilm_matches_its_own_model(minilm_run):
-    from qkviz.extraction.models import model_directory
+    from qkviz.extraction.models.loading import model_directory
 
     model = transformers.AutoModel.from_pretrained(str(model_directory("minilm")[0]),
                                                    attn_implementation="eager").eval()

@@ -25,7 +25,8 @@ import torch
 import transformers
 from transformers.models.auto import modeling_auto
 
-from qkviz.extraction import FLOAT32_BOUND, forward
+from qkviz.extraction.capture import forward
+from qkviz.extraction.gate import FLOAT32_BOUND
 
 from .family_configs import tiny_family_model
 
@@ -40,7 +41,7 @@ TOLERANCE = FLOAT32_BOUND
 CHECKED_SENTENCES = 3
 SECONDS_PER_TYPE = 120
 
-#: the 57 model types of issue 27 (qkviz's families table, ``qkviz.extraction.model_families``)
+#: the 57 model types of issue 27 (qkviz's families table, ``qkviz.extraction.adapters.model_families``)
 ISSUE_27 = ("bert roberta xlm-roberta camembert distilbert electra modernbert albert mpnet deberta deberta-v2 gpt2 "
             "gpt_bigcode opt biogpt xglm bloom mpt falcon llama mistral ministral mixtral qwen2 qwen2_moe qwen3 "
             "qwen3_moe qwen3_next gemma gemma2 gemma3_text phi phi3 gpt_neox gptj codegen gpt_neo olmo olmo2 olmoe "

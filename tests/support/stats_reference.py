@@ -6,8 +6,8 @@ every product, one masked softmax per term, the attention recomputed for the sec
 import numpy as np
 import pandas as pd
 
-from qkviz.analysis.head_stats import TIE_MARGIN, TokenKinds, _Accumulator, _accumulate_patches, _finish
-from qkviz.analysis.logit_decomposition import HeadDecomposition, available_terms, unrotate
+from qkviz.analysis.statistics.head_stats import TIE_MARGIN, TokenKinds, _Accumulator, _accumulate_patches, _finish
+from qkviz.analysis.logits.logit_decomposition import HeadDecomposition, available_terms, unrotate
 from qkviz.core import LogitRule
 from qkviz.core.attention import allowed_pairs
 

@@ -1,13 +1,13 @@
-"""How far a model's attention reaches (qkviz.extraction.attention_span): the spans a configuration declares, the
+"""How far a model's attention reaches (qkviz.extraction.gate.attention_span): the spans a configuration declares, the
 widest of them and of the layers' windows, and the long gate input's size and rows."""
 
 from types import SimpleNamespace
 
 import numpy as np
 
-from qkviz.extraction.attention_span import (SPAN_MARGIN, affordable_tokens, compared_rows, configured_spans,
+from qkviz.extraction.gate.attention_span import (SPAN_MARGIN, affordable_tokens, compared_rows, configured_spans,
                                              long_input_tokens, widest_span)
-from qkviz.extraction.capture import LayerAttentionSettings
+from qkviz.extraction.capture.recorder import LayerAttentionSettings
 
 
 def test_each_family_names_its_span_and_a_switched_off_window_is_none():

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from qkviz.analysis.batch_memo import BatchMemo
+from qkviz.analysis.statistics.batch_memo import BatchMemo
 
 
 def test_a_value_is_made_once_per_object_and_key_and_the_object_is_held():

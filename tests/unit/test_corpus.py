@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from qkviz.extraction.corpus import load_corpus
+from qkviz.extraction.inputs.corpus import load_corpus
 from qkviz.core.errors import QkvizError
 
 SENTENCES = ["The first sentence.", "A second one, with a comma.", "Third!"]

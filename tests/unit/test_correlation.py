@@ -7,9 +7,9 @@ from scipy.stats import pearsonr, spearmanr
 from qkviz.core import LogitRule
 from qkviz.core.alignment import Alignment, align_head
 from qkviz.core.attention import allowed_pairs
-from qkviz.analysis.correlation import (PairSet, head_space_figures, key_ranges, pair_distances, pair_dots,
+from qkviz.analysis.statistics.correlation import (PairSet, head_space_figures, key_ranges, pair_distances, pair_dots,
                                projection_space_name)
-from qkviz.analysis.rank_correlation import (QueryGroups, correlations, mean_query_spearman, rank_values,
+from qkviz.analysis.statistics.rank_correlation import (QueryGroups, correlations, mean_query_spearman, rank_values,
                                           sampling_error_bound)
 from qkviz.store.projections import ProjectionSpec
 

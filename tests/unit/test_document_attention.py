@@ -1,4 +1,4 @@
-"""A long document's attention computed block by block (qkviz.analysis.document_attention) against the dense
+"""A long document's attention computed block by block (qkviz.analysis.documents.document_attention) against the dense
 computation of qkviz.core.attention on small inputs: the pooled map equals pooling the dense softmax, the profile
 equals direct counts, and no block holds more than its share of pairs."""
 

@@ -6,7 +6,7 @@ from support.attention_check import max_attention_error
 from support.tiny_models import FAMILIES
 
 import qkviz
-from qkviz.extraction.text_capture import pad_token_id
+from qkviz.extraction.streaming.text_capture import pad_token_id
 from transformers import AutoTokenizer
 
 TOLERANCE = {"float32": 1e-5, "float16": 2e-3}

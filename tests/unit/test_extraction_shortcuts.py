@@ -13,11 +13,11 @@ from support.family_configs import tiny_family_model
 from support.tiny_models import FAMILIES
 
 from qkviz.core import LogitRule
-from qkviz.extraction.chunk_capture import ChunkBuffers, Scatter
-from qkviz.extraction.exactness_gate import recomputed_probabilities
-from qkviz.extraction.run_manifest import model_identity
-from qkviz.extraction.selection import TokenizedSentence
-from qkviz.extraction.token_table import token_table
+from qkviz.extraction.streaming.chunk_capture import ChunkBuffers, Scatter
+from qkviz.extraction.gate.exactness_gate import recomputed_probabilities
+from qkviz.extraction.writing.run_manifest import model_identity
+from qkviz.extraction.inputs.selection import TokenizedSentence
+from qkviz.extraction.writing.token_table import token_table
 from qkviz.store import files as run_files
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from qkviz.core.errors import QkvizError
-from qkviz.extraction.gguf_parts import joined_gguf, part_files
-from qkviz.extraction.models import BUNDLED_MODELS, BundledModel
+from qkviz.extraction.models.gguf_parts import joined_gguf, part_files
+from qkviz.extraction.models.loading import BUNDLED_MODELS, BundledModel
 
 PIECES = [b"GGUF" + bytes(range(7)), b"second part", b"", b"last"]
 

@@ -47,7 +47,7 @@ def test_runs_without_the_option_have_no_head_updates(tiny_model, tiny_corpus, t
 
 def test_stats_summarise_head_updates_and_say_when_a_run_has_none(tiny_run, tiny_model, tiny_corpus, tmp_path, caplog):
     from qkviz.cli import main
-    from qkviz.analysis.head_atlas import load_atlas
+    from qkviz.analysis.atlas.head_atlas import load_atlas
 
     run = tiny_run("gpt2", max_sentences=8, head_update=True)
     assert main(["-q", "stats", "--run", str(run.path)]) == 0

@@ -5,7 +5,7 @@ import pytest
 from PIL import Image
 
 import qkviz
-from qkviz.extraction.image_corpus import SAMPLE_IMAGES, is_image_source, load_images, sample_images
+from qkviz.extraction.inputs.image_corpus import SAMPLE_IMAGES, is_image_source, load_images, sample_images
 
 
 def save(path, array, mode=None):

@@ -10,7 +10,7 @@ import pandas as pd
 
 from dash_app.views.heads import NAMED_HEADS, named_heads
 from qkviz.analysis import excerpt, excerpt_pieces
-from qkviz.analysis.text_excerpt import CONTEXT, ELLIPSIS, WHOLE_TEXT
+from qkviz.analysis.documents.text_excerpt import CONTEXT, ELLIPSIS, WHOLE_TEXT
 from qkviz.report.atlas_html import EXEMPLARS_BY_LAYER_HEADS, LABELLED_CELLS_HEADS, _exemplar_table, _label_grid
 
 
@@ -69,7 +69,7 @@ def test_an_excerpt_of_a_pair_on_one_token_keeps_the_text_as_it_is():
 
 
 def test_a_report_of_a_thousand_heads_samples_fewer_pairs_a_head_and_a_small_model_keeps_them_all():
-    from qkviz.analysis.correlation import DEFAULT_MAX_PAIRS, RUN_PAIR_BUDGET, default_max_pairs
+    from qkviz.analysis.statistics.correlation import DEFAULT_MAX_PAIRS, RUN_PAIR_BUDGET, default_max_pairs
 
     assert default_max_pairs(SimpleNamespace(n_layers=6, n_heads=12)) == min(DEFAULT_MAX_PAIRS, RUN_PAIR_BUDGET // 72)
     assert default_max_pairs(SimpleNamespace(n_layers=2, n_heads=4)) == DEFAULT_MAX_PAIRS

@@ -7,8 +7,8 @@ from transformers import AutoModel
 
 import qkviz
 from qkviz.store import files as run_files
-from qkviz.analysis.attention_batches import sentence_batches
-from qkviz.analysis.logit_decomposition import FLOAT32_BOUND, available_terms, batch_terms, decompose_head, unrotate
+from qkviz.analysis.statistics.attention_batches import sentence_batches
+from qkviz.analysis.logits.logit_decomposition import FLOAT32_BOUND, available_terms, batch_terms, decompose_head, unrotate
 
 
 def projections_before_rotation(model_dir, token_ids, layer):
@@ -93,7 +93,7 @@ def test_a_run_without_logit_parts_has_only_the_content_term(tiny_run, tmp_path)
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "gpt2"])
 def test_first_layer_token_and_position_parts_add_up_to_the_stored_vectors(family, tiny_run):
-    from qkviz.analysis.logit_decomposition import EMBEDDING_TERMS, EmbeddingSplit, decompose_embeddings
+    from qkviz.analysis.logits.logit_decomposition import EMBEDDING_TERMS, EmbeddingSplit, decompose_embeddings
 
     run = tiny_run(family)
     split = EmbeddingSplit.of(run)
@@ -109,6 +109,6 @@ def test_first_layer_token_and_position_parts_add_up_to_the_stored_vectors(famil
 
 
 def test_rotary_models_have_no_embedding_split(tiny_run):
-    from qkviz.analysis.logit_decomposition import EmbeddingSplit
+    from qkviz.analysis.logits.logit_decomposition import EmbeddingSplit
 
     assert EmbeddingSplit.of(tiny_run("llama")) is None

@@ -4,8 +4,8 @@ the stated overlap, and where it starts in the document; a document too long wit
 import pytest
 
 from qkviz.core.errors import QkvizError
-from qkviz.extraction.long_documents import default_overlap, refused_past, split_into_windows
-from qkviz.extraction.selection import TokenizedSentence
+from qkviz.extraction.inputs.long_documents import default_overlap, refused_past, split_into_windows
+from qkviz.extraction.inputs.selection import TokenizedSentence
 
 
 def document(n_words: int, opening: int = 1, closing: int = 0) -> TokenizedSentence:
@@ -71,7 +71,7 @@ def test_a_document_longer_than_the_context_is_refused_with_its_count():
 
 
 def test_batches_of_long_windows_hold_at_most_8192_padded_tokens():
-    from qkviz.extraction.text_capture import _batches
+    from qkviz.extraction.streaming.text_capture import _batches
 
     assert [list(b) for b in _batches([8192, 8192, 5000, 4000, 100], 16)] == [[0], [1], [2], [3, 4]]
     assert [len(b) for b in _batches([512] * 40, 16)] == [16, 16, 8]

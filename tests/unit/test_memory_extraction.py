@@ -13,8 +13,8 @@ from support.tiny_models import FAMILIES
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 import qkviz
-from qkviz.extraction.text_capture import pad_token_id
-from qkviz.extraction.models import model_directory
+from qkviz.extraction.streaming.text_capture import pad_token_id
+from qkviz.extraction.models.loading import model_directory
 
 TOLERANCE = 1e-5
 

@@ -91,10 +91,10 @@ def test_an_interrupted_image_run_resumes_to_the_same_vectors_and_thumbnails(tin
     import json
 
     from qkviz.core.errors import IncompleteRunError
-    from qkviz.extraction import image_capture
+    from qkviz.extraction.streaming import image_capture
     from qkviz.extraction.adapters import ModelShape
-    from qkviz.extraction.chunk_capture import bytes_per_token
-    from qkviz.extraction.pipeline import extract_run
+    from qkviz.extraction.streaming.chunk_capture import bytes_per_token
+    from qkviz.extraction.writing.pipeline import extract_run
     from qkviz.store import files as run_files
 
     model = str(tiny_vision("vit"))

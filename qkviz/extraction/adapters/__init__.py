@@ -15,6 +15,7 @@ from qkviz.extraction.adapters.bert import BERT, ROBERTA
 from qkviz.extraction.adapters.discovery import discover_adapter
 from qkviz.extraction.adapters.distilbert import DISTILBERT
 from qkviz.extraction.adapters.gpt2 import GPT2
+from qkviz.extraction.adapters.model_families import EXACT, MODEL_FAMILIES, REFUSED, attribution_status, counts
 from qkviz.extraction.adapters.refusals import refusal_reason
 from qkviz.extraction.adapters.vision import VISION_ADAPTERS, tower_config, vision_tower
 from qkviz.core.errors import QkvizError
@@ -56,5 +57,5 @@ def model_adapter(model) -> FamilyAdapter:
     return discover_adapter(model, str(getattr(model.config, "model_type", None) or type(model).__name__))
 
 
-__all__ = ["ADAPTERS", "FamilyAdapter", "ModelShape", "declared_adapter", "modality_of", "model_adapter",
-           "tower_config", "vision_tower"]
+__all__ = ["ADAPTERS", "EXACT", "MODEL_FAMILIES", "REFUSED", "FamilyAdapter", "ModelShape", "attribution_status",
+           "counts", "declared_adapter", "modality_of", "model_adapter", "tower_config", "vision_tower"]

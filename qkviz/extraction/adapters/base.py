@@ -1,7 +1,7 @@
 """What an architecture family adapter declares.
 
 Every supported family's attention is captured where its queries meet its keys (the Hugging Face attention
-interface, or a declared method or own code: see :mod:`qkviz.extraction.capture`), so an adapter only says where
+interface, or a declared method or own code: see :mod:`qkviz.extraction.capture.recorder`), so an adapter only says where
 each layer's attention module lives (a shared module once per layer it serves), how
 the family names its head counts, how long an input it accepts, and which variants of the
 family change the logit beyond ``scale * q . k`` (those are refused with a clear message).
@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from qkviz.extraction.block_sparse import full_attention_span, span_name
+from qkviz.extraction.capture.block_sparse import full_attention_span, span_name
 
 
 
@@ -77,7 +77,7 @@ class FamilyAdapter:
     #: Returns a reason the configuration cannot be captured exactly, or ``None``.
     unsupported_reason: Callable[[object], str | None] = lambda config: None
     architectures: tuple[str, ...] = field(default=())
-    #: ``"text"`` (token ids in) or ``"image"`` (pixel values in; :mod:`qkviz.extraction.image_capture`).
+    #: ``"text"`` (token ids in) or ``"image"`` (pixel values in; :mod:`qkviz.extraction.streaming.image_capture`).
     modality: str = "text"
     #: Image families: the names of the special tokens before the patches, in sequence order (CLS,
     #: distillation, registers); the patches follow row by row.
@@ -100,7 +100,7 @@ class FamilyAdapter:
 
     def max_tokens_per_sequence(self, config) -> int | None:
         """The longest sequence qkviz passes: the model's context, or a block-sparse BigBird's full-attention span
-        where that is shorter (:mod:`qkviz.extraction.block_sparse`)."""
+        where that is shorter (:mod:`qkviz.extraction.capture.block_sparse`)."""
         if self.modality == "image":
             return None
         limit = getattr(config.get_text_config(), "max_position_embeddings", None)

@@ -1,6 +1,6 @@
 """Finding a text model's attention from the model itself, for a family qkviz has no declaration for.
 
-One forward pass over a few tokens runs with qkviz's capture implementation (:mod:`qkviz.extraction.capture`)
+One forward pass over a few tokens runs with qkviz's capture implementation (:mod:`qkviz.extraction.capture.recorder`)
 and a :class:`CallLog` that notes every module calling the attention interface, in call order. Their
 qualified names give the layer list and the attention's place in a layer (``layers.3.self_attn`` ->
 ``layers``, index 3, ``self_attn``); the captured tensors give the head counts and sizes. Where a model mixes
@@ -11,7 +11,7 @@ attentions per layer) is refused. Attention modules kept in a list of their own 
 their layers' entries themselves (an empty attention path).
 
 What discovery cannot see, whether the model adds a term to the logit that ``q . k`` cannot express, is
-left to the exactness gate (:mod:`qkviz.extraction.exactness_gate`), which every extraction passes first.
+left to the exactness gate (:mod:`qkviz.extraction.gate.exactness_gate`), which every extraction passes first.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import torch
 
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.adapters.base import FamilyAdapter, ModelShape, _base_model, _follow
-from qkviz.extraction.capture import capturing
-from qkviz.extraction.forward_pass import forward
-from qkviz.extraction.model_families import NO_ATTENTION, OTHER_INPUTS, OWN_CODE, SEVERAL_PER_LAYER
+from qkviz.extraction.capture.recorder import capturing
+from qkviz.extraction.capture.forward_pass import forward
+from qkviz.extraction.adapters.model_families import NO_ATTENTION, OTHER_INPUTS, OWN_CODE, SEVERAL_PER_LAYER
 
 #: a layer's attention output projection, by the names families give it (inside the attention module)
 OUTPUT_PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "Wo", "out_lin", "o")
@@ -141,7 +141,7 @@ def _probe(model: torch.nn.Module) -> CallLog:
     vocab = int(getattr(model.config.get_text_config(), "vocab_size", 0) or 0)
     ids = torch.arange(PROBE_IDS, device=parameter.device)[None] % max(vocab, 1) + (1 if vocab > PROBE_IDS + 1 else 0)
     # a failure of the model's own code here is refused by the extraction's boundary
-    # (qkviz.extraction.model_boundary), which names this step
+    # (qkviz.extraction.models.model_boundary), which names this step
     try:
         with torch.inference_mode(), capturing(model, log):
             forward(model, input_ids=ids, attention_mask=torch.ones_like(ids))

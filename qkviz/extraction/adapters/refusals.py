@@ -3,14 +3,14 @@ configuration, Falcon with ALiBi, whose attention transformers computed two ways
 
 Declared by model type (and, where a configuration decides it, by a check of the configuration), so that such
 a model is refused before its weights load, in one line that says why. Anything not declared here still passes
-the exactness gate (:mod:`qkviz.extraction.exactness_gate`) before a run is written.
+the exactness gate (:mod:`qkviz.extraction.gate.exactness_gate`) before a run is written.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from qkviz.extraction.model_families import DEBERTA, FALCON_ALIBI, FALCON_ALIBI_EXACT_FROM, LATENT_ATTENTION, MPNET
+from qkviz.extraction.adapters.model_families import DEBERTA, FALCON_ALIBI, FALCON_ALIBI_EXACT_FROM, LATENT_ATTENTION, MPNET
 
 _INEXPRESSIBLE = ", which q.k cannot express"
 

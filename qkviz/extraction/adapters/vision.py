@@ -3,7 +3,7 @@
 An image is a sequence: the family's special tokens (CLS; DeiT's distillation token; DINOv2's registers)
 then one token per patch, row by row. Every layer attends bidirectionally over the whole sequence, with
 ``head_dim ** -0.5`` and no mask, through the Hugging Face attention interface, so queries and keys are
-captured exactly as for text (:mod:`qkviz.extraction.capture`). A whole CLIP or SigLIP checkpoint is
+captured exactly as for text (:mod:`qkviz.extraction.capture.recorder`). A whole CLIP or SigLIP checkpoint is
 reduced to its vision tower (:func:`vision_tower`); its text tower is not read.
 """
 

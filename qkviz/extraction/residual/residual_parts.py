@@ -1,0 +1,258 @@
+"""The residual stream entering a layer, split into the parts that wrote it, and each part's query and key.
+
+One forward pass of one sequence (:class:`ResidualTrace`) keeps, at the tokens asked for, what every layer reads and
+writes: its input, what enters its attention's output projection (every head's output side by side), the
+projection's output, every norm's input and output, and every sub-module output of the stream's width. From those:
+
+* **the first layer's input** is the token embedding (``embed``), plus the position and token-type embeddings of
+  absolute-position models (``position``, ``token_type``), through the embedding norm where there is one;
+* **each layer** adds each head's output through its slice of the output projection (``L{l}H{h}``), the
+  projection's bias (``L{l}.attn_bias``) and its MLP (``L{l}.mlp``: everything else the layer adds, checked to be
+  the output of one of its own sub-modules). A norm on the attention's output (Gemma's and OLMo 2's post-norms)
+  is applied to each head with its divisor fixed (:mod:`qkviz.extraction.residual.frozen_norm`); in a post-norm encoder
+  (BERT), whose norms re-normalise the whole stream, every part is carried through each norm the same way. A norm's
+  bias is a part of its own (``L{l}.<norm>.bias``).
+
+At layer ``L`` the parts go through the layer's input norm (divisor fixed; its bias a part), then through the
+layer's own attention module, once for all parts as one batch, with every norm inside it (QK-norm) fixed too, at
+each token's own position (rotary families rotate each part where its token is). What the module adds to every
+row alike (the projections' biases, the QK-norm's bias) is the part ``L{L}.query_bias`` or ``L{L}.key_bias``.
+
+Every step is checked against the model's own numbers, at every traced token: the parts of each layer's input add
+up to that input, the heads to the projection's output, the MLP part to a module's output, and the query and key
+parts to the model's own query and key. A family where one does not hold is refused in one line
+(:class:`AttributionRefused`): the split is exact or it is not given.
+
+The pass is :mod:`qkviz.extraction.residual.residual_pass`, the stream's parts layer by layer
+:mod:`qkviz.extraction.residual.residual_stream`; this module gives their queries and keys (:class:`ResidualTrace`) and the
+functions :mod:`qkviz.extraction` names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from qkviz.core.errors import QkvizError
+from qkviz.extraction.residual.attention_replay import AttentionReplay
+from qkviz.extraction.residual.frozen_norm import FrozenNorm
+from qkviz.extraction.residual.residual_pass import AttributionRefused
+from qkviz.extraction.residual.residual_stream import MATCH_TOLERANCE, ResidualStream, StreamParts, matches
+
+
+@dataclass
+class QueryKeyParts:
+    """The query and key of every head at the traced tokens, split by part: ``queries[p]`` ``[head, token, d_head]``
+    for ``query_names[p]``, ``keys[p]`` ``[kv_head, token, d_head]`` for ``key_names[p]`` (float64); the model's own
+    ``query`` and ``key`` they add up to."""
+
+    query_names: list[str]
+    queries: np.ndarray
+    key_names: list[str]
+    keys: np.ndarray
+    query: np.ndarray
+    key: np.ndarray
+
+
+class ResidualTrace(ResidualStream):
+    """One forward pass of one sequence (batch of one) keeping what splits every layer's input at ``tokens``
+    (positions in the sequence); :meth:`parts_entering` and :meth:`query_key_parts` read it.
+
+    ``model`` is the base model or one with a head (the adapter finds its layers); ``input_ids`` ``[1, positions]``."""
+
+    def query_key_parts(self, layer: int, stream: StreamParts | None = None) -> QueryKeyParts:
+        """Every part's query and key at ``layer``: the stream through the layer's input norm (divisor fixed), then
+        through its attention module, all parts in one batch, with any norm inside it fixed as well."""
+        stream = self.parts_entering(layer) if stream is None else stream
+        record = self.records[layer]
+        parts = self._attention_input_parts(layer, stream)
+        rows = torch.stack(parts.vectors + [torch.zeros_like(parts.vectors[0])])      # the last row: no part
+        queries, keys = self._through_attention(layer, rows)
+        query_parts, key_parts = queries[:-1] - queries[-1:], keys[:-1] - keys[-1:]
+        query_names, key_names = list(parts.names), list(parts.names)
+        query_constant, key_constant = queries[-1], keys[-1]
+        if float(query_constant.abs().max()) > 0:
+            query_names.append(f"L{layer}.query_bias")
+            query_parts = torch.cat([query_parts, query_constant[None]])
+        if float(key_constant.abs().max()) > 0:
+            key_names.append(f"L{layer}.key_bias")
+            key_parts = torch.cat([key_parts, key_constant[None]])
+        real_query, real_key = record.query.double(), record.key.double()
+        if not matches(query_parts.sum(dim=0), real_query) or not matches(key_parts.sum(dim=0), real_key):
+            raise self._refuse(f"layer {layer}'s query and key parts do not add up to the model's own query and key")
+        return QueryKeyParts(query_names, query_parts.cpu().numpy(), key_names, key_parts.cpu().numpy(),
+                             real_query.cpu().numpy(), real_key.cpu().numpy())
+
+    def weighted_sums(self, layer: int, stream: StreamParts, weights: dict[int, dict[str, np.ndarray]]) -> dict:
+        """For each head ``h`` of ``weights`` (``{"query": [k, token, d_head], "key": [k, token, d_head]}``: ``k``
+        weight vectors per side, one per traced token), every part's ``sum_t w_t . q_{t,part}`` (and the same of
+        the keys, of the head's key-value head): ``{h: (query names, [part, k], key names, [part, k])}``.
+
+        Each side is linear in the parts, so one backward pass through the layer's attention module gives, per head
+        and weight, the vector of the stream each part is dotted with (``A^T w``, ``A`` the module's map with every
+        norm fixed); no part's query is ever formed. The sums are checked against the model's own queries and keys
+        (their sum over the parts, with the module's constant, must be ``sum_t w_t . q_t``)."""
+        record = self.records[layer]
+        norm, norm_name = self._input_norm(layer, stream)
+        parts = stream if norm is None else StreamParts(running=norm.linear(stream.total()))
+        heads = sorted(weights)
+        sides = [(head, side, index) for head in heads for side in ("query", "key")
+                 for index in range(len(weights[head][side]))]
+        total = parts.total() if norm is None or norm.bias is None else parts.total() + norm.bias
+        with torch.enable_grad():
+            rows = torch.cat([total[None].expand(len(sides), -1, -1), torch.zeros_like(total)[None]])
+            rows = rows.to(next(self._attention_modules[layer].parameters()).dtype).detach().requires_grad_(True)
+            queries, keys = self._through_attention(layer, rows, keep_graph=True)
+            loss = rows.new_zeros(())
+            targets = []
+            for row, (head, side, index) in enumerate(sides):
+                vectors = queries[row, head] if side == "query" else keys[row, self.shape.kv_head_of(head)]
+                weight = torch.as_tensor(weights[head][side][index], dtype=vectors.dtype, device=vectors.device)
+                loss = loss + (vectors * weight).sum()
+                targets.append(weight)
+            (gradient,) = torch.autograd.grad(loss, rows)
+        gradient = gradient[:-1].double()                          # [row, token, width]
+        queries, keys = queries.detach(), keys.detach()
+        constants = [float((queries[-1, head] if side == "query" else keys[-1, self.shape.kv_head_of(head)]).double()
+                           .mul(target.double()).sum()) for (head, side, _), target in zip(sides, targets)]
+        # each part's sum: the part (before the input norm) dotted with the gradient carried back through the norm
+        before = gradient if norm is None else norm.transposed(gradient)
+        flat = before.reshape(len(before), -1)
+        values = torch.cat([torch.stack(stream.vectors[start:start + 64]).reshape(-1, flat.shape[1]) @ flat.T
+                            for start in range(0, len(stream.vectors), 64)])                  # [part, row]
+        names_before = list(stream.names)
+        if norm is not None and norm.bias is not None:
+            values = torch.cat([values, (gradient * norm.bias).sum(dim=(1, 2))[None]])
+            names_before.append(f"L{layer}.{norm_name}.bias")
+        real_query, real_key = record.query.double(), record.key.double()
+        out = {}
+        for head in heads:
+            sums = {}
+            for side in ("query", "key"):
+                own = real_query[head] if side == "query" else real_key[self.shape.kv_head_of(head)]
+                columns = [row for row, (h, s, _) in enumerate(sides) if h == head and s == side]
+                names = list(names_before)
+                block = values[:, columns]
+                constant = torch.tensor([constants[row] for row in columns], dtype=torch.float64)
+                if float(constant.abs().max()) > 0:
+                    names.append(f"L{layer}.{side}_bias")
+                    block = torch.cat([block, constant[None].to(block.device)])
+                expected = torch.stack([(own * torch.as_tensor(weights[head][side][index], dtype=torch.float64,
+                                                                device=own.device)).sum()
+                                        for index in range(len(columns))])
+                size = max(float(expected.abs().max()), float(block.abs().sum(0).max()), 1e-6)
+                if float((block.sum(0) - expected.to(block.device)).abs().max()) > MATCH_TOLERANCE * size:
+                    raise self._refuse(f"layer {layer}'s weighted {side} parts do not add up to the model's own")
+                sums[side] = (names, block.cpu().numpy())
+            out[head] = (*sums["query"], *sums["key"])
+        return out
+
+    def _input_norm(self, layer: int, stream: StreamParts) -> tuple[FrozenNorm | None, str | None]:
+        """The norm (divisor fixed) through which layer ``layer``'s attention module reads the stream, and its name;
+        ``(None, None)`` where it reads the stream itself (post-norm encoders)."""
+        record = self.records[layer]
+        real_input = record.attention_input
+        if real_input is None or record.query is None:
+            raise self._refuse(f"layer {layer}'s attention was not called on the sequence")
+        total = stream.total()
+        if matches(total, real_input.double()):
+            return None, None
+        norm_name = next((name for name, (real_in, real_out) in record.norms.items()
+                          if real_in is not None and matches(total, real_in) and matches(real_out, real_input)), None)
+        if norm_name is None:
+            raise self._refuse(f"layer {layer}'s attention reads something other than its input or a norm of it")
+        return self._frozen(norm_name, *record.norms[norm_name], self._module(layer, norm_name)), norm_name
+
+    def _attention_input_parts(self, layer: int, stream: StreamParts) -> StreamParts:
+        """The stream's parts as layer ``layer``'s attention module reads them: through its input norm (divisor
+        fixed, its bias a part of its own), or as they are where it reads the stream itself (post-norm)."""
+        norm, norm_name = self._input_norm(layer, stream)
+        if norm is None:
+            return stream
+        parts = stream.through(norm)
+        if norm.bias is not None:
+            parts.add(f"L{layer}.{norm_name}.bias", norm.bias.expand_as(stream.total()))
+        return parts
+
+    def _through_attention(self, layer: int, rows: torch.Tensor,
+                           keep_graph: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The queries ``[row, head, token, d]`` and keys of ``rows`` ``[row, token, width]`` as layer ``layer``'s
+        attention module makes them at the traced tokens' positions (:class:`AttentionReplay`)."""
+        record = self.records[layer]
+        replay = AttentionReplay(self.model, self._attention_modules[layer], self.adapter.attention_path,
+                                 record.attention_args, record.attention_kwargs, record.inner_norms, self.tokens,
+                                 self.length, self._refuse, self._frozen)
+        return replay.run(rows, layer, keep_graph)
+
+#: id(model) -> (model, adapter, shape): a discovered adapter costs a probe pass, found once per model
+_ADAPTERS: dict[int, tuple] = {}
+
+
+def _traced(model: torch.nn.Module, token_ids, tokens, up_to_layer: int):
+    """A :class:`ResidualTrace` of one sequence, its family found from the model; any failure of the model's own
+    code in a pass is one line (:class:`AttributionRefused`)."""
+    from qkviz.extraction.adapters import model_adapter
+    from qkviz.extraction.models.model_boundary import failure_detail
+
+    known = _ADAPTERS.get(id(model))
+    if known is None or known[0] is not model:
+        adapter = model_adapter(model)
+        known = _ADAPTERS[id(model)] = (model, adapter, adapter.shape(model.config))
+    _model, adapter, shape = known
+    device = next(model.parameters()).device
+    input_ids = torch.as_tensor(np.array(token_ids, dtype=np.int64), device=device)[None]
+    try:
+        return ResidualTrace(model, adapter, shape, input_ids, tokens, up_to_layer=up_to_layer)
+    except QkvizError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- the boundary around the model's own code
+        raise AttributionRefused(f"{adapter.family}: attribution refused: its forward pass with qkviz's hooks fails "
+                                 f"({failure_detail(error)})") from None
+
+
+def query_key_parts(model: torch.nn.Module, token_ids, tokens, layer: int) -> QueryKeyParts:
+    """Every head's query and key at ``layer`` and at positions ``tokens`` of the sequence ``token_ids``, split by the
+    parts of the residual stream entering the layer (:class:`QueryKeyParts`, numpy)."""
+    return next(layer_query_key_parts(model, token_ids, tokens, [layer]))[1]
+
+
+def layer_query_key_parts(model: torch.nn.Module, token_ids, tokens, layers):
+    """``(layer, QueryKeyParts)`` for each of ``layers`` (ascending) from one forward pass of the sequence."""
+    from qkviz.extraction.models.model_boundary import failure_detail
+
+    layers = sorted(set(int(layer) for layer in layers))
+    trace = _traced(model, token_ids, tokens, layers[-1])
+    wanted = set(layers)
+    try:
+        for layer, stream in trace.layer_streams():
+            if layer in wanted:
+                yield layer, trace.query_key_parts(layer, stream)
+    except QkvizError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- the boundary around the model's own code
+        raise AttributionRefused(f"{trace.adapter.family}: attribution refused: its attention module, called on the "
+                                 f"parts, fails ({failure_detail(error)})") from None
+
+
+def layer_weighted_sums(model: torch.nn.Module, token_ids, tokens, weights: dict[tuple[int, int], dict]):
+    """``((layer, head), (query names, [part, k], key names, [part, k]))`` for every head of ``weights``
+    (``{(layer, head): {"query": [k, token, d_head], "key": [k, token, d_head]}}``, per traced token of ``tokens``):
+    each part's weighted sum of its queries and keys (:meth:`ResidualTrace.weighted_sums`), from one forward pass of
+    the sequence and one backward pass through each layer's attention module."""
+    from qkviz.extraction.models.model_boundary import failure_detail
+
+    layers = sorted({layer for layer, _ in weights})
+    trace = _traced(model, token_ids, tokens, layers[-1])
+    try:
+        for layer, stream in trace.layer_streams():
+            heads = {head: weights[(layer, head)] for (l_, head) in weights if l_ == layer}
+            if heads:
+                for head, sums in trace.weighted_sums(layer, stream, heads).items():
+                    yield (layer, head), sums
+    except QkvizError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- the boundary around the model's own code
+        raise AttributionRefused(f"{trace.adapter.family}: attribution refused: its attention module, run backwards "
+                                 f"on the parts, fails ({failure_detail(error)})") from None
