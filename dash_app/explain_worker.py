@@ -1,7 +1,7 @@
 """The why panel's explanations, computed off the request thread: one daemon thread runs the run's model.
 
 Explaining a pair runs the run's model over the pair's sequence(s) (about a second on a real model, plus its load
-on first use, :func:`qkviz.explain.run_model`); a request never waits for it. A callback asks
+on first use, :func:`qkviz.probes.run_model`); a request never waits for it. A callback asks
 :meth:`ExplainWorker.ask` with a key and the function that computes it: the answer is the result when it is ready,
 the one-line reason when it failed (a :class:`qkviz.QkvizError`: the run's model cannot be found, the family is
 refused), or ``None`` while it is being computed, after which the page polls (:mod:`dash_app.panels.why`).

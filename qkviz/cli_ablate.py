@@ -2,7 +2,7 @@
 
 Prints the head's mean change over the run (next-token loss in nats; an encoder: the relative change of its last
 hidden state) and the tokens it changes most, each with the text around it; ``--out`` writes every row (``.csv``
-or ``.parquet``). The work is :func:`qkviz.explain.ablate`'s; this module parses nothing and only prints.
+or ``.parquet``). The work is :func:`qkviz.probes.ablate`'s; this module parses nothing and only prints.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The single-head view's "ablate" action: whether the head shown matters (:func:`qkviz.explain.ablate`).
+"""The single-head view's "ablate" action: whether the head shown matters (:func:`qkviz.probes.ablate`).
 
 A button (with the mode, zero or mean) asks for the head's ablation over the whole run: the run's model is run over
 the run's sequences clean and with the head's output removed, which takes seconds to minutes, so it runs in the

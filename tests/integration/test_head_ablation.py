@@ -208,7 +208,7 @@ def test_run_ablate_is_one_row_per_token_and_equals_the_independent_ablation(gpt
     run, reference = gpt2_language_model_run
     for mode in ("zero", "mean"):
         frame = run.ablate(1, 2, mode)
-        assert list(frame.columns) == list(qkviz.explain.ABLATION_COLUMNS) and len(frame) == run.n_tokens
+        assert list(frame.columns) == list(qkviz.probes.ABLATION_COLUMNS) and len(frame) == run.n_tokens
         assert (frame.token_index.to_numpy() == np.arange(run.n_tokens)).all()
         assert (frame.measure == "next-token loss").all() and frame.attrs["measure"] == "next-token loss"
         last = frame.groupby("sentence").position.transform("max") == frame.position
@@ -244,7 +244,7 @@ def test_the_cli_prints_the_mean_change_and_the_tokens_most_changed(gpt2_languag
     assert f"{frame.attrs['mean_change']:+.4g}" in lines[0]
     assert "context" in lines[2] and len(lines) == 3 + 4 + 1 and "[" in lines[3]
     written = pd.read_parquet(out)
-    assert list(written.columns) == list(qkviz.explain.ABLATION_COLUMNS) and len(written) == run.n_tokens
+    assert list(written.columns) == list(qkviz.probes.ABLATION_COLUMNS) and len(written) == run.n_tokens
     assert np.allclose(written.change, frame.change, equal_nan=True)
     top = frame.sort_values("change", ascending=False).token_index.iloc[0]
     assert lines[3].split()[0] == str(top)

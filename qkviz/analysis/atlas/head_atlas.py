@@ -124,7 +124,7 @@ def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAU
         leave ``jobs`` at 1). Every worker must see the run at the same path; this is checked first. The atlas
         is written here, once, as without a cluster.
     probes
-        Every head's repeated-random-tokens probe scores (:func:`qkviz.explain.probe_heads`, which needs the model),
+        Every head's repeated-random-tokens probe scores (:func:`qkviz.probes.probe_heads`, which needs the model),
         for the induction and duplicate-token labels; ``qkviz.compute_stats`` runs them where the model is at hand.
     probe_note
         What the probes ran on, or why there are none (kept in the atlas).
