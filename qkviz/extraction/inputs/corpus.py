@@ -20,7 +20,7 @@ from pathlib import Path
 from qkviz.core.errors import QkvizError
 from qkviz.core.option_names import option
 
-DEFAULT_CORPUS = Path(__file__).resolve().parents[2] / "data" / "sentences.txt"
+DEFAULT_CORPUS = Path(__file__).resolve().parents[3] / "data" / "sentences.txt"
 TABULAR_SUFFIXES = {".jsonl", ".csv", ".parquet"}
 FILE_SUFFIXES = TABULAR_SUFFIXES | {".txt", ".text", ".json", ".tsv"}
 #: the largest corpus file read (a run holds at most millions of tokens: a few hundred MB of text)
