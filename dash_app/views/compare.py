@@ -176,6 +176,20 @@ def comparable(context: AppContext) -> bool:
     return bool(context.changes.pairs)
 
 
+def pair_figures(shown: list, layer, head, method: str) -> tuple:
+    """The head ``(layer, head)`` in each of the two runs ``shown`` (PreventUpdate for a head neither has), or the
+    refusal's message in both."""
+    n_layers, n_heads = shown[0].run.n_layers, shown[0].run.n_heads
+    valid = all(isinstance(value, int) and not isinstance(value, bool) for value in (layer, head))
+    if not (valid and 0 <= layer < n_layers and 0 <= head < n_heads):
+        raise PreventUpdate
+    method = shown_method(shown, layer, head, method)
+    try:
+        return tuple(pair_figure(data, layer, head, method) for data in shown)
+    except QkvizError as error:
+        return message_figure(str(error)), message_figure(str(error))
+
+
 def register(app: dash.Dash, context: AppContext) -> None:
     """The change table and heatmap (drawn when the view first shows, then polled until computed), a cell's click,
     the two figures, and the clientside links of hover and selection."""
@@ -223,16 +237,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
         pair = chosen_pair(run_a, run_b, changes)
         if current is None or state.view != VIEW.name or pair is None:
             raise PreventUpdate
-        shown = [runs[index] for index in pair]
-        n_layers, n_heads = shown[0].run.n_layers, shown[0].run.n_heads
-        valid = all(isinstance(value, int) and not isinstance(value, bool) for value in (layer, head))
-        if not (valid and 0 <= layer < n_layers and 0 <= head < n_heads):
-            raise PreventUpdate
-        method = shown_method(shown, layer, head, state.method)
-        try:
-            return tuple(pair_figure(data, layer, head, method) for data in shown)
-        except QkvizError as error:
-            return message_figure(str(error)), message_figure(str(error))
+        return pair_figures([runs[index] for index in pair], layer, head, state.method)
 
     graphs = (State(ids.COMPARE_GRAPH_A, "id"), State(ids.COMPARE_GRAPH_B, "id"))
     app.clientside_callback(ClientsideFunction(NAMESPACE, "linkHover"), Output(ids.COMPARE_LINK_SINK, "data"),

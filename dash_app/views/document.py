@@ -235,29 +235,9 @@ def register(app: dash.Dash, context: AppContext) -> None:
                   prevent_initial_call=True)
     def draw_document(current, pool, drawn):
         state, data, cache, pool, rows = shown(current, pool)
-        n = rows.stop - rows.start
-        if isinstance(drawn, dict) and drawn.get("key") == [state.run, state.sentence, state.layer, state.head, pool,
-                                                            state.weighting]:
+        if isinstance(drawn, dict) and drawn.get("key") == map_key(state, pool):
             raise PreventUpdate                 # the state written again (another control's echo): this map is drawn
-        if data.patches is not None:
-            return (no_update, no_update, [], [], "The document view is for text runs; an image's attention is in the "
-                    "Sentence / image view.", None)
-        if n > MAX_DOCUMENT_TOKENS:
-            return (no_update, no_update, [], [], f"Document {state.sentence} has {n:,} tokens; the view draws "
-                    f"documents of at most {MAX_DOCUMENT_TOKENS:,}.", None)
-        key = [state.run, state.sentence, state.layer, state.head, pool, state.weighting]
-        texts = data.tokens.token.to_numpy()[rows]
-        pooled, profile = cache.whole(state.layer, state.head, state.sentence, pool, state.weighting)
-        _, repeat = cache.passage(state.sentence)
-        title = (f"{data.name}: layer {state.layer} head {state.head}, document {state.sentence} ({n:,} tokens)"
-                 + (", value-weighted" if state.weighting == "value" else ""))
-        figure = map_figure(pooled, plotly_texts(texts), title, "-".join(map(str, key)))
-        message = (f"Document {state.sentence}: {n:,} tokens, {pooled.values.shape[0]} × {pooled.values.shape[1]} "
-                   f"pixels, each the {pool} weight of its query-key cells. Drag a box or scroll to zoom (tokens are "
-                   f"labelled below {LABELLED_TOKENS + 1}); double-click for the whole document. Click a cell (zoomed "
-                   "in to single tokens) to see why its query meets its key.")
-        return (figure, profile_figure(profile, state.weighting), scores_table(profile, repeat), token_strip(texts, (0, n), (0, n)),
-                message, {"key": key, "rows": [0, n], "columns": [0, n]})
+        return whole_document(state, data, cache, pool, rows)
 
     @app.callback(Output(ids.DOCUMENT_GRAPH, "figure", allow_duplicate=True),
                   Output(ids.DOCUMENT_STRIP, "children", allow_duplicate=True),
@@ -268,7 +248,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
         """The region on screen after a zoom or pan, drawn again (only the image, the axes' labels and the strip)
         when it is of the map drawn (its key) and another region."""
         state, data, cache, pool, rows = shown(current, pool)
-        key = [state.run, state.sentence, state.layer, state.head, pool, state.weighting]
+        key = map_key(state, pool)
         if not isinstance(drawn, dict) or drawn.get("key") != key:
             raise PreventUpdate
         region = zoomed_region(relayout, drawn, rows.stop - rows.start)
@@ -292,6 +272,35 @@ def register(app: dash.Dash, context: AppContext) -> None:
 
     relay_graph_event(app, "cellEvent", ids.DOCUMENT_GRAPH, "clickData", ids.DOCUMENT_CLICK)
     why_panel.register(app, runs, context.explanations, VIEW_NAME)
+
+
+def map_key(state: ViewState, pool: str) -> list:
+    """What a drawn map is of: run, document, head, pooling and weighting (a zoom applies only to its own map)."""
+    return [state.run, state.sentence, state.layer, state.head, pool, state.weighting]
+
+
+def whole_document(state: ViewState, data: RunData, cache: DocumentCache, pool: str, rows: slice) -> tuple:
+    """The whole document's map, profile, scores, strip, message and drawn region (or a message why not)."""
+    n = rows.stop - rows.start
+    if data.patches is not None:
+        return (no_update, no_update, [], [], "The document view is for text runs; an image's attention is in the "
+                "Sentence / image view.", None)
+    if n > MAX_DOCUMENT_TOKENS:
+        return (no_update, no_update, [], [], f"Document {state.sentence} has {n:,} tokens; the view draws "
+                f"documents of at most {MAX_DOCUMENT_TOKENS:,}.", None)
+    key = map_key(state, pool)
+    texts = data.tokens.token.to_numpy()[rows]
+    pooled, profile = cache.whole(state.layer, state.head, state.sentence, pool, state.weighting)
+    _, repeat = cache.passage(state.sentence)
+    title = (f"{data.name}: layer {state.layer} head {state.head}, document {state.sentence} ({n:,} tokens)"
+             + (", value-weighted" if state.weighting == "value" else ""))
+    figure = map_figure(pooled, plotly_texts(texts), title, "-".join(map(str, key)))
+    message = (f"Document {state.sentence}: {n:,} tokens, {pooled.values.shape[0]} × {pooled.values.shape[1]} "
+               f"pixels, each the {pool} weight of its query-key cells. Drag a box or scroll to zoom (tokens are "
+               f"labelled below {LABELLED_TOKENS + 1}); double-click for the whole document. Click a cell (zoomed "
+               "in to single tokens) to see why its query meets its key.")
+    return (figure, profile_figure(profile, state.weighting), scores_table(profile, repeat), token_strip(texts, (0, n), (0, n)),
+            message, {"key": key, "rows": [0, n], "columns": [0, n]})
 
 
 def select_clicked_cell(state: ViewState, event: dict | None, data: RunData, shape: RunShape) -> ViewState:

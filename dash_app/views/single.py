@@ -293,6 +293,22 @@ def overlay_patch(data: RunData, state: ViewState, top_k: int, threshold: float,
     return patch
 
 
+def drawn_head(data: RunData, state: ViewState, options: list, matches, top_k: int, threshold: float, partners,
+               key: dict, same_tokens: bool) -> tuple:
+    """The head drawn whole (or only its points' positions and colours where ``same_tokens``: another head of the
+    run, drawn as before) with its side panels, or the refusal's message."""
+    shown = (FIRST_METHOD, 2) if standing_in(data, state) else (state.method, state.dim)
+    correlations = correlation_panel(data, state.layer, state.head, *shown)
+    atlas = atlas_panel.head_panel(data, state.layer, state.head)
+    related = related_panel.render_related(data, state.layer, state.head)
+    try:
+        figure = render_single(data, state, options, matches, top_k, threshold, partners, token_fields=not same_tokens)
+    except QkvizError as error:
+        return message_figure(), info_line(data), str(error), correlations, atlas, {**key, "ok": False}, related
+    return (head_patch(figure) if same_tokens else figure, info_line(data), layout_note(data, state), correlations,
+            atlas, {**key, "ok": True}, related)
+
+
 def register(app: dash.Dash, context: AppContext) -> None:
     """Draw the head (patching only the overlays when only they changed) and its side panels; show the
     hovered point's details; label the points when zoomed in (and the panels' own callbacks and relays)."""
@@ -329,21 +345,12 @@ def register(app: dash.Dash, context: AppContext) -> None:
         same_tokens = bool(rendered and rendered.get("ok") and isinstance(rendered.get("base"), list)
                            and same_but_head(rendered["base"], base_key))
         matches = searches[state.run].matches(state.search, state.substring)
-        shown = (FIRST_METHOD, 2) if standing_in(data, state) else (state.method, state.dim)
-        correlations = correlation_panel(data, state.layer, state.head, *shown)
-        atlas = atlas_panel.head_panel(data, state.layer, state.head)
-        related = related_panel.render_related(data, state.layer, state.head)
-        try:
-            figure = render_single(data, state, options or [], NO_MATCHES if matches is None else matches,
-                                   top_k, threshold, partners, token_fields=not same_tokens)
-        except QkvizError as error:
-            return message_figure(), info_line(data), str(error), correlations, atlas, {**key, "ok": False}, related
-        return (head_patch(figure) if same_tokens else figure, info_line(data), layout_note(data, state), correlations,
-                atlas, {**key, "ok": True}, related)
+        return drawn_head(data, state, options or [], NO_MATCHES if matches is None else matches, top_k, threshold,
+                          partners, key, same_tokens)
 
     @app.callback(Output(ids.SINGLE_POINT, "children"), Input(VIEW.state_store, "data"), prevent_initial_call=True)
     def show_point(current):
-        # the state's point: the one the URL names and the figure rings (never the last point hovered)
+        """The state's point: the one the URL names and the figure rings (never the last point hovered)."""
         state = checked_state(current, runs)
         if current is None or state.view != VIEW.name:
             raise PreventUpdate
@@ -359,6 +366,12 @@ def register(app: dash.Dash, context: AppContext) -> None:
                             Input(ids.SINGLE_GRAPH, "relayoutData"), Input(ids.SINGLE_GRAPH, "figure"),
                             State(ids.SINGLE_OPTIONS, "value"), State(ids.SINGLE_GRAPH, "id"))
 
+    register_panels(app, context)
+
+
+def register_panels(app: dash.Dash, context: AppContext) -> None:
+    """The callbacks of the view's side panels: atlas, partners, related heads, a lasso's selection, why, ablate."""
+    runs = context.runs
     atlas_panel.register(app)
     partners_panel.register(app, runs)
     related_panel.register(app)

@@ -9,9 +9,9 @@ import pytest
 from scipy.spatial.distance import jensenshannon, pdist, squareform
 from support.cli import run_main
 
-from qkviz.analysis import head_similarity
+from qkviz.analysis.atlas import head_similarity
 from qkviz.core.alignment import align_head
-from qkviz.analysis import related_sample
+from qkviz.analysis.atlas import related_sample
 from qkviz.analysis.atlas.head_similarity import (classical_mds, cluster_order, compute_head_similarity, geometry_sample,
                                    load_head_similarity, related_heads, store_head_similarity)
 from qkviz.analysis.atlas.related_sample import pair_budget, query_supports, sample_queries, sample_sentences

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from qkviz.analysis import attention_batches
+from qkviz.analysis.statistics import attention_batches
 from qkviz.analysis.statistics.attention_batches import key_spans, sentence_batches
 from qkviz.analysis.statistics.head_stats import TokenKinds, head_statistics
 from qkviz.analysis.logits.logit_decomposition import FLOAT32_BOUND, EmbeddingSplit, decompose_embeddings, decompose_head

@@ -35,3 +35,28 @@ def test_no_folder_of_qkviz_holds_more_than_fifteen_modules():
     crowded = {str(folder.relative_to(REPO)): count for folder in packages("qkviz")
                if (count := len(list(folder.glob("*.py")))) > MOST_MODULES}
     assert crowded == {}, f"cut these into subpackages by concept: {crowded}"
+
+
+#: the most lines a function of qkviz/ or dash_app/ may have, its docstring aside (a longer one splits by step)
+MOST_LINES = 60
+
+
+def function_lengths(path: Path) -> dict[str, int]:
+    import ast
+
+    lengths = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = node.end_lineno - node.lineno + 1
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                lines -= first.end_lineno - first.lineno + 1
+            lengths[f"{path.relative_to(REPO)}:{node.name}"] = lines
+    return lengths
+
+
+def test_no_function_is_longer_than_sixty_lines():
+    lengths = {name: lines for root in ("qkviz", "dash_app") for path in sorted((REPO / root).rglob("*.py"))
+               for name, lines in function_lengths(path).items()}
+    assert max(lengths.values()) > 40, "the lengths are measured"
+    assert {name: lines for name, lines in lengths.items() if lines > MOST_LINES} == {}

@@ -254,25 +254,7 @@ def _accumulate(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mas
         totals["distance_no_first"] += float((distance_rest[has_rest] / rest[has_rest]).sum())
         totals["queries_no_first"] += has_rest.sum()
 
-    # p log p, 0 where p is 0: log(max(p, the least subnormal)) is log p for every p > 0, and finite; taken on the
-    # allowed pairs only (a masked pair's p is exactly 0, so its product is 0 whatever its finite factor)
-    logs = np.maximum(probs, np.finfo(np.float64).smallest_subnormal, out=scratch)
-    np.log(logs, out=logs, where=mask)
-    logs *= probs
-    entropy = -logs.sum(axis=2)
-    totals["entropy"] += float(entropy[queries].sum())
-    multi = queries & (n_keys >= 2)
-    totals["entropy_normalised"] += float((entropy[multi] / np.log(n_keys[multi])).sum())
-    totals["queries_multi"] += multi.sum()
-    # The top two weights of a query: its strongest, then the strongest of the rest (the masked keys' 0 is
-    # below or equal to any allowed weight, so for a query with two keys or more it is never picked first).
-    strongest = probs.argmax(axis=2)                                    # [batch, query]
-    top = np.take_along_axis(probs, strongest[:, :, None], axis=2)
-    np.put_along_axis(probs, strongest[:, :, None], -1.0, axis=2)
-    second = probs.max(axis=2)
-    np.put_along_axis(probs, strongest[:, :, None], top, axis=2)
-    margin = top[:, :, 0] - second
-    totals["concentration"] += float(margin[multi].sum())
+    strongest, margin = _entropy_and_margin(totals, probs, mask, queries, n_keys, scratch)
 
     totals["first_weight"] += float(probs[:, :, 0][queries].sum())
     rows = np.maximum(batch.rows, 0)
@@ -293,6 +275,32 @@ def _accumulate(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mas
     totals["delimiter"] += (decided & (strongest > 0) & kinds.delimiter[strongest_token]).sum()
     near = decided & (np.abs(strongest_offset) <= sums.max_offset)
     sums.argmax_offset += np.bincount(strongest_offset[near] + sums.max_offset, minlength=len(sums.argmax_offset))
+
+
+def _entropy_and_margin(totals: dict, probs: np.ndarray, mask: np.ndarray, queries: np.ndarray, n_keys: np.ndarray,
+                        scratch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Adds the batch's entropies and concentration to ``totals``; returns each query's strongest key and its margin
+    over the second strongest (``probs`` is left as it was)."""
+    # p log p, 0 where p is 0: log(max(p, the least subnormal)) is log p for every p > 0, and finite; taken on the
+    # allowed pairs only (a masked pair's p is exactly 0, so its product is 0 whatever its finite factor)
+    logs = np.maximum(probs, np.finfo(np.float64).smallest_subnormal, out=scratch)
+    np.log(logs, out=logs, where=mask)
+    logs *= probs
+    entropy = -logs.sum(axis=2)
+    totals["entropy"] += float(entropy[queries].sum())
+    multi = queries & (n_keys >= 2)
+    totals["entropy_normalised"] += float((entropy[multi] / np.log(n_keys[multi])).sum())
+    totals["queries_multi"] += multi.sum()
+    # The top two weights of a query: its strongest, then the strongest of the rest (the masked keys' 0 is
+    # below or equal to any allowed weight, so for a query with two keys or more it is never picked first).
+    strongest = probs.argmax(axis=2)                                    # [batch, query]
+    top = np.take_along_axis(probs, strongest[:, :, None], axis=2)
+    np.put_along_axis(probs, strongest[:, :, None], -1.0, axis=2)
+    second = probs.max(axis=2)
+    np.put_along_axis(probs, strongest[:, :, None], top, axis=2)
+    margin = top[:, :, 0] - second
+    totals["concentration"] += float(margin[multi].sum())
+    return strongest, margin
 
 
 def _accumulate_patches(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mask: np.ndarray,

@@ -94,13 +94,38 @@ class ResidualPass:
     def _run(self, input_ids: torch.Tensor) -> None:
         model, adapter = self.model, self.adapter
         width = int(model.get_input_embeddings().weight.shape[-1])
+        started = [False]
+        hooks = self._outside_hooks(width, started)
+        attention_modules = adapter.attention_modules(model)
+        projections = adapter.output_projections(model) if adapter.has_output_projection else None
+        if projections is None:
+            raise AttributionRefused(f"{adapter.family}: its attention's output projection is not known, so its "
+                                     "heads' outputs cannot be split")
+        for index in range(self.last_layer + 1):
+            hooks.extend(self._layer_hooks(index, attention_modules[index], projections[index], width, started))
+        # nothing past the last traced layer's attention is read: the pass stops there
+        hooks.append(attention_modules[self.last_layer].register_forward_hook(_stop_pass))
+        recorder = AttentionRecorder(LayerCalls(attention_modules), self._keep_query_key)
+        try:
+            # no_grad, not inference_mode: what the pass keeps (rotary tables, masks) may enter a backward pass
+            with torch.no_grad(), capturing(model, recorder):
+                forward(model, input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+        except PassDone:
+            pass
+        finally:
+            for hook in hooks:
+                hook.remove()
+
+    def _outside_hooks(self, width: int, started: list) -> list:
+        """Hooks on the modules outside the layers, before the first layer starts: each embedding's output (of the
+        model's width) and each norm's input and output."""
+        model = self.model
         hooks: list = []
         layer_ids = {id(layer) for layer in self.layers}
         inside = set()
         for layer in self.layers:
             inside.update(id(module) for module in layer.modules())
         token_module = model.get_input_embeddings()
-        started = [False]
 
         def embedding_hook(name):
             def hook(module, _inputs, output):
@@ -123,45 +148,29 @@ class ResidualPass:
             elif not isinstance(module, (torch.nn.Dropout, torch.nn.Identity)) and "rotary" not in name.lower():
                 hooks.append(module.register_forward_hook(embedding_hook(
                     "embed" if module is token_module else name)))
+        return hooks
 
-        attention_modules = adapter.attention_modules(model)
-        projections = adapter.output_projections(model) if adapter.has_output_projection else None
-        if projections is None:
-            raise AttributionRefused(f"{adapter.family}: its attention's output projection is not known, so its "
-                                     "heads' outputs cannot be split")
-        for index in range(self.last_layer + 1):
-            record, layer = self.records[index], self.layers[index]
-            hooks.append(layer.register_forward_pre_hook(self._layer_input(index, started), with_kwargs=True))
-            hooks.append(layer.register_forward_hook(lambda m, i, out, r=record: setattr(
-                r, "output", self._at(_hidden(out)))))
-            hooks.append(projections[index].register_forward_pre_hook(lambda m, inputs, r=record: setattr(
-                r, "heads_in", self._at(inputs[0]))))
-            hooks.append(projections[index].register_forward_hook(lambda m, i, out, r=record: setattr(
-                r, "heads_out", self._at(_hidden(out)))))
-            attention = attention_modules[index]
-            hooks.append(attention.register_forward_pre_hook(self._attention_input(record), with_kwargs=True))
-            attention_inner = {id(module) for module in attention.modules()}
-            for name, module in layer.named_modules():
-                if module is layer or module is attention or module is projections[index]:
-                    continue
-                if is_norm(module):
-                    keep_whole = id(module) in attention_inner
-                    hooks.append(module.register_forward_hook(self._norm_hook(record, name, keep_whole)))
-                elif id(module) not in attention_inner:
-                    hooks.append(module.register_forward_hook(self._output_hook(record, name, width)))
-
-        # nothing past the last traced layer's attention is read: the pass stops there
-        hooks.append(attention_modules[self.last_layer].register_forward_hook(_stop_pass))
-        recorder = AttentionRecorder(LayerCalls(attention_modules), self._keep_query_key)
-        try:
-            # no_grad, not inference_mode: what the pass keeps (rotary tables, masks) may enter a backward pass
-            with torch.no_grad(), capturing(model, recorder):
-                forward(model, input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
-        except PassDone:
-            pass
-        finally:
-            for hook in hooks:
-                hook.remove()
+    def _layer_hooks(self, index: int, attention, projection, width: int, started: list) -> list:
+        """Hooks on layer ``index``: its input and output, its heads' outputs before and after the output
+        projection, its attention's input, and each norm and other part inside it."""
+        record, layer = self.records[index], self.layers[index]
+        hooks = [layer.register_forward_pre_hook(self._layer_input(index, started), with_kwargs=True),
+                 layer.register_forward_hook(lambda m, i, out, r=record: setattr(r, "output", self._at(_hidden(out)))),
+                 projection.register_forward_pre_hook(lambda m, inputs, r=record: setattr(
+                     r, "heads_in", self._at(inputs[0]))),
+                 projection.register_forward_hook(lambda m, i, out, r=record: setattr(
+                     r, "heads_out", self._at(_hidden(out)))),
+                 attention.register_forward_pre_hook(self._attention_input(record), with_kwargs=True)]
+        attention_inner = {id(module) for module in attention.modules()}
+        for name, module in layer.named_modules():
+            if module is layer or module is attention or module is projection:
+                continue
+            if is_norm(module):
+                keep_whole = id(module) in attention_inner
+                hooks.append(module.register_forward_hook(self._norm_hook(record, name, keep_whole)))
+            elif id(module) not in attention_inner:
+                hooks.append(module.register_forward_hook(self._output_hook(record, name, width)))
+        return hooks
 
     def _layer_input(self, index: int, started: list):
         def hook(_module, args, kwargs):

@@ -190,14 +190,7 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
         logger.info("%s already holds this run; reusing it", out)
         return ExtractionResult(open_stored_run(out), "reused", time.perf_counter() - started, _in_order(steps))
     gate, parts = checked or _checks_before_writing(adapter, run_input, head_update, steps)
-    if adapter.layer_indices is not None and len(set(adapter.layer_indices)) < len(adapter.layer_indices):
-        logger.info("%s calls a shared layer %d times: the run's layer i is its i-th call (model layers %s, the "
-                    "manifest's shape.model_layers)", adapter.family, shape.n_layers,
-                    ", ".join(map(str, adapter.layer_indices)))
-    elif adapter.layer_indices is not None:
-        logger.info("%s mixes attention with other layers: the run's layers 0-%d are its attention layers, model "
-                    "layers %s (the manifest's shape.model_layers)", adapter.family, shape.n_layers - 1,
-                    ", ".join(map(str, adapter.layer_indices)))
+    _log_layer_mapping(adapter, shape)
     no_output_norms = gate.no_output_norms if output_norms else "the extraction was asked for none (output_norms=False)"
     layout = StoreLayout(shape.n_layers, shape.n_heads, shape.n_kv_heads, shape.head_dim, run_input.n_tokens, dtype,
                          head_update, output_norms=no_output_norms is None)
@@ -210,17 +203,8 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
     existed = out.exists()
     writer = RunWriter(out, run_fingerprint, layout, resume=plan is DirectoryPlan.RESUME)
     resumed = writer.tokens_done > 0
-    try:
-        with model_step(adapter.family, CAPTURE), timed(steps, "capture"):
-            settings = run_input.capture(writer, batch_size, progress)
-    except QkvizError as refused:
-        writer.close()
-        if plan is DirectoryPlan.FRESH and not isinstance(refused, OutOfMemory):
-            _remove_fresh_run(out, existed)
-        raise
-    finally:
-        writer.close()
-    writer.checksum_arrays()        # in the background, while the tables are built
+    settings = _stream_vectors(adapter, run_input, writer, batch_size, progress, steps,
+                               remove_on_refusal=(out, existed) if plan is DirectoryPlan.FRESH else None)
     with timed(steps, "tables"):
         tokens = run_input.token_table()
         manifest = run_manifest(identity, loaded, adapter, shape, settings, tokens, corpus_source=run_input.source,
@@ -235,6 +219,42 @@ def write_run(loaded: LoadedModel, adapter: FamilyAdapter, run_input: RunInput, 
         sequences, arrays = run_input.sequence_table(), {**parts, **run_input.extra_arrays()}
     with timed(steps, "finish"):
         writer.finish(manifest, tokens, sequences, arrays)
+    return _finished(out, run_input, resumed, started, steps)
+
+
+def _log_layer_mapping(adapter: FamilyAdapter, shape) -> None:
+    """Say how the run's layers map to the model's, where they are not one to one."""
+    if adapter.layer_indices is not None and len(set(adapter.layer_indices)) < len(adapter.layer_indices):
+        logger.info("%s calls a shared layer %d times: the run's layer i is its i-th call (model layers %s, the "
+                    "manifest's shape.model_layers)", adapter.family, shape.n_layers,
+                    ", ".join(map(str, adapter.layer_indices)))
+    elif adapter.layer_indices is not None:
+        logger.info("%s mixes attention with other layers: the run's layers 0-%d are its attention layers, model "
+                    "layers %s (the manifest's shape.model_layers)", adapter.family, shape.n_layers - 1,
+                    ", ".join(map(str, adapter.layer_indices)))
+
+
+def _stream_vectors(adapter: FamilyAdapter, run_input: RunInput, writer: RunWriter, batch_size: int, progress: bool,
+                    steps: dict[str, float], remove_on_refusal: tuple[Path, bool] | None):
+    """Stream the input's vectors into ``writer`` behind the capture's model boundary and return the layers'
+    attention settings. A refused capture of a fresh run (``remove_on_refusal``: its directory, and whether it existed
+    before) removes what it wrote, but not on running out of memory."""
+    try:
+        with model_step(adapter.family, CAPTURE), timed(steps, "capture"):
+            settings = run_input.capture(writer, batch_size, progress)
+    except QkvizError as refused:
+        writer.close()
+        if remove_on_refusal is not None and not isinstance(refused, OutOfMemory):
+            _remove_fresh_run(*remove_on_refusal)
+        raise
+    finally:
+        writer.close()
+    writer.checksum_arrays()        # in the background, while the tables are built
+    return settings
+
+
+def _finished(out: Path, run_input: RunInput, resumed: bool, started: float, steps: dict[str, float]) -> ExtractionResult:
+    """The finished run's result, logged."""
     seconds = time.perf_counter() - started
     result = ExtractionResult(open_stored_run(out), "resumed" if resumed else "extracted", seconds, _in_order(steps))
     logger.info("%s: %s %s in %.1f s", out, "resumed and finished" if resumed else "extracted",
