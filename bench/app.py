@@ -15,7 +15,11 @@ page, and is given as min / median / max of ``--repeats`` (at least 5) runs:
   Positions view (the relative-position heatmap), ``--repeats`` loads;
 * switching heads in the single view: from the click on "head >" to the next head's figure (its title) drawn;
 * search across all heads: from Enter to the highlighted matrix drawn, one token after another (different
-  tokens); beside it, the server's part, the matrix callback's request start to response end (localhost);
+  tokens); beside it, the server's part, the matrix callback's request start to its answer's arrival (localhost). The page
+  records every matrix-figure request it sends with the search its state carries (``window.fetch`` wrapped before
+  the page loads): a search is drawn only once the answer to a request carrying that search has arrived and
+  Plotly has drawn the graph after it (its ``plotly_afterplot`` / ``plotly_react`` events), so the previous search's
+  matches never stop the clock, and each search has its own server timing (a search without one is an error);
 * bytes sent per single-head figure and for the matrix figure (the callbacks' JSON responses);
 * the server's resident memory after start-up and its peak after the whole bench.
 
@@ -44,6 +48,50 @@ DRAWN = """([graphId, traces]) => {
   const ready = graph && graph.offsetParent !== null && graph.data && graph.data.length >= traces
                 && !document.querySelector('[data-dash-is-loading="true"]');
   return ready && (window.__done = performance.now());
+}"""
+#: installed before a page loads: every matrix-figure request the page sends (Dash's callbacks go through
+#: ``window.fetch``), with the search its state carries, when it left and when its answer arrived (the response's
+#: headers: the server sends them once the callback is done; ``performance.now()`` ms), and its HTTP status
+MATRIX_REQUESTS = """(() => {
+  window.__matrixRequests = [];
+  const original = window.fetch;
+  window.fetch = function (input, init) {
+    const url = typeof input === 'string' ? input : (input && input.url) || '';
+    const body = init && typeof init.body === 'string' ? init.body : '';
+    if (!url.includes('_dash-update-component') || !body.includes('matrix-graph.figure')) {
+      return original.apply(this, arguments);
+    }
+    let search = null;
+    try {
+      for (const item of JSON.parse(body).inputs || []) {
+        if (item && item.value && typeof item.value === 'object' && 'search' in item.value) { search = item.value.search; }
+      }
+    } catch (error) { /* not a callback's JSON: no search */ }
+    const request = {search: search, start: performance.now(), end: null, status: null};
+    window.__matrixRequests.push(request);
+    return original.apply(this, arguments).then(response => {
+      request.end = performance.now();
+      request.status = response.status;
+      return response;
+    });
+  };
+})();"""
+#: hooked once the matrix is drawn: the time of Plotly's last drawing of the matrix graph
+PLOTTED = """() => {
+  const graph = document.querySelector('#matrix-graph .js-plotly-plot');
+  const mark = () => { window.__lastPlotted = performance.now(); };
+  graph.on('plotly_afterplot', mark);
+  graph.on('plotly_react', mark);
+  window.__lastPlotted = performance.now();
+}"""
+#: this search's matches drawn: every matrix request carrying ``query`` since the clock started has its answer
+#: (at least one did, and answered 200), Plotly drew the graph after the last of them, and its match traces hold points
+SEARCH_DRAWN = """([query, since]) => {
+  const mine = window.__matrixRequests.filter(r => r.search === query && r.start >= since);
+  if (!mine.length || mine.some(r => r.end === null) || !mine.some(r => r.status === 200)) { return false; }
+  const answered = Math.max(...mine.map(r => r.end));
+  const graph = document.querySelector('#matrix-graph .js-plotly-plot');
+  return window.__lastPlotted > answered && graph._fullData[2].x.length > 0;
 }"""
 FLOOR_APP = """
 import numpy as np, plotly.graph_objects as go, sys
@@ -110,6 +158,27 @@ def timed_action(page, action_js: str, graph: str, traces: int, condition: str =
     return page.evaluate("() => window.__done") - start_ms
 
 
+def timed_search(page, query: str) -> dict:
+    """One search across all heads, from Enter to its own matches drawn (:data:`SEARCH_DRAWN`), and the server's
+    part: the matrix request carrying this search, from its start to its answer's arrival (one per search; how
+    many requests carried it is recorded)."""
+    page.fill("#search-input", query)
+    page.evaluate("() => { window.__done = null; }")
+    # the box searches on Enter (dcc.Input's debounce=True reads the keypress): the clock starts at the key
+    start_ms = page.evaluate("() => { const t = performance.now(); document.getElementById('search-input')"
+                             ".dispatchEvent(new KeyboardEvent('keypress', {key: 'Enter', keyCode: 13, charCode: 13, "
+                             "which: 13, bubbles: true})); return t; }")
+    page.wait_for_function(f"(arg) => ({SEARCH_DRAWN})(arg) && ({DRAWN})(['matrix-graph', 5])", arg=[query, start_ms],
+                           timeout=60_000, polling="raf")
+    drawn = page.evaluate("() => window.__done")
+    requests = page.evaluate("([query, since]) => window.__matrixRequests.filter(r => r.search === query && "
+                             "r.start >= since)", [query, start_ms])
+    answered = [request for request in requests if request["status"] == 200]
+    return {"query": query, "Enter to drawn ms": round(drawn - start_ms), "matrix requests": len(requests),
+            "server ms": round(answered[-1]["end"] - answered[-1]["start"]),
+            "answered before drawn": all(request["end"] <= drawn for request in requests)}
+
+
 def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dict:
     from qkviz import open_run
     from qkviz.analysis import load_atlas
@@ -153,25 +222,19 @@ def bench_run(browser, run: Path, repeats: int, background: str = "none") -> dic
         result["single figure MB"] = statistics.median(sizes) / 1e6
 
         responses.clear()
+        page.close()
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.on("response", lambda response: responses.append(response) if "_dash-update" in response.url else None)
+        page.add_init_script(MATRIX_REQUESTS)
         page.goto(url)
         page.wait_for_function(DRAWN, arg=["matrix-graph", 5], timeout=60_000)
         result["matrix figure MB"] = max(len(response.body()) for response in responses
                                          if "matrix-graph.figure" in (response.request.post_data or "")) / 1e6
-        responses.clear()
-        searches = []
-        for query in SEARCHES[:repeats]:
-            page.fill("#search-input", query)
-            # the box searches on Enter (dcc.Input's debounce=True reads the keypress): the clock starts at the key
-            searches.append(timed_action(page, "document.getElementById('search-input').dispatchEvent("
-                                               "new KeyboardEvent('keypress', {key: 'Enter', keyCode: 13, charCode: 13, "
-                                               "which: 13, bubbles: true}))",
-                                         "matrix-graph", 5,
-                                         "(() => { const g = document.querySelector('#matrix-graph .js-plotly-plot');"
-                                         f" return g._fullData[2].x.length > 0 && location.search.includes('search={query}&'); }})()"))
-        server_ms = [response.request.timing["responseEnd"] for response in responses
-                     if '"matrix-graph"' in (response.request.post_data or "") and response.status == 200]
-        result["search Enter to drawn ms"] = summary(searches, 0)
-        result["search server ms"] = summary(server_ms, 0)
+        page.evaluate(PLOTTED)
+        searches = [timed_search(page, query) for query in SEARCHES[:repeats]]
+        result["searches"] = searches
+        result["search Enter to drawn ms"] = summary([search["Enter to drawn ms"] for search in searches], 0)
+        result["search server ms"] = summary([search["server ms"] for search in searches], 0)
         page.close()
         result["rss peak MB"] = rss_mb(server.pid, "VmHWM")
     finally:
