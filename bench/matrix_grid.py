@@ -172,9 +172,12 @@ def main(argv: list[str] | None = None) -> None:
 # The goals the README's summary blocks (``bench.figures.readme``) judge from this bench's result file, each by
 # ``bench.figures.goals.verdict``.
 
-#: a 1,024-head model's matrix (issue 28): navigation to the matrix drawn, the first load of a page (cold)
-MATRIX_1024 = Goal("a 1,024-head matrix drawn after navigation", 3, "s", True, "matrix_grid", "cold median",
+#: a 1,024-head model's matrix (issue 28): navigation to the matrix drawn, the first load of a page (cold) and a
+#: reload (warm), both judged
+MATRIX_1024 = Goal("a 1,024-head matrix drawn after navigation, cold", 3, "s", True, "matrix_grid", "cold median",
                    lambda found: found["load_to_drawn"]["cold"]["median_ms"] / 1000, 1)
+MATRIX_1024_WARM = Goal("a 1,024-head matrix drawn after navigation, on reload", 3, "s", True, "matrix_grid",
+                        "reload median", lambda found: found["load_to_drawn"]["warm"]["median_ms"] / 1000, 1)
 
 #: the share of a 1400 × 900 window the 32 × 32 matrix fills (issue 28), width and height
 MATRIX_FILL = (Goal("the 1,024-head matrix's width in a 1400 × 900 window", 60, "%", False, "matrix_grid", "width",

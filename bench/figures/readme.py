@@ -8,7 +8,7 @@ from bench.document_view import DOCUMENT_OPEN, DOCUMENT_SWITCH
 from bench.figures.goals import verdict
 from bench.figures.results import Results, figure, minutes, source
 from bench.long_inputs import beyond_weights
-from bench.matrix_grid import MATRIX_1024, MATRIX_FILL
+from bench.matrix_grid import MATRIX_1024, MATRIX_1024_WARM, MATRIX_FILL
 from bench.modern_scale import STATS_1024
 from bench.thousand_heads import LAYOUTS_1024, RECALL_RATIO_EVERY_HEAD, RECALL_RATIO_MEAN
 
@@ -65,7 +65,8 @@ def modern(results: Results) -> str:
             f"{fill[1]:.0%} of a 1400 × 900 window and is drawn {cold['min_ms'] / 1000:.1f} / "
             f"{cold['median_ms'] / 1000:.1f} / {cold['max_ms'] / 1000:.1f} s cold, {warm['min_ms'] / 1000:.1f} / "
             f"{warm['median_ms'] / 1000:.1f} / {warm['max_ms'] / 1000:.1f} s on reload (min / median / max of "
-            f"{len(cold['runs_ms'])}; goal {verdict(MATRIX_1024, results)}); a {opened['tokens']:,}-token document's whole map is drawn "
+            f"{len(cold['runs_ms'])}; goal cold {verdict(MATRIX_1024, results)}, on reload "
+            f"{verdict(MATRIX_1024_WARM, results)}); a {opened['tokens']:,}-token document's whole map is drawn "
             f"{opened['min']:.2f} / {opened['median']:.2f} / {opened['max']:.2f} s after opening, a head switch "
             f"at {switch['tokens']:,} tokens {switch['min']:.2f} / {switch['median']:.2f} / {switch['max']:.2f} s, "
             f"click to drawn ({source(results, 'matrix_grid', 'document_view')}). All 1,024 "
@@ -111,7 +112,8 @@ def modern_table(results: Results) -> str:
         ("1,024-head matrix, navigation to drawn, min / median / max of "
          f"{len(cold['runs_ms'])}", f"cold {cold['min_ms'] / 1000:.1f} / {cold['median_ms'] / 1000:.1f} / "
          f"{cold['max_ms'] / 1000:.1f} s; reload {warm['min_ms'] / 1000:.1f} / {warm['median_ms'] / 1000:.1f} / "
-         f"{warm['max_ms'] / 1000:.1f} s", verdict(MATRIX_1024, results)),
+         f"{warm['max_ms'] / 1000:.1f} s", f"cold {verdict(MATRIX_1024, results)}; reload "
+         f"{verdict(MATRIX_1024_WARM, results)}"),
         (f"document view, {opened['tokens']:,}-token map drawn after the click",
          f"{opened['min']:.2f} / {opened['median']:.2f} / {opened['max']:.2f} s", verdict(DOCUMENT_OPEN, results)),
         (f"document view, head switch at {switch['tokens']:,} tokens, click to drawn",
