@@ -230,6 +230,8 @@ def goals(rows: list[dict], method: str) -> None:
           f"median {np.median(ratio):.1f}x)")
     print(f"  trustworthiness >= 0.90: {sum(o['trust'] >= 0.9 for o in ours)}/{len(ours)} heads "
           f"(min {min(o['trust'] for o in ours):.3f}, mean {np.mean([o['trust'] for o in ours]):.3f})")
+    print(f"  faithful, recall >= 0.30 and trustworthiness >= 0.90 both: "
+          f"{sum(o['recall'] >= 0.30 and o['trust'] >= 0.9 for o in ours)}/{len(ours)} heads")
     faster = [o["seconds"] <= t["seconds"] for o, t in zip(ours, today)]
     print(f"  seconds <= tsne: {sum(faster)}/{len(ours)} heads (mean {np.mean([o['seconds'] for o in ours]):.1f} s "
           f"vs {np.mean([t['seconds'] for t in today]):.1f} s)")
