@@ -12,8 +12,11 @@ tokens. Then, in this process (the model loaded once, its load timed on its own)
   parts), over ``--budget`` tokens;
 * **every head's circuit** (``--all-heads``): ``qkviz.explain.compute_circuits`` over ``--budget`` tokens, as
   ``qkviz stats --circuits`` does;
-* the peak memory of the process (``ru_maxrss``) and the largest block of parts it holds at once (parts x tokens of
-  one chunk x head size, float64), beside what a parts x tokens x width tensor of the whole sample would take.
+* memory, **measured**: the peak resident memory of each step (the model's load, the pairs, each head's circuit,
+  every head's circuit), the process's high-water mark (``VmHWM``) read after the step, reset before it (``5`` written
+  to ``/proc/self/clear_refs``), and the process's peak over the whole bench (``ru_maxrss``); beside them,
+  **computed** (not measured), the largest block of parts a chunk holds (parts x tokens of one chunk x head size,
+  float64) and what a parts x tokens x width tensor of the whole sample would take.
 
 Goals (issue 37): one pair within 1 s, one head's circuit over 5,000 tokens within 60 s, all 270 heads within 30 min
 (wall time, 2 cores). Writes ``bench/results/explain.json`` (``--out``).
@@ -53,6 +56,35 @@ def make_run(path: Path, model: str, device: str) -> None:
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_high_water() -> bool:
+    """Reset this process's resident high-water mark (``VmHWM``) to what it holds now; False where Linux refuses."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def high_water_mb() -> float | None:
+    """This process's resident high-water mark since the last reset (MB), or None outside Linux."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def step_peak(peaks: dict, name: str, work):
+    """Run ``work()`` and record its measured peak resident memory under ``name`` (None where the high-water mark
+    cannot be reset: a peak before the step would be counted)."""
+    resettable = reset_high_water()
+    result = work()
+    peaks[name] = round(high_water_mb(), 1) if resettable and high_water_mb() is not None else None
+    return result
 
 
 def time_pairs(run, n_pairs: int, device: str, seed: int) -> dict:
@@ -107,32 +139,38 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.run / "manifest.json").exists():
         make_run(args.run, args.model, args.device)
     run = qkviz.open_run(args.run)
+    peaks: dict[str, float | None] = {}
     started = time.perf_counter()
-    run_model(run, device=args.device)
+    step_peak(peaks, "model load", lambda: run_model(run, device=args.device))
     load_seconds = time.perf_counter() - started
     print(f"{run.model_id}: {run.n_layers}x{run.n_heads} heads, {run.n_tokens:,} tokens; model loaded and "
           f"checked in {load_seconds:.1f} s")
-    pairs = time_pairs(run, args.pairs, args.device, args.seed)
+    pairs = step_peak(peaks, "pairs", lambda: time_pairs(run, args.pairs, args.device, args.seed))
     rng = np.random.default_rng(args.seed + 1)
     chosen = [(int(rng.integers(run.n_layers)), int(rng.integers(run.n_heads))), (run.n_layers - 1, 0)]
-    circuits = [time_circuit(run, layer, head, args.budget, args.device) for layer, head in chosen]
+    circuits = [step_peak(peaks, f"circuit L{layer}H{head}",
+                          lambda layer=layer, head=head: time_circuit(run, layer, head, args.budget, args.device))
+                for layer, head in chosen]
     figures = {"model": run.model_id, "heads": run.n_layers * run.n_heads, "run_tokens": run.n_tokens,
                "load_seconds": round(load_seconds, 3), "pair": pairs, "circuits": circuits}
     if args.all_heads:
         started = time.perf_counter()
-        compute_circuits(run, budget=args.budget, device=args.device, progress=False)
+        step_peak(peaks, "every head's circuit",
+                  lambda: compute_circuits(run, budget=args.budget, device=args.device, progress=False))
         seconds = time.perf_counter() - started
         figures["all_heads"] = {"seconds": round(seconds, 3), "heads": run.n_layers * run.n_heads,
                                 "tokens": qkviz.open_run(args.run).circuits.attrs["sample"]["n_tokens"]}
         print(f"  every head's circuit: {seconds:.1f} s")
     most_parts = max(circuit["n_parts"] for circuit in circuits)
     sample_tokens = max(circuit["tokens"] for circuit in circuits)
-    figures["memory"] = {"peak_mb": round(peak_mb(), 1),
+    # measured: the whole process's peak and each step's; computed: the parts' blocks (labelled so on the page)
+    figures["memory"] = {"peak_mb": round(peak_mb(), 1), "step_peak_mb": peaks,
                          "largest_parts_block_mb": round(largest_block_mb(run, most_parts, CHUNK_TOKENS), 1),
                          "whole_sample_parts_mb": round(most_parts * sample_tokens * run.n_heads * run.head_dim * 8
                                                         / 2**20, 1)}
-    print(f"  peak RSS {figures['memory']['peak_mb']:,.0f} MB; largest parts block "
-          f"{figures['memory']['largest_parts_block_mb']:,.0f} MB")
+    print(f"  peak RSS {figures['memory']['peak_mb']:,.0f} MB (measured); each step's, measured: "
+          + ", ".join(f"{name} {'not measured' if peak is None else f'{peak:,.0f} MB'}" for name, peak in peaks.items())
+          + f"; largest parts block, computed: {figures['memory']['largest_parts_block_mb']:,.0f} MB")
     print(f"wrote {recorder.write(**figures)}")
 
 
@@ -167,13 +205,24 @@ def explain_speed(results: Results) -> str:
         every = found["all_heads"]
         lines.append(f"- **Every head's circuit** ({every['heads']} heads, {every['tokens']:,} tokens): "
                      f"{every['seconds'] / 60:.1f} min (goal {verdict(ALL_CIRCUITS_TIME, results)}).")
-    memory = found["memory"]
-    lines.append(f"- **Memory**: peak RSS {memory['peak_mb']:,.0f} MB; the largest block of parts held at once is "
-                 f"{memory['largest_parts_block_mb']:,.0f} MB (one chunk of tokens), where the whole sample's parts "
-                 f"would take {memory['whole_sample_parts_mb']:,.0f} MB.")
+    lines.append(memory_line(found["memory"]))
     lines.append("")
     lines.append(f"`python -m bench.explain` ({source(results, 'explain')}).")
     return "\n".join(lines) + "\n"
+
+
+def memory_line(memory: dict) -> str:
+    """The memory figures as measured (the process's peak, each step's where the file holds them), the parts'
+    blocks beside them labelled as computed."""
+    steps = memory.get("step_peak_mb") or {}
+    measured = "; ".join(f"{name} {peak:,.0f} MB" for name, peak in steps.items() if peak is not None)
+    return (f"- **Memory, measured** (peak resident memory): the whole process {memory['peak_mb']:,.0f} MB"
+            + (f"; its peak during each step (the high-water mark reset before the step, so a step's figure holds "
+               f"what the process held then, the model among it): {measured}" if measured else
+               "; no step's peak in this result file")
+            + f". **Computed**, not measured: the largest block of parts one chunk of tokens would hold, "
+            f"{memory['largest_parts_block_mb']:,.0f} MB, where the whole sample's parts would take "
+            f"{memory['whole_sample_parts_mb']:,.0f} MB.")
 
 
 if __name__ == "__main__":
