@@ -16,7 +16,7 @@ from typing import Iterator
 import pandas as pd
 
 import qkviz
-from qkviz.analysis import LabelThresholds
+from qkviz.analysis.labels import THRESHOLD_OPTIONS, LabelThresholds
 from qkviz.api import app_entry_point
 from qkviz.cli_ablate import ablate_command
 from qkviz.cli_options import describe_os_error
@@ -137,8 +137,8 @@ def _stats(args: argparse.Namespace) -> int:
                             broad_entropy=args.broad_entropy, exemplars=args.exemplars, syntax=args.syntax,
                             progress=not args.quiet, jobs=args.jobs, client=client, probes=not args.no_probes,
                             device=args.device, probe_settings=ProbeSettings(seed=args.probe_seed), ablate=args.ablate,
-                            thresholds=LabelThresholds(position_mass=args.position_mass, first_token=args.first_token,
-                                                       copying=args.copying, over_chance=args.over_chance))
+                            thresholds=LabelThresholds(**{name: getattr(args, name) for name in THRESHOLD_OPTIONS},
+                                                       over_chance=args.over_chance))
     if args.circuits:
         from qkviz.explain import compute_circuits
 

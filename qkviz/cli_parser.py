@@ -8,6 +8,7 @@ import argparse
 import os
 from pathlib import Path
 
+from qkviz.analysis.labels import THRESHOLD_OPTIONS, LabelThresholds, threshold_meaning, threshold_option
 from qkviz.cli_options import dask_cluster, device, integer, real
 from qkviz.search import EXACT_LIMIT
 from qkviz.projection import BACKGROUND_METHOD, DEFAULT_METHODS, command_line_options, projection_methods
@@ -142,16 +143,10 @@ def _add_stats(commands: argparse._SubParsersAction) -> None:
                     "seeded repeated random tokens with the run's model (skip with --no-probes).")
     stats.add_argument("--run", required=True, type=Path, help="run directory")
     stats.add_argument("--max-offset", type=integer(1, 4096), default=64, help="relative positions kept: -N..N (default 64)")
-    stats.add_argument("--argmax-share", type=real(0.0, 1.0, low_open=True), default=0.5,
-                       help="label threshold: share of queries with the same kind of strongest key (default 0.5)")
-    stats.add_argument("--broad-entropy", type=real(0.0, 1.0, low_open=True), default=0.8,
-                       help="label threshold: normalised entropy of a broad head (default 0.8)")
-    for name, default, what in (("position-mass", 0.4, "mean attention at one relative offset (previous-token, self, "
-                                                        "next-token, fixed-offset)"),
-                                ("first-token", 0.3, "mean attention to the first token (Gu et al. 2025's epsilon)"),
-                                ("copying", 0.3, "mean attention to the induction / duplicate-token target")):
-        stats.add_argument(f"--{name}", type=real(0.0, 1.0, low_open=True), default=default,
-                           help=f"label threshold: {what} (default {default})")
+    for name in THRESHOLD_OPTIONS:          # the label thresholds, declared with the labels (--argmax-share ...)
+        default = getattr(LabelThresholds(), name)
+        stats.add_argument(threshold_option(name), type=real(0.0, 1.0, low_open=True), default=default,
+                           help=f"label threshold: {threshold_meaning(name)} (default {default})")
     stats.add_argument("--over-chance", type=real(0.0, 1000.0), default=2.0,
                        help="a label measured on the corpus also needs this many times a uniform head's score "
                             "(default 2)")

@@ -21,7 +21,7 @@ from dash_app.events import exemplar_target, relay_button_clicks
 from dash_app.run_data import RunData, RunShape
 from dash_app.state import ViewState, open_exemplar
 from qkviz.analysis import excerpt_pieces
-from qkviz.report import LABEL_COLOURS
+from qkviz.analysis.labels import LABEL_COLOURS
 
 #: exemplars listed per head (the atlas keeps more)
 EXEMPLARS_SHOWN = 3

@@ -17,7 +17,7 @@ from dash_app import ids
 from dash_app.events import related_target, relay_button_clicks
 from dash_app.run_data import RunData, RunShape
 from dash_app.state import ViewState, open_head
-from qkviz.report import LABEL_COLOURS
+from qkviz.analysis.labels import LABEL_COLOURS
 from qkviz.analysis import RelatedHead, related_heads
 
 RELATED_SHOWN = 5

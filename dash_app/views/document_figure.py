@@ -10,6 +10,7 @@ from dash import html
 
 from dash_app.figure_parts import png_data_uri
 from qkviz.analysis import HeadProfile, PooledMap, RepeatedSpan
+from qkviz.analysis.labels import INDUCTION
 
 #: the map's plot area, in CSS pixels a side: the image is at most this many pixels a side (the request's bound)
 MAP_PIXELS = 640
@@ -107,7 +108,7 @@ def scores_table(profile: HeadProfile, repeat: RepeatedSpan | None) -> html.Tabl
         induction = (f"{profile.induction:.3f} over {profile.n_induction:,} queries of a passage repeated "
                      f"{repeat.offset:,} tokens later")
     rows = [("first token", f"{profile.first_token:.3f}"), ("special tokens", f"{profile.special_tokens:.3f}"),
-            ("previous token", f"{profile.previous_token:.3f}"), ("induction", induction)]
+            ("previous token", f"{profile.previous_token:.3f}"), (INDUCTION.name, induction)]
     return html.Table(className="document-scores", children=[
         html.Tr([html.Th(name, style={"textAlign": "left", "paddingRight": "8px"}), html.Td(value)])
         for name, value in rows])

@@ -25,7 +25,7 @@ from dash_app.panels.related import missing_related_message
 from dash_app.run_data import RunData
 from dash_app.state import ViewState, checked_state
 from dash_app.view_registry import AppContext, View, register_view
-from qkviz.report import LABEL_COLOURS
+from qkviz.analysis.labels import LABEL_COLOURS
 from qkviz.analysis import LABELS
 from qkviz.analysis import HeadSimilarity
 

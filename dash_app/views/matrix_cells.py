@@ -14,7 +14,7 @@ from dash_app.figure_parts import legend_entries
 from dash_app.run_data import RunData
 from dash_app.views.matrix_grid import CELL, Grid
 from qkviz.analysis import LABELS
-from qkviz.report import LABEL_COLOURS
+from qkviz.analysis.labels import LABEL_COLOURS
 
 CELL_OPACITY = 0.45         # the cells' background under the points
 STATISTIC_SCALE = "Blues"   # a hue apart from the green queries and pink keys

@@ -17,7 +17,7 @@ from qkviz.analysis.statistics.correlation import COLUMNS as CORRELATION_COLUMNS
 from qkviz.analysis.statistics.correlation import attending_pairs, correlation_table, head_correlation_rows, stored_correlations
 from qkviz.analysis.statistics.syntax import TokenSyntax, load_pipeline
 from qkviz.analysis.atlas.head_atlas import UPDATE_STATISTICS, HeadAtlas, compute_corpus_stats, load_atlas
-from qkviz.analysis.labels.head_labels import LABELS, LabelThresholds
+from qkviz.analysis.labels.registry import LABELS, LabelThresholds
 from qkviz.analysis.atlas.head_similarity import HeadSimilarity, RelatedHead, load_head_similarity, related_heads, relate_heads
 from qkviz.analysis.statistics.head_stats import IMAGE_STATISTICS, STATISTICS
 from qkviz.analysis.statistics.value_shares import VALUE_STATISTICS

@@ -16,6 +16,7 @@ import logging
 import numpy as np
 import pandas as pd
 
+from qkviz.analysis.labels import ABLATED_LABELS
 from qkviz.probes.head_probes import ProbeSettings, probe_sequences
 from qkviz.probes.model_on_demand import run_language_model
 from qkviz.probes.model_on_demand import sequence_ids
@@ -23,8 +24,8 @@ from qkviz.store.run import StoredRun
 
 logger = logging.getLogger(__name__)
 
-#: the labels ``--ablate`` checks
-CHECKED_LABELS = ("induction", "previous-token")
+#: the labels ``--ablate`` checks (each declared ``ablated`` in qkviz.analysis.labels.registry)
+CHECKED_LABELS = ABLATED_LABELS
 #: corpus tokens a corpus-measured label is checked on
 CORPUS_TOKENS = 1000
 

@@ -20,13 +20,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from qkviz.analysis.labels.registry import COPYING_LABELS, HEAD_LABEL, PREVIOUS_TOKEN
 from qkviz.core.attention import allowed_pairs, attention_probs
 from qkviz.extraction.adapters import model_adapter
 from qkviz.extraction.capture.recorder import AttentionRecorder, LayerCalls, capturing
 from qkviz.extraction.capture.forward_pass import forward
 
-#: the probes this module scores, each a target position per query (see the module)
-PROBES = ("induction", "duplicate-token", "previous-token")
+#: the probes this module scores, each a target position per query (see the module): the copying labels (induction,
+#: duplicate-token), then the previous token
+PROBES = (*(label.name for label in COPYING_LABELS), PREVIOUS_TOKEN.name)
 
 
 @dataclass(frozen=True)
@@ -60,10 +62,10 @@ class RepeatedTokens:
         """``(query positions, key positions)`` of ``probe`` (one of :data:`PROBES`), the same in every sequence."""
         first, second = self.prefix, self.prefix + self.half
         copy = np.arange(self.half)
-        if probe == "previous-token":
+        if probe == PREVIOUS_TOKEN.name:
             queries = np.arange(self.prefix + 1, second + self.half)
             return queries, queries - 1
-        step = 0 if probe == "duplicate-token" else 1
+        step = HEAD_LABEL[probe].copy_step      # the earlier occurrence (duplicate-token), the token after it (induction)
         later = (second + copy, first + copy + step)                 # second copy -> first copy (its last token's
         if causal:                                                   # successor is the second copy's first)
             return later

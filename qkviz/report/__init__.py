@@ -3,7 +3,7 @@ open offline, with one copy of plotly.js beside them), the figures and token col
 them, and the status of a run.
 """
 
-from qkviz.report.colours import LABEL_COLOURS
+from qkviz.analysis.labels import LABEL_COLOURS   # declared with each label (qkviz.analysis.labels.registry)
 from qkviz.report.correlation_summary import Report, correlation_report
 from qkviz.report.position_heatmap import relative_position_figure
 from qkviz.report.report_directory import write_report

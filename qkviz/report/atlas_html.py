@@ -14,12 +14,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from qkviz.report.html_page import figure_html, page
-from qkviz.analysis.atlas.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS, HeadAtlas
-from qkviz.analysis.labels.head_labels import LABELS
+from qkviz.analysis.atlas.head_atlas import UPDATE_BINS, UPDATE_RATIO_RANGE, HeadAtlas
+from qkviz.analysis.labels.registry import HEAD_LABEL, LABEL_COLOURS, LABELS
 from qkviz.analysis.documents.text_excerpt import excerpt
-from qkviz.analysis.statistics.head_stats import STATISTICS
-from qkviz.analysis.statistics.value_shares import VALUE_STATISTICS
-from qkviz.report.colours import LABEL_COLOURS
+from qkviz.analysis.statistics.registry import ATLAS_STATISTICS, IMAGE_RUNS
 from qkviz.report.figure_grid import heatmap_grid
 from qkviz.report.position_heatmap import head_names, log_weights, relative_position_figure
 from qkviz.analysis.statistics.syntax import POS_TAGS
@@ -32,8 +30,8 @@ ATLAS_STYLE = ("mark.q { background: #c6dbef; } mark.k { background: #fdd0a2; } 
 def render_atlas_html(atlas: HeadAtlas, model: str, run_path: str) -> str:
     table = atlas.table
     counts = table.label.value_counts()
-    shown = [name for name in (*STATISTICS, *VALUE_STATISTICS, "dependency_alignment", "dependency_alignment_no_first",
-                               *UPDATE_STATISTICS) if name in table]
+    shown = [statistic.name for statistic in ATLAS_STATISTICS       # the image runs' grid shares are not drawn
+             if statistic.runs != IMAGE_RUNS and statistic.name in table]
     count_text = ", ".join(f"{html.escape(label)} {counts.get(label, 0)}" for label in LABELS if counts.get(label, 0))
     sections = [
         f"<h1>Head atlas: {html.escape(model)}</h1>",
@@ -111,7 +109,7 @@ def _earned_section(atlas: HeadAtlas) -> str:
         earned = labels[labels.label == label].sort_values("score", ascending=False)
         heads = earned.drop_duplicates(["layer", "head"])
         listed = ", ".join(f"L{int(row.layer)} H{int(row.head)} {row.score:.2f}"
-                           + (f" ({html.escape(str(row.detail))})" if label in ("dependency", "fixed-offset") else "")
+                           + (f" ({html.escape(str(row.detail))})" if HEAD_LABEL[label].named_detail else "")
                            for row in heads.head(HEADS_PER_LABEL).itertuples())
         more = f", and {len(heads) - HEADS_PER_LABEL:,} more" if len(heads) > HEADS_PER_LABEL else ""
         first = earned.iloc[0]

@@ -20,7 +20,7 @@ from dash_app.run_data import RunData
 from dash_app.state import ViewState, validate
 from dash_app.url_state import parse_url, to_url
 from qkviz.cli import main
-from qkviz.analysis.labels.head_labels import LABELS
+from qkviz.analysis.labels import LABELS
 from qkviz.report import LABEL_COLOURS
 
 

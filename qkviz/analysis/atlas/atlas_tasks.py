@@ -17,9 +17,11 @@ import numpy as np
 import pandas as pd
 
 from qkviz.analysis.statistics.attention_batches import SentenceBatch, release_workspace, sentence_batches
-from qkviz.analysis.labels.head_labels import LabelThresholds, head_label
+from qkviz.analysis.labels.head_labels import head_label
+from qkviz.analysis.labels.registry import LabelThresholds
 from qkviz.analysis.statistics.head_stats import TokenKinds, head_statistics
 from qkviz.analysis.statistics.induction_scores import RepeatSums, RepeatTargets
+from qkviz.analysis.statistics.registry import HEAD_UPDATES, statistic_names
 from qkviz.analysis.logits.logit_decomposition import EmbeddingSplit, decompose_embeddings, decompose_head, forget_blocks
 from qkviz.analysis.statistics.syntax import BatchSyntax, TokenSyntax, batch_syntax
 from qkviz.analysis.documents.text_excerpt import excerpt
@@ -27,7 +29,7 @@ from qkviz.store import files as run_files
 from qkviz.store.run import StoredRun, open_stored_run, read_manifest
 
 EXEMPLAR_COLUMNS = ("layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text")
-UPDATE_STATISTICS = ("update_ratio_median", "update_cosine_mean")
+UPDATE_STATISTICS = statistic_names(HEAD_UPDATES)
 UPDATE_BINS = 40
 UPDATE_RATIO_RANGE = (-3.0, 1.0)   # log10 of |update| / |hidden|
 

@@ -26,13 +26,13 @@ import pandas as pd
 
 from qkviz.analysis.atlas.atlas_tasks import (EXEMPLAR_COLUMNS, UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS,
                                         AtlasSettings, HeadEntry, forget_run_states, head_entry, head_update_summary)
-from qkviz.analysis.labels.head_labels import LabelThresholds
+from qkviz.analysis.labels.registry import LabelThresholds
 from qkviz.analysis.statistics.head_stats import DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, STATISTICS, TokenKinds
 from qkviz.analysis.statistics.value_shares import VALUE_STATISTICS
 from qkviz.analysis.statistics.induction_scores import REPEAT_STATISTICS
 from qkviz.analysis.labels.label_table import LABEL_COLUMNS, as_label_table, corpus_labels, probe_labels, strongest_labels
 from qkviz.analysis.statistics.uniform_chance import uniform_chance
-from qkviz.analysis.logits.logit_decomposition import EMBEDDING_TERMS, EmbeddingSplit, available_terms
+from qkviz.analysis.logits.logit_decomposition import EMBEDDING_TERMS, TERMS, EmbeddingSplit, available_terms
 from qkviz.analysis.statistics.syntax import SYNTAX_STATISTICS, TokenSyntax
 from qkviz.cluster import HeadRunner, HeadTask
 from qkviz.core.errors import QkvizError
@@ -59,7 +59,8 @@ class HeadAtlas:
     exemplars: pd.DataFrame
     max_offset: int
     thresholds: LabelThresholds
-    terms: tuple[str, ...] = ("content",)   # logit terms (qkviz.analysis.logits.logit_decomposition); shares are share_<term> columns
+    terms: tuple[str, ...] = TERMS[:1]   # logit terms (qkviz.analysis.logits.logit_decomposition, the content term
+    #                                      alone by default); shares are share_<term> columns
     term_profiles: np.ndarray | None = None  # [layer, head, term, 2 * max_offset + 1]
     update_histograms: np.ndarray | None = None  # [layer, head, 2, UPDATE_BINS] with --head-update runs
     #: absolute-position models: [head, EMBEDDING_TERMS, 2 * max_offset + 1] of the first layer

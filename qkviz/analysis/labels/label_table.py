@@ -1,11 +1,13 @@
 """Every label a head earns, each with its evidence: the atlas's label table (``run.atlas.labels``).
 
-One row per (layer, head, label): :data:`LABEL_COLUMNS`. ``score`` is what the head measured on ``probe``, ``chance``
-what a head attending uniformly would score there (:mod:`qkviz.analysis.statistics.uniform_chance`; for the repeated-token probe
-the same on its sequences), ``threshold`` what earns the label (:class:`qkviz.analysis.labels.head_labels.LabelThresholds`),
-``detail`` what was measured. A head earns every label whose score reaches its threshold (and, measured on the
-corpus, ``over_chance`` times its chance, as short sequences make chance high; ``first-token`` keeps Gu et al.'s
-rule as it is, and ``broad`` needs none, its chance being its ceiling):
+One row per (layer, head, label): :data:`LABEL_COLUMNS`. ``score`` is what the head measured on ``probe``,
+``chance`` what a head attending uniformly would score there (:mod:`qkviz.analysis.statistics.uniform_chance`; for
+the repeated-token probe the same on its sequences), ``threshold`` what earns the label
+(:class:`qkviz.analysis.labels.registry.LabelThresholds`), ``detail`` what was measured. Each label's threshold, its
+offset or copying target and whether it needs its chance are declared in :mod:`qkviz.analysis.labels.registry`; the
+rules below read them. A head earns every label whose score reaches its threshold (and, measured on the corpus,
+``over_chance`` times its chance, as short sequences make chance high; ``first-token`` keeps Gu et al.'s rule as it
+is, and ``broad`` needs none, its chance being its ceiling):
 
 * ``previous-token``, ``next-token`` (encoders), ``self``, ``fixed-offset`` (the strongest offset ``|o| >= 2``, named
   in ``detail``): the head's mean attention at that relative position over the corpus, ``>= position_mass``;
@@ -31,24 +33,31 @@ largest score over threshold, a sink's (``first-token``, ``delimiter``) or ``bro
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import pandas as pd
 
-from qkviz.analysis.labels.head_labels import LabelThresholds
-from qkviz.analysis.statistics.uniform_chance import UniformChance
+from qkviz.analysis.labels.registry import (BROAD, COPYING_LABELS, DELIMITER, DEPENDENCY, FIRST_TOKEN, FIXED_OFFSET,
+                                           HEAD_LABEL, LOCAL, LOCAL_WINDOW, OFFSET_LABELS, RESTING_LABELS, CONTENT,
+                                           LabelThresholds)
 
 LABEL_COLUMNS = ("layer", "head", "label", "detail", "score", "chance", "threshold", "probe")
-#: labels that say where attention rests rather than what it does: a head's strongest label only without another
-RESTING_LABELS = ("first-token", "delimiter", "broad")
-#: the offsets (either side) of the ``local`` label
-LOCAL_WINDOW = 3
 CORPUS = "corpus"
 CORPUS_REPEATS = "corpus repeats"
 SYNTAX_PROBE = "corpus, spaCy parse"
 FIRST_TOKEN_RULE = "Gu et al. 2025 first-token importance (mean attention to the first token), epsilon 0.3"
 
 
-def corpus_labels(row: dict, profile: np.ndarray, chance: UniformChance, thresholds: LabelThresholds, *, causal: bool,
+class ChanceLevels(Protocol):
+    """What a head attending uniformly scores on one layer's mask
+    (:class:`qkviz.analysis.statistics.uniform_chance.UniformChance`)."""
+
+    offsets: np.ndarray         # float64 [2 * max_offset + 1]: mean attention at each offset, -max_offset first
+    first_token: float          # mean attention to the first token
+
+
+def corpus_labels(row: dict, profile: np.ndarray, chance: ChanceLevels, thresholds: LabelThresholds, *, causal: bool,
                   delimiter_share: float) -> list[tuple]:
     """The labels one head earns from its corpus statistics (``row``: its atlas row) and relative-position profile."""
     max_offset = len(profile) // 2
@@ -58,40 +67,36 @@ def corpus_labels(row: dict, profile: np.ndarray, chance: UniformChance, thresho
     layer, head = int(row["layer"]), int(row["head"])
     rows = []
 
-    def earn(label, detail, score, chance_score, threshold, probe=CORPUS, over_chance=True):
-        if score >= threshold and (not over_chance or score >= thresholds.over_chance * chance_score):
-            rows.append((layer, head, label, detail, float(score), float(chance_score), float(threshold), probe))
+    def earn(label, detail, score, chance_score, probe=CORPUS):
+        threshold = getattr(thresholds, label.threshold)
+        if score >= threshold and (not label.over_chance or score >= thresholds.over_chance * chance_score):
+            rows.append((layer, head, label.name, detail, float(score), float(chance_score), float(threshold), probe))
 
-    named = [("previous-token", -1), ("self", 0)] + ([] if causal else [("next-token", 1)])
-    for label, offset in named:
-        earn(label, f"mean attention at offset {offset:+d}", at[offset], chance_at[offset], thresholds.position_mass)
+    for label in OFFSET_LABELS:
+        if label.offset <= 0 or not causal:
+            earn(label, f"mean attention at offset {label.offset:+d}", at[label.offset], chance_at[label.offset])
     far = [offset for offset in at if abs(offset) >= 2 and (offset < 0 or not causal)]
     if far:
         best = max(far, key=lambda offset: at[offset])
-        earn("fixed-offset", f"offset {best:+d}: mean attention there", at[best], chance_at[best],
-             thresholds.position_mass)
+        earn(FIXED_OFFSET, f"offset {best:+d}: mean attention there", at[best], chance_at[best])
     window = [offset for offset in at if abs(offset) <= LOCAL_WINDOW and (offset <= 0 or not causal)]
     if max(at[offset] for offset in window) < thresholds.position_mass:
-        earn("local", f"mean attention within offsets {min(window):+d}..{max(window):+d}",
-             sum(at[offset] for offset in window), sum(chance_at[offset] for offset in window), thresholds.local_mass)
-    earn("first-token", FIRST_TOKEN_RULE + _moved(row, "first_token"), float(row["first_token_attention"]),
-         chance.first_token, thresholds.first_token, over_chance=False)
-    earn("delimiter", "share of queries whose strongest key is a special or punctuation token (not the first)",
-         float(row["argmax_delimiter"]), delimiter_share, thresholds.argmax_share)
-    if float(row["entropy_normalised"]) >= thresholds.broad_entropy:
-        rows.append((layer, head, "broad", "normalised entropy (1: uniform)", float(row["entropy_normalised"]), 1.0,
-                     float(thresholds.broad_entropy), CORPUS))
-    for label in ("induction", "duplicate-token"):
-        column = f"corpus_{label.replace('-', '_')}"
+        earn(LOCAL, f"mean attention within offsets {min(window):+d}..{max(window):+d}",
+             sum(at[offset] for offset in window), sum(chance_at[offset] for offset in window))
+    earn(FIRST_TOKEN, FIRST_TOKEN_RULE + _moved(row, "first_token"), float(row["first_token_attention"]),
+         chance.first_token)
+    earn(DELIMITER, "share of queries whose strongest key is a special or punctuation token (not the first)",
+         float(row["argmax_delimiter"]), delimiter_share)
+    earn(BROAD, "normalised entropy (1: uniform)", float(row["entropy_normalised"]), 1.0)
+    for label in COPYING_LABELS:
+        column = label.column
         if column in row and float(row.get(f"{column}_queries", 0)) >= thresholds.min_queries:
-            earn(label, f"mean attention to the {_copy_target(label)} over "
-                        f"{int(row[f'{column}_queries']):,} repeating queries",
-                 float(row[column]), float(row[f"{column}_chance"]), thresholds.copying, CORPUS_REPEATS)
+            earn(label, f"mean attention to the {label.copy_target} over {int(row[f'{column}_queries']):,} repeating "
+                        "queries", float(row[column]), float(row[f"{column}_chance"]), CORPUS_REPEATS)
     for name in row:
         if name.startswith("relation_") and not name.endswith(("_queries", "_chance")):
             if float(row.get(f"{name}_queries", 0)) >= thresholds.min_queries:
-                earn("dependency", _relation_detail(name), float(row[name]), float(row[f"{name}_chance"]),
-                     thresholds.relation, SYNTAX_PROBE)
+                earn(DEPENDENCY, _relation_detail(name), float(row[name]), float(row[f"{name}_chance"]), SYNTAX_PROBE)
     return rows
 
 
@@ -104,10 +109,6 @@ def _moved(row: dict, where: str) -> str:
     return f"; it transmits {float(ratio):.2f}× its attention share there (value-weighted share / attention share)"
 
 
-def _copy_target(label: str) -> str:
-    return "token after the earlier occurrence" if label == "induction" else "earlier occurrence of its token"
-
-
 def _relation_detail(column: str) -> str:
     """``relation_det_dependent`` -> ``det → head`` (the dependent's strongest key is its head word);
     ``relation_dobj_head`` -> ``head → dobj``."""
@@ -116,18 +117,23 @@ def _relation_detail(column: str) -> str:
 
 
 def probe_labels(probes: pd.DataFrame, thresholds: LabelThresholds) -> list[tuple]:
-    """The induction and duplicate-token labels earned on the repeated-token probe (:mod:`qkviz.probes.head_probes`'s
-    table)."""
-    earned = probes[probes.probe.isin(("induction", "duplicate-token")) & (probes.score >= thresholds.copying)]
-    return [(int(row.layer), int(row.head), str(row.probe),
-             f"mean attention to the {_copy_target(str(row.probe))} over {int(row.queries):,} queries",
-             float(row.score), float(row.chance), float(thresholds.copying), str(row.source))
-            for row in earned.itertuples(index=False)]
+    """The copying labels (induction, duplicate-token) earned on the repeated-token probe
+    (:mod:`qkviz.probes.head_probes`'s table)."""
+    earned = probes[probes.probe.isin([label.name for label in COPYING_LABELS])]
+    rows = []
+    for row in earned.itertuples(index=False):
+        label = HEAD_LABEL[str(row.probe)]
+        threshold = getattr(thresholds, label.threshold)
+        if row.score >= threshold:
+            rows.append((int(row.layer), int(row.head), label.name,
+                         f"mean attention to the {label.copy_target} over {int(row.queries):,} queries",
+                         float(row.score), float(row.chance), float(threshold), str(row.source)))
+    return rows
 
 
 def strongest_labels(labels: pd.DataFrame, heads: list[tuple[int, int]]) -> dict[tuple[int, int], tuple[str, str]]:
     """Per head ``(label, detail)``: its strongest label (see the module), ``("content", ...)`` where it earns none."""
-    found = {head: ("content", "no label's threshold reached") for head in heads}
+    found = {head: (CONTENT.name, "no label's threshold reached") for head in heads}
     if labels.empty:
         return found
     ranked = labels.assign(resting=labels.label.isin(RESTING_LABELS), strength=labels.score / labels.threshold)

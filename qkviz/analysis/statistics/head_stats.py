@@ -56,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from qkviz.analysis.statistics.batch_memo import BatchMemo
+from qkviz.analysis.statistics.registry import EVERY_RUN, IMAGE_RUNS, statistic_names
 from qkviz.analysis.statistics.attention_batches import (SentenceBatch, batch_attention, batch_mask, key_spans, sentence_batches,
                                               workspace)
 from qkviz.core.logit_rule import LogitRule
@@ -65,11 +66,10 @@ from qkviz.analysis.statistics.value_shares import ValueShares
 
 DEFAULT_MAX_OFFSET = 64
 TIE_MARGIN = 1e-6
-STATISTICS = ("mean_distance", "mean_distance_no_first", "entropy", "entropy_normalised", "variability",
-              "argmax_self", "argmax_first", "argmax_previous", "argmax_next", "argmax_delimiter",
-              "argmax_offset", "offset", "concentration", "first_token_attention", "special_attention")
+#: every run's statistics, declared in qkviz.analysis.statistics.registry
+STATISTICS = statistic_names(EVERY_RUN)
 #: image runs only: where on the patch grid the strongest key of a patch query is
-IMAGE_STATISTICS = ("argmax_neighbour", "argmax_same_row", "argmax_same_col")
+IMAGE_STATISTICS = statistic_names(IMAGE_RUNS)
 
 
 def is_punctuation(text: str) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from qkviz.analysis.labels.registry import COPYING_LABELS, DUPLICATE_TOKEN, HEAD_LABEL, INDUCTION
 from qkviz.analysis.statistics.attention_batches import SentenceBatch
 from qkviz.store.run import StoredRun
 
@@ -56,7 +57,7 @@ def copying_scores(run: StoredRun, heads: list[tuple[int, int]] | None = None) -
                 n_induction += 1
         rows.append((layer, head, induction / n_induction if n_induction else 0.0,
                      previous / n_previous if n_previous else 0.0, n_induction))
-    return pd.DataFrame(rows, columns=["layer", "head", "induction", "previous_token", "n_induction_queries"])
+    return pd.DataFrame(rows, columns=["layer", "head", INDUCTION.name, "previous_token", "n_induction_queries"])
 
 
 def duplicate_targets(token_ids: np.ndarray) -> list[tuple[int, list[int]]]:
@@ -84,7 +85,7 @@ class RepeatTargets:
     @classmethod
     def of(cls, run: StoredRun, batches: list[SentenceBatch]) -> "RepeatTargets":
         ids, special = run.tokens.token_id.to_numpy(), run.tokens.is_special.to_numpy(bool)
-        finders = {"induction": induction_targets, "duplicate-token": duplicate_targets}
+        finders = {INDUCTION.name: induction_targets, DUPLICATE_TOKEN.name: duplicate_targets}
         pairs = {kind: [] for kind in finders}
         counts = dict.fromkeys(finders, 0)
         for batch in batches:
@@ -137,12 +138,11 @@ class RepeatSums:
     def values(self) -> dict[str, float]:
         found = {}
         for kind, (score, chance) in self.sums.items():
-            column, count = f"corpus_{kind.replace('-', '_')}", self.targets.queries[kind]
+            column, count = HEAD_LABEL[kind].column, self.targets.queries[kind]
             found.update({column: score / count if count else np.nan,
                           f"{column}_chance": chance / count if count else np.nan, f"{column}_queries": float(count)})
         return found
 
 
 #: the atlas table's columns of :func:`repeat_scores`
-REPEAT_STATISTICS = tuple(f"corpus_{kind}{suffix}" for kind in ("induction", "duplicate_token")
-                          for suffix in ("", "_chance", "_queries"))
+REPEAT_STATISTICS = tuple(f"{label.column}{suffix}" for label in COPYING_LABELS for suffix in ("", "_chance", "_queries"))

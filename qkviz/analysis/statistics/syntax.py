@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkviz.analysis.statistics.attention_batches import SentenceBatch
+from qkviz.analysis.statistics.registry import SYNTAX_RUNS, statistic_names
 from qkviz.core.errors import QkvizError
 from qkviz.store.run import StoredRun
 
@@ -176,5 +177,4 @@ class SyntaxSums:
 
 RELATION_STATISTICS = tuple(f"relation_{name}_{side}{suffix}" for name in RELATIONS for side in ("dependent", "head")
                             for suffix in ("", "_queries", "_chance"))
-SYNTAX_STATISTICS = (*(f"pos_{tag}" for tag in POS_TAGS), "dependency_alignment", "dependency_alignment_no_first",
-                     *RELATION_STATISTICS)
+SYNTAX_STATISTICS = (*(f"pos_{tag}" for tag in POS_TAGS), *statistic_names(SYNTAX_RUNS), *RELATION_STATISTICS)

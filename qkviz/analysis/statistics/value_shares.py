@@ -16,9 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from qkviz.analysis.statistics.attention_batches import SentenceBatch
+from qkviz.analysis.statistics.registry import OUTPUT_NORMS, statistic_names
 
 #: the value-weighted share of the first and special tokens, and its ratio to their attention share
-VALUE_STATISTICS = ("first_token_value_share", "special_value_share", "first_token_transmits", "special_transmits")
+VALUE_STATISTICS = statistic_names(OUTPUT_NORMS)
 #: the attention share below which a ``*_transmits`` ratio is NaN
 TRANSMIT_FLOOR = 1e-4
 
