@@ -12,13 +12,22 @@
   (its memory's high-water mark, ``VmHWM``; ``bench.harness``).
 The corpus is the bundled one, repeated as often as needed to reach the token counts. ``--json`` (default
 ``bench/results/extract_<model>.json``) records every figure with the date, machine, load averages and arguments.
+
+**Every run is kept.** The file's ``runs`` lists every run of the same measure (model, tokens, dtype, batch size,
+device) written to it, oldest first, the new one last: its date, commit, the extraction code it measured (the git
+tree of ``qkviz/`` and a digest of its uncommitted changes), the load, and every pair's ratio; ``runs_not_kept``
+holds runs whose figures were not written (only what is known of them). The goal is judged on every pair of every
+run of the latest run's code, and the page lists every run (:func:`every_run`), so no run can be set aside.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,8 +47,8 @@ from qkviz.extraction.streaming import CHUNK_BYTES, bytes_per_token, chunk_sente
 from qkviz.extraction import load_model  # noqa: E402
 from qkviz.extraction.inputs import select_sentences  # noqa: E402
 from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
-from bench.figures.goals import Goal, verdict  # noqa: E402
-from bench.figures.results import Results, figure, source, span  # noqa: E402
+from bench.figures.goals import Goal, median, verdict  # noqa: E402
+from bench.figures.results import Results, figure, model_name, source, span  # noqa: E402
 
 
 def repeated_corpus(directory: Path, copies: int) -> Path:
@@ -65,6 +74,52 @@ def bare_forward_seconds(loaded, sentences, batch_size: int, dtype: str) -> floa
     return time.perf_counter() - start
 
 
+#: the arguments that make two runs the same measure (runs of other arguments are not carried into the file)
+MEASURE = ("model", "tokens", "dtype", "batch_size", "device")
+
+
+def code_state() -> str:
+    """The code a run measures: the git tree of ``qkviz/`` at HEAD (12 digits), ``+`` a digest of its uncommitted
+    changes (tracked and untracked) when there are any; ``unknown`` outside a git checkout."""
+    def git(*arguments: str) -> str:
+        done = subprocess.run(["git", "-C", str(REPO), *arguments], capture_output=True)
+        return done.stdout.decode(errors="replace") if done.returncode == 0 else ""
+    tree = git("rev-parse", "HEAD:qkviz").strip()
+    if not tree:
+        return "unknown"
+    changes = git("diff", "HEAD", "--", "qkviz") + git("ls-files", "--others", "--exclude-standard", "--", "qkviz")
+    return tree[:12] + (f"+{hashlib.sha256(changes.encode()).hexdigest()[:8]}" if changes else "")
+
+
+def load_span(load: dict) -> dict | None:
+    """The lowest and highest 1-minute load average of a result header's ``load`` (before, during, after)."""
+    found = [values[0] for values in (load.get("before"), load.get("after")) if isinstance(values, list) and values]
+    found += [value for value in load.get("during") or [] if isinstance(value, (int, float))]
+    return {"min": min(found), "max": max(found)} if found else None
+
+
+def run_record(header: dict, load: dict, figures: dict, code: str) -> dict:
+    """One run as the file's ``runs`` keeps it."""
+    commit = header.get("commit")
+    return {"date": header["date"], "commit": commit.get("sha", "unknown") if isinstance(commit, dict) else commit,
+            "code": code, "load_average": load_span(load), "tokens": figures["tokens"], "ratio": figures["ratio"],
+            "ratio_without_model_load": figures["ratio_without_model_load"]}
+
+
+def earlier_runs(path: Path, arguments: dict) -> tuple[list[dict], list[dict]]:
+    """The runs (and runs not kept) of the same measure that ``path`` already holds: its ``runs``, or, in a file
+    written before runs were kept, the one run it holds (its code not recorded)."""
+    if not path.exists():
+        return [], []
+    earlier = json.loads(path.read_text(encoding="utf-8"))
+    if any(earlier.get("arguments", {}).get(name) != arguments[name] for name in MEASURE):
+        print(f"{path} measured other arguments ({', '.join(MEASURE)}): its runs are not carried")
+        return [], []
+    figures = earlier["figures"]
+    runs = figures.get("runs") or [run_record(earlier, earlier.get("load", {}), figures, "unknown")]
+    return runs, figures.get("runs_not_kept", [])
+
+
 #: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model,
 #: ``{corpus}``: a few sentences; ``bench.support.tiny_run``)
 SMOKE_ARGUMENTS = ('--model', '{model}')
@@ -82,6 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, help="default: bench/results/extract_<model>.json")
     args = smoke_arguments(parser, argv, out='json', tokens=300, repeats=1, rss_tokens=0, dtype='float32')
     recorder = Recorder(f"extract_{args.model}", vars(args), args.json)
+    runs, not_kept = earlier_runs(recorder.out, recorder.header["arguments"])
+    code = code_state()
     figures: dict = {}
     print(f"torch threads: {torch.get_num_threads()}, model {args.model}, device {args.device}, dtype {args.dtype}")
 
@@ -147,17 +204,44 @@ def main(argv: list[str] | None = None) -> None:
                   f"{child['peak_mb']:,.0f} MB, run directory {size_mb:,.0f} MB")
             figures["child_extract"] = {"tokens": run.n_tokens, "seconds": round(child["seconds"], 1),
                                         "peak_mb": round(child["peak_mb"]), "run_mb": round(size_mb)}
+    load = {"before": recorder.before, "during": list(recorder.during), "after": [round(v, 2) for v in os.getloadavg()]}
+    figures["runs"] = [*runs, run_record(recorder.header, load, figures, code)]
+    figures["runs_not_kept"] = not_kept
+    print("every run of this measure: " + "; ".join(f"{run['date'][:10]} {run['code']}: {run['ratio']['median']}"
+                                                   for run in figures["runs"]))
     print(recorder.write(**figures))
 
 
 # The figure blocks drawn from this bench's result files: what the pages say from them (``python -m bench.figures``;
 # each registered by name with ``@figure``, a goal judged by ``bench.figures.goals.verdict``).
 
+def recorded_runs(found: dict) -> list[dict]:
+    """Every run a result file holds, oldest first (a file written before runs were kept: its one run, its code
+    and load not recorded there)."""
+    return found.get("runs") or [{"date": found["date"], "code": "unknown", "load_average": None,
+                                  "ratio": found["ratio"]}]
+
+
+def judged_runs(found: dict) -> list[dict]:
+    """The runs a ratio goal is judged on: every run of the latest run's code (the latest alone where its code was
+    not recorded)."""
+    runs = recorded_runs(found)
+    if runs[-1]["code"] == "unknown":
+        return runs[-1:]
+    return [run for run in runs if run["code"] == runs[-1]["code"]]
+
+
+def judged_ratio(found: dict) -> float:
+    """The median of every pair of every run of the latest run's code."""
+    return median(value for run in judged_runs(found) for value in run["ratio"]["values"])
+
+
 #: extraction's goals: a ratio over a bare forward pass (wall times) on each bundled model, a peak at 100,000 tokens
+JUDGED = "median of every pair of every run of the latest run's code"
 EXTRACT_RATIO = Goal("`qkviz.extract` against a bare forward pass, MiniLM", 1.25, "", True, "extract_minilm",
-                     "median of the pairs", lambda found: found["ratio"]["median"], 2)
+                     JUDGED, judged_ratio, 2)
 EXTRACT_RATIO_SMOLLM2 = Goal("`qkviz.extract` against a bare forward pass, SmolLM2", 1.25, "", True, "extract_smollm2",
-                             "median of the pairs", lambda found: found["ratio"]["median"], 2)
+                             JUDGED, judged_ratio, 2)
 
 EXTRACT_PEAK = Goal("peak RSS of an extraction at 100,000 tokens", 4, "GB", True, "extract_minilm",
                     "the child process's peak", lambda found: found["child_extract"]["peak_mb"] / 1024, 2)
@@ -173,7 +257,30 @@ def extract_goal(results: Results) -> str:
     smollm2 = f"; SmolLM2's {verdict(EXTRACT_RATIO_SMOLLM2, results)}" if measured else "; SmolLM2's not measured"
     names = ["extract_minilm", *(["extract_smollm2"] if measured else [])]
     return (f"Goals: the ratio over a bare forward pass, MiniLM's {verdict(EXTRACT_RATIO, results)}{smollm2}; {peak}. "
-            f"({source(results, *names)}.)\n")
+            f"{every_run(results, names)} ({source(results, *names)}.)\n")
+
+
+def every_run(results: Results, names: list[str]) -> str:
+    """Every run of each model's ratio, oldest first: its date, code, load, pairs and ratio (min / median / max),
+    whether the verdict counts it, and the runs whose figures were not kept."""
+    parts = []
+    for name in names:
+        found = results(name)
+        judged = judged_runs(found)
+        listed = []      # (date, order on that date, text): a run not kept was set aside for a run after it
+        header_load = None if found.get("runs") else load_span(results.record(name).get("load", {}))
+        for run in recorded_runs(found):
+            load = run.get("load_average") or header_load
+            where = f"load {load['min']:.1f}–{load['max']:.1f}" if load else "load not recorded"
+            code = ("judged" if run in judged else "earlier code, not judged" if run["code"] != "unknown"
+                    else "code not recorded, not judged")
+            listed.append((run["date"][:10], 1, f"{run['date'][:10]} ({code}; {where}): {run['ratio']['runs']} pairs "
+                                                f"{span(run['ratio'], 2, '')}"))
+        listed += [(run["date"][:10], 0, f"{run['date'][:10]} (not kept: {run['why']}): {run['pairs']} pairs, "
+                                         f"median {run['median']:.2f}") for run in found.get("runs_not_kept", [])]
+        parts.append(f"{model_name(found['arguments']['model'])}'s runs, every one written, min / median / max of "
+                     f"the pairs: " + "; ".join(text for _, _, text in sorted(listed, key=lambda item: item[:2])))
+    return ". ".join(parts) + "."
 
 @figure("extract")
 def extract(results: Results) -> str:
@@ -191,7 +298,8 @@ def extract(results: Results) -> str:
              [f"{c['tokens']:,}, {c['seconds']:.1f} s, {c['peak_mb']:,} MB, {c['run_mb']:,} MB"
               if (c := r.get("child_extract")) else "not run" for r in columns])]
     table = "\n".join(f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows)
-    return (f"| min / median / max of {columns[0]['ratio']['runs']} pairs | " + " | ".join(labels) + " |\n|---|"
+    pairs = " and ".join(sorted({str(r["ratio"]["runs"]) for r in columns}))
+    return (f"| the latest run, min / median / max of {pairs} pairs | " + " | ".join(labels) + " |\n|---|"
             + "---|" * len(columns) + f"\n{table}\n\n{extract_steps(columns, labels)}({source(results, *names)}.)\n")
 
 
