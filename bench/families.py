@@ -4,9 +4,11 @@ For each model type of ``qkviz.extraction.adapters.model_families.MODEL_FAMILIES
 (``tests/support/family_configs.py``) is extracted in memory over the first sentences of the corpus; an exact
 one's attention recomputed from the run (``Run.attention``) is compared with the model's own eager attention
 on three sentences in one padded batch, by the comparison the tests use (``tests/support/family_sweep.eager_error``,
-which switches an own-code family to its eager code through its configuration), and the bench applies the families
-page's definition itself: "exact" only within ``TOLERANCE`` (1e-5) and at least ``MIN_DEPARTURE`` from uniform
-somewhere, else "not shown exact". The exactness gate's own error is read from the manifest. A refused one's one-line
+which switches an own-code family to its eager code through its configuration), and judged by the families page's
+definition (``tests/support/family_exactness``, the one the sweep uses): "exact" only within ``TOLERANCE`` (1e-5; a
+type's own bound only for a stated reason of precision) and at least ``MIN_DEPARTURE`` from uniform somewhere,
+"wrong" beyond the exactness gate's bound, else "not shown exact"; the result records the definition it followed.
+The exactness gate's own error is read from the manifest. A refused one's one-line
 error is kept. Then the exactness gate's time and error on the bundled models (MiniLM, SmolLM2), min / median / max
 of five runs.
 
@@ -25,23 +27,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 from bench.harness import Recorder, smoke_arguments, summary  # noqa: E402
 from tests.support.family_configs import tiny_family_model  # noqa: E402
+from tests.support.family_exactness import FAMILY_EXACT, MIN_DEPARTURE, TOLERANCE, judge  # noqa: E402
 from tests.support.family_sweep import eager_error  # noqa: E402
 from bench.support.tiny_models import decoder_tokenizer  # noqa: E402
 
 import qkviz  # noqa: E402
 from qkviz.core import QkvizError  # noqa: E402
 from qkviz.extraction.adapters import MODEL_FAMILIES, REFUSED, counts  # noqa: E402
+from qkviz.extraction.gate import FLOAT32_BOUND  # noqa: E402
+from bench.figures.definitions import record  # noqa: E402
 from bench.figures.results import Results, figure, source  # noqa: E402
 
 CORPUS = REPO / "data" / "sentences.txt"
-#: the largest difference from the model's own eager attention an exact run may have: the families page's definition
-#: (float32), the bound tests/integration/test_model_families.py asserts
-TOLERANCE = 1e-5
-#: how far from uniform the model's attention must be somewhere, so that the comparison could fail (the families
-#: page's definition of exact, with :data:`TOLERANCE`, the largest difference allowed)
-MIN_DEPARTURE = 0.05
-#: a run the gate let through whose attention is not within the bound, or too near uniform to prove anything
-WRONG = "not shown exact"
 
 
 def measure_family(model_type: str, status: str, sentences: list[str], tokenizer) -> dict:
@@ -55,8 +52,7 @@ def measure_family(model_type: str, status: str, sentences: list[str], tokenizer
                     "seconds": round(time.perf_counter() - started, 2)}
         seconds = time.perf_counter() - started
         error, departure = eager_error(model, run)
-        exact = error <= TOLERANCE and departure >= MIN_DEPARTURE
-        return {"model_type": model_type, "expected": status, "status": "exact" if exact else WRONG,
+        return {"model_type": model_type, "expected": status, "status": judge(model_type, error, departure, FLOAT32_BOUND),
                 "max_error": error, "departure_from_uniform": departure,
                 "gate_error": run.manifest["extraction"]["exactness_gate"]["max_error"],
                 "layers": run.n_layers, "heads": run.n_heads, "kv_heads": run.n_kv_heads, "head_dim": run.head_dim,
@@ -102,7 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     exact = [row for row in rows if row["status"] == "exact"]
     refused = [row for row in rows if row["status"] == REFUSED]
     path = recorder.write(
-        families=rows, table=counts(), bound={"tolerance": TOLERANCE, "min_departure": MIN_DEPARTURE},
+        families=rows, table=counts(), definition=record(FAMILY_EXACT),
+        bound={"tolerance": TOLERANCE, "min_departure": MIN_DEPARTURE},
         measured={"exact": len(exact), "refused": len(refused), "not_shown_exact": len(rows) - len(exact) - len(refused)},
         agrees_with_table=all(row["status"] == row["expected"] for row in rows),
         worst_error=max(row["max_error"] for row in rows if "max_error" in row),
@@ -119,10 +116,10 @@ def families(results: Results) -> str:
     exact = [row for row in result["families"] if row["status"] == "exact"]
     worst = max(exact, key=lambda row: row["max_error"])
     agrees = "as the table says" if result["agrees_with_table"] else "**not** as the table says"
-    wrong = [row for row in result["families"] if row["status"] == WRONG]
+    wrong = [row for row in result["families"] if row["status"] not in ("exact", REFUSED)]
     if wrong:
-        agrees += "; **not shown exact**: " + ", ".join(
-            f"{row['model_type']} (error {row['max_error']:.1e}, {row['departure_from_uniform']:.2f} from uniform)"
+        agrees += "; **not exact**: " + ", ".join(
+            f"{row['model_type']} ({row['status']}, error {row['max_error']:.1e}, {row['departure_from_uniform']:.2f} from uniform)"
             for row in wrong)
     gates = "; ".join(f"{gate['model']} {gate['seconds']['min']:.2f} / {gate['seconds']['median']:.2f} / "
                       f"{gate['seconds']['max']:.2f} s (error {gate['max_error']:.1e})" for gate in result["gate"])

@@ -2,19 +2,29 @@
 ``pyproject.toml`` allows: exact, refused in one line, or "config cannot be built" (stated) — and nothing else.
 
 Each type is a tiny random model (``tests/support/family_configs.py``) extracted in memory, its attention recomputed
-from the run compared with the model's own eager attention (``tests/support/family_sweep.py``). The newest release
-runs in a child process with the release that ``scripts/newest_transformers.py`` installed (by ``scripts/setup.sh``)
-first on its path. The result says, per release, every type's outcome, and the counts for the 57 types of issue 27
-and for the batch of 32 types no issue names, drawn at random (the goals are declared in this module's figure block, below).
+from the run compared with the model's own eager attention (``tests/support/family_sweep.py``) and judged by the
+families page's definition of exact (``tests/support/family_exactness.py``: within 1e-5, a type's own bound only for a
+stated reason of precision, and at least 0.05 from uniform; a run within the gate's bound that misses it is "not
+shown exact"). The newest release runs in a child process with the release that ``scripts/newest_transformers.py``
+installed (by ``scripts/setup.sh``) first on its path; any other release can be swept the same way from a folder
+it was installed in (``pip install --no-deps --target DIR transformers==X``). The result says, per release, every
+type's outcome, and the counts for the 57 types of issue 27 and for the batch of 32 types no issue names, drawn at
+random (the goals are declared in this module's figure block, below).
 
     python -m bench.family_sweep                  # both releases: bench/results/family_sweep.json (~1 h on 2 cores)
     python -m bench.family_sweep --releases newest --add   # a new release added to the releases swept before
+    python -m bench.family_sweep --types openai-gpt,mobilebert --releases pinned,newest,/tmp/tf524 --add
+                                                  # those types swept again, their rows replaced in each release
+    python -m bench.family_sweep --rejudge        # every verdict of the file judged again from its recorded figures
     python -m bench.family_sweep --types llama,gptj --out /tmp/sweep.json
 
 The result records every release it covers, each with the date and commit it was swept at; ``--add`` sweeps the
 releases asked for and keeps the file's others (a release swept again replaces its earlier sweep), so that a release
-the registry serves later is added without sweeping the old ones again. The figure block says, release by release,
-what changed from the one before.
+the registry serves later is added without sweeping the old ones again. ``--add`` with ``--types`` replaces only
+those types' rows in releases the file has, each such row with the date and commit it was swept at. Every verdict
+the file keeps is judged again from its recorded error and departure by today's definition, which the result
+records; a verdict that changes so is listed in the result (``rejudged``). The figure block says, release by
+release, what changed from the one before.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+from bench.figures.definitions import record
 from bench.harness import Recorder, commit, smoke_arguments
 from scripts.newest_transformers import NEWEST_DIRECTORY, installed_version
 from bench.figures.goals import Goal, verdict
@@ -62,8 +73,8 @@ def sweep(types: list[str] | None, seconds: int) -> dict:
 
 
 def summarise(release: dict) -> dict:
-    """Counts of every outcome, over all types, the 57 of issue 27 and the held-out batch."""
-    from tests.support.family_sweep import FAILURES, HELD_OUT, ISSUE_27
+    """Counts of every outcome, over all types, the 57 of issue 27 and the random batch."""
+    from tests.support.family_sweep import FAILURES, ISSUE_27, NOT_SHOWN, RANDOM_BATCH
 
     by_type = {row["model_type"]: row for row in release["rows"]}
 
@@ -71,14 +82,36 @@ def summarise(release: dict) -> dict:
         present = [by_type[t]["status"] for t in types if t in by_type]
         return {"tried": len(present), **Counter(present)}
 
-    return {"all": counts(by_type), "issue_27": counts(ISSUE_27), "held_out": counts(HELD_OUT),
-            "failures": sorted(t for t, row in by_type.items() if row["status"] in FAILURES)}
+    return {"all": counts(by_type), "issue_27": counts(ISSUE_27), "random_batch": counts(RANDOM_BATCH),
+            "failures": sorted(t for t, row in by_type.items() if row["status"] in FAILURES),
+            "not_shown_exact": sorted(t for t, row in by_type.items() if row["status"] == NOT_SHOWN)}
+
+
+def rejudge(releases: list[dict]) -> list[dict]:
+    """Every row with a recorded error judged again by today's definition (``support.family_exactness.judge``),
+    in place; each summary made again. Returns the verdicts that changed: ``{"transformers", "model_type", "was",
+    "now"}``."""
+    from qkviz.extraction.gate import FLOAT32_BOUND
+    from tests.support.family_sweep import judge
+
+    changed = []
+    for release in releases:
+        for row in release["rows"]:
+            if "max_error" not in row:
+                continue
+            now = judge(row["model_type"], row["max_error"], row["departure_from_uniform"], FLOAT32_BOUND)
+            if now != row["status"]:
+                changed.append({"transformers": release["transformers"], "model_type": row["model_type"],
+                                "was": row["status"], "now": now})
+                row["status"] = now
+        release["summary"] = summarise(release)
+    return changed
 
 
 def start_child(python_path: str, types: list[str] | None, seconds: int) -> tuple[subprocess.Popen, Path]:
     """:func:`sweep` started in a child process with ``python_path`` first on its path (another transformers
     release), beside this one (one core each); :func:`child_result` waits for it."""
-    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"family_sweep_{os.getpid()}.json"
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"family_sweep_{os.getpid()}_{abs(hash(python_path))}.json"
     command = [sys.executable, "-m", "bench.family_sweep", "--child", str(out), "--seconds", str(seconds)]
     if types:
         command += ["--types", ",".join(types)]
@@ -102,14 +135,41 @@ def release_key(release: dict):
     return Version(release["transformers"])
 
 
-def with_earlier_releases(releases: list[dict], path: Path) -> list[dict]:
-    """``releases`` with those of the result file at ``path`` that they do not sweep again, oldest first."""
+def earlier_releases(path: Path) -> list[dict]:
+    """The releases of the result file at ``path`` (none where there is no file), each with the date it was swept."""
     result = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"figures": {"releases": []}}
     earlier = result["figures"]["releases"]
     for release in earlier:     # a release from before each one kept its own date: the file's
         release.setdefault("swept_at", {"date": result["date"], "commit": result["commit"]})
+    return earlier
+
+
+def with_earlier_releases(releases: list[dict], path: Path) -> list[dict]:
+    """``releases`` with those of the result file at ``path`` that they do not sweep again, oldest first."""
     swept = {release["transformers"] for release in releases}
-    return sorted([release for release in earlier if release["transformers"] not in swept] + releases, key=release_key)
+    kept = [release for release in earlier_releases(path) if release["transformers"] not in swept]
+    return sorted(kept + releases, key=release_key)
+
+
+def with_types_swept_again(releases: list[dict], path: Path) -> list[dict]:
+    """The releases of the result file at ``path``, each type of ``releases`` (a sweep of a few types) replacing its
+    row in the file's release of the same version, marked with the date and commit it was swept at. A release the
+    file lacks cannot take a few types: it is swept whole first."""
+    earlier = {release["transformers"]: release for release in earlier_releases(path)}
+    missing = sorted(release["transformers"] for release in releases if release["transformers"] not in earlier)
+    if missing:
+        raise SystemExit(f"--types with --add replaces rows of releases the file has; it has no {', '.join(missing)}: "
+                         "sweep that release whole first (--releases ... --add without --types)")
+    for release in releases:
+        rows = earlier[release["transformers"]]["rows"]
+        at = {row["model_type"]: index for index, row in enumerate(rows)}
+        for row in release["rows"]:
+            row["swept_at"] = release["swept_at"]
+            if row["model_type"] in at:
+                rows[at[row["model_type"]]] = row
+            else:
+                rows.append(row)
+    return sorted(earlier.values(), key=release_key)
 
 
 def changes(before: dict, after: dict) -> list[str]:
@@ -128,10 +188,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--types", type=lambda text: text.split(","), default=None,
                         help="comma-separated model types (default: every registered text model type)")
     parser.add_argument("--seconds", type=int, default=120, help="time limit per type")
-    parser.add_argument("--releases", default="pinned,newest", help="pinned, newest or both (comma-separated)")
+    parser.add_argument("--releases", default="pinned,newest",
+                        help="comma-separated: pinned, newest, or a folder a transformers release was installed in "
+                             "(pip install --no-deps --target)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--add", action="store_true",
-                        help="keep the releases the result file has already (those swept now replace theirs)")
+                        help="keep the releases the result file has already (those swept now replace theirs; with "
+                             "--types, only those types' rows)")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="sweep nothing: judge every verdict of the result file again from its recorded figures")
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     args = smoke_arguments(parser, argv, types=SMOKE_TYPES, releases="pinned")
     if args.child is not None:
@@ -139,22 +204,44 @@ def main(argv: list[str] | None = None) -> None:
         return
     recorder = Recorder("family_sweep", {key: value for key, value in vars(args).items() if key != "child"},
                         args.out)
-    wanted = args.releases.split(",")
-    if set(wanted) - {"pinned", "newest"}:
-        raise SystemExit(f"--releases: {args.releases!r} names something other than pinned and newest")
-    child = None
-    if "newest" in wanted:
-        if installed_version() is None:
-            raise SystemExit(f"{NEWEST_DIRECTORY} holds no transformers: run scripts/setup.sh")
-        child = start_child(str(NEWEST_DIRECTORY), args.types, args.seconds)
-    releases = [sweep(args.types, args.seconds)] if "pinned" in wanted else []
-    if child is not None:
-        releases.append(child_result(*child))
+    if args.rejudge:
+        releases = earlier_releases(recorder.out)
+        if not releases:
+            raise SystemExit(f"{recorder.out} holds no sweep to judge again")
+        write(recorder, releases)
+        return
+    children, pinned = [], False
+    for wanted in args.releases.split(","):
+        if wanted == "pinned":
+            pinned = True
+        elif wanted == "newest":
+            if installed_version() is None:
+                raise SystemExit(f"{NEWEST_DIRECTORY} holds no transformers: run scripts/setup.sh")
+            children.append(start_child(str(NEWEST_DIRECTORY), args.types, args.seconds))
+        elif installed_version(Path(wanted)) is not None:
+            children.append(start_child(str(Path(wanted).resolve()), args.types, args.seconds))
+        else:
+            raise SystemExit(f"--releases: {wanted!r} is not pinned, newest or a folder holding a transformers release")
+    releases = [sweep(args.types, args.seconds)] if pinned else []
+    releases += [child_result(*child) for child in children]
     for release in releases:
         release["summary"] = summarise(release)
     if args.add:
-        releases = with_earlier_releases(releases, recorder.out)
-    path = recorder.write(releases=releases)
+        releases = (with_types_swept_again(releases, recorder.out) if args.types
+                    else with_earlier_releases(releases, recorder.out))
+    write(recorder, releases)
+
+
+def write(recorder: Recorder, releases: list[dict]) -> None:
+    """The result: ``releases``, every verdict judged by today's definition (which it records) and the verdicts
+    that changed so."""
+    from tests.support.family_exactness import FAMILY_EXACT
+
+    changed = rejudge(releases)
+    for change in changed:
+        print(f"{change['transformers']} {change['model_type']}: {change['was']} -> {change['now']} "
+              "(judged again from its recorded figures)", file=sys.stderr)
+    path = recorder.write(releases=releases, definition=record(FAMILY_EXACT), rejudged=changed)
     print(f"wrote {path}")
 
 
@@ -175,7 +262,7 @@ SWEEP_GOALS = (Goal("of the 57 model types of issue 27 exact with the newest tra
                                                                                         "issue_27"), digits=0),
                Goal("of the batch of 32 drawn at random exact with the newest transformers allowed", 24, "", False,
                     "family_sweep", "exact with the newest release", lambda r: _exact(_sweep_release(r, True),
-                                                                                        "held_out"), digits=0))
+                                                                                        "random_batch"), digits=0))
 
 @figure("family-sweep")
 def family_sweep(results: Results) -> str:
@@ -184,18 +271,16 @@ def family_sweep(results: Results) -> str:
 
     def outcome(release: dict) -> str:
         counts = release["summary"]["all"]
-        failures = release["summary"]["failures"]
+        failures, unshown = release["summary"]["failures"], release["summary"]["not_shown_exact"]
         return (f"transformers {release['transformers']}: {counts['tried']} types, {counts.get('exact', 0)} exact, "
                 f"{counts.get('refused', 0)} refused in one line, {counts.get('config cannot be built', 0)} whose tiny "
-                f"configuration cannot be built; " + (f"**failures: {', '.join(failures)}**" if failures
-                                                       else "no traceback, time-out or wrong result"))
+                f"configuration cannot be built"
+                + (f", {len(unshown)} **not shown exact** ({', '.join(unshown)})" if unshown else "") + "; "
+                + (f"**failures: {', '.join(failures)}**" if failures else "no traceback, time-out or wrong result"))
 
     releases = result["releases"]
     pinned, newest = _sweep_release(result, False), _sweep_release(result, True)
     issue, held = SWEEP_GOALS
-    exact = [row for release in releases for row in release["rows"] if row["status"] == "exact"]
-    worst = max(exact, key=lambda row: row["max_error"])
-    typical = sorted(row["max_error"] for row in exact)[len(exact) // 2]
     steps = []
     for before, after in zip(releases, releases[1:]):
         changed = changes(before, after)
@@ -206,19 +291,48 @@ def family_sweep(results: Results) -> str:
             f"issue 27: {_exact(pinned, 'issue_27'):.0f} exact with {pinned['transformers']}, "
             f"{_exact(newest, 'issue_27'):.0f} with {newest['transformers']} (goal {verdict(issue, results)}). The "
             f"batch of 32 drawn at random (no longer held out: its configurations were fixed type by type): "
-            f"{_exact(pinned, 'held_out'):.0f} exact with {pinned['transformers']}, "
-            f"{_exact(newest, 'held_out'):.0f} with {newest['transformers']} (goal {verdict(held, results)}). "
-            f"Largest difference from the model's own attention over every exact run: {worst['max_error']:.1e} "
-            f"({worst['model_type']}), median {typical:.1e}. ({source(results, 'family_sweep')}"
-            f"{_swept_dates(releases)}.)\n")
+            f"{_exact(pinned, 'random_batch'):.0f} exact with {pinned['transformers']}, "
+            f"{_exact(newest, 'random_batch'):.0f} with {newest['transformers']} (goal {verdict(held, results)}). "
+            f"{_exactness(result)} ({source(results, 'family_sweep')}{_swept_dates(releases)}.)\n")
+
+
+def _exactness(result: dict) -> str:
+    """What "exact" meant for the file's verdicts (the definition it records), and how close its exact runs came
+    to its bounds: the largest error of the types held to the common bound, each own-bound type's, the smallest
+    departure from uniform."""
+    error, departure = result["definition"]["bounds"]
+    own = error.get("own", {})
+    exact = [row for release in result["releases"] for row in release["rows"] if row["status"] == "exact"]
+    common = [row for row in exact if row["model_type"] not in own]
+    worst = max(common, key=lambda row: row["max_error"])
+    typical = sorted(row["max_error"] for row in common)[len(common) // 2]
+    flattest = min(exact, key=lambda row: row["departure_from_uniform"])
+    owns = "; ".join(f"{name} is held to {bound['bound']:.0e} ({bound['reason']}) and differs by "
+                     f"{max(row['max_error'] for row in exact if row['model_type'] == name):.1e}"
+                     for name, bound in own.items() if any(row["model_type"] == name for row in exact))
+    return (f"Every verdict is judged by the definition the result records: exact within {error['most']:.0e} of the "
+            f"model's own eager attention and at least {departure['least']} from uniform. Largest difference over "
+            f"every exact run: {worst['max_error']:.1e} ({worst['model_type']}), median {typical:.1e}"
+            + (f"; {owns}" if owns else "") + f". Smallest departure from uniform of an exact run: "
+            f"{flattest['departure_from_uniform']:.2f} ({flattest['model_type']}).")
 
 
 def _swept_dates(releases: list[dict]) -> str:
-    """Each release's own sweep date where the releases were swept at different times (``--add``)."""
+    """Each release's own sweep date where the releases were swept at different times (``--add``), and the types
+    swept again since (``--add --types``), with their date."""
     dates = [(release["transformers"], release.get("swept_at", {}).get("date", "")[:10]) for release in releases]
-    if len({date for _, date in dates if date}) <= 1:
-        return ""
-    return "; swept " + ", ".join(f"{version} on {date}" for version, date in dates if date)
+    text = ("; swept " + ", ".join(f"{version} on {date}" for version, date in dates if date)
+            if len({date for _, date in dates if date}) > 1 else "")
+    again: dict[str, dict[str, list[str]]] = {}
+    for release in releases:
+        for row in release["rows"]:
+            if "swept_at" in row:
+                again.setdefault(row["swept_at"]["date"][:10], {}).setdefault(row["model_type"], []).append(
+                    release["transformers"])
+    for date, types in sorted(again.items()):
+        text += "; swept again on " + date + ": " + ", ".join(f"{name} ({', '.join(versions)})"
+                                                               for name, versions in sorted(types.items()))
+    return text
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The declared range is the tested range: every family of qkviz's table, the failure boundary and the held-out
+"""The declared range is the tested range: every family of qkviz's table, the failure boundary and the random
 batch of model types, run again with the newest transformers release ``pyproject.toml`` allows (installed beside
 the pinned one by ``scripts/newest_transformers.py``, which ``scripts/setup.sh`` runs), in a child pytest.
 

@@ -40,7 +40,8 @@ NOT_MEASURED: dict[str, tuple[str, ...]] = {
     "docs/dask.md": ("within 10 s", "90 s by default"),
     "docs/deploy.md": ("over 2 MB",),
     # the tolerances the tests and the gate assert (settings, not measurements)
-    "docs/families.md": ("to 1e-5 in float32", "must match the model's to 2e-3", "(3e-2 in float16, 0.3 in bfloat16)"),
+    "docs/families.md": ("to 1e-5 in float32", "at least 0.05 from uniform", "must match the model's to 2e-3",
+                         "(3e-2 in float16, 0.3 in bfloat16)"),
     "docs/images.md": ("2 layers × 4 heads, 224 × 224 pixels", "2 × 2 grid", "8 × 8 pixels"),
     "docs/index.md": ("within 1e-5 in float32: the tests assert",),
     "docs/methods.md": ("at 5× the mean", "32 × 32-head", "−0.938 for BERT and −0.792",
