@@ -150,6 +150,19 @@ class Run(StoredRun):
 
         return explain_pair(self, layer, head, query, key, by, model=model, device=device)
 
+    def direct_effects(self, query: int, target=None, *, model=None, device: str = "cpu",
+                       tokenizer=None) -> pd.DataFrame:
+        """What the model writes at token ``query``: the logit of ``target`` (the query's next token when None, a
+        token id, or a string that is exactly one token of the vocabulary) split exactly by the parts of the final
+        residual stream -- embeddings, each head ``L{l}H{h}``, each MLP, the biases -- each through the final norm
+        with its divisor fixed and then the unembedding (:mod:`qkviz.explain.direct_effects`). Columns ``part`` and
+        ``contribution``; the rows add up to ``frame.attrs["logit"]``, the model's own logit (before the cap where
+        the model caps its final logits; ``attrs["capped_logit"]`` after it). An encoder, or a model without its
+        language-model head, is refused in one line. The run's model is loaded with its head on first use."""
+        from qkviz.explain import direct_effects
+
+        return direct_effects(self, query, target, model=model, device=device, tokenizer=tokenizer)
+
     def ablate(self, layer: int, head: int, mode: str = "zero", *, model=None, device: str = "cpu",
                sentences=None, progress: bool = False) -> pd.DataFrame:
         """Whether head ``(layer, head)`` matters: the run's model over the run's own sequences, clean and with the

@@ -5,15 +5,17 @@ each earlier MLP, the biases -- each carried through every norm with its divisor
 (:mod:`qkviz.extraction.residual`). :func:`explain_pair` splits one logit (by query part x key part, by one
 side, or by dimension / rotary band); :func:`head_circuit` finds, over a sample of the run, which parts drive a
 head's attention to its partners (:mod:`.head_circuit`), and :func:`compute_circuits` keeps every head's circuit
-with the run. The model is the run's own, loaded on demand once per process by :mod:`qkviz.probes`, which also
+with the run. :func:`direct_effects` splits what the whole model writes at a token, a target token's logit, by the
+same parts of the final residual stream. The model is the run's own, loaded on demand once per process by :mod:`qkviz.probes`, which also
 reruns it for the probes and ablation.
 """
 
+from qkviz.explain.direct_effects import DIRECT_EFFECT_COLUMNS, direct_effects
 from qkviz.explain.head_circuit import (CHUNK_TOKENS, HeadCircuit, explain_selection, head_circuit, head_circuits, part_kind,
                                         sample_sequences)
 from qkviz.explain.pair_logit import explain_pair, explain_pair_splits
 from qkviz.explain.stored_circuits import compute_circuits, composition_edges, load_circuits
 
-__all__ = ["CHUNK_TOKENS", "HeadCircuit", "compute_circuits", "composition_edges", "explain_pair",
-           "explain_pair_splits", "explain_selection", "head_circuit", "head_circuits", "load_circuits", "part_kind",
-           "sample_sequences"]
+__all__ = ["CHUNK_TOKENS", "DIRECT_EFFECT_COLUMNS", "HeadCircuit", "compute_circuits", "composition_edges",
+           "direct_effects", "explain_pair", "explain_pair_splits", "explain_selection", "head_circuit", "head_circuits",
+           "load_circuits", "part_kind", "sample_sequences"]

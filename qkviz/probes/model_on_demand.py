@@ -142,3 +142,27 @@ def sequence_ids(run: StoredRun, sentence: int, up_to: int | None = None) -> np.
     rows = run.sentence_tokens(sentence)
     ids = run.tokens.token_id.to_numpy()[rows]
     return ids[:up_to + 1] if up_to is not None and run.is_causal else ids
+
+
+def run_tokenizer(run: StoredRun, tokenizer=None):
+    """The run's tokenizer: ``tokenizer`` if given, else the one saved with the model the manifest names, loaded once
+    per process (a run of a model in memory is refused in one line: pass ``tokenizer=``)."""
+    if tokenizer is not None:
+        return tokenizer
+    try:
+        spec = _loadable_spec(run)
+    except QkvizError as error:
+        raise QkvizError(f"{error} (or tokenizer=)") from None
+    key = (spec, "tokenizer")
+    if key not in _LOADED:
+        from transformers import AutoTokenizer
+
+        from qkviz.extraction.models import model_directory
+
+        directory, _source = model_directory(spec)
+        try:
+            _LOADED[key] = AutoTokenizer.from_pretrained(directory)
+        except (OSError, ValueError) as error:
+            raise QkvizError(f"run {run.path}: the tokenizer of {spec!r} cannot be loaded ({error}); pass it as "
+                             "tokenizer=") from None
+    return _LOADED[key]

@@ -13,7 +13,7 @@ import logging
 
 from qkviz.core.errors import QkvizError
 from qkviz.core.option_names import option
-from qkviz.extraction.models.loading import model_directory
+from qkviz.extraction.models.loading import model_directory, with_attention_implementation
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +38,9 @@ def load_language_model(spec: str, device: str = "cpu"):
         logger.info("%s (%s) has no causal language-model class in transformers", spec, config.model_type)
         return None
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(directory, config=config, dtype=torch.float32,
-                                                           attn_implementation="sdpa", output_loading_info=True)
+        model, info = with_attention_implementation(AutoModelForCausalLM.from_pretrained,
+                                                    pretrained_model_name_or_path=directory, config=config,
+                                                    dtype=torch.float32, output_loading_info=True)
     except (OSError, ValueError) as error:
         raise QkvizError(f"model {spec!r} cannot be loaded as a language model ({error})") from None
     if info.get("missing_keys"):

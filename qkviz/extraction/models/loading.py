@@ -161,12 +161,24 @@ def load_model(spec: str, device: str = "cpu", progress: bool = False, modality:
     return LoadedModel(model=model.to(device).eval(), tokenizer=tokenizer, model_id=spec, source=source)
 
 
+def with_attention_implementation(load, **kwargs):
+    """``load(**kwargs, attn_implementation="sdpa")``, or with ``"eager"`` for a family transformers gives no SDPA
+    attention (Gemma 2 with its logit soft cap): qkviz reads queries and keys at the attention interface either way."""
+    try:
+        return load(**kwargs, attn_implementation="sdpa")
+    except ValueError as error:
+        if "does not support an attention implementation" not in str(error):
+            raise
+        return load(**kwargs, attn_implementation="eager")
+
+
 def _read_weights(spec: str, directory, config):
     import torch
     from transformers import AutoModel
 
     try:
-        return AutoModel.from_pretrained(directory, config=config, dtype=torch.float32, attn_implementation="sdpa")
+        return with_attention_implementation(AutoModel.from_pretrained, pretrained_model_name_or_path=directory,
+                                             config=config, dtype=torch.float32)
     except (OSError, ValueError) as error:
         raise QkvizError(_unreachable_message(spec, error)) from None
     except Exception as error:  # noqa: BLE001 -- truncated safetensors, a pickle that is not plain tensors, ...

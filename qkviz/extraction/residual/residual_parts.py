@@ -190,9 +190,9 @@ class ResidualTrace(ResidualStream):
 _ADAPTERS: dict[int, tuple] = {}
 
 
-def _traced(model: torch.nn.Module, token_ids, tokens, up_to_layer: int):
-    """A :class:`ResidualTrace` of one sequence, its family found from the model; any failure of the model's own
-    code in a pass is one line (:class:`AttributionRefused`)."""
+def traced(model: torch.nn.Module, token_ids, tokens, up_to_layer: int | None, trace=None):
+    """A :class:`ResidualTrace` (or the ``trace`` class given) of one sequence, its family found from the model; any
+    failure of the model's own code in a pass is one line (:class:`AttributionRefused`)."""
     from qkviz.extraction.adapters import model_adapter
     from qkviz.extraction.models.model_boundary import failure_detail
 
@@ -204,7 +204,7 @@ def _traced(model: torch.nn.Module, token_ids, tokens, up_to_layer: int):
     device = next(model.parameters()).device
     input_ids = torch.as_tensor(np.array(token_ids, dtype=np.int64), device=device)[None]
     try:
-        return ResidualTrace(model, adapter, shape, input_ids, tokens, up_to_layer=up_to_layer)
+        return (trace or ResidualTrace)(model, adapter, shape, input_ids, tokens, up_to_layer=up_to_layer)
     except QkvizError:
         raise
     except Exception as error:  # noqa: BLE001 -- the boundary around the model's own code
@@ -223,7 +223,7 @@ def layer_query_key_parts(model: torch.nn.Module, token_ids, tokens, layers):
     from qkviz.extraction.models.model_boundary import failure_detail
 
     layers = sorted(set(int(layer) for layer in layers))
-    trace = _traced(model, token_ids, tokens, layers[-1])
+    trace = traced(model, token_ids, tokens, layers[-1])
     wanted = set(layers)
     try:
         for layer, stream in trace.layer_streams():
@@ -244,7 +244,7 @@ def layer_weighted_sums(model: torch.nn.Module, token_ids, tokens, weights: dict
     from qkviz.extraction.models.model_boundary import failure_detail
 
     layers = sorted({layer for layer, _ in weights})
-    trace = _traced(model, token_ids, tokens, layers[-1])
+    trace = traced(model, token_ids, tokens, layers[-1])
     try:
         for layer, stream in trace.layer_streams():
             heads = {head: weights[(layer, head)] for (l_, head) in weights if l_ == layer}

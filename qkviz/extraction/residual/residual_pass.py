@@ -103,8 +103,7 @@ class ResidualPass:
                                      "heads' outputs cannot be split")
         for index in range(self.last_layer + 1):
             hooks.extend(self._layer_hooks(index, attention_modules[index], projections[index], width, started))
-        # nothing past the last traced layer's attention is read: the pass stops there
-        hooks.append(attention_modules[self.last_layer].register_forward_hook(_stop_pass))
+        hooks.extend(self._end_hooks(attention_modules, started))
         recorder = AttentionRecorder(LayerCalls(attention_modules), self._keep_query_key)
         try:
             # no_grad, not inference_mode: what the pass keeps (rotary tables, masks) may enter a backward pass
@@ -115,6 +114,10 @@ class ResidualPass:
         finally:
             for hook in hooks:
                 hook.remove()
+
+    def _end_hooks(self, attention_modules: list, _started: list) -> list:
+        """Where the pass ends: nothing past the last traced layer's attention is read, so it stops there."""
+        return [attention_modules[self.last_layer].register_forward_hook(_stop_pass)]
 
     def _outside_hooks(self, width: int, started: list) -> list:
         """Hooks on the modules outside the layers, before the first layer starts: each embedding's output (of the
