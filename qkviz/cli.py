@@ -253,8 +253,8 @@ def models_listing() -> str:
     the image families."""
     import importlib.util
 
-    from qkviz.extraction import ADAPTERS, BUNDLED_MODELS
-    from qkviz.extraction.adapters.model_families import MODEL_FAMILIES, attribution_status, counts
+    from qkviz.extraction import BUNDLED_MODELS
+    from qkviz.extraction.families import DECLARED_ADAPTERS, MODEL_FAMILIES, attribution_status, counts
 
     lines = ["Bundled models (--model NAME):"]
     for model in BUNDLED_MODELS.values():
@@ -273,7 +273,7 @@ def models_listing() -> str:
         explained = f" [qkviz explain: {attribution_status(family.model_type)}]" if family.status == "exact" else ""
         lines.append(f"  {family.model_type:<{width}} {family.status:<7} {family.note}{explained}".rstrip())
     lines.append("Image families (--images; a whole CLIP / SigLIP checkpoint: its vision tower):")
-    images = [adapter for adapter in ADAPTERS if adapter.modality == "image"]
+    images = [adapter for adapter in DECLARED_ADAPTERS if adapter.modality == "image"]
     family_width = max(len(adapter.family) for adapter in images)
     for adapter in images:
         lines.append(f"  {adapter.family:<{family_width}} model_type {', '.join(adapter.model_types)}: "

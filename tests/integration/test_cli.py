@@ -8,7 +8,7 @@ import transformers
 from support.cli import run_main, run_process
 
 from qkviz import QkvizError
-from qkviz.extraction.adapters.model_families import MODEL_FAMILIES
+from qkviz.extraction.families import MODEL_FAMILIES
 from qkviz.store import files as run_files
 
 

@@ -16,7 +16,7 @@ from support.tiny_models import decoder_tokenizer
 
 import qkviz
 from qkviz.core.errors import QkvizError
-from qkviz.extraction.adapters.model_families import EXACT, MODEL_FAMILIES, REFUSED, counts
+from qkviz.extraction.families import EXACT, MODEL_FAMILIES, REFUSED, counts
 
 TOLERANCE = 1e-5
 SENTENCES = [line for line in CORPUS.read_text(encoding="utf-8").splitlines() if line][:6]
@@ -247,7 +247,7 @@ def test_falcon_with_alibi_is_refused_while_its_attention_differs_and_exact_wher
     import transformers
     from packaging.version import Version
 
-    from qkviz.extraction.adapters.model_families import FALCON_ALIBI, FALCON_ALIBI_EXACT_FROM
+    from qkviz.extraction.families.decoders import FALCON_ALIBI, FALCON_ALIBI_EXACT_FROM
 
     model, eager_from_sdpa = falcon_alibi()
     if Version(transformers.__version__) < Version(FALCON_ALIBI_EXACT_FROM):
@@ -268,7 +268,7 @@ def test_falcon_alibi_rounded_to_bfloat16_is_refused_in_one_line(tokenizer, tmp_
     """Falcon multiplies slope by position in bfloat16: with 12 heads, four slopes are not powers of two, and its
     bias departs from a slope per head within the gate's 40 tokens. Refused in one line saying by how much; nothing
     written (before 5.25, refused for the release)."""
-    from qkviz.extraction.adapters.model_families import FALCON_ALIBI
+    from qkviz.extraction.families.decoders import FALCON_ALIBI
 
     model, _ = falcon_alibi(heads=12)
     with pytest.raises(QkvizError) as refusal:
@@ -295,7 +295,7 @@ def test_a_model_whose_attention_cannot_be_switched_is_one_line(tokenizer, tmp_p
 def test_the_docs_table_is_the_families_table():
     from support import REPO
 
-    from qkviz.extraction.adapters.model_families import families_markdown
+    from qkviz.extraction.families import families_markdown
 
     assert families_markdown() in (REPO / "docs" / "families.md").read_text(encoding="utf-8")
 
@@ -335,7 +335,7 @@ def test_a_declared_own_code_capture_that_sees_no_product_is_one_line(tokenizer,
     from dataclasses import replace
 
     from qkviz.extraction.capture import own_code_capture
-    from qkviz.extraction.adapters.model_families import OWN_CODE
+    from qkviz.extraction.adapters.discovery import OWN_CODE
 
     key = "modeling_falcon.FalconAttention"
     monkeypatch.setitem(own_code_capture.OWN_CODE_CAPTURES, key,

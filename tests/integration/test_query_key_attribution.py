@@ -23,7 +23,7 @@ from qkviz.probes.model_on_demand import sequence_ids
 from qkviz.extraction.residual import AttributionRefused
 from qkviz.extraction.adapters import model_adapter
 from qkviz.extraction.capture.recorder import AttentionRecorder, LayerCalls, capturing
-from qkviz.extraction.adapters.model_families import ATTRIBUTION_REFUSED, EXACT, MODEL_FAMILIES
+from qkviz.extraction.families import ATTRIBUTION_REFUSED, EXACT, MODEL_FAMILIES
 from qkviz.extraction.residual.residual_parts import ResidualTrace
 from support import CORPUS
 from support.cli import one_line_error, run_main

@@ -3,25 +3,21 @@
 Most text families need nothing of their own: :func:`model_adapter` finds the attention modules and their
 layers from the model itself (:mod:`qkviz.extraction.adapters.discovery`). Declared adapters remain where a
 family needs what structure cannot tell: BERT-layout encoders (the output projection outside the attention
-module, the embedding parts), DistilBERT, GPT-2 (one fused ``Conv1D`` projection) and the image encoders.
-Families that add a term q.k cannot express are refused by name (:mod:`qkviz.extraction.adapters.refusals`);
-every other one passes the exactness gate before a run is written.
+module, the embedding parts), DistilBERT, GPT-2 (one fused ``Conv1D`` projection) and the image encoders; each is
+part of its family's declaration (:mod:`qkviz.extraction.families`), as is a refusal by name of a family that adds
+a term q.k cannot express. Every other family passes the exactness gate before a run is written.
 """
 
 from __future__ import annotations
 
-from qkviz.extraction.adapters.base import FamilyAdapter, ModelShape
-from qkviz.extraction.adapters.bert import BERT, ROBERTA
-from qkviz.extraction.adapters.discovery import discover_adapter
-from qkviz.extraction.adapters.distilbert import DISTILBERT
-from qkviz.extraction.adapters.gpt2 import GPT2
-from qkviz.extraction.adapters.model_families import EXACT, MODEL_FAMILIES, REFUSED, attribution_status, counts
-from qkviz.extraction.adapters.refusals import refusal_reason
-from qkviz.extraction.adapters.vision import VISION_ADAPTERS, tower_config, vision_tower
 from qkviz.core.errors import QkvizError
+from qkviz.extraction.adapters.discovery import discover_adapter
+from qkviz.extraction.adapters.vision_tower import tower_config, vision_tower
+from qkviz.extraction.families import (DECLARED_ADAPTERS, EXACT, MODEL_FAMILIES, REFUSED, FamilyAdapter, ModelShape,
+                                       attribution_status, counts, refusal_reason)
 
 #: families declared because structure alone cannot tell all qkviz needs of them
-ADAPTERS: tuple[FamilyAdapter, ...] = (BERT, ROBERTA, DISTILBERT, GPT2, *VISION_ADAPTERS)
+ADAPTERS: tuple[FamilyAdapter, ...] = DECLARED_ADAPTERS
 
 _BY_MODEL_TYPE = {model_type: adapter for adapter in ADAPTERS for model_type in adapter.model_types}
 _BY_ARCHITECTURE = {arch: adapter for adapter in ADAPTERS for arch in adapter.architectures}

@@ -25,10 +25,18 @@ from dataclasses import dataclass, field
 import torch
 
 from qkviz.core.errors import QkvizError
-from qkviz.extraction.adapters.base import FamilyAdapter, ModelShape, _base_model, _follow
 from qkviz.extraction.capture.recorder import capturing
 from qkviz.extraction.capture.forward_pass import forward
-from qkviz.extraction.adapters.model_families import NO_ATTENTION, OTHER_INPUTS, OWN_CODE, SEVERAL_PER_LAYER
+from qkviz.extraction.families.adapter import FamilyAdapter, ModelShape, _base_model, _follow
+
+#: the refusal of a family whose attention does not go through transformers' attention interface
+OWN_CODE = "no layer calls transformers' attention interface (its attention is computed by its own code)"
+#: the refusal of a model with no attention at all
+NO_ATTENTION = "no attention layer at all (a state-space or recurrent model)"
+#: the refusal of a family whose attention module computes several attentions each time it runs
+SEVERAL_PER_LAYER = "one attention module calls attention several times each time it runs (several attentions per layer)"
+#: the refusal of a model whose forward pass reads something else than token ids (Whisper's speech encoder-decoder)
+OTHER_INPUTS = "reads {reads}, not the token ids qkviz passes"
 
 #: a layer's attention output projection, by the names families give it (inside the attention module)
 OUTPUT_PROJECTION_NAMES = ("o_proj", "out_proj", "dense", "c_proj", "wo", "Wo", "out_lin", "o")

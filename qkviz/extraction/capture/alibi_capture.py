@@ -1,22 +1,18 @@
-"""ALiBi families: what qkviz captures where their attention is computed and the slopes it stores.
+"""ALiBi through the attention mask: the slopes a family adds to the mask it passes the attention interface.
 
 ALiBi (Press et al., 2022) adds ``slope_h * (j - i)`` to head ``h``'s logit from query ``i`` to key ``j``, a bias
 ``q . k`` cannot express, so the run stores each head's slope (``attention.alibi_slopes``) and every recomputation
-adds it back (:class:`qkviz.core.logit_rule.LogitRule`). The models add ``slope_h * j`` (BLOOM, positions counted
-from a sequence's first real token) or ``slope_h * (j - n + 1)`` (MPT): a constant per query away from
-``slope_h * (j - i)``, the same probabilities. Both add it after the ``1 / sqrt(d_head)`` scale.
+adds it back (:class:`qkviz.core.logit_rule.LogitRule`). BLOOM and MPT compute attention in code of their own, where
+their declarations capture queries, keys and slopes together (:mod:`qkviz.extraction.families.decoders`).
 
-The slopes come from the family's own function for them, called on two positions (so a release that changes them
-changes what is stored), and the queries and keys from the method that splits them off the fused projection, as
-they enter ``q . k``; the exactness gate then checks both against the model's own attention.
-
-Falcon with ``alibi=True`` calls transformers' attention interface from release 5.25 on (:func:`mask_alibi_slopes`):
-its model adds ``slope_h * j / sqrt(d_head)`` to the mask it passes every layer, so the queries and keys are the
-interface's, and only the slopes are read here. Falcon computes ``slope_h * j`` in bfloat16: where that product
-needs more than bfloat16's 8 significant bits (a slope that is not a power of two, or a position past 256) the
-model's bias is no longer a slope per head times the distance, and the model is refused in one line that says by
-how much, at the length where it happens (:class:`RoundedAlibi`). A Falcon with 2, 4, 8, ... heads has power-of-two
-slopes and is exact up to 256 tokens a sequence; Falcon-RW's 32 heads have slopes ``2^(-k/4)``, most of them not.
+Falcon with ``alibi=True`` calls transformers' attention interface from release 5.25 on (:func:`mask_alibi_slopes`;
+its declaration names its attention class, :class:`qkviz.extraction.families.AlibiInMask`): its model adds
+``slope_h * j / sqrt(d_head)`` to the mask it passes every layer, so the queries and keys are the interface's, and
+only the slopes are read here. Falcon computes ``slope_h * j`` in bfloat16: where that product needs more than
+bfloat16's 8 significant bits (a slope that is not a power of two, or a position past 256) the model's bias is no
+longer a slope per head times the distance, and the model is refused in one line that says by how much, at the
+length where it happens (:class:`RoundedAlibi`). A Falcon with 2, 4, 8, ... heads has power-of-two slopes and is
+exact up to 256 tokens a sequence; Falcon-RW's 32 heads have slopes ``2^(-k/4)``, most of them not.
 """
 
 from __future__ import annotations
@@ -28,52 +24,16 @@ import sys
 import torch
 
 from qkviz.core.errors import QkvizError
+from qkviz.extraction.families import AlibiInMask, declared_captures
 
+#: the attention classes whose model passes its ALiBi bias in the attention mask (their families' declarations)
+MASK_ALIBI_CLASSES = frozenset(declared_captures(AlibiInMask))
 #: how far (in logits, relative to the largest bias) a model's ALiBi bias may be from ``slope * position``
 ALIBI_LINEAR_TOLERANCE = 1e-6
 
 
 class RoundedAlibi(QkvizError):
     """A model's ALiBi bias is not a slope per head times the position (Falcon's bfloat16 product)."""
-
-
-def bloom_slopes(module: torch.nn.Module) -> torch.Tensor:
-    """``[head]`` float32: the slopes BLOOM's attention ``module`` is given, from its own ``build_alibi_tensor``
-    over two positions (``slope * [0, 1]``)."""
-    family = sys.modules[type(module).__module__]
-    alibi = family.build_alibi_tensor(torch.ones(1, 2), module.num_heads, torch.float32)    # [head, 1, 2]
-    return alibi[:, 0, 1] - alibi[:, 0, 0]
-
-
-def bloom_settings(module: torch.nn.Module) -> dict:
-    """What BLOOM's attention applies beyond ``q . k`` (``alibi.baddbmm(q, k, beta=1, alpha=1 / sqrt(d_head))``):
-    the scale, the causal mask and its ALiBi slopes."""
-    if float(getattr(module, "beta", 1.0)) != 1.0:
-        raise RuntimeError(f"BLOOM attention with beta={module.beta} scales its ALiBi bias, which qkviz does not store")
-    return {"scaling": float(module.inv_norm_factor), "is_causal": True, "alibi_slopes": bloom_slopes(module)}
-
-
-def mpt_slopes(module: torch.nn.Module) -> torch.Tensor:
-    """``[head]`` float32: the slopes MPT's attention ``module`` is given, from its own ``build_mpt_alibi_tensor``
-    over two positions (``slope * [-1, 0]``) with the arguments ``MptModel`` passes (the default bias maximum)."""
-    family = sys.modules[type(module).__module__]
-    alibi = family.build_mpt_alibi_tensor(module.n_heads, 2)                                 # [head, 1, 2]
-    return (alibi[:, 0, 1] - alibi[:, 0, 0]).float()
-
-
-def mpt_settings(module: torch.nn.Module) -> dict:
-    """What MPT's attention applies beyond ``q . k``: its ``softmax_scale``, the causal mask and its ALiBi slopes."""
-    return {"scaling": float(module.softmax_scale), "is_causal": True, "alibi_slopes": mpt_slopes(module)}
-
-
-def mpt_split(module: torch.nn.Module, fused: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """MPT's queries, keys and values ``[batch, head, pos, d_head]`` from the output of its fused projection
-    ``Wqkv``, as its attention's forward makes them (clipped to ``clip_qkv``, split in three, one head each)."""
-    if module.clip_qkv:
-        fused = fused.clamp(min=-module.clip_qkv, max=module.clip_qkv)
-    batch, length = fused.shape[:2]
-    return tuple(part.reshape(batch, length, module.n_heads, module.head_dim).transpose(1, 2)
-                 for part in fused.chunk(3, dim=2))
 
 
 def mask_alibi_slopes(module: torch.nn.Module, n_keys: int = 2) -> torch.Tensor | None:
@@ -83,7 +43,7 @@ def mask_alibi_slopes(module: torch.nn.Module, n_keys: int = 2) -> torch.Tensor 
     them; over the ``n_keys`` positions of this call its bias must be ``slope * position``, else
     :class:`RoundedAlibi` says by how much it is not. Worked out once per shape (every layer of every batch asks)."""
     config = getattr(module, "config", None)
-    if type(module).__name__ != "FalconAttention" or not getattr(config, "alibi", False):
+    if type(module).__name__ not in MASK_ALIBI_CLASSES or not getattr(config, "alibi", False):
         return None
     slopes = _linear_alibi_slopes(type(module).__module__, module.num_heads, max(int(n_keys), 2),
                                   config.hidden_size // module.num_heads)

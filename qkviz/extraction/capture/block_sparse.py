@@ -11,7 +11,8 @@ throughout, exactly: a longer document is refused in one line with its count bef
 splits it into windows that fit, ``--max-length`` truncates it). qkviz makes the switch the model's own code would
 make on the first batch before its first pass (:func:`attending_in_full`), so that the attention modules it watches
 are the full-attention ones, and refuses in one line any pass longer than the span, so that block-sparse attention
-never runs unseen.
+never runs unseen. What the configuration says (whether it is block-sparse, and the span) is read by
+:func:`qkviz.extraction.families.full_attention_span`, which the adapters' length limit reads too.
 """
 
 from __future__ import annotations
@@ -24,25 +25,11 @@ import torch
 
 from qkviz.core.errors import QkvizError
 from qkviz.core.option_names import option
+from qkviz.extraction.families import BLOCK_SPARSE, full_attention_span, span_name
 
 logger = logging.getLogger(__name__)
 
-BLOCK_SPARSE = "block_sparse"
 FULL = "original_full"
-
-
-def full_attention_span(config) -> int | None:
-    """The longest sequence a block-sparse BigBird attends to in full, or None where the configuration is not
-    block-sparse."""
-    if getattr(config, "attention_type", None) != BLOCK_SPARSE:
-        return None
-    return (5 + 2 * int(config.num_random_blocks)) * int(config.block_size)
-
-
-def span_name(config) -> str:
-    """How a refusal names the limit :func:`full_attention_span` sets."""
-    return (f"the {full_attention_span(config):,} tokens within which BigBird's own code replaces its block-sparse "
-            "attention (a mask qkviz does not store) by full attention")
 
 
 def _block_sparse_model(model: torch.nn.Module) -> torch.nn.Module | None:

@@ -10,7 +10,8 @@ and, while each declared attention module runs, watches its tensor operations (a
 product whose result is ``[batch x heads, queries, keys]`` gives the queries and keys exactly as they enter the
 dot product (after every projection, bias and rotation), the next product of those probabilities gives the values.
 
-What the watch cannot see is declared per attention class in :data:`OWN_CODE_CAPTURES`: the head count, the scale
+What the watch cannot see is declared per attention class in the family's declaration (:data:`OWN_CODE_CAPTURES`,
+read from :mod:`qkviz.extraction.families`): the head count, the scale
 the family applies to ``q . k``, whether it applied it to the queries before the product (XGLM, XLM: stored queries
 are taken before the scale, as everywhere in qkviz), and whether the keys were broadcast to every query head
 (Falcon's new architecture: kept once per key-value head). A declared module whose code no longer computes the
@@ -24,11 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from qkviz.extraction.families import OwnCodeCapture, declared_captures
 
 #: ``record(module, query, key, value, scaling, kwargs)``, as :class:`qkviz.extraction.capture.recorder.AttentionRecorder`
 Record = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, float, dict], None]
@@ -41,76 +43,10 @@ _ADDED_PRODUCTS = {torch.baddbmm, torch.Tensor.baddbmm}
 _FUSED = {torch.nn.functional.scaled_dot_product_attention}
 
 
-@dataclass(frozen=True)
-class OwnCodeCapture:
-    """What qkviz needs to know about one attention class whose own code computes attention."""
-
-    #: query heads of the module (to unfold a ``[batch x head, pos, d]`` product)
-    heads: Callable[[torch.nn.Module], int]
-    #: the scale the family applies to ``q . k``
-    scaling: Callable[[torch.nn.Module], float]
-    #: whether a query sees only the keys before it, from the module and the model's configuration
-    causal: Callable[[torch.nn.Module, object], bool]
-    #: the queries enter the product already multiplied by the scale (divided out again: qkviz stores them unscaled)
-    query_scaled: bool = False
-    #: key-value heads where the family broadcasts every key to the query heads it serves before the product
-    key_heads: Callable[[torch.nn.Module], int] | None = None
-    #: the module's own code reads the positions beside a sentence, padding included (ConvBERT's span convolution,
-    #: which no mask reaches): a sentence's vectors are its own only where it passes alone (:func:`passes_alone`)
-    reads_padding: bool = False
-
-
-def _head_size_scale(attribute: str) -> Callable[[torch.nn.Module], float]:
-    return lambda module: 1.0 / math.sqrt(getattr(module, attribute))
-
-
-def _decoder(module: torch.nn.Module, config) -> bool:
-    return bool(getattr(module, "is_decoder", False))
-
-
-#: BERT's self-attention as the families written before the attention interface copy it: ``query`` / ``key`` /
-#: ``value`` projections, ``q . k / sqrt(attention_head_size)``, causal only as a decoder
-_BERT_LAYOUT = OwnCodeCapture(heads=lambda module: module.num_attention_heads,
-                              scaling=_head_size_scale("attention_head_size"), causal=_decoder)
-
-
-def _falcon_key_heads(module: torch.nn.Module) -> int:
-    return module.config.num_kv_heads if module.new_decoder_architecture else module.num_kv_heads
-
-
 #: ``"<module file>.<attention class>"`` -> what its own code does beyond the two products (declared exceptions to
-#: the attention interface; the method captures of :data:`qkviz.extraction.capture.recorder.METHOD_CAPTURES` are the other)
-OWN_CODE_CAPTURES: dict[str, OwnCodeCapture] = {
-    "modeling_falcon.FalconAttention": OwnCodeCapture(
-        heads=lambda module: module.num_heads, scaling=_head_size_scale("head_dim"),
-        causal=lambda module, config: True, key_heads=_falcon_key_heads),
-    "modeling_xglm.XGLMAttention": OwnCodeCapture(
-        heads=lambda module: module.num_heads, scaling=lambda module: float(module.scaling),
-        causal=lambda module, config: True, query_scaled=True),
-    "modeling_xlm.MultiHeadAttention": OwnCodeCapture(
-        heads=lambda module: module.n_heads, scaling=_head_size_scale("head_dim"),
-        causal=lambda module, config: bool(getattr(config, "causal", False)), query_scaled=True),
-    "modeling_flaubert.MultiHeadAttention": OwnCodeCapture(
-        heads=lambda module: module.n_heads, scaling=_head_size_scale("head_dim"),
-        causal=lambda module, config: bool(getattr(config, "causal", False)), query_scaled=True),
-    "modeling_openai.Attention": OwnCodeCapture(
-        heads=lambda module: module.n_head, scaling=lambda module: 1.0 / math.sqrt(module.split_size // module.n_head)
-        if module.scale else 1.0, causal=lambda module, config: True),
-    "modeling_gpt_neox_japanese.GPTNeoXJapaneseAttention": OwnCodeCapture(
-        heads=lambda module: module.num_attention_heads, scaling=lambda module: 1.0 / float(module.norm_factor),
-        causal=lambda module, config: True),
-    # GIT's text decoder: BERT's layout, causal over text (image tokens, which text extraction does not pass, aside)
-    "modeling_git.GitSelfAttention": replace(_BERT_LAYOUT, causal=lambda module, config: True),
-    "modeling_megatron_bert.MegatronBertSelfAttention": _BERT_LAYOUT,
-    "modeling_rembert.RemBertSelfAttention": _BERT_LAYOUT,
-    "modeling_roformer.RoFormerSelfAttention": _BERT_LAYOUT,
-    # q.k heads beside a span convolution over the unmasked hidden states (padding too): each sentence passes alone
-    "modeling_convbert.ConvBertSelfAttention": replace(_BERT_LAYOUT, reads_padding=True),
-    "modeling_big_bird.BigBirdSelfAttention": _BERT_LAYOUT,
-    "modeling_ibert.IBertSelfAttention": _BERT_LAYOUT,
-    "modeling_tapas.TapasSelfAttention": _BERT_LAYOUT,
-    "modeling_luke.LukeSelfAttention": _BERT_LAYOUT,
-}
+#: the attention interface, each in its family's declaration: :mod:`qkviz.extraction.families`; the method captures
+#: of :data:`qkviz.extraction.capture.recorder.METHOD_CAPTURES` are the other)
+OWN_CODE_CAPTURES: dict[str, OwnCodeCapture] = declared_captures(OwnCodeCapture)
 
 
 def declared_capture(module: torch.nn.Module) -> OwnCodeCapture | None:

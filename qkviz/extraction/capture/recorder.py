@@ -6,7 +6,8 @@ key states *after* bias, QK-norm and the rotary rotation and *before* the scale 
 implementation, :data:`CAPTURE_IMPLEMENTATION`, that hands those tensors to the active
 :class:`AttentionRecorder` and then runs PyTorch's scaled-dot-product attention, so capturing
 costs one extra copy and no fork of any model code. The few families that compute attention in a method of
-their own (:data:`METHOD_CAPTURES`) or in their attention module's own code
+their own (:data:`METHOD_CAPTURES`, read from the families' declarations: :mod:`qkviz.extraction.families`) or in
+their attention module's own code
 (:mod:`qkviz.extraction.capture.own_code_capture`) hand the same tensors to the same recorder. Which layer a call is comes
 from :class:`LayerCalls` (a shared layer, ALBERT's, is every layer in turn).
 """
@@ -25,9 +26,10 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from qkviz.core.errors import QkvizError
 from qkviz.core.logit_rule import LogitRule
-from qkviz.extraction.capture.alibi_capture import bloom_settings, mask_alibi_slopes, mpt_settings, mpt_split
+from qkviz.extraction.capture.alibi_capture import mask_alibi_slopes
 from qkviz.extraction.capture.block_sparse import attending_in_full
 from qkviz.extraction.capture.own_code_capture import capturing_own_code, own_code_modules
+from qkviz.extraction.families import MethodCapture, ProjectionCapture, declared_captures
 
 CAPTURE_IMPLEMENTATION = "qkviz_capture"
 #: what a family with its own attention code may run while captured: both reach the products qkviz watches
@@ -201,50 +203,11 @@ AttentionInterface.register(SKIP_IMPLEMENTATION, _skipped_attention)
 AttentionMaskInterface.register(SKIP_IMPLEMENTATION, sdpa_mask)
 
 
-@dataclass(frozen=True)
-class MethodCapture:
-    """A family that computes attention in a method of its own instead of calling the attention interface: the
-    method, which receives ``(query, key, value, attention_mask)`` after every rotation and before the scale (or,
-    with ``returns_qkv``, returns ``(query, key, value)``: it splits them off a fused projection), and what it
-    applies beyond ``q . k`` (``scaling``, ``is_causal``, ``sliding_window``, ``alibi_slopes``), read from the
-    module."""
-
-    method: str
-    settings: Callable[[torch.nn.Module], dict]
-    returns_qkv: bool = False
-
-
-#: attention class name -> where its queries and keys are captured (declared exceptions; every other family
-#: goes through the attention interface)
-METHOD_CAPTURES: dict[str, MethodCapture] = {
-    "GPTJAttention": MethodCapture("_attn", lambda m: {"scaling": 1 / float(m.scale_attn), "is_causal": True}),
-    "CodeGenAttention": MethodCapture("_attn", lambda m: {"scaling": 1 / float(m.scale_attn), "is_causal": True}),
-    # GPT-Neo does not scale its logits; its local layers see the last window_size positions
-    "GPTNeoSelfAttention": MethodCapture("_attn", lambda m: {
-        "scaling": 1.0, "is_causal": True,
-        "sliding_window": int(m.config.window_size) if m.attention_type == "local" else None}),
-    # BLOOM splits queries, keys and values off its fused projection in _reshape, and adds ALiBi to their logits
-    "BloomAttention": MethodCapture("_reshape", bloom_settings, returns_qkv=True),
-}
-
-
-@dataclass(frozen=True)
-class ProjectionCapture:
-    """A family whose attention's forward makes its queries and keys from one fused projection and computes
-    attention inline, with no method that receives or returns them: the projection (a child module), how the
-    forward splits its output into ``(query, key, value)`` ``[batch, head, pos, d_head]``, and what the attention
-    applies beyond ``q . k``, read from the module. The split repeats a few lines of the family's code; the
-    exactness gate checks it against the model's own attention."""
-
-    projection: str
-    split: Callable[[torch.nn.Module, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-    settings: Callable[[torch.nn.Module], dict]
-
-
+#: attention class name -> where its queries and keys are captured (declared exceptions, each in its family's
+#: declaration; every other family goes through the attention interface)
+METHOD_CAPTURES: dict[str, MethodCapture] = declared_captures(MethodCapture)
 #: attention class name -> the fused projection its queries and keys are split off (declared exceptions)
-PROJECTION_CAPTURES: dict[str, ProjectionCapture] = {
-    "MptAttention": ProjectionCapture("Wqkv", mpt_split, mpt_settings),
-}
+PROJECTION_CAPTURES: dict[str, ProjectionCapture] = declared_captures(ProjectionCapture)
 
 
 def _projection_hook(module: torch.nn.Module, declared: ProjectionCapture):

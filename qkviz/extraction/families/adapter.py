@@ -6,17 +6,35 @@ each layer's attention module lives (a shared module once per layer it serves), 
 the family names its head counts, how long an input it accepts, and which variants of the
 family change the logit beyond ``scale * q . k`` (those are refused with a clear message).
 Shapes follow ``[layer, head, token, d_head]``.
+
+A declared adapter is part of its family's declaration (:mod:`qkviz.extraction.families`); a family found from its
+structure gets one from :mod:`qkviz.extraction.adapters.discovery`. Plain Python: torch only in annotations.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from qkviz.extraction.capture.block_sparse import full_attention_span, span_name
+#: BigBird's ``attention_type`` where it attends to a window, global and random blocks of keys
+BLOCK_SPARSE = "block_sparse"
 
+
+def full_attention_span(config) -> int | None:
+    """The longest sequence a block-sparse BigBird attends to in full, or None where the configuration is not
+    block-sparse (:mod:`qkviz.extraction.capture.block_sparse`)."""
+    if getattr(config, "attention_type", None) != BLOCK_SPARSE:
+        return None
+    return (5 + 2 * int(config.num_random_blocks)) * int(config.block_size)
+
+
+def span_name(config) -> str:
+    """How a refusal names the limit :func:`full_attention_span` sets."""
+    return (f"the {full_attention_span(config):,} tokens within which BigBird's own code replaces its block-sparse "
+            "attention (a mask qkviz does not store) by full attention")
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,7 @@ class FamilyAdapter:
     """How qkviz reaches the attention of one architecture family."""
 
     family: str
+    #: a declared adapter's: the model types whose declarations name it (:mod:`qkviz.extraction.families.catalogue`)
     model_types: tuple[str, ...]
     #: Attribute path from the base model to the list of layers, e.g. ``"encoder.layer"``.
     layers_path: str
@@ -100,7 +119,7 @@ class FamilyAdapter:
 
     def max_tokens_per_sequence(self, config) -> int | None:
         """The longest sequence qkviz passes: the model's context, or a block-sparse BigBird's full-attention span
-        where that is shorter (:mod:`qkviz.extraction.capture.block_sparse`)."""
+        where that is shorter (:func:`full_attention_span`)."""
         if self.modality == "image":
             return None
         limit = getattr(config.get_text_config(), "max_position_embeddings", None)

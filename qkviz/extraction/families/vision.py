@@ -1,28 +1,29 @@
-"""Vision transformers: ViT, DeiT, DINOv2 (with and without registers) and the vision towers of CLIP and SigLIP.
+"""Vision transformers: ViT, DeiT, DINOv2 (with and without registers) and the vision towers of CLIP and SigLIP, one
+declaration per model type.
 
 An image is a sequence: the family's special tokens (CLS; DeiT's distillation token; DINOv2's registers)
 then one token per patch, row by row. Every layer attends bidirectionally over the whole sequence, with
 ``head_dim ** -0.5`` and no mask, through the Hugging Face attention interface, so queries and keys are
 captured exactly as for text (:mod:`qkviz.extraction.capture.recorder`). A whole CLIP or SigLIP checkpoint is
-reduced to its vision tower (:func:`vision_tower`); its text tower is not read.
+reduced to its vision tower (:mod:`qkviz.extraction.adapters.vision_tower`); its text tower is not read.
 """
 
-from qkviz.extraction.adapters.base import FamilyAdapter
+from __future__ import annotations
 
-#: model types whose checkpoint holds a vision tower beside a text tower (``model.vision_model``)
-TOWER_MODEL_TYPES = ("clip", "siglip")
+from qkviz.extraction.families.adapter import FamilyAdapter
+from qkviz.extraction.families.declaration import exact
 
 
 def _registers(config) -> tuple[str, ...]:
     return ("CLS", *(f"REG{number}" for number in range(1, int(config.num_register_tokens) + 1)))
 
 
-def _vision(family: str, model_types: tuple[str, ...], architectures: tuple[str, ...], description: str, *,
+def _vision(family: str, architectures: tuple[str, ...], description: str, *,
             layers_path: str, attention_path: str, output_projection_path: str,
             prefix_tokens=lambda config: ("CLS",)) -> FamilyAdapter:
     return FamilyAdapter(
         family=family,
-        model_types=model_types,
+        model_types=(),         # those of the declarations that name it (the catalogue)
         architectures=architectures,
         layers_path=layers_path,
         attention_path=attention_path,
@@ -34,44 +35,39 @@ def _vision(family: str, model_types: tuple[str, ...], architectures: tuple[str,
     )
 
 
-def _vit_layout(family, model_types, architectures, description, layers_path="layers", prefix_tokens=lambda c: ("CLS",)):
-    return _vision(family, model_types, architectures, description, layers_path=layers_path,
+def _vit_layout(family, architectures, description, layers_path="layers", prefix_tokens=lambda c: ("CLS",)):
+    return _vision(family, architectures, description, layers_path=layers_path,
                    attention_path="attention", output_projection_path="attention.o_proj",
                    prefix_tokens=prefix_tokens)
 
 
-VIT = _vit_layout("vit", ("vit",), ("ViTModel", "ViTForImageClassification"),
+VIT = _vit_layout("vit", ("ViTModel", "ViTForImageClassification"),
                   "ViT image encoders (e.g. google/vit-base-patch16-224): CLS + patches")
-DEIT = _vit_layout("deit", ("deit",), ("DeiTModel", "DeiTForImageClassification",
-                                       "DeiTForImageClassificationWithTeacher"),
+DEIT = _vit_layout("deit", ("DeiTModel", "DeiTForImageClassification", "DeiTForImageClassificationWithTeacher"),
                    "DeiT image encoders (e.g. facebook/deit-base-distilled-patch16-224): CLS, distillation token, patches",
                    prefix_tokens=lambda config: ("CLS", "DIST"))
-DINOV2 = _vit_layout("dinov2", ("dinov2",), ("Dinov2Model",),
+DINOV2 = _vit_layout("dinov2", ("Dinov2Model",),
                      "DINOv2 image encoders (e.g. facebook/dinov2-small): CLS + patches", layers_path="encoder.layer")
-DINOV2_REGISTERS = _vit_layout("dinov2-registers", ("dinov2_with_registers",), ("Dinov2WithRegistersModel",),
+DINOV2_REGISTERS = _vit_layout("dinov2-registers", ("Dinov2WithRegistersModel",),
                                "DINOv2 with registers (e.g. facebook/dinov2-with-registers-small): CLS, registers, "
                                "patches", layers_path="encoder.layer", prefix_tokens=_registers)
-CLIP_VISION = _vision("clip-vision", ("clip_vision_model",), ("CLIPVisionModel",),
+CLIP_VISION = _vision("clip-vision", ("CLIPVisionModel",),
                       "CLIP's vision tower (e.g. openai/clip-vit-base-patch32): CLS + patches",
                       layers_path="encoder.layers", attention_path="self_attn",
                       output_projection_path="self_attn.out_proj")
-SIGLIP_VISION = _vision("siglip-vision", ("siglip_vision_model",), ("SiglipVisionModel",),
+SIGLIP_VISION = _vision("siglip-vision", ("SiglipVisionModel",),
                         "SigLIP's vision tower (e.g. google/siglip-base-patch16-224): patches only",
                         layers_path="encoder.layers", attention_path="self_attn",
                         output_projection_path="self_attn.out_proj", prefix_tokens=lambda config: ())
 
-VISION_ADAPTERS = (VIT, DEIT, DINOV2, DINOV2_REGISTERS, CLIP_VISION, SIGLIP_VISION)
-
-
-def tower_config(config):
-    """The configuration of the model qkviz runs: a CLIP / SigLIP checkpoint's vision configuration, else ``config``."""
-    if getattr(config, "model_type", None) in TOWER_MODEL_TYPES:
-        return config.vision_config
-    return config
-
-
-def vision_tower(model):
-    """The module qkviz runs: a CLIP / SigLIP model's ``vision_model`` (a ``*VisionModel``), else ``model``."""
-    if getattr(model.config, "model_type", None) in TOWER_MODEL_TYPES:
-        return model.vision_model
-    return model
+DECLARATIONS = (
+    exact("vit", "an image: CLS + patches", in_table=False, adapter=VIT),
+    exact("deit", "an image: CLS, distillation token, patches", in_table=False, adapter=DEIT),
+    exact("dinov2", "an image: CLS + patches", in_table=False, adapter=DINOV2),
+    exact("dinov2_with_registers", "an image: CLS, registers, patches", in_table=False, adapter=DINOV2_REGISTERS),
+    exact("clip_vision_model", "an image: CLS + patches", in_table=False, adapter=CLIP_VISION),
+    exact("siglip_vision_model", "an image: patches only", in_table=False, adapter=SIGLIP_VISION),
+    # a whole checkpoint, text tower beside the vision tower: qkviz reads the vision tower (the types above)
+    exact("clip", "its vision tower", in_table=False, vision_tower=True),
+    exact("siglip", "its vision tower", in_table=False, vision_tower=True),
+)
