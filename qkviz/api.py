@@ -163,6 +163,27 @@ class Run(StoredRun):
 
         return direct_effects(self, query, target, model=model, device=device, tokenizer=tokenizer)
 
+    def head_output(self, layer: int, head: int, query: int, target=None, by: str = "source", *, model=None,
+                    device: str = "cpu", tokenizer=None) -> pd.DataFrame:
+        """What head ``(layer, head)`` writes at token ``query``: its row of :meth:`direct_effects` (on ``target``,
+        the next token by default) split exactly, ``by="source"`` by the token each piece was read from (``source``,
+        a row of :attr:`tokens`, its ``attention`` weight, its ``contribution``), ``by="part"`` by the parts of the
+        residual stream that wrote the values it moves (V-composition; ``part``, ``contribution``). Both add up
+        to ``frame.attrs["row"]`` (:mod:`qkviz.explain.head_writes`). Not :meth:`explain`'s ``by="key"``, which
+        splits a key's logit by its own parts."""
+        from qkviz.explain import head_output
+
+        return head_output(self, layer, head, query, target, by, model=model, device=device, tokenizer=tokenizer)
+
+    def head_writes(self, layer: int, head: int, query: int, top: int = 10, *, model=None, device: str = "cpu",
+                    tokenizer=None) -> pd.DataFrame:
+        """The ``top`` tokens head ``(layer, head)``'s output promotes most at token ``query``, and the ``top`` it
+        suppresses most (its direct effect on each token's logit): ``direction``, ``token_id``, ``token``,
+        ``effect``."""
+        from qkviz.explain import head_writes
+
+        return head_writes(self, layer, head, query, top, model=model, device=device, tokenizer=tokenizer)
+
     def ablate(self, layer: int, head: int, mode: str = "zero", *, model=None, device: str = "cpu",
                sentences=None, progress: bool = False) -> pd.DataFrame:
         """Whether head ``(layer, head)`` matters: the run's model over the run's own sequences, clean and with the

@@ -44,7 +44,7 @@ def _target_id(run: StoredRun, query: int, target, tokenizer) -> int:
     return int(ids[0])
 
 
-def _token_text(run: StoredRun, token_id: int, tokenizer) -> str:
+def token_text(run: StoredRun, token_id: int, tokenizer) -> str:
     """How token id ``token_id`` reads, as the tokenizer writes it (its leading space kept: the form a target string
     takes); where the run's tokenizer cannot be had, as the run's token table shows it, else its id."""
     try:
@@ -65,12 +65,32 @@ def direct_effects(run: StoredRun, query: int, target=None, *, model=None, devic
     or the last token without a target is refused in one line."""
     from qkviz.extraction.residual import direct_effect_parts
 
+    query, target, language_model, ids = prepared(run, query, target, model, device, tokenizer, "direct effects")
+    position = int(run.tokens.position.iat[query])
+    effects = direct_effect_parts(language_model, ids, position, target)
+    frame = by_size(pd.DataFrame({"part": effects.names, "contribution": effects.contributions}))
+    frame.attrs.update(query=query, target=target, target_token=token_text(run, target, tokenizer),
+                       query_token=str(run.tokens.token.iat[query]), logit=effects.logit,
+                       capped_logit=effects.capped)
+    return frame
+
+
+def by_size(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` sorted by ``|contribution|``, largest first (ties in their order)."""
+    order = np.argsort(-np.abs(frame.contribution.to_numpy()), kind="stable")
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def prepared(run: StoredRun, query: int, target, model, device: str, tokenizer, purpose: str):
+    """``(query, target id, the run's language model, the query's sequence up to it)`` for a split of what is
+    written at ``query``, each checked (one-line refusals: an encoder, a model without an unembedding, a token out
+    of range, a target outside the vocabulary or not one token)."""
     query = check_token(run, "query", query)
     if run.is_image_run or not run.is_causal:
-        raise QkvizError(f"run {run.path}: direct effects split a causal language model's next-token logit; this "
-                         "run's model is an encoder (no unembedding: nothing it writes is a logit)")
+        raise QkvizError(f"run {run.path}: {purpose} split a causal language model's next-token logit; this run's "
+                         "model is an encoder (no unembedding: nothing it writes is a logit)")
     target = _target_id(run, query, target, tokenizer)
-    language_model = run_language_model(run, model, device, "direct effects")
+    language_model = run_language_model(run, model, device, purpose)
     if getattr(language_model, "get_output_embeddings", lambda: None)() is None:
         raise QkvizError(f"run {run.path}: its model has no language-model head (no unembedding), so no token's "
                          "logit can be split; pass the model with its head as model=")
@@ -78,10 +98,4 @@ def direct_effects(run: StoredRun, query: int, target=None, *, model=None, devic
     if not 0 <= target < vocabulary:
         raise QkvizError(f"target {target} is not a token id of the model's vocabulary (0..{vocabulary - 1})")
     sentence, position = int(run.tokens.sentence.iat[query]), int(run.tokens.position.iat[query])
-    effects = direct_effect_parts(language_model, sequence_ids(run, sentence, up_to=position), position, target)
-    frame = pd.DataFrame({"part": effects.names, "contribution": effects.contributions})
-    frame = frame.iloc[np.argsort(-np.abs(frame.contribution.to_numpy()), kind="stable")].reset_index(drop=True)
-    frame.attrs.update(query=query, target=target, target_token=_token_text(run, target, tokenizer),
-                       query_token=str(run.tokens.token.iat[query]), logit=effects.logit,
-                       capped_logit=effects.capped)
-    return frame
+    return query, target, language_model, sequence_ids(run, sentence, up_to=position)

@@ -209,3 +209,46 @@ def test_an_encoder_is_refused_in_one_line(tiny_run):
     with pytest.raises(QkvizError, match="encoder") as refused:
         run.direct_effects(1)
     assert "\n" not in str(refused.value)
+
+
+# -- what one head writes -------------------------------------------------------------------------------------------
+def model_attention(model, run, query: int, layer: int, head: int) -> np.ndarray:
+    """The model's own eager attention of head ``(layer, head)`` at ``query`` over its sequence up to it."""
+    rows = run.sentence_tokens(int(run.tokens.sentence.iat[query]))
+    ids = torch.as_tensor(run.tokens.token_id.to_numpy()[rows.start:query + 1].astype(np.int64))[None]
+    with torch.no_grad():
+        return model(input_ids=ids, output_attentions=True).attentions[layer][0, head, -1].double().numpy()
+
+
+def test_a_heads_row_split_by_source_and_by_part_adds_up_to_it(family_run):
+    _family, run, model = family_run
+    query = queries_of(run)[2]
+    effects = run.direct_effects(query, model=model).set_index("part").contribution
+    for layer, head in [(0, 0), (run.n_layers - 1, 1)]:
+        by_source = run.head_output(layer, head, query, model=model)
+        by_part = run.head_output(layer, head, query, by="part", model=model)
+        row = float(effects[f"L{layer}H{head}"])
+        assert close(by_source.attrs["row"], row) and close(by_part.attrs["row"], row)
+        assert close(float(by_source.contribution.sum()), row) and close(float(by_part.contribution.sum()), row)
+        # one row per token the query may read, each with the model's own attention weight
+        first = run.sentence_tokens(0).start
+        assert sorted(by_source.source) == list(range(first, query + 1))
+        weights = by_source.set_index("source").attention.reindex(range(first, query + 1)).to_numpy()
+        assert np.allclose(weights, model_attention(model, run, query, layer, head), atol=1e-5)
+        # the value side's parts: the embeddings and every earlier head and MLP, named as the direct effects name them
+        earlier = {f"L{earlier}H{h}" for earlier in range(layer) for h in range(run.n_heads)}
+        assert earlier | {"embed"} <= set(by_part.part)
+
+
+@pytest.mark.parametrize("family_run", ["llama", "gpt2"], indirect=True)
+def test_the_tokens_a_head_promotes_are_its_direct_effect_on_them(family_run):
+    _family, run, model = family_run
+    query, layer, head = queries_of(run)[1], run.n_layers - 1, 0
+    writes = run.head_writes(layer, head, query, top=3, model=model)
+    assert list(writes.direction) == ["promotes"] * 3 + ["suppresses"] * 3
+    effects = writes.effect.to_numpy()
+    assert effects[0] >= effects[1] >= effects[2] > effects[3] and effects[3] <= effects[4] <= effects[5]
+    for token_id, effect in zip(writes.token_id[[0, 3]], effects[[0, 3]]):
+        assert close(run.head_output(layer, head, query, int(token_id), model=model).attrs["row"], float(effect))
+    with pytest.raises(QkvizError, match="by must be one of source, part"):
+        run.head_output(layer, head, query, by="key", model=model)

@@ -40,6 +40,14 @@ class AttentionReplay:
         """The queries ``[row, head, token, d]`` and keys of ``rows`` ``[row, token, width]`` (float64) as the
         module makes them at the traced tokens' positions (``keep_graph``: as the module's dtype, differentiable
         with respect to ``rows``)."""
+        kept = self._kept(rows, layer, keep_graph)
+        return kept["query"], kept["key"]
+
+    def values(self, rows: torch.Tensor, layer: int) -> torch.Tensor:
+        """The values ``[row, kv_head, token, d]`` (float64) the module makes of ``rows`` ``[row, token, width]``."""
+        return self._kept(rows, layer, False)["value"]
+
+    def _kept(self, rows: torch.Tensor, layer: int, keep_graph: bool) -> dict[str, torch.Tensor]:
         attention = self.attention
         dtype = next(attention.parameters()).dtype
         hidden = rows.to(dtype)
@@ -54,9 +62,10 @@ class AttentionReplay:
         kept: dict[str, torch.Tensor] = {}
 
         class Keeper:            # the recorder's interface, keeping the graph (AttentionRecorder detaches)
-            def record(self, _module, query, key, _value, _scaling, _kwargs):
+            def record(self, _module, query, key, value, _scaling, _kwargs):
                 kept["query"], kept["key"] = (query, key) if keep_graph else (query.detach().double(),
                                                                                key.detach().double())
+                kept["value"] = value.detach().double()
                 raise PassDone        # the parts' attention and output projection are never needed
 
         grad = torch.enable_grad() if keep_graph else torch.inference_mode()
@@ -67,7 +76,7 @@ class AttentionReplay:
                 pass
         if "query" not in kept:
             raise self.refuse(f"layer {layer}'s attention module, called on the parts, did not compute queries")
-        return kept["query"], kept["key"]
+        return kept
 
     def _sliced(self, name: str, value):
         """A keyword the attention module was called with, at the traced tokens (positions, masks, rotary tables,

@@ -23,7 +23,8 @@ import torch
 from qkviz.core.errors import QkvizError
 from qkviz.extraction.residual.frozen_norm import FrozenNorm, is_norm
 from qkviz.extraction.residual.residual_pass import AttributionRefused
-from qkviz.extraction.residual.residual_stream import ResidualStream, StreamParts, matches
+from qkviz.extraction.residual.residual_parts import ResidualTrace, traced
+from qkviz.extraction.residual.residual_stream import StreamParts, matches
 
 #: the part that is the unembedding's own bias
 UNEMBED_BIAS = "unembed.bias"
@@ -47,8 +48,9 @@ class DirectEffects:
     fixed: dict[str, float]
 
 
-class FinalTrace(ResidualStream):
-    """A whole pass of one sequence keeping what follows the last layer at the traced token (one token)."""
+class FinalTrace(ResidualTrace):
+    """A whole pass of one sequence keeping what follows the last layer at the traced tokens; the logit split is the
+    last traced token's (the query)."""
 
     def _end_hooks(self, attention_modules: list, started: list) -> list:
         model = self.model
@@ -101,9 +103,10 @@ class FinalTrace(ResidualStream):
         weight = self.unembedding.weight.detach().double()
         if not 0 <= target < weight.shape[0]:
             raise QkvizError(f"target {target} is outside the model's vocabulary of {weight.shape[0]} tokens")
-        readout = weight[target][None] if norm is None else norm.transposed(weight[target][None])   # [1, width]
-        vectors = torch.cat(parts.vectors)                                                          # [part, width]
-        names, contributions = list(parts.names), list((vectors @ readout[0]).numpy())
+        row = weight[target][None].expand(len(self.tokens), -1)
+        readout = (row if norm is None else norm.transposed(row))[-1]                    # [width], at the query
+        vectors = torch.stack([vector[-1] for vector in parts.vectors])                  # [part, width]
+        names, contributions = list(parts.names), list((vectors @ readout).numpy())
         fixed = {}
         if norm is not None and norm.bias is not None:
             fixed[f"{norm_name}.bias"] = float(norm.bias @ weight[target])
@@ -112,21 +115,21 @@ class FinalTrace(ResidualStream):
             fixed[UNEMBED_BIAS] = float(bias.detach().double()[target])
         names += list(fixed)
         contributions += list(fixed.values())
-        unembedded = self.unembed_out.double()[0]
+        unembedded = self.unembed_out.double()[-1]
         if abs(sum(contributions) - float(unembedded[target])) > 1e-4 * max(1.0, float(unembedded.abs().max())):
             raise self._refuse("its parts' logits do not add up to its unembedding's output")
         scale, cap = self._after_unembedding(unembedded)
         contributions = np.array(contributions) * scale
         logit = float(contributions.sum())
         capped = None if cap is None else float(cap * np.tanh(logit / cap))
-        return DirectEffects(names, contributions, logit, capped, vectors.numpy(), readout[0].numpy() * scale,
+        return DirectEffects(names, contributions, logit, capped, vectors.numpy(), readout.numpy() * scale,
                              {name: value * scale for name, value in fixed.items()})
 
     def _after_unembedding(self, unembedded: torch.Tensor) -> tuple[float, float | None]:
         """``(scale, cap)``: what the model does to the unembedding's output, checked over its whole vocabulary."""
         if self.logits is None:
             raise self._refuse("its output holds no logits")
-        final = self.logits.double()[0]
+        final = self.logits.double()[-1]
         cap = getattr(self.model.config, "final_logit_softcapping", None)
         if cap and matches(cap * torch.tanh(unembedded / cap), final):
             return 1.0, float(cap)
@@ -142,6 +145,4 @@ def direct_effect_parts(model: torch.nn.Module, token_ids, position: int, target
     """The logit of token id ``target`` at ``position`` of the sequence ``token_ids`` (positions after it are not
     passed: a causal model's logit there does not read them), split by the parts of the final residual stream
     (:class:`DirectEffects`); a family whose split is not exact is refused in one line (:class:`AttributionRefused`)."""
-    from qkviz.extraction.residual.residual_parts import traced
-
     return traced(model, np.asarray(token_ids)[:position + 1], [position], None, FinalTrace).direct_effects(int(target))

@@ -104,7 +104,7 @@ class ResidualPass:
         for index in range(self.last_layer + 1):
             hooks.extend(self._layer_hooks(index, attention_modules[index], projections[index], width, started))
         hooks.extend(self._end_hooks(attention_modules, started))
-        recorder = AttentionRecorder(LayerCalls(attention_modules), self._keep_query_key)
+        recorder = AttentionRecorder(LayerCalls(attention_modules), self._keep_query_key, self._value_sink())
         try:
             # no_grad, not inference_mode: what the pass keeps (rotary tables, masks) may enter a backward pass
             with torch.no_grad(), capturing(model, recorder):
@@ -114,6 +114,11 @@ class ResidualPass:
         finally:
             for hook in hooks:
                 hook.remove()
+
+    def _value_sink(self):
+        """What receives each layer's values (``(layer, value)``): nothing, here; a trace that splits what heads
+        write keeps them."""
+        return None
 
     def _end_hooks(self, attention_modules: list, _started: list) -> list:
         """Where the pass ends: nothing past the last traced layer's attention is read, so it stops there."""
