@@ -1,0 +1,130 @@
+"""What one head writes at one token, split exactly: by the token it read each piece from (``source``: the attention
+weight times that token's value, through the head's slice of the output projection), and by the parts of the residual
+stream that wrote those values (V-composition: each part's value at every source token, through the layer's input
+norm with each token's divisor fixed and the attention module's value projection). Both are read along the same
+direction as the head's direct effect on a target's logit (:mod:`qkviz.extraction.residual.final_stream`): the
+target's unembedding row back through the frozen final norm, and through the frozen norm on the attention's output
+where the family has one, so that both splits add up to the head's row of the direct effects.
+
+The attention weights are the model's own queries and keys of that pass through the head's logit rule (the one rule
+every recomputation of qkviz uses, :func:`qkviz.core.attention.attention_probs`); every step is checked: the weighted
+values add up to what enters the output projection, the value parts to the model's own values, and each split to the
+head's row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from qkviz.core.attention import attention_probs
+from qkviz.core.logit_rule import LogitRule
+from qkviz.extraction.residual.attention_replay import AttentionReplay
+from qkviz.extraction.residual.final_stream import DirectEffects, FinalTrace
+from qkviz.extraction.residual.frozen_norm import FrozenNorm
+from qkviz.extraction.residual.residual_parts import traced
+from qkviz.extraction.residual.residual_stream import matches
+
+
+@dataclass
+class HeadWrites:
+    """Head ``(layer, head)``'s row of the direct effects (``row``, of ``effects``) split by source position
+    (``attention[j]`` and ``by_source[j]`` for positions ``0..query``) and by the parts that wrote the values
+    (``by_part[p]`` for ``part_names[p]``); ``logits``: the head's direct effect on every token of the vocabulary."""
+
+    effects: DirectEffects
+    row: float
+    attention: np.ndarray
+    by_source: np.ndarray
+    part_names: list[str]
+    by_part: np.ndarray
+    logits: np.ndarray
+
+
+class HeadTrace(FinalTrace):
+    """A whole pass of one sequence traced at every position up to the query (the last traced token), keeping each
+    layer's values."""
+
+    def _value_sink(self):
+        self.values: dict[int, torch.Tensor] = {}
+
+        def keep(layer: int, value: torch.Tensor) -> None:
+            if layer <= self.last_layer:
+                self.values[layer] = value[0][:, self.tokens.to(value.device)].double()   # [kv_head, token, d]
+        return keep
+
+    def _post_norm(self, layer: int) -> FrozenNorm | None:
+        """The norm on layer ``layer``'s attention output before the residual (Gemma's, OLMo 2's), divisor fixed."""
+        record = self.records[layer]
+        real_heads = record.heads_out.double()
+        for name, (real_in, real_out) in record.norms.items():
+            if real_in is not None and matches(real_heads, real_in.double()):
+                return self._frozen(name, real_in.double(), real_out.double(), self._module(layer, name))
+        return None
+
+    def _value_readout(self, layer: int, head: int, readout: torch.Tensor) -> torch.Tensor:
+        """The direction ``[d_value]`` a value of head ``(layer, head)`` is read along at the query: ``readout``
+        (a direction of the final residual stream) back through the post-norm and the head's output slice."""
+        post = self._post_norm(layer)
+        at_query = readout[None] if post is None else post.transposed(readout[None].expand(len(self.tokens), -1))[-1:]
+        return self._slices[layer][head].double() @ at_query[0]
+
+    def head_writes(self, layer: int, head: int, rule: LogitRule, target: int) -> HeadWrites:
+        effects = self.direct_effects(target)
+        row = float(effects.contributions[effects.names.index(f"L{layer}H{head}")])
+        record, kv = self.records[layer], self.shape.kv_head_of(head)
+        probabilities = attention_probs(record.query[head].double().cpu().numpy(),
+                                        record.key[kv].double().cpu().numpy(), rule)[-1]        # the query's row
+        values = self.values[layer][kv]                                                          # [token, d_value]
+        weighted = torch.as_tensor(probabilities) @ values
+        d_value = values.shape[-1]
+        own = record.heads_in.double()[-1, head * d_value:(head + 1) * d_value]
+        if not matches(weighted, own):
+            raise self._refuse(f"layer {layer} head {head}'s attention-weighted values are not what enters its "
+                               "output projection")
+        readout = torch.as_tensor(effects.readout)
+        direction = self._value_readout(layer, head, readout)
+        by_source = probabilities * (values @ direction).numpy()
+        names, value_parts = self._value_parts(layer, kv)
+        by_part = (value_parts @ direction).numpy() @ probabilities                               # [part]
+        for what, split in (("source", by_source), ("part", by_part)):
+            if abs(float(split.sum()) - row) > 1e-4 * max(1.0, abs(effects.logit), abs(row)):
+                raise self._refuse(f"layer {layer} head {head}'s split by {what} does not add up to its direct effect")
+        return HeadWrites(effects, row, probabilities, by_source, names, by_part, self._head_logits(layer, head))
+
+    def _value_parts(self, layer: int, kv: int) -> tuple[list[str], torch.Tensor]:
+        """Each part's value of key-value head ``kv`` at every traced token ``[part, token, d_value]``, with the
+        module's constant (``L{layer}.value_bias``), checked to add up to the model's own values."""
+        parts = self._attention_input_parts(layer, self.parts_entering(layer))
+        rows = torch.stack(parts.vectors + [torch.zeros_like(parts.vectors[0])])
+        record = self.records[layer]
+        replay = AttentionReplay(self.model, self._attention_modules[layer], self.adapter.attention_path,
+                                 record.attention_args, record.attention_kwargs, record.inner_norms, self.tokens,
+                                 self.length, self._refuse, self._frozen)
+        values = replay.values(rows, layer)[:, kv]                                     # [row, token, d_value]
+        names, split = list(parts.names), values[:-1] - values[-1:]
+        if float(values[-1].abs().max()) > 0:
+            names.append(f"L{layer}.value_bias")
+            split = torch.cat([split, values[-1:]])
+        if not matches(split.sum(dim=0), self.values[layer][kv]):
+            raise self._refuse(f"layer {layer}'s value parts do not add up to the model's own values")
+        return names, split
+
+    def _head_logits(self, layer: int, head: int) -> np.ndarray:
+        """The head's direct effect on every token of the vocabulary at the query: its vector in the final stream
+        through the frozen final norm and the unembedding (times any scale; no bias: that is no head's)."""
+        parts, norm, _name = self.final_parts()
+        vector = parts.vectors[parts.names.index(f"L{layer}H{head}")][-1:]
+        normed = vector if norm is None else norm.linear(vector.expand(len(self.tokens), -1))[-1:]
+        scale = self._after_unembedding(self.unembed_out.double()[-1])[0]
+        return (normed[0] @ self.unembedding.weight.detach().double().T).numpy() * scale
+
+
+def head_write_parts(model: torch.nn.Module, token_ids, position: int, target: int, layer: int, head: int,
+                     rule: LogitRule) -> HeadWrites:
+    """What head ``(layer, head)`` writes at ``position`` of the sequence ``token_ids`` (:class:`HeadWrites`), its
+    attention weights through ``rule`` (the run's logit rule of the head); one pass of the positions up to it."""
+    ids = np.asarray(token_ids)[:position + 1]
+    return traced(model, ids, list(range(position + 1)), None, HeadTrace).head_writes(layer, head, rule, int(target))
