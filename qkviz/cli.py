@@ -19,6 +19,7 @@ import qkviz
 from qkviz.analysis.labels import THRESHOLD_OPTIONS, LabelThresholds
 from qkviz.api import app_entry_point
 from qkviz.cli_ablate import ablate_command
+from qkviz.cli_writes import writes_command
 from qkviz.cli_options import describe_os_error
 from qkviz.cli_parser import build_parser
 from qkviz.core import QkvizError, command_line_caller
@@ -297,7 +298,7 @@ def _quiet_dask() -> None:
 
 COMMANDS = {"extract": _extract, "project": _project, "report": _report, "stats": _stats, "related": _related,
             "compare": _compare, "status": _status, "index": _index, "serve": _serve, "models": _models,
-            "explain": _explain, "ablate": ablate_command, "tokens": _tokens}
+            "explain": _explain, "writes": writes_command, "ablate": ablate_command, "tokens": _tokens}
 
 
 #: the loggers whose information lines the console shows (other libraries' only from warnings up)

@@ -278,6 +278,31 @@ def _add_explain(commands: argparse._SubParsersAction) -> None:
     explain.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:1")
 
 
+def _add_writes(commands: argparse._SubParsersAction) -> None:
+    writes = commands.add_parser(
+        "writes", help="what the model, or one head, writes at a token: a target's logit split exactly",
+        description="Split the logit of a target token (the next token by default) at query token I exactly into "
+                    "the parts of the final residual stream (embeddings, each head, each MLP, the biases), each "
+                    "through the final norm with its divisor fixed and the unembedding; with --layer and --head, "
+                    "that head's share split by the tokens it read (--by source), by the parts that wrote its "
+                    "values (--by part), or the tokens its output promotes and suppresses (--by tokens). Loads the "
+                    "run's model with its language-model head once; an encoder has none and is refused.")
+    writes.add_argument("--run", required=True, type=Path, help="run directory")
+    writes.add_argument("--query", required=True, type=integer(0), help="query token index (a row of the run's "
+                        "token table; see qkviz tokens)")
+    writes.add_argument("--layer", type=integer(0), help="one head's writes: its layer")
+    writes.add_argument("--head", type=integer(0), help="one head's writes: the head")
+    writes.add_argument("--by", choices=("source", "part", "tokens"),
+                        help="with --layer/--head: source (default): by the token each piece was read from; part: by "
+                             "the parts that wrote the values; tokens: the tokens promoted and suppressed")
+    writes.add_argument("--target", help="the target token as text: exactly one token of the vocabulary, its leading "
+                                         "space as the tokenizer writes it (default: the query's next token)")
+    writes.add_argument("--target-id", type=integer(0), help="the target token's id in the vocabulary")
+    writes.add_argument("--top", type=integer(1), default=15, help="rows printed (default 15)")
+    writes.add_argument("--out", type=Path, help="also write every row to this .csv file")
+    writes.add_argument("--device", default="cpu", help="where the model runs: cpu (default), cuda, cuda:1")
+
+
 def _add_ablate(commands: argparse._SubParsersAction) -> None:
     ablate = commands.add_parser(
         "ablate", help="whether a head matters: its output removed, the change per token",
@@ -311,7 +336,7 @@ def _add_models(commands: argparse._SubParsersAction) -> None:
 
 #: the commands in the order ``qkviz --help`` lists them, each added to the parser by its own function
 COMMANDS = (_add_extract, _add_project, _add_report, _add_stats, _add_related, _add_compare, _add_status, _add_index,
-            _add_serve, _add_explain, _add_ablate, _add_tokens, _add_models)
+            _add_serve, _add_explain, _add_writes, _add_ablate, _add_tokens, _add_models)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,6 +17,7 @@ model itself, never against qkviz's own numbers:
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import transformers
@@ -252,3 +253,26 @@ def test_the_tokens_a_head_promotes_are_its_direct_effect_on_them(family_run):
         assert close(run.head_output(layer, head, query, int(token_id), model=model).attrs["row"], float(effect))
     with pytest.raises(QkvizError, match="by must be one of source, part"):
         run.head_output(layer, head, query, by="key", model=model)
+
+
+@pytest.mark.parametrize("family_run", ["llama"], indirect=True)
+def test_qkviz_writes_prints_the_split_and_writes_every_row(family_run, tmp_path):
+    from support.cli import run_main
+
+    _family, run, model = family_run
+    query = queries_of(run)[1]
+    done = run_main("writes", "--run", str(run.path), "--query", str(query), "--out", str(tmp_path / "all.csv"))
+    assert done.returncode == 0, done.stderr
+    written = pd.read_csv(tmp_path / "all.csv")
+    assert close(float(written.contribution.sum()), run.direct_effects(query, model=model).attrs["logit"])
+    assert "= sum of" in done.stdout and f"all {len(written)} rows" in done.stdout
+    done = run_main("writes", "--run", str(run.path), "--query", str(query), "--layer", "1", "--head", "0",
+                    "--by", "part", "--out", str(tmp_path / "part.csv"))
+    assert done.returncode == 0, done.stderr
+    assert close(float(pd.read_csv(tmp_path / "part.csv").contribution.sum()),
+                 run.head_output(1, 0, query, model=model).attrs["row"])
+    for bad in (["--layer", "1"], ["--by", "part"], ["--target", "the quick brown fox"], ["--target-id", "400"],
+                ["--layer", "1", "--head", "0", "--by", "tokens", "--target-id", "5"]):
+        done = run_main("writes", "--run", str(run.path), "--query", str(query), *bad, "--out", str(tmp_path / "bad.csv"))
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, (bad, done.stderr)
+        assert not (tmp_path / "bad.csv").exists(), "nothing is written on a refusal"
