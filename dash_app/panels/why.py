@@ -1,4 +1,5 @@
-"""The "why" panel: why a clicked query meets a clicked key, its logit split by the parts that wrote them.
+"""The "why" panel: why a clicked query meets a clicked key, its logit split by the parts that wrote them, and what
+the head writes at that query.
 
 A *subject* is a head and the query and key tokens explained: one of each for a pair (a query clicked, then one of
 its keys -- the state's ``point`` and ``pair_point``, see :func:`dash_app.state.select_point`; a cell of the
@@ -6,8 +7,10 @@ document view's map), or a lasso's queries and keys in the single view (:mod:`da
 pair the panel shows the logit and the two tokens, bars of the key-side split (the whole query against each part
 that wrote the key, ``by="key"``), of the query side (``by="query"``) and of the rotary frequency bands
 (``by="dimension"``), each its :data:`TOP_PARTS` largest and the rest as one bar, so that each set of bars adds up
-to the logit; and the pair table (query part x key part, ``by="pair"``). For a lasso, the attention-weighted mean
-split of the selected queries' logits with the selected keys (:func:`qkviz.explain.explain_selection`).
+to the logit; the pair table (query part x key part, ``by="pair"``); and what the head writes at the query: its
+direct effect on the next token split by the tokens it read and by the parts that wrote their values, and the
+tokens it promotes and suppresses (or the one line why not: an encoder has no unembedding). For a lasso, the
+attention-weighted mean split of the selected queries' logits with the selected keys (:func:`qkviz.explain.explain_selection`).
 
 The explanation runs the run's model, so it is computed by the app's :class:`~dash_app.explain_worker.ExplainWorker`
 off the request thread: the panel says it is being computed and polls until it is in. A run whose model cannot be
@@ -36,12 +39,15 @@ from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, plotly_text
 from dash_app.panels.selection import selected_points
 from dash_app.run_data import RunData
 from dash_app.state import ViewState, checked_state, pairs_with
-from qkviz.explain import explain_pair_splits, explain_selection
+from qkviz import QkvizError
+from qkviz.explain import explain_pair_splits, explain_selection, head_write_splits
 
 #: bars of each side (and bands) drawn one each; the others are one bar "other N parts"
 TOP_PARTS = 8
 #: rows of the pair table (the others summed in its last row)
 TOP_PAIRS = 10
+#: tokens the head's output promotes, and suppresses, listed under "what it writes"
+TOP_WRITTEN = 5
 #: how often the page asks whether a pending explanation is in
 POLL_MS = 500
 BAND_COLOUR = "#3f4f8f"
@@ -116,9 +122,17 @@ def selection_subject(data: RunData, state: ViewState, points: np.ndarray | None
 
 
 def explain(data: RunData, subject: Subject):
-    """The subject's explanation (in the worker's thread): ``{by: frame}`` of a pair, a HeadCircuit of a lasso."""
+    """The subject's explanation (in the worker's thread): of a pair, ``{"splits": {by: frame}, "writes": ...}``,
+    the writes being what the head writes at the query (:func:`qkviz.explain.head_write_splits`, on its next token)
+    or the one line why it cannot be split (an encoder, no language-model head, the last token); of a lasso, a
+    HeadCircuit."""
     if subject.kind == "pair":
-        return explain_pair_splits(data.run, subject.layer, subject.head, subject.queries[0], subject.keys[0])
+        splits = explain_pair_splits(data.run, subject.layer, subject.head, subject.queries[0], subject.keys[0])
+        try:
+            writes = head_write_splits(data.run, subject.layer, subject.head, subject.queries[0], top=TOP_WRITTEN)
+        except QkvizError as error:
+            writes = str(error)
+        return {"splits": splits, "writes": writes}
     return explain_selection(data.run, subject.layer, subject.head, list(subject.queries), list(subject.keys))
 
 
@@ -174,8 +188,40 @@ def pair_table(frame: pd.DataFrame) -> html.Table:
     return html.Table([html.Thead(header), html.Tbody(rows)], className="why-pairs")
 
 
-def render_pair(data: RunData, subject: Subject, frames: dict[str, pd.DataFrame]) -> list:
-    """The panel for a pair: tokens, logit, the key-side, query-side and band bars, the pair table."""
+def written_tokens(frame: pd.DataFrame) -> html.Table:
+    """The tokens the head's output promotes most and suppresses most at the query, side by side, with the effect."""
+    promoted, suppressed = frame[frame.direction == "promotes"], frame[frame.direction == "suppresses"]
+    rows = [html.Tr([html.Td(f"“{up.token}”"), html.Td(f"{up.effect:+.3f}"), html.Td(f"“{down.token}”"),
+                     html.Td(f"{down.effect:+.3f}")]) for up, down in zip(promoted.itertuples(), suppressed.itertuples())]
+    header = html.Tr([html.Th("promotes", colSpan=2), html.Th("suppresses", colSpan=2)])
+    return html.Table([html.Thead(header), html.Tbody(rows)], className="why-written")
+
+
+def render_writes(writes) -> list:
+    """"What it writes" at the query: the head's direct effect on the next token, split by the tokens it read and by
+    the parts that wrote their values (each set of bars adds up to it), and the tokens it promotes and suppresses;
+    or the one line why it cannot be split."""
+    heading = html.H5("What it writes at the query", className="why-writes-heading")
+    if isinstance(writes, str):
+        return [heading, html.Div(writes, className="message why-writes-error")]
+    by_source, by_part = writes["source"], writes["part"]
+    labels = [f"{row.token} (token {row.source}, attention {row.attention:.2f})" for row in by_source.itertuples()]
+    groups = [("from each token it read", *top_and_rest(labels, by_source.contribution, name="tokens"), KEY_COLOUR),
+              ("the parts that wrote those values",
+               *top_and_rest(by_part.part.to_numpy(), by_part.contribution), BAND_COLOUR)]
+    attrs = by_source.attrs
+    return [heading,
+            html.Div(["its direct effect on the next token ", html.B(f"“{attrs['target_token']}”"), ": ",
+                      html.B(f"{attrs['row']:+.4f}", className="why-writes-row"),
+                      f" of the model's logit {attrs['logit']:+.4f}; each set of bars adds up to it."]),
+            dcc.Graph(figure=bars_figure(groups), config={"displayModeBar": False}, className="why-writes-bars"),
+            written_tokens(writes["tokens"])]
+
+
+def render_pair(data: RunData, subject: Subject, explained: dict) -> list:
+    """The panel for a pair: tokens, logit, the key-side, query-side and band bars, the pair table, and what the
+    head writes at the query."""
+    frames = explained["splits"]
     query, key = subject.queries[0], subject.keys[0]
     logit = frames["key"].attrs["logit"]
     softcap = frames["key"].attrs.get("softcap")
@@ -201,6 +247,7 @@ def render_pair(data: RunData, subject: Subject, frames: dict[str, pd.DataFrame]
         dcc.Graph(figure=bars_figure(groups), config={"displayModeBar": False}, className="why-bars"),
         html.Div("query part × key part:", className="hint"),
         pair_table(frames["pair"]),
+        *render_writes(explained["writes"]),
     ]
 
 

@@ -14,7 +14,7 @@ probes and ablation.
 """
 
 from qkviz.explain.direct_effects import DIRECT_EFFECT_COLUMNS, direct_effects
-from qkviz.explain.head_writes import HEAD_OUTPUT_BY, head_output, head_writes
+from qkviz.explain.head_writes import HEAD_OUTPUT_BY, head_output, head_write_splits, head_writes
 from qkviz.explain.head_circuit import (CHUNK_TOKENS, HeadCircuit, explain_selection, head_circuit, head_circuits, part_kind,
                                         sample_sequences)
 from qkviz.explain.pair_logit import explain_pair, explain_pair_splits
@@ -22,5 +22,5 @@ from qkviz.explain.stored_circuits import compute_circuits, composition_edges, l
 
 __all__ = ["CHUNK_TOKENS", "DIRECT_EFFECT_COLUMNS", "HEAD_OUTPUT_BY", "HeadCircuit", "compute_circuits",
            "composition_edges", "direct_effects", "explain_pair", "explain_pair_splits", "explain_selection",
-           "head_circuit", "head_circuits", "head_output", "head_writes", "load_circuits", "part_kind",
+           "head_circuit", "head_circuits", "head_output", "head_write_splits", "head_writes", "load_circuits", "part_kind",
            "sample_sequences"]

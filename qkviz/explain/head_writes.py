@@ -40,18 +40,27 @@ def head_output(run: StoredRun, layer: int, head: int, query: int, target=None, 
     value projection's bias ``L{l}.value_bias``). Both add up to ``attrs["row"]``; sorted by ``|contribution|``."""
     if by not in HEAD_OUTPUT_BY:
         raise QkvizError(f"by must be one of {', '.join(HEAD_OUTPUT_BY)}, got {by!r}")
+    return head_write_splits(run, layer, head, query, target, model=model, device=device, tokenizer=tokenizer)[by]
+
+
+def head_write_splits(run: StoredRun, layer: int, head: int, query: int, target=None, *, top: int = 10, model=None,
+                      device: str = "cpu", tokenizer=None) -> dict[str, pd.DataFrame]:
+    """:func:`head_output`'s two splits (``"source"``, ``"part"``) and :func:`head_writes`' table (``"tokens"``, its
+    ``top`` each way) from one pass of the model."""
+    _check_top(top)
     query, target, writes = _written(run, layer, head, query, target, model, device, tokenizer)
-    if by == "source":
-        first = query - int(run.tokens.position.iat[query])
-        sources = np.arange(first, query + 1)
-        frame = pd.DataFrame({"source": sources, "token": run.tokens.token.to_numpy()[sources].astype(str),
-                              "attention": writes.attention, "contribution": writes.by_source})
-    else:
-        frame = pd.DataFrame({"part": writes.part_names, "contribution": writes.by_part})
-    frame = by_size(frame)
-    frame.attrs.update(layer=layer, head=head, query=query, by=by, target=target,
-                       target_token=token_text(run, target, tokenizer), row=writes.row, logit=writes.effects.logit)
-    return frame
+    first = query - int(run.tokens.position.iat[query])
+    sources = np.arange(first, query + 1)
+    frames = {"source": pd.DataFrame({"source": sources, "token": run.tokens.token.to_numpy()[sources].astype(str),
+                                      "attention": writes.attention, "contribution": writes.by_source}),
+              "part": pd.DataFrame({"part": writes.part_names, "contribution": writes.by_part})}
+    target_token = token_text(run, target, tokenizer)
+    for by, frame in frames.items():
+        frames[by] = by_size(frame)
+        frames[by].attrs.update(layer=layer, head=head, query=query, by=by, target=target, target_token=target_token,
+                                row=writes.row, logit=writes.effects.logit)
+    frames["tokens"] = _promoted(run, layer, head, query, writes.logits, top, tokenizer)
+    return frames
 
 
 def head_writes(run: StoredRun, layer: int, head: int, query: int, top: int = 10, *, model=None, device: str = "cpu",
@@ -60,11 +69,20 @@ def head_writes(run: StoredRun, layer: int, head: int, query: int, top: int = 10
     suppresses most: its direct effect on every token of the vocabulary (its vector through the frozen final norm and
     the unembedding). Columns ``direction`` (``"promotes"``, ``"suppresses"``), ``token_id``, ``token`` and
     ``effect`` (logits)."""
-    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
-        raise QkvizError(f"top must be a whole number of at least 1, got {top!r}")
+    _check_top(top)
+    # any target serves (the effect on every token is the same pass): the next token where there is one
     query, _target, writes = _written(run, layer, head, query, None if _has_next(run, query) else 0, model, device,
                                       tokenizer)
-    logits = writes.logits
+    return _promoted(run, layer, head, query, writes.logits, top, tokenizer)
+
+
+def _check_top(top) -> None:
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or top < 1:
+        raise QkvizError(f"top must be a whole number of at least 1, got {top!r}")
+
+
+def _promoted(run: StoredRun, layer: int, head: int, query: int, logits: np.ndarray, top: int,
+              tokenizer) -> pd.DataFrame:
     order = np.argsort(logits, kind="stable")
     promoted, suppressed = order[::-1][:top], order[:top]
     ids = np.concatenate([promoted, suppressed])

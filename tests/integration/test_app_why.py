@@ -83,13 +83,13 @@ def replace_head(state: ViewState) -> ViewState:
     return replace(state, layer=LAYER, head=HEAD)
 
 
-def bar_sums(children: list) -> list[float]:
+def bar_sums(children: list, class_name: str = "why-bars") -> list[float]:
     """Each bar trace's sum, from the panel's graph (its figure as plotly JSON)."""
     from dash import dcc
 
     from support.component_tree import find
 
-    graphs = find(children, dcc.Graph)
+    graphs = [graph for graph in find(children, dcc.Graph) if graph.className == class_name]
     assert len(graphs) == 1
     figure = graphs[0].figure
     return [float(np.sum(trace.x)) for trace in figure.data]
@@ -110,7 +110,7 @@ def test_a_pairs_bars_add_up_to_its_logit_the_stored_one(data):
     subject = why.Subject("pair", 0, LAYER, HEAD, (query,), (key,))
     answer = ExplainWorker().wait(subject, lambda: why.explain(data, subject))
     assert not answer.pending and answer.error is None, answer.error
-    frames = answer.result
+    frames = answer.result["splits"]
     run = data.run
     stored = run.scale(LAYER) * float(run.queries(LAYER, HEAD)[query] @ run.keys(LAYER, HEAD)[key])
     for by, frame in frames.items():
@@ -125,6 +125,9 @@ def test_a_pairs_bars_add_up_to_its_logit_the_stored_one(data):
     words = " ".join(texts(children))
     assert str(data.tokens.token.iat[query]) in words and str(data.tokens.token.iat[key]) in words
     assert "query part" in words                                                # the pair table
+    # what the head writes: the tiny run's model was saved without its language-model head, so the section says so
+    assert "What it writes at the query" in words and "no language-model head" in answer.result["writes"]
+    assert answer.result["writes"] in words and "\n" not in answer.result["writes"]
 
 
 def test_a_lassos_bars_add_up_to_its_mean_logit(data):
@@ -265,3 +268,38 @@ def test_the_composition_view_draws_the_stored_edges_and_a_click_opens_a_head(da
     figure, message = composition.render_composition(plain, plain.run.circuits, (0, 0), "both", "contribution", 0,
                                                      10, -1, -1)
     assert f"qkviz stats --run {app_run.path} --circuits" in message
+
+
+@pytest.fixture(scope="module")
+def language_model_data(tmp_path_factory, corpus_sentences):
+    """A tiny Llama saved with its language-model head, and its run over 6 sentences (for "what it writes")."""
+    import torch
+    import transformers
+    from support.family_configs import tiny_family_config
+    from support.tiny_models import decoder_tokenizer
+
+    import qkviz
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(tiny_family_config("llama"), dtype=torch.float32)
+    directory = tmp_path_factory.mktemp("llama-lm")
+    model.save_pretrained(directory)
+    decoder_tokenizer(corpus_sentences).save_pretrained(directory)
+    return RunData(qkviz.extract(str(directory), corpus_sentences[:6], directory / "run", progress=False), "lm")
+
+
+def test_what_the_head_writes_adds_up_to_its_direct_effect(language_model_data):
+    data = language_model_data
+    query, key = a_pair(data)
+    subject = why.Subject("pair", 0, LAYER, HEAD, (query,), (key,))
+    answer = ExplainWorker().wait(subject, lambda: why.explain(data, subject))
+    assert not answer.pending and answer.error is None, answer.error
+    writes = answer.result["writes"]
+    row = data.run.direct_effects(query).set_index("part").contribution[f"L{LAYER}H{HEAD}"]
+    assert writes["source"].attrs["row"] == pytest.approx(row, abs=1e-6)
+    children = why.render(data, subject, answer)
+    sums = bar_sums(children, "why-writes-bars")
+    assert len(sums) == 2 and all(total == pytest.approx(row, abs=1e-3) for total in sums)
+    words = " ".join(texts(children))
+    promoted = writes["tokens"][writes["tokens"].direction == "promotes"]
+    assert "promotes" in words and f"“{promoted.token.iat[0]}”" in words
