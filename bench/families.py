@@ -1,6 +1,6 @@
 """Every model type of qkviz's families table, measured: exact (with its error) or refused (with its line).
 
-For each model type of ``qkviz.extraction.adapters.model_families.MODEL_FAMILIES``, a tiny random model of it
+For each model type of ``qkviz.extraction.families.MODEL_FAMILIES``, a tiny random model of it
 (``tests/support/family_configs.py``) is extracted in memory over the first sentences of the corpus; an exact
 one's attention recomputed from the run (``Run.attention``) is compared with the model's own eager attention
 on three sentences in one padded batch, by the comparison the tests use (``tests/support/family_sweep.eager_error``,

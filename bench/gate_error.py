@@ -1,6 +1,6 @@
 """The exactness gate's error and cost: what its bounds (``qkviz.extraction.gate.exactness_gate.tolerance``) are set from.
 
-For every exact model type of ``qkviz.extraction.adapters.model_families.MODEL_FAMILIES`` (a tiny random model of it,
+For every exact model type of ``qkviz.extraction.families.MODEL_FAMILIES`` (a tiny random model of it,
 ``tests/support/family_configs.py``) and the bundled models (MiniLM, SmolLM2), the gate's largest difference
 between recomputed and model attention on its first batch, measured (not judged) in:
 

@@ -1,9 +1,10 @@
-"""From a model and a corpus to a run directory (torch and transformers), in seven parts:
+"""From a model and a corpus to a run directory (torch and transformers), in nine parts:
 
 - :mod:`~qkviz.extraction.inputs`: the corpus (text or images), the sentences chosen and long documents split;
 - :mod:`~qkviz.extraction.models`: the model a user names, bundled or local, loaded offline, or borrowed from memory;
-- :mod:`~qkviz.extraction.adapters`: how qkviz reaches a family's attention, and every family it knows
-  (exact, or refused and why);
+- :mod:`~qkviz.extraction.families`: every model family qkviz knows, one declaration per model type (exact, or
+  refused and why; its adapter and captures);
+- :mod:`~qkviz.extraction.adapters`: how qkviz reaches a family's attention (declared, or found from its structure);
 - :mod:`~qkviz.extraction.capture`: queries and keys caught as they enter the attention dot product;
 - :mod:`~qkviz.extraction.streaming`: the forward loops that stream them, and what else a run keeps, to the store;
 - :mod:`~qkviz.extraction.gate`: the exactness gate, which proves the capture against the model's own attention;

@@ -1,4 +1,4 @@
-"""Tiny randomly initialised models of every model type in :data:`qkviz.extraction.adapters.model_families.MODEL_FAMILIES`,
+"""Tiny randomly initialised models of every model type in :data:`qkviz.extraction.families.MODEL_FAMILIES`,
 built from ``AutoConfig.for_model`` (no downloads).
 
 Every model gets the same small shape (:data:`COMMON`; a configuration maps the names to its own through its

@@ -41,7 +41,7 @@ FAILURES = (TRACEBACK, TIMEOUT, WRONG)
 CHECKED_SENTENCES = 3
 SECONDS_PER_TYPE = 120
 
-#: the 57 model types of issue 27 (qkviz's families table, ``qkviz.extraction.adapters.model_families``)
+#: the 57 model types of issue 27 (qkviz's families table, ``qkviz.extraction.families``)
 ISSUE_27 = ("bert roberta xlm-roberta camembert distilbert electra modernbert albert mpnet deberta deberta-v2 gpt2 "
             "gpt_bigcode opt biogpt xglm bloom mpt falcon llama mistral ministral mixtral qwen2 qwen2_moe qwen3 "
             "qwen3_moe qwen3_next gemma gemma2 gemma3_text phi phi3 gpt_neox gptj codegen gpt_neo olmo olmo2 olmoe "
