@@ -367,7 +367,7 @@ class RunData:
 
     def atlas_grid(self, column: str) -> np.ndarray:
         """float64 ``[layer * n_heads + head]``: the atlas's ``column`` per head (for ``label``, its index in
-        :data:`qkviz.analysis.labels.head_labels.LABELS`); NaN for heads the atlas lacks, all NaN without an atlas."""
+        :data:`qkviz.analysis.labels.registry.LABELS`); NaN for heads the atlas lacks, all NaN without an atlas."""
         grid = np.full(self.n_total_heads, np.nan)
         atlas = self.atlas()
         if atlas is not None and (column in atlas.table or column == LABEL_SORT):
