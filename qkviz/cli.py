@@ -19,7 +19,7 @@ import qkviz
 from qkviz.analysis.labels import THRESHOLD_OPTIONS, LabelThresholds
 from qkviz.api import app_entry_point
 from qkviz.cli_ablate import ablate_command
-from qkviz.cli_writes import writes_command
+from qkviz.cli_writes import print_split, writes_command
 from qkviz.cli_options import describe_os_error
 from qkviz.cli_parser import build_parser
 from qkviz.core import QkvizError, command_line_caller
@@ -222,13 +222,7 @@ def _explain(args: argparse.Namespace) -> int:
         if attrs.get("softcap"):
             title += f"; the model then soft-caps it at {attrs['softcap']:g}"
         shown = table.head(args.top)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out, index=False)
-    lines = [title, shown.to_string(index=False, float_format=lambda value: f"{value:.6g}")]
-    if args.out is not None:
-        lines.append(f"all {len(table)} rows: {args.out}")
-    sys.stdout.write("\n".join(lines) + "\n")
+    print_split(title, table, shown, args.out)
     return 0
 
 

@@ -56,12 +56,17 @@ def writes_command(args: argparse.Namespace) -> int:
         raise QkvizError("give --layer and --head together (one head's writes), or neither (the whole model's)")
     run = qkviz.open_run(args.run)
     table, title = _whole_model(run, args) if args.layer is None else _one_head(run, args)
-    shown = table if args.by == "tokens" else table.head(args.top)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        table.to_csv(args.out, index=False)
-    lines = [title, shown.to_string(index=False, float_format=lambda value: f"{value:.6g}")]
-    if args.out is not None:
-        lines.append(f"all {len(table)} rows: {args.out}")
-    sys.stdout.write("\n".join(lines) + "\n")
+    print_split(title, table, table if args.by == "tokens" else table.head(args.top), args.out)
     return 0
+
+
+def print_split(title: str, table, shown, out) -> None:
+    """Print ``title`` and the rows ``shown`` of ``table``; with ``out`` (a ``.csv`` path), write every row there
+    first and say where."""
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out, index=False)
+    lines = [title, shown.to_string(index=False, float_format=lambda value: f"{value:.6g}")]
+    if out is not None:
+        lines.append(f"all {len(table)} rows: {out}")
+    sys.stdout.write("\n".join(lines) + "\n")
