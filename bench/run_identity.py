@@ -27,6 +27,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from bench.figures.results import Results, figure, source
 from bench.harness import RESULTS, Recorder, commit, smoke_arguments
 
 #: the tiny random families, each in float32 and stored in float32
@@ -138,6 +139,20 @@ def main(argv: list[str] | None = None) -> None:
     recorder.write(extractions=extractions, cases=sorted({c for one in extractions for c in one["digests"]}),
                    identical=not differing, differing=differing)
     print(f"{len(extractions)} extractions; identical: {not differing}; differing: {differing[:10]}")
+
+
+# The figure block drawn from this bench's result file (``python -m bench.figures``).
+
+@figure("run-identity")
+def run_identity(results: Results) -> str:
+    """docs/architecture.md: runs extracted before and after the model side moved, byte for byte."""
+    result = results("run_identity")
+    commits = [extraction["commit"]["sha"] if isinstance(extraction["commit"], dict) else str(extraction["commit"])
+               for extraction in result["extractions"]]
+    verdict = ("every file of every run identical" if result["identical"]
+               else f"**{len(result['differing'])} files differ**: {', '.join(result['differing'][:5])}")
+    return (f"{len(result['cases'])} cases ({', '.join(result['cases'])}), extracted at {len(commits)} commits "
+            f"({', '.join(commits)}): {verdict}. ({source(results, 'run_identity')}.)\n")
 
 
 if __name__ == "__main__":
