@@ -19,12 +19,15 @@ tokens. Then, in this process (the model loaded once, its load timed on its own)
   float64) and what a parts x tokens x width tensor of the whole sample would take.
 
 Goals (issue 37): one pair within 1 s, one head's circuit over 5,000 tokens within 60 s, all 270 heads within 30 min
-(wall time, 2 cores). Writes ``bench/results/explain.json`` (``--out``).
+(wall time, 2 cores). Writes ``bench/results/explain.json`` (``--out``), keeping every earlier run's figures and load
+(``earlier_runs``, carried from the file it replaces): the goals are judged on the latest run, and the page lists
+every run (:func:`every_run`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import time
@@ -120,6 +123,27 @@ def largest_block_mb(run, n_parts: int, chunk_tokens: int) -> float:
     return n_parts * run.n_heads * chunk_tokens * run.head_dim * 8 / 2**20
 
 
+def run_summary(result: dict) -> dict:
+    """One run of this bench as ``earlier_runs`` keeps it: its date, load (lowest and highest 1-minute average of its
+    header), the model's load, the pairs, each circuit's and every head's seconds, and the measured peaks."""
+    figures, load = result["figures"], result.get("load", {})
+    found = [values[0] for values in (load.get("before"), load.get("after")) if isinstance(values, list) and values]
+    found += [value for value in load.get("during") or [] if isinstance(value, (int, float))]
+    return {"date": result["date"], "load_average": {"min": min(found), "max": max(found)} if found else None,
+            "model_load_s": figures["load_seconds"], "pair_s": figures["pair"]["seconds"],
+            "circuits_s": {f"L{c['layer']}H{c['head']}": c["seconds"] for c in figures["circuits"]},
+            "all_heads_s": figures.get("all_heads", {}).get("seconds"),
+            "peak_mb": figures["memory"]["peak_mb"], "step_peak_mb": figures["memory"].get("step_peak_mb")}
+
+
+def earlier_runs(path: Path) -> list[dict]:
+    """The runs the result file at ``path`` holds (its own and the ones it kept), oldest first; none if absent."""
+    if not path.exists():
+        return []
+    result = json.loads(path.read_text(encoding="utf-8"))
+    return [*result["figures"].get("earlier_runs", []), run_summary(result)]
+
+
 #: what the smoke test adds to ``--smoke`` (a copy of a tiny run, its model saved as a directory)
 SMOKE_ARGUMENTS = ("--run", "{run}")
 
@@ -171,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  peak RSS {figures['memory']['peak_mb']:,.0f} MB (measured); each step's, measured: "
           + ", ".join(f"{name} {'not measured' if peak is None else f'{peak:,.0f} MB'}" for name, peak in peaks.items())
           + f"; largest parts block, computed: {figures['memory']['largest_parts_block_mb']:,.0f} MB")
+    figures["earlier_runs"] = earlier_runs(recorder.out)
     print(f"wrote {recorder.write(**figures)}")
 
 
@@ -206,9 +231,26 @@ def explain_speed(results: Results) -> str:
         lines.append(f"- **Every head's circuit** ({every['heads']} heads, {every['tokens']:,} tokens): "
                      f"{every['seconds'] / 60:.1f} min (goal {verdict(ALL_CIRCUITS_TIME, results)}).")
     lines.append(memory_line(found["memory"]))
+    if found.get("earlier_runs"):
+        lines.append(every_run(found["earlier_runs"]))
     lines.append("")
     lines.append(f"`python -m bench.explain` ({source(results, 'explain')}).")
     return "\n".join(lines) + "\n"
+
+
+def every_run(runs: list[dict]) -> str:
+    """The earlier runs kept in the result file, oldest first, each with its load: the goals above judge the latest."""
+    def one(run: dict) -> str:
+        load = run.get("load_average")
+        where = f"load {load['min']:.1f}–{load['max']:.1f}" if load else "load not recorded"
+        pair = run["pair_s"]
+        circuits = " / ".join(f"{seconds:.1f}" for seconds in run["circuits_s"].values())
+        every = "" if run.get("all_heads_s") is None else f", every head's circuit {run['all_heads_s'] / 60:.1f} min"
+        return (f"{run['date'][:10]} ({where}): the model loaded in {run['model_load_s']:.1f} s, one pair "
+                f"{pair['min']:.2f} / {pair['median']:.2f} / {pair['max']:.2f} s, circuits {circuits} s{every}, peak "
+                f"{run['peak_mb']:,.0f} MB")
+    return ("- **Earlier runs**, every one kept (the goals above judge the latest): "
+            + "; ".join(one(run) for run in runs) + ".")
 
 
 def memory_line(memory: dict) -> str:
