@@ -84,7 +84,13 @@ class FinalTrace(ResidualTrace):
 
     def final_parts(self) -> tuple[StreamParts, FrozenNorm | None, str | None]:
         """``(parts, norm, name)``: the parts of the last layer's output, and the final norm (divisor fixed) that
-        takes their sum to the unembedding's own input, with its name (None, None where nothing stands between)."""
+        takes their sum to the unembedding's own input, with its name (None, None where nothing stands between).
+        Worked out once per trace."""
+        if getattr(self, "_final", None) is None:
+            self._final = self._final_parts()
+        return self._final
+
+    def _final_parts(self) -> tuple[StreamParts, FrozenNorm | None, str | None]:
         last = self.last_layer
         stream = self._through_layer(last, self.parts_entering(last))
         if self.unembed_in is None:
@@ -118,15 +124,21 @@ class FinalTrace(ResidualTrace):
         unembedded = self.unembed_out.double()[-1]
         if abs(sum(contributions) - float(unembedded[target])) > 1e-4 * max(1.0, float(unembedded.abs().max())):
             raise self._refuse("its parts' logits do not add up to its unembedding's output")
-        scale, cap = self._after_unembedding(unembedded)
+        scale, cap = self.after_unembedding()
         contributions = np.array(contributions) * scale
         logit = float(contributions.sum())
         capped = None if cap is None else float(cap * np.tanh(logit / cap))
         return DirectEffects(names, contributions, logit, capped, vectors.numpy(), readout.numpy() * scale,
                              {name: value * scale for name, value in fixed.items()})
 
+    def after_unembedding(self) -> tuple[float, float | None]:
+        """``(scale, cap)``: what the model does to the unembedding's output at the query, checked over its whole
+        vocabulary (worked out once per trace)."""
+        if getattr(self, "_after", None) is None:
+            self._after = self._after_unembedding(self.unembed_out.double()[-1])
+        return self._after
+
     def _after_unembedding(self, unembedded: torch.Tensor) -> tuple[float, float | None]:
-        """``(scale, cap)``: what the model does to the unembedding's output, checked over its whole vocabulary."""
         if self.logits is None:
             raise self._refuse("its output holds no logits")
         final = self.logits.double()[-1]

@@ -118,7 +118,7 @@ class HeadTrace(FinalTrace):
         parts, norm, _name = self.final_parts()
         vector = parts.vectors[parts.names.index(f"L{layer}H{head}")][-1:]
         normed = vector if norm is None else norm.linear(vector.expand(len(self.tokens), -1))[-1:]
-        scale = self._after_unembedding(self.unembed_out.double()[-1])[0]
+        scale = self.after_unembedding()[0]
         return (normed[0] @ self.unembedding.weight.detach().double().T).numpy() * scale
 
 
