@@ -44,8 +44,8 @@ ATTRIBUTION_REFUSED: dict[str, str] = {family.model_type: family.attribution_ref
 
 def attribution_status(model_type: str) -> str:
     """``exact``, or ``refused: why`` for :data:`ATTRIBUTION_REFUSED`; a refused type has nothing to split."""
-    family = next((f for f in MODEL_FAMILIES if f.model_type == model_type), None)
-    if family is not None and family.status == REFUSED:
+    family = declaration(model_type)
+    if family is not None and family.in_table and family.status == REFUSED:
         return REFUSED
     why = ATTRIBUTION_REFUSED.get(model_type)
     return EXACT if why is None else f"{REFUSED}: {why}"
