@@ -216,13 +216,14 @@ ABLATE_SHOWN = "ablate-shown"
 ABLATE_PANEL = "ablate-panel"
 
 
-# composition view (dash_app.views.composition): heads as nodes, Q- and K-composition edges from stored circuits
+# composition view (dash_app.views.composition): heads as nodes, Q-, K- and V-composition edges from stored circuits
 COMPOSITION_VIEW = view_container("composition")
 COMPOSITION_GRAPH = "composition-graph"
 COMPOSITION_MESSAGE = "composition-message"
 COMPOSITION_SIDE = "composition-side"
 COMPOSITION_BY = "composition-by"
 COMPOSITION_MINIMUM = "composition-minimum"
+COMPOSITION_VALUE_MINIMUM = "composition-value-minimum"
 COMPOSITION_TOP = "composition-top"
 COMPOSITION_LAYERS = "composition-layers"
 COMPOSITION_HEAD = "composition-head"

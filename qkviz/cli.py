@@ -209,9 +209,9 @@ def _explain(args: argparse.Namespace) -> int:
                               progress=not args.quiet)
         table, title = circuit.table, circuit.summary
         sample = circuit.sample
-        title += (f" (mean partner logit {circuit.mean_logit:.4g}; {len(sample['sentences'])} sequences, "
-                  f"{sample['n_tokens']:,} of {sample['n_run_tokens']:,} tokens)")
-        shown = pd.concat([table[table.side == side].head(args.top) for side in ("key", "query")])
+        title += (f" (mean partner logit {circuit.mean_logit:.4g}, mean moved length {circuit.mean_moved:.4g}; "
+                  f"{len(sample['sentences'])} sequences, {sample['n_tokens']:,} of {sample['n_run_tokens']:,} tokens)")
+        shown = pd.concat([table[table.side == side].head(args.top) for side in ("key", "query", "value")])
     else:
         if args.query is None or args.key is None:
             raise QkvizError("give --query I and --key J (token indices of the run), or --circuit")

@@ -162,7 +162,7 @@ def _add_stats(commands: argparse._SubParsersAction) -> None:
                             "on the label's own probe, its mean change of next-token loss kept beside the label")
     stats.add_argument("--probe-seed", type=integer(0, 2**32 - 1), default=0, help="seed of the probe's tokens (default 0)")
     stats.add_argument("--circuits", action="store_true",
-                       help="also every head's circuit (which earlier heads and MLPs build its queries and keys; "
+                       help="also every head's circuit (which earlier heads and MLPs build its queries, keys and values; "
                             "loads the run's model) over a sample of --circuit-budget tokens, in <run>/circuits/")
     stats.add_argument("--circuit-budget", type=integer(1), default=5000,
                        help="--circuits: tokens read, whole sequences in a seeded random order (default 5000)")
@@ -269,7 +269,8 @@ def _add_explain(commands: argparse._SubParsersAction) -> None:
                          help="pair: query part x key part; query / key: one side's parts; dimension: dimensions "
                               "or rotary frequency bands (default pair)")
     explain.add_argument("--circuit", action="store_true",
-                         help="the head's circuit: each part's mean contribution to its queries' strongest partners")
+                         help="the head's circuit: each part's mean contribution to its queries' strongest partners, "
+                              "and to the vectors it moves")
     explain.add_argument("--budget", type=integer(1), default=5000,
                          help="--circuit: tokens read, whole sequences in a seeded random order (default 5000)")
     explain.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="--circuit: seed of the sample")

@@ -1,14 +1,18 @@
-"""Composition view: which earlier heads and MLPs build each head's queries (Q-composition) and keys (K-composition).
+"""Composition view: which earlier heads and MLPs build each head's queries (Q-composition), keys (K-composition)
+and values (V-composition).
 
 Every head is a node where the matrix puts it (layer down, head across), each layer's MLP a node in a column of
 its own; an edge runs from an earlier head or MLP to a head it feeds, green into the node's left side for its
-queries, pink into its right side for its keys, as wide and opaque as its ``|weight|`` (dashed when negative). The
-edges are :func:`qkviz.explain.composition_edges` of the run's stored circuits (``run.circuits``, made by
-``qkviz stats --run R --circuits``), weighted by the parts' attention-weighted mean ``contribution`` to the head's
-partner logits, or their ``lift`` over the other keys. Controls: the side (queries, keys, both), the weight,
-a minimum ``|weight|``, the strongest N edges, and a layer / head whose edges (in or out) alone are drawn. A
-click on a head node opens it in the single view (``customdata``: the flat head, as in the matrix view). Without
-stored circuits the page says how to make them.
+queries, pink into its right side for its keys, purple into its top for its values, as wide and opaque as its
+``|weight|`` (dotted when negative). The edges are :func:`qkviz.explain.composition_edges` of the run's stored
+circuits (``run.circuits``, made by ``qkviz stats --run R --circuits``). Q- and K-edges are weighted by the parts'
+attention-weighted mean ``contribution`` to the head's partner logits, or their ``lift`` over the other keys;
+V-edges by the parts' share of the length of what the head moves (another unit, and no lift: with ``lift`` no
+V-edge is drawn). So the two units are never ranked together: Q/K edges and V-edges each have their minimum
+``|weight|``, each their strongest N, each their widths. Controls: the sides (queries, keys, values: a checklist),
+the weight, the two minimums, the strongest N, and a layer / head whose edges (in or out) alone are drawn. A click
+on a head node opens it in the single view (``customdata``: the flat head, as in the matrix view). Without stored
+circuits the page says how to make them.
 """
 
 from __future__ import annotations
@@ -30,13 +34,20 @@ from dash_app.view_registry import AppContext, View, register_view
 from qkviz.explain import composition_edges
 
 VIEW_NAME = "composition"
-SIDES = {"both": "queries and keys", "query": "queries (Q-composition)", "key": "keys (K-composition)"}
+SIDES = {"query": "queries (Q)", "key": "keys (K)", "value": "values (V)"}
+#: the sides whose weights share a unit (a logit; a length moved), ranked, filtered and drawn wide apart
+UNITS = (("query", "key"), ("value",))
+#: purple, beside the queries' green and the keys' pink (the same Dark2 palette)
+VALUE_COLOUR = "#7570b3"
+COLOURS = {"query": QUERY_COLOUR, "key": KEY_COLOUR, "value": VALUE_COLOUR}
 WEIGHTS = {"contribution": "contribution", "lift": "lift over the other keys"}
 DEFAULT_TOP = 60
 MAX_TOP = 5000
 MAX_MINIMUM = 1e6
-#: an edge meets its target this far left (queries) or right (keys) of the node's centre, in head columns
-SIDE_OFFSET = {"query": -0.18, "key": 0.18}
+#: an edge meets its target this far left (queries) or right (keys) of the node's centre, in head columns, or
+#: above it (values), in layers
+SIDE_OFFSET = {"query": -0.18, "key": 0.18, "value": 0.0}
+LAYER_OFFSET = {"query": 0.0, "key": 0.0, "value": -0.25}
 #: edges are drawn in this many widths (one trace per side, width and sign)
 WIDTH_STEPS = 4
 GRAPH_HEIGHT = "calc(100vh - 190px)"
@@ -48,15 +59,18 @@ def layout(_context: AppContext) -> html.Div:
     return html.Div(id=ids.COMPOSITION_VIEW, style={"display": "none"}, children=[
         html.Div(className="controls", children=[
             html.Label("Edges into"),
-            dcc.RadioItems(id=ids.COMPOSITION_SIDE, options=[{"label": text, "value": value}
-                                                             for value, text in SIDES.items()],
-                           value="both", inline=True),
+            dcc.Checklist(id=ids.COMPOSITION_SIDE, options=[{"label": text, "value": value}
+                                                            for value, text in SIDES.items()],
+                          value=list(SIDES), inline=True),
             html.Label("weight"),
             dcc.RadioItems(id=ids.COMPOSITION_BY, options=[{"label": text, "value": value}
                                                            for value, text in WEIGHTS.items()],
                            value="contribution", inline=True),
-            html.Label("|weight| ≥"),
+            html.Label("Q/K |weight| ≥"),
             dcc.Input(id=ids.COMPOSITION_MINIMUM, type="number", min=0, step="any", value=0, style={"width": "70px"}),
+            html.Label("V |weight| ≥"),
+            dcc.Input(id=ids.COMPOSITION_VALUE_MINIMUM, type="number", min=0, step="any", value=0,
+                      style={"width": "70px"}),
             html.Label("strongest"),
             dcc.Input(id=ids.COMPOSITION_TOP, type="number", min=1, max=MAX_TOP, step=1, value=DEFAULT_TOP,
                       style={"width": "70px"}),
@@ -91,13 +105,26 @@ def chosen(value, count: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < count else ALL
 
 
-def chosen_edges(circuits: pd.DataFrame, side: str, by: str, minimum: float, top: int, layer: int,
-                 head: int) -> pd.DataFrame:
-    """The edges drawn: of ``side`` (or both), ``|weight| >= minimum``, touching the focus (``layer`` / ``head``,
-    :data:`ALL` for any) as source or target, the ``top`` strongest."""
-    edges = composition_edges(circuits, by=by, minimum=minimum)
-    if side != "both":
-        edges = edges[edges.side == side]
+def chosen_sides(value) -> tuple[str, ...]:
+    """The side checklist's value as the server takes it: the known sides ticked (none: no edges); a single side's
+    name, or ``"both"`` (queries and keys), as the radio buttons before the value side sent it; anything else every
+    side."""
+    if isinstance(value, list):
+        return tuple(side for side in SIDES if side in value)
+    if value == "both":
+        return ("query", "key")
+    return (value,) if isinstance(value, str) and value in SIDES else tuple(SIDES)
+
+
+def chosen_edges(circuits: pd.DataFrame, side, by: str, minimum: float, top: int, layer: int, head: int,
+                 value_minimum: float = 0.0) -> pd.DataFrame:
+    """The edges drawn: of the sides ``side`` names (:func:`chosen_sides`), ``|weight| >= minimum`` for Q/K edges and
+    ``>= value_minimum`` for V-edges, touching the focus (``layer`` / ``head``, :data:`ALL` for any) as source or
+    target, the ``top`` strongest Q/K edges and the ``top`` strongest V-edges."""
+    sides = chosen_sides(side)
+    edges = pd.concat([composition_edges(circuits, by=by, minimum=value_minimum if unit == ("value",) else minimum,
+                                         sides=tuple(s for s in unit if s in sides)) for unit in UNITS],
+                      ignore_index=True)
     if layer != ALL or head != ALL:
         def inside(layers, heads):
             keep = np.ones(len(edges), dtype=bool)
@@ -107,7 +134,7 @@ def chosen_edges(circuits: pd.DataFrame, side: str, by: str, minimum: float, top
                 keep &= heads.to_numpy() == head
             return keep
         edges = edges[inside(edges.source_layer, edges.source_head) | inside(edges.target_layer, edges.target_head)]
-    return edges.head(top).reset_index(drop=True)
+    return pd.concat([edges[edges.side.isin(unit)].head(top) for unit in UNITS]).reset_index(drop=True)
 
 
 def node_position(layer, head, n_heads: int) -> tuple:
@@ -122,12 +149,14 @@ def edge_traces(edges: pd.DataFrame, n_heads: int) -> list[go.Scatter]:
     if edges.empty:
         return []
     strength = edges.weight.abs().to_numpy()
-    steps = np.minimum((strength / strength.max() * WIDTH_STEPS).astype(int), WIDTH_STEPS - 1)
+    largest = edges.weight.abs().groupby(edges.side.map({side: unit for unit in UNITS for side in unit})) \
+        .transform("max").to_numpy()                          # widths within each unit: a logit, a length moved
+    steps = np.minimum((strength / np.maximum(largest, 1e-300) * WIDTH_STEPS).astype(int), WIDTH_STEPS - 1)
     x0, y0 = node_position(edges.source_layer, edges.source_head, n_heads)
     x1 = edges.target_head.to_numpy() + edges.side.map(SIDE_OFFSET).to_numpy()
-    y1 = edges.target_layer.to_numpy()
+    y1 = edges.target_layer.to_numpy() + edges.side.map(LAYER_OFFSET).to_numpy()
     traces = []
-    for side, colour in (("query", QUERY_COLOUR), ("key", KEY_COLOUR)):
+    for side, colour in COLOURS.items():
         for step in range(WIDTH_STEPS):
             for negative in (False, True):
                 rows = np.flatnonzero((edges.side.to_numpy() == side) & (steps == step)
@@ -140,24 +169,25 @@ def edge_traces(edges: pd.DataFrame, n_heads: int) -> list[go.Scatter]:
                                          opacity=0.25 + 0.75 * (step + 1) / WIDTH_STEPS, name=f"{side} edges",
                                          line=dict(color=colour, width=1 + 1.5 * step,
                                                    dash="dot" if negative else "solid")))
-    into = edges.side.map({"query": "queries", "key": "keys"})
+    into = edges.side.map({"query": "queries", "key": "keys", "value": "values (share of the length moved)"})
     texts = [f"{source} → L{layer}H{head} {side}: {weight:+.3f}" for source, layer, head, side, weight
              in zip(edges.source, edges.target_layer, edges.target_head, into, edges.weight)]
     traces.append(go.Scatter(x=x1, y=y1, mode="markers", hovertext=texts, hoverinfo="text", showlegend=False,
-                             name="edge ends", marker=dict(size=6, color=np.where(edges.side == "query", QUERY_COLOUR,
-                                                                                   KEY_COLOUR))))
+                             name="edge ends", marker=dict(size=6, color=edges.side.map(COLOURS).to_numpy())))
     return traces
 
 
 def composition_figure(edges: pd.DataFrame, circuits: pd.DataFrame, n_layers: int, n_heads: int, by: str,
                        current: tuple[int, int]) -> go.Figure:
-    """Head nodes (``customdata``: the flat head; hover: the head's mean partner logit), MLP nodes, the edges, the
-    open head ringed."""
+    """Head nodes (``customdata``: the flat head; hover: the head's mean partner logit and mean length moved), MLP
+    nodes, the edges, the open head ringed."""
     layers, heads = np.divmod(np.arange(n_layers * n_heads), n_heads)
     logits = circuits.groupby(["layer", "head"]).mean_logit.first() if "mean_logit" in circuits else pd.Series()
+    moved = circuits.groupby(["layer", "head"]).mean_moved.first() if "mean_moved" in circuits else pd.Series()
     hover = [f"L{layer} H{head}" + (f" · mean partner logit {logits[(layer, head)]:+.2f}"
-                                    if (layer, head) in logits.index else "") + " · click to open"
-             for layer, head in zip(layers, heads)]
+                                    if (layer, head) in logits.index else "")
+             + (f" · mean length moved {moved[(layer, head)]:.2f}" if (layer, head) in moved.index else "")
+             + " · click to open" for layer, head in zip(layers, heads)]
     mlp_layers = np.arange(n_layers)
     traces = [*edge_traces(edges, n_heads),
               go.Scatter(x=np.full(n_layers, n_heads + 0.5), y=mlp_layers, mode="markers+text", name="MLPs",
@@ -173,8 +203,9 @@ def composition_figure(edges: pd.DataFrame, circuits: pd.DataFrame, n_layers: in
     figure = go.Figure(traces)
     figure.update_layout(
         autosize=True, plot_bgcolor="white", hovermode="closest", margin=dict(l=60, r=80, t=50, b=50),
-        title=dict(text=f"Composition: edges from earlier heads and MLPs into each head's queries (green, left) and "
-                        f"keys (pink, right), by {WEIGHTS[by]}; dotted: negative", font=dict(size=13)),
+        title=dict(text=f"Composition: edges from earlier heads and MLPs into each head's queries (green, left), "
+                        f"keys (pink, right) and values (purple, top), by {WEIGHTS[by]}; dotted: negative",
+                   font=dict(size=13)),
         xaxis=dict(title="head", tickmode="array", tickvals=[*range(n_heads), n_heads + 0.5],
                    ticktext=[*map(str, range(n_heads)), "MLP"], range=[-0.7, n_heads + 1.6], zeroline=False,
                    showgrid=False),
@@ -184,23 +215,30 @@ def composition_figure(edges: pd.DataFrame, circuits: pd.DataFrame, n_layers: in
 
 
 def render_composition(data: RunData, circuits: pd.DataFrame | None, current: tuple[int, int], side, by, minimum,
-                       top, layer, head) -> tuple[go.Figure, str]:
+                       top, layer, head, value_minimum=0) -> tuple[go.Figure, str]:
     """The figure and the line above it, the controls' values checked here."""
     if data.patches is not None:
         return message_figure(), "The composition view is for text runs (attribution splits text runs' logits)."
     if circuits is None:
         return message_figure(), missing_circuits_message(data)
-    side = side if isinstance(side, str) and side in SIDES else "both"
+    sides = chosen_sides(side)
     by = by if isinstance(by, str) and by in WEIGHTS else "contribution"
     minimum = bounded_number(minimum, 0.0, 0.0, MAX_MINIMUM)
+    value_minimum = bounded_number(value_minimum, 0.0, 0.0, MAX_MINIMUM)
     top = bounded_number(top, DEFAULT_TOP, 1, MAX_TOP, whole=True)
     layer, head = chosen(layer, data.run.n_layers), chosen(head, data.run.n_heads)
-    edges = chosen_edges(circuits, side, by, minimum, top, layer, head)
+    edges = chosen_edges(circuits, list(sides), by, minimum, top, layer, head, value_minimum)
     sample = circuits.attrs.get("sample", {})
     measured = f" (circuits over {sample['n_tokens']:,} tokens)" if isinstance(sample, dict) and "n_tokens" in sample \
         else ""
-    message = (f"{len(edges):,} edges drawn: the strongest of |{by}| ≥ {minimum:g}{measured}. Hover an edge's end for "
-               "its weight; click a head to open it.")
+    counts = edges.side.isin(UNITS[0]).sum(), (edges.side == "value").sum()
+    message = (f"{len(edges):,} edges drawn: the strongest {counts[0]:,} Q/K edges of |{by}| ≥ {minimum:g} and "
+               f"{counts[1]:,} V-edges of |{by}| ≥ {value_minimum:g}{measured}. Hover an edge's end for its weight; "
+               "click a head to open it.")
+    if "value" in sides and by == "lift":
+        message += " V-edges have no lift (no softmax acts on the values): weigh by contribution to see them."
+    elif "value" in sides and "value" not in set(circuits.side):
+        message += " These circuits have no value side: make them again with 'qkviz stats --circuits'."
     return composition_figure(edges, circuits, data.run.n_layers, data.run.n_heads, by, current), message
 
 
@@ -221,14 +259,15 @@ def register(app: dash.Dash, context: AppContext) -> None:
                   Input(VIEW.state_store, "data"), Input(ids.COMPOSITION_SIDE, "value"),
                   Input(ids.COMPOSITION_BY, "value"), Input(ids.COMPOSITION_MINIMUM, "value"),
                   Input(ids.COMPOSITION_TOP, "value"), Input(ids.COMPOSITION_LAYERS, "value"),
-                  Input(ids.COMPOSITION_HEAD, "value"), prevent_initial_call=True)
-    def draw_composition(current, side, by, minimum, top, layer, head):
+                  Input(ids.COMPOSITION_HEAD, "value"), Input(ids.COMPOSITION_VALUE_MINIMUM, "value"),
+                  prevent_initial_call=True)
+    def draw_composition(current, side, by, minimum, top, layer, head, value_minimum):
         state = checked_state(current, runs)
         if current is None or state.view != VIEW.name:
             raise PreventUpdate
         data = runs[state.run]
         figure, message = render_composition(data, circuits_of(state.run), (state.layer, state.head), side, by,
-                                             minimum, top, layer, head)
+                                             minimum, top, layer, head, value_minimum)
         return (figure, message, focus_options(data.run.n_layers, "layers"),
                 focus_options(data.run.n_heads, "heads"))
 

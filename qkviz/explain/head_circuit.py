@@ -10,13 +10,26 @@ entering layer ``L`` gets, on each side:
 * ``lift``: the same of ``c_ij`` less its mean over every key query ``i`` may attend to -- what the part adds to
   the partners *beyond* the other keys, the share the softmax sees (a part that raises every key alike lifts none).
 
-The contributions of one side add up to the mean partner logit (``attrs["mean_logit"]``). Both sides are linear in
-the per-token vectors: each part's sum is its vectors dotted with one vector per token of the stream, which one
-backward pass through the layer's attention module gives for every part at once
+The contributions of one side add up to the mean partner logit (``attrs["mean_logit"]``).
+
+The third side, ``value`` (V-composition), says which parts wrote the values the head moves. Over every pair the head
+may attend (all of them, not the partners alone: the head's output is its whole attention-weighted sum), the vector it
+moves from key ``j`` is ``m_j = W_O^h v_j`` (the value through the head's slice of the output projection, before any
+norm on the attention's output), ``u_j`` its unit vector, and part ``p``'s value ``v_{j,p}`` (the stream's part
+through the frozen input norm and the value projection; the projection's bias the part ``L{L}.value_bias``):
+
+* ``contribution``: ``sum_{i,j} a_ij (W_O^h v_{j,p}) . u_j / sum a_ij``, the part's attention-weighted mean share of
+  the length of the vectors the head moves. The parts add up to ``sum a_ij |m_j| / sum a_ij`` (``attrs["mean_moved"]``,
+  the attention-weighted mean of ``|W_O^h v_j|``, the size the atlas reads as how much a head moves), checked
+  against the model's own values;
+* ``lift``: NaN. Lift is what a part adds to the partners beyond the other keys, which the softmax sees; no softmax
+  acts on the values, so a part's share of them is its whole effect.
+
+All three sides are linear in the per-token vectors: each part's sum is its vectors dotted with one vector per token
+of the stream, which one backward pass through the layer's attention module gives for every part and side at once
 (:func:`qkviz.extraction.layer_weighted_sums`). Each sequence is split in chunks of :data:`CHUNK_TOKENS` tokens, one
-model pass per chunk: no parts x tokens x width tensor is held beyond one chunk. Long
-runs are sampled: whole sequences in a seeded random order until ``budget`` tokens (``attrs["sample"]`` records
-which).
+model pass per chunk: no parts x tokens x width tensor is held beyond one chunk. Long runs are sampled: whole
+sequences in a seeded random order until ``budget`` tokens (``attrs["sample"]`` records which).
 """
 
 from __future__ import annotations
@@ -85,8 +98,11 @@ class _Sums:
     key_names: list[str] | None = None
     query: np.ndarray | None = None       # [part, 2]: contribution, lift
     key: np.ndarray | None = None
+    value_names: list[str] | None = None
+    value: np.ndarray | None = None       # [part, 1]: contribution
     weight: float = 0.0
     logit: float = 0.0
+    value_weight: float = 0.0
 
     def add(self, side: str, names: list[str], values: np.ndarray) -> None:
         known = getattr(self, f"{side}_names")
@@ -109,6 +125,8 @@ class _SequenceWeights:
     toward_queries_lift: np.ndarray
     weight: float
     logit: float
+    received: np.ndarray           # [key]: sum_i a_ij over every query that may attend to it (the value side)
+    value_weight: float            # sum a_ij over every pair the head may attend
 
 
 def sequence_weights(run: StoredRun, layer: int, head: int, sentence: int,
@@ -138,8 +156,9 @@ def sequence_weights(run: StoredRun, layer: int, head: int, sentence: int,
     toward_queries = partners @ keys
     toward_queries_lift = toward_queries - row_weight[:, None] * mean_keys
     logit = float(rule.scale * np.sum(partners * (queries @ keys.T)))
+    attended = probs * allowed if chosen is None else partners
     return _SequenceWeights(toward_keys, toward_keys_lift, toward_queries, toward_queries_lift,
-                            float(row_weight.sum()), logit)
+                            float(row_weight.sum()), logit, attended.sum(axis=0), float(attended.sum()))
 
 
 def _chunks(n: int) -> list[np.ndarray]:
@@ -147,10 +166,11 @@ def _chunks(n: int) -> list[np.ndarray]:
 
 
 def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample: CircuitSample,
-                 progress: bool = False, chosen: dict[int, np.ndarray] | None = None) -> dict[tuple[int, int], _Sums]:
+                 progress: bool = False, chosen: dict[int, np.ndarray] | None = None,
+                 value: bool = True) -> dict[tuple[int, int], _Sums]:
     """The running sums of every head of ``heads`` over ``sample``: one model pass per chunk of each sequence, every
-    layer asked for split from it. ``chosen`` (sequence -> ``[query, key]`` booleans) replaces each query's
-    strongest partners by the chosen pairs."""
+    layer asked for split from it (the value side too where ``value``, from the same backward pass). ``chosen``
+    (sequence -> ``[query, key]`` booleans) replaces each query's strongest partners by the chosen pairs."""
     from qkviz.extraction.residual import layer_weighted_sums
 
     heads = sorted(set((int(layer), int(head)) for layer, head in heads))
@@ -169,17 +189,18 @@ def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample
         for key, w in weights.items():
             sums[key].weight += w.weight
             sums[key].logit += w.logit
+            sums[key].value_weight += w.value_weight
         for chunk in _chunks(len(ids)):
             # a causal model's pass stops at the chunk's last token: what follows changes nothing before it
             prefix = ids[:chunk[-1] + 1] if run.is_causal else ids
             asked = {key: {"query": np.stack([w.toward_queries[chunk], w.toward_queries_lift[chunk]]),
-                           "key": np.stack([w.toward_keys[chunk], w.toward_keys_lift[chunk]])}
+                           "key": np.stack([w.toward_keys[chunk], w.toward_keys_lift[chunk]]),
+                           **({"value": w.received[chunk][None]} if value else {})}
                      for key, w in weights.items()}
-            for (layer, head), (query_names, query_values, key_names, key_values) in layer_weighted_sums(
-                    model, prefix, chunk, asked):
+            for (layer, head), split in layer_weighted_sums(model, prefix, chunk, asked):
                 scale = run.scale(layer)
-                sums[(layer, head)].add("query", query_names, scale * query_values)
-                sums[(layer, head)].add("key", key_names, scale * key_values)
+                for side, (names, values) in split.items():
+                    sums[(layer, head)].add(side, names, values if side == "value" else scale * values)
             if bar is not None:
                 bar.update(len(chunk))
     if bar is not None:
@@ -189,14 +210,17 @@ def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample
 
 @dataclass
 class HeadCircuit:
-    """One head's circuit: ``table`` (columns ``side``, ``part``, ``contribution``, ``lift``; each side by
-    ``|contribution|``, largest first) and what was sampled."""
+    """One head's circuit: ``table`` (columns ``side`` -- ``query``, ``key``, ``value`` --, ``part``,
+    ``contribution``, ``lift``; each side by ``|contribution|``, largest first), each side's total (``mean_logit``
+    for the query and key sides, ``mean_moved`` for the value side) and what was sampled."""
 
     layer: int
     head: int
     table: pd.DataFrame
     mean_logit: float
     sample: dict = field(default_factory=dict)
+    #: the value side's total: the attention-weighted mean length of the vectors the head moves (NaN without it)
+    mean_moved: float = float("nan")
 
     def strongest(self, side: str, kinds: tuple[str, ...] = ("head", "mlp")) -> str | None:
         """The part of ``side`` with the largest ``|contribution|`` among earlier heads and MLPs (``kinds``)."""
@@ -205,9 +229,12 @@ class HeadCircuit:
 
     @property
     def summary(self) -> str:
-        """"L18H6 reads its keys from L16H0 and its queries from L13.mlp"."""
-        return (f"L{self.layer}H{self.head} reads its keys from {self.strongest('key') or 'its embeddings'} and its "
+        """"L18H6 reads its keys from L16H0 and its queries from L13.mlp; its values from L2H3"."""
+        text = (f"L{self.layer}H{self.head} reads its keys from {self.strongest('key') or 'its embeddings'} and its "
                 f"queries from {self.strongest('query') or 'its embeddings'}")
+        if (self.table.side == "value").any():
+            text += f"; its values from {self.strongest('value') or 'its embeddings'}"
+        return text
 
 
 def part_kind(part: str) -> str:
@@ -222,17 +249,23 @@ def part_kind(part: str) -> str:
 
 
 def circuit_from_sums(layer: int, head: int, sums: _Sums, sample: CircuitSample) -> HeadCircuit:
+    """A head's :class:`HeadCircuit` from its running sums: each side's sums over its weight (the partner attention
+    for the query and key sides, all attention for the value side, whose ``lift`` is NaN)."""
     weight = max(sums.weight, 1e-300)
     frames = []
-    for side in ("query", "key"):
-        values = getattr(sums, side) / weight
-        frame = pd.DataFrame({"side": side, "part": getattr(sums, f"{side}_names"),
-                              "contribution": values[:, 0], "lift": values[:, 1]})
+    for side in ("query", "key", "value"):
+        if getattr(sums, side) is None:
+            continue
+        values = getattr(sums, side) / (weight if side != "value" else max(sums.value_weight, 1e-300))
+        frame = pd.DataFrame({"side": side, "part": getattr(sums, f"{side}_names"), "contribution": values[:, 0],
+                              "lift": values[:, 1] if side != "value" else np.nan})
         order = np.argsort(-frame.contribution.abs().to_numpy(), kind="stable")
         frames.append(frame.iloc[order])
     table = pd.concat(frames, ignore_index=True)
-    table.attrs.update(layer=layer, head=head, mean_logit=sums.logit / weight, sample=sample.as_dict())
-    return HeadCircuit(layer, head, table, sums.logit / weight, sample.as_dict())
+    moved = float(sums.value.sum() / max(sums.value_weight, 1e-300)) if sums.value is not None else float("nan")
+    table.attrs.update(layer=layer, head=head, mean_logit=sums.logit / weight, mean_moved=moved,
+                       sample=sample.as_dict())
+    return HeadCircuit(layer, head, table, sums.logit / weight, sample.as_dict(), moved)
 
 
 def head_circuits(run: StoredRun, heads: Iterable[tuple[int, int]], *, budget: int = DEFAULT_BUDGET,
@@ -257,7 +290,7 @@ def explain_selection(run: StoredRun, layer: int, head: int, queries, keys, *, m
                       device: str = "cpu") -> HeadCircuit:
     """The attention-weighted mean split of the logits between selected ``queries`` and ``keys`` (token rows; every
     pair of one sequence that the head may attend, weighted by its attention): a lasso's "why", as a
-    :class:`HeadCircuit` whose ``sample`` lists the sequences read."""
+    :class:`HeadCircuit` (its query and key sides) whose ``sample`` lists the sequences read."""
     from qkviz.explain.pair_logit import check_token
 
     queries = np.unique([check_token(run, "query", token) for token in np.asarray(queries).tolist()])
@@ -278,5 +311,5 @@ def explain_selection(run: StoredRun, layer: int, head: int, queries, keys, *, m
     n_tokens = int(sum(run.sentences.n_tokens.iloc[s] for s in shared))
     sample = CircuitSample(tuple(shared), n_tokens, n_tokens, 0, int(run.sentences.n_tokens.sum()))
     model = run_model(run, model, device, "attribution of a selection")
-    sums = circuit_sums(run, model, [(layer, head)], sample, chosen=chosen)
+    sums = circuit_sums(run, model, [(layer, head)], sample, chosen=chosen, value=False)
     return circuit_from_sums(layer, head, sums[(layer, head)], sample)

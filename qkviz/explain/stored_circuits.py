@@ -1,11 +1,14 @@
 """Every head's circuit, computed once over one sample of the run and kept in ``<run>/circuits/`` (what
 ``qkviz stats --circuits`` adds), and the composition graph read from it.
 
-The table has one row per head, side and part (columns ``layer``, ``head``, ``side``, ``part``, ``contribution``,
-``lift``, ``mean_logit``); the marker records the sample (sequences, tokens, budget, seed), so the app and a report
-say what the circuits were measured on. :func:`composition_edges` turns it into the edges of the composition view:
-from each earlier head or MLP to the heads whose queries (Q-composition) or keys (K-composition) it builds, weighted
-by its contribution.
+The table has one row per head, side (``query``, ``key``, ``value``) and part (columns ``layer``, ``head``,
+``side``, ``part``, ``contribution``, ``lift``, ``mean_logit``, ``mean_moved``: the query and key sides add up to
+``mean_logit``, the value side to ``mean_moved``, and the value side's ``lift`` is NaN,
+:mod:`qkviz.explain.head_circuit`); the marker records the sample (sequences, tokens, budget, seed), so the app and a
+report say what the circuits were measured on. Circuits stored by an older qkviz (schema 1: no value side) are not
+read: loading them logs one line that says to run ``qkviz stats --circuits`` again. :func:`composition_edges` turns
+the table into the edges of the composition view: from each earlier head or MLP to the heads whose queries
+(Q-composition), keys (K-composition) or values (V-composition) it builds, weighted by its contribution.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from qkviz.store.run import StoredRun
 
 logger = logging.getLogger(__name__)
 
-CIRCUITS_SCHEMA_VERSION = 1
-COLUMNS = ("layer", "head", "side", "part", "contribution", "lift", "mean_logit")
+#: 2: the value side (``side == "value"`` rows and the ``mean_moved`` column)
+CIRCUITS_SCHEMA_VERSION = 2
+COLUMNS = ("layer", "head", "side", "part", "contribution", "lift", "mean_logit", "mean_moved")
+SIDES = ("query", "key", "value")
 
 
 def _directory(run: StoredRun) -> ArtifactDirectory:
@@ -44,7 +49,8 @@ def compute_circuits(run: StoredRun, *, budget: int = DEFAULT_BUDGET, seed: int 
     frames = []
     for (layer, head), value in sums.items():
         circuit = circuit_from_sums(layer, head, value, sample)
-        frames.append(circuit.table.assign(layer=layer, head=head, mean_logit=circuit.mean_logit))
+        frames.append(circuit.table.assign(layer=layer, head=head, mean_logit=circuit.mean_logit,
+                                           mean_moved=circuit.mean_moved))
     table = pd.concat(frames, ignore_index=True)[list(COLUMNS)]
     directory = _directory(run).write(arrays={}, tables={run_files.CIRCUITS_TABLE: table},
                                       marker={"sample": sample.as_dict()})
@@ -65,15 +71,24 @@ def load_circuits(run: StoredRun) -> pd.DataFrame | None:
 
 
 def composition_edges(circuits: pd.DataFrame, *, by: str = "contribution", minimum: float = 0.0,
-                      kinds: tuple[str, ...] = ("head", "mlp")) -> pd.DataFrame:
+                      kinds: tuple[str, ...] = ("head", "mlp"), sides: tuple[str, ...] = SIDES) -> pd.DataFrame:
     """The composition graph: one edge per (source part, target head, side) with columns ``source``,
     ``source_layer``, ``source_head`` (-1 for an MLP), ``target_layer``, ``target_head``, ``side`` (``query``:
-    Q-composition, ``key``: K-composition) and ``weight`` (the circuit's ``by`` column), keeping the sources of
-    ``kinds`` whose ``|weight|`` is at least ``minimum``; largest first."""
+    Q-composition, ``key``: K-composition, ``value``: V-composition) and ``weight`` (the circuit's ``by`` column),
+    keeping the sources of ``kinds`` and the ``sides`` asked for whose ``|weight|`` is at least ``minimum``; largest
+    first.
+
+    The weights of the query and key sides are shares of a logit, those of the value side shares of the length of
+    what the head moves (another unit: one ``minimum`` means another thing on each, so filter the value side apart,
+    ``sides=("value",)``, to give it its own). The value side has no ``lift`` (NaN): ``by="lift"`` gives no
+    V-edges."""
     if by not in ("contribution", "lift"):
         raise ValueError(f"by must be 'contribution' or 'lift', got {by!r}")
+    unknown = sorted(set(sides) - set(SIDES))
+    if unknown:
+        raise ValueError(f"sides must be among {', '.join(SIDES)}, got {', '.join(map(str, unknown))}")
     kind = circuits.part.map(part_kind)
-    rows = circuits[kind.isin(kinds) & (circuits[by].abs() >= minimum)]
+    rows = circuits[kind.isin(kinds) & circuits.side.isin(sides) & (circuits[by].abs() >= minimum)]
     source = rows.part.str.extract(r"^L(?P<layer>\d+)(?:H(?P<head>\d+)|\.mlp)$")
     edges = pd.DataFrame({
         "source": rows.part.to_numpy(),

@@ -5,8 +5,9 @@
   its sets of bars adds up to the logit it shows, the logit of the run's stored query and key.
 * A lasso's explanation is the attention-weighted mean split: each side's bars add up to its mean logit.
 * A run whose model cannot be found shows the one-line reason; forged subjects and hostile values are refused.
-* The composition view draws the stored circuits' edges (side, weight, minimum, top N and focus filters), a click on
-  a head opens it, and without circuits it says how to make them.
+* The composition view draws the stored circuits' edges (side, weight, minimum, top N and focus filters), its
+  V-edges beside the Q- and K-edges with their own side, minimum and top N (hostile values taken as the defaults on
+  the server), a click on a head opens it, and without circuits it says how to make them.
 """
 
 from __future__ import annotations
@@ -242,11 +243,12 @@ def test_a_cell_of_the_document_map_is_the_pair(data):
 def test_the_composition_view_draws_the_stored_edges_and_a_click_opens_a_head(data, app_run):
     circuits = data.run.circuits
     assert circuits is not None
-    figure, message = composition.render_composition(data, circuits, (0, 0), "both", "contribution", 0, 10, -1, -1)
+    figure, message = composition.render_composition(data, circuits, (0, 0), list(composition.SIDES), "contribution",
+                                                     0, 10, -1, -1)
     names = [trace.name for trace in figure.data]
     heads = figure.data[names.index("heads")]
     assert list(heads.customdata) == list(range(data.run.n_layers * data.run.n_heads))
-    assert "10 edges drawn" in message
+    assert "20 edges drawn" in message and "strongest 10 Q/K edges" in message and "10 V-edges" in message
     keys_only = composition.chosen_edges(circuits, "key", "lift", 0.0, 1000, -1, -1)
     assert set(keys_only.side) == {"key"} and (keys_only.source_layer < keys_only.target_layer).all()
     focused = composition.chosen_edges(circuits, "both", "contribution", 0.0, 1000, 1, 0)
@@ -258,6 +260,10 @@ def test_the_composition_view_draws_the_stored_edges_and_a_click_opens_a_head(da
     # hostile controls become the defaults
     figure, message = composition.render_composition(data, circuits, (0, 0), [], {}, "x", True, "1", None)
     assert f"{composition.DEFAULT_TOP}" in message or "edges drawn" in message
+    for hostile in ({"value": 1}, 7, None, ["value", 3, None, "nope"]):
+        assert set(composition.chosen_sides(hostile)) <= {"query", "key", "value"}
+    assert composition.chosen_sides(["value", 3, "nope"]) == ("value",)
+    assert composition.chosen_sides("both") == ("query", "key") and composition.chosen_sides([]) == ()
     # a click on head node 6 (layer 1, head 2) opens it in the single view
     state = ViewState(view="composition", method="pca").as_dict()
     opened, _ = next_state(ids.COMPOSITION_CLICK, {"curve": names.index("heads"), "customdata": 6, "timestamp": 1},
@@ -268,6 +274,30 @@ def test_the_composition_view_draws_the_stored_edges_and_a_click_opens_a_head(da
     figure, message = composition.render_composition(plain, plain.run.circuits, (0, 0), "both", "contribution", 0,
                                                      10, -1, -1)
     assert f"qkviz stats --run {app_run.path} --circuits" in message
+
+
+def test_the_composition_view_draws_v_edges_with_their_own_filter(data):
+    circuits = data.run.circuits
+    assert "value" in set(circuits.side)
+    values = composition.chosen_edges(circuits, ["value"], "contribution", 0.0, 1000, -1, -1)
+    assert len(values) and set(values.side) == {"value"} and (values.source_layer < values.target_layer).all()
+    # the V minimum filters V-edges only; the Q/K minimum Q- and K-edges only
+    high = float(values.weight.abs().median())
+    every = composition.chosen_edges(circuits, list(composition.SIDES), "contribution", 0.0, 1000, -1, -1)
+    filtered = composition.chosen_edges(circuits, list(composition.SIDES), "contribution", 0.0, 1000, -1, -1, high)
+    assert (filtered[filtered.side == "value"].weight.abs() >= high).all()
+    assert 0 < (filtered.side == "value").sum() < (every.side == "value").sum()
+    assert (filtered.side != "value").sum() == (every.side != "value").sum()
+    # drawn in their own colour, into the top of each node; with lift there are none, and the page says why
+    figure, message = composition.render_composition(data, circuits, (0, 0), ["value"], "contribution", 0, 5, -1, -1,
+                                                     "bad")
+    lines = [trace for trace in figure.data if trace.name == "value edges"]
+    assert lines and all(trace.line.color == composition.VALUE_COLOUR for trace in lines)
+    assert "5 edges drawn" in message and "0 Q/K edges" in message
+    ends = next(trace for trace in figure.data if trace.name == "edge ends")
+    assert all(text.split(" → ")[1].split(" ")[1] == "values" for text in ends.hovertext)
+    _figure, message = composition.render_composition(data, circuits, (0, 0), ["value"], "lift", 0, 5, -1, -1)
+    assert "0 edges drawn" in message and "V-edges have no lift" in message
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@
 * An independent check through the model's own forward pass: removing one part from the stream entering the layer,
   with the divisor of the layer's input norm held at its real value, changes the model's own logit by exactly that
   part's contribution.
-* A head's circuit: each side's contributions add up to the mean partner logit.
+* A head's circuit: each side's contributions add up to the mean partner logit (the value side to the mean moved
+  length: tests/integration/test_value_circuit.py checks it against the model's own values).
 * Refusals: a run of an in-memory model without ``model=``, another model's weights, bad arguments, the CLI.
 """
 
@@ -230,6 +231,8 @@ def test_a_circuits_sides_add_up_to_the_mean_partner_logit(family_run):
     for side in ("query", "key"):
         total = circuit.table[circuit.table.side == side].contribution.sum()
         assert abs(total - circuit.mean_logit) <= _bound(circuit.mean_logit)
+    values = circuit.table[circuit.table.side == "value"].contribution.sum()
+    assert abs(values - circuit.mean_moved) <= _bound(circuit.mean_moved)
     assert circuit.summary.startswith("L1H2 reads its keys from ")
 
 
@@ -335,7 +338,7 @@ def test_stats_keeps_every_heads_circuit_and_the_composition_graph_reads_it(tiny
     for side in ("query", "key"):
         assert abs(one[one.side == side].contribution.sum() - one.mean_logit.iloc[0]) <= _bound(one.mean_logit.iloc[0])
     edges = composition_edges(circuits)
-    assert set(edges.side) == {"query", "key"} and (edges.source_layer < edges.target_layer).all()
+    assert set(edges.side) == {"query", "key", "value"} and (edges.source_layer < edges.target_layer).all()
     assert set(edges.source) <= {f"L0H{h}" for h in range(run.n_heads)} | {"L0.mlp"}
 
 

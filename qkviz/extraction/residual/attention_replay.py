@@ -43,6 +43,11 @@ class AttentionReplay:
         kept = self._kept(rows, layer, keep_graph)
         return kept["query"], kept["key"]
 
+    def made(self, rows: torch.Tensor, layer: int, keep_graph: bool = False) -> dict[str, torch.Tensor]:
+        """The queries ``[row, head, token, d]``, keys and values ``[row, kv_head, token, d]`` of ``rows`` (as
+        :meth:`run`), under the names ``query``, ``key`` and ``value``."""
+        return self._kept(rows, layer, keep_graph)
+
     def values(self, rows: torch.Tensor, layer: int) -> torch.Tensor:
         """The values ``[row, kv_head, token, d]`` (float64) the module makes of ``rows`` ``[row, token, width]``."""
         return self._kept(rows, layer, False)["value"]
@@ -65,7 +70,7 @@ class AttentionReplay:
             def record(self, _module, query, key, value, _scaling, _kwargs):
                 kept["query"], kept["key"] = (query, key) if keep_graph else (query.detach().double(),
                                                                                key.detach().double())
-                kept["value"] = value.detach().double()
+                kept["value"] = value if keep_graph else value.detach().double()
                 raise PassDone        # the parts' attention and output projection are never needed
 
         grad = torch.enable_grad() if keep_graph else torch.inference_mode()

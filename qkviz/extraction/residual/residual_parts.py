@@ -20,8 +20,8 @@ row alike (the projections' biases, the QK-norm's bias) is the part ``L{L}.query
 
 Every step is checked against the model's own numbers, at every traced token: the parts of each layer's input add
 up to that input, the heads to the projection's output, the MLP part to a module's output, and the query and key
-parts to the model's own query and key. A family where one does not hold is refused in one line
-(:class:`AttributionRefused`): the split is exact or it is not given.
+parts to the model's own query and key (and the value parts of a weighted sum to its own values). A family where one
+does not hold is refused in one line (:class:`AttributionRefused`): the split is exact or it is not given.
 
 The pass is :mod:`qkviz.extraction.residual.residual_pass`, the stream's parts layer by layer
 :mod:`qkviz.extraction.residual.residual_stream`; this module gives their queries and keys (:class:`ResidualTrace`) and the
@@ -56,6 +56,10 @@ class QueryKeyParts:
     key: np.ndarray
 
 
+#: the sides a weighted sum may ask for, in the order of its rows
+WEIGHTED_SIDES = ("query", "key", "value")
+
+
 class ResidualTrace(ResidualStream):
     """One forward pass of one sequence (batch of one) keeping what splits every layer's input at ``tokens``
     (positions in the sequence); :meth:`parts_entering` and :meth:`query_key_parts` read it.
@@ -85,69 +89,115 @@ class ResidualTrace(ResidualStream):
         return QueryKeyParts(query_names, query_parts.cpu().numpy(), key_names, key_parts.cpu().numpy(),
                              real_query.cpu().numpy(), real_key.cpu().numpy())
 
+    def _value_sink(self):
+        """Each traced layer's values at the traced tokens (``values[layer]`` ``[kv_head, token, d_value]``,
+        float64): what the value side of a weighted sum is checked against."""
+        self.values: dict[int, torch.Tensor] = {}
+
+        def keep(layer: int, value: torch.Tensor) -> None:
+            if layer <= self.last_layer:
+                self.values[layer] = value[0][:, self.tokens.to(value.device)].double()   # [kv_head, token, d]
+        return keep
+
     def weighted_sums(self, layer: int, stream: StreamParts, weights: dict[int, dict[str, np.ndarray]]) -> dict:
         """For each head ``h`` of ``weights`` (``{"query": [k, token, d_head], "key": [k, token, d_head]}``: ``k``
-        weight vectors per side, one per traced token), every part's ``sum_t w_t . q_{t,part}`` (and the same of
-        the keys, of the head's key-value head): ``{h: (query names, [part, k], key names, [part, k])}``.
+        weight vectors per side, one per traced token; optionally ``"value": [k, token]``, one number per token),
+        every part's weighted sum: ``{h: {side: (names, [part, k])}}``.
+
+        * ``query``, ``key``: ``sum_t w_t . q_{t,part}`` (and the same of the keys, of the head's key-value head);
+        * ``value``: ``sum_t c_t (W_O^h v_{t,part}) . u_t``, ``u_t`` the unit vector of the model's own moved vector
+          ``W_O^h v_t`` (the head's value through its slice of the output projection, before any norm on the
+          attention's output): each part's projection on what the head moves from token ``t``, weighted by ``c_t``.
+          The parts add up to ``sum_t c_t |W_O^h v_t|``.
 
         Each side is linear in the parts, so one backward pass through the layer's attention module gives, per head
         and weight, the vector of the stream each part is dotted with (``A^T w``, ``A`` the module's map with every
-        norm fixed); no part's query is ever formed. The sums are checked against the model's own queries and keys
-        (their sum over the parts, with the module's constant, must be ``sum_t w_t . q_t``)."""
-        record = self.records[layer]
+        norm fixed); no part's query, key or value is ever formed. The sums are checked against the model's own
+        queries, keys and values (their sum over the parts, with the module's constant, must be ``sum_t w_t . q_t``,
+        and the same of the keys and values)."""
         norm, norm_name = self._input_norm(layer, stream)
-        parts = stream if norm is None else StreamParts(running=norm.linear(stream.total()))
-        heads = sorted(weights)
-        sides = [(head, side, index) for head in heads for side in ("query", "key")
-                 for index in range(len(weights[head][side]))]
-        total = parts.total() if norm is None or norm.bias is None else parts.total() + norm.bias
-        with torch.enable_grad():
-            rows = torch.cat([total[None].expand(len(sides), -1, -1), torch.zeros_like(total)[None]])
-            rows = rows.to(next(self._attention_modules[layer].parameters()).dtype).detach().requires_grad_(True)
-            queries, keys = self._through_attention(layer, rows, keep_graph=True)
-            loss = rows.new_zeros(())
-            targets = []
-            for row, (head, side, index) in enumerate(sides):
-                vectors = queries[row, head] if side == "query" else keys[row, self.shape.kv_head_of(head)]
-                weight = torch.as_tensor(weights[head][side][index], dtype=vectors.dtype, device=vectors.device)
-                loss = loss + (vectors * weight).sum()
-                targets.append(weight)
-            (gradient,) = torch.autograd.grad(loss, rows)
-        gradient = gradient[:-1].double()                          # [row, token, width]
-        queries, keys = queries.detach(), keys.detach()
-        constants = [float((queries[-1, head] if side == "query" else keys[-1, self.shape.kv_head_of(head)]).double()
-                           .mul(target.double()).sum()) for (head, side, _), target in zip(sides, targets)]
+        vectors = {head: {side: (self._moved_weights(layer, head, asked) if side == "value" else asked)
+                          for side, asked in weights[head].items()} for head in sorted(weights)}
+        rows = [(head, side, index) for head in vectors for side in WEIGHTED_SIDES if side in vectors[head]
+                for index in range(len(vectors[head][side]))]
+        gradient, constants = self._weighted_backward(layer, stream, norm, rows, vectors)
         # each part's sum: the part (before the input norm) dotted with the gradient carried back through the norm
         before = gradient if norm is None else norm.transposed(gradient)
         flat = before.reshape(len(before), -1)
         values = torch.cat([torch.stack(stream.vectors[start:start + 64]).reshape(-1, flat.shape[1]) @ flat.T
                             for start in range(0, len(stream.vectors), 64)])                  # [part, row]
-        names_before = list(stream.names)
+        names = list(stream.names)
         if norm is not None and norm.bias is not None:
             values = torch.cat([values, (gradient * norm.bias).sum(dim=(1, 2))[None]])
-            names_before.append(f"L{layer}.{norm_name}.bias")
-        real_query, real_key = record.query.double(), record.key.double()
+            names.append(f"L{layer}.{norm_name}.bias")
         out = {}
-        for head in heads:
-            sums = {}
-            for side in ("query", "key"):
-                own = real_query[head] if side == "query" else real_key[self.shape.kv_head_of(head)]
-                columns = [row for row, (h, s, _) in enumerate(sides) if h == head and s == side]
-                names = list(names_before)
-                block = values[:, columns]
+        for head, sides in vectors.items():
+            out[head] = {}
+            for side, asked in sides.items():
+                columns = [row for row, (h, s, _) in enumerate(rows) if h == head and s == side]
                 constant = torch.tensor([constants[row] for row in columns], dtype=torch.float64)
-                if float(constant.abs().max()) > 0:
-                    names.append(f"L{layer}.{side}_bias")
-                    block = torch.cat([block, constant[None].to(block.device)])
-                expected = torch.stack([(own * torch.as_tensor(weights[head][side][index], dtype=torch.float64,
-                                                                device=own.device)).sum()
-                                        for index in range(len(columns))])
-                size = max(float(expected.abs().max()), float(block.abs().sum(0).max()), 1e-6)
-                if float((block.sum(0) - expected.to(block.device)).abs().max()) > MATCH_TOLERANCE * size:
-                    raise self._refuse(f"layer {layer}'s weighted {side} parts do not add up to the model's own")
-                sums[side] = (names, block.cpu().numpy())
-            out[head] = (*sums["query"], *sums["key"])
+                out[head][side] = self._checked_sums(layer, side, self._own(layer, side, head), asked, names,
+                                                     values[:, columns], constant)
         return out
+
+    def _own(self, layer: int, side: str, head: int) -> torch.Tensor:
+        """The model's own queries ``[token, d]`` of ``head`` at ``layer`` (``side`` "query"), or the keys or values
+        of its key-value head, float64."""
+        record = self.records[layer]
+        if side == "query":
+            return record.query[head].double()
+        return (record.key if side == "key" else self.values[layer])[self.shape.kv_head_of(head)].double()
+
+    def _moved_weights(self, layer: int, head: int, received: np.ndarray) -> np.ndarray:
+        """The value-side weights ``[k, token, d_value]`` of per-token numbers ``received`` ``[k, token]``:
+        ``c_t W_O^h^T u_t``, ``u_t`` the unit vector of the moved vector ``W_O^h v_t`` (model's own value; zero
+        where it is zero), so that a value ``v`` dotted with it is ``c_t (W_O^h v) . u_t``."""
+        own = self._own(layer, "value", head)                                            # [token, d_value]
+        output = self._slices[layer][head].double().to(own.device)                       # [d_value, width]
+        moved = own @ output
+        length = moved.norm(dim=-1, keepdim=True)
+        unit = torch.where(length > 0, moved / length.clamp_min(1e-300), torch.zeros_like(moved))
+        back = (unit @ output.T).cpu().numpy()                                           # [token, d_value]
+        return np.asarray(received, dtype=np.float64)[..., None] * back[None]
+
+    def _weighted_backward(self, layer: int, stream: StreamParts, norm: FrozenNorm | None, rows: list[tuple],
+                           vectors: dict) -> tuple[torch.Tensor, list[float]]:
+        """The gradient ``[row, token, width]`` of each row's weighted sum (``rows``: ``(head, side, index)``) with
+        respect to the input of layer ``layer``'s attention module, and each row's constant (the module's output
+        for a zero input, weighted)."""
+        parts = stream if norm is None else StreamParts(running=norm.linear(stream.total()))
+        total = parts.total() if norm is None or norm.bias is None else parts.total() + norm.bias
+        with torch.enable_grad():
+            batch = torch.cat([total[None].expand(len(rows), -1, -1), torch.zeros_like(total)[None]])
+            batch = batch.to(next(self._attention_modules[layer].parameters()).dtype).detach().requires_grad_(True)
+            made = self._made_by_attention(layer, batch, keep_graph=True)
+            loss = batch.new_zeros(())
+            targets = []
+            for row, (head, side, index) in enumerate(rows):
+                vectors_of_row = made[side][row, head if side == "query" else self.shape.kv_head_of(head)]
+                weight = torch.as_tensor(vectors[head][side][index], dtype=vectors_of_row.dtype,
+                                         device=vectors_of_row.device)
+                loss = loss + (vectors_of_row * weight).sum()
+                targets.append(weight)
+            (gradient,) = torch.autograd.grad(loss, batch)
+        constants = [float(made[side][-1, head if side == "query" else self.shape.kv_head_of(head)].detach().double()
+                           .mul(target.double()).sum()) for (head, side, _), target in zip(rows, targets)]
+        return gradient[:-1].double(), constants
+
+    def _checked_sums(self, layer: int, side: str, own: torch.Tensor, asked: np.ndarray, names: list[str],
+                      block: torch.Tensor, constant: torch.Tensor) -> tuple[list[str], np.ndarray]:
+        """One side's parts ``(names, [part, k])``, the module's constant a part of its own
+        (``L{layer}.{side}_bias``) where it is not zero, checked to add up to the model's own weighted sums."""
+        names = list(names)
+        if float(constant.abs().max()) > 0:
+            names.append(f"L{layer}.{side}_bias")
+            block = torch.cat([block, constant[None].to(block.device)])
+        expected = torch.stack([(own * torch.as_tensor(weight, dtype=torch.float64, device=own.device)).sum()
+                                for weight in asked])
+        size = max(float(expected.abs().max()), float(block.abs().sum(0).max()), 1e-6)
+        if float((block.sum(0) - expected.to(block.device)).abs().max()) > MATCH_TOLERANCE * size:
+            raise self._refuse(f"layer {layer}'s weighted {side} parts do not add up to the model's own")
+        return names, block.cpu().numpy()
 
     def _input_norm(self, layer: int, stream: StreamParts) -> tuple[FrozenNorm | None, str | None]:
         """The norm (divisor fixed) through which layer ``layer``'s attention module reads the stream, and its name;
@@ -176,15 +226,22 @@ class ResidualTrace(ResidualStream):
             parts.add(f"L{layer}.{norm_name}.bias", norm.bias.expand_as(stream.total()))
         return parts
 
-    def _through_attention(self, layer: int, rows: torch.Tensor,
-                           keep_graph: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """The queries ``[row, head, token, d]`` and keys of ``rows`` ``[row, token, width]`` as layer ``layer``'s
-        attention module makes them at the traced tokens' positions (:class:`AttentionReplay`)."""
+    def _made_by_attention(self, layer: int, rows: torch.Tensor, keep_graph: bool = False) -> dict[str, torch.Tensor]:
+        """The queries, keys and values of ``rows`` as layer ``layer``'s attention module makes them at the traced
+        tokens' positions (:meth:`AttentionReplay.made`)."""
         record = self.records[layer]
         replay = AttentionReplay(self.model, self._attention_modules[layer], self.adapter.attention_path,
                                  record.attention_args, record.attention_kwargs, record.inner_norms, self.tokens,
                                  self.length, self._refuse, self._frozen)
-        return replay.run(rows, layer, keep_graph)
+        return replay.made(rows, layer, keep_graph)
+
+    def _through_attention(self, layer: int, rows: torch.Tensor,
+                           keep_graph: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """The queries ``[row, head, token, d]`` and keys of ``rows`` ``[row, token, width]`` as layer ``layer``'s
+        attention module makes them at the traced tokens' positions (:class:`AttentionReplay`)."""
+        made = self._made_by_attention(layer, rows, keep_graph)
+        return made["query"], made["key"]
+
 
 #: id(model) -> (model, adapter, shape): a discovered adapter costs a probe pass, found once per model
 _ADAPTERS: dict[int, tuple] = {}
@@ -237,10 +294,11 @@ def layer_query_key_parts(model: torch.nn.Module, token_ids, tokens, layers):
 
 
 def layer_weighted_sums(model: torch.nn.Module, token_ids, tokens, weights: dict[tuple[int, int], dict]):
-    """``((layer, head), (query names, [part, k], key names, [part, k]))`` for every head of ``weights``
-    (``{(layer, head): {"query": [k, token, d_head], "key": [k, token, d_head]}}``, per traced token of ``tokens``):
-    each part's weighted sum of its queries and keys (:meth:`ResidualTrace.weighted_sums`), from one forward pass of
-    the sequence and one backward pass through each layer's attention module."""
+    """``((layer, head), {side: (names, [part, k])})`` for every head of ``weights`` (``{(layer, head): {"query":
+    [k, token, d_head], "key": [k, token, d_head], "value": [k, token]}}``, per traced token of ``tokens``; ``value``
+    optional): each part's weighted sum of its queries and keys, and its share of what the head moves
+    (:meth:`ResidualTrace.weighted_sums`), from one forward pass of the sequence and one backward pass through each
+    layer's attention module."""
     from qkviz.extraction.models.model_boundary import failure_detail
 
     layers = sorted({layer for layer, _ in weights})
