@@ -312,7 +312,8 @@ def test_the_cli_explains_a_pair_and_refuses_in_one_line(tiny_run, tmp_path):
     circuit = run_main("-q", "explain", "--run", str(run.path), "--layer", "1", "--head", "2", "--circuit",
                        "--budget", "50")
     assert circuit.returncode == 0, circuit.stderr
-    assert "reads its keys from" in circuit.stdout
+    assert "reads its keys from" in circuit.stdout and "; its values from " in circuit.stdout
+    assert "mean moved length" in circuit.stdout and "value" in circuit.stdout
 
 
 def test_albert_is_refused_in_one_line(family_run):
