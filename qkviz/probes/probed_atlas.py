@@ -17,6 +17,7 @@ from qkviz.analysis import HeadAtlas, LabelThresholds
 from qkviz.analysis import compute_corpus_stats
 from qkviz.core.errors import QkvizError
 from qkviz.analysis.atlas.head_atlas import store_atlas
+from qkviz.probes.copying_probe import copying_probe
 from qkviz.probes.head_probes import ProbeSettings, probe_heads
 from qkviz.probes.label_ablation import ablate_labels
 from qkviz.probes.model_on_demand import run_language_model
@@ -82,11 +83,27 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
             note = f"not run: {error}"
             logger.warning("%s: the induction and duplicate-token probe did not run (%s); labelling from the corpus "
                            "alone", run.path, error)
+    writes_note = "not run (probes=False, --no-probes)" if not probes else ""
+    if scores is not None:
+        scores, writes_note = _with_copying(run, scores, probe_settings, model, device, progress)
     atlas = compute_corpus_stats(run, max_offset=max_offset, argmax_share=argmax_share, broad_entropy=broad_entropy,
                                  thresholds=thresholds, exemplars=exemplars, syntax=syntax, progress=progress,
-                                 jobs=jobs, client=client, probes=scores, probe_note=note)
+                                 jobs=jobs, client=client, probes=scores, probe_note=note, writes_note=writes_note)
     if ablate and not run.is_image_run:
         atlas.labels = ablate_labels(run, atlas.labels, model=model, device=device, settings=probe_settings,
                                      progress=progress)
         store_atlas(run, atlas)
     return atlas
+
+
+def _with_copying(run: StoredRun, scores, settings: ProbeSettings, model, device: str, progress: bool):
+    """The probe table with the copying probe's rows (:mod:`qkviz.probes.copying_probe`), and what they were measured
+    on; where the model has no unembedding, the table as it is and ``"not computed: ..."``."""
+    import pandas as pd
+
+    try:
+        copying = copying_probe(run, settings, model=model, device=device, progress=progress)
+    except QkvizError as error:
+        logger.info("%s: the copying and suppression labels are not computed (%s)", run.path, error)
+        return scores, "not computed: no unembedding" if "unembedding" in str(error) else f"not computed: {error}"
+    return pd.concat([scores, copying], ignore_index=True), str(copying.source.iloc[0])

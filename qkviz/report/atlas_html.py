@@ -113,13 +113,18 @@ def _earned_section(atlas: HeadAtlas) -> str:
                            for row in heads.head(HEADS_PER_LABEL).itertuples())
         more = f", and {len(heads) - HEADS_PER_LABEL:,} more" if len(heads) > HEADS_PER_LABEL else ""
         first = earned.iloc[0]
+        rests_on = f"{int(earned.queries.min()):,}" + (f"–{int(earned.queries.max()):,}"
+                                                       if earned.queries.max() > earned.queries.min() else "")
         rows.append(f'<tr><td><span class="swatch" style="background:{LABEL_COLOURS[label]}"></span>'
                     f"{html.escape(label)}</td><td>{len(heads):,}</td><td>{html.escape(str(first.probe))}; threshold "
-                    f"{first.threshold:.2g}, chance about {earned.chance.median():.2g}</td><td>{listed}{more}</td></tr>")
+                    f"{first.threshold:.2g}, chance about {earned.chance.median():.2g}</td><td>{rests_on}</td>"
+                    f"<td>{listed}{more}</td></tr>")
     return ("<h2>Every label each head earns</h2>"
             f'<p class="note">A head earns every label whose score reaches its threshold (qkviz.analysis.labels.label_table); '
-            f"run.atlas.labels has each with its evidence. Probe: {html.escape(atlas.probe_note or 'not run')}.</p>"
-            "<table><thead><tr><th>label</th><th>heads</th><th>measured on</th><th>strongest heads (score)</th></tr>"
+            f"run.atlas.labels has each with its evidence. Probe: {html.escape(atlas.probe_note or 'not run')}. "
+            f"Copying and suppression (what heads write): {html.escape(atlas.writes_note or 'not run')}.</p>"
+            "<table><thead><tr><th>label</th><th>heads</th><th>measured on</th><th>queries each rests on</th>"
+            "<th>strongest heads (score)</th></tr>"
             f"</thead><tbody>{''.join(rows)}</tbody></table>")
 
 

@@ -121,6 +121,7 @@ def atlas_summary(atlas: HeadAtlas) -> dict:
     earned = atlas.labels.drop_duplicates(["layer", "head", "label"]).label.value_counts()
     return {"page": ATLAS_HTML_NAME, "labels": {k: int(v) for k, v in atlas.table.label.value_counts().items()},
             "heads_earning": {k: int(v) for k, v in earned.items()}, "probe": atlas.probe_note,
+            "writes": atlas.writes_note,
             "means": {name: _float(atlas.table[name].mean()) for name in STATISTICS},
             "thresholds": atlas.thresholds.as_dict()}
 

@@ -1,0 +1,182 @@
+"""What every head writes, measured on the repeated-random-tokens probe: does attending to a token raise that token's
+logit (copying) or lower it (suppression)?
+
+The probe is the one the induction labels are measured on (:mod:`qkviz.probes.repeat_probe`, the same sequences).
+The model runs once per sequence under qkviz's trace (:mod:`qkviz.extraction.residual.own_token_writes`): each head's
+write from every source token ``j`` (``a_ij W_O^h v_j``, through the frozen norms to the unembedding) is read on a
+set of candidate tokens ``C``: the probe's own tokens, then the corpus's most frequent ones, then seeded random ids
+of the vocabulary, :attr:`CopyingSettings.candidates` in all. With ``rank_j`` the place of ``j``'s own token among
+the candidates in the write from ``j``:
+
+* ``copying``: the mean over the second copy's queries of ``sum_j a_ij [rank_j < top]``: the share of a query's
+  attention that goes to tokens the head writes into its own top ``top`` of the candidates. A head attending
+  uniformly to tokens whose writes rank candidates at random scores ``top / |C|`` (its chance), whatever it attends.
+* ``suppression``: the same with the bottom ``top`` (negative copying, as in copy-suppression heads).
+* the same two with each source's own token replaced by another candidate (a seeded permutation of the candidates:
+  the targets shuffled), the control: they should stay near chance.
+* ``attended-logit-raise``: the mean over the same queries of ``sum_j a_ij (l_j[own] - mean_c l_j[c])`` at the
+  query (each write with the query's divisors): how much, in logits, attending raises the attended tokens' own logit
+  over the candidates' mean.
+* ``copying-weights-only``: TransformerLens's copying score of the OV circuit, from the weights alone: the share of
+  the candidates whose own token is among the top ``top`` of its row of ``W_E W_V W_O W_U`` (the norms' gains on the
+  way, biases left out); chance ``top / |C|``. It does not see what earlier layers build into the values, so a deep
+  head can copy on text and score near chance here; the labels are earned on the probe, not by it.
+
+Each is a row of the probe table (:data:`qkviz.probes.head_probes.PROBE_COLUMNS`). A model without an unembedding
+(an encoder's base model, MiniLM) is refused in one line, which the atlas keeps as its ``writes_note``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from qkviz.analysis.labels.registry import COPYING, INDUCTION, SUPPRESSION
+from qkviz.analysis.labels.writing_labels import LOGIT_RAISE, SHUFFLED, WEIGHTS_ONLY
+from qkviz.core.errors import QkvizError
+from qkviz.probes.head_probes import PROBE_COLUMNS, ProbeSettings, probe_sequences
+from qkviz.probes.model_on_demand import run_language_model
+from qkviz.store.run import StoredRun
+
+logger = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class CopyingSettings:
+    """The candidates the writes are ranked on, and the top (and bottom) that counts as copied (suppressed)."""
+
+    candidates: int = 2000
+    top: int = 5
+    seed: int = 0
+
+    def describe(self) -> str:
+        return (f"own token among the top {self.top} of {self.candidates:,} candidate tokens (the probe's, the "
+                f"corpus's most frequent, seeded vocabulary ids; seed {self.seed})")
+
+
+def candidate_ids(run: StoredRun, probe_ids: np.ndarray, vocabulary: int, excluded: set[int],
+                  settings: CopyingSettings) -> np.ndarray:
+    """The candidate token ids: the probe's own tokens, then the corpus's most frequent tokens, then seeded random ids
+    of the vocabulary, ``settings.candidates`` in all (fewer only where the vocabulary has fewer), never one of
+    ``excluded`` (special tokens)."""
+    chosen = list(dict.fromkeys(int(i) for i in probe_ids.ravel() if int(i) not in excluded))
+    tokens = run.tokens[~run.tokens.is_special]
+    for token_id in tokens.token_id.value_counts().index:
+        if len(chosen) >= settings.candidates:
+            break
+        if int(token_id) not in excluded:
+            chosen.append(int(token_id))
+    chosen = list(dict.fromkeys(chosen))[:settings.candidates]
+    rest = np.setdiff1d(np.arange(vocabulary), np.array(sorted(set(chosen) | excluded), dtype=np.int64))
+    fill = np.random.default_rng(settings.seed).permutation(rest)[:max(0, settings.candidates - len(chosen))]
+    return np.concatenate([np.array(chosen, dtype=np.int64), fill.astype(np.int64)])
+
+
+def _excluded(model, framing: np.ndarray) -> set[int]:
+    config = model.config
+    ids = {int(i) for i in framing.ravel()}
+    ids |= {int(i) for name in ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id")
+            for i in np.atleast_1d(getattr(config, name, None) or []) if i is not None}
+    return ids
+
+
+def _ranks(logits: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per source row: how many candidates rank above its own token (``own``: a column of ``logits``), how many
+    below."""
+    mine = logits[np.arange(len(own)), own][:, None]
+    return (logits > mine).sum(axis=1), (logits < mine).sum(axis=1)
+
+
+@dataclass
+class _HeadSums:
+    """One head's sums over the probe's queries."""
+
+    copying: float = 0.0
+    suppression: float = 0.0
+    copying_shuffled: float = 0.0
+    suppression_shuffled: float = 0.0
+    raise_: float = 0.0
+
+
+def _add_sequence(sums: _HeadSums, source, queries: np.ndarray, own: np.ndarray, shuffled: np.ndarray, top: int) -> None:
+    """Add one sequence's queries: ``own[j]`` the column of source ``j``'s token among the candidates (-1: not one,
+    a framing token), ``shuffled[j]`` another candidate's."""
+    counted = own >= 0
+    attention = source.attention[queries][:, counted]                                   # [query, source]
+    logits = source.logits[counted]
+    above, below = _ranks(logits, own[counted])
+    above_shuffled, below_shuffled = _ranks(logits, shuffled[counted])
+    sums.copying += float((attention @ (above < top)).sum())
+    sums.suppression += float((attention @ (below < top)).sum())
+    sums.copying_shuffled += float((attention @ (above_shuffled < top)).sum())
+    sums.suppression_shuffled += float((attention @ (below_shuffled < top)).sum())
+    lift = logits[np.arange(len(logits)), own[counted]] - logits.mean(axis=1)               # per source
+    ratio = source.divisor[counted][None, :] / source.divisor[queries][:, None]             # its divisor at the query
+    sums.raise_ += float((attention * ratio * lift[None, :]).sum())
+
+
+def _weights_only(run: StoredRun, model, first_id: int, candidates: np.ndarray, settings: CopyingSettings) -> np.ndarray:
+    """``[layer, head]``: TransformerLens's copying score of every head (see the module)."""
+    from qkviz.extraction.residual.own_token_writes import own_token_trace
+
+    trace = own_token_trace(model, [first_id], [0])
+    embeddings = model.get_input_embeddings()
+    with torch.no_grad():
+        rows = embeddings(torch.as_tensor(candidates, device=next(model.parameters()).device)).double()
+    unembedding = trace.unembedding.weight.detach().double()[torch.as_tensor(candidates)]
+    scores = np.zeros((run.n_layers, run.n_heads))
+    own = np.arange(len(candidates))
+    for layer in range(run.n_layers):
+        for head, logits in trace.embedding_logits(layer, list(range(run.n_heads)), rows, unembedding).items():
+            scores[layer, head] = float((_ranks(logits, own)[0] < settings.top).mean())
+    return scores
+
+
+def copying_probe(run: StoredRun, settings: ProbeSettings = ProbeSettings(), copying: CopyingSettings = CopyingSettings(),
+                  *, model=None, device: str = "cpu", progress: bool = False) -> pd.DataFrame:
+    """Every head's copying and suppression scores on the repeated-token probe, their shuffled controls, the mean
+    logit raise of the attended tokens and the weights-only copying score (see the module): rows of
+    :data:`qkviz.probes.head_probes.PROBE_COLUMNS`. A model without an unembedding is refused in one line."""
+    from tqdm.auto import tqdm
+
+    from qkviz.extraction.residual.own_token_writes import own_token_trace
+
+    if run.is_image_run or not run.is_causal:
+        raise QkvizError(f"run {run.path}: its model is an encoder (no unembedding: nothing it writes is a logit)")
+    model = run_language_model(run, model, device, "the copying probe")
+    probe, drawn_from = probe_sequences(run, model, settings)
+    framing = np.concatenate([probe.ids[:, :probe.prefix], probe.ids[:, probe.ids.shape[1] - probe.suffix:]], axis=1)
+    vocabulary = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() is not None else 0
+    candidates = candidate_ids(run, probe.ids[:, probe.prefix:probe.prefix + 2 * probe.half], vocabulary,
+                               _excluded(model, framing), copying)
+    column = {int(token): index for index, token in enumerate(candidates)}
+    permutation = np.random.default_rng(copying.seed).permutation(len(candidates))
+    queries = probe.targets(INDUCTION.name, run.is_causal)[0]
+    sums = {(layer, head): _HeadSums() for layer in range(run.n_layers) for head in range(run.n_heads)}
+    rules = [[run.logit_rule(layer, head) for head in range(run.n_heads)] for layer in range(run.n_layers)]
+    for ids in tqdm(probe.ids, desc="copying probe", unit="sequence", disable=not progress):
+        trace = own_token_trace(model, ids, range(len(ids)))
+        unembedding = trace.unembedding.weight.detach().double()[torch.as_tensor(candidates)]
+        own = np.array([column.get(int(token), -1) for token in ids])
+        shuffled = np.where(own >= 0, permutation[np.maximum(own, 0)], -1)
+        for layer in range(run.n_layers):
+            for head, source in enumerate(trace.source_logits(layer, rules[layer], unembedding)):
+                _add_sequence(sums[(layer, head)], source, queries, own, shuffled, copying.top)
+    weights_only = _weights_only(run, model, int(probe.ids[0, 0]), candidates, copying)
+    n_queries = len(queries) * len(probe.ids)
+    chance = copying.top / len(candidates)
+    source = f"{settings.describe()}, {drawn_from}; {copying.describe()}"
+    rows = []
+    for (layer, head), head_sums in sums.items():
+        for name, score, its_chance in (
+                (COPYING.name, head_sums.copying, chance), (SUPPRESSION.name, head_sums.suppression, chance),
+                (COPYING.name + SHUFFLED, head_sums.copying_shuffled, chance),
+                (SUPPRESSION.name + SHUFFLED, head_sums.suppression_shuffled, chance),
+                (LOGIT_RAISE, head_sums.raise_, 0.0)):
+            rows.append((layer, head, name, score / n_queries, its_chance, n_queries, source))
+        rows.append((layer, head, WEIGHTS_ONLY, float(weights_only[layer, head]), chance, len(candidates), source))
+    logger.info("copying probe of %d heads over %d queries, %d candidates", len(sums), n_queries, len(candidates))
+    return pd.DataFrame(rows, columns=list(PROBE_COLUMNS))
