@@ -59,7 +59,14 @@ def describe(path: Path) -> dict:
     found = {"model": run.model_id, "layers": run.n_layers, "heads": run.n_heads, "tokens": run.n_tokens,
              "strongest": {k: int(v) for k, v in atlas.table.label.value_counts().items()},
              "earning": {k: int(v) for k, v in earned.label.value_counts().items()}, "probe": atlas.probe_note}
-    for label in ("induction", "previous-token"):
+    found["writes"] = atlas.writes_note
+    if atlas.probes is not None:      # the copying labels' control: the same rule on the shuffled targets
+        from qkviz.analysis.labels import writing_labels
+
+        control = writing_labels(atlas.probes, atlas.thresholds, control=True)
+        found["writing_control"] = {label: sum(1 for row in control if row[2] == label)
+                                    for label in ("copying", "suppression")}
+    for label in ("induction", "previous-token", "copying", "suppression"):
         top = atlas.labels[atlas.labels.label == label].sort_values("score", ascending=False)
         top = top.drop_duplicates(["layer", "head"]).head(5)
         found[f"top_{label}"] = [[int(row.layer), int(row.head), round(float(row.score), 3)]
@@ -127,11 +134,16 @@ def atlas_labels(results: Results) -> str:
                      + "; previous-token "
                      + (", ".join(f"L{l} H{h} {s:.2f}" for l, h, s in run["top_previous-token"]) or "none")
                      for run in runs)
+    writes = "; ".join(f"{model_name(run['model'])}: copying {run['earning'].get('copying', 0)}, suppression "
+                       f"{run['earning'].get('suppression', 0)} heads, shuffled control "
+                       + (", ".join(f"{k} {v}" for k, v in run["writing_control"].items()) if "writing_control" in run
+                          else "not run") + f" ({run.get('writes') or 'not run'})" for run in runs)
     times = "; ".join(f"{model_name(run['model'])} {span(run['seconds'])} (peak RSS {run['peak_mb']:,.0f} MB)"
                       for run in runs)
     return (f"| label: heads earning it / heads whose strongest label it is | {' | '.join(names)} |\n"
             f"|---|{'---|' * len(runs)}\n{body}\n\n"
             f"Strongest heads (score): {tops}.\n\n"
+            f"What heads write (the copying probe): {writes}.\n\n"
             f"`qkviz stats`, probe included, in a child process, min / median / max: {times}; goal on SmolLM2 "
             f"{verdict(SMOLLM2_STATS, results)}. Held-out text (data/classics.txt from line {FIRST_LINE}); "
             f"`bench/atlas_labels.py` ({source(results, 'atlas_labels')}).\n")

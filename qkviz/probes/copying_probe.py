@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 
 from qkviz.analysis.labels.registry import COPYING, INDUCTION, SUPPRESSION
-from qkviz.analysis.labels.writing_labels import LOGIT_RAISE, SHUFFLED, WEIGHTS_ONLY
+from qkviz.analysis.labels.writing_rule import LOGIT_RAISE, SHUFFLED, WEIGHTS_ONLY
 from qkviz.core.errors import QkvizError
 from qkviz.probes.head_probes import PROBE_COLUMNS, ProbeSettings, probe_sequences
 from qkviz.probes.model_on_demand import run_language_model

@@ -23,7 +23,7 @@ from support.tiny_models import decoder_tokenizer
 
 import qkviz
 from qkviz.analysis.labels.registry import LabelThresholds
-from qkviz.analysis.labels.writing_labels import writing_labels
+from qkviz.analysis.labels.writing_rule import writing_labels
 from qkviz.extraction.residual.own_token_writes import own_token_trace
 from qkviz.probes.copying_probe import CopyingSettings, copying_probe
 from qkviz.probes.head_probes import ProbeSettings
