@@ -1,6 +1,7 @@
 """Everything that runs a run's model again, loaded on demand once per process (:mod:`.model_on_demand`, which
 :mod:`qkviz.explain`'s attribution shares): the built-in probes of every head (induction, duplicate-token and
-previous-token heads on repeated random tokens), whether a head matters (the next-token loss, or an encoder's last
+previous-token heads on repeated random tokens; what every head writes there, copying and suppression, through the
+unembedding: :mod:`.copying_probe`), whether a head matters (the next-token loss, or an encoder's last
 hidden state, with its output removed), each induction and previous-token label checked by ablation, and the head
 atlas with its probes (:func:`compute_stats`, ``qkviz stats``).
 
@@ -13,10 +14,11 @@ from qkviz.probes.head_probes import PROBE_COLUMNS, ProbeSettings, probe_heads
 from qkviz.probes.model_on_demand import run_language_model, run_model, sequence_ids
 from qkviz.probes.probed_atlas import compute_stats
 
-__all__ = ["ABLATION_COLUMNS", "ABLATION_MODES", "PROBE_COLUMNS", "PROBES", "Ablation", "ProbeSettings",
-           "RepeatedTokens", "ablate", "ablation_losses", "ablation_summary", "compute_stats", "most_affected",
+__all__ = ["ABLATION_COLUMNS", "ABLATION_MODES", "PROBE_COLUMNS", "PROBES", "Ablation", "CopyingSettings", "ProbeSettings",
+           "RepeatedTokens", "ablate", "ablation_losses", "ablation_summary", "compute_stats", "copying_probe", "most_affected",
            "probe_heads", "probe_scores", "run_language_model", "run_model", "sequence_ids"]
 
 __getattr__ = lazy_names(__name__, {"ablation_losses": "head_ablation", "Ablation": "head_ablation",
                                     "ABLATION_MODES": "head_ablation", "PROBES": "repeat_probe",
-                                    "RepeatedTokens": "repeat_probe", "probe_scores": "repeat_probe"})
+                                    "RepeatedTokens": "repeat_probe", "probe_scores": "repeat_probe",
+                                    "copying_probe": "writing_probe", "CopyingSettings": "writing_probe"})

@@ -17,7 +17,7 @@ from qkviz.analysis import HeadAtlas, LabelThresholds
 from qkviz.analysis import compute_corpus_stats
 from qkviz.core.errors import QkvizError
 from qkviz.analysis.atlas.head_atlas import store_atlas
-from qkviz.probes.copying_probe import copying_probe
+from qkviz.probes.writing_probe import copying_probe
 from qkviz.probes.head_probes import ProbeSettings, probe_heads
 from qkviz.probes.label_ablation import ablate_labels
 from qkviz.probes.model_on_demand import run_language_model
@@ -97,7 +97,7 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
 
 
 def _with_copying(run: StoredRun, scores, settings: ProbeSettings, model, device: str, progress: bool):
-    """The probe table with the copying probe's rows (:mod:`qkviz.probes.copying_probe`), and what they were measured
+    """The probe table with the copying probe's rows (:mod:`qkviz.probes.writing_probe`), and what they were measured
     on; where the model has no unembedding, the table as it is and ``"not computed: ..."``."""
     import pandas as pd
 

@@ -1,4 +1,4 @@
-"""What every head writes, over the probe (:mod:`qkviz.probes.copying_probe`) and as labels (``copying``,
+"""What every head writes, over the probe (:mod:`qkviz.probes.writing_probe`) and as labels (``copying``,
 ``suppression``): proven against computations that do not use the probe's code.
 
 * Each head's write from each source, read on a candidate token, equals that source's row of ``run.head_output`` (the
@@ -25,7 +25,7 @@ import qkviz
 from qkviz.analysis.labels.registry import LabelThresholds
 from qkviz.analysis.labels.writing_rule import writing_labels
 from qkviz.extraction.residual.own_token_writes import own_token_trace
-from qkviz.probes.copying_probe import CopyingSettings, copying_probe
+from qkviz.probes.writing_probe import CopyingSettings, copying_probe
 from qkviz.probes.head_probes import ProbeSettings
 from qkviz.probes.model_on_demand import sequence_ids
 

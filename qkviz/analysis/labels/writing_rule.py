@@ -1,5 +1,5 @@
 """The labels of what a head writes, ``copying`` and ``suppression``, from the copying probe's rows of the probe table
-(:mod:`qkviz.probes.copying_probe`).
+(:mod:`qkviz.probes.writing_probe`).
 
 A head earns ``copying`` when its score (the mean share of a query's attention going to tokens whose write from
 there ranks that same token among the head's top 5 of the candidates) reaches ``copy_share`` and ``over_chance``
@@ -17,7 +17,7 @@ import pandas as pd
 from qkviz.analysis.labels.label_table import LABEL_COLUMNS
 from qkviz.analysis.labels.registry import COPYING, WRITING_LABELS, LabelThresholds
 
-#: the copying probe's rows besides the labels' own (qkviz.probes.copying_probe writes them)
+#: the copying probe's rows besides the labels' own (qkviz.probes.writing_probe writes them)
 SHUFFLED = "-shuffled"
 WEIGHTS_ONLY = "copying-weights-only"
 LOGIT_RAISE = "attended-logit-raise"
