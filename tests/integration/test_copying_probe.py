@@ -68,7 +68,7 @@ def test_each_sources_write_is_its_row_of_the_heads_output_by_source(family_run)
     ours = source.attention[query] * source.logits[:, 0] * source.divisor / source.divisor[query]
     theirs = run.head_output(layer, head, first + query, target=target, by="source", model=model).sort_values("source")
     assert theirs.source.tolist() == list(range(first, first + query + 1)), family
-    np.testing.assert_allclose(ours, theirs.contribution.to_numpy(), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(ours, theirs.contribution.to_numpy(), rtol=1e-5, atol=1e-8)   # candidates in float32
     assert np.abs(ours).max() > 1e-6                     # not a sum of zeros
 
 

@@ -74,7 +74,8 @@ class OwnTokenTrace(HeadTrace):
                 writes = norm.linear(writes)
                 divisor = divisor * norm.sigma.reshape(-1).to(divisor)
         scale = self.after_unembedding()[0]
-        return writes @ candidates.T * scale, divisor
+        # the candidates' logits in float32: they rank and average, never add up to a checked sum (half the time)
+        return (writes.float() @ candidates.float().T).double() * scale, divisor
 
     def source_logits(self, layer: int, rules: list[LogitRule], candidates: torch.Tensor) -> list[SourceLogits]:
         """Every head's writes from every traced token of layer ``layer`` (``rules``: each head's logit rule) read on
