@@ -8,13 +8,14 @@ side, or by dimension / rotary band); :func:`head_circuit` finds, over a sample 
 head's attention to its partners (:mod:`.head_circuit`), and :func:`compute_circuits` keeps every head's circuit
 with the run. :func:`direct_effects` splits what the whole model writes at a token, a target token's logit, by the
 same parts of the final residual stream; :func:`head_output` splits one head's share of it by the tokens it read
-and by the parts that wrote its values, and :func:`head_writes` lists the tokens a head promotes and suppresses.
+and by the parts that wrote its values (:func:`head_outputs`: at many tokens, one pass per sequence), and
+:func:`head_writes` lists the tokens a head promotes and suppresses.
 The model is the run's own, loaded on demand once per process by :mod:`qkviz.probes`, which also reruns it for the
 probes and ablation.
 """
 
 from qkviz.explain.direct_effects import DIRECT_EFFECT_COLUMNS, direct_effects
-from qkviz.explain.head_writes import HEAD_OUTPUT_BY, head_output, head_write_splits, head_writes
+from qkviz.explain.head_writes import HEAD_OUTPUT_BY, head_output, head_outputs, head_write_splits, head_writes
 from qkviz.explain.head_circuit import (CHUNK_TOKENS, HeadCircuit, explain_selection, head_circuit, head_circuits, part_kind,
                                         sample_sequences)
 from qkviz.explain.pair_logit import explain_pair, explain_pair_splits
@@ -22,5 +23,5 @@ from qkviz.explain.stored_circuits import compute_circuits, composition_edges, l
 
 __all__ = ["CHUNK_TOKENS", "DIRECT_EFFECT_COLUMNS", "HEAD_OUTPUT_BY", "HeadCircuit", "compute_circuits",
            "composition_edges", "direct_effects", "explain_pair", "explain_pair_splits", "explain_selection",
-           "head_circuit", "head_circuits", "head_output", "head_write_splits", "head_writes", "load_circuits", "part_kind",
+           "head_circuit", "head_circuits", "head_output", "head_outputs", "head_write_splits", "head_writes", "load_circuits", "part_kind",
            "sample_sequences"]

@@ -49,6 +49,44 @@ def head_write_splits(run: StoredRun, layer: int, head: int, query: int, target=
     ``top`` each way) from one pass of the model."""
     _check_top(top)
     query, target, writes = _written(run, layer, head, query, target, model, device, tokenizer)
+    return _frames(run, layer, head, query, target, writes, top, tokenizer)
+
+
+def head_outputs(run: StoredRun, layer: int, head: int, queries, by: str = "source", *, targets=None, model=None,
+                 device: str = "cpu", tokenizer=None) -> list[pd.DataFrame]:
+    """:func:`head_output` at each of ``queries`` (``targets[i]`` the target at ``queries[i]``; each query's next
+    token when None), in their order, from one pass of the model per sequence instead of one per query: a causal
+    model's pass over a sequence up to its last query holds every earlier query's writes as a pass up to that query
+    does (the same to float32 rounding), and the values' parts are split once. The frames are
+    :func:`head_output`'s."""
+    from qkviz.extraction.residual import head_writes_at
+
+    if by not in HEAD_OUTPUT_BY:
+        raise QkvizError(f"by must be one of {', '.join(HEAD_OUTPUT_BY)}, got {by!r}")
+    run.check_head(layer, head)
+    queries = list(queries)
+    targets = [None] * len(queries) if targets is None else list(targets)
+    if len(targets) != len(queries):
+        raise QkvizError(f"targets: one per query ({len(queries)}), got {len(targets)}")
+    asked = [prepared(run, query, target, model, device, tokenizer, "a head's writes")
+             for query, target in zip(queries, targets)]
+    sentences = [int(run.tokens.sentence.iat[query]) for query, *_ in asked]
+    positions = [int(run.tokens.position.iat[query]) for query, *_ in asked]
+    frames: list[pd.DataFrame | None] = [None] * len(asked)
+    for sentence in dict.fromkeys(sentences):
+        mine = [index for index in range(len(asked)) if sentences[index] == sentence]
+        _query, _target, language_model, ids = asked[max(mine, key=positions.__getitem__)]
+        written = head_writes_at(language_model, ids, [positions[index] for index in mine],
+                                 [asked[index][1] for index in mine], layer, head, run.logit_rule(layer, head))
+        for index, writes in zip(mine, written):
+            query, target = asked[index][:2]
+            frames[index] = _frames(run, layer, head, query, target, writes, 1, tokenizer)[by]
+    return frames
+
+
+def _frames(run: StoredRun, layer: int, head: int, query: int, target: int, writes, top: int,
+            tokenizer) -> dict[str, pd.DataFrame]:
+    """The two splits of ``writes`` (``"source"``, ``"part"``) and the promoted tokens (``"tokens"``) as frames."""
     first = query - int(run.tokens.position.iat[query])
     sources = np.arange(first, query + 1)
     frames = {"source": pd.DataFrame({"source": sources, "token": run.tokens.token.to_numpy()[sources].astype(str),

@@ -103,25 +103,28 @@ class FinalTrace(ResidualTrace):
                 return stream, self._frozen(name, real_in, real_out, module), name
         raise self._refuse("what enters its unembedding is not its last layer's output through one norm")
 
-    def direct_effects(self, target: int) -> DirectEffects:
-        """The logit of token id ``target`` at the traced token, split by part (:class:`DirectEffects`)."""
+    def direct_effects(self, target: int, at: int = -1) -> DirectEffects:
+        """The logit of token id ``target`` at traced token ``at`` (an index of the traced tokens; the last, the
+        query, by default), split by part (:class:`DirectEffects`). A trace of a causal model's whole sequence holds
+        every earlier token's split as a trace up to that token would (to float32 rounding)."""
         parts, norm, norm_name = self.final_parts()
-        weight = self.unembedding.weight.detach().double()
+        weight = self.unembedding.weight.detach()           # only the target's row is made float64, not the vocabulary
         if not 0 <= target < weight.shape[0]:
             raise QkvizError(f"target {target} is outside the model's vocabulary of {weight.shape[0]} tokens")
-        row = weight[target][None].expand(len(self.tokens), -1)
-        readout = (row if norm is None else norm.transposed(row))[-1]                    # [width], at the query
-        vectors = torch.stack([vector[-1] for vector in parts.vectors])                  # [part, width]
+        target_row = weight[target].double()
+        row = target_row[None].expand(len(self.tokens), -1)
+        readout = (row if norm is None else norm.transposed(row))[at]                    # [width], at the token
+        vectors = torch.stack([vector[at] for vector in parts.vectors])                  # [part, width]
         names, contributions = list(parts.names), list((vectors @ readout).numpy())
         fixed = {}
         if norm is not None and norm.bias is not None:
-            fixed[f"{norm_name}.bias"] = float(norm.bias @ weight[target])
+            fixed[f"{norm_name}.bias"] = float(norm.bias @ target_row)
         bias = getattr(self.unembedding, "bias", None)
         if isinstance(bias, torch.Tensor):
-            fixed[UNEMBED_BIAS] = float(bias.detach().double()[target])
+            fixed[UNEMBED_BIAS] = float(bias.detach()[target].double())
         names += list(fixed)
         contributions += list(fixed.values())
-        unembedded = self.unembed_out.double()[-1]
+        unembedded = self.unembed_out[at].double()
         if abs(sum(contributions) - float(unembedded[target])) > 1e-4 * max(1.0, float(unembedded.abs().max())):
             raise self._refuse("its parts' logits do not add up to its unembedding's output")
         scale, cap = self.after_unembedding()

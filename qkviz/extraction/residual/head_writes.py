@@ -9,7 +9,8 @@ where the family has one, so that both splits add up to the head's row of the di
 The attention weights are the model's own queries and keys of that pass through the head's logit rule (the one rule
 every recomputation of qkviz uses, :func:`qkviz.core.attention.attention_probs`); every step is checked: the weighted
 values add up to what enters the output projection, the value parts to the model's own values, and each split to the
-head's row.
+head's row. One pass of a sequence serves every token of it (:func:`head_writes_at`): what the tokens share (the value
+parts, the head's attention) is worked out once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from qkviz.core.attention import attention_probs
+from qkviz.core.errors import QkvizError
 from qkviz.core.logit_rule import LogitRule
 from qkviz.extraction.residual.attention_replay import AttentionReplay
 from qkviz.extraction.residual.final_stream import DirectEffects, FinalTrace
@@ -55,8 +57,21 @@ class HeadTrace(FinalTrace):
                 self.values[layer] = value[0][:, self.tokens.to(value.device)].double()   # [kv_head, token, d]
         return keep
 
+    def _once(self, key: tuple, make):
+        """``make()``, worked out once per trace for ``key``: what every traced token of the pass shares (a layer's
+        value parts, a head's attention, the float64 unembedding), so that reading many tokens of one trace pays for
+        it once."""
+        if getattr(self, "_shared", None) is None:
+            self._shared: dict[tuple, object] = {}
+        if key not in self._shared:
+            self._shared[key] = make()
+        return self._shared[key]
+
     def _post_norm(self, layer: int) -> FrozenNorm | None:
         """The norm on layer ``layer``'s attention output before the residual (Gemma's, OLMo 2's), divisor fixed."""
+        return self._once(("post-norm", layer), lambda: self._find_post_norm(layer))
+
+    def _find_post_norm(self, layer: int) -> FrozenNorm | None:
         record = self.records[layer]
         real_heads = record.heads_out.double()
         for name, (real_in, real_out) in record.norms.items():
@@ -64,39 +79,49 @@ class HeadTrace(FinalTrace):
                 return self._frozen(name, real_in.double(), real_out.double(), self._module(layer, name))
         return None
 
-    def _value_readout(self, layer: int, head: int, readout: torch.Tensor) -> torch.Tensor:
-        """The direction ``[d_value]`` a value of head ``(layer, head)`` is read along at the query: ``readout``
-        (a direction of the final residual stream) back through the post-norm and the head's output slice."""
+    def _value_readout(self, layer: int, head: int, readout: torch.Tensor, at: int) -> torch.Tensor:
+        """The direction ``[d_value]`` a value of head ``(layer, head)`` is read along at traced token ``at``:
+        ``readout`` (a direction of the final residual stream there) back through the post-norm and the head's
+        output slice."""
         post = self._post_norm(layer)
-        at_query = readout[None] if post is None else post.transposed(readout[None].expand(len(self.tokens), -1))[-1:]
-        return self._slices[layer][head].double() @ at_query[0]
+        there = readout if post is None else post.transposed(readout[None].expand(len(self.tokens), -1))[at]
+        return self._slices[layer][head].double() @ there
 
-    def head_writes(self, layer: int, head: int, rule: LogitRule, target: int) -> HeadWrites:
-        effects = self.direct_effects(target)
+    def head_writes(self, layer: int, head: int, rule: LogitRule, target: int, at: int = -1) -> HeadWrites:
+        """What head ``(layer, head)`` writes at traced token ``at`` (an index of the traced tokens, which are the
+        positions ``0..`` of the sequence; the last, the query, by default), read along ``target``'s logit. A trace of
+        a causal model's whole sequence holds every earlier token's writes as a trace up to it would (to float32
+        rounding): the value parts, the same for every token, are worked out once per layer and key-value head."""
+        at = range(len(self.tokens))[at]
+        effects = self.direct_effects(target, at)
         row = float(effects.contributions[effects.names.index(f"L{layer}H{head}")])
         record, kv = self.records[layer], self.shape.kv_head_of(head)
-        probabilities = attention_probs(record.query[head].double().cpu().numpy(),
-                                        record.key[kv].double().cpu().numpy(), rule)[-1]        # the query's row
-        values = self.values[layer][kv]                                                          # [token, d_value]
+        probabilities = self._once(("attention", layer, head), lambda: attention_probs(
+            record.query[head].double().cpu().numpy(), record.key[kv].double().cpu().numpy(), rule))[at, :at + 1]
+        values = self.values[layer][kv][:at + 1]                                                 # [token, d_value]
         weighted = torch.as_tensor(probabilities) @ values
         d_value = values.shape[-1]
-        own = record.heads_in.double()[-1, head * d_value:(head + 1) * d_value]
+        own = record.heads_in.double()[at, head * d_value:(head + 1) * d_value]
         if not matches(weighted, own):
             raise self._refuse(f"layer {layer} head {head}'s attention-weighted values are not what enters its "
                                "output projection")
         readout = torch.as_tensor(effects.readout)
-        direction = self._value_readout(layer, head, readout)
+        direction = self._value_readout(layer, head, readout, at)
         by_source = probabilities * (values @ direction).numpy()
         names, value_parts = self._value_parts(layer, kv)
-        by_part = (value_parts @ direction).numpy() @ probabilities                               # [part]
+        by_part = (value_parts[:, :at + 1] @ direction).numpy() @ probabilities                   # [part]
         for what, split in (("source", by_source), ("part", by_part)):
             if abs(float(split.sum()) - row) > 1e-4 * max(1.0, abs(effects.logit), abs(row)):
                 raise self._refuse(f"layer {layer} head {head}'s split by {what} does not add up to its direct effect")
-        return HeadWrites(effects, row, probabilities, by_source, names, by_part, self._head_logits(layer, head))
+        return HeadWrites(effects, row, probabilities, by_source, names, by_part, self._head_logits(layer, head, at))
 
     def _value_parts(self, layer: int, kv: int) -> tuple[list[str], torch.Tensor]:
         """Each part's value of key-value head ``kv`` at every traced token ``[part, token, d_value]``, with the
-        module's constant (``L{layer}.value_bias``), checked to add up to the model's own values."""
+        module's constant (``L{layer}.value_bias``), checked to add up to the model's own values; worked out once
+        per trace, layer and key-value head."""
+        return self._once(("value parts", layer, kv), lambda: self._split_values(layer, kv))
+
+    def _split_values(self, layer: int, kv: int) -> tuple[list[str], torch.Tensor]:
         parts = self._attention_input_parts(layer, self.parts_entering(layer))
         rows = torch.stack(parts.vectors + [torch.zeros_like(parts.vectors[0])])
         record = self.records[layer]
@@ -112,14 +137,15 @@ class HeadTrace(FinalTrace):
             raise self._refuse(f"layer {layer}'s value parts do not add up to the model's own values")
         return names, split
 
-    def _head_logits(self, layer: int, head: int) -> np.ndarray:
-        """The head's direct effect on every token of the vocabulary at the query: its vector in the final stream
-        through the frozen final norm and the unembedding (times any scale; no bias: that is no head's)."""
+    def _head_logits(self, layer: int, head: int, at: int) -> np.ndarray:
+        """The head's direct effect on every token of the vocabulary at traced token ``at``: its vector in the final
+        stream through the frozen final norm and the unembedding (times any scale; no bias: that is no head's)."""
         parts, norm, _name = self.final_parts()
-        vector = parts.vectors[parts.names.index(f"L{layer}H{head}")][-1:]
-        normed = vector if norm is None else norm.linear(vector.expand(len(self.tokens), -1))[-1:]
+        vector = parts.vectors[parts.names.index(f"L{layer}H{head}")]                  # [token, width]
+        normed = (vector if norm is None else norm.linear(vector))[at:at + 1]
         scale = self.after_unembedding()[0]
-        return (normed[0] @ self.unembedding.weight.detach().double().T).numpy() * scale
+        unembedding = self._once(("unembedding",), lambda: self.unembedding.weight.detach().double())
+        return (unembedding @ normed[0]).numpy() * scale
 
 
 def head_write_parts(model: torch.nn.Module, token_ids, position: int, target: int, layer: int, head: int,
@@ -128,3 +154,18 @@ def head_write_parts(model: torch.nn.Module, token_ids, position: int, target: i
     attention weights through ``rule`` (the run's logit rule of the head); one pass of the positions up to it."""
     ids = np.asarray(token_ids)[:position + 1]
     return traced(model, ids, list(range(position + 1)), None, HeadTrace).head_writes(layer, head, rule, int(target))
+
+
+def head_writes_at(model: torch.nn.Module, token_ids, positions, targets, layer: int, head: int,
+                   rule: LogitRule) -> list[HeadWrites]:
+    """:func:`head_write_parts` at each of ``positions`` of one sequence (``targets[i]`` the target at
+    ``positions[i]``), from one pass of the positions up to the last of them: each position's writes are read from
+    that pass (a causal model's pass up to a later token holds every earlier token's as a pass up to it would, to
+    float32 rounding), and the value parts are split once."""
+    positions = [int(position) for position in positions]
+    if len(positions) != len(targets) or not positions:
+        raise QkvizError("head_writes_at takes one target per position, and at least one position")
+    last = max(positions)
+    trace = traced(model, np.asarray(token_ids)[:last + 1], list(range(last + 1)), None, HeadTrace)
+    return [trace.head_writes(layer, head, rule, int(target), at=position)
+            for position, target in zip(positions, targets)]
