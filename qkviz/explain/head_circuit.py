@@ -1,4 +1,5 @@
-"""A head's circuit: which earlier heads, MLPs and embeddings build the queries and keys that meet in it.
+"""A head's circuit: which earlier heads, MLPs and embeddings build the queries and keys that meet in it, and the
+values it moves.
 
 For head ``(L, H)`` over a sample of the run's sequences, every query ``i`` has its strongest partners ``J_i`` (its
 :data:`PARTNERS` keys of most attention), weighted by their attention ``a_ij``. Each part of the residual stream
@@ -20,7 +21,7 @@ through the frozen input norm and the value projection; the projection's bias th
 
 * ``contribution``: ``sum_{i,j} a_ij (W_O^h v_{j,p}) . u_j / sum a_ij``, the part's attention-weighted mean share of
   the length of the vectors the head moves. The parts add up to ``sum a_ij |m_j| / sum a_ij`` (``attrs["mean_moved"]``,
-  the attention-weighted mean of ``|W_O^h v_j|``, the size the atlas reads as how much a head moves), checked
+  the attention-weighted mean of ``|W_O^h v_j|``, the output norm extraction keeps: ``run.output_norms``), checked
   against the model's own values;
 * ``lift``: NaN. Lift is what a part adds to the partners beyond the other keys, which the softmax sees; no softmax
   acts on the values, so a part's share of them is its whole effect.
