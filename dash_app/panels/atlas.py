@@ -74,7 +74,7 @@ def label_line(row: pd.Series) -> html.Div:
 
 def earned_labels(labels: pd.DataFrame) -> html.Div | None:
     """Every label the head earns, strongest first: its tag, what was measured, its score beside chance and the
-    threshold, and the probe (:mod:`qkviz.analysis.labels.label_table`)."""
+    threshold, the probe and the queries it rests on (:mod:`qkviz.analysis.labels.label_table`)."""
     if labels is None or not len(labels):
         return None
     lines = []
@@ -83,7 +83,7 @@ def earned_labels(labels: pd.DataFrame) -> html.Div | None:
                         style={"background": LABEL_COLOURS.get(str(row.label), "#777")})
         lines.append(html.Li([tag, f" {row.detail}: {signed_format(row.score, '.3g')} (chance "
                                    f"{signed_format(row.chance, '.2g')}, threshold {signed_format(row.threshold, '.2g')}; "
-                                   f"{row.probe})"]))
+                                   f"{row.probe}; {int(row.queries):,} queries)"]))
     return html.Div([html.Div(f"Labels earned ({len(lines)}):", className="hint"),
                      html.Ul(lines, className="atlas-labels")])
 

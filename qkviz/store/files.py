@@ -35,7 +35,7 @@ last (see :mod:`qkviz.store.artifacts`) or as entries with a JSON sidecar writte
     correlation.parquet                    qkviz report: every head's correlations, for the app
     stats/     atlas.json (marker), head_stats.parquet, relative_position.npy, exemplars.parquet,
                term_profiles.npy, update_histograms.npy, embedding_profiles.npy,
-               labels.parquet, probes.parquet                                      qkviz stats
+               labels.parquet, probes.parquet, offset_support.npy                  qkviz stats
     related/   related.json (marker), js_distance.npy, geometry_similarity.npy, order.npy, map_xy.npy,
                sentences.npy                                                        qkviz related
     indexes/   tokens.parquet; <side>-l<L>-h<H>.ivf.npz with <side>-l<L>-h<H>.json  qkviz index
@@ -102,6 +102,7 @@ ATLAS_UPDATE_HISTOGRAMS = "update_histograms.npy"
 ATLAS_EMBEDDING_PROFILES = "embedding_profiles.npy"
 ATLAS_LABELS = "labels.parquet"              # every label each head earns (qkviz.analysis.labels.label_table)
 ATLAS_PROBES = "probes.parquet"              # the repeated-token probe's scores (qkviz.probes.head_probes)
+ATLAS_OFFSET_SUPPORT = "offset_support.npy"  # per head and offset: what a positional label rests on (head_stats)
 RELATED_DIRECTORY = "related"                # qkviz.analysis.atlas.head_similarity
 RELATED_MARKER = "related.json"
 RELATED_JS_DISTANCE = "js_distance.npy"

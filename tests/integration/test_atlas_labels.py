@@ -31,6 +31,7 @@ def test_uniform_chance_equals_a_brute_force_uniform_head(causal, window):
     found = _chance((tuple(lengths), tuple(lengths.values())), causal, window, None, max_offset)
     rule = LogitRule(scale=1.0, causal=causal, window=window)
     at = {o: [] for o in range(-max_offset, max_offset + 1)}
+    rest = {o: [] for o in at}                  # the same with the first token left out
     first, one = [], []
     for length, number in lengths.items():
         allowed = allowed_pairs(length, rule)
@@ -42,8 +43,12 @@ def test_uniform_chance_equals_a_brute_force_uniform_head(causal, window):
                 for o in at:
                     if 0 <= i + o < length and allowed[i, i + o]:
                         at[o].append(uniform[i, i + o])
+                        if i + o > 0:
+                            rest[o].append(uniform[i, i + o])
     expected = np.array([np.mean(at[o]) if at[o] else np.nan for o in at])
     np.testing.assert_allclose(found.offsets, expected, atol=1e-12)
+    expected_rest = np.array([np.mean(rest[o]) if rest[o] else np.nan for o in rest])
+    np.testing.assert_allclose(found.offsets_no_first, expected_rest, atol=1e-12)
     assert found.first_token == pytest.approx(np.mean(first)) and found.one_key == pytest.approx(np.mean(one))
 
 
@@ -52,38 +57,52 @@ def _row(**values):
     return {**base, **values}
 
 
+def causal_support(lengths: dict[int, int], max_offset: int, attention: dict[int, float]) -> np.ndarray:
+    """``[3, offset]`` offset support (head_stats.OFFSET_SUPPORT_ROWS) of a causal head over sentences of ``lengths``
+    (length: how many) paying ``attention[o]`` at offset ``o`` to every key other than the first token."""
+    offsets = np.arange(-max_offset, max_offset + 1)
+    queries = np.array([sum(n * max(length - abs(o), 0) for length, n in lengths.items()) if o <= 0 else 0
+                        for o in offsets], dtype=float)
+    rest = queries - np.array([sum(n for length, n in lengths.items() if length > -o) if o <= 0 else 0 for o in offsets])
+    mean = np.array([attention.get(int(o), 0.0) if r > 0 else np.nan for o, r in zip(offsets, rest)])
+    return np.stack([queries, rest, mean])
+
+
 def test_corpus_labels_follow_scores_chance_and_thresholds():
-    profile = np.zeros(2 * 4 + 1)
-    profile[4 - 1] = 0.7                                              # offset -1
-    profile[4 - 3] = 0.45                                             # offset -3
+    support = causal_support({10: 5}, 4, {-1: 0.7, -3: 0.45})
     chance = _chance(((10,), (5,)), True, None, None, 4)
-    rows = corpus_labels(_row(first_token_attention=0.35), profile, chance, LabelThresholds(), causal=True,
+    rows = corpus_labels(_row(first_token_attention=0.35), support, chance, LabelThresholds(), causal=True,
                          delimiter_share=0.2)
     labels = {row[2]: row for row in rows}
     assert set(labels) == {"previous-token", "fixed-offset", "first-token"}
     assert labels["fixed-offset"][3].startswith("offset -3") and labels["previous-token"][4] == pytest.approx(0.7)
     assert labels["first-token"][6] == 0.3 and labels["first-token"][5] > 0.175 and "Gu et al. 2025" in labels["first-token"][3]
+    # the queries each rests on: those whose key at the offset is not the first token; every query for first-token
+    assert labels["previous-token"][8] == 5 * 8 and labels["fixed-offset"][8] == 5 * 6 and labels["first-token"][8] == 50
     # a uniform head's own scores never earn a label over twice its chance (the first token's, Gu et al.'s rule, is
     # under its 0.3)
-    uniform_rows = corpus_labels(_row(first_token_attention=chance.first_token), np.nan_to_num(chance.offsets), chance,
+    uniform = causal_support({10: 5}, 4, dict(zip(range(-4, 5), np.nan_to_num(chance.offsets_no_first))))
+    uniform_rows = corpus_labels(_row(first_token_attention=chance.first_token), uniform, chance,
                                  LabelThresholds(position_mass=0.01, local_mass=0.01), causal=True,
                                  delimiter_share=0.2)
     assert uniform_rows == []
-    assert corpus_labels(_row(), profile, chance, LabelThresholds(position_mass=0.8), causal=True,
+    assert corpus_labels(_row(), support, chance, LabelThresholds(position_mass=0.8), causal=True,
                          delimiter_share=0.2) == []
 
 
 def test_the_strongest_label_names_what_a_head_does_before_where_it_rests():
-    labels = pd.DataFrame([(0, 0, "first-token", "", 0.95, 0.1, 0.3, "corpus"),
-                           (0, 0, "induction", "", 0.5, 0.01, 0.3, "probe"),
-                           (0, 1, "first-token", "", 0.9, 0.1, 0.3, "corpus"),
-                           (0, 1, "broad", "", 0.85, 1.0, 0.8, "corpus"),
-                           (1, 0, "previous-token", "", 0.5, 0.1, 0.4, "corpus"),
-                           (1, 0, "induction", "", 0.9, 0.01, 0.3, "probe")],
-                          columns=["layer", "head", "label", "detail", "score", "chance", "threshold", "probe"])
+    labels = pd.DataFrame([(0, 0, "first-token", "", 0.95, 0.1, 0.3, "corpus", 400),
+                           (0, 0, "induction", "", 0.5, 0.01, 0.3, "probe", 392),
+                           (0, 1, "first-token", "", 0.9, 0.1, 0.3, "corpus", 400),
+                           (0, 1, "broad", "", 0.85, 1.0, 0.8, "corpus", 400),
+                           (1, 0, "previous-token", "", 0.5, 0.1, 0.4, "corpus", 370),
+                           (1, 0, "induction", "", 0.9, 0.01, 0.3, "probe", 392)],
+                          columns=["layer", "head", "label", "detail", "score", "chance", "threshold", "probe",
+                                   "queries"])
     found = strongest_labels(labels, [(0, 0), (0, 1), (1, 0), (1, 1)])
     assert [found[head][0] for head in [(0, 0), (0, 1), (1, 0), (1, 1)]] == ["induction", "first-token", "induction",
                                                                              "content"]
+    assert found[(1, 0)][1].endswith("; probe; 392 queries)")         # the strongest label says what it rests on
 
 
 @pytest.mark.parametrize("family", ["llama", "bert", "mistral"])

@@ -1,5 +1,6 @@
 """Head statistics and labels on synthetic heads whose answers are known, written into real runs."""
 
+import logging
 import shutil
 
 import numpy as np
@@ -7,7 +8,7 @@ import pytest
 
 from qkviz.analysis.statistics.attention_batches import head_attention, sentence_batches
 from qkviz.cli import main
-from qkviz.analysis.atlas.head_atlas import load_atlas
+from qkviz.analysis.atlas.head_atlas import ATLAS_SCHEMA_VERSION, load_atlas
 from qkviz.analysis.labels.head_labels import LabelThresholds, head_label
 from qkviz.analysis.statistics.head_stats import head_statistics, is_punctuation
 from qkviz.store.run import open_stored_run
@@ -109,7 +110,7 @@ def test_labels_follow_the_thresholds():
     assert is_punctuation(",") and is_punctuation("Ġ.") and not is_punctuation("the") and not is_punctuation("")
 
 
-def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(tiny_run, tmp_path, capsys):
+def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(tiny_run, tmp_path, capsys, caplog):
     run = tiny_run("gpt2", max_sentences=30)
     copy = tmp_path / "run"
     shutil.copytree(run.path, copy)
@@ -127,9 +128,13 @@ def test_stats_command_stores_the_atlas_and_refuses_bad_thresholds(tiny_run, tmp
     assert embed.shape[1] == 5 and embed[atlas.table.layer == 0].notna().all().all()
     assert embed[atlas.table.layer > 0].isna().all().all()
     assert atlas.embedding_profiles.shape == (run.n_heads, 5, 17)
+    assert atlas.offset_support.shape == (run.n_layers, run.n_heads, 3, 17)
     marker = copy / "stats" / "atlas.json"
-    marker.write_text(marker.read_text().replace('"schema_version": 3', '"schema_version": 1'))
-    assert load_atlas(run) is None            # an atlas of an older layout is not read as this one
+    marker.write_text(marker.read_text().replace(f'"schema_version": {ATLAS_SCHEMA_VERSION}', '"schema_version": 3'))
+    with caplog.at_level(logging.WARNING):
+        assert load_atlas(run) is None        # an atlas of an older layout (3: no offset support) is not read as this one
+    refusal = [record.getMessage() for record in caplog.records if "another qkviz version" in record.getMessage()]
+    assert len(refusal) == 1 and "\n" not in refusal[0] and f"qkviz stats --run {copy}' again" in refusal[0]
     result = run_main("-q", "stats", "--run", copy, "--argmax-share", "1.5")
     assert result.returncode == 2 and "argument --argmax-share: 1.5 is out of range" in result.stderr
 

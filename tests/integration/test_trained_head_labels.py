@@ -94,7 +94,8 @@ def test_labels_carry_their_evidence_and_the_strongest_label_is_not_only_sinks(l
     _, atlas = labelled
     labels = atlas.labels
     assert list(labels.columns) == ["layer", "head", "label", "detail", "score", "chance", "threshold", "probe",
-                                    "ablation_change", "ablation_measure"]
+                                    "queries", "ablation_change", "ablation_measure"]
+    assert (labels.queries >= 20).all()                     # every label rests on queries, and says how many
     assert (labels.score >= labels.threshold).all()
     assert (labels.chance < labels.score)[labels.label != "broad"].all()     # broad's chance (1) is its ceiling
     first = labels[labels.label == "first-token"]

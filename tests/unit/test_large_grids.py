@@ -34,7 +34,7 @@ def atlas_of(n_layers: int, n_heads: int, text: str = "a sentence") -> SimpleNam
                          columns=["layer", "head"])
     table = heads.assign(label=np.where(heads["head"] % 2 == 0, "first-token", "previous-token"))
     exemplars = heads.assign(rank=0, query_token="q", key_token="k", weight=0.5, text=text)
-    labels = table.assign(detail="", score=0.9, chance=0.1, threshold=0.3, probe="corpus")
+    labels = table.assign(detail="", score=0.9, chance=0.1, threshold=0.3, probe="corpus", queries=400)
     return SimpleNamespace(table=table, exemplars=exemplars, labels=labels)
 
 

@@ -53,6 +53,7 @@ class HeadEntry:
     exemplars: pd.DataFrame                # EXEMPLAR_COLUMNS
     embedding_profiles: np.ndarray | None = None   # [EMBEDDING_TERMS, 2 * max_offset + 1]: layer 0 of absolute-position models
     update_histograms: np.ndarray | None = None    # [2, UPDATE_BINS]: runs extracted with --head-update
+    offset_support: np.ndarray | None = None       # [OFFSET_SUPPORT_ROWS, 2 * max_offset + 1] (head_stats)
 
 
 @dataclass
@@ -90,7 +91,8 @@ def head_entry(run_path: str, layer: int, head: int, settings: AtlasSettings,
                               "label": label, "label_detail": detail}
     if repeats is not None:
         row.update(repeats.values())
-    entry = HeadEntry(row, found.relative_position, split.profiles, exemplar_rows(run, found.exemplars, layer, head))
+    entry = HeadEntry(row, found.relative_position, split.profiles, exemplar_rows(run, found.exemplars, layer, head),
+                      offset_support=found.offset_support)
     if state.split_first is not None and layer == 0:
         embedded = decompose_embeddings(run, state.split_first, head, state.batches, settings.max_offset)
         row.update({f"embed_share_{term}": float(share) for term, share in zip(embedded.terms, embedded.variance_share)})

@@ -10,8 +10,12 @@ logit term alone by relative position; the terms' variance shares are ``share_<t
 and for runs extracted with ``--head-update`` ``update_histograms.npy`` (``[layer, head, 2, bins]``:
 shares of tokens by log10 update ratio and by cosine; ``UPDATE_STATISTICS`` columns), and for
 absolute-position models ``embedding_profiles.npy`` (the first layer's token / position split,
-``[head, term, offset]``; ``embed_share_<term>`` columns) and ``atlas.json``, written last: the run's fingerprint, the thresholds and
-the offset range. Without a matching ``atlas.json`` there is no atlas.
+``[head, term, offset]``; ``embed_share_<term>`` columns), ``offset_support.npy`` (float64
+``[layer, head, 3, 2 * max_offset + 1]``, :data:`qkviz.analysis.statistics.head_stats.OFFSET_SUPPORT_ROWS`: per offset
+its queries, those whose key there is not the first token and their mean attention there, what a positional label
+rests on), ``labels.parquet`` and ``probes.parquet``, and ``atlas.json``, written last: the run's fingerprint, the
+thresholds and the offset range. Without a matching ``atlas.json`` there is no atlas; an atlas of an older schema is
+refused with one line naming ``qkviz stats`` to compute it again.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ import pandas as pd
 from qkviz.analysis.atlas.atlas_tasks import (EXEMPLAR_COLUMNS, UPDATE_BINS, UPDATE_RATIO_RANGE, UPDATE_STATISTICS,
                                         AtlasSettings, HeadEntry, forget_run_states, head_entry, head_update_summary)
 from qkviz.analysis.labels.registry import LabelThresholds
-from qkviz.analysis.statistics.head_stats import DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, STATISTICS, TokenKinds
+from qkviz.analysis.statistics.head_stats import (DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, OFFSET_SUPPORT_ROWS, STATISTICS,
+                                                  TokenKinds)
 from qkviz.analysis.statistics.value_shares import VALUE_STATISTICS
 from qkviz.analysis.statistics.induction_scores import REPEAT_STATISTICS
 from qkviz.analysis.labels.label_table import LABEL_COLUMNS, as_label_table, corpus_labels, probe_labels, strongest_labels
@@ -49,7 +54,9 @@ logger = logging.getLogger(__name__)
 __all__ = ["ATLAS_SCHEMA_VERSION", "EXEMPLAR_COLUMNS", "UPDATE_BINS", "UPDATE_RATIO_RANGE", "UPDATE_STATISTICS",
            "HeadAtlas", "compute_atlas", "compute_corpus_stats", "head_update_summary", "load_atlas", "store_atlas"]
 
-ATLAS_SCHEMA_VERSION = 3   # 2: logit terms, term and embedding profiles, head-update histograms; 3: label table, probes
+#: 2: logit terms, term and embedding profiles, head-update histograms; 3: label table, probes; 4: offset support,
+#: relation baselines, the label table's queries
+ATLAS_SCHEMA_VERSION = 4
 
 
 @dataclass
@@ -73,6 +80,8 @@ class HeadAtlas:
     probes: pd.DataFrame | None = None
     #: what the probes were run on, or why they were not
     probe_note: str = ""
+    #: [layer, head, OFFSET_SUPPORT_ROWS, 2 * max_offset + 1]: what a positional label rests on (head_stats)
+    offset_support: np.ndarray | None = None
 
     def __post_init__(self):
         if self.labels is None:
@@ -201,8 +210,9 @@ def _label(run: StoredRun, atlas: HeadAtlas, probes: pd.DataFrame | None) -> Non
     delimiter_share = float(kinds.delimiter[later].mean()) if later.any() else 0.0
     chances = {layer: uniform_chance(run, layer, atlas.max_offset) for layer in range(run.n_layers)}
     rows = []
-    for row, profile in zip(atlas.table.to_dict("records"), atlas.relative_position.reshape(-1, atlas.offsets.size)):
-        rows += corpus_labels(row, profile, chances[int(row["layer"])], atlas.thresholds, causal=run.is_causal,
+    supports = atlas.offset_support.reshape(-1, len(OFFSET_SUPPORT_ROWS), atlas.offsets.size)
+    for row, support in zip(atlas.table.to_dict("records"), supports):
+        rows += corpus_labels(row, support, chances[int(row["layer"])], atlas.thresholds, causal=run.is_causal,
                               delimiter_share=delimiter_share)
     if probes is not None:
         rows += probe_labels(probes, atlas.thresholds)
@@ -219,6 +229,7 @@ def _assemble(run: StoredRun, entries: list[HeadEntry], settings: AtlasSettings,
     max_offset, width = settings.max_offset, 2 * settings.max_offset + 1
     terms = available_terms(run)
     profiles = np.full((run.n_layers, run.n_heads, width), np.nan)
+    supports = np.full((run.n_layers, run.n_heads, len(OFFSET_SUPPORT_ROWS), width), np.nan)
     term_profiles = np.full((run.n_layers, run.n_heads, len(terms), width), np.nan)
     with_embeddings = EmbeddingSplit.of(run) is not None
     embedding_profiles = np.full((run.n_heads, len(EMBEDDING_TERMS), width), np.nan) if with_embeddings else None
@@ -226,6 +237,7 @@ def _assemble(run: StoredRun, entries: list[HeadEntry], settings: AtlasSettings,
     for entry in entries:
         layer, head = int(entry.row["layer"]), int(entry.row["head"])
         profiles[layer, head] = entry.relative_position
+        supports[layer, head] = entry.offset_support
         term_profiles[layer, head] = entry.term_profiles
         if embedding_profiles is not None and entry.embedding_profiles is not None:
             embedding_profiles[head] = entry.embedding_profiles
@@ -240,7 +252,8 @@ def _assemble(run: StoredRun, entries: list[HeadEntry], settings: AtlasSettings,
                *(UPDATE_STATISTICS if has_updates else ()), *(() if run.is_image_run else REPEAT_STATISTICS),
                "label", "label_detail"]
     return HeadAtlas(pd.DataFrame([entry.row for entry in entries], columns=columns), profiles, exemplar_table,
-                     max_offset, settings.thresholds, terms, term_profiles, update_histograms, embedding_profiles)
+                     max_offset, settings.thresholds, terms, term_profiles, update_histograms, embedding_profiles,
+                     offset_support=supports)
 
 
 def _warn_about_missing_parts(run: StoredRun, has_updates: bool) -> None:
@@ -262,7 +275,8 @@ def store_atlas(run: StoredRun, atlas: HeadAtlas) -> Path:
     return _atlas_directory(run).write(
         arrays={run_files.ATLAS_PROFILES: atlas.relative_position, run_files.ATLAS_TERM_PROFILES: atlas.term_profiles,
                 run_files.ATLAS_UPDATE_HISTOGRAMS: atlas.update_histograms,
-                run_files.ATLAS_EMBEDDING_PROFILES: atlas.embedding_profiles},
+                run_files.ATLAS_EMBEDDING_PROFILES: atlas.embedding_profiles,
+                run_files.ATLAS_OFFSET_SUPPORT: atlas.offset_support},
         tables={run_files.ATLAS_TABLE: atlas.table, run_files.ATLAS_EXEMPLARS: atlas.exemplars,
                 run_files.ATLAS_LABELS: atlas.labels, run_files.ATLAS_PROBES: atlas.probes},
         marker={"max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(), "probe_note": atlas.probe_note,
@@ -284,4 +298,4 @@ def load_atlas(run: StoredRun) -> HeadAtlas | None:
                      stored.optional_array(run_files.ATLAS_UPDATE_HISTOGRAMS),
                      stored.optional_array(run_files.ATLAS_EMBEDDING_PROFILES),
                      stored.optional_table(run_files.ATLAS_LABELS), stored.optional_table(run_files.ATLAS_PROBES),
-                     str(marker.get("probe_note", "")))
+                     str(marker.get("probe_note", "")), stored.optional_array(run_files.ATLAS_OFFSET_SUPPORT))

@@ -45,6 +45,8 @@ class LabelThresholds:
     min_queries: int = _threshold(20, "queries a corpus-measured copying or relation score needs")
     over_chance: float = _threshold(2.0, "a label measured on the corpus also needs this many times a uniform head's "
                                          "score")
+    offset_support: float = _threshold(0.1, "share of the head's queries a positional label's offset needs: queries "
+                                            "whose key there is not the first token")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -104,22 +106,23 @@ class HeadLabel:
         return "corpus_" + self.name.replace("-", "_")
 
 
-_AT_OFFSET = "a uniform head's mean attention at that offset (the corpus's lengths, the layer's mask)"
+_AT_OFFSET = "a uniform head's mean attention at that offset, first token left out (the corpus's lengths, the layer's mask)"
 _COPYING_CHANCE = "a uniform head's attention to the same targets (on the probe: its sequences)"
 _COPYING_ON = "repeated random tokens; the corpus's own repeats"
 
 PREVIOUS_TOKEN = HeadLabel(
     "previous-token", "#1f77b4", "prev", "attends to the token before", "position_mass",
-    "mean attention at offset −1", _AT_OFFSET, offset=-1, argmax="argmax_previous", ablated=True)
+    "mean attention at offset −1, first token left out", _AT_OFFSET, offset=-1, argmax="argmax_previous", ablated=True)
 NEXT_TOKEN = HeadLabel(
     "next-token", "#17becf", "next", "attends to the token after (encoders)", "position_mass",
     "mean attention at offset +1, encoders only", _AT_OFFSET, offset=1, argmax="argmax_next")
 SELF = HeadLabel(
-    "self", "#9467bd", "self", "attends to its own token", "position_mass", "mean attention at offset 0",
+    "self", "#9467bd", "self", "attends to its own token", "position_mass", "mean attention at offset 0, first token left out",
     _AT_OFFSET, runs=BOTH, offset=0, argmax="argmax_self")
 FIXED_OFFSET = HeadLabel(
     "fixed-offset", "#8c564b", "offset", "attends a fixed distance back (or ahead, in encoders)", "position_mass",
-    "mean attention at the strongest offset `|o| ≥ 2`, named in `detail`", _AT_OFFSET, argmax="argmax_offset",
+    "mean attention at the strongest offset `|o| ≥ 2` with support, named in `detail`, first token left out",
+    _AT_OFFSET, argmax="argmax_offset",
     named_detail=True)
 FIRST_TOKEN = HeadLabel(
     "first-token", "#d62728", "first", "rests on the first token (a sink)", "first_token",
@@ -161,12 +164,14 @@ DUPLICATE_TOKEN = HeadLabel(
     copy_target="earlier occurrence of its token")
 LOCAL = HeadLabel(
     "local", "#a6d854", "local", "spreads its attention over the nearby tokens", "local_mass",
-    f"mean attention within offsets −{LOCAL_WINDOW}..{LOCAL_WINDOW} while no single offset reaches `position_mass`",
+    f"mean attention within offsets −{LOCAL_WINDOW}..{LOCAL_WINDOW} with support, first token left out, while no single "
+    "offset reaches `position_mass`",
     "the same sum for a uniform head")
 DEPENDENCY = HeadLabel(
     "dependency", "#4b0082", "dep", "attends from a word to the word it is related to (Clark et al. 2019)", "relation",
     "share of the words in one relation whose strongest key (first, special and own-word tokens left out) is the "
-    "related word, both directions: `det → head`, `head → dobj`", "a uniform head's share on the same words",
+    "related word, both directions: `det → head`, `head → dobj`", "a uniform head's share on the same words; it must "
+    "also beat the relation's best fixed-offset baseline",
     "corpus, spaCy parse (`--syntax`)", named_detail=True)
 
 #: every label, in code order (the matrix's and the report's colour codes, the legends' order)

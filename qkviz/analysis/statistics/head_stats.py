@@ -6,6 +6,9 @@ the sentence), ``A(x, i)`` the keys query ``i`` may attend to, and ``N`` the num
 
 * ``relative_position[o]`` (Transformer-XL, App. D): the mean of ``a[x, i, i + o]`` over every
   query that may attend to offset ``o``, for ``|o| <= max_offset``;
+* ``offset_support[:, o]`` (what a positional label rests on, :data:`OFFSET_SUPPORT_ROWS`): how many queries may attend
+  to offset ``o``, how many of them have there a key other than the first token (``i + o > 0``), and the mean of
+  ``a[x, i, i + o]`` over those (the first token left out: a sink at the first token is no attention at an offset);
 * ``mean_distance`` (Vig & Belinkov): ``sum a[x, i, j] |i - j| / N``; ``mean_distance_no_first``
   the same with the first token's weight removed and each query's rest renormalised (queries with
   no other key left out);
@@ -66,6 +69,9 @@ from qkviz.analysis.statistics.value_shares import ValueShares
 
 DEFAULT_MAX_OFFSET = 64
 TIE_MARGIN = 1e-6
+#: the rows of :attr:`HeadStatistics.offset_support`, per offset: the queries that may attend there, those whose key
+#: there is not the first token, and their mean attention there
+OFFSET_SUPPORT_ROWS = ("queries", "queries_no_first", "attention_no_first")
 #: every run's statistics, declared in qkviz.analysis.statistics.registry
 STATISTICS = statistic_names(EVERY_RUN)
 #: image runs only: where on the patch grid the strongest key of a patch query is
@@ -104,6 +110,9 @@ class HeadStatistics:
     values: dict[str, float]
     relative_position: np.ndarray   # float64 [2 * max_offset + 1], offset -max_offset first; NaN where unseen
     exemplars: pd.DataFrame         # sentence, query, key (positions), weight
+    #: float64 [OFFSET_SUPPORT_ROWS, 2 * max_offset + 1]: per offset its queries, those whose key there is not the
+    #: first token, and their mean attention there (NaN where none)
+    offset_support: np.ndarray | None = None
 
 
 class _Accumulator:
@@ -113,6 +122,8 @@ class _Accumulator:
         self.max_offset = max_offset
         self.offset_weight = np.zeros(2 * max_offset + 1)
         self.offset_count = np.zeros(2 * max_offset + 1)
+        self.first_weight = np.zeros(2 * max_offset + 1)     # the weight and count of offset o's first-token keys
+        self.first_count = np.zeros(2 * max_offset + 1)
         self.argmax_offset = np.zeros(2 * max_offset + 1)
         self.position_sum = workspace("stats-position-sum", (max_width, max_width))
         self.position_sum.fill(0.0)
@@ -241,8 +252,12 @@ def _accumulate(sums: _Accumulator, batch: SentenceBatch, probs: np.ndarray, mas
     totals["queries"] += queries.sum()
 
     for offset in range(max(-sums.max_offset, 1 - side), min(sums.max_offset, side - 1) + 1):   # j - i
-        sums.offset_weight[offset + sums.max_offset] += np.diagonal(probs, offset, 1, 2).sum()
-        sums.offset_count[offset + sums.max_offset] += np.count_nonzero(np.diagonal(mask, offset, 1, 2))
+        weights, allowed = np.diagonal(probs, offset, 1, 2), np.diagonal(mask, offset, 1, 2)
+        sums.offset_weight[offset + sums.max_offset] += weights.sum()
+        sums.offset_count[offset + sums.max_offset] += np.count_nonzero(allowed)
+        if offset <= 0:     # the diagonal's first pair is query -offset and key 0, the first token
+            sums.first_weight[offset + sums.max_offset] += weights[:, 0].sum()
+            sums.first_count[offset + sums.max_offset] += np.count_nonzero(allowed[:, 0])
     sums.position_sum[:side, :side] += probs[0] if len(probs) == 1 else probs.sum(axis=0)
 
     if kinds.patch is None:
@@ -391,4 +406,12 @@ def _finish(sums: _Accumulator, deviation: float, candidates: pd.DataFrame, n_ex
                         where=sums.offset_count > 0)
     exemplars = candidates.sort_values("weight", ascending=False).head(n_exemplars).reset_index(drop=True)
     return HeadStatistics(values={k: float(v) for k, v in values.items()}, relative_position=profile,
-                          exemplars=exemplars)
+                          exemplars=exemplars, offset_support=_offset_support(sums))
+
+
+def _offset_support(sums: _Accumulator) -> np.ndarray:
+    """``[OFFSET_SUPPORT_ROWS, offset]``: each offset's queries, those whose key there is not the first token, and
+    their mean attention there."""
+    rest = sums.offset_count - sums.first_count
+    mean_rest = np.divide(sums.offset_weight - sums.first_weight, rest, out=np.full_like(rest, np.nan), where=rest > 0)
+    return np.stack([sums.offset_count, rest, mean_rest])

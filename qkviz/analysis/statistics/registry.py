@@ -44,7 +44,7 @@ class AtlasStatistic:
 
 @dataclass(frozen=True)
 class StatisticFamily:
-    """Columns named ``<prefix><rest>``; their counts (``*_queries``) are never shares."""
+    """Columns named ``<prefix><rest>``; their counts (``*_queries``) and offsets (``*_offset``) are never shares."""
 
     prefix: str
     describe: Callable[[str], str]   # the column's rest -> what a person reads
@@ -52,10 +52,17 @@ class StatisticFamily:
     share: bool = False
 
 
+#: what a relation column's suffix holds (``relation_det_dependent_baseline``: syntax.py's best fixed-offset baseline)
+_RELATION_SUFFIXES = {"_queries": "queries", "_chance": "chance", "_baseline_offset": "best fixed offset",
+                      "_baseline": "best fixed-offset baseline"}
+
+
 def _relation(rest: str) -> str:
-    relation, side = rest.rsplit("_", 1)
-    return (f"strongest key: its head word ({relation} → head)" if side == "dependent"
-            else f"strongest key: its {relation} dependent (head → {relation})")
+    suffix = next((suffix for suffix in _RELATION_SUFFIXES if rest.endswith(suffix)), "")
+    relation, side = rest.removesuffix(suffix).rsplit("_", 1)
+    described = (f"strongest key: its head word ({relation} → head)" if side == "dependent"
+                 else f"strongest key: its {relation} dependent (head → {relation})")
+    return f"{described}, {_RELATION_SUFFIXES[suffix]}" if suffix else described
 
 
 ATLAS_STATISTICS = (
@@ -142,4 +149,4 @@ def is_share(column: str) -> bool:
     if statistic is not None:
         return statistic.share
     family = _family(column)
-    return family is not None and family.share and not column.endswith("_queries")
+    return family is not None and family.share and not column.endswith(("_queries", "_offset"))

@@ -16,12 +16,17 @@ overlap (special tokens have none). For a head, with ``a`` its attention and ``N
   and ``relation_<r>_head``, the share of the tokens of words with an ``r`` dependent whose strongest key is a token of
   one, each over the queries that may attend to such a key (``_queries``), with the share a uniform head would score
   (``_chance``: the target keys over the candidate keys). Candidate keys are the query's allowed keys less the first
-  token, special tokens and the tokens of its own word.
+  token, special tokens and the tokens of its own word;
+* per relation and side, its best fixed-offset baseline (Clark et al. 2019): ``relation_<r>_<side>_baseline``, the
+  share of those queries that have a target key at the single most common relative offset, the offset
+  (``_baseline_offset``, key minus query) that predicts the related word best over the corpus. A head always attending
+  there would score it; a dependency label must beat it (:mod:`qkviz.analysis.labels.label_table`).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,6 +131,8 @@ class SyntaxSums:
         self.queries = 0.0
         self.queries_no_first = 0.0
         self.relations = np.zeros((len(RELATIONS), 2, 3))     # [relation, dependent / head, hits / queries / chance]
+        #: per (relation, side): how many queries have a target key at each offset (key minus query)
+        self.target_offsets = {(number, side): Counter() for number in range(len(RELATIONS)) for side in (0, 1)}
 
     def add(self, probs: np.ndarray, mask: np.ndarray, syntax: BatchSyntax) -> None:
         queries = mask.any(axis=2)
@@ -160,6 +167,9 @@ class SyntaxSums:
                 hit = np.take_along_axis(chosen, strongest, axis=2)[:, :, 0]
                 self.relations[number, side] += (float(hit.sum()), float(asked.sum()),
                                                  float((chosen.sum(axis=2) / n_candidates)[asked].sum()))
+                _, query, key = np.nonzero(chosen)      # a query has at most one target at each offset
+                offsets, counts = np.unique(key - query, return_counts=True)
+                self.target_offsets[number, side].update(dict(zip(offsets.tolist(), counts.tolist())))
 
     def values(self) -> dict[str, float]:
         queries = max(self.queries, 1.0)
@@ -172,9 +182,19 @@ class SyntaxSums:
                 column = f"relation_{name}_{side_name}"
                 found.update({column: hits / asked if asked else np.nan, f"{column}_queries": asked,
                               f"{column}_chance": chance / asked if asked else np.nan})
+                found.update(self._baseline(column, self.target_offsets[number, side], asked))
         return found
+
+    @staticmethod
+    def _baseline(column: str, offsets: Counter, asked: float) -> dict[str, float]:
+        """The best fixed-offset baseline of one relation and side: the share of its queries with a target at the most
+        common offset, and that offset (the nearest of equals, then the earlier)."""
+        if not asked or not offsets:
+            return {f"{column}_baseline": np.nan, f"{column}_baseline_offset": np.nan}
+        offset, count = max(offsets.items(), key=lambda item: (item[1], -abs(item[0]), -item[0]))
+        return {f"{column}_baseline": count / asked, f"{column}_baseline_offset": float(offset)}
 
 
 RELATION_STATISTICS = tuple(f"relation_{name}_{side}{suffix}" for name in RELATIONS for side in ("dependent", "head")
-                            for suffix in ("", "_queries", "_chance"))
+                            for suffix in ("", "_queries", "_chance", "_baseline", "_baseline_offset"))
 SYNTAX_STATISTICS = (*(f"pos_{tag}" for tag in POS_TAGS), *statistic_names(SYNTAX_RUNS), *RELATION_STATISTICS)
