@@ -24,6 +24,7 @@ from dash_app import export, ids, progress
 from dash_app.deferred_graphs import FIRST_VIEW, defer_graphs, mounted_views, slot_children
 from dash_app.attention_changes import AttentionChanges
 from dash_app.events import relay_point_events
+from dash_app.explain_worker import ExplainWorker, ModelLimits, new_session
 from dash_app.guard import allowed_hosts, guard
 from dash_app.progress import method_options
 from dash_app.run_data import RunData, unique_names
@@ -63,19 +64,24 @@ def create_app(run_paths: list[Path]) -> dash.Dash:
     return build_app(open_runs(run_paths))
 
 
-def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts(), root_path: str = "/") -> dash.Dash:
+def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts(), root_path: str = "/",
+              limits: ModelLimits = ModelLimits()) -> dash.Dash:
     """The app over opened runs, answering only for ``hosts`` (see :mod:`dash_app.guard`), its page asking for
-    everything under ``root_path`` (``/user/x/proxy/8050/`` behind a proxy; see :mod:`dash_app.wsgi_server`)."""
+    everything under ``root_path`` (``/user/x/proxy/8050/`` behind a proxy; see :mod:`dash_app.wsgi_server`), its
+    model work (the why panel, the ablate action) within ``limits`` (``qkviz serve --no-model``,
+    ``--max-explain-tokens``)."""
     searches = [TokenSearch(data.token_index, lambda method, data=data: data.all_layouts(method).points,
                             ImageIds(data.sentences) if data.patches is not None else None)
                 for data in runs]
     app = dash_app(root_path)
     guard(app.server, hosts, lambda: app.callback_map)
     # every comparable pair's attention change, computed in the background
-    context = AppContext(runs, searches, AttentionChanges(runs))
-    app.layout, deferred = shell_layout(context)
+    context = AppContext(runs, searches, AttentionChanges(runs), ExplainWorker(limits))
+    page, deferred = shell_layout(context)
+    app.layout = lambda: with_session(page)
     # every id a callback names, for Dash's checks in debug mode: the page and the graphs not yet in it
-    app.validation_layout = html.Div([app.layout, *(graph for slots in deferred.values() for graph in slots.values())])
+    app.validation_layout = html.Div([with_session(page),
+                                      *(graph for slots in deferred.values() for graph in slots.values())])
     register_state_callback(app, runs, deferred)
     register_search_count(app, runs, searches)
     progress.register(app, runs, [view.name for view in VIEWS])
@@ -103,6 +109,12 @@ def dash_app(root_path: str) -> dash.Dash:
                          "DASH_URL_BASE_PATHNAME / DASH_ROUTES_PATHNAME_PREFIX and give --root-path instead") from None
     app.server.wsgi_app = PrefixedPaths(app.server.wsgi_app, root_path)
     return app
+
+
+def with_session(page: html.Div) -> html.Div:
+    """The page as one load of it gets it: with a session id of its own (:data:`dash_app.ids.PAGE_SESSION`), by
+    which the server queues its model work fairly between pages (:mod:`dash_app.explain_worker`)."""
+    return html.Div([dcc.Store(id=ids.PAGE_SESSION, data=new_session()), *page.children])
 
 
 #: the projection menu's width: its longest label, "attention t-SNE (1023/1024 heads, being made, recall 30%)"

@@ -207,6 +207,11 @@ def why_ids(view: str) -> WhyIds:
     return WhyIds(view)
 
 
+#: the page's session id (dash_app.explain_worker.new_session, made for each page load): the model work's queue
+#: is kept per page
+PAGE_SESSION = "page-session"
+
+
 # the ablate action in the single view (dash_app.panels.ablation)
 ABLATE_MODE = "ablate-mode"
 ABLATE_BUTTON = "ablate-button"
@@ -214,6 +219,8 @@ ABLATE_POLL = "ablate-poll"
 #: the subject shown: {run, layer, head, mode}
 ABLATE_SHOWN = "ablate-shown"
 ABLATE_PANEL = "ablate-panel"
+#: the line saying ablation is off on this server (qkviz serve --no-model)
+ABLATE_OFF = "ablate-off"
 
 
 # composition view (dash_app.views.composition): heads as nodes, Q-, K- and V-composition edges from stored circuits

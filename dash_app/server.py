@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from dash_app.app import build_app, open_runs
+from dash_app.explain_worker import ModelLimits
 from dash_app.guard import allowed_hosts, check_listen
 from dash_app.run_data import RunData
 from dash_app.wsgi_server import production_server
@@ -102,7 +103,8 @@ def read_only_runs(runs: list[RunData]) -> None:
 
 
 def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, background: str | None = BACKGROUND_METHOD,
-          jobs: int = 1, allow_hosts: tuple[str, ...] = (), root_path: str = "/", read_only: bool = False) -> None:
+          jobs: int = 1, allow_hosts: tuple[str, ...] = (), root_path: str = "/", read_only: bool = False,
+          model: bool = True, max_explain_tokens: int | None = None) -> None:
     """Serve the app from waitress (a production WSGI server) until interrupted. Runs are opened first: a bad
     one raises QkvizError.
 
@@ -111,9 +113,13 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
     ``allow_hosts`` (see :func:`dash_app.guard.allowed_hosts`); a ``host`` beyond this machine needs
     ``allow_hosts``. ``root_path``: the path prefix the browser sees the app at behind a proxy (see
     :mod:`dash_app.wsgi_server`). ``read_only``: write nothing into the runs (no PCA made before serving, no
-    background layouts, no thumbnails on disk), for a shared host."""
+    background layouts, no thumbnails on disk), for a shared host. ``model``: False turns the model-running panels
+    off (the why panel with what a head writes, the ablate action: refused in one line); ``max_explain_tokens``: the
+    longest sequence a request may make the server run the model over (None: any)."""
     if background is not None and background not in method_names():
         raise QkvizError(f"unknown background method {background!r}; choose from {', '.join(method_names())} or none")
+    if max_explain_tokens is not None and max_explain_tokens < 1:
+        raise QkvizError(f"--max-explain-tokens must be at least 1, got {max_explain_tokens}")
     if not 1 <= jobs <= (os.cpu_count() or 1):
         raise QkvizError(f"--jobs must be between 1 and this machine's {os.cpu_count()} CPUs, got {jobs}")
     check_listen(host, tuple(allow_hosts))
@@ -127,7 +133,8 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
         for data in runs:
             make_pca(data)
         workers = attach_workers(runs, background, jobs) if background is not None else []
-    app = build_app(runs, allowed_hosts(host, tuple(allow_hosts)), prefix)
+    limits = ModelLimits(model, max_explain_tokens)
+    app = build_app(runs, allowed_hosts(host, tuple(allow_hosts)), prefix, limits)
     server = production_server(app.server, host, port)
     start_in_turn(workers)
     warming = threading.Thread(target=warm, args=(runs[0],), name="warm-layouts", daemon=True)
@@ -136,6 +143,10 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
     shown = f"[{host}]" if ":" in host else host
     logger.info("serving %s at http://%s:%d%s (waitress%s; Ctrl-C stops)", ", ".join(data.name for data in runs),
                 shown, port, prefix, ", read-only" if read_only else "")
+    if not model:
+        logger.info("the why panel and the ablate action are off (--no-model): no model is loaded")
+    elif max_explain_tokens is not None:
+        logger.info("the model runs over sequences of at most %d tokens (--max-explain-tokens)", max_explain_tokens)
     server.run()           # until Ctrl-C, which waitress takes and closes the server on
     # a native library torn down under a thread still inside it aborts the interpreter's exit: let warming end
     warming.join(timeout=WARM_JOIN_S)

@@ -250,6 +250,13 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--read-only", action="store_true",
                        help="for a shared host: write nothing into the runs (no layouts made before serving or in "
                             "the background, no thumbnails on disk); each run must already have 2D layouts")
+    serve.add_argument("--no-model", action="store_true",
+                       help="run no model: the why panel (with what a head writes) and the ablate action are off, "
+                            "their requests refused in one line")
+    serve.add_argument("--max-explain-tokens", type=integer(1), metavar="N",
+                       help="the longest sequence (in tokens) a request may make the server run the model over "
+                            "(explaining, ablating: the run's longest sequence); longer ones are refused in one line "
+                            "(default: any)")
 
 
 def _add_explain(commands: argparse._SubParsersAction) -> None:

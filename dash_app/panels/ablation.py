@@ -3,10 +3,12 @@
 A button (with the mode, zero or mean) asks for the head's ablation over the whole run: the run's model is run over
 the run's sequences clean and with the head's output removed, which takes seconds to minutes, so it runs in the
 app's model worker (:class:`~dash_app.explain_worker.ExplainWorker`, the why panel's: one model pass at a time, off
-the request thread) and the panel polls until it is in. It then shows the mean change over the run (next-token loss
-in nats; an encoder: the relative change of its last hidden state, said so) and the tokens it changes most, each
-with its context. Another head clears the panel; every value the callback receives (the state, the mode, the
-subject the page holds) is checked again on the server (:func:`checked_subject`).
+the request thread, queued for the page as an ablation in the panel's place for its head, :func:`job_request`) and
+the panel polls until it is in. A server that runs no model (``qkviz serve --no-model``) disables the button and
+says so. The panel then shows the mean change over the run (next-token loss in nats; an encoder: the relative
+change of its last hidden state, said so) and the tokens it changes most, each with its context. Another head
+clears the panel; every value the callback receives (the state, the mode, the subject the page holds, the page's
+session) is checked again on the server (:func:`checked_subject`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dash import Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.explain_worker import Answer, ExplainWorker
+from dash_app.explain_worker import Answer, ExplainWorker, ModelLimits, Request, checked_session
 from dash_app.panels.atlas import marked_tokens
 from dash_app.run_data import RunData
 from dash_app.state import checked_state
@@ -98,7 +100,16 @@ def render_result(data: RunData, subject: Subject, frame: pd.DataFrame) -> list:
     ]
 
 
+def job_request(data: RunData, subject: Subject, session) -> Request:
+    """The worker's request for ``subject`` from the page ``session`` (checked): an ablation filling the panel's
+    place for its head, over the run's longest sequence (it runs them all)."""
+    longest = int(data.run.sentences.n_tokens.max()) if data.run.n_sentences else 0
+    return Request(checked_session(session), "ablate", ("ablate", subject.run, subject.layer, subject.head), longest)
+
+
 def render(data: RunData, subject: Subject, answer: Answer) -> list:
+    if answer.busy is not None:
+        return [html.Div(answer.busy, className="ablation-pending ablation-busy")]
     if answer.pending:
         return [html.Div(f"Ablating layer {subject.layer} head {subject.head} ({subject.mode}) over the run: running "
                          "the model twice over every sequence (loaded on first use)…", className="ablation-pending")]
@@ -107,15 +118,18 @@ def render(data: RunData, subject: Subject, answer: Answer) -> list:
     return render_result(data, subject, answer.result)
 
 
-def controls() -> list:
-    """The heading, the mode and the button, the panel's body, its poll and the subject it shows."""
+def controls(limits: ModelLimits = ModelLimits()) -> list:
+    """The heading, the mode and the button, the panel's body, its poll and the subject it shows; on a server that
+    runs no model (``limits``), the button disabled and the line saying so."""
+    off = limits.refusal(0)
     return [html.H4("Does this head matter?"),
             html.Div(className="controls", children=[
                 dcc.RadioItems(id=ids.ABLATE_MODE, options=[{"label": f" {mode}", "value": mode} for mode in MODES],
                                value=MODES[0], inline=True),
-                html.Button("Ablate this head", id=ids.ABLATE_BUTTON, n_clicks=0,
+                html.Button("Ablate this head", id=ids.ABLATE_BUTTON, n_clicks=0, disabled=off is not None,
                             title="remove the head's output and measure what changes over the run (runs the model)"),
             ]),
+            html.Div(off, id=ids.ABLATE_OFF, className="hint", style={} if off else {"display": "none"}),
             dcc.Interval(id=ids.ABLATE_POLL, interval=POLL_MS, disabled=True), dcc.Store(id=ids.ABLATE_SHOWN),
             html.Div(id=ids.ABLATE_PANEL, className="ablation-panel", children=[])]
 
@@ -126,8 +140,8 @@ def register(app: dash.Dash, runs: list[RunData], worker: ExplainWorker, state_s
     @app.callback(Output(ids.ABLATE_PANEL, "children"), Output(ids.ABLATE_POLL, "disabled"),
                   Output(ids.ABLATE_SHOWN, "data"), Input(ids.ABLATE_BUTTON, "n_clicks"),
                   Input(ids.ABLATE_POLL, "n_intervals"), Input(state_store, "data"), State(ids.ABLATE_MODE, "value"),
-                  State(ids.ABLATE_SHOWN, "data"), prevent_initial_call=True)
-    def show_ablation(_clicks, _tick, current, mode, shown_value):
+                  State(ids.ABLATE_SHOWN, "data"), State(ids.PAGE_SESSION, "data"), prevent_initial_call=True)
+    def show_ablation(_clicks, _tick, current, mode, shown_value, session):
         shown = checked_subject(shown_value, runs)
         trigger = dash.ctx.triggered_id
         if trigger == ids.ABLATE_POLL:
@@ -146,5 +160,5 @@ def register(app: dash.Dash, runs: list[RunData], worker: ExplainWorker, state_s
                 return [html.Div("Ablation runs text runs' models.", className="message")], True, None
             subject = Subject(state.run, state.layer, state.head, checked_mode(mode))
         data = runs[subject.run]
-        answer = worker.ask(("ablate", subject), lambda: compute(data, subject))
+        answer = worker.ask(("ablate", subject), lambda: compute(data, subject), job_request(data, subject, session))
         return render(data, subject, answer), not answer.pending, subject.as_dict()

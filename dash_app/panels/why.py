@@ -13,8 +13,11 @@ tokens it promotes and suppresses (or the one line why not: an encoder has no un
 attention-weighted mean split of the selected queries' logits with the selected keys (:func:`qkviz.explain.explain_selection`).
 
 The explanation runs the run's model, so it is computed by the app's :class:`~dash_app.explain_worker.ExplainWorker`
-off the request thread: the panel says it is being computed and polls until it is in. A run whose model cannot be
-found (or whose family is refused) shows the one-line reason. Every value the callbacks receive -- the state, the
+off the request thread, queued for the page (its session, :data:`dash_app.ids.PAGE_SESSION`) as an explanation in
+the panel's place for its head (:func:`job_request`): the panel says it is being computed, or that the page's queue
+is full ("busy"), and polls until it is in. A run whose model cannot be found (or whose family is refused), a
+server that runs no model or not over so long a sequence (:class:`~dash_app.explain_worker.ModelLimits`) shows the
+one-line reason. Every value the callbacks receive -- the state, the
 relayed selection, the subject the page holds -- is checked again on the server (:func:`checked_subject`).
 
 Each view that shows the panel places :func:`panel` (ids named after the view, :func:`dash_app.ids.why_ids`) and
@@ -34,7 +37,7 @@ from dash.exceptions import PreventUpdate
 from plotly.subplots import make_subplots
 
 from dash_app import ids
-from dash_app.explain_worker import Answer, ExplainWorker
+from dash_app.explain_worker import Answer, ExplainWorker, Request, checked_session
 from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, plotly_text
 from dash_app.panels.selection import selected_points
 from dash_app.run_data import RunData
@@ -273,6 +276,8 @@ def render_selection(data: RunData, subject: Subject, circuit) -> list:
 
 def render(data: RunData, subject: Subject, answer: Answer) -> list:
     """The panel's children for ``answer``: being computed, the one-line reason it could not be, or the split."""
+    if answer.busy is not None:
+        return [html.Div(answer.busy, className="why-pending why-busy")]
     if answer.pending:
         what = "this pair" if subject.kind == "pair" else "the selection"
         return [html.Div(f"Explaining {what} in layer {subject.layer} head {subject.head}: running the model "
@@ -282,6 +287,26 @@ def render(data: RunData, subject: Subject, answer: Answer) -> list:
     if subject.kind == "pair":
         return render_pair(data, subject, answer.result)
     return render_selection(data, subject, answer.result)
+
+
+def sequence_tokens(data: RunData, subject: Subject) -> int:
+    """The longest sequence explaining ``subject`` runs the model over (in tokens): a pair's query's and key's, a
+    lasso's sequences holding both a query and a key (:func:`qkviz.explain.explain_selection`)."""
+    sentences = data.run.tokens.sentence.to_numpy()
+    read = set(sentences[list(subject.queries)].tolist())
+    if subject.kind == "pair":
+        read |= set(sentences[list(subject.keys)].tolist())
+    else:
+        read &= set(sentences[list(subject.keys)].tolist())
+    lengths = data.run.sentences.n_tokens.to_numpy()
+    return int(max((lengths[sentence] for sentence in read), default=0))
+
+
+def job_request(data: RunData, subject: Subject, view: str, session) -> Request:
+    """The worker's request for ``subject`` from ``view``'s panel of the page ``session`` (checked): an explanation
+    filling the panel's place for its head, over :func:`sequence_tokens`."""
+    return Request(checked_session(session), "explain", ("why", view, subject.run, subject.layer, subject.head),
+                   sequence_tokens(data, subject))
 
 
 def panel(view: str) -> list:
@@ -305,9 +330,11 @@ def register(app: dash.Dash, runs: list[RunData], worker: ExplainWorker, view: s
         inputs.append(Input(selection_store, "data"))
 
     @app.callback(Output(names.panel, "children"), Output(names.panel, "style"), Output(names.poll, "disabled"),
-                  Output(names.shown, "data"), *inputs, State(names.shown, "data"), prevent_initial_call=True)
+                  Output(names.shown, "data"), *inputs, State(names.shown, "data"), State(ids.PAGE_SESSION, "data"),
+                  prevent_initial_call=True)
     def show_why(current, _tick, *rest):
-        payload, shown_value = (rest[0], rest[1]) if selection_store is not None else (None, rest[0])
+        payload = rest[0] if selection_store is not None else None
+        shown_value, session = rest[-2:]
         shown = checked_subject(shown_value, runs)
         trigger = dash.ctx.triggered_id
         if trigger == names.poll:
@@ -333,6 +360,6 @@ def register(app: dash.Dash, runs: list[RunData], worker: ExplainWorker, view: s
         if subject is None:
             return [], {"display": "none"}, True, None
         data = runs[subject.run]
-        answer = worker.ask(subject, lambda: explain(data, subject))
+        answer = worker.ask(subject, lambda: explain(data, subject), job_request(data, subject, view, session))
         return ([heading(), *render(data, subject, answer)], {"display": "block"}, not answer.pending,
                 subject.as_dict())

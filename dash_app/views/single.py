@@ -65,7 +65,7 @@ NO_MATCHES = np.zeros(0, dtype=np.int64)
 SAME_TOKENS_KEY = (0, 3, 4, 5, 6, 7, 8)
 
 
-def layout(_context: AppContext) -> html.Div:
+def layout(context: AppContext) -> html.Div:
     button = lambda id_, text, title: html.Button(text, id=id_, title=title, n_clicks=0)  # noqa: E731
     return html.Div(id=ids.SINGLE_VIEW, style={"display": "none"}, children=[
         html.Div(className="controls", children=[
@@ -99,7 +99,7 @@ def layout(_context: AppContext) -> html.Div:
                 *why_panel.panel(VIEW_NAME),
                 html.H4("Head atlas"), html.Div(id=ids.SINGLE_ATLAS),
                 html.Button("Open its sentence ▶", id=ids.OPEN_SENTENCE, n_clicks=0),
-                *ablation_panel.controls(),
+                *ablation_panel.controls(context.explanations.limits),
                 *partners_panel.controls(),
                 html.H4("Fidelity: correlation, partner recall@10, trust"), html.Div(id=ids.SINGLE_CORRELATION),
                 html.H4("Related heads"), html.Div(id=ids.SINGLE_RELATED),

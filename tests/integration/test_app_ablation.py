@@ -15,11 +15,12 @@ from test_hostile_requests import answered, callback_request, hostile_failures, 
 
 from dash_app import ids
 from dash_app.app import build_app
-from dash_app.explain_worker import ExplainWorker
+from dash_app.explain_worker import ExplainWorker, new_session
 from dash_app.panels import ablation
 from dash_app.run_data import RunData
 
 LAYER, HEAD = 1, 2
+PAGE = new_session()
 
 
 @pytest.fixture(scope="module")
@@ -49,24 +50,24 @@ def test_the_button_is_pending_then_the_result_through_the_server(data):
     state = {"view": "single", "method": "pca", "layer": LAYER, "head": HEAD}
     with served_in_thread(app) as url:
         port = int(url.rstrip("/").rsplit(":", 1)[1])
-        output, spec, body = panel_request(app, [1, 0, state, "zero", None])
+        output, spec, body = panel_request(app, [1, 0, state, "zero", None, PAGE])
         response = answered(port, body, f"{ids.ABLATE_BUTTON}.n_clicks")
         shown = response[ids.ABLATE_SHOWN]["data"]
         assert shown == {"run": 0, "layer": LAYER, "head": HEAD, "mode": "zero"}
         deadline = time.monotonic() + 120
         while response[ids.ABLATE_POLL]["disabled"] is False and time.monotonic() < deadline:
             time.sleep(0.2)
-            response = answered(port, request_for(output, spec, [1, 1, state, "zero", shown]),
+            response = answered(port, request_for(output, spec, [1, 1, state, "zero", shown, PAGE]),
                                 f"{ids.ABLATE_POLL}.n_intervals")
         assert response[ids.ABLATE_POLL]["disabled"] is True
         assert "ablation-mean" in json.dumps(response[ids.ABLATE_PANEL]["children"])
         # another head clears the panel
         other = {**state, "head": HEAD + 1}
-        response = answered(port, request_for(output, spec, [1, 1, other, "zero", shown]),
+        response = answered(port, request_for(output, spec, [1, 1, other, "zero", shown, PAGE]),
                             f"{ids.view_state('single')}.data")
         assert response[ids.ABLATE_PANEL]["children"] == [] and response[ids.ABLATE_SHOWN]["data"] is None
         # a forged mode is the default one
-        response = answered(port, request_for(output, spec, [2, 1, state, "<b>", None]), f"{ids.ABLATE_BUTTON}.n_clicks")
+        response = answered(port, request_for(output, spec, [2, 1, state, "<b>", None, PAGE]), f"{ids.ABLATE_BUTTON}.n_clicks")
         assert response[ids.ABLATE_SHOWN]["data"]["mode"] == "zero"
 
 
@@ -78,7 +79,7 @@ def test_forged_subjects_and_hostile_values_are_refused(data):
               {**good, "head": 99}, {**good, "layer": -1}, {**good, "head": "1"}, {**good, "run": 0.0}]
     assert all(ablation.checked_subject(value, runs) is None for value in forged)
     app = build_app([data])
-    output, spec, _ = panel_request(app, [0, 0, {}, "zero", None])
+    output, spec, _ = panel_request(app, [0, 0, {}, "zero", None, PAGE])
     with served_in_thread(app) as url:
         failures = hostile_failures(int(url.rstrip("/").rsplit(":", 1)[1]), output, spec)
     assert not failures, failures[:5]

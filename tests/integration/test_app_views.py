@@ -339,7 +339,7 @@ def test_each_action_makes_the_next_state(app_run):
 
 def test_the_app_builds_with_its_stable_ids(app_run):
     app = build_app(open_runs([app_run.path, app_run.path]))
-    layout = str(app.layout)
+    layout = str(app.layout())                                             # each page load has its own session
     for stable in (ids.MATRIX_VIEW, ids.SINGLE_VIEW, ids.SENTENCE_VIEW, ids.SEARCH_INPUT, ids.SEARCH_COUNT):
         assert f"id='{stable}'" in layout
     assert "'label': 'tiny-llama-2'" in layout                             # duplicate names made unique

@@ -23,7 +23,7 @@ from test_hostile_requests import answered, callback_request, hostile_failures, 
 
 from dash_app import ids
 from dash_app.app import build_app, next_state, open_runs
-from dash_app.explain_worker import ExplainWorker
+from dash_app.explain_worker import ExplainWorker, new_session
 from dash_app.panels import why
 from dash_app.run_data import RunData
 from dash_app.state import ViewState, checked_state, select_point
@@ -31,6 +31,8 @@ from dash_app.url_state import parse_url, to_url
 from dash_app.views import composition, document
 
 LAYER, HEAD = 1, 2
+#: the page's session id, as its load gives it
+PAGE = new_session()
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +173,7 @@ def test_the_panel_is_pending_then_explains_the_pair_through_the_server(data):
     names = ids.why_ids("sentence")
     with served_in_thread(app) as url:
         port = int(url.rstrip("/").rsplit(":", 1)[1])
-        output, spec, body = panel_request(app, "sentence", [state, 0, None])
+        output, spec, body = panel_request(app, "sentence", [state, 0, None, PAGE])
         response = answered(port, body, f"{ids.view_state('sentence')}.data")
         shown = response[names.shown]["data"]
         assert shown == why.Subject("pair", 0, LAYER, HEAD, (query,), (key,)).as_dict()
@@ -179,11 +181,11 @@ def test_the_panel_is_pending_then_explains_the_pair_through_the_server(data):
         deadline = time.monotonic() + 120
         while response[names.poll]["disabled"] is False and time.monotonic() < deadline:   # polled until it is in
             time.sleep(0.2)
-            response = answered(port, request_for(output, spec, [state, 1, shown]), f"{names.poll}.n_intervals")
+            response = answered(port, request_for(output, spec, [state, 1, shown, PAGE]), f"{names.poll}.n_intervals")
         assert response[names.poll]["disabled"] is True
         assert "why-logit" in json.dumps(response[names.panel]["children"])
         # the state without a pair hides the panel
-        response = answered(port, request_for(output, spec, [{**state, "pair_point": None}, 1, shown]),
+        response = answered(port, request_for(output, spec, [{**state, "pair_point": None}, 1, shown, PAGE]),
                             f"{ids.view_state('sentence')}.data")
         assert response[names.panel]["style"] == {"display": "none"} and response[names.shown]["data"] is None
 
