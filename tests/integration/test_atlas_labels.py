@@ -184,12 +184,19 @@ def test_stats_labels_a_synthetic_previous_token_head_and_records_the_probe(tiny
     assert mine.label.iloc[0] == "previous-token" and mine.score.iloc[0] == pytest.approx(1.0, abs=1e-6)
     assert atlas.table.set_index(["layer", "head"]).loc[(0, 0), "label"] == "previous-token"
     assert "repeated random tokens" in atlas.probe_note and atlas.probes is not None
-    assert set(atlas.probes.probe) == set(PROBES) and len(atlas.probes) == 3 * run.n_layers * run.n_heads
+    attention_probes = atlas.probes[atlas.probes.probe.isin(PROBES)]
+    assert set(attention_probes.probe) == set(PROBES) and len(attention_probes) == 3 * run.n_layers * run.n_heads
+    # its model was saved with its language-model head: the copying probe ran too, one row per head and measure
+    assert atlas.writes_note.startswith("repeated random tokens"), atlas.writes_note
+    writing = atlas.probes[~atlas.probes.probe.isin(PROBES)]
+    assert set(writing.probe) == {"copying", "suppression", "copying-shuffled", "suppression-shuffled",
+                                  "attended-logit-raise", "copying-weights-only"}
+    assert len(writing) == 6 * run.n_layers * run.n_heads
     again = qkviz.open_run(run.path).atlas
     pd.testing.assert_frame_equal(again.labels, atlas.labels)
     assert main(["-q", "stats", "--no-probes", "--run", str(run.path)]) == 0
     without = qkviz.open_run(run.path).atlas
-    assert without.probes is None and without.probe_note.startswith("not run")
+    assert without.probes is None and without.probe_note.startswith("not run") and without.writes_note.startswith("not run")
     assert not without.labels.probe.str.startswith("repeated").any()
 
 

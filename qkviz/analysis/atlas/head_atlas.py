@@ -37,6 +37,7 @@ from qkviz.analysis.statistics.value_shares import VALUE_STATISTICS
 from qkviz.analysis.statistics.induction_scores import REPEAT_STATISTICS
 from qkviz.analysis.labels.label_table import LABEL_COLUMNS, as_label_table, corpus_labels, probe_labels, strongest_labels
 from qkviz.analysis.statistics.uniform_chance import uniform_chance
+from qkviz.analysis.labels.writing_rule import writing_labels
 from qkviz.analysis.logits.logit_decomposition import EMBEDDING_TERMS, TERMS, EmbeddingSplit, available_terms
 from qkviz.analysis.statistics.syntax import SYNTAX_STATISTICS, TokenSyntax
 from qkviz.cluster import HeadRunner, HeadTask
@@ -82,6 +83,8 @@ class HeadAtlas:
     probe_note: str = ""
     #: [layer, head, OFFSET_SUPPORT_ROWS, 2 * max_offset + 1]: what a positional label rests on (head_stats)
     offset_support: np.ndarray | None = None
+    #: what the copying probe (the copying and suppression labels, qkviz.probes.writing_probe) ran on, or why it did not
+    writes_note: str = ""
 
     def __post_init__(self):
         if self.labels is None:
@@ -101,7 +104,7 @@ def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAU
                          broad_entropy: float = 0.8, exemplars: int = 5, syntax: bool = False,
                          progress: bool = True, jobs: int = 1, client: "DaskClient | None" = None,
                          probes: pd.DataFrame | None = None, probe_note: str = "",
-                         thresholds: LabelThresholds | None = None) -> HeadAtlas:
+                         thresholds: LabelThresholds | None = None, writes_note: str = "") -> HeadAtlas:
     """Compute the head atlas of a run and store it in ``<run>/stats/`` (what ``qkviz stats`` does).
 
     Every head's attention is recomputed over the whole corpus from the stored vectors.
@@ -138,6 +141,8 @@ def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAU
         for the induction and duplicate-token labels; ``qkviz.compute_stats`` runs them where the model is at hand.
     probe_note
         What the probes ran on, or why there are none (kept in the atlas).
+    writes_note
+        What the copying probe ran on, or why it did not (``"not computed: no unembedding ..."``), kept in the atlas.
 
     Returns
     -------
@@ -158,6 +163,7 @@ def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAU
                              f"got {value}")
     atlas = compute_atlas(run, thresholds, max_offset, exemplars, syntax=syntax,
                           progress=progress, jobs=jobs, client=client, probes=probes, probe_note=probe_note)
+    atlas.writes_note = writes_note
     directory = store_atlas(run, atlas)
     counts = atlas.table.label.value_counts()
     earned = atlas.labels.drop_duplicates(["layer", "head", "label"]).label.value_counts()
@@ -215,7 +221,7 @@ def _label(run: StoredRun, atlas: HeadAtlas, probes: pd.DataFrame | None) -> Non
         rows += corpus_labels(row, support, chances[int(row["layer"])], atlas.thresholds, causal=run.is_causal,
                               delimiter_share=delimiter_share)
     if probes is not None:
-        rows += probe_labels(probes, atlas.thresholds)
+        rows += probe_labels(probes, atlas.thresholds) + writing_labels(probes, atlas.thresholds)
     atlas.labels = as_label_table(rows)
     heads = list(zip(atlas.table.layer.astype(int), atlas.table["head"].astype(int)))
     strongest = strongest_labels(atlas.labels, heads)
@@ -280,6 +286,7 @@ def store_atlas(run: StoredRun, atlas: HeadAtlas) -> Path:
         tables={run_files.ATLAS_TABLE: atlas.table, run_files.ATLAS_EXEMPLARS: atlas.exemplars,
                 run_files.ATLAS_LABELS: atlas.labels, run_files.ATLAS_PROBES: atlas.probes},
         marker={"max_offset": atlas.max_offset, "thresholds": atlas.thresholds.as_dict(), "probe_note": atlas.probe_note,
+                "writes_note": atlas.writes_note,
                 "statistics": [name for name in (*STATISTICS, *IMAGE_STATISTICS, *VALUE_STATISTICS)
                                if name in atlas.table],
                 "terms": list(atlas.terms)})
@@ -291,11 +298,13 @@ def load_atlas(run: StoredRun) -> HeadAtlas | None:
     marker = stored.read_marker()
     if marker is None:
         return None
-    return HeadAtlas(stored.table(run_files.ATLAS_TABLE), stored.array(run_files.ATLAS_PROFILES),
-                     stored.table(run_files.ATLAS_EXEMPLARS), int(marker["max_offset"]),
-                     LabelThresholds(**marker["thresholds"]), tuple(marker["terms"]),
-                     stored.array(run_files.ATLAS_TERM_PROFILES),
-                     stored.optional_array(run_files.ATLAS_UPDATE_HISTOGRAMS),
-                     stored.optional_array(run_files.ATLAS_EMBEDDING_PROFILES),
-                     stored.optional_table(run_files.ATLAS_LABELS), stored.optional_table(run_files.ATLAS_PROBES),
-                     str(marker.get("probe_note", "")), stored.optional_array(run_files.ATLAS_OFFSET_SUPPORT))
+    atlas = HeadAtlas(stored.table(run_files.ATLAS_TABLE), stored.array(run_files.ATLAS_PROFILES),
+                      stored.table(run_files.ATLAS_EXEMPLARS), int(marker["max_offset"]),
+                      LabelThresholds(**marker["thresholds"]), tuple(marker["terms"]),
+                      stored.array(run_files.ATLAS_TERM_PROFILES),
+                      stored.optional_array(run_files.ATLAS_UPDATE_HISTOGRAMS),
+                      stored.optional_array(run_files.ATLAS_EMBEDDING_PROFILES),
+                      stored.optional_table(run_files.ATLAS_LABELS), stored.optional_table(run_files.ATLAS_PROBES),
+                      str(marker.get("probe_note", "")), stored.optional_array(run_files.ATLAS_OFFSET_SUPPORT))
+    atlas.writes_note = str(marker.get("writes_note", ""))
+    return atlas

@@ -45,6 +45,9 @@ class LabelThresholds:
     min_queries: int = _threshold(20, "queries a corpus-measured copying or relation score needs")
     over_chance: float = _threshold(2.0, "a label measured on the corpus also needs this many times a uniform head's "
                                          "score")
+    copy_share: float = _threshold(0.3, "mean share of a query's attention going to tokens whose write from there ranks "
+                                        "that same token among the head's top (bottom, suppression) 5 of the candidates",
+                                   option=True)
     offset_support: float = _threshold(0.1, "share of the head's queries a positional label's offset needs: queries "
                                             "whose key there is not the first token")
 
@@ -87,6 +90,7 @@ class HeadLabel:
     argmax: str | None = None   # the share of queries deciding an image head's single label (a statistic's name)
     named_detail: bool = False  # its detail names a variant (an offset, a relation): the report lists it by the head
     ablated: bool = False       # ``--ablate`` checks it causally (qkviz.probes.label_ablation)
+    writes: int = 0             # a label of what the head writes: +1 raises the attended tokens' logits, -1 lowers them
 
     def __post_init__(self):
         if not re.fullmatch(r"[a-z]+(-[a-z]+)*", self.name):
@@ -174,9 +178,22 @@ DEPENDENCY = HeadLabel(
     "also beat the relation's best fixed-offset baseline",
     "corpus, spaCy parse (`--syntax`)", named_detail=True)
 
+_WRITES_CHANCE = "5 / the candidates: a write that ranks the candidates at random, whatever the head attends"
+_WRITES_ON = "repeated random tokens, the model's unembedding"
+COPYING = HeadLabel(
+    "copying", "#e6ab02", "copy", "raises the logits of the tokens it attends to: it writes them (Olsson et al. 2022)",
+    "copy_share", "mean share of a query's attention on tokens whose write from there ranks that token among the "
+    "head's top 5 of 2,000 candidate tokens (second copy of the probe); the weights-only OV score of TransformerLens "
+    "in `detail`", _WRITES_CHANCE, _WRITES_ON, over_chance=True, writes=1)
+SUPPRESSION = HeadLabel(
+    "suppression", "#7f7f7f", "supp", "lowers the logits of the tokens it attends to (copy suppression, McDougall et "
+    "al. 2023)", "copy_share", "the same with the head's bottom 5 of the candidates", _WRITES_CHANCE, _WRITES_ON,
+    over_chance=True, writes=-1)
+
 #: every label, in code order (the matrix's and the report's colour codes, the legends' order)
 HEAD_LABELS = (PREVIOUS_TOKEN, NEXT_TOKEN, SELF, FIXED_OFFSET, FIRST_TOKEN, DELIMITER, BROAD, CONTENT, LEFT_PATCH,
-               RIGHT_PATCH, NEIGHBOUR_PATCH, SAME_ROW, SAME_COLUMN, INDUCTION, DUPLICATE_TOKEN, LOCAL, DEPENDENCY)
+               RIGHT_PATCH, NEIGHBOUR_PATCH, SAME_ROW, SAME_COLUMN, INDUCTION, DUPLICATE_TOKEN, LOCAL, DEPENDENCY,
+               COPYING, SUPPRESSION)
 #: every label's name, in code order
 LABELS = tuple(label.name for label in HEAD_LABELS)
 #: a label by its name
@@ -187,6 +204,9 @@ LABEL_COLOURS = {label.name: label.colour for label in HEAD_LABELS}
 OFFSET_LABELS = tuple(label for label in HEAD_LABELS if label.offset is not None)
 #: the copying labels (induction, duplicate-token), earned on the repeated-token probe and the corpus's repeats
 COPYING_LABELS = tuple(label for label in HEAD_LABELS if label.copy_step is not None)
+#: the labels of what a head writes (copying, suppression), earned on the repeated-token probe through the
+#: unembedding (qkviz.probes.writing_probe)
+WRITING_LABELS = tuple(label for label in HEAD_LABELS if label.writes)
 #: the labels that say where attention rests rather than what it does
 RESTING_LABELS = tuple(label.name for label in HEAD_LABELS if label.resting)
 #: the labels ``--ablate`` checks causally
