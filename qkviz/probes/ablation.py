@@ -17,6 +17,7 @@ the change is the relative change of the last hidden state, ``||h_ablated - h_cl
 from __future__ import annotations
 
 import logging
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 #: the clean next-token losses of the last few (run, model, sentences) ablated: another head of the same run spares its
 #: clean pass (half the work in zero mode)
-_CLEAN: OrderedDict[tuple, tuple[object, list]] = OrderedDict()
+_CLEAN: OrderedDict[tuple, tuple[weakref.ref, list]] = OrderedDict()      # (a weak reference to the model, losses)
 CLEAN_KEPT = 4
 
 #: the columns of :func:`ablate`'s frame
@@ -73,11 +74,11 @@ def ablate(run: StoredRun, layer: int, head: int, mode: str = "zero", *, model=N
     model = run_language_model(run, model, device)
     key = (str(run.path), run.manifest.get("fingerprint"), id(model), tuple(chosen))
     known = _CLEAN.get(key)
-    clean = known[1] if known is not None and known[0] is model else None
+    clean = known[1] if known is not None and known[0]() is model else None
     result = ablation_losses(model, [sequence_ids(run, sentence) for sentence in chosen], (layer, head), mode,
                              clean=clean, progress=progress)
     if result.measure == "next-token loss":
-        _CLEAN[key] = (model, result.clean)
+        _CLEAN[key] = (weakref.ref(model), result.clean)
         _CLEAN.move_to_end(key)
         while len(_CLEAN) > CLEAN_KEPT:
             _CLEAN.popitem(last=False)

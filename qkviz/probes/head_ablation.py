@@ -22,6 +22,7 @@ tokens with an attention mask, longest first, with no gradient.
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,21 +58,22 @@ class Ablation:
     means: dict[tuple[int, int], np.ndarray] | None = None
 
 
-#: id(model) -> (model, adapter, shape): a discovered adapter costs a probe pass, found once per model
-_ADAPTERS: dict[int, tuple] = {}
+#: model -> (adapter, shape): a discovered adapter costs a probe pass, found once per model (a weak reference: a
+#: model the user drops is freed)
+_ADAPTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _adapter(model: torch.nn.Module) -> tuple[FamilyAdapter, ModelShape]:
     from qkviz.extraction.adapters import model_adapter
 
-    known = _ADAPTERS.get(id(model))
-    if known is None or known[0] is not model:
+    known = _ADAPTERS.get(model)
+    if known is None:
         adapter = model_adapter(model)
-        known = _ADAPTERS[id(model)] = (model, adapter, adapter.shape(model.config))
-    if not known[1].has_output_projection:
-        raise QkvizError(f"{known[1].family}: its attention's output projection is not known, so a head cannot be "
+        known = _ADAPTERS[model] = (adapter, adapter.shape(model.config))
+    if not known[0].has_output_projection:
+        raise QkvizError(f"{known[0].family}: its attention's output projection is not known, so a head cannot be "
                          "ablated")
-    return known[1], known[2]
+    return known[0], known[1]
 
 
 def checked_heads(heads, shape: ModelShape) -> tuple[tuple[int, int], ...]:

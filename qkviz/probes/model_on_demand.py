@@ -1,31 +1,34 @@
-"""The model a run was extracted from, loaded when an explanation first needs it, once per process.
+"""The model a run was extracted from, loaded when an explanation first needs it.
 
 A run made from a bundled model or a saved model directory names it in its manifest (``model.id``); that model is
-loaded on first use and kept for the rest of the process. A notebook passes its model object (``model=``). Either
-way the model must be the run's own: its weights and configuration hash to what the run recorded, or the
-explanation is refused in one line (an explanation of other weights would not split the stored logits).
+loaded on first use and kept in the process's model memory (:mod:`qkviz.probes.model_cache`: least recently used
+first out, under a budget in bytes), reloaded when needed after it was dropped. A notebook passes its model object
+(``model=``), which qkviz never keeps: its identity hashes are cached by weak reference, so a model the user drops is
+freed. Either way the model must be the run's own: its weights and configuration hash to what the run recorded, or
+the explanation is refused in one line (an explanation of other weights would not split the stored logits).
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from pathlib import Path
 
 import numpy as np
 
 from qkviz.core.errors import QkvizError
+from qkviz.probes.model_cache import MODELS, estimated_bytes
 from qkviz.store.run import StoredRun
 
 logger = logging.getLogger(__name__)
 
-#: (model id, device) -> the loaded model, for the life of the process; (model id, device, "lm") -> its causal
-#: language model (:func:`run_language_model`), whose base model then serves :func:`run_model` too
-_LOADED: dict[tuple, object] = {}
 #: (model id, device) of the causal runs' models whose checkpoints hold no language-model head
 _HEADLESS: set[tuple[str, str]] = set()
-#: id(model object) -> (the model, the identity hashes computed for it); the model is kept so that its id is not
-#: reused by another object
-_IDENTITIES: dict[int, tuple[object, dict]] = {}
+#: model object -> the identity hashes computed for it, for as long as the object lives (a weak reference: a model the
+#: user drops is freed, and its entry with it)
+_IDENTITIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: model id -> its tokenizer (small; kept for the process)
+_TOKENIZERS: dict[str, object] = {}
 
 
 def _identity(model, family: str) -> dict:
@@ -33,10 +36,10 @@ def _identity(model, family: str) -> dict:
 
     from qkviz.extraction.writing import model_identity
 
-    known = _IDENTITIES.get(id(model))
-    if known is None or known[0] is not model:
-        known = _IDENTITIES[id(model)] = (model, model_identity(SimpleNamespace(model=model), family))
-    return known[1]
+    known = _IDENTITIES.get(model)
+    if known is None:
+        known = _IDENTITIES[model] = model_identity(SimpleNamespace(model=model), family)
+    return known
 
 
 def _check_same_model(run: StoredRun, model, where: str) -> None:
@@ -52,27 +55,43 @@ def _check_same_model(run: StoredRun, model, where: str) -> None:
 
 def run_model(run: StoredRun, model=None, device: str = "cpu", purpose: str = "attribution"):
     """The run's model, in eval mode: ``model`` if given (checked to be the run's own), else the model the manifest
-    names, loaded once per process. A run whose model cannot be found is refused in one line that names what was
-    looked for. ``purpose``: what the model is loaded for, named by the log line of its loading
-    (``"attribution"``, ``"ablation"``, ``"the repeated-token probe"``, ...)."""
+    names, loaded into the process's model memory (or found there). A run whose model cannot be found is refused in
+    one line that names what was looked for. ``purpose``: what the model is loaded for, named by the log line of its
+    loading (``"attribution"``, ``"ablation"``, ``"the repeated-token probe"``, ...)."""
     if run.is_image_run:
         raise QkvizError(f"run {run.path} is an image run; query-key attribution splits text runs' logits")
     if model is not None:
         _check_same_model(run, model, f"the model given ({type(model).__name__})")
         return model.eval()
     spec = _loadable_spec(run)
-    key = (spec, device)
-    if key in _LOADED:
-        return _LOADED[key]
-    if (spec, device, "lm") in _LOADED:
-        return _LOADED[(spec, device, "lm")].base_model
+    language_model = MODELS.get((spec, device, "lm"))
+    if language_model is not None:
+        return language_model.base_model
     from qkviz.extraction import load_model
 
-    logger.info("loading %s for %s (once per process)", spec, purpose)
-    loaded = _loaded(run, spec, load_model, device)
-    _check_same_model(run, loaded.model, f"model {spec!r}")
-    _LOADED[key] = loaded.model
-    return loaded.model
+    def load():
+        logger.info("loading %s for %s", spec, purpose)
+        loaded = _loaded(run, spec, load_model, device)
+        _check_same_model(run, loaded.model, f"model {spec!r}")
+        return loaded.model
+
+    return MODELS.load((spec, device, "base"), load, f"{spec} ({device})", _estimate(run, spec))
+
+
+def _estimate(run: StoredRun, spec: str) -> int:
+    """The model's size once loaded, from its weight files (0 where they cannot be read); a model directory gone
+    since the run was made is refused in one line."""
+    from qkviz.extraction.models import model_directory
+
+    try:
+        directory, _source = model_directory(spec)
+    except QkvizError as error:
+        raise QkvizError(f"run {run.path}: its model {spec!r} cannot be loaded ({error}); pass it as model=") \
+            from None
+    try:
+        return estimated_bytes(directory)
+    except (OSError, ValueError):
+        return 0
 
 
 def _loaded(run: StoredRun, spec: str, loader, device: str):
@@ -88,9 +107,9 @@ def run_language_model(run: StoredRun, model=None, device: str = "cpu", purpose:
     """The run's model with its language-model head where it has one, for the next-token loss (ablation).
 
     ``model`` if given (it, or its base model, checked to be the run's own). Else, for a causal run, the model the
-    manifest names loaded as a causal language model once per process (its base model checked to be the run's own);
-    an encoder run, or a checkpoint saved without its head, gets :func:`run_model`'s base model. ``purpose``: as
-    :func:`run_model`'s."""
+    manifest names loaded as a causal language model into the process's model memory (its base model checked to be
+    the run's own, and serving :func:`run_model` while it is held); an encoder run, or a checkpoint saved without its
+    head, gets :func:`run_model`'s base model. ``purpose``: as :func:`run_model`'s."""
     if run.is_image_run:
         raise QkvizError(f"run {run.path} is an image run; ablation runs text runs' models")
     if model is not None:
@@ -105,20 +124,41 @@ def run_language_model(run: StoredRun, model=None, device: str = "cpu", purpose:
     if not run.is_causal:
         return run_model(run, None, device, purpose)
     spec = _loadable_spec(run)
-    key = (spec, device, "lm")
     if (spec, device) in _HEADLESS:
         return run_model(run, None, device, purpose)
-    if key not in _LOADED:
-        from qkviz.extraction.models import load_language_model
+    held = MODELS.get((spec, device, "lm"))
+    if held is not None:
+        return held
+    from qkviz.extraction.models import load_language_model
 
-        logger.info("loading %s with its language-model head for %s (once per process)", spec, purpose)
+    def load():
+        logger.info("loading %s with its language-model head for %s", spec, purpose)
         language_model = _loaded(run, spec, load_language_model, device)
+        if language_model is not None:
+            _check_same_model(run, language_model.base_model, f"model {spec!r}")
+        return language_model
+
+    estimate = _estimate(run, spec)
+    MODELS.drop((spec, device, "base"), "its language model, loaded now, serves in its place")
+    try:
+        return MODELS.load((spec, device, "lm"), _or_headless(load, spec, device), f"{spec} with its head ({device})",
+                           estimate)
+    except _Headless:
+        return run_model(run, None, device, purpose)
+
+
+class _Headless(Exception):
+    """The checkpoint holds no language-model head."""
+
+
+def _or_headless(load, spec: str, device: str):
+    def loaded():
+        language_model = load()
         if language_model is None:
             _HEADLESS.add((spec, device))
-            return run_model(run, None, device, purpose)
-        _check_same_model(run, language_model.base_model, f"model {spec!r}")
-        _LOADED[key] = language_model
-    return _LOADED[key]
+            raise _Headless
+        return language_model
+    return loaded
 
 
 def _loadable_spec(run: StoredRun) -> str:
@@ -153,16 +193,15 @@ def run_tokenizer(run: StoredRun, tokenizer=None):
         spec = _loadable_spec(run)
     except QkvizError as error:
         raise QkvizError(f"{error} (or tokenizer=)") from None
-    key = (spec, "tokenizer")
-    if key not in _LOADED:
+    if spec not in _TOKENIZERS:
         from transformers import AutoTokenizer
 
         from qkviz.extraction.models import model_directory
 
         directory, _source = model_directory(spec)
         try:
-            _LOADED[key] = AutoTokenizer.from_pretrained(directory)
+            _TOKENIZERS[spec] = AutoTokenizer.from_pretrained(directory)
         except (OSError, ValueError) as error:
             raise QkvizError(f"run {run.path}: the tokenizer of {spec!r} cannot be loaded ({error}); pass it as "
                              "tokenizer=") from None
-    return _LOADED[key]
+    return _TOKENIZERS[spec]

@@ -261,8 +261,9 @@ def test_the_cli_says_an_encoders_result_once_and_logs_what_the_model_is_loaded_
     from support.cli import run_main
 
     from qkviz.probes import model_on_demand
+    from qkviz.probes.model_cache import ModelCache
 
-    monkeypatch.setattr(model_on_demand, "_LOADED", {})     # loaded here, so that its log line shows
+    monkeypatch.setattr(model_on_demand, "MODELS", ModelCache())     # loaded here, so that its log line shows
     run = tiny_run("bert", max_sentences=4)
     done = run_main("ablate", "--run", str(run.path), "--layer", "1", "--head", "0", "--top", "3")
     assert done.returncode == 0, done.stderr

@@ -30,6 +30,7 @@ functions :mod:`qkviz.extraction` names.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -243,8 +244,9 @@ class ResidualTrace(ResidualStream):
         return made["query"], made["key"]
 
 
-#: id(model) -> (model, adapter, shape): a discovered adapter costs a probe pass, found once per model
-_ADAPTERS: dict[int, tuple] = {}
+#: model -> (adapter, shape): a discovered adapter costs a probe pass, found once per model (a weak reference: a
+#: model the user drops is freed)
+_ADAPTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def traced(model: torch.nn.Module, token_ids, tokens, up_to_layer: int | None, trace=None):
@@ -253,11 +255,11 @@ def traced(model: torch.nn.Module, token_ids, tokens, up_to_layer: int | None, t
     from qkviz.extraction.adapters import model_adapter
     from qkviz.extraction.models.model_boundary import failure_detail
 
-    known = _ADAPTERS.get(id(model))
-    if known is None or known[0] is not model:
+    known = _ADAPTERS.get(model)
+    if known is None:
         adapter = model_adapter(model)
-        known = _ADAPTERS[id(model)] = (model, adapter, adapter.shape(model.config))
-    _model, adapter, shape = known
+        known = _ADAPTERS[model] = (adapter, adapter.shape(model.config))
+    adapter, shape = known
     device = next(model.parameters()).device
     input_ids = torch.as_tensor(np.array(token_ids, dtype=np.int64), device=device)[None]
     try:
