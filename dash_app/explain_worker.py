@@ -146,6 +146,7 @@ class ExplainWorker:
         if refusal is not None:
             return Answer(error=refusal)
         with self._lock:
+            self._drop_gone()
             self._seen[request.session] = time.monotonic()
             if key in self._answers:
                 self._answers.move_to_end(key)

@@ -26,8 +26,8 @@ from dash_app.panels import ablation, why
 from dash_app.run_data import RunData
 
 LAYER, HEAD = 1, 2
-#: how long each fake ablation takes (s): long enough that request round trips are small beside it
-ABLATION_S = 1.0
+#: how long each fake ablation takes (s)
+ABLATION_S = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -147,13 +147,19 @@ def test_each_page_load_has_a_session_of_its_own(data):
 
 def test_one_pages_ablations_do_not_hold_another_pages_explanation_behind_them(data, monkeypatch):
     """Page A queues 4 ablations of different heads, then page B one explanation: B's explanation is answered before
-    A's second ablation ends (a single first-in-first-out queue would run all four of A's first: it fails)."""
+    A's second ablation ends (a single first-in-first-out queue would run all four of A's first: it fails). A's first
+    ablation lasts until B has asked, so that B asks while A's first runs however slow the machine."""
+    import threading
+
     subject = why.Subject("pair", 0, LAYER, HEAD, *((token,) for token in a_pair(data)))
     explained = ExplainWorker().wait(subject, lambda: why.explain(data, subject)).result      # the model loaded
     ablated = ablation.compute(data, ablation.Subject(0, 0, 0, "zero"))
     ended: dict[object, float] = {}
+    asked = threading.Event()
 
     def slow_ablation(_data, subject):
+        if not ended:
+            asked.wait(60)
         time.sleep(ABLATION_S)
         ended[(subject.layer, subject.head)] = time.monotonic()
         return ablated
@@ -172,6 +178,8 @@ def test_one_pages_ablations_do_not_hold_another_pages_explanation_behind_them(d
         for layer, head in heads:
             assert first.click(layer, head)[ids.ABLATE_POLL]["disabled"] is False         # queued
         second = WhyPanel(app, port, data)
+        assert second.ask()[second.names.poll]["disabled"] is False                     # queued
+        asked.set()
         assert "why-logit" in second.children(second.until_in())
         for layer, head in heads:                                                         # none of A's starved
             assert "ablation-mean" in json.dumps(first.until_in(layer, head)[ids.ABLATE_PANEL]["children"])

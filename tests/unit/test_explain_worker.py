@@ -81,12 +81,13 @@ def test_a_full_page_is_busy_and_others_are_not():
 
 
 def test_a_gone_pages_jobs_are_dropped_before_they_start():
-    held = Held(gone_s=0.2)
+    held = Held(gone_s=2.0)
     gone, staying = new_session(), new_session()
     held.ask("gone's", Request(gone, "ablate"))
     held.ask("staying's", Request(staying, "ablate"))
-    time.sleep(0.3)
-    held.worker.ask("staying's", None, Request(staying))                           # its poll: it is still there
+    time.sleep(1.2)
+    held.ask("staying's", Request(staying, "ablate"))                              # its poll: it is still there
+    time.sleep(1.2)
     assert held.release(1) == ["staying's"]
 
 
