@@ -8,7 +8,8 @@ function that computes it and a :class:`Request` (the page's session, the kind o
 for, the longest sequence it runs): the answer is the result when it is ready, the one-line reason when it failed (a
 :class:`qkviz.QkvizError`: the run's model cannot be found, the family is refused) or was refused (the server's
 :class:`ModelLimits`), the one line "busy, N jobs ahead" when the page has :data:`PER_SESSION` jobs already, or
-:data:`PENDING` while it is being computed, after which the page polls (:mod:`dash_app.panels.why`).
+a pending answer while it waits (how many jobs run before it) or runs, after which the page polls
+(:mod:`dash_app.panels.why`).
 
 One daemon thread runs the jobs one at a time (the model is loaded once, and one pass at a time keeps the server's
 cores for its requests), queued per page (its session id, :func:`checked_session`):
@@ -52,6 +53,11 @@ SESSION = re.compile(r"^[0-9a-f]{32}$")
 #: the session of requests without a valid session id (scripts, tests, a forged value): one shared page
 ANONYMOUS = ""
 OFF = ("Explaining and ablating are off on this server (qkviz serve --no-model): they would run the model.")
+
+
+def jobs_ahead(count: int) -> str:
+    """``"1 job ahead"``, ``"3 jobs ahead"``."""
+    return f"{count} job{'' if count == 1 else 's'} ahead"
 
 
 def new_session() -> str:
@@ -100,12 +106,13 @@ class Request:
 @dataclass(frozen=True)
 class Answer:
     """What :meth:`ExplainWorker.ask` knows of a key: its ``result``, or the ``error`` (one line) it failed with,
-    or neither while it is being computed (``pending``), when ``busy`` may say (one line) that it could not be
-    queued yet."""
+    or neither while it is being computed (``pending``): then ``ahead`` is how many jobs run before it (0: it is
+    running; None: not known), or ``busy`` says (one line) that it could not be queued yet."""
 
     result: object = None
     error: str | None = None
     busy: str | None = None
+    ahead: int | None = None
 
     @property
     def pending(self) -> bool:
@@ -141,7 +148,8 @@ class ExplainWorker:
 
     def ask(self, key: Hashable, compute: Callable[[], object], request: Request = Request()) -> Answer:
         """The answer for ``key``; when there is none yet, ``compute`` is queued (once) for ``request``'s page and
-        :data:`PENDING` given, or the one-line refusal (:class:`ModelLimits`: nothing is queued), or "busy"."""
+        a pending answer given (with the jobs ahead of it), or the one-line refusal (:class:`ModelLimits`: nothing is
+        queued), or "busy"."""
         refusal = self.limits.refusal(request.tokens)
         if refusal is not None:
             return Answer(error=refusal)
@@ -152,9 +160,9 @@ class ExplainWorker:
                 self._answers.move_to_end(key)
                 return self._answers[key]
             if self._running is not None and self._running.key == key:
-                return PENDING
+                return Answer(ahead=0)
             if any(job.key == key for queue in self._queues.values() for job in queue):
-                return PENDING
+                return Answer(ahead=self._position(key))
             return self._queue(_Job(key, compute, request))
 
     def _queue(self, job: _Job) -> Answer:
@@ -164,12 +172,28 @@ class ExplainWorker:
             queue[:] = [waiting for waiting in queue if waiting.request.slot != job.request.slot]   # replaced
         running = self._running is not None and self._running.request.session == session
         if len(queue) + running >= PER_SESSION or sum(map(len, self._queues.values())) >= WAITING:
-            return Answer(busy=f"busy, {self._ahead(session)} jobs ahead (a page queues at most {PER_SESSION}); "
+            return Answer(busy=f"busy, {jobs_ahead(self._ahead(session))} (a page queues at most {PER_SESSION}); "
                                "asked again as they finish…")
         queue.append(job)
         self._start()
         self._wake.notify()
-        return PENDING
+        return Answer(ahead=self._position(job.key))
+
+    def _position(self, key: Hashable) -> int:
+        """How many jobs run before ``key``'s (waiting): the running one, then those :meth:`_take` takes first."""
+        queues = {session: list(queue) for session, queue in self._queues.items() if queue}
+        served, turn, ahead = dict(self._served), self._turns, int(self._running is not None)
+        while queues:
+            session, job = _pick(queues, served)
+            if job.key == key:
+                break
+            queues[session].remove(job)
+            if not queues[session]:
+                del queues[session]
+            turn += 1
+            served[session] = turn
+            ahead += 1
+        return ahead
 
     def _ahead(self, session: str) -> int:
         """Jobs that would run before one more of ``session``'s: the running one, and each page's first as many as
@@ -210,11 +234,8 @@ class ExplainWorker:
             del self._queues[session]
         if not self._queues:
             return None
-        session = min(self._queues, key=lambda name: self._served.get(name, -1))
-        queue = self._queues[session]
-        job = min(queue, key=lambda waiting: KINDS.index(waiting.request.kind) if waiting.request.kind in KINDS
-                  else len(KINDS))
-        queue.remove(job)
+        session, job = _pick(self._queues, self._served)
+        self._queues[session].remove(job)
         self._turns += 1
         self._served[session] = self._turns
         return job
@@ -233,6 +254,15 @@ class ExplainWorker:
                 while len(self._answers) > KEPT:
                     self._answers.popitem(last=False)
                 self._running = None
+
+
+def _pick(queues: dict[str, list[_Job]], served: dict[str, int]) -> tuple[str, _Job]:
+    """The next job of non-empty ``queues`` (session -> its waiting jobs) and its session: the session served least
+    recently (``served``: session -> its last turn; never served first, then in the order they came), its first
+    job of the earliest kind (:data:`KINDS`)."""
+    session = min(queues, key=lambda name: served.get(name, -1))
+    rank = {kind: place for place, kind in enumerate(KINDS)}
+    return session, min(queues[session], key=lambda waiting: rank.get(waiting.request.kind, len(KINDS)))
 
 
 def computed(key: Hashable, compute: Callable[[], object]) -> Answer:

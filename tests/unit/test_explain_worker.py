@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from dash_app.explain_worker import (ANONYMOUS, OFF, PENDING, PER_SESSION, ExplainWorker, ModelLimits, Request,
+from dash_app.explain_worker import (ANONYMOUS, OFF, PER_SESSION, ExplainWorker, ModelLimits, Request,
                                      checked_session, new_session)
 
 
@@ -49,11 +49,12 @@ class Held:
 def test_the_page_served_least_recently_goes_next_and_its_explanation_first():
     held = Held()
     first, second = new_session(), new_session()
-    for head in range(3):
-        assert held.ask(("a", head), Request(first, "ablate", ("ablate", head))) is PENDING
-    assert held.ask(("b", 0), Request(second, "ablate", ("ablate", 0))) is PENDING
-    assert held.ask(("b", 1), Request(second, "ablate", ("ablate", 1))) is PENDING
-    assert held.ask(("a", "why"), Request(first, "explain", ("why", 0))) is PENDING
+    # each answer says how many jobs run before it: the held one, then those taken first
+    assert [held.ask(("a", head), Request(first, "ablate", ("ablate", head))).ahead for head in range(3)] == [1, 2, 3]
+    assert held.ask(("b", 0), Request(second, "ablate", ("ablate", 0))).ahead == 2          # a0, then b0
+    assert held.ask(("b", 1), Request(second, "ablate", ("ablate", 1))).ahead == 4          # a0 b0 a1, then b1
+    assert held.ask(("a", "why"), Request(first, "explain", ("why", 0))).ahead == 1         # before a0
+    assert held.worker.ask("hold", None).ahead == 0                                         # running
     # neither page served yet: in the order they came; then each in turn, the first's explanation before its ablations
     assert held.release(6) == [("a", "why"), ("b", 0), ("a", 0), ("b", 1), ("a", 1), ("a", 2)]
     assert held.worker.ask(("a", 0), None).result == ("a", 0)                    # kept, shared by every page
@@ -72,10 +73,10 @@ def test_a_full_page_is_busy_and_others_are_not():
     held = Held()
     page, other = new_session(), new_session()
     for head in range(PER_SESSION):
-        assert held.ask(head, Request(page, "ablate", ("ablate", head))) is PENDING
+        assert held.ask(head, Request(page, "ablate", ("ablate", head))).pending
     busy = held.ask("fifth", Request(page, "ablate", ("ablate", "fifth")))
     assert busy.pending and busy.busy.startswith(f"busy, {PER_SESSION + 1} jobs ahead") and "\n" not in busy.busy
-    assert held.ask("theirs", Request(other, "explain")) is PENDING
+    assert held.ask("theirs", Request(other, "explain")).ahead == 2             # the held job, the page's first
     held.release(PER_SESSION + 1)
     assert "fifth" not in held.ran                                                 # never queued: asked again later
 
