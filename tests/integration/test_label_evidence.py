@@ -108,12 +108,12 @@ def test_a_dependency_label_below_its_relations_fixed_offset_baseline_is_not_ear
     assert dependency(0.8, 0.85) == [] and dependency(0.8, 0.8) == []       # it must beat the baseline
     earned = dependency(0.8, 0.6)
     assert len(earned) == 1 and earned[0][8] == 50
-    assert earned[0][3] == "compound → head; best fixed-offset baseline 0.60 at offset +1"
+    assert earned[0][3] == "compound → head; best fixed-offset baseline 0.60 at word offset +1"
 
 
 def test_relation_baselines_equal_a_brute_force_count():
     """Random words, head words and relations over padded sentences: each relation and side's share of queries whose
-    related word has a token at the single most common offset, counted query by query."""
+    related word is at the single most common offset in words, counted query by query and word by word."""
     generator = np.random.default_rng(3)
     batch, width = 6, 14
     lengths = generator.integers(5, width + 1, batch)
@@ -133,7 +133,7 @@ def test_relation_baselines_equal_a_brute_force_count():
     for number in range(3):
         for side in ("dependent", "head"):
             at: dict[int, int] = {}
-            asked = 0
+            asked = 0                           # related words apart by each number of words, once per query
             for b in range(batch):
                 for query in range(width):
                     targets = [key for key in range(width) if mask[b, query, key] and word[b, key] >= 0
@@ -142,8 +142,8 @@ def test_relation_baselines_equal_a_brute_force_count():
                                     if side == "dependent" else
                                     head_word[b, key] == word[b, query] and relation[b, key] == number)]
                     asked += bool(targets)
-                    for key in targets:
-                        at[key - query] = at.get(key - query, 0) + 1
+                    for apart in {word[b, key] - word[b, query] for key in targets}:
+                        at[apart] = at.get(apart, 0) + 1
             column = f"relation_{RELATIONS[number]}_{side}"
             assert found[f"{column}_queries"] == asked
             if asked:

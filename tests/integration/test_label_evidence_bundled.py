@@ -85,8 +85,8 @@ def test_no_positional_label_rests_on_few_queries_or_on_the_first_token_alone(la
 
 
 def _baselines(run, causal: bool) -> dict[str, tuple[int, float]]:
-    """Per relation column with queries: how many queries, and the share whose related word has a token at the single
-    most common offset, counted word by word from the parse."""
+    """Per relation column with queries: how many queries, and the share whose related word is at the single most
+    common offset in words (Clark et al.'s baseline), counted word by word from the parse."""
     syntax = TokenSyntax.parse(run)
     special = run.tokens.is_special.to_numpy(bool)
     found = {}
@@ -104,8 +104,8 @@ def _baselines(run, causal: bool) -> dict[str, tuple[int, float]]:
                             and (word[key] == head_word[query] and relation[query] == number if side == "dependent"
                                  else head_word[key] == word[query] and relation[key] == number)]
                     asked += bool(keys)
-                    for key in keys:
-                        at[key - query] = at.get(key - query, 0) + 1
+                    for apart in {word[key] - word[query] for key in keys}:           # in words, each word once
+                        at[apart] = at.get(apart, 0) + 1
             if asked:
                 found[f"relation_{name}_{side}"] = (asked, max(at.values()) / asked)
     return found

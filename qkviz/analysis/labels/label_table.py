@@ -36,8 +36,8 @@ is, and ``broad`` needs none, its chance being its ceiling):
 * ``dependency`` (with ``--syntax``): the share of the words in one dependency relation whose strongest key is the
   related word (Clark et al. 2019; ``detail`` names the relation and direction, e.g. ``det → head``) reaches
   ``relation``, over ``min_queries`` queries or more, and beats the relation's best fixed-offset baseline (Clark et
-  al.'s: the share of those words whose related word is at the single most common offset, named in ``detail``), so a
-  previous-token head is not a ``compound → head`` head for the position alone.
+  al.'s: the share of those words whose related word is at the single most common offset in words, named in
+  ``detail``), so a previous-token head is not a ``compound → head`` head for the position alone.
 
 A head's **strongest label** (the atlas table's ``label`` column, what colours the matrix) is its earned label with the
 largest score over threshold, a sink's (``first-token``, ``delimiter``) or ``broad`` only where it earns no other,
@@ -145,7 +145,7 @@ def _dependency_labels(earn, row: dict, thresholds: LabelThresholds) -> None:
         if queries < thresholds.min_queries or not float(row[name]) > baseline:     # a NaN baseline: not earned
             continue
         offset = float(row.get(f"{name}_baseline_offset", np.nan))
-        where = f" at offset {int(offset):+d}" if np.isfinite(offset) else ""
+        where = f" at word offset {int(offset):+d}" if np.isfinite(offset) else ""
         earn(DEPENDENCY, f"{_relation_detail(name)}; best fixed-offset baseline {baseline:.2f}{where}",
              float(row[name]), float(row[f"{name}_chance"]), queries, SYNTAX_PROBE)
 

@@ -17,10 +17,12 @@ overlap (special tokens have none). For a head, with ``a`` its attention and ``N
   one, each over the queries that may attend to such a key (``_queries``), with the share a uniform head would score
   (``_chance``: the target keys over the candidate keys). Candidate keys are the query's allowed keys less the first
   token, special tokens and the tokens of its own word;
-* per relation and side, its best fixed-offset baseline (Clark et al. 2019): ``relation_<r>_<side>_baseline``, the
-  share of those queries that have a target key at the single most common relative offset, the offset
-  (``_baseline_offset``, key minus query) that predicts the related word best over the corpus. A head always attending
-  there would score it; a dependency label must beat it (:mod:`qkviz.analysis.labels.label_table`).
+* per relation and side, its best fixed-offset baseline (Clark et al. 2019, in words as theirs):
+  ``relation_<r>_<side>_baseline``, the share of those queries whose related word is at the single most common
+  relative position in words (``_baseline_offset``: the related word's number minus the query's word's), the offset
+  that predicts the related word best over the corpus. A head always attending to the word there would score it (its
+  candidates leave its own word out, so a previous-token head meets the previous word); a dependency label must beat
+  it (:mod:`qkviz.analysis.labels.label_table`).
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ class SyntaxSums:
         self.queries = 0.0
         self.queries_no_first = 0.0
         self.relations = np.zeros((len(RELATIONS), 2, 3))     # [relation, dependent / head, hits / queries / chance]
-        #: per (relation, side): how many queries have a target key at each offset (key minus query)
+        #: per (relation, side): how many queries have a related word at each offset in words
         self.target_offsets = {(number, side): Counter() for number in range(len(RELATIONS)) for side in (0, 1)}
 
     def add(self, probs: np.ndarray, mask: np.ndarray, syntax: BatchSyntax) -> None:
@@ -167,8 +169,9 @@ class SyntaxSums:
                 hit = np.take_along_axis(chosen, strongest, axis=2)[:, :, 0]
                 self.relations[number, side] += (float(hit.sum()), float(asked.sum()),
                                                  float((chosen.sum(axis=2) / n_candidates)[asked].sum()))
-                _, query, key = np.nonzero(chosen)      # a query has at most one target at each offset
-                offsets, counts = np.unique(key - query, return_counts=True)
+                row, query, key = np.nonzero(chosen)
+                apart = word[row, key] - word[row, query]            # in words: each related word once per query
+                offsets, counts = np.unique(np.unique(np.stack([row, query, apart]), axis=1)[2], return_counts=True)
                 self.target_offsets[number, side].update(dict(zip(offsets.tolist(), counts.tolist())))
 
     def values(self) -> dict[str, float]:
