@@ -102,9 +102,22 @@ def read_only_runs(runs: list[RunData]) -> None:
         data.read_only = True
 
 
+def _model_budget(runs: list[RunData], model_memory: int | None) -> None:
+    """The loaded models' budget: ``model_memory`` (--model-memory), else the environment's, else twice the largest
+    of the served runs' models; logged."""
+    from qkviz.probes import model_memory_budget, served_model_memory, set_default_model_memory, set_model_memory
+
+    set_model_memory(model_memory)
+    if model_memory is None:
+        set_default_model_memory(served_model_memory([data.run for data in runs]))
+    budget = model_memory_budget()
+    logger.info("loaded models are kept within %s (--model-memory; least recently used dropped first)",
+                f"{budget / (1 << 20):,.0f} MB" if budget is not None else "twice the largest model loaded")
+
+
 def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, background: str | None = BACKGROUND_METHOD,
           jobs: int = 1, allow_hosts: tuple[str, ...] = (), root_path: str = "/", read_only: bool = False,
-          model: bool = True, max_explain_tokens: int | None = None) -> None:
+          model: bool = True, max_explain_tokens: int | None = None, model_memory: int | None = None) -> None:
     """Serve the app from waitress (a production WSGI server) until interrupted. Runs are opened first: a bad
     one raises QkvizError.
 
@@ -115,7 +128,9 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
     :mod:`dash_app.wsgi_server`). ``read_only``: write nothing into the runs (no PCA made before serving, no
     background layouts, no thumbnails on disk), for a shared host. ``model``: False turns the model-running panels
     off (the why panel with what a head writes, the ablate action: refused in one line); ``max_explain_tokens``: the
-    longest sequence a request may make the server run the model over (None: any)."""
+    longest sequence a request may make the server run the model over (None: any); ``model_memory``: the bytes the
+    loaded models may hold, least recently used dropped first (None: ``QKVIZ_MODEL_MEMORY``, else twice the largest
+    of the runs' models, :func:`qkviz.probes.served_model_memory`)."""
     if background is not None and background not in method_names():
         raise QkvizError(f"unknown background method {background!r}; choose from {', '.join(method_names())} or none")
     if max_explain_tokens is not None and max_explain_tokens < 1:
@@ -134,6 +149,8 @@ def serve(run_paths: list[Path], host: str = "127.0.0.1", port: int = 8050, back
             make_pca(data)
         workers = attach_workers(runs, background, jobs) if background is not None else []
     limits = ModelLimits(model, max_explain_tokens)
+    if model:
+        _model_budget(runs, model_memory)
     app = build_app(runs, allowed_hosts(host, tuple(allow_hosts)), prefix, limits)
     server = production_server(app.server, host, port)
     start_in_turn(workers)

@@ -194,7 +194,7 @@ def _serve(args: argparse.Namespace) -> int:
     background = None if args.background.lower() == "none" else args.background
     serve(args.run, host=args.host, port=args.port, background=background, jobs=args.jobs,
           allow_hosts=tuple(args.allow_host), root_path=args.root_path, read_only=args.read_only,
-          model=not args.no_model, max_explain_tokens=args.max_explain_tokens)
+          model=not args.no_model, max_explain_tokens=args.max_explain_tokens, model_memory=args.model_memory)
     sys.stderr.write("qkviz: stopped\n")
     return 0
 

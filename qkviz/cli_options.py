@@ -34,6 +34,17 @@ def integer(low: int | None = None, high: int | None = None) -> Callable[[str], 
     return parse
 
 
+def memory_size(text: str) -> int:
+    """A size in bytes such as ``4G``, ``512M`` or ``2000000000`` (:func:`qkviz.probes.parse_memory`)."""
+    from qkviz.core.errors import QkvizError
+    from qkviz.probes import parse_memory
+
+    try:
+        return parse_memory(text)
+    except QkvizError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def real(low: float | None = None, high: float | None = None, low_open: bool = False,
          infinite: bool = False) -> Callable[[str], float]:
     """A finite number in ``[low, high]`` (``(low, high]`` with ``low_open``); ``inf`` too when ``infinite``."""

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from qkviz.analysis.labels import THRESHOLD_OPTIONS, LabelThresholds, threshold_meaning, threshold_option
-from qkviz.cli_options import dask_cluster, device, integer, real
+from qkviz.cli_options import dask_cluster, device, integer, memory_size, real
 from qkviz.search import EXACT_LIMIT
 from qkviz.projection import BACKGROUND_METHOD, DEFAULT_METHODS, command_line_options, projection_methods
 
@@ -253,6 +253,10 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--no-model", action="store_true",
                        help="run no model: the why panel (with what a head writes) and the ablate action are off, "
                             "their requests refused in one line")
+    serve.add_argument("--model-memory", type=memory_size, metavar="SIZE",
+                       help="the memory the models the server loads may hold, e.g. 4G or 512M; the least recently "
+                            "used is dropped first and reloaded when next needed (default: $QKVIZ_MODEL_MEMORY, else "
+                            "twice the largest of the runs' models)")
     serve.add_argument("--max-explain-tokens", type=integer(1), metavar="N",
                        help="the longest sequence (in tokens) a request may make the server run the model over "
                             "(explaining, ablating: the run's longest sequence); longer ones are refused in one line "

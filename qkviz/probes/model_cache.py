@@ -240,3 +240,14 @@ def set_default_model_memory(budget: int | None) -> None:
 def model_loading() -> str | None:
     """The model being loaded now, or None (the app says "loading the model")."""
     return MODELS.loading
+
+
+def model_memory_budget() -> int | None:
+    """The budget in force, in bytes (None: twice the largest model, none loaded yet)."""
+    return MODELS.budget
+
+
+def model_memory_state() -> dict:
+    """What the process's model memory holds: ``held`` (each model's key, least recently used first), ``used`` and
+    ``budget`` in bytes (``budget`` None: twice the largest model, none loaded yet)."""
+    return {"held": MODELS.keys(), "used": MODELS.used, "budget": MODELS.budget}

@@ -94,6 +94,27 @@ def _estimate(run: StoredRun, spec: str) -> int:
         return 0
 
 
+def served_model_memory(runs: list[StoredRun]) -> int | None:
+    """Twice the largest of the runs' own models, estimated from their weight files: the server's default model
+    memory budget. A model not on disk yet (a bundled GGUF model before its first conversion) or one that cannot be
+    found counts for nothing here (the budget then grows with the models loaded); None where none can be read."""
+    from qkviz.extraction import BUNDLED_MODELS
+    from qkviz.extraction.models import model_directory
+
+    sizes = []
+    for run in runs:
+        try:
+            spec = _loadable_spec(run)
+            bundled = BUNDLED_MODELS.get(spec)
+            if bundled is not None and bundled.gguf_file and not (bundled.converted / "config.json").exists():
+                continue
+            sizes.append(estimated_bytes(model_directory(spec)[0]))
+        except (QkvizError, OSError, ValueError):
+            continue
+    largest = max(sizes, default=0)
+    return 2 * largest if largest else None
+
+
 def _loaded(run: StoredRun, spec: str, loader, device: str):
     """``loader(spec, device=device)``, its failure one line naming the run and ``model=``."""
     try:

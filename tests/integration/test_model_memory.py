@@ -151,3 +151,52 @@ def test_the_budget_is_read_as_a_size(monkeypatch):
             parse_memory(bad)
     monkeypatch.setenv(model_cache.MEMORY_VARIABLE, "3M")
     assert MODELS.budget == 3 << 20
+
+
+def test_the_server_keeps_twice_its_largest_model_unless_told(three_runs):
+    from dash_app.run_data import RunData
+    from dash_app.server import _model_budget
+
+    from qkviz.probes import model_memory_budget, served_model_memory
+
+    sizes = [model_cache.estimated_bytes(run.manifest["model"]["id"]) for run in three_runs]      # their directories
+    assert min(sizes) > 0
+    assert served_model_memory(three_runs) == 2 * max(sizes)
+    loaded = model_cache.model_bytes(_tiny_llama(0))
+    assert abs(max(sizes) - loaded) <= 0.01 * loaded                 # the estimate is the loaded size (float32)
+    runs = [RunData(qkviz.open_run(run.path), run.path.name) for run in three_runs]
+    _model_budget(runs, None)
+    assert model_memory_budget() == 2 * max(sizes)
+    _model_budget(runs, 12345)                                        # --model-memory
+    assert model_memory_budget() == 12345
+
+
+def test_the_panel_says_it_is_loading_the_model_while_it_loads(three_runs, monkeypatch):
+    import threading
+
+    import qkviz.extraction as extraction
+    from dash_app.explain_worker import PENDING
+    from dash_app.panels import why
+    from dash_app.run_data import RunData
+    from support.component_tree import texts
+
+    real, release, started = extraction.load_model, threading.Event(), threading.Event()
+
+    def slow(*args, **kwargs):
+        started.set()
+        release.wait(30)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(extraction, "load_model", slow)
+    run = three_runs[2]
+    query, key = _pair(run)
+    worker = threading.Thread(target=run.explain, args=(1, 0, query, key))
+    worker.start()
+    try:
+        assert started.wait(30)
+        data = RunData(qkviz.open_run(run.path), run.path.name)
+        words = " ".join(texts(why.render(data, why.Subject("pair", 0, 1, 0, (query,), (key,)), PENDING)))
+        assert "loading the model" in words, words
+    finally:
+        release.set()
+        worker.join(60)
+    assert qkviz.probes.model_loading() is None
