@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.figures.results import Results, figure, source
 from bench.harness import Recorder, smoke_arguments
 
 REPO = Path(__file__).resolve().parent.parent
@@ -118,6 +119,20 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {row['step']:<22} RSS {row['rss_mb']:8.0f} MB  peak {row['peak_mb']:8.0f} MB  held "
                   f"{row['held_mb']:7.0f} MB of {row['budget_mb']:7.0f} MB: {', '.join(row['held']) or '-'}")
     print(f"wrote {recorder.write(runs=[str(path) for path in paths], scenarios=scenarios)}")
+
+
+# -- figure block (``python -m bench.figures``) ----------------------------------------------------------------------
+
+@figure("model-memory")
+def model_memory(results: Results) -> str:
+    found = results("model_memory")
+    lines = ["| scenario | step | resident (VmRSS) | peak (VmHWM) | models held | held by qkviz | budget |",
+             "|---|---|---|---|---|---|---|"]
+    for name, rows in found["scenarios"].items():
+        for row in rows:
+            lines.append(f"| {name} | {row['step']} | {row['rss_mb']:,.0f} MB | {row['peak_mb']:,.0f} MB | "
+                         f"{', '.join(row['held']) or '–'} | {row['held_mb']:,.0f} MB | {row['budget_mb']:,.0f} MB |")
+    return "\n".join(lines) + f"\n\n(`bench/model_memory.py`, {source(results, 'model_memory')}.)\n"
 
 
 if __name__ == "__main__":

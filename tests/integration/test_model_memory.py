@@ -53,7 +53,7 @@ def _pair(run) -> tuple[int, int]:
 
 def test_six_models_explained_then_dropped_leave_at_most_the_last_alive(tmp_path, corpus_sentences):
     tokenizer = decoder_tokenizer(corpus_sentences)
-    alive = []
+    alive, runs = [], []                                   # the runs stay open: a run keeps no model
     for seed in range(6):
         model = _tiny_llama(seed)
         run = qkviz.extract(model, corpus_sentences[:SENTENCES], tmp_path / f"run{seed}", tokenizer=tokenizer,
@@ -62,6 +62,7 @@ def test_six_models_explained_then_dropped_leave_at_most_the_last_alive(tmp_path
         assert len(run.explain(1, 0, query, key, model=model.model)) > 0       # the base model, as extracted
         run.ablate(1, 0, model=model, sentences=[0])
         alive.append(weakref.ref(model))
+        runs.append(run)
         del model, run
         gc.collect()
     living = [seed for seed, reference in enumerate(alive) if reference() is not None]
