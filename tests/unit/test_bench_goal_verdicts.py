@@ -7,7 +7,8 @@ define, each worked out here from bench/results/*.json on its own (not through t
   latest run's code;
 * the matrix goals are judged cold and warm, both verdicts shown;
 * a head counted faithful meets both conditions, partner recall and trustworthiness;
-* explain's memory is stated as measured, a computed figure only labelled as computed.
+* explain's memory is stated as measured, a computed figure only labelled as computed;
+* the direct effects are judged on the median of every round's paired ratio (direct effects over the forward pass).
 
 Reads the result files and renders the blocks; runs no bench."""
 
@@ -21,6 +22,7 @@ import pytest
 
 from bench.figures.pages import FIGURES      # importing the pages registers every block
 from bench.figures.results import Results
+from bench.direct_effects import DIRECT_EFFECTS_TIME
 from bench.faithful_sample import faithful_heads
 from qkviz.neighbours import RECALL_GOAL, TRUST_GOAL
 
@@ -150,3 +152,18 @@ def test_explains_memory_is_stated_as_measured_and_a_computed_figure_labelled_so
     assert f"{memory['largest_parts_block_mb']:,.0f} MB" in computed
     assert f"{memory['largest_parts_block_mb']:,.0f} MB" not in measured
     assert "held at once" not in text
+
+
+# -- direct effects: the ratio of each round's pair ----------------------------------------------------------------
+
+def test_the_direct_effects_verdict_is_the_median_of_every_rounds_paired_ratio():
+    found = figures("direct_effects")
+    ratios = []
+    for token in found["tokens"]:
+        orders = token["orders"]
+        assert len({tuple(order) for order in orders}) == min(len(orders), 3), "the ways' order turns each round"
+        ratios += [ours / theirs for ours, theirs in zip(token["direct effects"]["values"], token["forward"]["values"])]
+    median = statistics.median(ratios)
+    assert abs(found["ratio"]["median"] - median) <= 0.01 * median      # the file's seconds are rounded to 1 ms
+    text = line_of(block("direct-effects-speed"), "- **Ratio**")
+    assert f"goal {DIRECT_EFFECTS_TIME.bound_text()}, {said(median <= DIRECT_EFFECTS_TIME.bound)} (" in text

@@ -4,10 +4,12 @@ parts (the direct logit attribution of the IOI and induction-head papers, made e
 
 One pass of the sequence (:class:`FinalTrace`) runs to the end instead of stopping at a layer, and keeps, at the
 traced token, the final norm's input and output, what enters the unembedding and what leaves it, and the model's own
-logits. The parts of the last layer's output are :class:`~qkviz.extraction.residual.residual_stream.ResidualStream`'s,
-every layer checked as there; the final norm is frozen as every norm is (its bias a part of its own), and each step is
-checked against the model's own numbers: the normed parts add up to the unembedding's input, their logits (and the
-unembedding's bias, a part ``unembed.bias``) to its output. What the model does to its logits after the unembedding
+logits (where the query is the only traced token and the model takes ``logits_to_keep``, it makes the query's logits
+only: no other position's are read). The parts of the last layer's output are
+:class:`~qkviz.extraction.residual.residual_stream.ResidualStream`'s, every layer checked as there; the final norm
+is frozen as every norm is (its bias a part of its own), and each step is checked against the model's own numbers:
+the normed parts add up to the unembedding's input, their logits (and the unembedding's bias, a part
+``unembed.bias``) to its output. What the model does to its logits after the unembedding
 is kept apart: a scale (Cohere's, Granite's) multiplies every part, and a soft cap (Gemma 2's), which no sum of parts
 survives, leaves the parts adding up to the logit before the cap, both logits given. Anything else is refused in one
 line.
@@ -15,6 +17,8 @@ line.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,19 +72,38 @@ class FinalTrace(ResidualTrace):
                     self.final_norms.append((name, self._at(inputs[0]), out, module))
             return hook
 
+        last_only = self._last_logits_only()
+
+        def at(tensor):
+            """``tensor`` at the traced tokens; where the model makes its last position's logits only, that one."""
+            if last_only and isinstance(tensor, torch.Tensor) and tensor.ndim == 3 and tuple(tensor.shape[:2]) == (1, 1):
+                return tensor[0].detach().clone()
+            return self._at(tensor)
+
         def keep_unembedding(_module, inputs, output):
-            self.unembed_in, self.unembed_out = self._at(inputs[0]), self._at(output)
+            self.unembed_in, self.unembed_out = at(inputs[0]), at(output)
 
         def keep_logits(_module, _inputs, output):
             logits = getattr(output, "logits", None)
-            self.logits = None if logits is None else self._at(logits)
+            self.logits = None if logits is None else at(logits)
 
         base = getattr(model, "base_model", model)        # a norm is named as in the base model, as the layers' are
         hooks = [module.register_forward_hook(norm_hook(name)) for name, module in base.named_modules()
                  if id(module) not in inside and is_norm(module)]
         hooks.append(self.unembedding.register_forward_hook(keep_unembedding))
         hooks.append(model.register_forward_hook(keep_logits))
+        if last_only:
+            hooks.append(model.register_forward_pre_hook(
+                lambda _module, args, kwargs: (args, {**kwargs, "logits_to_keep": 1}), with_kwargs=True))
         return hooks
+
+    def _last_logits_only(self) -> bool:
+        """Whether the pass asks the model for its last position's logits only (``logits_to_keep=1``): where the one
+        traced token is the sequence's last (a query's split, which never reads another position's logits) and the
+        model's forward takes the option. The unembedding of every other position, a fifth of a small model's pass
+        with a large vocabulary (SmolLM2's), is then never made."""
+        return (len(self.tokens) == 1 and int(self.tokens[0]) == self.length - 1
+                and _takes_logits_to_keep(type(self.model).forward))
 
     def final_parts(self) -> tuple[StreamParts, FrozenNorm | None, str | None]:
         """``(parts, norm, name)``: the parts of the last layer's output, and the final norm (divisor fixed) that
@@ -154,6 +177,14 @@ class FinalTrace(ResidualTrace):
         if matches(scale * unembedded, final):
             return scale, None
         raise self._refuse("its final logits are not its unembedding's output, scaled or capped")
+
+
+@functools.lru_cache(maxsize=64)
+def _takes_logits_to_keep(forward) -> bool:
+    try:
+        return "logits_to_keep" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def direct_effect_parts(model: torch.nn.Module, token_ids, position: int, target: int) -> DirectEffects:
