@@ -70,8 +70,7 @@ def language_model(run, device: str):
 
 def positions_of(n_tokens: int, count: int) -> list[int]:
     """``count`` positions spread along a sequence of ``n_tokens``: a ``1 / count`` of the way, ..., the last token
-    with a next one; never the first token (on SmolLM2 its split is refused: its stream's MLP part does not pass
-    the check at layer 13)."""
+    with a next one; never the first token (a forward pass of one token times nothing but the call)."""
     last = n_tokens - 2
     return sorted({max(1, round(last * step / count)) for step in range(1, count + 1)})
 

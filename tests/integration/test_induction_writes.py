@@ -22,6 +22,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 
 import qkviz
 from qkviz.analysis import copying_scores
@@ -101,3 +102,21 @@ def test_where_the_head_attends_to_the_induction_target_it_writes_from_it_and_ra
                f"head's row positive at {int((rows > 0).sum())}")
     assert np.mean(largest) >= LARGEST_SHARE, summary
     assert np.mean(rows > 0) > POSITIVE_SHARE, summary
+
+
+def test_the_first_tokens_direct_effects_add_up_despite_its_huge_stream(repeated):
+    """The first token of a SmolLM2 sequence is a sink whose residual stream is about ten thousand times its MLP's
+    output: what the model rounded to float32 there is allowed for (residual_stream.ROUNDING), and the split adds up
+    to the model's own logit."""
+    run, _layer, _head = repeated
+    first = run.sentence_tokens(0).start
+    effects = run.direct_effects(first)
+    logit = effects.attrs["logit"]
+    assert effects.contribution.sum() == pytest.approx(logit, abs=1e-4 * max(1.0, abs(logit)))
+    from qkviz.probes import run_language_model
+
+    model = run_language_model(run)
+    ids = torch.as_tensor(run.tokens.token_id.to_numpy()[first:first + 2].astype(np.int64))[None]
+    with torch.no_grad():
+        logits = model(input_ids=ids[:, :1]).logits[0, -1].double()
+    assert logit == pytest.approx(float(logits[int(ids[0, 1])]), abs=1e-3)

@@ -18,13 +18,21 @@ from qkviz.extraction.residual.residual_pass import AttributionRefused, Residual
 #: (float32 arithmetic over a few hundred parts)
 MATCH_TOLERANCE = 2e-4
 
-def matches(reconstructed: torch.Tensor, real: torch.Tensor) -> bool:
+#: a difference of tensors the model rounded to float32 is off by a few of their ulps: this many float32 epsilons of
+#: the largest of them
+ROUNDING = 8 * 2.0 ** -23
+
+
+def matches(reconstructed: torch.Tensor, real: torch.Tensor, rounded_from: torch.Tensor | None = None) -> bool:
     """Whether ``reconstructed`` is the model's own ``real`` tensor to within :data:`MATCH_TOLERANCE` of its largest
-    entry (every step of the split is checked by this one rule)."""
+    entry (every step of the split is checked by this one rule). ``rounded_from``: the model's tensor that
+    ``reconstructed`` was subtracted from, whose float32 rounding it carries (:data:`ROUNDING` of its largest entry
+    more: a token whose residual stream is ten thousand times its MLP's output, a first-token sink's)."""
     if reconstructed.shape != real.shape:
         return False
     size = max(float(real.abs().max()), 1e-6)
-    return float((reconstructed.double() - real.double()).abs().max()) <= MATCH_TOLERANCE * size
+    rounding = 0.0 if rounded_from is None else ROUNDING * float(rounded_from.abs().max())
+    return float((reconstructed.double() - real.double()).abs().max()) <= MATCH_TOLERANCE * size + rounding
 
 
 @dataclass
@@ -111,10 +119,11 @@ class ResidualStream(ResidualPass):
         return heads, bias
 
     def _mlp(self, layer: int, added: torch.Tensor) -> torch.Tensor:
-        """``added`` (what the layer adds beside its attention), checked to be one of its modules' output."""
+        """``added`` (what the layer adds beside its attention: its output less its input and its attention's, each
+        rounded to float32 by the model), checked to be one of its modules' output."""
         record = self.records[layer]
         candidates = list(record.module_outputs.values()) + [out for _in, out in record.norms.values()]
-        if not any(matches(added, candidate) for candidate in candidates):
+        if not any(matches(added, candidate, rounded_from=record.output) for candidate in candidates):
             raise self._refuse(f"layer {layer} adds something beside its attention that is not one module's output "
                                "(an MLP)")
         return added
