@@ -60,6 +60,17 @@ def jobs_ahead(count: int) -> str:
     return f"{count} job{'' if count == 1 else 's'} ahead"
 
 
+def pending_work(answer: "Answer") -> str:
+    """What a pending job is doing, in the panels' words: waiting behind others, loading the model (its first use, or
+    after the model memory dropped it) then running it, or running it."""
+    from qkviz.probes import model_loading
+
+    if answer.ahead:
+        return f"waiting, {jobs_ahead(answer.ahead)} of it on this server, then running the model"
+    loading = model_loading()
+    return f"loading the model ({loading}), then running it" if loading else "running the model"
+
+
 def new_session() -> str:
     """A fresh page's session id (random, 128 bits)."""
     import secrets

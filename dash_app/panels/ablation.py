@@ -21,11 +21,11 @@ from dash import Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.explain_worker import Answer, ExplainWorker, ModelLimits, Request, checked_session, jobs_ahead
+from dash_app.explain_worker import Answer, ExplainWorker, ModelLimits, Request, checked_session, pending_work
 from dash_app.panels.atlas import marked_tokens
 from dash_app.run_data import RunData
 from dash_app.state import checked_state
-from qkviz.probes import ablate, model_loading, most_affected
+from qkviz.probes import ablate, most_affected
 
 MODES = ("zero", "mean")
 #: tokens listed, largest change first
@@ -107,20 +107,11 @@ def job_request(data: RunData, subject: Subject, session) -> Request:
     return Request(checked_session(session), "ablate", ("ablate", subject.run, subject.layer, subject.head), longest)
 
 
-def _doing(answer: Answer) -> str:
-    """What a pending job is doing: waiting behind others, or loading the model (its first use, or after it was dropped
-    from the model memory), or running it."""
-    if answer.ahead:
-        return f"waiting, {jobs_ahead(answer.ahead)} of it on this server, then running the model"
-    loading = model_loading()
-    return f"loading the model ({loading}), then running it" if loading else "running the model"
-
-
 def render(data: RunData, subject: Subject, answer: Answer) -> list:
     if answer.busy is not None:
         return [html.Div(answer.busy, className="ablation-pending ablation-busy")]
     if answer.pending:
-        doing = _doing(answer)
+        doing = pending_work(answer)
         return [html.Div(f"Ablating layer {subject.layer} head {subject.head} ({subject.mode}) over the run: {doing} "
                          "twice over every sequence…", className="ablation-pending")]
     if answer.error is not None:

@@ -37,14 +37,13 @@ from dash.exceptions import PreventUpdate
 from plotly.subplots import make_subplots
 
 from dash_app import ids
-from dash_app.explain_worker import Answer, ExplainWorker, Request, checked_session, jobs_ahead
+from dash_app.explain_worker import Answer, ExplainWorker, Request, checked_session, pending_work
 from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, plotly_text
 from dash_app.panels.selection import selected_points
 from dash_app.run_data import RunData
 from dash_app.state import ViewState, checked_state, pairs_with
 from qkviz import QkvizError
 from qkviz.explain import explain_pair_splits, explain_selection, head_write_splits
-from qkviz.probes import model_loading
 
 #: bars of each side (and bands) drawn one each; the others are one bar "other N parts"
 TOP_PARTS = 8
@@ -275,22 +274,13 @@ def render_selection(data: RunData, subject: Subject, circuit) -> list:
     ]
 
 
-def _doing(answer: Answer) -> str:
-    """What a pending job is doing: waiting behind others, or loading the model (its first use, or after it was dropped
-    from the model memory), or running it."""
-    if answer.ahead:
-        return f"waiting, {jobs_ahead(answer.ahead)} of it on this server, then running the model"
-    loading = model_loading()
-    return f"loading the model ({loading}), then running it" if loading else "running the model"
-
-
 def render(data: RunData, subject: Subject, answer: Answer) -> list:
     """The panel's children for ``answer``: being computed, the one-line reason it could not be, or the split."""
     if answer.busy is not None:
         return [html.Div(answer.busy, className="why-pending why-busy")]
     if answer.pending:
         what = "this pair" if subject.kind == "pair" else "the selection"
-        doing = _doing(answer)
+        doing = pending_work(answer)
         return [html.Div(f"Explaining {what} in layer {subject.layer} head {subject.head}: {doing}…",
                          className="why-pending")]
     if answer.error is not None:
