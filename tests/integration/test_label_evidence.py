@@ -172,3 +172,13 @@ def test_every_label_row_says_how_many_queries_it_rests_on(tiny_run, tmp_path):
     assert all(row.queries == probes[(row.layer, row.head, row.label)] > 0 for row in on_probe.itertuples())
     again = qkviz.open_run(run.path).atlas.labels
     assert again.queries.tolist() == labels.queries.tolist()
+
+
+def test_the_baseline_columns_are_named_and_shown_as_what_they_hold():
+    from qkviz.analysis.statistics import describe_statistic, is_share
+
+    assert describe_statistic("relation_det_dependent_baseline") == ("strongest key: its head word (det → head), best "
+                                                                     "fixed-offset baseline")
+    assert describe_statistic("relation_dobj_head_baseline_offset").endswith("(head → dobj), best fixed offset")
+    assert is_share("relation_det_dependent_baseline") and not is_share("relation_det_dependent_baseline_offset")
+    assert not is_share("relation_det_dependent_queries") and is_share("relation_det_dependent")
