@@ -121,8 +121,8 @@ def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAU
         Label threshold: normalised entropy above which a head is labelled broad.
     thresholds
         The other label thresholds (:class:`qkviz.analysis.LabelThresholds`: ``position_mass``, ``local_mass``,
-        ``first_token``, ``copying``, ``relation``, ``over_chance``, ``min_queries``); ``argmax_share`` and
-        ``broad_entropy`` above replace theirs.
+        ``first_token``, ``copying``, ``relation``, ``over_chance``, ``min_queries``, ``offset_support``, ...);
+        ``argmax_share`` and ``broad_entropy`` above replace theirs.
     exemplars
         Exemplar sentences kept per head.
     syntax
