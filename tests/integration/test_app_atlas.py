@@ -203,7 +203,7 @@ def test_positions_heatmap_is_the_corpus_mean_by_offset_and_a_row_opens_its_head
 def test_the_app_has_the_positions_view(atlas_data):
     from dash_app.app import build_app
 
-    layout = str(build_app(open_runs([atlas_data.run.path])).layout)
+    layout = str(build_app(open_runs([atlas_data.run.path])).layout())
     assert f"id='{ids.POSITIONS_VIEW}'" in layout and "value='positions'" in layout
 
 

@@ -113,6 +113,6 @@ def test_the_matrix_is_ordered_by_the_clustering(related_data):
 
 
 def test_the_app_has_the_heads_view_and_the_related_panel(related_data):
-    layout = str(build_app(open_runs([related_data.run.path])).layout)
+    layout = str(build_app(open_runs([related_data.run.path])).layout())
     assert f"id='{ids.HEADS_VIEW}'" in layout and "value='heads'" in layout and f"id='{ids.SINGLE_RELATED}'" in layout
     assert parse_url("?view=heads", [related_data.shape])[0].view == "heads"
