@@ -9,7 +9,8 @@ on first use. After each explanation it records the process's resident memory (V
 held, the bytes they hold and the budget. Scenarios:
 
 * ``default``: ``qkviz serve``'s default budget, twice the largest of the runs' models: both stay loaded;
-* ``one model``: a budget of 1.2 times the largest model (``--model-memory``): each switch drops the other model.
+* ``one model``: a budget of 1.05 times the largest model (``--model-memory``), less than both together: each
+  switch drops the other model.
 
 Freed memory goes back to the allocator, not always to the system, so the resident memory after a drop says what
 the system sees; the held bytes say what qkviz keeps.
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="qkviz-model-memory-") as scratch:
         paths = args.runs or make_runs(Path(scratch), args.tokens)
         scenarios = {"default": scenario(paths, None, args.rounds),
-                     "one model": scenario(paths, 1.2, args.rounds)}
+                     "one model": scenario(paths, 1.05, args.rounds)}
     for name, rows in scenarios.items():
         print(name)
         for row in rows:
