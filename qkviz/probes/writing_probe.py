@@ -33,7 +33,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import torch
 
 from qkviz.analysis.labels.registry import COPYING, INDUCTION, SUPPRESSION
 from qkviz.analysis.labels.writing_rule import LOGIT_RAISE, SHUFFLED, WEIGHTS_ONLY
@@ -120,6 +119,8 @@ def _add_sequence(sums: _HeadSums, source, queries: np.ndarray, own: np.ndarray,
 
 def _weights_only(run: StoredRun, model, first_id: int, candidates: np.ndarray, settings: CopyingSettings) -> np.ndarray:
     """``[layer, head]``: TransformerLens's copying score of every head (see the module)."""
+    import torch
+
     from qkviz.extraction.residual.own_token_writes import own_token_trace
 
     trace = own_token_trace(model, [first_id], [0])
@@ -140,6 +141,7 @@ def copying_probe(run: StoredRun, settings: ProbeSettings = ProbeSettings(), cop
     """Every head's copying and suppression scores on the repeated-token probe, their shuffled controls, the mean
     logit raise of the attended tokens and the weights-only copying score (see the module): rows of
     :data:`qkviz.probes.head_probes.PROBE_COLUMNS`. A model without an unembedding is refused in one line."""
+    import torch
     from tqdm.auto import tqdm
 
     from qkviz.extraction.residual.own_token_writes import own_token_trace
