@@ -10,7 +10,8 @@ from qkviz.analysis.statistics.attention_batches import head_attention, sentence
 from qkviz.cli import main
 from qkviz.analysis.atlas.head_atlas import ATLAS_SCHEMA_VERSION, load_atlas
 from qkviz.analysis.labels.head_labels import LabelThresholds, head_label
-from qkviz.analysis.statistics.head_stats import head_statistics, is_punctuation
+from qkviz.analysis.statistics.head_stats import head_statistics
+from qkviz.analysis.statistics.token_kinds import is_punctuation
 from qkviz.store.run import open_stored_run
 from support.cli import run_main
 from support.runs import reseal

@@ -10,7 +10,8 @@ import pytest
 
 from qkviz.analysis.statistics import attention_batches
 from qkviz.analysis.statistics.attention_batches import key_spans, sentence_batches
-from qkviz.analysis.statistics.head_stats import TokenKinds, head_statistics
+from qkviz.analysis.statistics.head_stats import head_statistics
+from qkviz.analysis.statistics.token_kinds import TokenKinds
 from qkviz.analysis.logits.logit_decomposition import FLOAT32_BOUND, EmbeddingSplit, decompose_embeddings, decompose_head
 from support import stats_reference as reference
 

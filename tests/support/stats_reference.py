@@ -6,7 +6,8 @@ every product, one masked softmax per term, the attention recomputed for the sec
 import numpy as np
 import pandas as pd
 
-from qkviz.analysis.statistics.head_stats import TIE_MARGIN, TokenKinds, _Accumulator, _accumulate_patches, _finish
+from qkviz.analysis.statistics.head_stats import TIE_MARGIN, _Accumulator, _accumulate_patches, _finish
+from qkviz.analysis.statistics.token_kinds import TokenKinds
 from qkviz.analysis.logits.logit_decomposition import HeadDecomposition, available_terms, unrotate
 from qkviz.core import LogitRule
 from qkviz.core.attention import allowed_pairs

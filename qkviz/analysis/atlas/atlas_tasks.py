@@ -19,7 +19,8 @@ import pandas as pd
 from qkviz.analysis.statistics.attention_batches import SentenceBatch, release_workspace, sentence_batches
 from qkviz.analysis.labels.head_labels import head_label
 from qkviz.analysis.labels.registry import LabelThresholds
-from qkviz.analysis.statistics.head_stats import TokenKinds, head_statistics
+from qkviz.analysis.statistics.head_stats import head_statistics
+from qkviz.analysis.statistics.token_kinds import TokenKinds
 from qkviz.analysis.statistics.induction_scores import RepeatSums, RepeatTargets
 from qkviz.analysis.statistics.registry import HEAD_UPDATES, statistic_names
 from qkviz.analysis.logits.logit_decomposition import EmbeddingSplit, decompose_embeddings, decompose_head, forget_blocks

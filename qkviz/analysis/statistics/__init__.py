@@ -10,9 +10,9 @@ from qkviz.analysis.statistics.attention_weighting import (AGGREGATE_POSITIONS, 
 from qkviz.analysis.statistics.correlation import COLUMNS as CORRELATION_COLUMNS
 from qkviz.analysis.statistics.correlation import (attending_pairs, correlation_table, head_correlation_rows,
                                                    stored_correlations)
-from qkviz.analysis.statistics.head_stats import (DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, STATISTICS, TokenKinds,
-                                                  head_statistics)
+from qkviz.analysis.statistics.head_stats import DEFAULT_MAX_OFFSET, IMAGE_STATISTICS, STATISTICS, head_statistics
 from qkviz.analysis.statistics.induction_scores import REPEAT_STATISTICS, RepeatSums, RepeatTargets, copying_scores
+from qkviz.analysis.statistics.token_kinds import TokenKinds
 from qkviz.analysis.statistics.registry import (ATLAS_STATISTIC, ATLAS_STATISTICS, PANEL, STATISTIC_FAMILIES,
                                                 AtlasStatistic, StatisticFamily, describe_statistic, is_share,
                                                 statistic_names)

@@ -52,7 +52,6 @@ away in the sequence is the one below). Part of speech and dependencies have no 
 
 from __future__ import annotations
 
-import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +64,7 @@ from qkviz.analysis.statistics.attention_batches import (SentenceBatch, batch_at
 from qkviz.core.logit_rule import LogitRule
 from qkviz.store.run import StoredRun
 from qkviz.analysis.statistics.syntax import BatchSyntax, SyntaxSums
+from qkviz.analysis.statistics.token_kinds import TokenKinds
 from qkviz.analysis.statistics.value_shares import ValueShares
 
 DEFAULT_MAX_OFFSET = 64
@@ -76,31 +76,6 @@ OFFSET_SUPPORT_ROWS = ("queries", "queries_no_first", "attention_no_first")
 STATISTICS = statistic_names(EVERY_RUN)
 #: image runs only: where on the patch grid the strongest key of a patch query is
 IMAGE_STATISTICS = statistic_names(IMAGE_RUNS)
-
-
-def is_punctuation(text: str) -> bool:
-    """True for a token made only of punctuation (after stripping spaces and word-piece marks)."""
-    stripped = text.strip().removeprefix("##").strip("Ġ▁ ")
-    return bool(stripped) and all(unicodedata.category(c).startswith("P") for c in stripped)
-
-
-@dataclass(frozen=True)
-class TokenKinds:
-    """Per token of a run (global index): special, and delimiter (special or punctuation)."""
-
-    special: np.ndarray     # bool [n_tokens]
-    delimiter: np.ndarray   # bool [n_tokens]
-    patch: np.ndarray | None = None   # int [n_tokens, 2]: (row, column) of image runs' patches, -1 for special
-
-    @classmethod
-    def of(cls, run: StoredRun) -> "TokenKinds":
-        tokens = run.tokens
-        special = tokens.is_special.to_numpy(bool)
-        if run.is_image_run:
-            patch = np.stack([tokens.patch_row.to_numpy(np.int64), tokens.patch_col.to_numpy(np.int64)], axis=1)
-            return cls(special=special, delimiter=special, patch=patch)
-        punctuation = np.array([is_punctuation(str(t)) for t in tokens.token], dtype=bool)
-        return cls(special=special, delimiter=special | punctuation)
 
 
 @dataclass
