@@ -201,3 +201,26 @@ def test_the_panel_says_it_is_loading_the_model_while_it_loads(three_runs, monke
         release.set()
         worker.join(60)
     assert qkviz.probes.model_loading() is None
+
+
+def test_in_the_server_a_model_over_the_budget_is_one_line_and_the_worker_goes_on(three_runs, monkeypatch):
+    import qkviz.extraction as extraction
+    from dash_app.explain_worker import ExplainWorker
+    from dash_app.panels import why
+    from dash_app.run_data import RunData
+
+    loads = []
+    real = extraction.load_model
+    monkeypatch.setattr(extraction, "load_model", lambda *a, **k: loads.append(a) or real(*a, **k))
+    worker = ExplainWorker()
+    first = RunData(qkviz.open_run(three_runs[0].path), "first")
+    query, key = _pair(three_runs[0])
+    set_model_memory(1000)                                  # smaller than any model
+    refused = why.Subject("pair", 0, 1, 0, (query,), (key,))
+    answer = worker.wait(refused, lambda: why.explain(first, refused))
+    assert answer.error is not None and "model memory budget" in answer.error and "\n" not in answer.error
+    set_model_memory(None)                                  # the operator raises it: the next request is served
+    served = why.Subject("pair", 0, 1, 1, (query,), (key,))
+    answer = worker.wait(served, lambda: why.explain(first, served))
+    assert answer.error is None and not answer.pending
+    assert len(loads) == 1                                  # the refused model was never loaded
