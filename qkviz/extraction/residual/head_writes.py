@@ -49,14 +49,6 @@ class HeadTrace(FinalTrace):
     """A whole pass of one sequence traced at every position up to the query (the last traced token), keeping each
     layer's values."""
 
-    def _value_sink(self):
-        self.values: dict[int, torch.Tensor] = {}
-
-        def keep(layer: int, value: torch.Tensor) -> None:
-            if layer <= self.last_layer:
-                self.values[layer] = value[0][:, self.tokens.to(value.device)].double()   # [kv_head, token, d]
-        return keep
-
     def _once(self, key: tuple, make):
         """``make()``, worked out once per trace for ``key``: what every traced token of the pass shares (a layer's
         value parts, a head's attention, the float64 unembedding), so that reading many tokens of one trace pays for

@@ -116,8 +116,8 @@ class ResidualPass:
                 hook.remove()
 
     def _value_sink(self):
-        """What receives each layer's values (``(layer, value)``): nothing, here; a trace that splits what heads
-        write keeps them."""
+        """What receives each layer's values (``(layer, value)``): nothing, here; a trace that splits values keeps
+        them (:class:`~qkviz.extraction.residual.residual_parts.ResidualTrace`)."""
         return None
 
     def _end_hooks(self, attention_modules: list, _started: list) -> list:
