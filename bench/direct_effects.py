@@ -25,7 +25,6 @@ file replaced is kept (``earlier_runs``) and listed on the page.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ from qkviz.probes import run_language_model, sequence_ids  # noqa: E402
 
 from bench.figures.goals import Goal, verdict  # noqa: E402
 from bench.figures.results import Results, figure, model_name, source  # noqa: E402
-from bench.harness import Recorder, alternate, smoke_arguments, summary  # noqa: E402
+from bench.harness import Recorder, alternate, kept_runs, smoke_arguments, summary  # noqa: E402
 
 #: the passages: consecutive lines of data/classics.txt from FIRST_LINE (0-based), this many lines each
 FIRST_LINE, PASSAGE_LINES = 1000, (10, 20, 30)
@@ -111,14 +110,6 @@ def run_summary(result: dict) -> dict:
             "seconds": {way: figures["seconds"][way] for way in WAYS}}
 
 
-def earlier_runs(path: Path) -> list[dict]:
-    """The runs the result file at ``path`` holds (its own and the ones it kept), oldest first; none if absent."""
-    if not path.exists():
-        return []
-    result = json.loads(path.read_text(encoding="utf-8"))
-    return [*result["figures"].get("earlier_runs", []), run_summary(result)]
-
-
 #: what the smoke test adds to ``--smoke`` (a copy of a tiny run, its model saved as a directory)
 SMOKE_ARGUMENTS = ("--run", "{run}")
 
@@ -154,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
                            for way in WAYS}}
     print(f"  ratio (direct effects / forward, paired): {figures['ratio']['min']:.2f} / "
           f"{figures['ratio']['median']:.2f} / {figures['ratio']['max']:.2f}")
-    figures["earlier_runs"] = earlier_runs(recorder.out)
+    figures["earlier_runs"] = kept_runs(recorder.out, run_summary)
     print(f"wrote {recorder.write(**figures)}")
 
 

@@ -31,7 +31,6 @@ from the file it replaces): the goals are judged on the latest run, and the page
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import time
@@ -48,7 +47,7 @@ from qkviz.probes import run_model  # noqa: E402
 
 from bench.figures.goals import Goal, verdict  # noqa: E402
 from bench.figures.results import Results, figure, source  # noqa: E402
-from bench.harness import Recorder, smoke_arguments, summary  # noqa: E402
+from bench.harness import Recorder, kept_runs, smoke_arguments, summary  # noqa: E402
 
 #: the passages: 40 lines each of data/classics.txt, the first six
 PASSAGES, LINES_PER_PASSAGE, WINDOW = 6, 40, 1000
@@ -144,14 +143,6 @@ def run_summary(result: dict) -> dict:
             "peak_mb": figures["memory"]["peak_mb"], "step_peak_mb": figures["memory"].get("step_peak_mb")}
 
 
-def earlier_runs(path: Path) -> list[dict]:
-    """The runs the result file at ``path`` holds (its own and the ones it kept), oldest first; none if absent."""
-    if not path.exists():
-        return []
-    result = json.loads(path.read_text(encoding="utf-8"))
-    return [*result["figures"].get("earlier_runs", []), run_summary(result)]
-
-
 #: what the smoke test adds to ``--smoke`` (a copy of a tiny run, its model saved as a directory)
 SMOKE_ARGUMENTS = ("--run", "{run}")
 
@@ -204,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  peak RSS {figures['memory']['peak_mb']:,.0f} MB (measured); each step's, measured: "
           + ", ".join(f"{name} {'not measured' if peak is None else f'{peak:,.0f} MB'}" for name, peak in peaks.items())
           + f"; largest parts block, computed: {figures['memory']['largest_parts_block_mb']:,.0f} MB")
-    figures["earlier_runs"] = earlier_runs(recorder.out)
+    figures["earlier_runs"] = kept_runs(recorder.out, run_summary)
     print(f"wrote {recorder.write(**figures)}")
 
 

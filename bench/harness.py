@@ -142,6 +142,16 @@ def run_measured(command: list[str], every: float = 0.02, **popen) -> dict:
     return {"seconds": time.perf_counter() - started, "peak_mb": peak, "returncode": process.returncode}
 
 
+def kept_runs(path: Path, run_summary: Callable[[dict], dict]) -> list[dict]:
+    """Every run the result file at ``path`` holds, oldest first: the ones it kept (``figures["earlier_runs"]``) and
+    its own, as ``run_summary`` sums one up; none where there is no file. A bench that keeps every run puts this
+    list in its new result's ``earlier_runs``."""
+    if not path.exists():
+        return []
+    result = json.loads(path.read_text(encoding="utf-8"))
+    return [*result["figures"].get("earlier_runs", []), run_summary(result)]
+
+
 def summary(values: list[float], digits: int = 3) -> dict:
     """min / median / max of ``values`` and the values themselves (as measured, in order)."""
     ordered = sorted(values)
