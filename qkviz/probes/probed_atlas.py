@@ -67,6 +67,11 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
         The atlas, as :attr:`qkviz.Run.atlas` reads it back; ``atlas.labels`` holds every label with its evidence.
     """
     run = as_run(run)
+    if client is not None:          # a cluster that cannot do the work is said before the probes run the model
+        from qkviz.cluster import check_jobs, check_workers_see_run
+
+        check_jobs(jobs, client)
+        check_workers_see_run(client, run)
     if ablate and probes and not run.is_image_run and model is None:
         try:        # loaded first with its language-model head, the model serves the probe too: one copy
             run_language_model(run, None, device, "the probe and its ablations")
