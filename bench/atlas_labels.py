@@ -115,6 +115,16 @@ def main(argv: list[str] | None = None) -> None:
 
 # -- figure blocks (``python -m bench.figures``) ---------------------------------------------------------------------
 
+def _writes(run: dict) -> str:
+    """One model's copying and suppression heads and their shuffled control, or why they were not computed."""
+    note = run.get("writes") or "not run"
+    if "writing_control" not in run or not note.startswith("repeated random tokens"):
+        return f"{model_name(run['model'])}: {note}"
+    control = ", ".join(f"{label} {count}" for label, count in run["writing_control"].items())
+    return (f"{model_name(run['model'])}: copying {run['earning'].get('copying', 0)}, suppression "
+            f"{run['earning'].get('suppression', 0)} heads, shuffled control {control} ({note})")
+
+
 #: SmolLM2's atlas, probe included, at 5,000 tokens
 SMOLLM2_STATS = Goal("`qkviz stats` on SmolLM2 at 5,000 tokens, probes included", 120, "s", True, "atlas_labels",
                      "wall time, median", lambda found: next((row["seconds"]["median"] for row in found["runs"]
@@ -134,10 +144,7 @@ def atlas_labels(results: Results) -> str:
                      + "; previous-token "
                      + (", ".join(f"L{l} H{h} {s:.2f}" for l, h, s in run["top_previous-token"]) or "none")
                      for run in runs)
-    writes = "; ".join(f"{model_name(run['model'])}: copying {run['earning'].get('copying', 0)}, suppression "
-                       f"{run['earning'].get('suppression', 0)} heads, shuffled control "
-                       + (", ".join(f"{k} {v}" for k, v in run["writing_control"].items()) if "writing_control" in run
-                          else "not run") + f" ({run.get('writes') or 'not run'})" for run in runs)
+    writes = "; ".join(_writes(run) for run in runs)
     times = "; ".join(f"{model_name(run['model'])} {span(run['seconds'])} (peak RSS {run['peak_mb']:,.0f} MB)"
                       for run in runs)
     return (f"| label: heads earning it / heads whose strongest label it is | {' | '.join(names)} |\n"
