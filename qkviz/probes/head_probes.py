@@ -46,6 +46,12 @@ def _framing(run: StoredRun) -> tuple[list[int], list[int]]:
     return ids[:lead].tolist(), ids[len(ids) - trail:].tolist()
 
 
+def configured_special_ids(config) -> set[int]:
+    """The special token ids a model's configuration names (BOS, EOS, padding, [SEP], [CLS])."""
+    return {int(i) for name in ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id")
+            for i in np.atleast_1d(getattr(config, name, None) or []) if i is not None}
+
+
 def _pool(run: StoredRun, model, settings: ProbeSettings) -> tuple[np.ndarray, str]:
     tokens = run.tokens
     special_ids = set(tokens.token_id[tokens.is_special].astype(int))
@@ -53,8 +59,7 @@ def _pool(run: StoredRun, model, settings: ProbeSettings) -> tuple[np.ndarray, s
     if len(corpus) >= 4 * settings.half:
         return corpus, f"drawn from the corpus's {len(corpus):,} distinct tokens"
     config = model.config
-    special_ids |= {int(i) for name in ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id")
-                    for i in np.atleast_1d(getattr(config, name, None) or []) if i is not None}
+    special_ids |= configured_special_ids(config)
     vocabulary = np.setdiff1d(np.arange(int(config.vocab_size)), np.fromiter(special_ids, np.int64, len(special_ids)))
     return vocabulary, f"drawn from the vocabulary's {len(vocabulary):,} ids (the corpus has too few distinct tokens)"
 

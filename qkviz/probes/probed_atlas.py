@@ -88,7 +88,7 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
             note = f"not run: {error}"
             logger.warning("%s: the induction and duplicate-token probe did not run (%s); labelling from the corpus "
                            "alone", run.path, error)
-    writes_note = "not run (probes=False, --no-probes)" if not probes else ""
+    writes_note = "not run (probes=False, --no-probes)" if not probes else f"not run: the probe did not ({note})"
     if scores is not None:
         scores, writes_note = _with_copying(run, scores, probe_settings, model, device, progress)
     atlas = compute_corpus_stats(run, max_offset=max_offset, argmax_share=argmax_share, broad_entropy=broad_entropy,

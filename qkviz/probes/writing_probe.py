@@ -37,7 +37,7 @@ import pandas as pd
 from qkviz.analysis.labels.registry import COPYING, INDUCTION, SUPPRESSION
 from qkviz.analysis.labels.writing_rule import LOGIT_RAISE, SHUFFLED, WEIGHTS_ONLY
 from qkviz.core.errors import QkvizError
-from qkviz.probes.head_probes import PROBE_COLUMNS, ProbeSettings, probe_sequences
+from qkviz.probes.head_probes import PROBE_COLUMNS, ProbeSettings, configured_special_ids, probe_sequences
 from qkviz.probes.model_on_demand import run_language_model
 from qkviz.store.run import StoredRun
 
@@ -75,11 +75,8 @@ def candidate_ids(run: StoredRun, probe_ids: np.ndarray, vocabulary: int, exclud
 
 
 def _excluded(model, framing: np.ndarray) -> set[int]:
-    config = model.config
-    ids = {int(i) for i in framing.ravel()}
-    ids |= {int(i) for name in ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id")
-            for i in np.atleast_1d(getattr(config, name, None) or []) if i is not None}
-    return ids
+    """The ids no candidate may be: the probe's framing tokens and the special tokens the configuration names."""
+    return {int(i) for i in framing.ravel()} | configured_special_ids(model.config)
 
 
 def _ranks(logits: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

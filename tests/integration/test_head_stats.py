@@ -76,14 +76,20 @@ def test_equal_logits_are_uniform_maximal_entropy_and_broad(tiny_run, tmp_path):
     assert head_label(found.values)[0] == "broad"
 
 
-def test_a_sink_head_attends_to_the_first_token(tiny_run, tmp_path):
-    run = tiny_run("llama", max_sentences=30)
+def sink_head(run, tmp_path):
+    """``run`` copied with L0H0 a sink: every query's attention on its sequence's first token."""
     position = run.tokens.position.to_numpy()
     keys = np.zeros((run.n_tokens, run.head_dim), dtype=np.float32)
     keys[position == 0, 0] = 1000.0
     queries = np.zeros_like(keys)
     queries[:, 0] = 1.0
-    found = head_statistics(with_head(run, tmp_path, queries, keys), 0, 0)
+    return with_head(run, tmp_path, queries, keys)
+
+
+def test_a_sink_head_attends_to_the_first_token(tiny_run, tmp_path):
+    run = tiny_run("llama", max_sentences=30)
+    position = run.tokens.position.to_numpy()
+    found = head_statistics(sink_head(run, tmp_path), 0, 0)
     assert found.values["argmax_first"] == 1.0
     assert found.values["first_token_attention"] == pytest.approx(1, abs=1e-9)
     assert found.values["mean_distance"] == pytest.approx(position.mean(), abs=1e-6)

@@ -17,7 +17,7 @@ from qkviz.analysis.statistics.uniform_chance import _chance, uniform_chance
 from qkviz.core.attention import allowed_pairs
 
 from test_atlas_labels import causal_support
-from test_head_stats import previous_token_head, with_head
+from test_head_stats import previous_token_head, sink_head
 
 POSITIONAL = {"previous-token", "next-token", "self", "fixed-offset", "local"}
 
@@ -71,12 +71,7 @@ def test_the_first_token_sink_earns_no_positional_label_under_another_name(tiny_
     relative-position profile is 1 at the longest offsets, which the label once read as a fixed offset. With the first
     token left out it pays nothing at any offset and earns first-token alone."""
     run = tiny_run("llama", max_sentences=30)
-    position = run.tokens.position.to_numpy()
-    keys = np.zeros((run.n_tokens, run.head_dim), dtype=np.float32)
-    keys[position == 0, 0] = 1000.0
-    queries = np.zeros_like(keys)
-    queries[:, 0] = 1.0
-    sink = with_head(run, tmp_path, queries, keys)
+    sink = sink_head(run, tmp_path)
     longest = int(run.sentences.n_tokens.max()) - 1          # the longest offset a sequence has
     found = head_statistics(sink, 0, 0, max_offset=longest)
     assert found.relative_position[0] == pytest.approx(1.0)      # the profile alone says "fixed offset" there

@@ -25,20 +25,22 @@ from support.tiny_models import decoder_tokenizer
 import qkviz
 from qkviz import QkvizError
 from qkviz.probes import model_cache
-from qkviz.probes.model_cache import MODELS, parse_memory, set_model_memory
+from qkviz.probes.model_cache import MODELS, parse_memory, set_default_model_memory, set_model_memory
 
 SENTENCES = 3
 
 
 @pytest.fixture(autouse=True)
 def fresh_memory(monkeypatch):
-    """Each test starts with nothing held and no budget set, and leaves it so."""
+    """Each test starts with nothing held and no budget set (nor a server's default), and leaves it so."""
     monkeypatch.delenv(model_cache.MEMORY_VARIABLE, raising=False)
     MODELS.clear()
     set_model_memory(None)
+    set_default_model_memory(None)
     yield
     MODELS.clear()
     set_model_memory(None)
+    set_default_model_memory(None)
 
 
 def _tiny_llama(seed: int):
@@ -110,12 +112,17 @@ def test_serving_three_models_keeps_at_most_the_budgets_models(three_runs, caplo
     assert logged.count("model memory: loaded") == 4 and logged.count("model memory: dropped") == 2
 
 
-def test_a_model_over_the_budget_is_refused_in_one_line_and_never_loaded(three_runs, monkeypatch):
+@pytest.fixture
+def loads(monkeypatch) -> list:
+    """Every load of a model qkviz makes itself, as it happens (the real loader still loads)."""
     import qkviz.extraction as extraction
 
-    loads = []
-    real = extraction.load_model
-    monkeypatch.setattr(extraction, "load_model", lambda *a, **k: loads.append(a) or real(*a, **k))
+    made, real = [], extraction.load_model
+    monkeypatch.setattr(extraction, "load_model", lambda *a, **k: made.append(a) or real(*a, **k))
+    return made
+
+
+def test_a_model_over_the_budget_is_refused_in_one_line_and_never_loaded(three_runs, loads):
     set_model_memory(1000)                              # bytes: smaller than any model
     run = three_runs[0]
     query, key = _pair(run)
@@ -203,15 +210,11 @@ def test_the_panel_says_it_is_loading_the_model_while_it_loads(three_runs, monke
     assert qkviz.probes.model_loading() is None
 
 
-def test_in_the_server_a_model_over_the_budget_is_one_line_and_the_worker_goes_on(three_runs, monkeypatch):
-    import qkviz.extraction as extraction
+def test_in_the_server_a_model_over_the_budget_is_one_line_and_the_worker_goes_on(three_runs, loads):
     from dash_app.explain_worker import ExplainWorker
     from dash_app.panels import why
     from dash_app.run_data import RunData
 
-    loads = []
-    real = extraction.load_model
-    monkeypatch.setattr(extraction, "load_model", lambda *a, **k: loads.append(a) or real(*a, **k))
     worker = ExplainWorker()
     first = RunData(qkviz.open_run(three_runs[0].path), "first")
     query, key = _pair(three_runs[0])
