@@ -74,7 +74,7 @@ def _cluster(args: argparse.Namespace) -> Iterator[object]:
     if args.dask is None:
         yield None
         return
-    if getattr(args, "jobs", 1) != 1:
+    if getattr(args, "jobs", None) not in (None, 1):
         raise QkvizError("--jobs starts local worker processes; with --dask the cluster's workers run the heads: "
                          "give one or the other")
     with dask_client(args.dask) as client:
@@ -149,7 +149,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _related(args: argparse.Namespace) -> int:
     qkviz.relate_heads(qkviz.open_run(args.run), max_queries=args.max_queries, seed=args.seed,
-                       progress=not args.quiet)
+                       progress=not args.quiet, jobs=args.jobs)
     return 0
 
 

@@ -5,11 +5,11 @@ the order :data:`COMMANDS` lists them."""
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from qkviz.analysis.labels import THRESHOLD_OPTIONS, LabelThresholds, threshold_meaning, threshold_option
 from qkviz.cli_options import dask_cluster, device, integer, memory_size, real
+from qkviz.cluster import MAX_JOBS
 from qkviz.search import EXACT_LIMIT
 from qkviz.projection import BACKGROUND_METHOD, DEFAULT_METHODS, command_line_options, projection_methods
 
@@ -51,6 +51,13 @@ def _dask_option(command: argparse.ArgumentParser, what: str) -> None:
     command.add_argument("--dask", type=dask_cluster, metavar="CLUSTER",
                          help=f"run {what} on a Dask cluster: tcp://host:8786 (a running scheduler; the run must be "
                               "on storage every worker sees at the same path) or local:N (N worker processes here)")
+
+
+def _jobs_option(command: argparse.ArgumentParser, what: str, small: str = "") -> None:
+    """``--jobs``: by default (``None``) the cores this process may use (:func:`qkviz.cluster.resolve_jobs`)."""
+    command.add_argument("--jobs", type=integer(1, MAX_JOBS), default=None,
+                         help=f"{what}; at most one per core (default: the {MAX_JOBS} cores this process may use"
+                              f"{small}; --jobs 1 runs the heads one at a time, here)")
 
 
 def _add_extract(commands: argparse._SubParsersAction) -> None:
@@ -105,8 +112,8 @@ def _add_project(commands: argparse._SubParsersAction) -> None:
                          help="with the default dimensions, also project the t-SNE methods in 3D (slow)")
     project.add_argument("--layers", help="e.g. 0-2 or 0,3,5 (default: all)")
     project.add_argument("--heads", help="e.g. 0,5 or 0-8 (default: all)")
-    project.add_argument("--jobs", type=integer(1, os.cpu_count() or 1), default=1,
-                         help="worker processes (heads run in parallel; at most one per CPU)")
+    _jobs_option(project, "worker processes (heads run in parallel)",
+                 ", or this process alone for a few small heads or PCA alone, where starting workers costs more")
     project.add_argument("--dask", type=dask_cluster, metavar="CLUSTER",
                          help="run the heads on a Dask cluster: tcp://host:8786 (a running scheduler; the run must be "
                               "on storage every worker sees at the same path) or local:N (N worker processes here)")
@@ -167,8 +174,9 @@ def _add_stats(commands: argparse._SubParsersAction) -> None:
     stats.add_argument("--circuit-budget", type=integer(1), default=5000,
                        help="--circuits: tokens read, whole sequences in a seeded random order (default 5000)")
     stats.add_argument("--device", default="cpu", help="the probes and --circuits: where the model runs (default cpu)")
-    stats.add_argument("--jobs", type=integer(1, os.cpu_count() or 1), default=1,
-                       help="worker processes (heads run in parallel; at most one per CPU)")
+    _jobs_option(stats, "worker processes for the heads' statistics (heads run in parallel; the probes run the model "
+                        "here, on its own threads)", ", or this process alone where the heads are too small to be worth "
+                                                     "starting workers")
     _dask_option(stats, "the heads' statistics (the atlas is written here, once)")
 
 
@@ -185,6 +193,7 @@ def _add_related(commands: argparse._SubParsersAction) -> None:
                          help="whole sentences are sampled until they hold this many query tokens; past the "
                               "pair budget, at most this many queries one by one (default 2000)")
     related.add_argument("--seed", type=integer(0, 2**32 - 1), default=0, help="seed of the sample (default 0)")
+    _jobs_option(related, "threads that read and compare the heads")
 
 
 def _add_compare(commands: argparse._SubParsersAction) -> None:
@@ -238,7 +247,7 @@ def _add_serve(commands: argparse._SubParsersAction) -> None:
     serve.add_argument("--background", default=BACKGROUND_METHOD, metavar="METHOD",
                        help="make this method's missing 2D layouts while the app runs, each head's appearing as "
                             f"it lands (default {BACKGROUND_METHOD}; 'none' makes none)")
-    serve.add_argument("--jobs", type=integer(1, os.cpu_count() or 1), default=1,
+    serve.add_argument("--jobs", type=integer(1, MAX_JOBS), default=1,
                        help="worker processes for the background layouts (default 1)")
     serve.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                        help="also answer requests for this host name (repeatable; e.g. behind a proxy). By default "

@@ -4,12 +4,12 @@ head atlas and the search indexes all run their tasks through it."""
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from qkviz.cluster.dask_cluster import HeadTask, prepare_workers, submit_heads
+from qkviz.cluster.job_count import check_jobs
 from qkviz.cluster.local_pool import check_spawn_safe, local_pool, start_quiet_worker
 from qkviz.core.errors import QkvizError
 from qkviz.core.option_names import option
@@ -17,20 +17,6 @@ from qkviz.store.run import StoredRun
 
 if TYPE_CHECKING:
     from distributed import Client
-
-#: the most worker processes of a local pool: one per CPU
-MAX_JOBS = os.cpu_count() or 1
-
-
-def check_jobs(jobs: int, client: "Client | None") -> None:
-    """One :class:`QkvizError` line for a number of local worker processes out of range, or given with a client."""
-    if client is not None and jobs != 1:
-        raise QkvizError(f"jobs={jobs} is for local worker processes: with a Dask client the cluster's workers run the "
-                         "heads; leave jobs at 1")
-    if not 1 <= jobs <= MAX_JOBS:
-        raise QkvizError(f"jobs must be between 1 and {MAX_JOBS} (this machine's {os.cpu_count()} CPUs): more "
-                         f"processes than cores are slower, not faster; got {jobs}")
-
 
 class HeadRunner:
     """Runs one pure task per head: in this process (``jobs`` 1, no ``client``), on a pool of ``jobs`` local
@@ -42,6 +28,7 @@ class HeadRunner:
     (a projection's also compiles UMAP's numba code; the app's background lowers its priority), kept for every
     later :meth:`run`, and shut down by :meth:`close` or on leaving a ``with`` block. With ``always_pool`` even one
     job runs in a worker process, so that the caller (the app's server) keeps its CPU and its interpreter lock.
+    A task run here runs on one BLAS thread, as in a worker (:func:`one_thread`): results do not depend on ``jobs``.
     A Dask task that ends every worker it is given is one line ending with what to do ``instead``."""
 
     def __init__(self, run: StoredRun, what: str, jobs: int = 1, client: "Client | None" = None, *,
@@ -84,7 +71,7 @@ class HeadRunner:
             yield from self._run_on_pool(function, tasks)
         else:
             for number, task in enumerate(tasks):
-                yield number, function(*task.args)
+                yield number, one_thread(function, task.args)
 
     def _run_on_pool(self, function: Callable, tasks: Sequence[HeadTask]) -> Iterator[tuple[int, Any]]:
         if not tasks:
@@ -105,6 +92,16 @@ class HeadRunner:
         finally:
             for future in futures:
                 future.cancel()
+
+
+def one_thread(function: Callable, args: tuple) -> Any:
+    """``function(*args)`` here on one BLAS and OpenMP thread, as a pool worker runs it, so that a task's result does
+    not depend on where it ran (with torch loaded, a layout made on this process's two threads differed from a
+    worker's in every coordinate); the threads this process had are restored after it."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return function(*args)
 
 
 def _with_shared(tasks: Sequence[HeadTask], shared: object) -> list[HeadTask]:

@@ -1,4 +1,4 @@
-"""The local pool of worker processes (``--jobs N``): spawned, persistent, one BLAS thread each."""
+"""The local pool of worker processes (``--jobs N``): spawned, persistent, one BLAS and one torch thread each."""
 
 from __future__ import annotations
 
@@ -15,16 +15,18 @@ from qkviz.core.errors import QkvizError
 GUARD = "put the script's qkviz calls under 'if __name__ == \"__main__\":'"
 
 
-#: the environment variables that set the number of threads of a BLAS library when it is loaded
-BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+#: the environment variables that set the number of threads of a BLAS library, or of OpenMP (torch's intra-op
+#: threads among them), when it is loaded
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS", "OMP_NUM_THREADS")
 
 
 def start_quiet_worker(niceness: int = 0) -> None:
-    """Worker start-up: leave Ctrl-C to the parent, end with it, use one BLAS thread (a worker is one core's
-    share; more threads than cores make OpenBLAS spin: a 2 ms PCA took 0.5 s), and lower its priority by
-    ``niceness`` (background work yields to the app). The BLAS libraries loaded already (numpy's, and scipy's own
-    OpenBLAS: ``qkviz.cluster`` imports it) are limited here; any loaded later reads :data:`BLAS_THREAD_VARIABLES`,
-    set to 1 here."""
+    """Worker start-up: leave Ctrl-C to the parent, end with it, use one BLAS thread and one torch thread (a worker
+    is one core's share; more threads than cores make OpenBLAS spin: a 2 ms PCA took 0.5 s), and lower its priority
+    by ``niceness`` (background work yields to the app). The BLAS libraries loaded already (numpy's, and scipy's own
+    OpenBLAS: ``qkviz.cluster`` imports it) are limited here, and torch if the main script imported it (a spawned
+    worker imports the script again); any loaded later reads :data:`BLAS_THREAD_VARIABLES`, set to 1 here. The
+    process that starts the pool keeps its own threads."""
     import os
 
     import numpy  # noqa: F401  (its BLAS loaded, so that the limit below reaches it)
@@ -34,6 +36,8 @@ def start_quiet_worker(niceness: int = 0) -> None:
     end_with_parent()
     os.environ.update(dict.fromkeys(BLAS_THREAD_VARIABLES, "1"))
     threadpool_limits(1)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
     if niceness:
         os.nice(niceness)
 

@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_share: float = 0.5,
                   broad_entropy: float = 0.8, thresholds: LabelThresholds | None = None, exemplars: int = 5,
-                  syntax: bool = False, progress: bool = True, jobs: int = 1, client: "DaskClient | None" = None,
+                  syntax: bool = False, progress: bool = True, jobs: int | None = None, client: "DaskClient | None" = None,
                   probes: bool = True, model: object | None = None, device: str = "cpu",
                   probe_settings: ProbeSettings = ProbeSettings(), ablate: bool = False) -> HeadAtlas:
     """Compute the head atlas of a run, with every label each head earns, and store it in ``<run>/stats/``.
@@ -46,7 +46,8 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
     max_offset, argmax_share, broad_entropy, thresholds, exemplars, syntax, progress, jobs, client
         As :func:`qkviz.analysis.compute_corpus_stats`: the relative positions kept, the label thresholds
         (:class:`qkviz.analysis.LabelThresholds`), exemplars per head, the syntax statistics, progress bars, local
-        worker processes or a Dask client for the heads.
+        worker processes (default: the cores this process may use, where the heads' work is worth starting them;
+        ``1``: every head here) or a Dask client for the heads.
     probes
         Run the repeated-random-tokens probe on the run's model (``model`` if given, else the bundled model or model
         directory the run was extracted from) for the induction and duplicate-token labels. False (``--no-probes``)
@@ -66,11 +67,11 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
     HeadAtlas
         The atlas, as :attr:`qkviz.Run.atlas` reads it back; ``atlas.labels`` holds every label with its evidence.
     """
-    run = as_run(run)
-    if client is not None:          # a cluster that cannot do the work is said before the probes run the model
-        from qkviz.cluster import check_jobs, check_workers_see_run
+    from qkviz.cluster import check_jobs, check_workers_see_run
 
-        check_jobs(jobs, client)
+    run = as_run(run)
+    check_jobs(jobs, client)        # bad jobs, or a cluster that cannot do the work, is said before the probes run
+    if client is not None:
         check_workers_see_run(client, run)
     if ablate and probes and not run.is_image_run and model is None:
         try:        # loaded first with its language-model head, the model serves the probe too: one copy

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from tqdm.auto import tqdm
 
-from qkviz.cluster import check_jobs
+from qkviz.cluster import check_jobs, resolve_jobs
 from qkviz.core.alignment import Alignment
 from qkviz.projection.catalogue import dim_list, method_list, projection_method
 from qkviz.projection.defaults import DEFAULT_METHODS
@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 #: seconds between two log lines of the heads done and the time left
 LOG_EVERY = 60.0
+#: a layout by a method that is not instant, in serial seconds a token of its head: a rough figure for the default
+#: number of jobs only (attn-tsne took about 3.4 s a MiniLM head at 5,950 tokens, 2 s a 1,024-head model's head at
+#: 9,123 tokens)
+SECONDS_PER_TOKEN = 2e-4
 
 
 @dataclass
@@ -44,7 +48,8 @@ class ProjectionSummary:
 
 def project(run: StoredRun | str | Path, methods: Sequence[str] | str = DEFAULT_METHODS,
             dims: Sequence[int] | int | None = None,
-            *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None, jobs: int = 1, seed: int = 0,
+            *, layers: Sequence[int] | None = None, heads: Sequence[int] | None = None, jobs: int | None = None,
+            seed: int = 0,
             translate_keys: bool = True, scale_norms: bool = True, params: dict[str, dict] | None = None,
             progress: bool = True, client: "DaskClient | None" = None) -> ProjectionSummary:
     """Project each chosen head's aligned query/key cloud with every method in every dimension, and cache it.
@@ -65,7 +70,9 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] | str = DEFAULT_
     layers, heads
         The heads to project (default: every layer and every head).
     jobs
-        Worker processes; heads run in parallel. PCA alone always runs in this process.
+        Worker processes; heads run in parallel. Default: the cores this process may use, or this process alone where
+        the layouts are too few or too small to be worth starting workers (:func:`qkviz.cluster.default_jobs`); ``1``
+        runs every head here. PCA alone always runs in this process. The layouts are the same whichever ran them.
     seed
         Seed of every stochastic step.
     translate_keys, scale_norms
@@ -77,7 +84,7 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] | str = DEFAULT_
         Show a progress bar.
     client
         A Dask ``distributed.Client``: the heads run on its cluster's workers instead of local processes (see
-        :mod:`qkviz.cluster`; leave ``jobs`` at 1). Every worker must see the run at the same
+        :mod:`qkviz.cluster`; leave ``jobs`` out). Every worker must see the run at the same
         path; this is checked first.
 
     Returns
@@ -99,7 +106,8 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] | str = DEFAULT_
         specs += plan_specs(run, [method], method_dims, layers, heads, alignment, seed, params)
     # an instant method takes milliseconds per head: worker processes would cost more than they save
     instant = all(projection_method(method).instant for method in methods)
-    runner = projection_runner(run, 1 if instant else jobs, client, methods=tuple(methods))
+    jobs = 1 if instant else resolve_jobs(jobs, client, estimated_seconds(specs, run.n_tokens))
+    runner = projection_runner(run, jobs, client, methods=tuple(methods))
     summary = ProjectionSummary()
     with runner, HeadProgress(specs, progress) as heads_done:
         for outcome in run_tasks(run, specs, runner):
@@ -108,6 +116,12 @@ def project(run: StoredRun | str | Path, methods: Sequence[str] | str = DEFAULT_
     logger.info("%s: %d layouts computed, %d already cached, %d failed", run.path, summary.computed, summary.cached,
                 len(summary.failed))
     return summary
+
+
+def estimated_seconds(specs, n_tokens: int) -> float:
+    """Roughly how long ``specs``' layouts take in one process: :data:`SECONDS_PER_TOKEN` a token for each layout of a
+    method that is not instant (those found cached included)."""
+    return sum(0.0 if projection_method(spec.method).instant else SECONDS_PER_TOKEN * n_tokens for spec in specs)
 
 
 class HeadProgress:

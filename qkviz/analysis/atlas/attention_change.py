@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from qkviz.analysis.statistics.attention_batches import SentenceBatch, batch_attention, sentence_batches
-from qkviz.analysis.atlas.head_similarity import worker_count
+from qkviz.cluster import usable_cores
 from qkviz.core.errors import QkvizError
 from qkviz.core.option_names import option
 from qkviz.store.run import StoredRun, as_run
@@ -160,7 +160,7 @@ def attention_change(run_a: StoredRun | str | Path, run_b: StoredRun | str | Pat
         return float(distances.mean()), float(np.median(distances)), len(distances)
 
     rows = []
-    with ThreadPoolExecutor(worker_count()) as pool, tqdm(total=len(heads), desc="attention change", unit="head",
+    with ThreadPoolExecutor(usable_cores()) as pool, tqdm(total=len(heads), desc="attention change", unit="head",
                                                           disable=not progress, dynamic_ncols=True) as bar:
         for (layer, head), (mean, median, count) in zip(heads, pool.map(measure, heads)):
             rows.append((layer, head, mean, median, count))

@@ -40,7 +40,7 @@ from qkviz.analysis.statistics.uniform_chance import uniform_chance
 from qkviz.analysis.labels.writing_rule import writing_labels
 from qkviz.analysis.logits.logit_decomposition import EMBEDDING_TERMS, TERMS, EmbeddingSplit, available_terms
 from qkviz.analysis.statistics.syntax import SYNTAX_STATISTICS, TokenSyntax
-from qkviz.cluster import HeadRunner, HeadTask
+from qkviz.cluster import HeadRunner, HeadTask, resolve_jobs
 from qkviz.core.errors import QkvizError
 from qkviz.core.option_names import option
 from qkviz.store import files as run_files
@@ -54,6 +54,11 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ATLAS_SCHEMA_VERSION", "EXEMPLAR_COLUMNS", "UPDATE_BINS", "UPDATE_RATIO_RANGE", "UPDATE_STATISTICS",
            "HeadAtlas", "compute_atlas", "compute_corpus_stats", "head_update_summary", "load_atlas", "store_atlas"]
+
+#: a head's statistics in serial seconds, per token and per attending query-key pair: rough figures for the default
+#: number of jobs only (MiniLM's heads over 5,000 tokens of short sentences took about 0.1 s each, the 1,024-head
+#: model's over 9,123 tokens in 3,000-token documents about 1 s, on the idle 2-core machine)
+SECONDS_PER_TOKEN, SECONDS_PER_PAIR = 2e-5, 7e-8
 
 #: 2: logit terms, term and embedding profiles, head-update histograms; 3: label table, probes; 4: offset support,
 #: relation baselines, the label table's queries
@@ -102,7 +107,7 @@ class HeadAtlas:
 
 def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAULT_MAX_OFFSET, argmax_share: float = 0.5,
                          broad_entropy: float = 0.8, exemplars: int = 5, syntax: bool = False,
-                         progress: bool = True, jobs: int = 1, client: "DaskClient | None" = None,
+                         progress: bool = True, jobs: int | None = None, client: "DaskClient | None" = None,
                          probes: pd.DataFrame | None = None, probe_note: str = "",
                          thresholds: LabelThresholds | None = None, writes_note: str = "") -> HeadAtlas:
     """Compute the head atlas of a run and store it in ``<run>/stats/`` (what ``qkviz stats`` does).
@@ -131,10 +136,12 @@ def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAU
     progress
         Show progress bars.
     jobs
-        Local worker processes; heads run in parallel (at most one per CPU).
+        Local worker processes; heads run in parallel (at most one per core). Default: the cores this process may
+        use, or this process alone where the work is too small to be worth starting workers
+        (:func:`qkviz.cluster.default_jobs`); ``1`` runs every head here. The atlas is the same whichever ran it.
     client
         A Dask ``distributed.Client``: the heads run on its cluster's workers instead (see :mod:`qkviz.cluster`;
-        leave ``jobs`` at 1). Every worker must see the run at the same path; this is checked first. The atlas
+        leave ``jobs`` out). Every worker must see the run at the same path; this is checked first. The atlas
         is written here, once, as without a cluster.
     probes
         Every head's repeated-random-tokens probe scores (:func:`qkviz.probes.probe_heads`, which needs the model),
@@ -174,17 +181,20 @@ def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAU
 
 
 def compute_atlas(run: StoredRun, thresholds: LabelThresholds = LabelThresholds(), max_offset: int = DEFAULT_MAX_OFFSET,
-                  n_exemplars: int = 5, syntax: bool = False, progress: bool = False, jobs: int = 1,
+                  n_exemplars: int = 5, syntax: bool = False, progress: bool = False, jobs: int | None = None,
                   client: "DaskClient | None" = None, probes: pd.DataFrame | None = None,
                   probe_note: str = "") -> HeadAtlas:
     """Statistics of every head (attention recomputed from the stored vectors, batch by batch);
     with ``syntax``, also the part-of-speech and dependency statistics of :mod:`qkviz.analysis.statistics.syntax`.
 
     Each head is one :func:`~qkviz.analysis.atlas.atlas_tasks.head_entry` task, run in this process, on ``jobs``
-    local worker processes, or on the workers of a Dask ``client``; the atlas is assembled here in (layer,
-    head) order, so it is the same whichever ran it. With ``syntax`` the corpus is parsed here, once."""
+    local worker processes (``None``: :func:`qkviz.cluster.resolve_jobs` of :func:`estimated_atlas_seconds`), or on
+    the workers of a Dask ``client``; the atlas is assembled here in (layer, head) order, so it is the same whichever
+    ran it. With ``syntax`` the corpus is parsed here, once."""
     from tqdm.auto import tqdm
 
+    jobs = resolve_jobs(jobs, client, estimated_atlas_seconds(run))
+    logger.debug("%s: head statistics on %d local jobs", run.path, jobs)
     runner = HeadRunner(run, "stats", jobs, client)     # the cluster's workers checked before any work
     has_updates = run.has_part(run_files.HEAD_UPDATES)
     _warn_about_missing_parts(run, has_updates)
@@ -207,6 +217,14 @@ def compute_atlas(run: StoredRun, thresholds: LabelThresholds = LabelThresholds(
     if not run.is_image_run:
         _label(run, atlas, probes)
     return atlas
+
+
+def estimated_atlas_seconds(run: StoredRun) -> float:
+    """Roughly how long every head's statistics take in one process: :data:`SECONDS_PER_TOKEN` a token and
+    :data:`SECONDS_PER_PAIR` a query-key pair within a sentence (a key at or before its query in a causal model)."""
+    lengths = np.bincount(run.tokens.sentence.to_numpy()).astype(np.float64)
+    pairs = float((lengths * (lengths + 1) / 2 if run.is_causal else lengths ** 2).sum())
+    return run.n_layers * run.n_heads * (SECONDS_PER_TOKEN * run.n_tokens + SECONDS_PER_PAIR * pairs)
 
 
 def _label(run: StoredRun, atlas: HeadAtlas, probes: pd.DataFrame | None) -> None:

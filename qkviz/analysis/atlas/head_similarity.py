@@ -42,7 +42,6 @@ and takes one matrix product per layer against the later heads, in column chunks
 from __future__ import annotations
 
 import logging
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ import numpy as np
 from qkviz.store import files as run_files
 from qkviz.core.alignment import align_head
 from qkviz.analysis.atlas.related_sample import block_attention, query_blocks, sample_queries, sentence_pairs
+from qkviz.cluster import check_jobs, usable_cores
 from qkviz.core.errors import QkvizError
 from qkviz.store.artifacts import ArtifactDirectory
 from qkviz.store.run import StoredRun, as_run
@@ -110,7 +110,7 @@ class RelatedHead:
 
 # -- computing ------------------------------------------------------------------------------------
 def relate_heads(run: StoredRun | str | Path, *, max_queries: int = 2000, seed: int = 0,
-                 progress: bool = True) -> HeadSimilarity:
+                 progress: bool = True, jobs: int | None = None) -> HeadSimilarity:
     """Compare every pair of heads and store the result in ``<run>/related/`` (what ``qkviz related`` does).
 
     Over one seeded sample of queries (whole sentences, or queries one by one under a budget of
@@ -129,6 +129,9 @@ def relate_heads(run: StoredRun | str | Path, *, max_queries: int = 2000, seed: 
         Seed of the sample.
     progress
         Show progress bars.
+    jobs
+        Threads that read the heads and compare them (numpy releases the interpreter lock). Default: the cores this
+        process may use; ``1``: one. The result is the same whichever number ran it.
 
     Returns
     -------
@@ -136,7 +139,7 @@ def relate_heads(run: StoredRun | str | Path, *, max_queries: int = 2000, seed: 
         The comparison, as :meth:`qkviz.Run.related` reads it back.
     """
     run = as_run(run)
-    similarity = compute_head_similarity(run, max_queries, seed, progress=progress)
+    similarity = compute_head_similarity(run, max_queries, seed, progress=progress, jobs=jobs)
     directory = store_head_similarity(run, similarity)
     closest = closest_across_layers(similarity)
     pair = (f"; closest heads in different layers: L{closest[0][0]} H{closest[0][1]} and "
@@ -152,13 +155,16 @@ def relate_heads(run: StoredRun | str | Path, *, max_queries: int = 2000, seed: 
 
 
 def compute_head_similarity(run: StoredRun, max_queries: int = 2000, seed: int = 0, progress: bool = False,
-                            max_pairs: int | None = None) -> HeadSimilarity:
+                            max_pairs: int | None = None, jobs: int | None = None) -> HeadSimilarity:
     """Every pair of heads' JS distance and CKA over :func:`sample_queries` (``max_pairs``: the pair
-    budget, default :func:`~qkviz.analysis.atlas.related_sample.pair_budget` of the run's heads)."""
+    budget, default :func:`~qkviz.analysis.atlas.related_sample.pair_budget` of the run's heads), on ``jobs``
+    threads (default: the cores this process may use)."""
     from tqdm.auto import tqdm
 
     if max_queries < 1:
         raise QkvizError(f"max_queries must be at least 1, got {max_queries}")
+    check_jobs(jobs, None)
+    threads = usable_cores() if jobs is None else jobs
     started = time.perf_counter()
     n_total, width = run.n_layers * run.n_heads, run.head_dim
     sample = sample_queries(run, max_queries, seed, max_pairs)
@@ -178,7 +184,7 @@ def compute_head_similarity(run: StoredRun, max_queries: int = 2000, seed: int =
 
     bars = dict(unit="head", disable=not progress, dynamic_ncols=True)
     read(0)   # opens the run's arrays and tables before threads share them
-    with ThreadPoolExecutor(worker_count()) as pool, tqdm(total=n_total, desc="reading heads", **bars) as bar:
+    with ThreadPoolExecutor(threads) as pool, tqdm(total=n_total, desc="reading heads", **bars) as bar:
         bar.update()
         for _ in pool.map(read, range(1, n_total)):
             bar.update()
@@ -186,7 +192,7 @@ def compute_head_similarity(run: StoredRun, max_queries: int = 2000, seed: int =
     has_sinks = any(run.sink(layer, head) is not None for layer in range(run.n_layers) for head in range(run.n_heads))
     shares = np.clip(1.0 - np.add.reduceat(attention, starts, axis=1), 0.0, 1.0) if has_sinks else None
     with tqdm(total=n_total, desc="attention distance", **bars) as bar:
-        js = mean_js_distance(attention, starts, bar.update, shares)
+        js = mean_js_distance(attention, starts, bar.update, shares, threads)
     attention = None   # frees the attention matrix before the CKA needs its memory
     with tqdm(total=n_total, desc="geometry (CKA)", **bars) as bar:
         cka = linear_cka(clouds, width, run.n_heads, bar.update)
@@ -202,11 +208,6 @@ def geometry_sample(tokens: np.ndarray, columns: int, seed: int) -> np.ndarray:
     if len(tokens) <= limit:
         return tokens
     return np.sort(np.random.default_rng(seed).choice(tokens, size=limit, replace=False))
-
-
-def worker_count() -> int:
-    """Threads for numpy work that releases the GIL: the cores this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def centred_cloud(queries: np.ndarray, keys: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -229,15 +230,16 @@ def plogp(probs: np.ndarray) -> np.ndarray:
     return probs * np.log2(np.maximum(probs, _TINY))
 
 
-def mean_js_distance(attention: np.ndarray, starts: np.ndarray,
-                     advance: Callable[[int], object] | None = None, shares: np.ndarray | None = None) -> np.ndarray:
+def mean_js_distance(attention: np.ndarray, starts: np.ndarray, advance: Callable[[int], object] | None = None,
+                     shares: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
     """float64 ``[head, head]``: mean over queries of ``sqrt(H(M) - (H(P) + H(Q)) / 2)`` (base 2).
 
     ``attention`` ``[head, pair]``: each head's probabilities over the same flat pairs, a query's keys contiguous
     from ``starts[query]``; ``shares`` ``[head, query]``: where heads have sink logits, each query's share of no key
     (its row's lack of 1), one more outcome of its distribution. Per-head entropies are computed once, a few heads
     at a time; each head is then compared with every later head, ``M`` in chunks of :data:`CHUNK_CELLS`, heads
-    spread over threads. Temporaries stay within a few chunks: nothing as large as ``attention`` is allocated."""
+    spread over ``threads`` threads (default: the cores this process may use). Temporaries stay within a few
+    chunks: nothing as large as ``attention`` is allocated."""
     n_heads, n_pairs = attention.shape
     chunk = max(1, CHUNK_CELLS // max(n_pairs, 1))
     entropy = np.concatenate([-plogp_sums(attention[first:first + chunk], starts)      # [head, query]
@@ -256,7 +258,7 @@ def mean_js_distance(attention: np.ndarray, starts: np.ndarray,
                 divergence -= plogp((shares[others] + shares[a]) * 0.5)
             distance[a, others] = np.sqrt(np.maximum(divergence, 0.0)).mean(axis=1)
 
-    with ThreadPoolExecutor(worker_count()) as pool:
+    with ThreadPoolExecutor(threads or usable_cores()) as pool:
         for _ in pool.map(compare, range(n_heads)):
             if advance is not None:
                 advance(1)
