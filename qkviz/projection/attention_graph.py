@@ -24,12 +24,14 @@ whole corpus as ``2n`` points (query ``t`` is point ``t``, key ``t`` is point ``
   queries and each key to its nearest keys in the aligned space (cosine), uniformly, so that similar
   tokens stay together where the attention alone says little.
 
-The matrix is symmetrised, ``P = (A + A^T) / 2``, and normalised to sum to 1.
+The matrix is symmetrised, ``P = (A + A^T) / 2``, and normalised to sum to 1. The graph keeps its two terms
+apart (:meth:`AttentionGraph.weighted`), and each token's partners, so that a layout can choose its own ``alpha``
+per head and measure the partner recall it keeps (:mod:`qkviz.projection.recall_trade`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -72,11 +74,26 @@ def graph_parameters(alpha: float) -> tuple[Parameter, ...]:
 
 @dataclass(frozen=True)
 class AttentionGraph:
-    """The symmetric affinity matrix ``[2n, 2n]`` (sums to 1) and the keys whose share was capped."""
+    """The symmetric affinity matrix ``[2n, 2n]`` at the graph's ``alpha`` (sums to 1), the keys whose share was
+    capped, and what :meth:`weighted` remixes: the symmetrised attention and same-kind terms (each point's links of
+    a term sum to 1 before symmetrising) and each token's ``k`` partners (``query_partners``: each query's strongest
+    keys; ``key_partners``: each key's strongest queries; token indices ``[n, k]``, strongest first)."""
 
     matrix: sp.csr_matrix
     sinks: np.ndarray        # token indices of the capped keys, strongest first
     n_tokens: int
+    attention_term: sp.csr_matrix | None = None
+    same_kind_term: sp.csr_matrix | None = None
+    query_partners: np.ndarray | None = None
+    key_partners: np.ndarray | None = None
+    alpha: float = 0.0       # the same-kind weight of ``matrix``
+
+    def weighted(self, alpha: float) -> sp.csr_matrix:
+        """The affinities with the same-kind term at weight ``alpha`` (``matrix`` is this at the graph's own)."""
+        if self.attention_term is None or (alpha > 0 and self.same_kind_term is None):
+            raise ValueError("this attention graph keeps no terms to weigh again; build it with alpha > 0")
+        mixed = self.attention_term if alpha == 0 else self.attention_term + alpha * self.same_kind_term
+        return sp.csr_matrix(mixed / mixed.sum())
 
 
 def softmax_rows(logits: np.ndarray, temperature: float) -> np.ndarray:
@@ -142,20 +159,25 @@ def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, 
         factor = np.ones(n)
         factor[capped] = cap / incoming[capped]
         query_weights = query_weights * factor[key_of_query]
-    rows = [np.repeat(np.arange(n), k), np.repeat(np.arange(n, 2 * n), k)]
-    columns = [n + key_of_query.ravel(), query_of_key.ravel()]
-    values = [query_weights.ravel(), key_weights.ravel()]
+    attention = _symmetric(np.concatenate([np.repeat(np.arange(n), k), np.repeat(np.arange(n, 2 * n), k)]),
+                           np.concatenate([n + key_of_query.ravel(), query_of_key.ravel()]),
+                           np.concatenate([query_weights.ravel(), key_weights.ravel()]), n)
+    same_kind = None
     if alpha > 0:
-        for offset, part in ((0, aligned[:n]), (n, aligned[n:])):
-            rows.append(offset + np.repeat(np.arange(n), same_kind_k))
-            columns.append(offset + _same_kind(part, same_kind_k, approximate).ravel())
-            values.append(np.full(n * same_kind_k, alpha / same_kind_k))
-    matrix = sp.csr_matrix((np.concatenate(values), (np.concatenate(rows), np.concatenate(columns))),
-                           shape=(2 * n, 2 * n))
-    matrix = (matrix + matrix.T) / 2
-    matrix = matrix / matrix.sum()
+        rows = np.concatenate([offset + np.repeat(np.arange(n), same_kind_k) for offset in (0, n)])
+        columns = np.concatenate([offset + _same_kind(part, same_kind_k, approximate).ravel()
+                                  for offset, part in ((0, aligned[:n]), (n, aligned[n:]))])
+        same_kind = _symmetric(rows, columns, np.full(2 * n * same_kind_k, 1.0 / same_kind_k), n)
     sinks = capped[np.argsort(-incoming[capped], kind="stable")]
-    return AttentionGraph(sp.csr_matrix(matrix), sinks.astype(np.int64), n)
+    graph = AttentionGraph(sp.csr_matrix((2 * n, 2 * n)), sinks.astype(np.int64), n, attention, same_kind,
+                           key_of_query.astype(np.int64), query_of_key.astype(np.int64))
+    return replace(graph, matrix=graph.weighted(alpha), alpha=float(alpha))
+
+
+def _symmetric(rows: np.ndarray, columns: np.ndarray, values: np.ndarray, n: int) -> sp.csr_matrix:
+    """``(M + M^T) / 2`` of the ``[2n, 2n]`` matrix of these entries (repeated entries add up)."""
+    matrix = sp.csr_matrix((values, (rows, columns)), shape=(2 * n, 2 * n))
+    return sp.csr_matrix((matrix + matrix.T) / 2)
 
 
 def _same_kind(points: np.ndarray, k: int, approximate: bool) -> np.ndarray:

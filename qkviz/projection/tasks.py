@@ -225,8 +225,8 @@ def _place_rest(run: StoredRun, spec: ProjectionSpec, method: ProjectionMethod, 
     n = run.n_tokens
     if method.polish_version and spec.dim == 2:
         graph = attention_graph(fit.head_queries, fit.head_keys, aligned, run.logit_rule(spec.layer, spec.head),
-                                first_tokens=fit.head_first_tokens,
-                                **{name: params[name] for name in GRAPH_PARAMS})
+                                first_tokens=fit.head_first_tokens,   # at the alpha the sample's layout chose
+                                **{name: projection.params.get(name, params[name]) for name in GRAPH_PARAMS})
         start = spread_over_graph(graph.matrix, projection.coordinates, sample_points(fit.chosen, n))
         return polish_tsne(start, graph, seed, fft=fft_grid(params))
     rest = np.setdiff1d(np.arange(n), fit.chosen)
