@@ -299,3 +299,50 @@ def sink_survey(results: Results) -> str:
                      f"({tokens(result)})")
     return "; ".join(parts) + f". `bench/faithful.py --model` ({source(results, *names)}).\n"
 
+
+# -- Faithful against each head's ceiling (issue 53): bench/faithful_ceiling.py ----------------------------------
+#: the share of plain t-SNE's trustworthiness a head's default layout should keep (bench.faithful_ceiling's)
+CEILING_SHARE = 0.97
+
+
+def ceiling_goal(model: str, result: dict) -> Goal:
+    """Issue 53's goal on ``model``: heads whose default layout keeps recall and its share of the ceiling, both."""
+    needed, of = result["goal_heads"]
+    measured = len(result["rows"])
+    return Goal(f"{model_name(model)} heads faithful against their ceiling", needed, "heads", False,
+                f"faithful_ceiling_{model}", f"of {measured} heads measured (the goal names {of}), with recall ≥ "
+                f"{RECALL_GOAL:.2f} and ≥ {CEILING_SHARE:.2f} of t-SNE's trustworthiness, both",
+                lambda found: found["summary"]["default"]["meets"], digits=0)
+
+
+@figure("faithful-ceiling")
+def faithful_ceiling(results: Results) -> str:
+    names = {model: f"faithful_ceiling_{model}" for model in BUNDLED if results.exists(f"faithful_ceiling_{model}")}
+    share = Goal("share of the ceiling", CEILING_SHARE, "", False, "", "", lambda _: None, digits=2).stated()
+    recall = Goal("partner recall@10", RECALL_GOAL, "", False, "", "", lambda _: None, digits=2).stated()
+    lines = ["| head | t-SNE trust (ceiling) | default: recall / trust / share | α chosen "
+             "| α 0.5 fixed: recall / trust / share |", "|---|---|---|---|---|"]
+    verdicts, notes = [], []
+    for model, name in names.items():
+        result = results(name)
+        for row in result["rows"]:
+            ours, fixed = row["default"], row["fixed"]
+            mark = " ✓" if ours["meets"] else ""
+            lines.append(f"| {model_name(model)} L{row['layer']} H{row['head']} | {row['ceiling']['trust']:.3f} | "
+                         f"{ours['recall']:.3f} / {ours['trust']:.3f} / **{ours['trust_share']:.3f}**{mark} | "
+                         f"{ours['alpha']:g} | {fixed['recall']:.3f} / {fixed['trust']:.3f} / "
+                         f"{fixed['trust_share']:.3f} |")
+        summary = result["summary"]
+        verdicts.append(f"{model_name(model)}: {verdict(ceiling_goal(model, result), results)}")
+        notes.append(f"{model_name(model)}, {result['tokens']:,} tokens"
+                     + ("" if result["complete"] else " (**incomplete**: the run stopped before its last head)")
+                     + f": default {summary['default']['recall_met']} heads at recall {recall}, "
+                     f"{summary['default']['share_met']} at share {share} (shares {summary['default']['share_min']:.3f}"
+                     f"–{summary['default']['share_max']:.3f}, median {summary['default']['share_median']:.3f}); "
+                     f"α 0.5 fixed {summary['fixed']['meets']} heads both, {summary['fixed']['recall_met']} at recall, "
+                     f"{summary['fixed']['share_met']} at share (median {summary['fixed']['share_median']:.3f}); "
+                     f"layout seconds default / fixed {summary['seconds_ratio']:.2f}×")
+    return ("\n".join(lines) + "\n\n✓: the head meets both conditions. " + "; ".join(verdicts) + ". "
+            + ". ".join(notes) + ". Share: the layout's trustworthiness over plain t-SNE's (openTSNE's defaults) on "
+            "the same aligned points. `bench/faithful_ceiling.py --model M` on held-out text "
+            f"({source(results, *names.values())}).\n")
