@@ -64,7 +64,7 @@ def describe(path: Path) -> dict:
         from qkviz.analysis.labels import writing_labels
 
         control = writing_labels(atlas.probes, atlas.thresholds, control=True)
-        found["writing_control"] = {label: sum(1 for row in control if row[2] == label)
+        found["writing_control"] = {label: len({(row[0], row[1]) for row in control if row[2] == label})
                                     for label in ("copying", "suppression")}
     for label in ("induction", "previous-token", "copying", "suppression"):
         top = atlas.labels[atlas.labels.label == label].sort_values("score", ascending=False)

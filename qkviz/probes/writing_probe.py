@@ -14,6 +14,13 @@ the candidates in the write from ``j``:
 * ``suppression``: the same with the bottom ``top`` (negative copying, as in copy-suppression heads).
 * the same two with each source's own token replaced by another candidate (a seeded permutation of the candidates:
   the targets shuffled), the control: they should stay near chance.
+* ``copying-corpus``, ``suppression-corpus`` (and their ``-shuffled`` controls, ``attended-logit-raise-corpus``): the
+  same scores on what the head does on the run's own text, at the corpus's repeats: the queries whose token and the
+  one before it occurred earlier in their sequence (:func:`qkviz.analysis.statistics.induction_targets`, the queries
+  the induction labels' corpus scores read), over sequences drawn in a seeded order up to
+  :attr:`CopyingSettings.corpus_tokens` tokens, read on candidates that start with those sequences' own tokens. Random
+  tokens are not text: a deep head whose values earlier layers build from context may copy on text and less on the
+  probe, so a label is earned on either (:mod:`qkviz.analysis.labels.writing_rule`).
 * ``attended-logit-raise``: the mean over the same queries of ``sum_j a_ij (l_j[own] - mean_c l_j[c])`` at the
   query (each write with the query's divisors): how much, in logits, attending raises the attended tokens' own logit
   over the candidates' mean.
@@ -35,7 +42,8 @@ import numpy as np
 import pandas as pd
 
 from qkviz.analysis.labels.registry import COPYING, INDUCTION, SUPPRESSION
-from qkviz.analysis.labels.writing_rule import LOGIT_RAISE, SHUFFLED, WEIGHTS_ONLY
+from qkviz.analysis.labels.writing_rule import CORPUS_FORM, LOGIT_RAISE, SHUFFLED, WEIGHTS_ONLY
+from qkviz.analysis.statistics.induction_scores import induction_targets
 from qkviz.core.errors import QkvizError
 from qkviz.probes.head_probes import PROBE_COLUMNS, ProbeSettings, configured_special_ids, probe_sequences
 from qkviz.probes.model_on_demand import run_language_model
@@ -50,6 +58,8 @@ class CopyingSettings:
     candidates: int = 2000
     top: int = 5
     seed: int = 0
+    #: the corpus form's budget: tokens of the run's own sequences traced (0: the corpus form is not measured)
+    corpus_tokens: int = 1000
 
     def describe(self) -> str:
         return (f"own token among the top {self.top} of {self.candidates:,} candidate tokens (the probe's, the "
@@ -114,6 +124,68 @@ def _add_sequence(sums: _HeadSums, source, queries: np.ndarray, own: np.ndarray,
     sums.raise_ += float((attention * ratio * lift[None, :]).sum())
 
 
+def corpus_repeats(run: StoredRun, settings: CopyingSettings) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The corpus form's sequences: ``(token ids, query positions)``, the queries those whose token and the one before
+    it occurred earlier in the sequence; sequences with such queries taken in a seeded order until
+    ``settings.corpus_tokens`` tokens are traced (the last one cut there, keeping its queries before the cut)."""
+    ids = run.tokens.token_id.to_numpy()
+    order = np.random.default_rng(settings.seed).permutation(run.n_sentences)
+    chosen, left = [], settings.corpus_tokens
+    for sentence in order:
+        if left <= 1:
+            break
+        sequence = ids[run.sentence_tokens(int(sentence))][:left].astype(np.int64)
+        queries = np.array([position for position, _ in induction_targets(sequence)], dtype=np.int64)
+        if len(queries):
+            chosen.append((sequence, queries))
+            left -= len(sequence)
+    return chosen
+
+
+def _scored(run: StoredRun, model, sequences, candidates: np.ndarray, copying: CopyingSettings,
+            progress: bool, what: str) -> tuple[dict[tuple[int, int], _HeadSums], int]:
+    """Every head's sums over ``sequences`` (``(token ids, query positions)``) read on ``candidates``, and the number
+    of queries."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from qkviz.extraction.residual.own_token_writes import own_token_trace
+
+    column = {int(token): index for index, token in enumerate(candidates)}
+    permutation = np.random.default_rng(copying.seed).permutation(len(candidates))
+    sums = {(layer, head): _HeadSums() for layer in range(run.n_layers) for head in range(run.n_heads)}
+    rules = [[run.logit_rule(layer, head) for head in range(run.n_heads)] for layer in range(run.n_layers)]
+    for ids, queries in tqdm(sequences, desc=what, unit="sequence", disable=not progress):
+        traced = ids[:int(queries.max()) + 1]                       # a causal model's query reads no later token
+        trace = own_token_trace(model, traced, range(len(traced)))
+        unembedding = trace.unembedding.weight.detach().double()[torch.as_tensor(candidates)]
+        own = np.array([column.get(int(token), -1) for token in traced])
+        shuffled = np.where(own >= 0, permutation[np.maximum(own, 0)], -1)
+        for layer in range(run.n_layers):
+            for head, source in enumerate(trace.source_logits(layer, rules[layer], unembedding)):
+                _add_sequence(sums[(layer, head)], source, queries, own, shuffled, copying.top)
+    return sums, sum(len(queries) for _ids, queries in sequences)
+
+
+def _rows(sums: dict[tuple[int, int], _HeadSums], n_queries: int, chance: float, source: str,
+          suffix: str = "") -> list[tuple]:
+    rows = []
+    for (layer, head), head_sums in sums.items():
+        for name, score, its_chance in (
+                (COPYING.name, head_sums.copying, chance), (SUPPRESSION.name, head_sums.suppression, chance),
+                (COPYING.name + SHUFFLED, head_sums.copying_shuffled, chance),
+                (SUPPRESSION.name + SHUFFLED, head_sums.suppression_shuffled, chance),
+                (LOGIT_RAISE, head_sums.raise_, 0.0)):
+            rows.append((layer, head, _corpus_name(name) if suffix else name, score / n_queries, its_chance, n_queries,
+                         source))
+    return rows
+
+
+def _corpus_name(name: str) -> str:
+    """``copying-shuffled`` -> ``copying-corpus-shuffled``: the corpus form's row of a probe row."""
+    return (name[:-len(SHUFFLED)] + CORPUS_FORM + SHUFFLED) if name.endswith(SHUFFLED) else name + CORPUS_FORM
+
+
 def _weights_only(run: StoredRun, model, first_id: int, candidates: np.ndarray, settings: CopyingSettings) -> np.ndarray:
     """``[layer, head]``: TransformerLens's copying score of every head (see the module)."""
     import torch
@@ -138,44 +210,35 @@ def copying_probe(run: StoredRun, settings: ProbeSettings = ProbeSettings(), cop
     """Every head's copying and suppression scores on the repeated-token probe, their shuffled controls, the mean
     logit raise of the attended tokens and the weights-only copying score (see the module): rows of
     :data:`qkviz.probes.head_probes.PROBE_COLUMNS`. A model without an unembedding is refused in one line."""
-    import torch
-    from tqdm.auto import tqdm
-
-    from qkviz.extraction.residual.own_token_writes import own_token_trace
-
     if run.is_image_run or not run.is_causal:
         raise QkvizError(f"run {run.path}: its model is an encoder (no unembedding: nothing it writes is a logit)")
     model = run_language_model(run, model, device, "the copying probe")
     probe, drawn_from = probe_sequences(run, model, settings)
     framing = np.concatenate([probe.ids[:, :probe.prefix], probe.ids[:, probe.ids.shape[1] - probe.suffix:]], axis=1)
     vocabulary = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() is not None else 0
-    candidates = candidate_ids(run, probe.ids[:, probe.prefix:probe.prefix + 2 * probe.half], vocabulary,
-                               _excluded(model, framing), copying)
-    column = {int(token): index for index, token in enumerate(candidates)}
-    permutation = np.random.default_rng(copying.seed).permutation(len(candidates))
+    excluded = _excluded(model, framing)
+    candidates = candidate_ids(run, probe.ids[:, probe.prefix:probe.prefix + 2 * probe.half], vocabulary, excluded,
+                               copying)
     queries = probe.targets(INDUCTION.name, run.is_causal)[0]
-    sums = {(layer, head): _HeadSums() for layer in range(run.n_layers) for head in range(run.n_heads)}
-    rules = [[run.logit_rule(layer, head) for head in range(run.n_heads)] for layer in range(run.n_layers)]
-    for ids in tqdm(probe.ids, desc="copying probe", unit="sequence", disable=not progress):
-        trace = own_token_trace(model, ids, range(len(ids)))
-        unembedding = trace.unembedding.weight.detach().double()[torch.as_tensor(candidates)]
-        own = np.array([column.get(int(token), -1) for token in ids])
-        shuffled = np.where(own >= 0, permutation[np.maximum(own, 0)], -1)
-        for layer in range(run.n_layers):
-            for head, source in enumerate(trace.source_logits(layer, rules[layer], unembedding)):
-                _add_sequence(sums[(layer, head)], source, queries, own, shuffled, copying.top)
+    sums, n_queries = _scored(run, model, [(ids, queries) for ids in probe.ids], candidates, copying, progress,
+                              "copying probe")
     weights_only = _weights_only(run, model, int(probe.ids[0, 0]), candidates, copying)
-    n_queries = len(queries) * len(probe.ids)
     chance = copying.top / len(candidates)
     source = f"{settings.describe()}, {drawn_from}; {copying.describe()}"
-    rows = []
-    for (layer, head), head_sums in sums.items():
-        for name, score, its_chance in (
-                (COPYING.name, head_sums.copying, chance), (SUPPRESSION.name, head_sums.suppression, chance),
-                (COPYING.name + SHUFFLED, head_sums.copying_shuffled, chance),
-                (SUPPRESSION.name + SHUFFLED, head_sums.suppression_shuffled, chance),
-                (LOGIT_RAISE, head_sums.raise_, 0.0)):
-            rows.append((layer, head, name, score / n_queries, its_chance, n_queries, source))
-        rows.append((layer, head, WEIGHTS_ONLY, float(weights_only[layer, head]), chance, len(candidates), source))
+    rows = _rows(sums, n_queries, chance, source)
+    rows += [(layer, head, WEIGHTS_ONLY, float(weights_only[layer, head]), chance, len(candidates), source)
+             for layer, head in sums]
+    repeats = corpus_repeats(run, copying) if copying.corpus_tokens > 0 else []
+    if repeats:
+        special = {int(i) for i in run.tokens.token_id[run.tokens.is_special]}
+        own_candidates = candidate_ids(run, np.concatenate([ids for ids, _queries in repeats])[None], vocabulary,
+                                       excluded | special, copying)
+        corpus_sums, corpus_queries = _scored(run, model, repeats, own_candidates, copying, progress,
+                                              "copying on the corpus")
+        tokens = sum(int(queries.max()) + 1 for _ids, queries in repeats)
+        corpus_source = (f"the corpus's own repeats: {corpus_queries:,} queries of {len(repeats)} sequences "
+                         f"({tokens:,} tokens, seed {copying.seed}); {copying.describe()}")
+        rows += _rows(corpus_sums, corpus_queries, copying.top / len(own_candidates), corpus_source, CORPUS_FORM)
+        logger.info("copying on the corpus: %d queries of %d sequences", corpus_queries, len(repeats))
     logger.info("copying probe of %d heads over %d queries, %d candidates", len(sums), n_queries, len(candidates))
     return pd.DataFrame(rows, columns=list(PROBE_COLUMNS))

@@ -19,6 +19,7 @@ from qkviz.core.attention import allowed_pairs
 from qkviz.core.logit_rule import LogitRule
 from qkviz.cli import main
 from qkviz.probes.repeat_probe import PROBES, RepeatedTokens, probe_scores
+from qkviz.probes.writing_probe import CopyingSettings, corpus_repeats
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from test_head_stats import previous_token_head
@@ -189,9 +190,11 @@ def test_stats_labels_a_synthetic_previous_token_head_and_records_the_probe(tiny
     # its model was saved with its language-model head: the copying probe ran too, one row per head and measure
     assert atlas.writes_note.startswith("repeated random tokens"), atlas.writes_note
     writing = atlas.probes[~atlas.probes.probe.isin(PROBES)]
-    assert set(writing.probe) == {"copying", "suppression", "copying-shuffled", "suppression-shuffled",
-                                  "attended-logit-raise", "copying-weights-only"}
-    assert len(writing) == 6 * run.n_layers * run.n_heads
+    measures = {"copying", "suppression", "copying-shuffled", "suppression-shuffled", "attended-logit-raise"}
+    corpus = {"copying-corpus", "suppression-corpus", "copying-corpus-shuffled", "suppression-corpus-shuffled",
+              "attended-logit-raise-corpus"} if corpus_repeats(run, CopyingSettings()) else set()
+    assert set(writing.probe) == measures | {"copying-weights-only"} | corpus
+    assert len(writing) == (6 + len(corpus)) * run.n_layers * run.n_heads
     again = qkviz.open_run(run.path).atlas
     pd.testing.assert_frame_equal(again.labels, atlas.labels)
     assert main(["-q", "stats", "--no-probes", "--run", str(run.path)]) == 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import pandas as pd
 import torch
 import transformers
 from support.family_configs import tiny_family_config
@@ -23,9 +24,10 @@ from support.tiny_models import decoder_tokenizer
 
 import qkviz
 from qkviz.analysis.labels.registry import LabelThresholds
+from qkviz.analysis.statistics.induction_scores import induction_targets
 from qkviz.analysis.labels.writing_rule import writing_labels
 from qkviz.extraction.residual.own_token_writes import own_token_trace
-from qkviz.probes.writing_probe import CopyingSettings, copying_probe
+from qkviz.probes.writing_probe import CopyingSettings, copying_probe, corpus_repeats
 from qkviz.probes.head_probes import ProbeSettings
 from qkviz.probes.model_on_demand import sequence_ids
 
@@ -121,7 +123,8 @@ def _copier(directory, corpus_sentences, sign: float):
 @pytest.mark.parametrize("sign, earned, not_earned", [(1.0, "copying", "suppression"), (-1.0, "suppression", "copying")])
 def test_a_head_that_writes_what_it_reads_copies_and_its_negative_suppresses(tmp_path, corpus_sentences, sign,
                                                                              earned, not_earned):
-    model, run = _copier(tmp_path, corpus_sentences, sign)
+    written_twice = [sentence + " " + sentence for sentence in corpus_sentences[:4]]     # repeats for the corpus form
+    model, run = _copier(tmp_path, [*written_twice, *corpus_sentences], sign)
     assert run.n_heads == 1 and run.n_layers == 1
     table = copying_probe(run, PROBE, CopyingSettings(), model=model)
     score = dict(zip(table.probe, table.score))
@@ -133,6 +136,36 @@ def test_a_head_that_writes_what_it_reads_copies_and_its_negative_suppresses(tmp
     assert labels == {earned}
     assert writing_labels(table, LabelThresholds(), control=True) == []
     assert (table.queries[table.probe == "copying"] == PROBE.sequences * PROBE.half).all()
+    # the corpus form: the same head on the run's own text, at its repeats, earns the same label there
+    repeats = corpus_repeats(run, CopyingSettings())
+    assert repeats, "the test corpus repeats itself nowhere"
+    assert (table.queries[table.probe == "copying-corpus"] == sum(len(queries) for _ids, queries in repeats)).all()
+    assert score[f"{earned}-corpus"] > 0.5 and score[f"{not_earned}-corpus"] < 0.05, score
+    assert score[f"{earned}-corpus-shuffled"] < 0.05, score
+    assert np.sign(score["attended-logit-raise-corpus"]) == np.sign(sign)
+    forms = {row[7].split(":")[0] for row in writing_labels(table, LabelThresholds())}
+    assert forms == {"the corpus's own repeats", PROBE.describe().split(":")[0]}, forms
+
+
+def test_the_corpus_form_reads_the_repeats_within_its_token_budget(tiny_run):
+    run = tiny_run("gpt2", max_sentences=30)
+    ids = run.tokens.token_id.to_numpy()
+    for budget in (1000, 60):
+        repeats = corpus_repeats(run, CopyingSettings(corpus_tokens=budget))
+        assert repeats and sum(len(sequence) for sequence, _queries in repeats) <= budget + len(repeats[-1][0])
+        for sequence, queries in repeats:
+            matching = [sentence for sentence in range(run.n_sentences)
+                        if np.array_equal(ids[run.sentence_tokens(sentence)][:len(sequence)], sequence)]
+            assert matching, "a sequence that is not the start of one of the run's"
+            assert list(queries) == [position for position, _ in induction_targets(sequence)]
+    assert corpus_repeats(run, CopyingSettings(corpus_tokens=0)) == []
+
+
+def test_a_corpus_score_on_too_few_queries_earns_nothing():
+    row = {"layer": 0, "head": 0, "score": 0.8, "chance": 0.0025, "source": "the corpus's own repeats: ..."}
+    table = pd.DataFrame([{**row, "probe": "copying-corpus", "queries": 19},
+                          {**row, "probe": "copying-corpus", "queries": 20, "head": 1}])
+    assert [(r[1], r[2], r[8]) for r in writing_labels(table, LabelThresholds(min_queries=20))] == [(1, "copying", 20)]
 
 
 @pytest.fixture(scope="module")

@@ -179,12 +179,12 @@ DEPENDENCY = HeadLabel(
     "corpus, spaCy parse (`--syntax`)", named_detail=True)
 
 _WRITES_CHANCE = "5 / the candidates: a write that ranks the candidates at random, whatever the head attends"
-_WRITES_ON = "repeated random tokens, the model's unembedding"
+_WRITES_ON = "repeated random tokens; the corpus's own repeats; the model's unembedding"
 COPYING = HeadLabel(
     "copying", "#e6ab02", "copy", "raises the logits of the tokens it attends to: it writes them (Olsson et al. 2022)",
     "copy_share", "mean share of a query's attention on tokens whose write from there ranks that token among the "
-    "head's top 5 of 2,000 candidate tokens (second copy of the probe); the weights-only OV score of TransformerLens "
-    "in `detail`", _WRITES_CHANCE, _WRITES_ON, over_chance=True, writes=1)
+    "head's top 5 of 2,000 candidate tokens (second copy of the probe, or the corpus's repeats); the weights-only OV "
+    "score of TransformerLens in `detail`", _WRITES_CHANCE, _WRITES_ON, over_chance=True, writes=1)
 SUPPRESSION = HeadLabel(
     "suppression", "#7f7f7f", "supp", "lowers the logits of the tokens it attends to (copy suppression, McDougall et "
     "al. 2023)", "copy_share", "the same with the head's bottom 5 of the candidates", _WRITES_CHANCE, _WRITES_ON,
