@@ -3,7 +3,8 @@
 :func:`explain_pair` runs the run's model (:mod:`qkviz.probes.model_on_demand`) over the sequence(s) of the two
 tokens -- one pass when they share a sequence, one each when partner search paired them across sequences -- splits
 the head's query at ``i`` and key at ``j`` by the parts that wrote them
-(:func:`qkviz.extraction.query_key_parts`), checks that those add up to the run's stored query and key, and
+(:func:`qkviz.extraction.query_key_parts`; a sequence traced once answers its further pairs without a pass:
+:mod:`qkviz.explain.traced_streams`), checks that those add up to the run's stored query and key, and
 returns the split the caller asked for (:mod:`qkviz.analysis.logits.logit_attribution`). A pair the head's mask forbids
 (attention 0) is refused first, in one line saying why (:func:`masked_pair`).
 """
@@ -16,7 +17,8 @@ import pandas as pd
 from qkviz.analysis.logits.logit_attribution import BY, dimension_split, pair_split, side_split
 from qkviz.core.attention import allowed_keys
 from qkviz.core.errors import QkvizError
-from qkviz.probes.model_on_demand import run_model, sequence_ids
+from qkviz.explain.traced_streams import sequence_parts
+from qkviz.probes.model_on_demand import run_model
 from qkviz.store.run import StoredRun
 
 #: how far the model's query and key at the two tokens may be from the run's stored ones (relative to their size;
@@ -66,22 +68,17 @@ def _close_to_stored(parts_sum: np.ndarray, stored: np.ndarray) -> bool:
 def split_vectors(run: StoredRun, model, layer: int, head: int, query: int, key: int):
     """``(query names, query parts [P, d], key names, key parts [P', d])`` of head ``(layer, head)`` at tokens
     ``query`` and ``key``, checked against the run's stored vectors."""
-    from qkviz.extraction.residual import query_key_parts
-
     tokens = run.tokens
     sentences, positions = tokens.sentence.to_numpy(), tokens.position.to_numpy()
     kv_head = run.kv_head(head)
     if sentences[query] == sentences[key]:
         wanted = sorted({int(positions[query]), int(positions[key])})
-        ids = sequence_ids(run, int(sentences[query]), up_to=wanted[-1])
-        parts = query_key_parts(model, ids, wanted, layer)
+        parts = sequence_parts(run, model, int(sentences[query]), wanted, layer)
         query_side = (parts.query_names, parts.queries[:, head, wanted.index(int(positions[query]))])
         key_side = (parts.key_names, parts.keys[:, kv_head, wanted.index(int(positions[key]))])
     else:
-        at_query = query_key_parts(model, sequence_ids(run, int(sentences[query]), up_to=int(positions[query])),
-                                   [int(positions[query])], layer)
-        at_key = query_key_parts(model, sequence_ids(run, int(sentences[key]), up_to=int(positions[key])),
-                                 [int(positions[key])], layer)
+        at_query = sequence_parts(run, model, int(sentences[query]), [int(positions[query])], layer)
+        at_key = sequence_parts(run, model, int(sentences[key]), [int(positions[key])], layer)
         query_side = (at_query.query_names, at_query.queries[:, head, 0])
         key_side = (at_key.key_names, at_key.keys[:, kv_head, 0])
     for side, (_names, vectors), stored in (("query", query_side, run.vector_rows("queries", layer, head, [query])[0]),

@@ -41,6 +41,10 @@ class _LayerRecord:
     key: torch.Tensor | None = None
 
 
+#: the families whose pass changes a tensor in place after qkviz read it: traced with copies
+_CHANGED_IN_PLACE: set[str] = set()
+
+
 def _stop_pass(_module, _inputs, _output):
     raise PassDone
 
@@ -54,15 +58,52 @@ class ResidualPass:
 
     ``model`` is the base model or one with a head (the adapter finds its layers); ``input_ids`` ``[1, positions]``."""
 
+    #: whether a trace of every position keeps the model's tensors as views rather than copies (:meth:`_keep_tensor`)
+    keeps_views = False
+
     def __init__(self, model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, input_ids: torch.Tensor,
                  tokens, *, up_to_layer: int | None = None):
+        self._bind(model, adapter, shape, tokens, int(input_ids.shape[1]), up_to_layer)
+        self._run_kept(input_ids)
+        if self._viewed and any(tensor._version != version for tensor, version in self._viewed):
+            # the model changed a tensor in place after it was read (Falcon adds its attention to its MLP's output):
+            # its family is traced with copies from now on, this pass again now
+            _CHANGED_IN_PLACE.add(adapter.family)
+            self._views = False
+            self._run_kept(input_ids)
+
+    def _run_kept(self, input_ids: torch.Tensor) -> None:
+        self.records = [_LayerRecord() for _ in range(self.last_layer + 1)]
+        self.embeddings: list[tuple[str, torch.nn.Module | None, torch.Tensor]] = []
+        self.outside_norms: list[tuple[str, torch.Tensor, torch.Tensor, torch.nn.Module]] = []
+        self._viewed: list[tuple[torch.Tensor, int]] = []
+        self._run(input_ids)
+
+    @classmethod
+    def from_records(cls, model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, tokens, length: int,
+                     records: list[_LayerRecord], embeddings: list, outside_norms: list):
+        """A trace of ``tokens`` (positions of a sequence of ``length``) made of what an earlier pass kept at them
+        (``records`` of layers ``0..len(records) - 1``, the embeddings and the norms outside the layers), bound to
+        ``model``: no pass is run (:mod:`qkviz.extraction.residual.traced_sequence`)."""
+        trace = cls.__new__(cls)
+        trace._bind(model, adapter, shape, tokens, length, len(records) - 1)
+        trace.records, trace.embeddings, trace.outside_norms = records, embeddings, outside_norms
+        return trace
+
+    def _bind(self, model: torch.nn.Module, adapter: FamilyAdapter, shape: ModelShape, tokens, length: int,
+              up_to_layer: int | None) -> None:
+        """The model, its family and what the trace reads of it (its layers, attention modules, heads' slices of the
+        output projection); a model whose layers cannot be split is refused in one line."""
         self.model, self.adapter, self.shape = model, adapter, shape
         self.tokens = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
-        self.length = int(input_ids.shape[1])
+        self.length = length
         first = int(self.tokens[0]) if len(self.tokens) else 0
         #: the tokens as a slice where they are consecutive (a view of each tensor instead of a copy)
         self._span = slice(first, first + len(self.tokens)) if torch.equal(
             self.tokens, torch.arange(first, first + len(self.tokens))) else None
+        #: every position traced, by a trace that keeps views (:meth:`_keep_tensor`)
+        self._views = (self.keeps_views and self._span is not None and first == 0 and len(self.tokens) == length
+                       and adapter.family not in _CHANGED_IN_PLACE)
         self.layers = adapter.layer_modules(model)
         if len({id(layer) for layer in self.layers}) != len(self.layers):
             raise AttributionRefused(f"{adapter.family}: its layers share one module (ALBERT); attribution by part "
@@ -73,10 +114,6 @@ class ResidualPass:
         self.last_layer = shape.n_layers - 1 if up_to_layer is None else up_to_layer
         self._slices = adapter.output_head_slices(model, shape) if adapter.has_output_projection else None
         self._attention_modules = adapter.attention_modules(model)
-        self.records = [_LayerRecord() for _ in range(self.last_layer + 1)]
-        self.embeddings: list[tuple[str, torch.nn.Module, torch.Tensor]] = []
-        self.outside_norms: list[tuple[str, torch.Tensor, torch.Tensor, torch.nn.Module]] = []
-        self._run(input_ids)
 
     # -- the pass ---------------------------------------------------------------------------------------------------
     def _at(self, tensor) -> torch.Tensor | None:
@@ -86,10 +123,21 @@ class ResidualPass:
             return None
         tokens = self._span if self._span is not None else self.tokens.to(tensor.device)
         if tensor.ndim == 2 and tensor.shape[0] == self.length and self.length > 1:
-            return tensor[tokens].detach().clone()
+            return self._keep_tensor(tensor[tokens])
         if tensor.shape[0] != 1 or tensor.shape[1] != self.length:
             return None
-        return tensor[0, tokens].detach().clone()     # a copy: a view would keep the whole sequence's tensor
+        return self._keep_tensor(tensor[0, tokens])
+
+    def _keep_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` (at the traced tokens) as the trace keeps it: a copy, since a view would keep the whole
+        sequence's tensor. A trace of every position that :attr:`keeps_views` keeps the view, which holds no more
+        than a copy would (a copy of every tensor of a whole sequence costs a quarter of its pass), with its version:
+        one the model changes in place later in the pass makes the pass run again with copies."""
+        if not self._views:
+            return tensor.detach().clone()
+        tensor = tensor.detach()
+        self._viewed.append((tensor, tensor._version))
+        return tensor
 
     def _run(self, input_ids: torch.Tensor) -> None:
         model, adapter = self.model, self.adapter
@@ -212,6 +260,9 @@ class ResidualPass:
     def _keep_query_key(self, layer: int, query: torch.Tensor, key: torch.Tensor, _values) -> None:
         if layer <= self.last_layer:
             record = self.records[layer]
+            if self._views:
+                record.query, record.key = self._keep_tensor(query[0]), self._keep_tensor(key[0])
+                return
             tokens = self.tokens.to(query.device)
             record.query = query[0][:, tokens].detach()
             record.key = key[0][:, tokens].detach()
