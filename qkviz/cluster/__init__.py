@@ -10,6 +10,7 @@ and the local pool's worker start-up (``local_pool.py``).
 
 from typing import TYPE_CHECKING
 
+from qkviz.cluster.background_call import BackgroundCall
 from qkviz.cluster.dask_cluster import (CONNECT_TIMEOUT, FAST_MALLOC, MAX_LOCAL_WORKERS, RETRIES, HeadTask,
                                         check_workers_see_run, dask_client, head_task_key, import_distributed,
                                         malloc_trim_threshold, parse_cluster, prepare_workers, run_fingerprint,
@@ -22,7 +23,8 @@ from qkviz.cluster.local_pool import check_spawn_safe, end_with_parent, local_po
 if TYPE_CHECKING:     # for annotations only: callers name the client's type without importing distributed
     from distributed import Client as DaskClient  # noqa: F401
 
-__all__ = ["CONNECT_TIMEOUT", "FAST_MALLOC", "MAX_JOBS", "MAX_LOCAL_WORKERS", "POOL_START_SECONDS", "RETRIES", "HeadRunner", "HeadTask",
-           "check_jobs", "check_spawn_safe", "check_workers_see_run", "dask_client", "default_jobs", "end_with_parent", "head_task_key",
-           "import_distributed", "local_pool", "malloc_trim_threshold", "parse_cluster", "prepare_workers",
-           "resolve_jobs", "run_fingerprint", "start_quiet_worker", "submit_heads", "usable_cores"]
+__all__ = ["BackgroundCall", "CONNECT_TIMEOUT", "FAST_MALLOC", "MAX_JOBS", "MAX_LOCAL_WORKERS", "POOL_START_SECONDS",
+           "RETRIES", "HeadRunner", "HeadTask", "check_jobs", "check_spawn_safe", "check_workers_see_run",
+           "dask_client", "default_jobs", "end_with_parent", "head_task_key", "import_distributed", "local_pool",
+           "malloc_trim_threshold", "parse_cluster", "prepare_workers", "resolve_jobs", "run_fingerprint",
+           "start_quiet_worker", "submit_heads", "usable_cores"]

@@ -10,13 +10,14 @@ probe, with a warning, and says why in ``atlas.probe_note``.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from qkviz.analysis import HeadAtlas, LabelThresholds
 from qkviz.analysis import compute_corpus_stats
 from qkviz.core.errors import QkvizError
-from qkviz.analysis.atlas.head_atlas import store_atlas
+from qkviz.analysis.atlas.head_atlas import estimated_atlas_seconds, store_atlas
 from qkviz.probes.writing_probe import copying_probe
 from qkviz.probes.head_probes import ProbeSettings, probe_heads
 from qkviz.probes.label_ablation import ablate_labels
@@ -67,7 +68,7 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
     HeadAtlas
         The atlas, as :attr:`qkviz.Run.atlas` reads it back; ``atlas.labels`` holds every label with its evidence.
     """
-    from qkviz.cluster import check_jobs, check_workers_see_run
+    from qkviz.cluster import BackgroundCall, check_jobs, check_workers_see_run, resolve_jobs
 
     run = as_run(run)
     check_jobs(jobs, client)        # bad jobs, or a cluster that cannot do the work, is said before the probes run
@@ -78,12 +79,33 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
             run_language_model(run, None, device, "the probe and its ablations")
         except QkvizError:
             pass    # the probe says why below
+    measure = partial(_probe_scores, run, probes, probe_settings, model, device, progress)
+    jobs = resolve_jobs(jobs, client, estimated_atlas_seconds(run))
+    asked = dict(max_offset=max_offset, argmax_share=argmax_share, broad_entropy=broad_entropy, thresholds=thresholds,
+                 exemplars=exemplars, syntax=syntax, progress=progress, jobs=jobs, client=client)
+    if probes and not run.is_image_run and (jobs > 1 or client is not None):
+        # the model's probes run on this process's threads while the heads' statistics run on the workers
+        atlas = compute_corpus_stats(run, pending_probes=BackgroundCall(measure, "qkviz-probes").result, **asked)
+    else:
+        scores, note, writes_note = measure()
+        atlas = compute_corpus_stats(run, probes=scores, probe_note=note, writes_note=writes_note, **asked)
+    if ablate and not run.is_image_run:
+        atlas.labels = ablate_labels(run, atlas.labels, model=model, device=device, settings=probe_settings,
+                                     progress=progress)
+        store_atlas(run, atlas)
+    return atlas
+
+
+def _probe_scores(run: StoredRun, probes: bool, settings: ProbeSettings, model, device: str, progress: bool):
+    """The probe table (the repeated-random-tokens probe's rows, then the copying probe's), what the probe ran on and
+    what the copying probe ran on: ``(scores or None, probe note, writes note)``; a probe that cannot run is a note
+    and a warning, not an error."""
     scores, note = None, "not run (probes=False, --no-probes)"
     if probes and run.is_image_run:
         note = "not run: the repeated-token probe is for text models"
     elif probes:
         try:
-            scores = probe_heads(run, probe_settings, model=model, device=device)
+            scores = probe_heads(run, settings, model=model, device=device)
             note = str(scores.source.iloc[0])
         except QkvizError as error:
             note = f"not run: {error}"
@@ -91,15 +113,8 @@ def compute_stats(run: StoredRun | str | Path, *, max_offset: int = 64, argmax_s
                            "alone", run.path, error)
     writes_note = "not run (probes=False, --no-probes)" if not probes else f"not run: the probe did not ({note})"
     if scores is not None:
-        scores, writes_note = _with_copying(run, scores, probe_settings, model, device, progress)
-    atlas = compute_corpus_stats(run, max_offset=max_offset, argmax_share=argmax_share, broad_entropy=broad_entropy,
-                                 thresholds=thresholds, exemplars=exemplars, syntax=syntax, progress=progress,
-                                 jobs=jobs, client=client, probes=scores, probe_note=note, writes_note=writes_note)
-    if ablate and not run.is_image_run:
-        atlas.labels = ablate_labels(run, atlas.labels, model=model, device=device, settings=probe_settings,
-                                     progress=progress)
-        store_atlas(run, atlas)
-    return atlas
+        scores, writes_note = _with_copying(run, scores, settings, model, device, progress)
+    return scores, note, writes_note
 
 
 def _with_copying(run: StoredRun, scores, settings: ProbeSettings, model, device: str, progress: bool):

@@ -1,6 +1,7 @@
 """Issue 53: with no ``jobs`` (no ``--jobs``), ``stats``, ``project`` and ``related`` use the cores this process may
-use, and store exactly what one job stores; each pool worker runs one torch thread while this process keeps its own;
-small work and a script without a ``__main__`` guard run their heads here instead of failing."""
+use, and store exactly what one job stores (``stats`` then runs the model's probes on a thread while the workers
+compute the heads' statistics); each pool worker runs one torch thread while this process keeps its own; small work
+and a script without a ``__main__`` guard run their heads here instead of failing."""
 
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ def test_stats_with_the_default_jobs_stores_what_one_job_stores(tiny_run, tmp_pa
             pd.testing.assert_frame_equal(getattr(atlas, name), getattr(expected, name), check_exact=True, obj=name)
         for name in ("relative_position", "term_profiles", "offset_support"):
             np.testing.assert_array_equal(getattr(atlas, name), getattr(expected, name), err_msg=name)
+        assert (atlas.probe_note, atlas.writes_note) == (expected.probe_note, expected.writes_note)
     statistics = expected.table.select_dtypes("number").drop(columns=["layer", "head"])
     assert len(expected.probes) and statistics.nunique().max() == len(expected.table)   # heads told apart: order counts
 

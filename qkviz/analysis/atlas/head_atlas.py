@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import pandas as pd
@@ -54,6 +54,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ATLAS_SCHEMA_VERSION", "EXEMPLAR_COLUMNS", "UPDATE_BINS", "UPDATE_RATIO_RANGE", "UPDATE_STATISTICS",
            "HeadAtlas", "compute_atlas", "compute_corpus_stats", "head_update_summary", "load_atlas", "store_atlas"]
+
+#: what ``qkviz.compute_stats`` hands the atlas while its probes still run: a call giving ``(probes, probe_note,
+#: writes_note)``
+PendingProbes = Callable[[], tuple[pd.DataFrame | None, str, str]]
 
 #: a head's statistics in serial seconds, per token and per attending query-key pair: rough figures for the default
 #: number of jobs only (MiniLM's heads over 5,000 tokens of short sentences took about 0.1 s each, the 1,024-head
@@ -109,7 +113,8 @@ def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAU
                          broad_entropy: float = 0.8, exemplars: int = 5, syntax: bool = False,
                          progress: bool = True, jobs: int | None = None, client: "DaskClient | None" = None,
                          probes: pd.DataFrame | None = None, probe_note: str = "",
-                         thresholds: LabelThresholds | None = None, writes_note: str = "") -> HeadAtlas:
+                         thresholds: LabelThresholds | None = None, writes_note: str = "",
+                         pending_probes: PendingProbes | None = None) -> HeadAtlas:
     """Compute the head atlas of a run and store it in ``<run>/stats/`` (what ``qkviz stats`` does).
 
     Every head's attention is recomputed over the whole corpus from the stored vectors.
@@ -150,6 +155,9 @@ def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAU
         What the probes ran on, or why there are none (kept in the atlas).
     writes_note
         What the copying probe ran on, or why it did not (``"not computed: no unembedding ..."``), kept in the atlas.
+    pending_probes
+        Instead of ``probes``, ``probe_note`` and ``writes_note``: a call that returns the three once the heads'
+        statistics are in, made then (``qkviz.compute_stats`` runs the model's probes meanwhile, on a thread).
 
     Returns
     -------
@@ -168,9 +176,10 @@ def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAU
         if not (0 <= value if name in ("over_chance", "min_queries") else 0 < value <= 1):
             raise QkvizError(f"{name} must be in {'[0, inf)' if name in ('over_chance', 'min_queries') else '(0, 1]'}, "
                              f"got {value}")
-    atlas = compute_atlas(run, thresholds, max_offset, exemplars, syntax=syntax,
-                          progress=progress, jobs=jobs, client=client, probes=probes, probe_note=probe_note)
-    atlas.writes_note = writes_note
+    if pending_probes is None:
+        pending_probes = lambda: (probes, probe_note, writes_note)   # noqa: E731
+    atlas = compute_atlas(run, thresholds, max_offset, exemplars, syntax=syntax, progress=progress, jobs=jobs,
+                          client=client, pending_probes=pending_probes)
     directory = store_atlas(run, atlas)
     counts = atlas.table.label.value_counts()
     earned = atlas.labels.drop_duplicates(["layer", "head", "label"]).label.value_counts()
@@ -183,14 +192,15 @@ def compute_corpus_stats(run: StoredRun | str | Path, *, max_offset: int = DEFAU
 def compute_atlas(run: StoredRun, thresholds: LabelThresholds = LabelThresholds(), max_offset: int = DEFAULT_MAX_OFFSET,
                   n_exemplars: int = 5, syntax: bool = False, progress: bool = False, jobs: int | None = None,
                   client: "DaskClient | None" = None, probes: pd.DataFrame | None = None,
-                  probe_note: str = "") -> HeadAtlas:
+                  probe_note: str = "", pending_probes: PendingProbes | None = None) -> HeadAtlas:
     """Statistics of every head (attention recomputed from the stored vectors, batch by batch);
     with ``syntax``, also the part-of-speech and dependency statistics of :mod:`qkviz.analysis.statistics.syntax`.
 
     Each head is one :func:`~qkviz.analysis.atlas.atlas_tasks.head_entry` task, run in this process, on ``jobs``
     local worker processes (``None``: :func:`qkviz.cluster.resolve_jobs` of :func:`estimated_atlas_seconds`), or on
     the workers of a Dask ``client``; the atlas is assembled here in (layer, head) order, so it is the same whichever
-    ran it. With ``syntax`` the corpus is parsed here, once."""
+    ran it. With ``syntax`` the corpus is parsed here, once. ``pending_probes`` (``(probes, probe_note, writes_note)``
+    once called) is called when every head's entry is in, before the labels."""
     from tqdm.auto import tqdm
 
     jobs = resolve_jobs(jobs, client, estimated_atlas_seconds(run))
@@ -212,8 +222,11 @@ def compute_atlas(run: StoredRun, thresholds: LabelThresholds = LabelThresholds(
                 bar.update()
     finally:
         forget_run_states()
+    writes_note = ""
+    if pending_probes is not None:
+        probes, probe_note, writes_note = pending_probes()
     atlas = _assemble(run, [entry for entry in entries if entry is not None], settings, syntax, has_updates)
-    atlas.probes, atlas.probe_note = probes, probe_note
+    atlas.probes, atlas.probe_note, atlas.writes_note = probes, probe_note, writes_note
     if not run.is_image_run:
         _label(run, atlas, probes)
     return atlas
