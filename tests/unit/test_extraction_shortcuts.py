@@ -1,7 +1,8 @@
 """The shortcuts that make extraction cheap around its forward pass give exactly what the plain way gives: the weights'
-hash of the bytes of every tensor, the gate's heads recomputed at once as each alone, the scatter's placement of a
-batch as a boolean mask and an assignment place it, the token table as one row built at a time, and every checksum the
-manifest records that of its file as written."""
+hash of the bytes of every tensor, the capture's own operators on one thread (the model's on all of them), the gate's
+heads recomputed at once as each alone, the scatter's placement of a batch as a boolean mask and an assignment place
+it, the token table as one row built at a time, and every checksum the manifest records that of its file as
+written."""
 
 import hashlib
 
@@ -13,7 +14,9 @@ from support.family_configs import tiny_family_model
 from support.tiny_models import FAMILIES
 
 from qkviz.core import LogitRule
-from qkviz.extraction.streaming.chunk_capture import ChunkBuffers, Scatter
+from qkviz.extraction.adapters import model_adapter
+from qkviz.extraction.capture.recorder import AttentionRecorder, capturing
+from qkviz.extraction.streaming.chunk_capture import ChunkBuffers, Scatter, attention_layers
 from qkviz.extraction.gate.exactness_gate import recomputed_probabilities
 from qkviz.extraction.writing.run_manifest import model_identity
 from qkviz.extraction.inputs.selection import TokenizedSentence
@@ -33,6 +36,33 @@ def test_the_weights_hash_is_that_of_every_tensors_bytes_as_runs_made_before_rec
                          if tensor.numel() else b"")
     identity = model_identity(type("Loaded", (), {"model": model})(), "tiny")
     assert identity["weights_sha256"] == reference.hexdigest()
+
+
+def test_the_capture_computes_on_one_thread_the_same_numbers_and_gives_the_model_its_threads_back():
+    model = tiny_family_model("llama").eval()
+    adapter = model_adapter(model)
+    layers = attention_layers(model, adapter, adapter.shape(model.config))
+    input_ids = torch.randint(0, model.config.vocab_size, (2, 12))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        captured = {}
+        for one_thread in (False, True):
+            seen = captured[one_thread] = []
+
+            def sink(layer, queries, keys, value_norms):
+                seen.append((torch.get_num_threads(), (queries * 1.5).clone(), keys.clone(), value_norms.clone()))
+
+            with torch.inference_mode(), capturing(model, AttentionRecorder(layers, sink, one_thread=one_thread)):
+                model(input_ids=input_ids)
+            assert torch.get_num_threads() == 2, "the model's threads are given back after each layer"
+        assert [entry[0] for entry in captured[False]] == [2] * layers.n_layers
+        assert [entry[0] for entry in captured[True]] == [1] * layers.n_layers
+        for alone, shared in zip(captured[True], captured[False]):
+            for mine, theirs in zip(alone[1:], shared[1:]):
+                assert torch.equal(mine, theirs)
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("rule", [LogitRule(0.3), LogitRule(0.3, causal=True), LogitRule(0.2, causal=True, window=5),

@@ -94,17 +94,45 @@ class LayerCalls:
         return layer_of
 
 
-class AttentionRecorder:
-    """Receives every attention call of one model and forwards it to a sink, per layer."""
+@contextlib.contextmanager
+def one_torch_thread(threads: int) -> Iterator[None]:
+    """torch's operators on one thread while the block runs, then on ``threads`` again (those the caller's thread had
+    before it began: :func:`torch.get_num_threads`; the setting is the calling thread's own)."""
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
-    def __init__(self, layer_calls: LayerCalls, sink: LayerSink, values: ValueSink | None = None):
+
+class AttentionRecorder:
+    """Receives every attention call of one model and forwards it to a sink, per layer.
+
+    ``one_thread``: what the recorder and its sinks compute on each call (the value norms, the sinks' copies and
+    encodings) runs on one thread, the model's own operators on as many as torch has. Those are small operators over
+    one layer's queries and keys, a few hundred microseconds each: split over torch's threads they gain little on an
+    idle machine, and on a loaded one each pays for the threads to meet (a thread that another process holds keeps the
+    other waiting), which cost extraction more than the operators' own work (the streaming capture sets it:
+    :func:`qkviz.extraction.streaming.chunk_capture.recording`). The numbers are the same on any number of threads."""
+
+    def __init__(self, layer_calls: LayerCalls, sink: LayerSink, values: ValueSink | None = None,
+                 one_thread: bool = False):
         self._layer_of = layer_calls.counter()
         self._sink = sink
         self._values = values
+        self._threads = torch.get_num_threads() if one_thread else 1
         self.settings: dict[int, LayerAttentionSettings] = {}
 
     def record(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                value: torch.Tensor, scaling: float | None, kwargs: dict) -> None:
+        with one_torch_thread(self._threads):
+            self._record(module, query, key, value, scaling, kwargs)
+
+    def _record(self, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                value: torch.Tensor, scaling: float | None, kwargs: dict) -> None:
         layer = self._layer_of(module)
         if layer is None:
             raise RuntimeError(f"attention module {type(module).__name__} is not one of the mapped layers")

@@ -196,10 +196,11 @@ def recording(model, adapter: FamilyAdapter, shape: ModelShape, layer_of_module:
               head_update: bool, output_norms: bool = False) -> Iterator[AttentionRecorder]:
     """Inference with every attention call of ``model`` captured into ``scatter`` (with ``head_update``, each
     head's update relative to the hidden state too; with ``output_norms``, every head's ``|W_O^h v_j|``); yields
-    the recorder, whose ``settings`` are those of every layer called so far."""
+    the recorder, whose ``settings`` are those of every layer called so far. What the capture computes beside the
+    model runs on one thread (:class:`~qkviz.extraction.capture.recorder.AttentionRecorder`'s ``one_thread``)."""
     probe = HeadUpdateProbe(model, adapter, shape, scatter.head_updates) if head_update else None
     norms = OutputNormProbe(model, adapter, shape, scatter.output_norms) if output_norms else None
-    recorder = AttentionRecorder(layer_of_module, scatter, norms)
+    recorder = AttentionRecorder(layer_of_module, scatter, norms, one_thread=True)
     with torch.inference_mode(), capturing(model, recorder), probe or contextlib.nullcontext():
         yield recorder
 

@@ -15,10 +15,10 @@ def token_table(sentences: list[TokenizedSentence], tokenizer) -> pd.DataFrame:
     tokens and for tokens that cover only whitespace); character offsets are -1 for special tokens.
     """
     lengths = [len(sentence) for sentence in sentences]
-    # one vocabulary look-up of every token (each id's piece, as the sentences' own look-ups give it), and each column
-    # built whole: a list of every token's text, a flat array of each number column
+    # one vocabulary look-up of each distinct id (a token's piece depends on its id alone), and each column built
+    # whole: a list of every token's text, a flat array of each number column
     token_ids = [token_id for sentence in sentences for token_id in sentence.token_ids]
-    pieces = [str(piece) for piece in tokenizer.convert_ids_to_tokens(token_ids)]
+    pieces = pieces_of(token_ids, tokenizer)
     special = [flag for sentence in sentences for flag in sentence.special]
     offsets = np.array([pair for sentence in sentences for pair in sentence.offsets], dtype=np.int64).reshape(-1, 2)
     surfaces = ["" if flag else sentence.text[start:end].strip()
@@ -40,6 +40,14 @@ def token_table(sentences: list[TokenizedSentence], tokenizer) -> pd.DataFrame:
         frame[column] = frame[column].astype(np.int32)
     frame["is_special"] = frame["is_special"].astype(bool)
     return frame
+
+
+def pieces_of(token_ids: list[int], tokenizer) -> list[str]:
+    """Every token's vocabulary piece, in order: ``tokenizer.convert_ids_to_tokens`` of each distinct id once (a run
+    of 100,000 tokens holds a few thousand)."""
+    distinct, where = np.unique(np.asarray(token_ids, dtype=np.int64), return_inverse=True)
+    looked_up = [str(piece) for piece in tokenizer.convert_ids_to_tokens([int(i) for i in distinct])]
+    return [looked_up[index] for index in where.reshape(-1).tolist()]
 
 
 def sentence_table(sentences: list[TokenizedSentence]) -> pd.DataFrame:
