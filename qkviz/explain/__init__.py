@@ -11,7 +11,8 @@ same parts of the final residual stream; :func:`head_output` splits one head's s
 and by the parts that wrote its values (:func:`head_outputs`: at many tokens, one pass per sequence), and
 :func:`head_writes` lists the tokens a head promotes and suppresses.
 The model is the run's own, loaded on demand once per process by :mod:`qkviz.probes`, which also reruns it for the
-probes and ablation.
+probes and ablation. A sequence explained is traced once and kept for its further pairs (:mod:`.traced_streams`:
+:func:`set_trace_memory`, :func:`trace_memory_state`, :func:`clear_traces`).
 """
 
 from qkviz.explain.direct_effects import DIRECT_EFFECT_COLUMNS, direct_effects
@@ -20,8 +21,9 @@ from qkviz.explain.head_circuit import (CHUNK_TOKENS, HeadCircuit, explain_selec
                                         sample_sequences)
 from qkviz.explain.pair_logit import explain_pair, explain_pair_splits
 from qkviz.explain.stored_circuits import compute_circuits, composition_edges, load_circuits
+from qkviz.explain.traced_streams import clear_traces, set_trace_memory, trace_memory_state
 
-__all__ = ["CHUNK_TOKENS", "DIRECT_EFFECT_COLUMNS", "HEAD_OUTPUT_BY", "HeadCircuit", "compute_circuits",
+__all__ = ["CHUNK_TOKENS", "DIRECT_EFFECT_COLUMNS", "HEAD_OUTPUT_BY", "HeadCircuit", "clear_traces", "compute_circuits",
            "composition_edges", "direct_effects", "explain_pair", "explain_pair_splits", "explain_selection",
            "head_circuit", "head_circuits", "head_output", "head_outputs", "head_write_splits", "head_writes", "load_circuits", "part_kind",
-           "sample_sequences"]
+           "sample_sequences", "set_trace_memory", "trace_memory_state"]

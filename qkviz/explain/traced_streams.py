@@ -46,7 +46,7 @@ MEMORY_VARIABLE = "QKVIZ_TRACE_MEMORY"
 #: the budget when none is set: room for a 1,000-token SmolLM2 sequence traced to its last layer, with room to spare
 DEFAULT_BUDGET = 1 << 30
 #: a trace's bytes per position and layer, in units of the stream's width times its element size, before it is made
-#: (what decides whether it is made at all): SmolLM2's traces hold about 7 of them; a larger guess errs to no trace
+#: (what decides whether it is made at all): SmolLM2's traces hold about 8 of them; a larger guess errs to no trace
 ESTIMATED_WIDTHS = 10
 
 
