@@ -145,8 +145,11 @@ class TracedStreams:
 
     def clear(self) -> None:
         with self._lock:
+            held = bool(self._traces)
             self._traces.clear()
             self.hits = self.misses = 0
+            if held:
+                _return_freed_memory()
 
     def state(self) -> dict:
         """What is held: ``held`` (what each trace is of, least recently used first), ``used`` and ``budget`` in
@@ -159,11 +162,20 @@ class TracedStreams:
         if key in self._traces:
             trace, what = self._traces.pop(key)
             logger.info("traced streams: dropped %s (%s): %s", what, megabytes(trace.nbytes), why)
+            del trace
+            _return_freed_memory()
 
     def _make_room(self, size: int) -> None:
         budget = self.budget
         while self._traces and self.used + size > budget:
             self._drop(next(iter(self._traces)), f"least recently used, to stay within {megabytes(budget)}")
+
+
+def _return_freed_memory() -> None:
+    """The memory of a trace dropped, given back to the system (traces exist only where torch is loaded)."""
+    from qkviz.extraction.residual.traced_sequence import return_freed_memory
+
+    return_freed_memory()
 
 
 #: the process's traces

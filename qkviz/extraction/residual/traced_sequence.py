@@ -104,14 +104,15 @@ def trace_sequence(model: torch.nn.Module, token_ids, up_to_layer: int) -> Trace
     trace = traced(model, token_ids, np.arange(len(token_ids)), up_to_layer, trace=_WholeSequenceTrace)
     found = kept(trace)
     del trace
-    _return_freed_memory()
+    return_freed_memory()
     return found
 
 
-def _return_freed_memory() -> None:
-    """Give the memory the pass freed back to the system (glibc's ``malloc_trim``; nothing elsewhere). The tensors a
-    trace keeps lie among the pass's freed temporaries, which the allocator would otherwise keep: the process's
-    resident memory grew by about twice what a SmolLM2 trace holds without it, by what it holds with it."""
+def return_freed_memory() -> None:
+    """Give the memory the process freed back to the system (glibc's ``malloc_trim``; nothing elsewhere): after a
+    trace is made, and after one is dropped. The tensors a trace keeps lie among the pass's freed temporaries, which
+    the allocator would otherwise keep: the process's resident memory grew by about twice what a SmolLM2 trace holds
+    without it, by what it holds with it."""
     global _TRIM
     if _TRIM is None:
         try:
