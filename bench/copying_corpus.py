@@ -30,6 +30,7 @@ from qkviz.analysis import LabelThresholds, copying_scores  # noqa: E402
 from qkviz.analysis.labels import writing_labels  # noqa: E402
 from qkviz.probes import copying_probe, run_language_model  # noqa: E402
 
+from bench.figures.results import Results, figure, model_name, source  # noqa: E402
 from bench.harness import Recorder, smoke_arguments  # noqa: E402
 
 #: the passages, 0-based line ranges of data/classics.txt, fixed before any of their results was seen
@@ -90,6 +91,35 @@ def main(argv: list[str] | None = None) -> None:
         found = measure(args.model, " ".join(lines[start:end]), work / f"run-{index}")
         passages.append({"lines": f"{start + 1}-{end}", **found})
     print(f"wrote {recorder.write(model=args.model, passages=passages)}")
+
+
+# The figure block drawn from this bench's result file (``python -m bench.figures``).
+
+@figure("copying-corpus")
+def copying_corpus_block(results: Results) -> str:
+    found = results("copying_corpus")
+    passages = found["passages"]
+    labelled = sum(passage["labelled_copying"] for passage in passages)
+    lines = [f"On {model_name(found['model'])}, {len(passages)} passages of `data/classics.txt` fixed before their results "
+             "were seen, each written twice; the strongest induction head by qkviz's own ranking, its `copying` score on "
+             "the corpus form and on the probe (queries; the shuffled control's score), and the heads each form labels:",
+             "",
+             "| lines | tokens | strongest induction head | corpus form | probe | labelled `copying` | heads copying / "
+             "suppressing: corpus form; probe; control |",
+             "|---|---|---|---|---|---|---|"]
+    for passage in passages:
+        def form(name: str) -> str:
+            scores = passage.get(name)
+            return (f"{scores['score']:.2f} ({scores['queries']:,}; {scores['shuffled']:.2f})" if scores
+                    else "not measured")
+        counts = "; ".join(f"{passage[key]['copying']} / {passage[key]['suppression']}"
+                           for key in ("heads_corpus", "heads_probe", "heads_control"))
+        lines.append(f"| {passage['lines']} | {passage['tokens']:,} | {passage['head']} ({passage['induction']:.2f}) | "
+                     f"{form('corpus')} | {form('probe')} | {'yes' if passage['labelled_copying'] else 'no'} | {counts} |")
+    lines += ["", f"The strongest induction head is labelled `copying` on {labelled} of {len(passages)} passages "
+              f"(threshold `copy_share` 0.3, chance 5 / 2,000). `python -m bench.copying_corpus` "
+              f"({source(results, 'copying_corpus')})."]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
