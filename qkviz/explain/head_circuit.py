@@ -28,9 +28,11 @@ through the frozen input norm and the value projection; the projection's bias th
 
 All three sides are linear in the per-token vectors: each part's sum is its vectors dotted with one vector per token
 of the stream, which one backward pass through the layer's attention module gives for every part and side at once
-(:func:`qkviz.extraction.layer_weighted_sums`). Each sequence is split in chunks of :data:`CHUNK_TOKENS` tokens, one
-model pass per chunk: no parts x tokens x width tensor is held beyond one chunk. Long runs are sampled: whole
-sequences in a seeded random order until ``budget`` tokens (``attrs["sample"]`` records which).
+(:func:`qkviz.extraction.residual.sequence_weighted_sums`), for every head of a layer at once. Each sequence is split
+in chunks of :data:`CHUNK_TOKENS` tokens, so that no parts x tokens x width tensor is held beyond one chunk; the
+chunks are read from one traced pass of the model per span of them (the whole sequence where its trace fits in
+``SPAN_BYTES``), not a pass each. The partner weights themselves are :mod:`.partner_weights`. Long runs are
+sampled: whole sequences in a seeded random order until ``budget`` tokens (``attrs["sample"]`` records which).
 """
 
 from __future__ import annotations
@@ -42,17 +44,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from qkviz.core.attention import allowed_pairs, attention_probs
 from qkviz.core.errors import QkvizError
+from qkviz.explain.partner_weights import sequence_weights
 from qkviz.probes.model_on_demand import run_model
 from qkviz.probes.model_on_demand import sequence_ids
 from qkviz.store.run import StoredRun
 
 logger = logging.getLogger(__name__)
 
-#: each query's partners: its keys of most attention
-PARTNERS = 5
-#: the tokens of one sequence whose parts are held at once (one model pass each)
+#: the tokens of one sequence whose parts are held at once
 CHUNK_TOKENS = 256
 #: the tokens a circuit reads by default (whole sequences, in a seeded random order)
 DEFAULT_BUDGET = 5000
@@ -116,52 +116,6 @@ class _Sums:
             setattr(self, side, getattr(self, side) + values)
 
 
-@dataclass
-class _SequenceWeights:
-    """Per token of one sequence, for one head: the vectors the parts of each side are dotted with."""
-
-    toward_keys: np.ndarray        # [key, d]: sum_i a_ij q_i over the queries it partners
-    toward_keys_lift: np.ndarray   # the same less each query's mean over the keys it may attend to
-    toward_queries: np.ndarray     # [query, d]: sum_j a_ij k_j over its partners
-    toward_queries_lift: np.ndarray
-    weight: float
-    logit: float
-    received: np.ndarray           # [key]: sum_i a_ij over every query that may attend to it (the value side)
-    value_weight: float            # sum a_ij over every pair the head may attend
-
-
-def sequence_weights(run: StoredRun, layer: int, head: int, sentence: int,
-                     chosen: np.ndarray | None = None) -> _SequenceWeights:
-    """The head's partner weights over one sequence, from the stored queries and keys: each query's
-    :data:`PARTNERS` strongest keys, or the ``chosen`` pairs (``[query, key]`` booleans of the sequence), weighted
-    by their attention."""
-    rows = run.sentence_tokens(sentence)
-    queries = np.asarray(run.queries(layer, head)[rows], dtype=np.float64)
-    keys = np.asarray(run.keys(layer, head)[rows], dtype=np.float64)
-    rule = run.logit_rule(layer, head)
-    n = len(queries)
-    probs = attention_probs(queries, keys, rule).astype(np.float64)
-    allowed = allowed_pairs(n, rule)
-    if chosen is None:
-        top = np.argsort(-probs, axis=1)[:, :PARTNERS]
-        partners = np.zeros_like(probs)
-        np.put_along_axis(partners, top, np.take_along_axis(probs, top, axis=1), axis=1)
-    else:
-        partners = probs * chosen
-    partners *= allowed
-    row_weight = partners.sum(axis=1)
-    visible = allowed.astype(np.float64) / np.maximum(allowed.sum(axis=1, keepdims=True), 1)
-    mean_keys = visible @ keys                                           # [query, d]
-    toward_keys = partners.T @ queries
-    toward_keys_lift = toward_keys - (visible * row_weight[:, None]).T @ queries
-    toward_queries = partners @ keys
-    toward_queries_lift = toward_queries - row_weight[:, None] * mean_keys
-    logit = float(rule.scale * np.sum(partners * (queries @ keys.T)))
-    attended = probs * allowed if chosen is None else partners
-    return _SequenceWeights(toward_keys, toward_keys_lift, toward_queries, toward_queries_lift,
-                            float(row_weight.sum()), logit, attended.sum(axis=0), float(attended.sum()))
-
-
 def _chunks(n: int) -> list[np.ndarray]:
     return [np.arange(start, min(n, start + CHUNK_TOKENS)) for start in range(0, n, CHUNK_TOKENS)]
 
@@ -172,7 +126,7 @@ def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample
     """The running sums of every head of ``heads`` over ``sample``: one model pass per chunk of each sequence, every
     layer asked for split from it (the value side too where ``value``, from the same backward pass). ``chosen``
     (sequence -> ``[query, key]`` booleans) replaces each query's strongest partners by the chosen pairs."""
-    from qkviz.extraction.residual import layer_weighted_sums
+    from qkviz.extraction.residual import sequence_weighted_sums
 
     heads = sorted(set((int(layer), int(head)) for layer, head in heads))
     for layer, head in heads:
@@ -183,6 +137,7 @@ def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample
         from tqdm.auto import tqdm
 
         bar = tqdm(total=sample.n_tokens, desc="circuits", unit="token")
+    last_layer = max(layer for layer, _ in heads)
     for sentence in sample.sentences:
         ids = sequence_ids(run, sentence)
         weights = {key: sequence_weights(run, *key, sentence, None if chosen is None else chosen[sentence])
@@ -191,19 +146,23 @@ def circuit_sums(run: StoredRun, model, heads: Iterable[tuple[int, int]], sample
             sums[key].weight += w.weight
             sums[key].logit += w.logit
             sums[key].value_weight += w.value_weight
-        for chunk in _chunks(len(ids)):
-            # a causal model's pass stops at the chunk's last token: what follows changes nothing before it
-            prefix = ids[:chunk[-1] + 1] if run.is_causal else ids
-            asked = {key: {"query": np.stack([w.toward_queries[chunk], w.toward_queries_lift[chunk]]),
-                           "key": np.stack([w.toward_keys[chunk], w.toward_keys_lift[chunk]]),
-                           **({"value": w.received[chunk][None]} if value else {})}
-                     for key, w in weights.items()}
-            for (layer, head), split in layer_weighted_sums(model, prefix, chunk, asked):
-                scale = run.scale(layer)
-                for side, (names, values) in split.items():
-                    sums[(layer, head)].add(side, names, values if side == "value" else scale * values)
-            if bar is not None:
-                bar.update(len(chunk))
+        chunks = _chunks(len(ids))
+
+        def asked(index: int) -> dict:
+            chunk = chunks[index]
+            return {key: {"query": np.stack([w.toward_queries[chunk], w.toward_queries_lift[chunk]]),
+                          "key": np.stack([w.toward_keys[chunk], w.toward_keys_lift[chunk]]),
+                          **({"value": w.received[chunk][None]} if value else {})}
+                    for key, w in weights.items()}
+        done = set()
+        for index, (layer, head), split in sequence_weighted_sums(model, ids, chunks, asked, last_layer,
+                                                                  causal=run.is_causal):
+            if bar is not None and index not in done:
+                done.add(index)
+                bar.update(len(chunks[index]))
+            scale = run.scale(layer)
+            for side, (names, values) in split.items():
+                sums[(layer, head)].add(side, names, values if side == "value" else scale * values)
     if bar is not None:
         bar.close()
     return sums

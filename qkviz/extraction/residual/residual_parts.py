@@ -125,8 +125,7 @@ class ResidualTrace(ResidualStream):
         # each part's sum: the part (before the input norm) dotted with the gradient carried back through the norm
         before = gradient if norm is None else norm.transposed(gradient)
         flat = before.reshape(len(before), -1)
-        values = torch.cat([torch.stack(stream.vectors[start:start + 64]).reshape(-1, flat.shape[1]) @ flat.T
-                            for start in range(0, len(stream.vectors), 64)])                  # [part, row]
+        values = torch.cat([block @ flat.T for block in self._part_blocks(stream.vectors)])     # [part, row]
         names = list(stream.names)
         if norm is not None and norm.bias is not None:
             values = torch.cat([values, (gradient * norm.bias).sum(dim=(1, 2))[None]])
@@ -165,25 +164,58 @@ class ResidualTrace(ResidualStream):
                            vectors: dict) -> tuple[torch.Tensor, list[float]]:
         """The gradient ``[row, token, width]`` of each row's weighted sum (``rows``: ``(head, side, index)``) with
         respect to the input of layer ``layer``'s attention module, and each row's constant (the module's output
-        for a zero input, weighted)."""
+        for a zero input, weighted). One backward pass: each row of the batch gets its weights as the output's
+        gradient at its head (no per-row selection, whose backward would fill a whole output-sized tensor)."""
         parts = stream if norm is None else StreamParts(running=norm.linear(stream.total()))
         total = parts.total() if norm is None or norm.bias is None else parts.total() + norm.bias
         with torch.enable_grad():
             batch = torch.cat([total[None].expand(len(rows), -1, -1), torch.zeros_like(total)[None]])
             batch = batch.to(next(self._attention_modules[layer].parameters()).dtype).detach().requires_grad_(True)
             made = self._made_by_attention(layer, batch, keep_graph=True)
-            loss = batch.new_zeros(())
-            targets = []
+            cotangents = {side: torch.zeros_like(made[side]) for side in dict.fromkeys(side for _, side, _ in rows)}
             for row, (head, side, index) in enumerate(rows):
-                vectors_of_row = made[side][row, head if side == "query" else self.shape.kv_head_of(head)]
-                weight = torch.as_tensor(vectors[head][side][index], dtype=vectors_of_row.dtype,
-                                         device=vectors_of_row.device)
-                loss = loss + (vectors_of_row * weight).sum()
-                targets.append(weight)
-            (gradient,) = torch.autograd.grad(loss, batch)
+                cotangents[side][row, head if side == "query" else self.shape.kv_head_of(head)] = torch.as_tensor(
+                    vectors[head][side][index], dtype=made[side].dtype, device=made[side].device)
+            sides = list(cotangents)
+            (gradient,) = torch.autograd.grad([made[side] for side in sides], batch,
+                                              grad_outputs=[cotangents[side] for side in sides])
         constants = [float(made[side][-1, head if side == "query" else self.shape.kv_head_of(head)].detach().double()
-                           .mul(target.double()).sum()) for (head, side, _), target in zip(rows, targets)]
+                           .mul(torch.as_tensor(vectors[head][side][index], dtype=torch.float64,
+                                                device=made[side].device)).sum())
+                     for head, side, index in rows]
         return gradient[:-1].double(), constants
+
+    @staticmethod
+    def _part_blocks(vectors: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The parts ``vectors`` as ``[part, token x width]`` blocks, in order, copying none that need not be: parts
+        laid out one after another in one tensor (a layer's heads, made by one product) are a view of it; the parts
+        between such runs are stacked."""
+        def follows(before: torch.Tensor, vector: torch.Tensor) -> bool:
+            return (before.is_contiguous() and vector.is_contiguous() and vector.shape == before.shape
+                    and vector.dtype == before.dtype and vector.device == before.device
+                    and vector.untyped_storage().data_ptr() == before.untyped_storage().data_ptr()
+                    and vector.storage_offset() == before.storage_offset() + before.numel())
+
+        blocks: list[torch.Tensor] = []
+        loose: list[torch.Tensor] = []
+        start = 0
+        while start < len(vectors):
+            end = start + 1
+            while end < len(vectors) and follows(vectors[end - 1], vectors[end]):
+                end += 1
+            first = vectors[start]
+            if end - start == 1:
+                loose.append(first.reshape(-1))
+            else:
+                if loose:
+                    blocks.append(torch.stack(loose))
+                    loose = []
+                blocks.append(torch.as_strided(first, (end - start, first.numel()), (first.numel(), 1),
+                                               first.storage_offset()))
+            start = end
+        if loose:
+            blocks.append(torch.stack(loose))
+        return blocks
 
     def _checked_sums(self, layer: int, side: str, own: torch.Tensor, asked: np.ndarray, names: list[str],
                       block: torch.Tensor, constant: torch.Tensor) -> tuple[list[str], np.ndarray]:
@@ -301,10 +333,14 @@ def layer_weighted_sums(model: torch.nn.Module, token_ids, tokens, weights: dict
     optional): each part's weighted sum of its queries and keys, and its share of what the head moves
     (:meth:`ResidualTrace.weighted_sums`), from one forward pass of the sequence and one backward pass through each
     layer's attention module."""
+    layers = sorted({layer for layer, _ in weights})
+    yield from trace_weighted_sums(traced(model, token_ids, tokens, layers[-1]), weights)
+
+
+def trace_weighted_sums(trace: ResidualTrace, weights: dict[tuple[int, int], dict]):
+    """:func:`layer_weighted_sums` from a trace already made (of the tokens the weights are given at)."""
     from qkviz.extraction.models.model_boundary import failure_detail
 
-    layers = sorted({layer for layer, _ in weights})
-    trace = traced(model, token_ids, tokens, layers[-1])
     try:
         for layer, stream in trace.layer_streams():
             heads = {head: weights[(layer, head)] for (l_, head) in weights if l_ == layer}

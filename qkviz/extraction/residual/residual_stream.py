@@ -50,6 +50,18 @@ class StreamParts:
         self.vectors.append(vector)
         self.running = vector.clone() if self.running is None else self.running + vector
 
+    def extend(self, names: list[str], vectors: list[torch.Tensor]) -> None:
+        """Add several parts at once: the running sum grows once by their sum, not once per part."""
+        vectors = [vector.double() for vector in vectors]
+        if not vectors:
+            return
+        added = vectors[0].clone()
+        for vector in vectors[1:]:
+            added += vector
+        self.names.extend(names)
+        self.vectors.extend(vectors)
+        self.running = added if self.running is None else self.running + added
+
     def total(self) -> torch.Tensor:
         return self.running
 
@@ -109,11 +121,12 @@ class ResidualStream(ResidualPass):
             raise self._refuse(f"layer {layer}'s attention output projection was not called on the sequence")
         slices = self._slices[layer].double()                                               # [head, d_value, width]
         per_head = record.heads_in.double().reshape(len(self.tokens), self.shape.n_heads, -1)
-        heads = list(torch.bmm(per_head.transpose(0, 1), slices))            # [head][token, width]
+        product = torch.bmm(per_head.transpose(0, 1), slices)                # [head, token, width]
+        heads = list(product)                     # views of one tensor, one after another (no copy)
         projection = self.adapter.output_projections(self.model)[layer]
         bias = getattr(projection, "bias", None)
         bias = None if bias is None else bias.detach().double().expand_as(record.heads_out)
-        total = torch.stack(heads).sum(dim=0) + (0 if bias is None else bias)
+        total = product.sum(dim=0) + (0 if bias is None else bias)
         if not matches(total, record.heads_out):
             raise self._refuse(f"layer {layer}'s heads through the output projection do not add up to its output")
         return heads, bias
@@ -155,8 +168,7 @@ class ResidualStream(ResidualPass):
         else:
             added = real_heads
         out = stream.copy()
-        for name, head in zip(names, heads):
-            out.add(name, head)
+        out.extend(names, heads)
         if bias is not None:
             out.add(f"L{layer}.attn_bias", bias)
         if post is not None and norm.bias is not None:
