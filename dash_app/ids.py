@@ -234,5 +234,8 @@ COMPOSITION_VALUE_MINIMUM = "composition-value-minimum"
 COMPOSITION_TOP = "composition-top"
 COMPOSITION_LAYERS = "composition-layers"
 COMPOSITION_HEAD = "composition-head"
+#: the composition view's level (layer x layer matrix, heads, auto) and its layer matrix's graph
+COMPOSITION_LEVEL = "composition-level"
+COMPOSITION_LAYER_GRAPH = "composition-layer-graph"
 #: {curve, customdata: flat head, timestamp} of the last click on a node
 COMPOSITION_CLICK = "composition-click"

@@ -13,6 +13,12 @@ V-edge is drawn). So the two units are never ranked together: Q/K edges and V-ed
 the weight, the two minimums, the strongest N, and a layer / head whose edges (in or out) alone are drawn. A click
 on a head node opens it in the single view (``customdata``: the flat head, as in the matrix view). Without stored
 circuits the page says how to make them.
+
+At a thousand heads the graph of every head is no picture: above 256 heads the view opens on the layer x layer
+matrix of summed composition, one per side (:mod:`dash_app.views.composition_layers`; the level control picks it or
+the heads by hand); a click on a cell opens its target layer, the head graph of the edges into and out of that layer,
+and the layer and head dropdowns open any layer or head. The edges of a run are worked out once per weight (every
+edge, largest first) and filtered per drawing.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import dash
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
@@ -31,6 +37,7 @@ from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, message_figure
 from dash_app.run_data import RunData
 from dash_app.state import bounded_number, checked_state
 from dash_app.view_registry import AppContext, View, register_view
+from dash_app.views.composition_layers import LEVELS, chosen_level, clicked_layer, layer_figure, shows_layers
 from qkviz.explain import composition_edges
 
 VIEW_NAME = "composition"
@@ -83,12 +90,22 @@ def layout(_context: AppContext) -> html.Div:
             html.Label("head"),
             dcc.Dropdown(id=ids.COMPOSITION_HEAD, options=focus_options(0, "heads"), value=ALL, clearable=False,
                          style={"width": "130px"}),
+            html.Label("show"),
+            dcc.RadioItems(id=ids.COMPOSITION_LEVEL, options=[{"label": text, "value": value}
+                                                              for value, text in LEVELS.items()],
+                           value="auto", inline=True),
             export_buttons(ids.COMPOSITION_GRAPH, "composition"),
         ]),
         html.Div(id=ids.COMPOSITION_MESSAGE, className="info"),
         dcc.Graph(id=ids.COMPOSITION_GRAPH, config=image_config("composition"),
-                  style={"height": GRAPH_HEIGHT, "minHeight": f"{MIN_HEIGHT_PX}px"}, figure={"data": [], "layout": {}}),
+                  style=graph_style(True), figure={"data": [], "layout": {}}),
+        dcc.Graph(id=ids.COMPOSITION_LAYER_GRAPH, config=image_config("composition-layers"),
+                  style=graph_style(False), figure={"data": [], "layout": {}}),
     ])
+
+
+def graph_style(shown: bool) -> dict:
+    return {"height": GRAPH_HEIGHT, "minHeight": f"{MIN_HEIGHT_PX}px", **({} if shown else {"display": "none"})}
 
 
 def missing_circuits_message(data: RunData) -> str:
@@ -121,10 +138,25 @@ def chosen_edges(circuits: pd.DataFrame, side, by: str, minimum: float, top: int
     """The edges drawn: of the sides ``side`` names (:func:`chosen_sides`), ``|weight| >= minimum`` for Q/K edges and
     ``>= value_minimum`` for V-edges, touching the focus (``layer`` / ``head``, :data:`ALL` for any) as source or
     target, the ``top`` strongest Q/K edges and the ``top`` strongest V-edges."""
+    return filtered_edges(composition_edges(circuits, by=by), side, minimum, top, layer, head, value_minimum)
+
+
+def passing_edges(edges: pd.DataFrame, side, minimum: float, value_minimum: float = 0.0) -> pd.DataFrame:
+    """Of ``edges`` (every edge, largest first), those of the sides ``side`` names whose ``|weight|`` reaches its
+    unit's minimum (``minimum`` for Q/K, ``value_minimum`` for V)."""
     sides = chosen_sides(side)
-    edges = pd.concat([composition_edges(circuits, by=by, minimum=value_minimum if unit == ("value",) else minimum,
-                                         sides=tuple(s for s in unit if s in sides)) for unit in UNITS],
-                      ignore_index=True)
+    names, weight = edges.side.to_numpy(), np.abs(edges.weight.to_numpy())
+    keep = np.zeros(len(edges), dtype=bool)
+    for unit in UNITS:
+        inside = np.isin(names, [s for s in unit if s in sides])
+        keep |= inside & (weight >= (value_minimum if unit == ("value",) else minimum))
+    return edges[keep]
+
+
+def filtered_edges(edges: pd.DataFrame, side, minimum: float, top: int, layer: int, head: int,
+                   value_minimum: float = 0.0) -> pd.DataFrame:
+    """:func:`chosen_edges` of ``edges`` already made (every edge, largest first)."""
+    edges = passing_edges(edges, side, minimum, value_minimum)
     if layer != ALL or head != ALL:
         def inside(layers, heads):
             keep = np.ones(len(edges), dtype=bool)
@@ -215,8 +247,11 @@ def composition_figure(edges: pd.DataFrame, circuits: pd.DataFrame, n_layers: in
 
 
 def render_composition(data: RunData, circuits: pd.DataFrame | None, current: tuple[int, int], side, by, minimum,
-                       top, layer, head, value_minimum=0) -> tuple[go.Figure, str]:
-    """The figure and the line above it, the controls' values checked here."""
+                       top, layer, head, value_minimum=0, level="heads",
+                       edges: pd.DataFrame | None = None) -> tuple[go.Figure, str]:
+    """The figure and the line above it, the controls' values checked here: the head graph, or the layer matrix
+    where :func:`~dash_app.views.composition_layers.shows_layers` says so (``level``). ``edges``: the run's every
+    edge by ``by``, largest first, where the caller keeps them."""
     if data.patches is not None:
         return message_figure(), "The composition view is for text runs (attribution splits text runs' logits)."
     if circuits is None:
@@ -226,11 +261,19 @@ def render_composition(data: RunData, circuits: pd.DataFrame | None, current: tu
     minimum = bounded_number(minimum, 0.0, 0.0, MAX_MINIMUM)
     value_minimum = bounded_number(value_minimum, 0.0, 0.0, MAX_MINIMUM)
     top = bounded_number(top, DEFAULT_TOP, 1, MAX_TOP, whole=True)
-    layer, head = chosen(layer, data.run.n_layers), chosen(head, data.run.n_heads)
-    edges = chosen_edges(circuits, list(sides), by, minimum, top, layer, head, value_minimum)
+    n_layers, n_heads = data.run.n_layers, data.run.n_heads
+    layer, head = chosen(layer, n_layers), chosen(head, n_heads)
+    edges = composition_edges(circuits, by=by) if edges is None else edges
     sample = circuits.attrs.get("sample", {})
     measured = f" (circuits over {sample['n_tokens']:,} tokens)" if isinstance(sample, dict) and "n_tokens" in sample \
         else ""
+    if shows_layers(chosen_level(level), n_layers, n_heads, layer, head, ALL):
+        passing = passing_edges(edges, list(sides), minimum, value_minimum)
+        message = (f"{n_layers} x {n_layers} layers, {n_layers * n_heads:,} heads: the summed |{by}| of "
+                   f"{len(passing):,} edges (Q/K |{by}| ≥ {minimum:g}, V ≥ {value_minimum:g}){measured}. Click a cell "
+                   "to open its target layer, or pick a layer or head above.")
+        return layer_figure(passing, n_layers, sides, by), message
+    edges = filtered_edges(edges, list(sides), minimum, top, layer, head, value_minimum)
     counts = edges.side.isin(UNITS[0]).sum(), (edges.side == "value").sum()
     message = (f"{len(edges):,} edges drawn: the strongest {counts[0]:,} Q/K edges of |{by}| ≥ {minimum:g} and "
                f"{counts[1]:,} V-edges of |{by}| ≥ {value_minimum:g}{measured}. Hover an edge's end for its weight; "
@@ -239,13 +282,15 @@ def render_composition(data: RunData, circuits: pd.DataFrame | None, current: tu
         message += " V-edges have no lift (no softmax acts on the values): weigh by contribution to see them."
     elif "value" in sides and "value" not in set(circuits.side):
         message += " These circuits have no value side: make them again with 'qkviz stats --circuits'."
-    return composition_figure(edges, circuits, data.run.n_layers, data.run.n_heads, by, current), message
+    return composition_figure(edges, circuits, n_layers, n_heads, by, current), message
 
 
 def register(app: dash.Dash, context: AppContext) -> None:
-    """Draw the graph when the view opens or a control changes (the circuits read once per run, when stored)."""
+    """Draw the graph when the view opens or a control changes (the circuits read once per run, when stored, and
+    their every edge worked out once per weight); a click on the layer matrix opens its target layer."""
     runs = context.runs
     read: dict[int, pd.DataFrame] = {}
+    every_edge: dict[tuple[int, str], pd.DataFrame] = {}
 
     def circuits_of(run: int) -> pd.DataFrame | None:
         if run not in read and runs[run].patches is None:
@@ -254,22 +299,48 @@ def register(app: dash.Dash, context: AppContext) -> None:
                 read[run] = table
         return read.get(run)
 
+    def edges_of(run: int, by) -> pd.DataFrame | None:
+        circuits = circuits_of(run)
+        by = by if isinstance(by, str) and by in WEIGHTS else "contribution"
+        if circuits is None:
+            return None
+        if (run, by) not in every_edge:
+            every_edge[(run, by)] = composition_edges(circuits, by=by)
+        return every_edge[(run, by)]
+
     @app.callback(Output(ids.COMPOSITION_GRAPH, "figure"), Output(ids.COMPOSITION_MESSAGE, "children"),
                   Output(ids.COMPOSITION_LAYERS, "options"), Output(ids.COMPOSITION_HEAD, "options"),
+                  Output(ids.COMPOSITION_LAYER_GRAPH, "figure"), Output(ids.COMPOSITION_GRAPH, "style"),
+                  Output(ids.COMPOSITION_LAYER_GRAPH, "style"),
                   Input(VIEW.state_store, "data"), Input(ids.COMPOSITION_SIDE, "value"),
                   Input(ids.COMPOSITION_BY, "value"), Input(ids.COMPOSITION_MINIMUM, "value"),
                   Input(ids.COMPOSITION_TOP, "value"), Input(ids.COMPOSITION_LAYERS, "value"),
                   Input(ids.COMPOSITION_HEAD, "value"), Input(ids.COMPOSITION_VALUE_MINIMUM, "value"),
-                  prevent_initial_call=True)
-    def draw_composition(current, side, by, minimum, top, layer, head, value_minimum):
+                  Input(ids.COMPOSITION_LEVEL, "value"), prevent_initial_call=True)
+    def draw_composition(current, side, by, minimum, top, layer, head, value_minimum, level):
         state = checked_state(current, runs)
         if current is None or state.view != VIEW.name:
             raise PreventUpdate
         data = runs[state.run]
+        n_layers, n_heads = data.run.n_layers, data.run.n_heads
         figure, message = render_composition(data, circuits_of(state.run), (state.layer, state.head), side, by,
-                                             minimum, top, layer, head, value_minimum)
-        return (figure, message, focus_options(data.run.n_layers, "layers"),
-                focus_options(data.run.n_heads, "heads"))
+                                             minimum, top, layer, head, value_minimum, level,
+                                             edges_of(state.run, by))
+        layers = circuits_of(state.run) is not None and data.patches is None and shows_layers(
+            chosen_level(level), n_layers, n_heads, chosen(layer, n_layers), chosen(head, n_heads), ALL)
+        options = (focus_options(n_layers, "layers"), focus_options(n_heads, "heads"))
+        if layers:
+            return dash.no_update, message, *options, figure, graph_style(False), graph_style(True)
+        return figure, message, *options, dash.no_update, graph_style(True), graph_style(False)
+
+    @app.callback(Output(ids.COMPOSITION_LAYERS, "value"), Input(ids.COMPOSITION_LAYER_GRAPH, "clickData"),
+                  State(VIEW.state_store, "data"), prevent_initial_call=True)
+    def open_clicked_layer(click, current):
+        state = checked_state(current, runs)
+        layer = clicked_layer(click, runs[state.run].run.n_layers)
+        if layer is None:
+            raise PreventUpdate
+        return layer
 
 
 def offered(context: AppContext) -> bool:

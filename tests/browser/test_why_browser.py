@@ -133,3 +133,45 @@ def test_ablate_this_head_shows_the_mean_change_an_independent_ablation_gives(pa
     expected = why_run.ablate(LAYER, HEAD).attrs["mean_change"]
     assert shown == pytest.approx(expected, abs=1.5e-4)
     assert page.locator(".ablation-tokens tbody tr").count() > 0
+
+
+#: the number of heatmaps drawn in the composition view's layer matrix, or null before it is drawn
+LAYER_MATRIX_JS = """() => {
+  const graph = document.querySelector('#%s .js-plotly-plot');
+  if (!graph || !graph._fullData || graph.offsetParent === null) { return null; }
+  return graph._fullData.filter(t => t.type === 'heatmap').length;
+}""" % ids.COMPOSITION_LAYER_GRAPH
+#: page coordinates of cell (target, source) of the layer matrix's first heatmap (its axes' own offsets: the matrix
+#: keeps its cells square, so its plot area is narrower than the graph's)
+MATRIX_CELL_JS = """([target, source]) => {
+  const graph = document.querySelector('#%s .js-plotly-plot');
+  const layout = graph._fullLayout, box = graph.getBoundingClientRect();
+  return [box.left + layout.xaxis._offset + layout.xaxis.l2p(source),
+          box.top + layout.yaxis._offset + layout.yaxis.l2p(target)];
+}""" % ids.COMPOSITION_LAYER_GRAPH
+
+
+def test_the_composition_view_by_layer_opens_the_layer_clicked(page, served, why_run):
+    """The layer x layer matrix (one heatmap per side), a click on a cell opens its target layer: the head graph of
+    that layer's edges, every one into or out of it."""
+    open_view(page, served, "view=composition&method=pca", ids.COMPOSITION_GRAPH, 3)
+    page.locator(f"#{ids.COMPOSITION_LEVEL} input[value='layers']").check()
+    page.wait_for_function(f"() => ({LAYER_MATRIX_JS})() === 3", timeout=30_000)
+    wait_idle(page)
+    message = page.locator(f"#{ids.COMPOSITION_MESSAGE}").inner_text()
+    assert "summed |contribution|" in message and "Click a cell" in message
+    assert page.evaluate(f"() => document.querySelector('#{ids.COMPOSITION_GRAPH}').offsetParent") is None
+    target, source = why_run.n_layers - 1, 0
+    x, y = page.evaluate(MATRIX_CELL_JS, [target, source])
+    page.mouse.move(x - 2, y)
+    page.mouse.move(x, y)
+    page.mouse.click(x, y)
+    page.wait_for_function(f"() => document.querySelector('#{ids.COMPOSITION_GRAPH}').offsetParent !== null",
+                           timeout=30_000)
+    wait_idle(page)
+    message = page.locator(f"#{ids.COMPOSITION_MESSAGE}").inner_text()
+    assert "edges drawn" in message
+    assert page.locator(f"#{ids.COMPOSITION_LAYERS}").inner_text().strip() == str(target)
+    ends = page.evaluate(f"""() => document.querySelector('#{ids.COMPOSITION_GRAPH} .js-plotly-plot')._fullData
+        .filter(t => t.name === 'edge ends')[0].hovertext""")
+    assert ends and all(f"→ L{target}H" in text or text.startswith(f"L{target}") for text in ends)
