@@ -200,6 +200,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from qkviz.explain import set_trace_memory
+
     if args.out is not None and args.out.suffix.lower() != ".csv":
         raise QkvizError(f"--out {args.out} must name a .csv file")
     run = qkviz.open_run(args.run)
@@ -216,6 +218,7 @@ def _explain(args: argparse.Namespace) -> int:
     else:
         if args.query is None or args.key is None:
             raise QkvizError("give --query I and --key J (token indices of the run), or --circuit")
+        set_trace_memory(0)         # one pair per process: a trace of its whole sequence would never be read again
         table = run.explain(args.layer, args.head, args.query, args.key, by=args.by, device=args.device)
         attrs = table.attrs
         title = (f"L{args.layer}H{args.head}: query {args.query} {attrs['query_token']!r} x key {args.key} "
