@@ -145,10 +145,10 @@ def passing_edges(edges: pd.DataFrame, side, minimum: float, value_minimum: floa
     """Of ``edges`` (every edge, largest first), those of the sides ``side`` names whose ``|weight|`` reaches its
     unit's minimum (``minimum`` for Q/K, ``value_minimum`` for V)."""
     sides = chosen_sides(side)
-    names, weight = edges.side.to_numpy(), np.abs(edges.weight.to_numpy())
+    weight = np.abs(edges.weight.to_numpy())
     keep = np.zeros(len(edges), dtype=bool)
     for unit in UNITS:
-        inside = np.isin(names, [s for s in unit if s in sides])
+        inside = edges.side.isin([s for s in unit if s in sides]).to_numpy()
         keep |= inside & (weight >= (value_minimum if unit == ("value",) else minimum))
     return edges[keep]
 
@@ -166,7 +166,8 @@ def filtered_edges(edges: pd.DataFrame, side, minimum: float, top: int, layer: i
                 keep &= heads.to_numpy() == head
             return keep
         edges = edges[inside(edges.source_layer, edges.source_head) | inside(edges.target_layer, edges.target_head)]
-    return pd.concat([edges[edges.side.isin(unit)].head(top) for unit in UNITS]).reset_index(drop=True)
+    edges = pd.concat([edges[edges.side.isin(unit)].head(top) for unit in UNITS]).reset_index(drop=True)
+    return edges.astype({"side": object}) if isinstance(edges.side.dtype, pd.CategoricalDtype) else edges
 
 
 def node_position(layer, head, n_heads: int) -> tuple:
@@ -209,17 +210,26 @@ def edge_traces(edges: pd.DataFrame, n_heads: int) -> list[go.Scatter]:
     return traces
 
 
+def head_hovers(circuits: pd.DataFrame, n_layers: int, n_heads: int) -> list[str]:
+    """Each head node's hover: its mean partner logit and mean length moved, where the circuits hold them (read from
+    each head's first row: a 1,024-head table has 1.6 million rows, so this is worked out once per run)."""
+    flat = circuits.layer.to_numpy(dtype=np.int64) * n_heads + circuits["head"].to_numpy(dtype=np.int64)
+    heads, first = np.unique(flat, return_index=True)
+    totals = {name: dict(zip(heads.tolist(), circuits[name].to_numpy()[first].tolist()))
+              for name in ("mean_logit", "mean_moved") if name in circuits}
+    logits, moved = totals.get("mean_logit", {}), totals.get("mean_moved", {})
+    return [f"L{index // n_heads} H{index % n_heads}"
+            + (f" · mean partner logit {logits[index]:+.2f}" if index in logits else "")
+            + (f" · mean length moved {moved[index]:.2f}" if index in moved and moved[index] == moved[index] else "")
+            + " · click to open" for index in range(n_layers * n_heads)]
+
+
 def composition_figure(edges: pd.DataFrame, circuits: pd.DataFrame, n_layers: int, n_heads: int, by: str,
-                       current: tuple[int, int]) -> go.Figure:
-    """Head nodes (``customdata``: the flat head; hover: the head's mean partner logit and mean length moved), MLP
-    nodes, the edges, the open head ringed."""
+                       current: tuple[int, int], hover: list[str] | None = None) -> go.Figure:
+    """Head nodes (``customdata``: the flat head; hover: :func:`head_hovers`, given or worked out), MLP nodes, the
+    edges, the open head ringed."""
     layers, heads = np.divmod(np.arange(n_layers * n_heads), n_heads)
-    logits = circuits.groupby(["layer", "head"]).mean_logit.first() if "mean_logit" in circuits else pd.Series()
-    moved = circuits.groupby(["layer", "head"]).mean_moved.first() if "mean_moved" in circuits else pd.Series()
-    hover = [f"L{layer} H{head}" + (f" · mean partner logit {logits[(layer, head)]:+.2f}"
-                                    if (layer, head) in logits.index else "")
-             + (f" · mean length moved {moved[(layer, head)]:.2f}" if (layer, head) in moved.index else "")
-             + " · click to open" for layer, head in zip(layers, heads)]
+    hover = head_hovers(circuits, n_layers, n_heads) if hover is None else hover
     mlp_layers = np.arange(n_layers)
     traces = [*edge_traces(edges, n_heads),
               go.Scatter(x=np.full(n_layers, n_heads + 0.5), y=mlp_layers, mode="markers+text", name="MLPs",
@@ -247,8 +257,8 @@ def composition_figure(edges: pd.DataFrame, circuits: pd.DataFrame, n_layers: in
 
 
 def render_composition(data: RunData, circuits: pd.DataFrame | None, current: tuple[int, int], side, by, minimum,
-                       top, layer, head, value_minimum=0, level="heads",
-                       edges: pd.DataFrame | None = None) -> tuple[go.Figure, str]:
+                       top, layer, head, value_minimum=0, level="heads", edges: pd.DataFrame | None = None,
+                       hover: list[str] | None = None) -> tuple[go.Figure, str]:
     """The figure and the line above it, the controls' values checked here: the head graph, or the layer matrix
     where :func:`~dash_app.views.composition_layers.shows_layers` says so (``level``). ``edges``: the run's every
     edge by ``by``, largest first, where the caller keeps them."""
@@ -280,9 +290,9 @@ def render_composition(data: RunData, circuits: pd.DataFrame | None, current: tu
                "click a head to open it.")
     if "value" in sides and by == "lift":
         message += " V-edges have no lift (no softmax acts on the values): weigh by contribution to see them."
-    elif "value" in sides and "value" not in set(circuits.side):
+    elif "value" in sides and not (circuits.side == "value").any():
         message += " These circuits have no value side: make them again with 'qkviz stats --circuits'."
-    return composition_figure(edges, circuits, n_layers, n_heads, by, current), message
+    return composition_figure(edges, circuits, n_layers, n_heads, by, current, hover), message
 
 
 def register(app: dash.Dash, context: AppContext) -> None:
@@ -291,6 +301,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
     runs = context.runs
     read: dict[int, pd.DataFrame] = {}
     every_edge: dict[tuple[int, str], pd.DataFrame] = {}
+    hovers: dict[int, list[str]] = {}
 
     def circuits_of(run: int) -> pd.DataFrame | None:
         if run not in read and runs[run].patches is None:
@@ -304,9 +315,15 @@ def register(app: dash.Dash, context: AppContext) -> None:
         by = by if isinstance(by, str) and by in WEIGHTS else "contribution"
         if circuits is None:
             return None
-        if (run, by) not in every_edge:
-            every_edge[(run, by)] = composition_edges(circuits, by=by)
+        if (run, by) not in every_edge:     # a category: a million edges' side compared as codes
+            every_edge[(run, by)] = composition_edges(circuits, by=by).astype({"side": "category"})
         return every_edge[(run, by)]
+
+    def hovers_of(run: int) -> list[str] | None:
+        circuits = circuits_of(run)
+        if circuits is not None and run not in hovers:
+            hovers[run] = head_hovers(circuits, runs[run].run.n_layers, runs[run].run.n_heads)
+        return hovers.get(run)
 
     @app.callback(Output(ids.COMPOSITION_GRAPH, "figure"), Output(ids.COMPOSITION_MESSAGE, "children"),
                   Output(ids.COMPOSITION_LAYERS, "options"), Output(ids.COMPOSITION_HEAD, "options"),
@@ -325,7 +342,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
         n_layers, n_heads = data.run.n_layers, data.run.n_heads
         figure, message = render_composition(data, circuits_of(state.run), (state.layer, state.head), side, by,
                                              minimum, top, layer, head, value_minimum, level,
-                                             edges_of(state.run, by))
+                                             edges_of(state.run, by), hovers_of(state.run))
         layers = circuits_of(state.run) is not None and data.patches is None and shows_layers(
             chosen_level(level), n_layers, n_heads, chosen(layer, n_layers), chosen(head, n_heads), ALL)
         options = (focus_options(n_layers, "layers"), focus_options(n_heads, "heads"))

@@ -41,9 +41,10 @@ def shows_layers(level: str, n_layers: int, n_heads: int, layer: int, head: int,
 def layer_sums(edges: pd.DataFrame, n_layers: int, side: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per target layer x source layer ``[target, source]``, the edges of ``side``: their summed ``|weight|``,
     their signed sum and their number."""
-    rows = edges[edges.side.to_numpy() == side]
-    cells = rows.target_layer.to_numpy(dtype=np.int64) * n_layers + rows.source_layer.to_numpy(dtype=np.int64)
-    weights = rows.weight.to_numpy(dtype=np.float64)
+    mask = (edges.side == side).to_numpy()            # arrays, not rows: a million edges are not copied
+    cells = (edges.target_layer.to_numpy(dtype=np.int64)[mask] * n_layers
+             + edges.source_layer.to_numpy(dtype=np.int64)[mask])
+    weights = edges.weight.to_numpy(dtype=np.float64)[mask]
     size = n_layers * n_layers
     magnitude = np.bincount(cells, weights=np.abs(weights), minlength=size).reshape(n_layers, n_layers)
     signed = np.bincount(cells, weights=weights, minlength=size).reshape(n_layers, n_layers)
