@@ -1,0 +1,128 @@
+"""The composition view at 1,024 heads in headless Chromium: the layer matrix, and a layer opened from it
+(``bench.circuits_scale``'s ``view`` part, which names the run and writes the result).
+
+:func:`time_view` computes the run's circuits when missing (``qkviz.explain.compute_circuits``, what
+``qkviz stats --circuits`` runs after the atlas; timed), starts ``qkviz serve`` on it and, in a 1400 x 900 window,
+times each round: navigation to the layer x layer matrix drawn (its heatmaps shown, no callback pending), alternating
+a cold context and a warm reload; then the click on a cell to that cell's layer's head graph drawn. Every round's figures are kept.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.harness import run_measured
+from bench.matrix_grid import WINDOW, serve
+from bench.support.browser import launch_chromium
+from dash_app import ids
+from dash_app.views.composition_layers import LAYERS_FROM_HEADS
+
+REPO = Path(__file__).resolve().parent.parent
+#: the layer matrix drawn: shown, its heatmaps in the page, nothing pending; the time recorded once
+MATRIX_DRAWN = """() => {
+  const graph = document.querySelector('#%s .js-plotly-plot');
+  const ready = graph && graph.offsetParent !== null && graph._fullData
+                && graph._fullData.some(t => t.type === 'heatmap') && graph.querySelector('.heatmaplayer image')
+                && !document.querySelector('[data-dash-is-loading="true"]');
+  return ready && (window.__matrix = window.__matrix || performance.now());
+}""" % ids.COMPOSITION_LAYER_GRAPH
+#: the head graph of layer ``arg`` drawn after the click: shown, its heads' trace in the page, the layer picked
+OPENED_DRAWN = """(layer) => {
+  const graph = document.querySelector('#%s .js-plotly-plot');
+  const picked = document.querySelector('#%s').innerText.trim() === String(layer);
+  const ready = picked && graph && graph.offsetParent !== null && graph._fullData
+                && graph._fullData.some(t => t.name === 'heads')
+                && !document.querySelector('[data-dash-is-loading="true"]');
+  return ready && performance.now();
+}""" % (ids.COMPOSITION_GRAPH, ids.COMPOSITION_LAYERS)
+#: page coordinates of cell (target, source) of the first matrix
+CELL = """([target, source]) => {
+  const graph = document.querySelector('#%s .js-plotly-plot');
+  const layout = graph._fullLayout, box = graph.getBoundingClientRect();
+  return [box.left + layout.xaxis._offset + layout.xaxis.l2p(source),
+          box.top + layout.yaxis._offset + layout.yaxis.l2p(target)];
+}""" % ids.COMPOSITION_LAYER_GRAPH
+
+
+def summary(values: list[float]) -> dict:
+    return {"min_ms": round(min(values)), "median_ms": round(statistics.median(values)), "max_ms": round(max(values)),
+            "runs_ms": [round(value) for value in values]}
+
+
+def circuits_made(run: Path) -> dict:
+    """The run's circuits, computed when missing (timed); their sample."""
+    import qkviz
+
+    made = None
+    if qkviz.open_run(run).circuits is None:       # the circuits alone (``qkviz stats --circuits`` adds the atlas)
+        measured = run_measured([sys.executable, "-c", "import sys, qkviz; from qkviz.explain import compute_circuits; "
+                                 "compute_circuits(qkviz.open_run(sys.argv[1]), progress=False)", str(run)], cwd=REPO)
+        if measured["returncode"] != 0:
+            raise SystemExit(f"qkviz stats --circuits failed on {run}")
+        made = {"seconds": round(measured["seconds"], 1), "peak_mb": round(measured["peak_mb"])}
+    opened = qkviz.open_run(run)
+    sample = opened.circuits.attrs["sample"]
+    return {"computed": made, "tokens": sample["n_tokens"], "heads": opened.n_layers * opened.n_heads,
+            "rows": len(opened.circuits), "n_layers": opened.n_layers}
+
+
+def open_composition(page, url: str, heads: int) -> None:
+    """Open the view; a model of 256 heads or fewer (a smoke run's) opens on its head graph: its layer matrix is
+    asked for by the level control."""
+    page.goto(url)
+    if heads <= LAYERS_FROM_HEADS:
+        page.locator(f"#{ids.COMPOSITION_LEVEL} input[value='layers']").check()
+
+
+def time_view(run: Path, repeats: int) -> dict:
+    """Every round's navigation-to-matrix and click-to-opened-layer milliseconds (see the module)."""
+    from playwright.sync_api import sync_playwright
+
+    circuits = circuits_made(run)
+    n_layers = circuits["n_layers"]
+    url_query = "?view=composition&method=pca"
+    server, url = serve([run])
+    cold, warm, opened, clicked = [], [], [], []
+    try:
+        with sync_playwright() as playwright:
+            browser = launch_chromium(playwright)
+            first = browser.new_page(viewport=WINDOW)              # the first open reads the circuits (not timed)
+            open_composition(first, url + url_query, circuits["heads"])
+            first.wait_for_function(MATRIX_DRAWN, timeout=600_000, polling="raf")
+            first.close()
+            for round_ in range(repeats):
+                context = browser.new_context(viewport=WINDOW)
+                page = context.new_page()
+                for kind in (("cold", "warm") if round_ % 2 == 0 else ("warm", "cold")):
+                    if kind == "cold" and page.url != "about:blank":
+                        context.close()
+                        context = browser.new_context(viewport=WINDOW)
+                        page = context.new_page()
+                    open_composition(page, url + url_query, circuits["heads"])
+                    page.wait_for_function(MATRIX_DRAWN, timeout=120_000, polling="raf")
+                    (cold if kind == "cold" else warm).append(page.evaluate("() => window.__matrix"))
+                target = n_layers - 1 - round_ % max(n_layers - 1, 1)
+                source = max(target - 1, 0)
+                x, y = page.evaluate(CELL, [target, source])
+                page.mouse.move(x - 2, y)
+                page.mouse.move(x, y)
+                time.sleep(0.3)
+                started = page.evaluate("() => performance.now()")
+                page.mouse.click(x, y)
+                done = page.wait_for_function(OPENED_DRAWN, arg=target, timeout=120_000, polling="raf")
+                opened.append(done.json_value() - started)
+                clicked.append([target, source])
+                context.close()
+            browser.close()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    return {"circuits": circuits, "layers": {"cold": summary(cold), "warm": summary(warm)},
+            "opened": {**summary(opened), "cells": clicked}}
