@@ -81,7 +81,7 @@ def extract(results: Results) -> str:
     missing = [model for model, name in GOAL_FILES.items() if name not in names]
     text = goal_table(results, names) if names else ""
     if missing:
-        text += ("Not measured yet at the goal's count: " + "; ".join(
+        text += ("Not measured yet at the counts issue 53 names: " + "; ".join(
             f"{model_name(model)} at {GOAL_TOKENS[model]:,} tokens (`{COMMANDS[model]}`)"
             for model in missing) + ".\n\n")
     return text + earlier_measure(results)
