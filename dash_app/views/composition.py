@@ -339,11 +339,10 @@ def register(app: dash.Dash, context: AppContext) -> None:
         if current is None or state.view != VIEW.name:
             raise PreventUpdate
         data = runs[state.run]
-        n_layers, n_heads = data.run.n_layers, data.run.n_heads
-        figure, message = render_composition(data, circuits_of(state.run), (state.layer, state.head), side, by,
-                                             minimum, top, layer, head, value_minimum, level,
-                                             edges_of(state.run, by), hovers_of(state.run))
-        layers = circuits_of(state.run) is not None and data.patches is None and shows_layers(
+        n_layers, n_heads, circuits = data.run.n_layers, data.run.n_heads, circuits_of(state.run)
+        figure, message = render_composition(data, circuits, (state.layer, state.head), side, by, minimum, top, layer,
+                                             head, value_minimum, level, edges_of(state.run, by), hovers_of(state.run))
+        layers = circuits is not None and data.patches is None and shows_layers(
             chosen_level(level), n_layers, n_heads, chosen(layer, n_layers), chosen(head, n_heads), ALL)
         options = (focus_options(n_layers, "layers"), focus_options(n_heads, "heads"))
         if layers:
