@@ -168,7 +168,7 @@ def _scored(run: StoredRun, model, sequences, candidates: np.ndarray, copying: C
 
 
 def _rows(sums: dict[tuple[int, int], _HeadSums], n_queries: int, chance: float, source: str,
-          suffix: str = "") -> list[tuple]:
+          corpus: bool = False) -> list[tuple]:
     rows = []
     for (layer, head), head_sums in sums.items():
         for name, score, its_chance in (
@@ -176,7 +176,7 @@ def _rows(sums: dict[tuple[int, int], _HeadSums], n_queries: int, chance: float,
                 (COPYING.name + SHUFFLED, head_sums.copying_shuffled, chance),
                 (SUPPRESSION.name + SHUFFLED, head_sums.suppression_shuffled, chance),
                 (LOGIT_RAISE, head_sums.raise_, 0.0)):
-            rows.append((layer, head, _corpus_name(name) if suffix else name, score / n_queries, its_chance, n_queries,
+            rows.append((layer, head, _corpus_name(name) if corpus else name, score / n_queries, its_chance, n_queries,
                          source))
     return rows
 
@@ -238,7 +238,7 @@ def copying_probe(run: StoredRun, settings: ProbeSettings = ProbeSettings(), cop
         tokens = sum(int(queries.max()) + 1 for _ids, queries in repeats)
         corpus_source = (f"the corpus's own repeats: {corpus_queries:,} queries of {len(repeats)} sequences "
                          f"({tokens:,} tokens, seed {copying.seed}); {copying.describe()}")
-        rows += _rows(corpus_sums, corpus_queries, copying.top / len(own_candidates), corpus_source, CORPUS_FORM)
+        rows += _rows(corpus_sums, corpus_queries, copying.top / len(own_candidates), corpus_source, corpus=True)
         logger.info("copying on the corpus: %d queries of %d sequences", corpus_queries, len(repeats))
     logger.info("copying probe of %d heads over %d queries, %d candidates", len(sums), n_queries, len(candidates))
     return pd.DataFrame(rows, columns=list(PROBE_COLUMNS))
