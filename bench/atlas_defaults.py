@@ -9,7 +9,8 @@ extract``) unless ``--run`` names one. Each repeat runs ``qkviz -q stats --run R
 process and records its wall time, the CPU time of its process tree (its own and its worker processes', from the
 kernel's accounting of the children it waited for), the peak of the tree's summed resident memory, and the load
 average before and after it (the harness samples it during, every 15 s). The goal: <= 10 min of wall time on the
-project's 2-core machine; the verdict is on the median of the repeats, every repeat is kept.
+project's 2-core machine; the verdict is on the median of the latest run's repeats, every repeat is kept, and every
+earlier run of the file replaced too (``earlier_runs``, listed on the page).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from bench.figures.goals import Goal, verdict
 from bench.figures.results import Results, figure, minutes, source, span
-from bench.harness import Recorder, smoke_arguments, summary
+from bench.harness import Recorder, kept_runs, smoke_arguments, summary
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -111,12 +112,22 @@ def main(argv: list[str] | None = None) -> None:
         print(f"repeat {number + 1}: {timed['seconds']:.1f} s wall, {timed['cpu_seconds']:.1f} s CPU, peak "
               f"{timed['peak_gb']:.2f} GB, {timed['processes']} processes, load {before[0]} -> {load()[0]}", flush=True)
     written = recorder.write(
-        run=str(run), heads=opened.n_layers * opened.n_heads, tokens=opened.n_tokens, cores=len(os.sched_getaffinity(0)),
+        earlier_runs=kept_runs(recorder.out, run_summary), run=str(run),
+        heads=opened.n_layers * opened.n_heads, tokens=opened.n_tokens, cores=len(os.sched_getaffinity(0)),
         command="qkviz -q stats --run RUN", repeats=repeats,
         seconds=summary([row["seconds"] for row in repeats], 1),
         cpu_seconds=summary([row["cpu_seconds"] for row in repeats], 1),
         peak_gb=max(row["peak_gb"] for row in repeats))
     print(f"wrote {written}")
+
+
+def run_summary(result: dict) -> dict:
+    """One run of this bench as ``earlier_runs`` keeps it: its date, load, wall and CPU times, peak memory."""
+    figures, load = result["figures"], result.get("load", {})
+    found = [values[0] for values in (load.get("before"), load.get("after")) if isinstance(values, list) and values]
+    found += [value for value in load.get("during") or [] if isinstance(value, (int, float))]
+    return {"date": result["date"], "load_average": {"min": min(found), "max": max(found)} if found else None,
+            "seconds": figures["seconds"], "cpu_seconds": figures["cpu_seconds"], "peak_gb": figures["peak_gb"]}
 
 
 @figure("atlas-defaults")
@@ -129,7 +140,16 @@ def atlas_defaults(results: Results) -> str:
             f"{found['tokens']:,} tokens, on {found['cores']} cores: {minutes(found['seconds']['median'])} wall "
             f"({runs}), {minutes(found['cpu_seconds']['median'])} of CPU over its process tree, peak "
             f"{found['peak_gb']:.2f} GB; goal {verdict(STATS_DEFAULTS, results)}. `python -m bench.atlas_defaults` "
-            f"({source(results, 'atlas_defaults')}).\n")
+            f"({source(results, 'atlas_defaults')}).{earlier(found.get('earlier_runs', []))}\n")
+
+
+def earlier(runs: list[dict]) -> str:
+    if not runs:
+        return ""
+    return (" Earlier runs, every one kept (the goal judges the latest): " + "; ".join(
+        f"{run['date'][:10]} (load {run['load_average']['min']:.1f}–{run['load_average']['max']:.1f}): "
+        f"{minutes(run['seconds']['median'])} wall, {minutes(run['cpu_seconds']['median'])} of CPU, peak "
+        f"{run['peak_gb']:.2f} GB" for run in runs) + ".")
 
 
 if __name__ == "__main__":
