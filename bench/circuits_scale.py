@@ -96,6 +96,20 @@ json.dump({"seconds": time.perf_counter() - started, "cpu_seconds": time.process
 """
 
 
+def replaced_runs(previous: dict | None, parts: list[str]) -> list[dict]:
+    """Every run the file kept (``earlier_runs``) and, of the file replaced, each part measured again now: its date,
+    load and figures, so that no run of a goal is dropped when its part is measured again."""
+    if previous is None:
+        return []
+    kept = list(previous["figures"].get("earlier_runs", []))
+    load = previous.get("load", {})
+    found = [values[0] for values in (load.get("before"), load.get("after")) if isinstance(values, list) and values]
+    found += [value for value in load.get("during") or [] if isinstance(value, (int, float))]
+    span = {"min": min(found), "max": max(found)} if found else None
+    return kept + [{"part": part, "date": previous["date"], "load_average": span, "figures": previous["figures"][part]}
+                   for part in parts if part in previous["figures"]]
+
+
 def subset_layers(n_layers: int, every: int) -> list[int]:
     """Every ``every``-th layer counted back from the last (the last always among them)."""
     return sorted(range(n_layers - 1, -1, -every))
@@ -136,8 +150,10 @@ def full(run: Path) -> dict:
     measured = run_measured([*QKVIZ, "stats", "--run", str(run), "--circuits"], cwd=REPO)
     if measured["returncode"] != 0:
         raise SystemExit(f"qkviz stats --circuits failed (exit {measured['returncode']})")
+    sample = json.loads((run / "circuits" / "circuits.json").read_text())["sample"]
     return {"seconds": round(measured["seconds"], 1), "peak_mb": round(measured["peak_mb"]),
-            "load_average": [round(value, 2) for value in os.getloadavg()]}
+            "load_average": [round(value, 2) for value in os.getloadavg()],
+            "sample": {"tokens": sample["n_tokens"], "sequences": len(sample["sentences"]), "budget": sample["budget"]}}
 
 
 @figure("circuits-scale")
@@ -146,8 +162,13 @@ def circuits_figure(results: Results) -> str:
     lines = []
     if "full" in found:
         every = found["full"]
-        lines.append(f"- **Every head's circuit**, `qkviz stats --circuits`: {minutes(every['seconds'])}, peak "
-                     f"{every['peak_mb']:,} MB (goal {verdict(CIRCUITS_1024, results)}).")
+        sample = every.get("sample")
+        lines.append("- **Every head's circuit**, `qkviz stats --circuits`"
+                     + (f" (the default sample: {sample['tokens']:,} tokens, {sample['sequences']} whole sequence(s) "
+                        f"under its budget of {sample['budget']:,})" if sample else "")
+                     + f": {minutes(every['seconds'])}, peak "
+                     f"{every['peak_mb']:,} MB, load {every['load_average'][0]:.1f} after it (1-minute average; the file's header "
+                     f"gives its latest part's) (goal {verdict(CIRCUITS_1024, results)}).")
     if "subsets" in found:
         subsets = found["subsets"]
         for one in subsets["timed"]:
@@ -192,8 +213,19 @@ def composition_figure(results: Results) -> str:
              f"warm {spread(layers['warm'])} (goal {verdict(LAYER_VIEW, results)}).",
              f"- **A layer opened** by a click on a cell, click to its head graph drawn: {spread(opened)} (goal "
              f"{verdict(OPENED_LAYER, results)}).",
+             *earlier_views(found.get("earlier_runs", []), spread),
              "", f"`python -m bench.circuits_scale --parts view` ({source(results, 'circuits_scale')})."]
     return "\n".join(lines) + "\n"
+
+
+def earlier_views(runs: list[dict], spread) -> list[str]:
+    views = [run for run in runs if run["part"] == "view"]
+    if not views:
+        return []
+    return ["- **Earlier runs**, every one kept (the goals judge the latest): " + "; ".join(
+        f"{run['date'][:10]} (load {run['load_average']['min']:.1f}–{run['load_average']['max']:.1f}): matrix cold "
+        f"{spread(run['figures']['layers']['cold'])}, warm {spread(run['figures']['layers']['warm'])}, a layer opened "
+        f"{spread(run['figures']['opened'])}" for run in views) + "."]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -211,9 +243,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"unknown parts {', '.join(sorted(set(parts) - set(PARTS)))}; choose from {', '.join(PARTS)}")
     args.dir.mkdir(parents=True, exist_ok=True)
     out = args.out or REPO / "bench" / "results" / "circuits_scale.json"
-    previous = json.loads(out.read_text())["figures"] if out.exists() and not args.smoke else {}
+    previous = json.loads(out.read_text()) if out.exists() and not args.smoke else None
     recorder = Recorder("circuits_scale", vars(args), out)
-    figures = {name: value for name, value in previous.items() if name in PARTS}
+    figures = {name: value for name, value in (previous or {}).get("figures", {}).items() if name in PARTS}
+    figures["earlier_runs"] = replaced_runs(previous, parts)
     for part in parts:
         if part == "subsets":
             figures["subsets"] = subsets(prepared(args.dir, args.smoke), [int(k) for k in args.every.split(",")])
