@@ -14,7 +14,8 @@ tuned on ``data/sentences.txt``): ``--tokens`` of it are extracted with ``--mode
   30, Euclidean, 250 + 500 iterations, PCA start) of the head's aligned points, its trustworthiness and seconds;
 * **default**: ``attn-tsne`` at qkviz's defaults (each head chooses its own same-kind weight,
   ``qkviz.projection.recall_trade``), with the weight it chose;
-* **fixed**: ``attn-tsne`` as it was before the trade, ``alpha`` 0.5 on every head (``recall_target`` 0, ``dof`` 1);
+* **fixed**: ``attn-tsne`` as it was before the trade, ``alpha`` 0.5 on every head (``recall_target`` 0, ``dof`` 1,
+  ``same_kind_k`` 10);
 * for each layout partner recall@10 (the mean of query->key and key->query over 200 sampled points each, as
   ``bench.faithful``), trustworthiness (k = 10, on a fixed sample of ``--trust-sample`` points, the same for every
   layout), its share of the ceiling's, and the seconds of the graph and layout (default and fixed alternate which
@@ -35,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.faithful_sample import held_out_sentences, random_heads  # noqa: E402 (puts the checkout on sys.path)
-from bench.harness import RESULTS, Recorder, smoke_arguments
+from bench.harness import RESULTS, Recorder, kept_runs, smoke_arguments
 
 import qkviz
 from qkviz.core import align_head
@@ -47,7 +48,7 @@ CEILING_SHARE = 0.97
 #: the heads of each model that must meet both conditions, of how many drawn (issue 53)
 GOAL_HEADS = {"minilm": (14, 16), "smollm2": (7, 8)}
 #: the two attn-tsne layouts measured: qkviz's defaults, and the fixed weight of before
-LAYOUTS = {"default": {}, "fixed": {"recall_target": 0.0, "dof": 1.0}}
+LAYOUTS = {"default": {}, "fixed": {"alpha": 0.5, "same_kind_k": 10, "recall_target": 0.0, "dof": 1.0}}
 K = 10
 
 
@@ -96,6 +97,16 @@ def measure_head(run, layer: int, head: int, seed: int, trust_points: int, order
     return row
 
 
+def run_summary(result: dict) -> dict:
+    """One run of this bench as ``earlier_runs`` keeps it: its date, the default layout's settings and its counts."""
+    figures = result["figures"]
+    default = figures["summary"]["default"]
+    return {"date": result["date"], "settings": figures.get("settings", "the defaults of its commit "
+                                                                        f"{result['commit']['sha']}"),
+            "heads": len(figures["rows"]), "meets": default["meets"], "recall_met": default["recall_met"],
+            "share_met": default["share_met"]}
+
+
 def summary(rows: list[dict]) -> dict:
     """Per layout: heads meeting both conditions, trust shares (min / median / max), recalls, seconds."""
     out = {}
@@ -141,7 +152,10 @@ def main(argv: list[str] | None = None) -> None:
     recorder = Recorder("faithful_ceiling", vars(args), out)
     drawn = [(layer, head) for layer, head, _ in random_heads(run, heads, args.seed)]
     print(f"{model}: {run.n_tokens} tokens; heads " + ", ".join(f"L{l} H{h}" for l, h in drawn), flush=True)
-    rows = []
+    rows, earlier = [], kept_runs(out, run_summary) if not args.smoke else []
+    defaults = resolve_params("attn-tsne", {}, 2)
+    settings = ", ".join(f"{name} {defaults[name]:g}" for name in ("alpha", "same_kind_k", "dof", "recall_target",
+                                                                    "trade_steps", "lower_steps", "n_iter"))
     for number, (layer, head) in enumerate(drawn):
         order = list(LAYOUTS) if number % 2 == 0 else list(LAYOUTS)[::-1]
         rows.append(measure_head(run, layer, head, args.seed, args.trust_sample, order))
@@ -155,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
                        heads_chosen_by=f"numpy.random.default_rng({args.seed}).choice, without replacement",
                        heads=[list(pair) for pair in drawn], rows=rows, summary=summary(rows),
                        complete=len(rows) == len(drawn), goal_heads=list(GOAL_HEADS.get(model, (heads, heads))),
-                       recall_goal=RECALL_GOAL, ceiling_share=CEILING_SHARE)
+                       recall_goal=RECALL_GOAL, ceiling_share=CEILING_SHARE, settings=settings, earlier_runs=earlier)
     print(f"{model}: {summary(rows)}", flush=True)
     print(out, flush=True)
 

@@ -51,8 +51,8 @@ GRAPH_PARAMS = ("k", "alpha", "temperature", "same_kind_k", "key_cap", "hide_fir
 EXACT_SEARCH = 5_000
 
 
-def graph_parameters(alpha: float) -> tuple[Parameter, ...]:
-    """The graph's parameters as a layout method declares them (its own default ``alpha``). From
+def graph_parameters(alpha: float, same_kind_k: int = 10) -> tuple[Parameter, ...]:
+    """The graph's parameters as a layout method declares them (its own default ``alpha`` and ``same_kind_k``). From
     ``bench/faithful.py``'s sweep (4 MiniLM heads, 2 of them sink heads): any key_cap lowers partner recall (q->k
     0.26 uncapped, 0.10 at 5, 0.05 at 2) for at most +0.016 trustworthiness, which alpha buys more cheaply;
     temperatures above 1 and k = 20 lower recall; k = 5 is no better than 10."""
@@ -61,7 +61,7 @@ def graph_parameters(alpha: float) -> tuple[Parameter, ...]:
         Parameter("alpha", alpha, "real", "weight of the same-kind term (nearest queries / keys)", low=0.0),
         Parameter("temperature", 1.0, "real", "softmax temperature over a token's partner logits (1: the "
                   "head's own)", low=0.0, low_open=True),
-        Parameter("same_kind_k", 10, "whole", "nearest same-kind neighbours", low=1),
+        Parameter("same_kind_k", same_kind_k, "whole", "nearest same-kind neighbours", low=1),
         Parameter("key_cap", float("inf"), "real", "cap on a key's incoming attention weight, in times the "
                   "mean (bench/faithful.py found that a cap costs recall)", low=1.0, infinite=True),
         Parameter("hide_first_token", False, "flag", "leave every sentence's first-token key out of the keys "

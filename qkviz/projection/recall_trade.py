@@ -3,18 +3,20 @@ weight ``alpha`` per head.
 
 More same-kind weight keeps the aligned space's neighbourhoods (trustworthiness) and costs partner recall, at a
 rate no fixed weight suits on every head: some heads keep recall 0.45 at the default weight and can give much of
-it for the aligned space, others fall short of 0.30 at any weight (``bench/faithful_ceiling.py``). So the layout
-measures what it keeps and spends the headroom itself:
+it for the aligned space, others fall short of 0.30 unless the weight is lowered (``bench/faithful_ceiling.py``).
+So the layout measures what it keeps and moves its weight itself, in either direction:
 
 1. it is fitted at the graph's own ``alpha`` (early exaggeration, then ``n_iter`` iterations);
 2. it measures its own partner recall@k on a seeded probe of its points (:class:`RecallProbe`: 500 queries and
    500 keys, their ``k`` partners read from the graph, their nearest points of the other kind in the layout);
-3. while that recall is at least ``recall_target`` and steps are left (``trade_steps``), it doubles ``alpha``
-   and goes on for :data:`STEP_ITER` iterations from where it is (the optimiser's state kept), measuring again;
-   the first step whose recall falls below the target is dropped and the layout before it kept.
+3. **with recall to spare** (at least ``recall_target``), while steps are left (``trade_steps``), it doubles
+   ``alpha`` and goes on for :data:`STEP_ITER` iterations from where it is (the optimiser's state kept), measuring
+   again; the first step whose recall falls below the target is dropped and the layout before it kept;
+4. **short of the target**, it halves ``alpha`` the same way, at most ``lower_steps`` times, while that raises its
+   recall, and stops at the first step that reaches the target; a step that does not raise the recall is dropped.
 
-Each step costs :data:`STEP_ITER` iterations (a third of the fit's), only on heads with recall to spare; the probe
-costs milliseconds. Everything is seeded: the same head, seed and settings give the same layout and ``alpha``.
+Each step costs :data:`STEP_ITER` iterations (a third of the fit's); the probe costs milliseconds. Everything is
+seeded: the same head, seed and settings give the same layout and ``alpha``.
 """
 
 from __future__ import annotations
@@ -91,16 +93,21 @@ def traded_tsne(points: np.ndarray, graph, seed: int, params: dict) -> TradedLay
     probe = RecallProbe.of(graph, seed)
     tried = [(alpha, probe.recall(np.asarray(embedding)))]
     target = float(params["recall_target"])
-    for _ in range(int(params["trade_steps"]) if target > 0 and alpha > 0 else 0):
-        if tried[-1][1] < target:
-            break
-        stepped = TSNEEmbedding(np.copy(embedding), _affinities(graph, 2 * alpha), random_state=seed,
+    if target <= 0 or alpha <= 0:
+        return TradedLayout(np.asarray(embedding, dtype=np.float32), embedding, alpha, tried)
+    spare = tried[0][1] >= target
+    factor, steps = (2.0, int(params["trade_steps"])) if spare else (0.5, int(params["lower_steps"]))
+    for _ in range(steps):
+        stepped = TSNEEmbedding(np.copy(embedding), _affinities(graph, factor * alpha), random_state=seed,
                                 optimizer=embedding.optimizer.copy(), **embedding.gradient_descent_params)
         stepped.optimize(n_iter=STEP_ITER, momentum=0.8, inplace=True)
-        tried.append((2 * alpha, probe.recall(np.asarray(stepped))))
-        if tried[-1][1] < target:
+        recall = probe.recall(np.asarray(stepped))
+        tried.append((factor * alpha, recall))
+        if (recall < target) if spare else (recall <= tried[-2][1]):
             break
-        embedding, alpha = stepped, 2 * alpha
+        embedding, alpha = stepped, factor * alpha
+        if not spare and recall >= target:
+            break
     return TradedLayout(np.asarray(embedding, dtype=np.float32), embedding, alpha, tried)
 
 

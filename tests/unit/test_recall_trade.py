@@ -59,8 +59,8 @@ def layout_of(queries, keys, aligned, **settings):
 
 def test_a_head_with_recall_to_spare_trades_it_for_the_aligned_space():
     queries, keys, aligned = small_head()
-    graph, fixed = layout_of(queries, keys, aligned, recall_target=0.0)
-    _, traded = layout_of(queries, keys, aligned, recall_target=0.05, trade_steps=2)
+    graph, fixed = layout_of(queries, keys, aligned, alpha=0.5, recall_target=0.0)
+    _, traded = layout_of(queries, keys, aligned, alpha=0.5, recall_target=0.05, trade_steps=2)
     assert fixed.params["alpha"] == 0.5 and traded.params["alpha"] == 2.0
     assert traded.adjusted == {"alpha": (0.5, 2.0)}
     probe = RecallProbe.of(graph, seed=0)
@@ -68,9 +68,18 @@ def test_a_head_with_recall_to_spare_trades_it_for_the_aligned_space():
     assert layout_trust(aligned, traded.coordinates) > layout_trust(aligned, fixed.coordinates)
 
 
-def test_a_head_short_of_the_target_keeps_its_alpha_and_the_same_seed_the_same_layout():
+def test_a_head_short_of_the_target_keeps_its_alpha_without_lower_steps_and_the_same_seed_the_same_layout():
     queries, keys, aligned = small_head()
-    _, first = layout_of(queries, keys, aligned, recall_target=1.0)
-    _, again = layout_of(queries, keys, aligned, recall_target=1.0)
+    _, first = layout_of(queries, keys, aligned, alpha=0.5, recall_target=1.0, lower_steps=0)
+    _, again = layout_of(queries, keys, aligned, alpha=0.5, recall_target=1.0, lower_steps=0)
     assert first.params["alpha"] == 0.5 and first.adjusted == {}
     np.testing.assert_array_equal(first.coordinates, again.coordinates)
+
+
+def test_a_head_short_of_the_target_lowers_alpha_only_while_that_raises_its_recall():
+    queries, keys, aligned = small_head()
+    graph, fixed = layout_of(queries, keys, aligned, alpha=4.0, recall_target=0.0)
+    _, lowered = layout_of(queries, keys, aligned, alpha=4.0, recall_target=1.0, lower_steps=2)
+    probe = RecallProbe.of(graph, seed=0)
+    assert lowered.params["alpha"] < 4.0 and lowered.adjusted == {"alpha": (4.0, lowered.params["alpha"])}
+    assert probe.recall(lowered.coordinates) > probe.recall(fixed.coordinates)
