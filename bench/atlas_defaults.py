@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.figures.goals import Goal, verdict
 from bench.figures.results import Results, figure, minutes, source, span
-from bench.harness import Recorder, kept_runs, smoke_arguments, summary
+from bench.harness import Recorder, kept_runs, load_span, smoke_arguments, summary
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -124,9 +124,7 @@ def main(argv: list[str] | None = None) -> None:
 def run_summary(result: dict) -> dict:
     """One run of this bench as ``earlier_runs`` keeps it: its date, load, wall and CPU times, peak memory."""
     figures, load = result["figures"], result.get("load", {})
-    found = [values[0] for values in (load.get("before"), load.get("after")) if isinstance(values, list) and values]
-    found += [value for value in load.get("during") or [] if isinstance(value, (int, float))]
-    return {"date": result["date"], "load_average": {"min": min(found), "max": max(found)} if found else None,
+    return {"date": result["date"], "load_average": load_span(load),
             "seconds": figures["seconds"], "cpu_seconds": figures["cpu_seconds"], "peak_gb": figures["peak_gb"]}
 
 

@@ -43,7 +43,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from bench.figures.goals import Goal, verdict  # noqa: E402
 from bench.figures.results import Results, figure, minutes, source  # noqa: E402
-from bench.harness import Recorder, run_measured, smoke_arguments  # noqa: E402
+from bench.harness import Recorder, load_span, run_measured, smoke_arguments  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 QKVIZ = [sys.executable, "-m", "qkviz", "-q"]
@@ -103,9 +103,7 @@ def replaced_runs(previous: dict | None, parts: list[str]) -> list[dict]:
         return []
     kept = list(previous["figures"].get("earlier_runs", []))
     load = previous.get("load", {})
-    found = [values[0] for values in (load.get("before"), load.get("after")) if isinstance(values, list) and values]
-    found += [value for value in load.get("during") or [] if isinstance(value, (int, float))]
-    span = {"min": min(found), "max": max(found)} if found else None
+    span = load_span(load)
     return kept + [{"part": part, "date": previous["date"], "load_average": span, "figures": previous["figures"][part]}
                    for part in parts if part in previous["figures"]]
 

@@ -40,7 +40,7 @@ from qkviz.probes import run_language_model, sequence_ids  # noqa: E402
 
 from bench.figures.goals import Goal, verdict  # noqa: E402
 from bench.figures.results import Results, figure, model_name, source  # noqa: E402
-from bench.harness import Recorder, alternate, kept_runs, smoke_arguments, summary  # noqa: E402
+from bench.harness import Recorder, alternate, kept_runs, load_span, smoke_arguments, summary  # noqa: E402
 
 #: the passages: consecutive lines of data/classics.txt from FIRST_LINE (0-based), this many lines each
 FIRST_LINE, PASSAGE_LINES = 1000, (10, 20, 30)
@@ -102,10 +102,7 @@ def run_summary(result: dict) -> dict:
     """One run of this bench as ``earlier_runs`` keeps it: its date, load (lowest and highest 1-minute average),
     the ratios and each way's seconds over every token."""
     figures, load = result["figures"], result.get("load", {})
-    found = [values[0] for values in (load.get("before"), load.get("after")) if isinstance(values, list) and values]
-    found += [value for value in load.get("during") or [] if isinstance(value, (int, float))]
-    found += [token["load"][0] for token in figures["tokens"]]
-    return {"date": result["date"], "load_average": {"min": min(found), "max": max(found)} if found else None,
+    return {"date": result["date"], "load_average": load_span(load, [token["load"][0] for token in figures["tokens"]]),
             "ratio": figures["ratio"], "prefix_ratio": figures["prefix_ratio"],
             "seconds": {way: figures["seconds"][way] for way in WAYS}}
 

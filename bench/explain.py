@@ -47,7 +47,7 @@ from qkviz.probes import run_model  # noqa: E402
 
 from bench.figures.goals import Goal, verdict  # noqa: E402
 from bench.figures.results import Results, figure, source  # noqa: E402
-from bench.harness import Recorder, kept_runs, smoke_arguments, summary  # noqa: E402
+from bench.harness import Recorder, kept_runs, load_span, smoke_arguments, summary  # noqa: E402
 
 #: the passages: 40 lines each of data/classics.txt, the first six
 PASSAGES, LINES_PER_PASSAGE, WINDOW = 6, 40, 1000
@@ -133,9 +133,7 @@ def run_summary(result: dict) -> dict:
     """One run of this bench as ``earlier_runs`` keeps it: its date, load (lowest and highest 1-minute average of its
     header), the model's load, the pairs, each circuit's and every head's seconds, and the measured peaks."""
     figures, load = result["figures"], result.get("load", {})
-    found = [values[0] for values in (load.get("before"), load.get("after")) if isinstance(values, list) and values]
-    found += [value for value in load.get("during") or [] if isinstance(value, (int, float))]
-    return {"date": result["date"], "load_average": {"min": min(found), "max": max(found)} if found else None,
+    return {"date": result["date"], "load_average": load_span(load),
             "model_load_s": figures["load_seconds"], "pair_s": figures["pair"]["seconds"],
             "circuits_s": {f"L{c['layer']}H{c['head']}": c["seconds"] for c in figures["circuits"]},
             "all_heads_s": figures.get("all_heads", {}).get("seconds"),

@@ -46,7 +46,7 @@ from qkviz.probes import run_model, sequence_ids  # noqa: E402
 
 from bench.figures.goals import Goal, verdict  # noqa: E402
 from bench.figures.results import Results, figure, model_name, source  # noqa: E402
-from bench.harness import Recorder, kept_runs, smoke_arguments, summary  # noqa: E402
+from bench.harness import Recorder, kept_runs, load_span, smoke_arguments, summary  # noqa: E402
 
 #: the held-out document: data/classics.txt from this line (0-based), this many lines, in windows of WINDOW tokens
 FIRST_LINE, LINES, WINDOW = 3100, 120, 1000
@@ -123,9 +123,7 @@ def one_round(run, forward, rows: slice, n_pairs: int, device: str, rng: np.rand
 def run_summary(result: dict) -> dict:
     """One run of this bench as ``earlier_runs`` keeps it: its date, load and the two ratios' summaries."""
     figures, load = result["figures"], result.get("load", {})
-    found = [values[0] for values in (load.get("before"), load.get("after")) if isinstance(values, list) and values]
-    found += [value for value in load.get("during") or [] if isinstance(value, (int, float))]
-    return {"date": result["date"], "load_average": {"min": min(found), "max": max(found)} if found else None,
+    return {"date": result["date"], "load_average": load_span(load),
             "first_ratio": figures["first_ratio"], "later_ratio": figures["later_ratio"],
             "held_mb": figures["memory"]["held_mb"]}
 

@@ -59,7 +59,8 @@ from qkviz.extraction.streaming import CHUNK_BYTES, bytes_per_token, chunk_sente
 from qkviz.extraction import load_model  # noqa: E402
 from qkviz.extraction.inputs import select_sentences  # noqa: E402
 from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
-from bench.extract_figures import GOAL_TOKENS, load_span  # noqa: E402
+from bench.extract_figures import GOAL_TOKENS  # noqa: E402
+from bench.harness import load_span  # noqa: E402
 
 #: the held-out text (no default was tuned on it) and the bundled corpus, by ``--corpus``
 CORPORA = {"held-out": REPO / "data" / "classics.txt", "bundled": DEFAULT_CORPUS}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from bench.figures.goals import Goal, median, verdict
 from bench.figures.results import Results, figure, model_name, source, span
+from bench.harness import load_span
 
 #: the token count each model's goal names (``bench.extract``'s ``--tokens`` by default)
 GOAL_TOKENS = {"minilm": 100_000, "smollm2": 10_000}
@@ -205,9 +206,3 @@ def every_run(results: Results, names: list[str]) -> str:
                      f"max of the pairs: " + "; ".join(text for _, _, text in sorted(listed, key=lambda item: item[:2])))
     return ". ".join(parts) + "."
 
-
-def load_span(load: dict) -> dict | None:
-    """The lowest and highest 1-minute load average of a result header's ``load`` (before, during, after)."""
-    found = [values[0] for values in (load.get("before"), load.get("after")) if isinstance(values, list) and values]
-    found += [value for value in load.get("during") or [] if isinstance(value, (int, float))]
-    return {"min": min(found), "max": max(found)} if found else None

@@ -142,6 +142,15 @@ def run_measured(command: list[str], every: float = 0.02, **popen) -> dict:
     return {"seconds": time.perf_counter() - started, "peak_mb": peak, "returncode": process.returncode}
 
 
+def load_span(load: dict, more: tuple | list = ()) -> dict | None:
+    """The lowest and highest 1-minute load average of a result header's ``load`` (before, during, after) and of
+    ``more`` (further 1-minute averages a bench recorded itself); None where none was recorded."""
+    found = [values[0] for values in (load.get("before"), load.get("after")) if isinstance(values, list) and values]
+    found += [value for value in load.get("during") or [] if isinstance(value, (int, float))]
+    found += list(more)
+    return {"min": min(found), "max": max(found)} if found else None
+
+
 def kept_runs(path: Path, run_summary: Callable[[dict], dict]) -> list[dict]:
     """Every run the result file at ``path`` holds, oldest first: the ones it kept (``figures["earlier_runs"]``) and
     its own, as ``run_summary`` sums one up; none where there is no file. A bench that keeps every run puts this
