@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{model}: {run.n_tokens} tokens; heads " + ", ".join(f"L{l} H{h}" for l, h in drawn), flush=True)
     rows, earlier = [], kept_runs(out, run_summary) if not args.smoke else []
     defaults = resolve_params("attn-tsne", {}, 2)
-    settings = ", ".join(f"{name} {defaults[name]:g}" for name in ("alpha", "same_kind_k", "dof", "recall_target",
+    settings = ", ".join(f"{name} {defaults[name]:g}" for name in ("alpha", "same_kind_k", "dof", "recall_target", "recall_floor",
                                                                     "trade_steps", "lower_steps", "n_iter"))
     for number, (layer, head) in enumerate(drawn):
         order = list(LAYOUTS) if number % 2 == 0 else list(LAYOUTS)[::-1]

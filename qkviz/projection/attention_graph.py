@@ -76,8 +76,9 @@ def graph_parameters(alpha: float, same_kind_k: int = 10) -> tuple[Parameter, ..
 class AttentionGraph:
     """The symmetric affinity matrix ``[2n, 2n]`` at the graph's ``alpha`` (sums to 1), the keys whose share was
     capped, and what :meth:`weighted` remixes: the symmetrised attention and same-kind terms (each point's links of
-    a term sum to 1 before symmetrising) and each token's ``k`` partners (``query_partners``: each query's strongest
-    keys; ``key_partners``: each key's strongest queries; token indices ``[n, k]``, strongest first)."""
+    a term sum to 1 before symmetrising), each token's ``k`` partners (``query_partners``: each query's strongest
+    keys; ``key_partners``: each key's strongest queries; token indices ``[n, k]``, strongest first; approximate past
+    ``exact_search``), and the head's ``queries``, ``keys`` and ``rule`` they were found with."""
 
     matrix: sp.csr_matrix
     sinks: np.ndarray        # token indices of the capped keys, strongest first
@@ -87,6 +88,9 @@ class AttentionGraph:
     query_partners: np.ndarray | None = None
     key_partners: np.ndarray | None = None
     alpha: float = 0.0       # the same-kind weight of ``matrix``
+    queries: np.ndarray | None = None   # the head's vectors and rule the graph was built from (references, no copies):
+    keys: np.ndarray | None = None      # what a layout's own recall probe finds each probed token's exact partners in
+    rule: LogitRule | None = None
 
     def weighted(self, alpha: float) -> sp.csr_matrix:
         """The affinities with the same-kind term at weight ``alpha`` (``matrix`` is this at the graph's own)."""
@@ -170,7 +174,8 @@ def attention_graph(queries: np.ndarray, keys: np.ndarray, aligned: np.ndarray, 
         same_kind = _symmetric(rows, columns, np.full(2 * n * same_kind_k, 1.0 / same_kind_k), n)
     sinks = capped[np.argsort(-incoming[capped], kind="stable")]
     graph = AttentionGraph(sp.csr_matrix((2 * n, 2 * n)), sinks.astype(np.int64), n, attention, same_kind,
-                           key_of_query.astype(np.int64), query_of_key.astype(np.int64))
+                           key_of_query.astype(np.int64), query_of_key.astype(np.int64), queries=queries, keys=keys,
+                           rule=rule)
     return replace(graph, matrix=graph.weighted(alpha), alpha=float(alpha))
 
 

@@ -32,21 +32,36 @@ def test_the_graph_reweighed_is_the_graph_built_at_that_alpha():
     assert graph.alpha == 0.5 and graph.query_partners.shape == (120, 5)
 
 
-def test_the_probe_counts_partners_among_the_nearest_points_of_the_other_kind():
+def test_the_probe_counts_exact_partners_among_the_nearest_points_of_the_other_kind():
+    """The probe's recall against a brute-force count: each probed token's k best logits over the whole head
+    (``0.5 * q . k``, exact), its k nearest points of the other kind in the layout."""
     queries, keys, aligned = small_head(200)
     graph = attention_graph(queries, keys, aligned, LogitRule(0.5), k=5, alpha=0.5, same_kind_k=5)
     probe = RecallProbe.of(graph, seed=0, size=50)
     layout = np.random.default_rng(1).normal(size=(400, 2))
     n, shares = 200, []
-    for own, partners, mine, other in ((probe.queries, probe.query_partners, layout[:n], layout[n:]),
-                                       (probe.keys, probe.key_partners, layout[n:], layout[:n])):
-        for token, wanted in zip(own, partners):
+    logits = 0.5 * queries @ keys.T
+    for scores, mine, other in ((logits, layout[:n], layout[n:]), (logits.T, layout[n:], layout[:n])):
+        for token in probe.tokens:
+            wanted = np.argsort(-scores[token])[:5]
             near = np.argsort(((other - mine[token]) ** 2).sum(axis=1))[:5]
             shares.append(len(np.intersect1d(near, wanted)) / 5)
+    assert len(probe.tokens) == 50
     assert probe.recall(layout) == pytest.approx(np.mean(shares[:50]) / 2 + np.mean(shares[50:]) / 2)
     perfect = layout.copy()
-    perfect[n + graph.query_partners[probe.queries[0]]] = perfect[probe.queries[0]] + 1e-6
+    token = probe.tokens[0]
+    perfect[n + np.argsort(-logits[token])[:5]] = perfect[token] + 1e-6
     assert probe.recall(perfect) > probe.recall(layout)
+
+
+def test_the_probe_reads_exact_partners_whatever_search_the_graph_made():
+    """Past ``exact_search`` the graph's partners may be approximate; the probe's bounds are each probed query's exact
+    k-th best logit over every key."""
+    queries, keys, aligned = small_head(400)
+    graph = attention_graph(queries, keys, aligned, LogitRule(0.5), k=5, alpha=0.5, same_kind_k=5, exact_search=0)
+    probe = RecallProbe.of(graph, seed=0, size=40)
+    assert probe.sample.thresholds["query"] == pytest.approx(np.sort(0.5 * queries[probe.tokens] @ keys.T,
+                                                                      axis=1)[:, -5])
 
 
 def layout_of(queries, keys, aligned, **settings):
@@ -79,7 +94,13 @@ def test_a_head_short_of_the_target_keeps_its_alpha_without_lower_steps_and_the_
 def test_a_head_short_of_the_target_lowers_alpha_only_while_that_raises_its_recall():
     queries, keys, aligned = small_head()
     graph, fixed = layout_of(queries, keys, aligned, alpha=4.0, recall_target=0.0)
-    _, lowered = layout_of(queries, keys, aligned, alpha=4.0, recall_target=1.0, lower_steps=2)
+    _, lowered = layout_of(queries, keys, aligned, alpha=4.0, recall_target=1.0, recall_floor=1.0, lower_steps=2)
     probe = RecallProbe.of(graph, seed=0)
     assert lowered.params["alpha"] < 4.0 and lowered.adjusted == {"alpha": (4.0, lowered.params["alpha"])}
     assert probe.recall(lowered.coordinates) > probe.recall(fixed.coordinates)
+
+
+def test_a_head_between_the_floor_and_the_target_keeps_its_alpha():
+    queries, keys, aligned = small_head()
+    _, kept = layout_of(queries, keys, aligned, alpha=4.0, recall_target=1.0, recall_floor=0.0, lower_steps=2)
+    assert kept.params["alpha"] == 4.0 and kept.adjusted == {}

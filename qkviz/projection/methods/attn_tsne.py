@@ -5,8 +5,8 @@ plus a same-kind term), so that near in the picture means strong attention. ``be
 
 Each 2D layout chooses its own same-kind weight (:mod:`qkviz.projection.recall_trade`): starting at ``alpha``, it
 doubles the weight while the partner recall it measures on itself stays at least ``recall_target``, so a head with
-recall to spare keeps more of the aligned space, and halves it (at most ``lower_steps`` times) on a head short of
-that recall (``bench/faithful_ceiling.py``); ``--recall-target 0`` keeps ``alpha`` on every head. The Student-t
+recall to spare keeps more of the aligned space, and halves it (at most ``lower_steps`` times) on a head whose recall
+is below ``recall_floor`` (``bench/faithful_ceiling.py``); ``--recall-target 0`` keeps ``alpha`` on every head. The Student-t
 kernel's tails are heavier than t-SNE's (``dof`` 0.6, openTSNE's degrees of
 freedom): tighter groups of partners and of similar tokens, which kept both a little more than ``dof`` 1 on the
 tuning heads. A 3D layout lifts the 2D one and refines it at the starting ``alpha``.
@@ -35,6 +35,8 @@ SCHEDULE = {"early_exaggeration_iter": 40, "n_iter": 120, "fft_min_cells": 10, "
 #: the partner recall@10 a layout keeps while it trades the rest for the aligned space: the goal, 0.30, plus a margin
 #: for the difference between the layout's own probe and another sample of the head's points
 RECALL_TARGET = 0.33
+#: a layout whose own recall is below this (the goal's bound) lowers alpha; between it and the target it keeps alpha
+RECALL_FLOOR = 0.30
 #: the same-kind weight a layout starts from, and the nearest same-kind neighbours that term links: on tuning heads
 #: (``runs/atlas-*`` over data/sentences.txt, four MiniLM and four SmolLM2 heads drawn with seed 1) 30 neighbours at
 #: weight 1 kept both partner recall and trustworthiness above 10 neighbours at 0.5, the former defaults
@@ -65,10 +67,11 @@ def fit(inputs: FitInputs) -> Projection:
 
 TRADE_PARAMETERS = (
     Parameter("recall_target", RECALL_TARGET, "real", "2D: double alpha (at most trade-steps times) while the "
-              "layout's own partner recall@10 stays at least this, halve it (at most lower-steps times) where it is "
-              "below (0: keep alpha on every head)", low=0.0),
+              "layout's own partner recall@10 stays at least this (0: keep alpha on every head)", low=0.0),
+    Parameter("recall_floor", RECALL_FLOOR, "real", "2D: halve alpha (at most lower-steps times) only where the "
+              "layout's own partner recall@10 is below this", low=0.0),
     Parameter("trade_steps", TRADE_STEPS, "whole", "2D: at most this many doublings of alpha", low=0),
-    Parameter("lower_steps", LOWER_STEPS, "whole", "2D: on a head short of the recall target, at most this many "
+    Parameter("lower_steps", LOWER_STEPS, "whole", "2D: on a head below the recall floor, at most this many "
               "halvings of alpha while they raise its recall", low=0),
     Parameter("dof", DOF, "real", "2D: degrees of freedom of the t-SNE kernel (1: t-SNE's; lower: heavier tails)",
               low=0.0, low_open=True),
