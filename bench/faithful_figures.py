@@ -305,12 +305,16 @@ def sink_survey(results: Results) -> str:
 CEILING_SHARE = 0.97
 
 
-def ceiling_goal(model: str, result: dict) -> Goal:
+#: further draws of held-out heads (another seed of the same bench), each judged by the same goal on its own page line
+OTHER_DRAWS = {"minilm": "faithful_ceiling_minilm_seed1", "smollm2": "faithful_ceiling_smollm2_seed1"}
+
+
+def ceiling_goal(model: str, result: dict, name: str | None = None) -> Goal:
     """Issue 53's goal on ``model``: heads whose default layout keeps recall and its share of the ceiling, both."""
     needed, of = result["goal_heads"]
     measured = len(result["rows"])
     return Goal(f"{model_name(model)} heads faithful against their ceiling", needed, "heads", False,
-                f"faithful_ceiling_{model}", f"of {measured} heads measured (the goal names {of}), with recall ≥ "
+                name or f"faithful_ceiling_{model}", f"of {measured} heads measured (the goal names {of}), with recall ≥ "
                 f"{RECALL_GOAL:.2f} and ≥ {CEILING_SHARE:.2f} of t-SNE's trustworthiness, both",
                 lambda found: found["summary"]["default"]["meets"], digits=0)
 
@@ -356,3 +360,25 @@ def earlier_ceilings(runs: list[dict]) -> str:
     return " (earlier runs, every one kept: " + "; ".join(
         f"{run['date'][:10]}, {run['settings']}: {run['meets']} of {run['heads']} heads both, {run['recall_met']} at "
         f"recall, {run['share_met']} at share" for run in runs) + ")"
+
+
+@figure("faithful-ceiling-draws")
+def faithful_ceiling_draws(results: Results) -> str:
+    """The same bench on another seed's heads of the same held-out runs: each draw with its own verdict."""
+    lines = []
+    for model, name in OTHER_DRAWS.items():
+        if not results.exists(name):
+            continue
+        result, seed = results(name), results.record(name)["arguments"]["seed"]
+        heads = ", ".join(f"L{row['layer']} H{row['head']}{' ✓' if row['default']['meets'] else ''}"
+                          for row in result["rows"])
+        summary = result["summary"]
+        lines.append(f"- {model_name(model)}, heads drawn with seed {seed} ({heads}): "
+                     f"{verdict(ceiling_goal(model, result, name), results)}; {summary['default']['recall_met']} at "
+                     f"recall, {summary['default']['share_met']} at share (median "
+                     f"{summary['default']['share_median']:.3f}); the former defaults {summary['fixed']['meets']} "
+                     f"heads both.")
+    if not lines:
+        return "No other draw measured yet: `bench/faithful_ceiling.py --run RUN --seed 1 --out ...`.\n"
+    return ("\n".join(lines) + "\n\n✓: the head meets both conditions. The same held-out runs as above "
+            f"(*Paradise Lost*, 6,000 tokens), other heads ({source(results, *[n for n in OTHER_DRAWS.values() if results.exists(n)])}).\n")

@@ -6,10 +6,10 @@ plus a same-kind term), so that near in the picture means strong attention. ``be
 Each 2D layout chooses its own same-kind weight (:mod:`qkviz.projection.recall_trade`): starting at ``alpha``, it
 doubles the weight while the partner recall it measures on itself stays at least ``recall_target``, so a head with
 recall to spare keeps more of the aligned space, and halves it (at most ``lower_steps`` times) on a head whose recall
-is below ``recall_floor`` (``bench/faithful_ceiling.py``); ``--recall-target 0`` keeps ``alpha`` on every head. The Student-t
-kernel's tails are heavier than t-SNE's (``dof`` 0.6, openTSNE's degrees of
-freedom): tighter groups of partners and of similar tokens, which kept both a little more than ``dof`` 1 on the
-tuning heads. A 3D layout lifts the 2D one and refines it at the starting ``alpha``.
+is below ``recall_floor`` (``bench/faithful_ceiling.py``); ``--recall-target 0`` keeps ``alpha`` on every head. The
+Student-t kernel's tails are heavier than t-SNE's (``dof`` 0.6, openTSNE's degrees of freedom): tighter groups of
+partners and of similar tokens, which kept both a little more than ``dof`` 1 on the tuning heads. A 3D layout lifts
+the 2D one and refines it at the starting ``alpha``.
 
 A head past ``sample`` tokens is fitted on a stratified sample, spread over the whole head's attention graph and
 polished on it (:mod:`qkviz.projection.sampling`) at the ``alpha`` the sample's layout chose: on MiniLM heads at
@@ -44,7 +44,7 @@ RECALL_FLOOR = 0.30
 ALPHA, SAME_KIND_K = 1.0, 30
 #: at most this many doublings of alpha (1 -> 8)
 TRADE_STEPS = 3
-#: at most this many halvings of alpha on a head short of the recall target (1 -> 0.5): a second cost the tuning heads
+#: at most this many halvings of alpha on a head below the recall floor (1 -> 0.5): a second cost the tuning heads
 #: more trustworthiness than the recall it bought
 LOWER_STEPS = 1
 #: openTSNE's degrees of freedom of the Student-t kernel (1: t-SNE's Cauchy kernel; below 1: heavier tails)
