@@ -380,5 +380,8 @@ def faithful_ceiling_draws(results: Results) -> str:
                      f"heads both.")
     if not lines:
         return "No other draw measured yet: `bench/faithful_ceiling.py --run RUN --seed 1 --out ...`.\n"
+    measured = [name for name in OTHER_DRAWS.values() if results.exists(name)]
+    tokens = ", ".join(f"{model_name(model)} {results(name)['tokens']:,}" for model, name in OTHER_DRAWS.items()
+                       if results.exists(name))
     return ("\n".join(lines) + "\n\n✓: the head meets both conditions. The same held-out runs as above "
-            f"(*Paradise Lost*, 6,000 tokens), other heads ({source(results, *[n for n in OTHER_DRAWS.values() if results.exists(n)])}).\n")
+            f"(*Paradise Lost*; tokens: {tokens}), other heads ({source(results, *measured)}).\n")

@@ -92,13 +92,10 @@ def traded_tsne(points: np.ndarray, graph, seed: int, params: dict) -> TradedLay
     probe = RecallProbe.of(graph, seed)
     tried = [(alpha, probe.recall(np.asarray(embedding)))]
     target = float(params["recall_target"])
-    if target <= 0 or alpha <= 0:
-        return TradedLayout(np.asarray(embedding, dtype=np.float32), embedding, alpha, tried)
     spare = tried[0][1] >= target
-    if not spare and tried[0][1] >= float(params["recall_floor"]):
-        return TradedLayout(np.asarray(embedding, dtype=np.float32), embedding, alpha, tried)
-    factor, steps = (2.0, int(params["trade_steps"])) if spare else (0.5, int(params["lower_steps"]))
-    for _ in range(steps):
+    short = tried[0][1] < float(params["recall_floor"])
+    factor, steps = (2.0, int(params["trade_steps"])) if spare else (0.5, int(params["lower_steps"]) if short else 0)
+    for _ in range(steps if target > 0 and alpha > 0 else 0):
         stepped = TSNEEmbedding(np.copy(embedding), _affinities(graph, factor * alpha), random_state=seed,
                                 optimizer=embedding.optimizer.copy(), **embedding.gradient_descent_params)
         stepped.optimize(n_iter=STEP_ITER, momentum=0.8, inplace=True)
