@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from qkviz.core.errors import QkvizError
-from qkviz.store.run import StoredRun, read_manifest
+from qkviz.store.manifest import read_manifest
+from qkviz.store.run import StoredRun
 
 if TYPE_CHECKING:
     from distributed import Client

@@ -6,7 +6,8 @@ cache, results kept in a run with a marker written last, and advisory locks agai
 from qkviz.store.artifacts import ArtifactDirectory
 from qkviz.store.locks import LockBusy, exclusive_lock
 from qkviz.store.projections import DIMENSIONS, ProjectionCache, ProjectionSpec
-from qkviz.store.run import SENTENCE_COLUMNS, TOKEN_COLUMNS, WEIGHTINGS, StoredRun, as_run, read_manifest
+from qkviz.store.manifest import read_manifest
+from qkviz.store.run import SENTENCE_COLUMNS, TOKEN_COLUMNS, WEIGHTINGS, StoredRun, as_run
 from qkviz.store.run_writer import RunWriter
 from qkviz.store.files import CACHE_DIRECTORY, RUN_DIRECTORIES
 

@@ -25,7 +25,7 @@ from qkviz.store import files as run_files
 from qkviz.core.errors import IncompleteRunError, QkvizError
 from qkviz.core.option_names import option
 from qkviz.store.background_hashing import in_background
-from qkviz.store.run import read_manifest
+from qkviz.store.manifest import read_manifest
 
 logger = logging.getLogger(__name__)
 

@@ -142,7 +142,7 @@ def test_the_token_table_is_the_one_built_a_row_at_a_time():
 
 @pytest.mark.parametrize("options", [{}, {"dtype": "float16", "head_update": True}])
 def test_every_checksum_in_the_manifest_is_that_of_its_file(tiny_run, options):
-    from qkviz.store.run import read_manifest
+    from qkviz.store.manifest import read_manifest
 
     run = tiny_run(FAMILIES[-1], **options)
     directory = getattr(run, "path", run)

@@ -27,7 +27,8 @@ from qkviz.analysis.logits.logit_decomposition import EmbeddingSplit, decompose_
 from qkviz.analysis.statistics.syntax import BatchSyntax, TokenSyntax, batch_syntax
 from qkviz.analysis.documents.text_excerpt import excerpt
 from qkviz.store import files as run_files
-from qkviz.store.run import StoredRun, open_stored_run, read_manifest
+from qkviz.store.manifest import read_manifest
+from qkviz.store.run import StoredRun, open_stored_run
 
 EXEMPLAR_COLUMNS = ("layer", "head", "rank", "sentence", "query", "key", "weight", "query_token", "key_token", "text")
 UPDATE_STATISTICS = statistic_names(HEAD_UPDATES)
