@@ -33,7 +33,7 @@ import pandas as pd  # noqa: E402
 
 import qkviz  # noqa: E402
 from dash_app.panels.selection import selected_points, selection_frame, selection_table  # noqa: E402
-from dash_app.run_data import RunData  # noqa: E402
+from dash_app.data.run_data import RunData  # noqa: E402
 
 from bench.harness import Recorder, run_measured, smoke_arguments, summary  # noqa: E402
 from bench.figures.results import Results, figure, model_name, source, span  # noqa: E402

@@ -53,7 +53,7 @@ def _explain_once(data) -> None:
 def child(paths: list[Path], budget_factor: float | None, rounds: int) -> list[dict]:
     """One scenario in this process (see the module): a row per explanation."""
     import qkviz
-    from dash_app.run_data import RunData
+    from dash_app.data.run_data import RunData
     from dash_app.server import _model_budget
     from qkviz.probes import served_model_memory
 

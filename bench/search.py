@@ -44,8 +44,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 
 from dash_app.panels.partners import render_partners  # noqa: E402
-from dash_app.run_data import LAYOUT_OVERLAP_SAMPLE, RunData  # noqa: E402
-from dash_app.state import ViewState  # noqa: E402
+from dash_app.data.run_data import LAYOUT_OVERLAP_SAMPLE, RunData  # noqa: E402
+from dash_app.state.view_state import ViewState  # noqa: E402
 from qkviz import open_run  # noqa: E402
 from qkviz.search import EXACT_LIMIT, build_inverted_lists, write_inverted_lists  # noqa: E402
 from qkviz.search import PartnerIndexes, index_targets  # noqa: E402

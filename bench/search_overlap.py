@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dash_app.run_data import RunData
+from dash_app.data.run_data import RunData
 from qkviz import open_run
 from qkviz.search import PartnerIndexes, head_layout_overlap
 from bench.search_timing import K

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dash_app.run_data import RunData
-from dash_app.token_search import TokenSearch
+from dash_app.data.run_data import RunData
+from dash_app.data.token_search import TokenSearch
 from qkviz.search import TokenIndex, normalise
 from bench.search_timing import percentiles, spread, timed
 

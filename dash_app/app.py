@@ -1,12 +1,12 @@
 """The app shell: ``create_app(run_paths)`` -> a ``dash.Dash`` with the views and search.
 
 One layout holds the top bar and the views (:mod:`dash_app.views`); which one shows, and everything else a
-view is drawn from, is the :class:`~dash_app.state.ViewState` in a ``dcc.Store``, mirrored in the URL. One
+view is drawn from, is the :class:`~dash_app.state.view_state.ViewState` in a ``dcc.Store``, mirrored in the URL. One
 callback (:func:`next_state`) turns every user action -- a control, a click, the URL -- into the next state;
 each view redraws from the state in its own callbacks, registered by its ``register``, which call plain figure
 functions. Nothing here names a view: the tabs, the views' containers and stores, the relays of their clicks,
 the state callback's inputs and outputs and what each input does are derived from the views' declarations
-(:mod:`dash_app.view_registry`). Styles and clientside callbacks are files in ``assets/``.
+(:mod:`dash_app.state.view_registry`). Styles and clientside callbacks are files in ``assets/``.
 """
 
 from __future__ import annotations
@@ -22,16 +22,16 @@ from dash import Input, Output, State, dcc, html, no_update
 import dash_app.views  # noqa: F401  (each view registers itself)
 from dash_app import export, ids, progress
 from dash_app.deferred_graphs import FIRST_VIEW, defer_graphs, mounted_views, slot_children
-from dash_app.attention_changes import AttentionChanges
-from dash_app.events import relay_point_events
+from dash_app.data.attention_changes import AttentionChanges
+from dash_app.state.events import relay_point_events
 from dash_app.explain_worker import ExplainWorker, ModelLimits, new_session
 from dash_app.guard import allowed_hosts, guard
 from dash_app.progress import method_options
-from dash_app.run_data import RunData, unique_names
-from dash_app.state import ViewState, checked_state, select_run, validate
-from dash_app.token_search import TokenSearch
+from dash_app.data.run_data import RunData, unique_names
+from dash_app.state.view_state import ViewState, checked_state, select_run, validate
+from dash_app.data.token_search import TokenSearch
 from dash_app.url_state import parse_url, to_url
-from dash_app.view_registry import AppContext, registered_views
+from dash_app.state.view_registry import AppContext, registered_views
 from dash_app.wsgi_server import PrefixedPaths
 from qkviz import QkvizError, open_run
 from qkviz.search import ImageIds
@@ -177,7 +177,7 @@ FIELD_CONTROLS = {ids.VIEW_TABS: "view", ids.METHOD_SELECT: "method", ids.DIM_SE
 VIEW_CONTROLS = {control: view.name for view in VIEWS for control in view.repeats}
 #: component -> (property, transition): the views' actions, the state callback's inputs besides the controls
 ACTIONS = {component: (prop, transition) for view in VIEWS for (component, prop), transition in view.actions.items()}
-#: control -> its options (see dash_app.control_options), sent by the state callback
+#: control -> its options (see dash_app.state.control_options), sent by the state callback
 CONTROL_OPTIONS = {control: options for view in VIEWS for control, options in view.options.items()}
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from dash import dcc, html, no_update
 
-from dash_app.state import ViewState
+from dash_app.state.view_state import ViewState
 
 #: the view a page opens on without a query: laid out whole
 FIRST_VIEW = ViewState().view

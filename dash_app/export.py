@@ -13,7 +13,7 @@ import dash
 from dash import ALL, ClientsideFunction, Input, Output, html
 
 from dash_app import ids
-from dash_app.events import NAMESPACE
+from dash_app.state.events import NAMESPACE
 
 FORMATS = ("png", "svg")
 #: a PNG's pixels per screen pixel

@@ -1,6 +1,6 @@
 """Every component id of the app, in one place (the first six are stable, for tests and users).
 
-A view's container, its state store and its layout stamp are named after the view (:mod:`dash_app.view_registry`):
+A view's container, its state store and its layout stamp are named after the view (:mod:`dash_app.state.view_registry`):
 :func:`view_container`, :func:`view_state` and :func:`layout_stamp`.
 """
 
@@ -52,7 +52,7 @@ LAYOUT_PROGRESS = "layout-progress"
 LAYOUT_POLL = "layout-poll"
 LAYOUT_STAMP = "layout-stamp"
 
-# {curve, customdata, timestamp} of the last click / hover on a graph (relayed by pointEvent, see dash_app.events)
+# {curve, customdata, timestamp} of the last click / hover on a graph (relayed by pointEvent, see dash_app.state.events)
 MATRIX_CLICK = "matrix-click"
 SINGLE_CLICK = "single-click"
 SINGLE_HOVER_POINT = "single-hover-point"

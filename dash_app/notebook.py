@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from dash_app.app import build_app
 from dash_app.guard import allowed_hosts
-from dash_app.run_data import RunData
+from dash_app.data.run_data import RunData
 from dash_app.server import attach_workers, check_port, make_pca, start_in_turn
 from dash_app.wsgi_server import serve_in_thread, stop_server
 from qkviz import QkvizError

@@ -17,8 +17,8 @@ import dash
 from dash import Input, Output, State, dcc, html, no_update
 
 from dash_app import ids
-from dash_app.run_data import RunData
-from dash_app.state import checked_state
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import checked_state
 from qkviz.projection import describe_seconds, method_label
 
 POLL_MS = 2000

@@ -20,7 +20,7 @@ from pathlib import Path
 from dash_app.app import build_app, open_runs
 from dash_app.explain_worker import ModelLimits
 from dash_app.guard import allowed_hosts, check_listen
-from dash_app.run_data import RunData
+from dash_app.data.run_data import RunData
 from dash_app.wsgi_server import production_server
 from dash_app.wsgi_server import root_path as normalised_root_path
 from qkviz import QkvizError, project
@@ -37,7 +37,7 @@ WARM_JOIN_S = 30.0
 
 def warm(data: RunData) -> None:
     """Read the default projection's 2D layouts of every head, so the first matrix view is quick (a large run's
-    matrix image is drawn when the app is built: :func:`dash_app.views.matrix.first_drawing`)."""
+    matrix image is drawn when the app is built: :func:`dash_app.views.matrix.view.first_drawing`)."""
     try:
         data.all_layouts(data.default_method())
     except Exception:  # noqa: BLE001 -- warming is an optimisation; the request that needs it reports the error

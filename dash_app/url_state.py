@@ -1,11 +1,11 @@
-"""The URL query string <-> :class:`~dash_app.state.ViewState`, validated.
+"""The URL query string <-> :class:`~dash_app.state.view_state.ViewState`, validated.
 
 ``?run=minilm&view=single&layer=2&head=5&method=tsne&dim=2&colour=position&search=the`` restores
 a view (``&weighting=value``: the views that draw attention weights draw them value-weighted). Every
 parameter is checked against the runs given at start: a run is named by its name or
 its index among them (never by a path), numbers must be in range, choices must be known. What
 does not pass falls back to its default and yields a notice for the page, never an error page. The views
-(``view=``) are the registered ones (:mod:`dash_app.view_registry`), and the one shown adds the fields it
+(``view=``) are the registered ones (:mod:`dash_app.state.view_registry`), and the one shown adds the fields it
 declares (``url_fields``: the sentence view's sentence).
 """
 
@@ -16,9 +16,9 @@ from dataclasses import replace
 from urllib.parse import parse_qs, urlencode
 
 import dash_app.views  # noqa: F401  (each view registers itself)
-from dash_app.run_data import RunShape
-from dash_app.state import FILTER_MODES, MAX_BOUND, SORTS, ViewState, initial_state, pairs_with
-from dash_app.view_registry import get_view, view_names
+from dash_app.data.run_data import RunShape
+from dash_app.state.view_state import FILTER_MODES, MAX_BOUND, SORTS, ViewState, initial_state, pairs_with
+from dash_app.state.view_registry import get_view, view_names
 from qkviz.analysis import LABELS
 from qkviz.report import COLOURS
 from qkviz.projection import method_names

@@ -132,7 +132,7 @@ def reseeded_run(tmp_path_factory, tiny_model, tiny_corpus):
 def related_data(app_run, tmp_path_factory):
     """The tiny Llama run (2 layers x 4 heads) copied, with its head atlas and its head similarity
     (shared, read-only, by the app's related-head tests with and without a browser)."""
-    from dash_app.run_data import RunData
+    from dash_app.data.run_data import RunData
     from qkviz.cli import main
     from support.browser import copy_run
 

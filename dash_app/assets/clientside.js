@@ -1,4 +1,4 @@
-/* The app's clientside callbacks (registered through dash_app/events.py).
+/* The app's clientside callbacks (registered through dash_app/state/events.py).
  *
  * Browser events are relayed into the dcc.Stores the state callback reads; the sentence view's hover
  * restyles its lines in place. Each is a function of window.dash_clientside.qkviz, used through
@@ -70,7 +70,7 @@ window.dash_clientside = window.dash_clientside || {};
             return {row: Math.round(point.y), column: Math.round(point.x), timestamp: Date.now()};
         },
 
-        /* The window's size -> {width, height} for the matrix's grid (dash_app/views/matrix_grid.py), when the
+        /* The window's size -> {width, height} for the matrix's grid (dash_app/views/matrix/grid.py), when the
          * matrix's state changes and, a quarter of a second after the window stops being resized, by itself
          * (set_props on the store whose id is storeId); no_update while the size is the one already sent. */
         matrixViewport: function (_state, storeId, current) {

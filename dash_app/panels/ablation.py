@@ -23,8 +23,8 @@ from dash.exceptions import PreventUpdate
 from dash_app import ids
 from dash_app.explain_worker import Answer, ExplainWorker, ModelLimits, Request, checked_session, pending_work
 from dash_app.panels.atlas import marked_tokens
-from dash_app.run_data import RunData
-from dash_app.state import checked_state
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import checked_state
 from qkviz.probes import ablate, most_affected
 
 MODES = ("zero", "mean")

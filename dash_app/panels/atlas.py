@@ -16,10 +16,10 @@ import pandas as pd
 from dash import ALL, html
 
 from dash_app import ids
-from dash_app.atlas_columns import PANEL, column_name, format_value, signed_format
-from dash_app.events import exemplar_target, relay_button_clicks
-from dash_app.run_data import RunData, RunShape
-from dash_app.state import ViewState, open_exemplar
+from dash_app.data.atlas_columns import PANEL, column_name, format_value, signed_format
+from dash_app.state.events import exemplar_target, relay_button_clicks
+from dash_app.data.run_data import RunData, RunShape
+from dash_app.state.view_state import ViewState, open_exemplar
 from qkviz.analysis import excerpt_pieces
 from qkviz.analysis.labels import LABEL_COLOURS
 

@@ -19,10 +19,10 @@ from dash import ALL, Input, Output, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.events import partner_target, relay_button_clicks, select_joint_point
+from dash_app.state.events import partner_target, relay_button_clicks, select_joint_point
 from dash_app.panels.atlas import marked_tokens
-from dash_app.run_data import RunData, RunShape
-from dash_app.state import ViewState, checked_state, string_list
+from dash_app.data.run_data import RunData, RunShape
+from dash_app.state.view_state import ViewState, checked_state, string_list
 from qkviz import QkvizError
 from qkviz.search import LayoutOverlap, Partners, layout_overlap
 

@@ -14,9 +14,9 @@ import dash
 from dash import ALL, html
 
 from dash_app import ids
-from dash_app.events import related_target, relay_button_clicks
-from dash_app.run_data import RunData, RunShape
-from dash_app.state import ViewState, open_head
+from dash_app.state.events import related_target, relay_button_clicks
+from dash_app.data.run_data import RunData, RunShape
+from dash_app.state.view_state import ViewState, open_head
 from qkviz.analysis.labels import LABEL_COLOURS
 from qkviz.analysis import RelatedHead, related_heads
 

@@ -10,7 +10,7 @@ sentence, partners -- repeat points of those and are ignored), each in its trace
 The table (:func:`selection_frame`) has a row per selected point: its token, its sentence with the token
 marked, query or key, its vector's norm, position, sentence and point index. The page shows its first
 :data:`SHOWN_ROWS` rows; the CSV download holds them all. The last selection is also kept on the run's
-:class:`~dash_app.run_data.RunData` as ``selection`` (what ``Run.selection`` reads in a notebook).
+:class:`~dash_app.data.run_data.RunData` as ``selection`` (what ``Run.selection`` reads in a notebook).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dash import ClientsideFunction, Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.events import NAMESPACE
-from dash_app.run_data import RunData
-from dash_app.state import checked_state
+from dash_app.state.events import NAMESPACE
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import checked_state
 
 #: rows the page shows (the CSV holds every selected point)
 SHOWN_ROWS = 100

@@ -2,7 +2,7 @@
 the head writes at that query.
 
 A *subject* is a head and the query and key tokens explained: one of each for a pair (a query clicked, then one of
-its keys -- the state's ``point`` and ``pair_point``, see :func:`dash_app.state.select_point`; a cell of the
+its keys -- the state's ``point`` and ``pair_point``, see :func:`dash_app.state.view_state.select_point`; a cell of the
 document view's map), or a lasso's queries and keys in the single view (:mod:`dash_app.panels.selection`). For a
 pair the panel shows the logit and the two tokens, bars of the key-side split (the whole query against each part
 that wrote the key, ``by="key"``), of the query side (``by="query"``) and of the rotary frequency bands
@@ -40,8 +40,8 @@ from dash_app import ids
 from dash_app.explain_worker import Answer, ExplainWorker, Request, checked_session, pending_work
 from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, plotly_text
 from dash_app.panels.selection import selected_points
-from dash_app.run_data import RunData
-from dash_app.state import ViewState, checked_state, pairs_with
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState, checked_state, pairs_with
 from qkviz import QkvizError
 from qkviz.explain import explain_pair_splits, explain_selection, head_write_splits
 

@@ -2,7 +2,7 @@
 attention changed from one to the other.
 
 Shown as a tab when the app serves two or more comparable runs (the same tokens and heads, see
-:mod:`dash_app.attention_changes`; ``qkviz serve --run A --run B``). At the top, the per-head table of
+:mod:`dash_app.data.attention_changes`; ``qkviz serve --run A --run B``). At the top, the per-head table of
 :func:`qkviz.attention_change` (mean JS distance of every query's attention) as a layers x heads heatmap and
 a table of the most changed heads -- "being computed" until the start-up thread has it; a click on a cell
 opens that head below. Below, the head's 2D layout in each run (the top bar's method where both runs have
@@ -21,12 +21,12 @@ from dash import ClientsideFunction, Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.attention_changes import AttentionChanges
-from dash_app.events import NAMESPACE
+from dash_app.data.attention_changes import AttentionChanges
+from dash_app.state.events import NAMESPACE
 from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, message_figure
-from dash_app.run_data import RunData
-from dash_app.state import checked_state
-from dash_app.view_registry import AppContext, View, register_view
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import checked_state
+from dash_app.state.view_registry import AppContext, View, register_view
 from qkviz import QkvizError
 from qkviz.analysis import most_changed
 from qkviz.projection import FIRST_METHOD, method_label

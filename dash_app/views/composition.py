@@ -31,12 +31,12 @@ from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.events import open_clicked_head
+from dash_app.state.events import open_clicked_head
 from dash_app.export import export_buttons, image_config
 from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, message_figure
-from dash_app.run_data import RunData
-from dash_app.state import bounded_number, checked_state
-from dash_app.view_registry import AppContext, View, register_view
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import bounded_number, checked_state
+from dash_app.state.view_registry import AppContext, View, register_view
 from dash_app.views.composition_layers import LEVELS, chosen_level, clicked_layer, layer_figure, shows_layers
 from qkviz.explain import composition_edges
 

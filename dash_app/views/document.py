@@ -27,16 +27,16 @@ from dash import Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.control_options import head_options, layer_options, run_changed, weighting_options, weighting_switch
-from dash_app.events import event_fields, relay_graph_event
+from dash_app.state.control_options import head_options, layer_options, run_changed, weighting_options, weighting_switch
+from dash_app.state.events import event_fields, relay_graph_event
 from dash_app.export import export_buttons
 from dash_app.figure_parts import plotly_texts
 from dash_app.panels import why as why_panel
-from dash_app.run_data import RunData, RunShape
+from dash_app.data.run_data import RunData, RunShape
 from dash_app.views.document_figure import (LABELLED_TOKENS, MAP_PIXELS, axis_labels, colour_key, image_trace,
                                            map_figure, profile_figure, scores_table, token_strip)
-from dash_app.state import MAX_SEARCH, ViewState, checked_state, select_pair
-from dash_app.view_registry import AppContext, View, register_view
+from dash_app.state.view_state import MAX_SEARCH, ViewState, checked_state, select_pair
+from dash_app.state.view_registry import AppContext, View, register_view
 from qkviz.analysis import (DocumentHead, HeadProfile, PooledMap, RepeatedSpan, document_head, document_overview,
                             moved_norms, pooled_attention, repeated_span)
 

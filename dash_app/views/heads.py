@@ -17,14 +17,14 @@ from dash import Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.events import open_clicked_head
+from dash_app.state.events import open_clicked_head
 from dash_app.export import export_buttons, image_config
 from dash_app.figure_parts import message_figure
 from dash_app.panels.atlas import missing_atlas_message
 from dash_app.panels.related import missing_related_message
-from dash_app.run_data import RunData
-from dash_app.state import ViewState, checked_state
-from dash_app.view_registry import AppContext, View, register_view
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState, checked_state
+from dash_app.state.view_registry import AppContext, View, register_view
 from qkviz.analysis.labels import LABEL_COLOURS
 from qkviz.analysis import LABELS
 from qkviz.analysis import HeadSimilarity

@@ -1,6 +1,6 @@
 """The sentence view's counterpart for image runs: an image with one query's attention laid over its patches.
 
-The image is tiled from its patch thumbnails (:class:`dash_app.image_patches.ImagePatches`: the pixels the
+The image is tiled from its patch thumbnails (:class:`dash_app.data.image_patches.ImagePatches`: the pixels the
 model saw) and drawn below a heatmap of the query's attention to every patch, transparent at or below
 uniform attention (1 / the number of keys it sees) and opaque red at the strongest; the special tokens
 (CLS, distillation token, registers: no place in the image) are a row of cells above it. Clicking a cell
@@ -15,9 +15,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dash_app.figure_parts import QUERY_COLOUR
-from dash_app.image_patches import ImagePatches
-from dash_app.run_data import RunData
-from dash_app.state import ViewState
+from dash_app.data.image_patches import ImagePatches
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState
 
 #: uniform weight and below transparent, the strongest weight opaque red
 OVERLAY_SCALE = [[0.0, "rgba(215, 25, 28, 0)"], [1.0, "rgba(215, 25, 28, 0.85)"]]

@@ -22,16 +22,16 @@ from dash.exceptions import PreventUpdate
 
 from dash_app import ids
 from qkviz.analysis import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens, moved_norms
-from dash_app.control_options import (head_options, layer_options, run_changed, weighting_labels, weighting_options,
+from dash_app.state.control_options import (head_options, layer_options, run_changed, weighting_labels, weighting_options,
                                       weighting_switch)
-from dash_app.events import clicked, relay_graph_event
+from dash_app.state.events import clicked, relay_graph_event
 from dash_app.export import export_buttons, image_config
 from dash_app.figure_parts import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
-from dash_app.run_data import RunData, RunShape
+from dash_app.data.run_data import RunData, RunShape
 from dash_app.panels import why as why_panel
 from dash_app.views import image_attention
-from dash_app.state import MAX_SEARCH, ViewState, checked_state, select_point, select_sentence, string_list
-from dash_app.view_registry import AppContext, View, register_view
+from dash_app.state.view_state import MAX_SEARCH, ViewState, checked_state, select_point, select_sentence, string_list
+from dash_app.state.view_registry import AppContext, View, register_view
 
 OPTIONS = [{"label": "hide the first token", "value": "first"},
            {"label": "hide special tokens ([CLS], [SEP], BOS ...)", "value": "special"}]

@@ -26,9 +26,9 @@ from dash import ClientsideFunction, Input, Output, Patch, State, dcc, html, no_
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.control_options import colour_options, head_options, layer_options, weighting_options, weighting_switch
-from dash_app.events import NAMESPACE, clicked, select_clicked_point, show_view, step
-from dash_app.image_patches import PATCH_PX
+from dash_app.state.control_options import colour_options, head_options, layer_options, weighting_options, weighting_switch
+from dash_app.state.events import NAMESPACE, clicked, select_clicked_point, show_view, step
+from dash_app.data.image_patches import PATCH_PX
 from dash_app.export import export_buttons, image_config
 from dash_app.figure_parts import OPACITY_STEPS, message_figure
 from dash_app.panels import ablation as ablation_panel
@@ -37,9 +37,9 @@ from dash_app.panels import partners as partners_panel
 from dash_app.panels import related as related_panel
 from dash_app.panels import selection as selection_panel
 from dash_app.panels import why as why_panel
-from dash_app.run_data import RunData
-from dash_app.state import ViewState, bounded_number, checked_state, step_head, step_layer, string_list
-from dash_app.view_registry import AppContext, View, register_view
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState, bounded_number, checked_state, step_head, step_layer, string_list
+from dash_app.state.view_registry import AppContext, View, register_view
 from dash_app.views.single_figure import (KIND, base_traces, category_legend, colour_array, head_patch, norm_sizes,
                                           overlay_traces, single_figure, to_steps)
 from qkviz import QkvizError

@@ -9,7 +9,7 @@ from support.browser import console_errors, copy_run, free_port, launch_chromium
 
 from dash_app import ids
 from dash_app.app import build_app
-from dash_app.run_data import RunData
+from dash_app.data.run_data import RunData
 from dash_app.server import attach_workers, make_pca, start_in_turn
 
 LABELS_JS = """() => { const g = document.querySelector('#matrix-graph .js-plotly-plot');

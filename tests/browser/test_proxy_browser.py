@@ -61,7 +61,7 @@ def test_a_proxy_for_another_host_is_refused(page, proxied):
 
 def test_a_server_bug_shows_its_id_on_the_page_and_in_the_log(page, app_run, monkeypatch, caplog):
     from dash_app.app import build_app, open_runs
-    from dash_app.token_search import TokenSearch
+    from dash_app.data.token_search import TokenSearch
     from dash_app.wsgi_server import serve_in_thread
 
     counted = TokenSearch.count_text

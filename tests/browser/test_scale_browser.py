@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from support.browser import DECODE_PNG_JS, DRAWN_JS, chromium_page, copy_run, served_app, wait_idle
 
-from dash_app.views.matrix_raster import RASTER_POINTS_ENV
+from dash_app.views.matrix.raster import RASTER_POINTS_ENV
 from dash_app.views.single_figure import STEPS, to_steps
 
 #: the single view's queries trace: how many texts, its first and last id, its first three x

@@ -17,7 +17,7 @@ from dash_app import ids
 from dash_app.app import build_app
 from dash_app.explain_worker import ExplainWorker, new_session
 from dash_app.panels import ablation
-from dash_app.run_data import RunData
+from dash_app.data.run_data import RunData
 
 LAYER, HEAD = 1, 2
 PAGE = new_session()

@@ -13,11 +13,12 @@ from plotly.io.json import to_json_plotly
 
 from dash_app import ids
 from dash_app.panels import atlas as atlas_panel
-from dash_app.views import matrix as matrix_view, matrix_grid, positions as positions_view, sentence as sentence_view
+from dash_app.views import positions as positions_view, sentence as sentence_view
+from dash_app.views.matrix import grid as matrix_grid, view as matrix_view
 from dash_app.app import next_state, open_runs
-from dash_app.atlas_columns import format_value, label_codes
-from dash_app.run_data import RunData
-from dash_app.state import ViewState, validate
+from dash_app.data.atlas_columns import format_value, label_codes
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState, validate
 from dash_app.url_state import parse_url, to_url
 from qkviz.cli import main
 from qkviz.analysis.labels import LABELS
@@ -142,7 +143,7 @@ LOW_THRESHOLDS = ["--argmax-share", "0.01", "--position-mass", "0.01", "--over-c
 
 
 def atlas_panel_tag(row) -> str:
-    from dash_app.atlas_columns import label_tag
+    from dash_app.data.atlas_columns import label_tag
 
     return label_tag(row.label, row.offset)
 

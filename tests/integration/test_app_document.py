@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from dash_app.app import build_app
-from dash_app.run_data import RunData
+from dash_app.data.run_data import RunData
 from dash_app.url_state import parse_url, to_url
-from dash_app.view_registry import view_names
+from dash_app.state.view_registry import view_names
 from dash_app.views import document, document_figure
 from qkviz.analysis import document_head, document_overview, repeated_span
 from qkviz.core import LogitRule

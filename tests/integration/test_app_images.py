@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from dash_app.run_data import RunData
-from dash_app.token_search import TokenSearch
+from dash_app.data.run_data import RunData
+from dash_app.data.token_search import TokenSearch
 from qkviz.search import ImageIds
-from dash_app.state import ViewState, checked_state
+from dash_app.state.view_state import ViewState, checked_state
 from dash_app.views import image_attention, sentence, single
 from qkviz.report import COLOURS, IMAGE_COLOURS, TEXT_COLOURS
 

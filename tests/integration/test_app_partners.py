@@ -11,8 +11,8 @@ from dash_app.panels import partners as partners_panel
 from dash_app.views import single as single_view
 from dash_app.views.single_figure import to_steps
 from dash_app.app import next_state
-from dash_app.run_data import RunData
-from dash_app.state import ViewState
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState
 from qkviz.search.partner_index import PartnerIndexes
 
 

@@ -12,7 +12,7 @@ import qkviz
 from dash_app import ids
 from dash_app.app import build_app
 from dash_app.progress import method_options, progress_text
-from dash_app.run_data import RunData
+from dash_app.data.run_data import RunData
 from dash_app.server import attach_workers
 
 HOST = {"Host": "127.0.0.1:8050"}

@@ -9,10 +9,11 @@ from dash import html
 
 from dash_app import ids
 from dash_app.panels import related as related_panel
-from dash_app.views import heads as heads_view, matrix as matrix_view, matrix_grid
+from dash_app.views import heads as heads_view
+from dash_app.views.matrix import grid as matrix_grid, view as matrix_view
 from dash_app.app import build_app, next_state, open_runs
-from dash_app.run_data import RunData
-from dash_app.state import ViewState
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState
 from dash_app.url_state import parse_url, to_url
 from qkviz.cli import main
 from qkviz.analysis.atlas.head_similarity import related_heads

@@ -11,7 +11,7 @@ from test_hostile_requests import hostile_failures, post, request_for
 
 from dash_app import ids
 from dash_app.app import build_app, open_runs
-from dash_app.attention_changes import AttentionChanges, comparable_pairs
+from dash_app.data.attention_changes import AttentionChanges, comparable_pairs
 from dash import html
 from support.component_tree import find, texts
 
@@ -33,7 +33,7 @@ def test_a_relayed_selection_keeps_only_valid_query_and_key_points():
 
 
 def test_the_selection_table_marks_each_token_in_its_sentence(tiny_run):
-    from dash_app.run_data import RunData
+    from dash_app.data.run_data import RunData
 
     run = tiny_run("bert")
     data = RunData(run, "tiny-bert")

@@ -7,15 +7,16 @@ import pytest
 from plotly.io.json import to_json_plotly
 
 from dash_app import ids
-from dash_app.views import matrix as matrix_view, matrix_grid, sentence as sentence_view, single as single_view
+from dash_app.views import sentence as sentence_view, single as single_view
+from dash_app.views.matrix import grid as matrix_grid, view as matrix_view
 from dash_app.app import VIEWS, build_app, next_state, open_runs
 from dash_app.progress import method_options
 from qkviz.analysis import aggregate_attention
 from qkviz.report import token_features
-from dash_app.run_data import RunData, normalise_layout
-from dash_app.token_search import TokenSearch
+from dash_app.data.run_data import RunData, normalise_layout
+from dash_app.data.token_search import TokenSearch
 from qkviz.search.token_index import normalise
-from dash_app.state import ViewState, validate
+from dash_app.state.view_state import ViewState, validate
 from qkviz.cli import main
 from qkviz.core.errors import QkvizError
 from qkviz.store.files import CACHE_DIRECTORY

@@ -10,9 +10,9 @@ import pytest
 
 from dash_app import ids
 from dash_app.app import next_state
-from dash_app.control_options import weighting_labels, weighting_options
-from dash_app.run_data import RunData
-from dash_app.state import ViewState, checked_state
+from dash_app.state.control_options import weighting_labels, weighting_options
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState, checked_state
 from dash_app.url_state import parse_url, to_url
 from dash_app.views import document as document_view, sentence as sentence_view, single as single_view
 from qkviz.analysis import adjusted_attention, document_head, pooled_attention

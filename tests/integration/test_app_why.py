@@ -25,8 +25,8 @@ from dash_app import ids
 from dash_app.app import build_app, next_state, open_runs
 from dash_app.explain_worker import ExplainWorker, new_session
 from dash_app.panels import why
-from dash_app.run_data import RunData
-from dash_app.state import ViewState, checked_state, select_point
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState, checked_state, select_point
 from dash_app.url_state import parse_url, to_url
 from dash_app.views import composition, document
 

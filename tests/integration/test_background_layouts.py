@@ -15,7 +15,7 @@ from support.cli import run_main
 from support.runs import reseal
 
 import qkviz
-from dash_app.run_data import RunData
+from dash_app.data.run_data import RunData
 from qkviz.projection import LayoutWorker
 from qkviz.report.run_status import describe_run
 from qkviz.projection import layout_spec
@@ -65,8 +65,9 @@ def test_worker_makes_the_missing_layouts_and_records_a_failing_head(small_run, 
     data = RunData(run, "run")
     assert "not all finite" in data.layout_failure(*BROKEN, "pca", 2)
     # the app shows it on that head: a badge in the matrix, the error in the single view
-    from dash_app.state import ViewState
-    from dash_app.views import matrix as matrix_view, single as single_view
+    from dash_app.state.view_state import ViewState
+    from dash_app.views import single as single_view
+    from dash_app.views.matrix import view as matrix_view
     from qkviz.core.errors import QkvizError
 
     labels = list(matrix_view.render_matrix(data, ViewState(method="pca"), None, None)[0].data[4].text)

@@ -190,7 +190,7 @@ def test_minilms_why_panel_says_what_it_writes_is_not_computed_in_one_line(minil
 
     from dash_app.explain_worker import ExplainWorker
     from dash_app.panels import why
-    from dash_app.run_data import RunData
+    from dash_app.data.run_data import RunData
 
     run, _atlas = minilm_atlas
     data = RunData(qkviz.open_run(run.path), "minilm-writes")

@@ -12,12 +12,12 @@ from support.component_tree import texts
 
 from dash_app import ids
 from dash_app.app import build_app
-from dash_app.atlas_columns import PANEL, format_value, is_share, signed_format
+from dash_app.data.atlas_columns import PANEL, format_value, is_share, signed_format
 from dash_app.panels import atlas as atlas_panel
-from dash_app.run_data import RunData
-from dash_app.state import ViewState
-from dash_app.token_search import TokenSearch
-from dash_app.views import matrix as matrix_view, matrix_message
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState
+from dash_app.data.token_search import TokenSearch
+from dash_app.views.matrix import message as matrix_message, view as matrix_view
 
 LEFT_OUT = "leaving out the first token and special tokens"
 

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dash_app.guard import MAX_REQUEST_BYTES
-from dash_app.state import ViewState, checked_state, validate
+from dash_app.state.view_state import ViewState, checked_state, validate
 
 HOSTILE = ["x" * 1_000_000, "", None, -1, 10**18, -(10**18), 1e308, 2.5, True, [], {}, [None] * 1000,
            {"a": {"b": [1, "2"]}}, "../../../etc/passwd", "nan", "NaN", float("nan"), "<script>alert(1)</script>",

@@ -1,4 +1,4 @@
-"""The matrix view's rasterised thumbnails (dash_app/views/matrix_raster.py) on a real tiny run, no browser."""
+"""The matrix view's rasterised thumbnails (dash_app/views/matrix/raster.py) on a real tiny run, no browser."""
 
 import base64
 import json
@@ -11,10 +11,10 @@ import pytest
 from plotly.io.json import to_json_plotly
 
 from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, png_bytes
-from dash_app.run_data import RunData
-from dash_app.token_search import TokenSearch
-from dash_app.state import ViewState
-from dash_app.views import matrix as matrix_view, matrix_grid, matrix_points, matrix_raster
+from dash_app.data.run_data import RunData
+from dash_app.data.token_search import TokenSearch
+from dash_app.state.view_state import ViewState
+from dash_app.views.matrix import grid as matrix_grid, points as matrix_points, raster as matrix_raster, view as matrix_view
 from qkviz.core.errors import QkvizError
 from qkviz.store.run import open_stored_run
 from support.browser import copy_run

@@ -9,7 +9,7 @@ import pytest
 
 import qkviz
 from dash_app.app import method_options
-from dash_app.run_data import RunData
+from dash_app.data.run_data import RunData
 from dash_app.url_state import parse_url
 from qkviz.cli import main
 from qkviz.cli_parser import build_parser

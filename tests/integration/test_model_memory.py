@@ -87,7 +87,7 @@ def three_runs(tmp_path_factory, corpus_sentences):
 def _explained_in_the_app(run) -> None:
     from dash_app.explain_worker import ExplainWorker
     from dash_app.panels import why
-    from dash_app.run_data import RunData
+    from dash_app.data.run_data import RunData
 
     data = RunData(qkviz.open_run(run.path), run.path.name)
     query, key = _pair(run)
@@ -162,7 +162,7 @@ def test_the_budget_is_read_as_a_size(monkeypatch):
 
 
 def test_the_server_keeps_twice_its_largest_model_unless_told(three_runs):
-    from dash_app.run_data import RunData
+    from dash_app.data.run_data import RunData
     from dash_app.server import _model_budget
 
     from qkviz.probes import model_memory_budget, served_model_memory
@@ -185,7 +185,7 @@ def test_the_panel_says_it_is_loading_the_model_while_it_loads(three_runs, monke
     import qkviz.extraction as extraction
     from dash_app.explain_worker import PENDING
     from dash_app.panels import why
-    from dash_app.run_data import RunData
+    from dash_app.data.run_data import RunData
     from support.component_tree import texts
 
     real, release, started = extraction.load_model, threading.Event(), threading.Event()
@@ -213,7 +213,7 @@ def test_the_panel_says_it_is_loading_the_model_while_it_loads(three_runs, monke
 def test_in_the_server_a_model_over_the_budget_is_one_line_and_the_worker_goes_on(three_runs, loads):
     from dash_app.explain_worker import ExplainWorker
     from dash_app.panels import why
-    from dash_app.run_data import RunData
+    from dash_app.data.run_data import RunData
 
     worker = ExplainWorker()
     first = RunData(qkviz.open_run(three_runs[0].path), "first")

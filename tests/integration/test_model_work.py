@@ -23,7 +23,7 @@ from dash_app import ids
 from dash_app.app import build_app, open_runs
 from dash_app.explain_worker import OFF, ExplainWorker, ModelLimits, checked_session, new_session
 from dash_app.panels import ablation, why
-from dash_app.run_data import RunData
+from dash_app.data.run_data import RunData
 
 LAYER, HEAD = 1, 2
 #: how long each fake ablation takes (s)

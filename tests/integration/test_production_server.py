@@ -151,7 +151,7 @@ def test_the_request_limit_holds_at_its_boundary_on_waitress_and_on_flask(app_ru
 def test_a_server_bug_is_a_500_with_an_id_the_log_repeats_with_its_traceback(app_run, production, monkeypatch,
                                                                                caplog):
     from dash_app.app import build_app, open_runs
-    from dash_app.token_search import TokenSearch
+    from dash_app.data.token_search import TokenSearch
 
     def broken(self, *args):
         raise RuntimeError("a bug in the search count")
@@ -184,8 +184,8 @@ def test_read_only_refuses_a_run_with_nothing_to_show(tiny_run, tmp_path):
 
 def test_read_only_draws_thumbnails_in_memory_only(app_run, tmp_path):
     from dash_app.app import open_runs
-    from dash_app.views.matrix_grid import Box, model_grid
-    from dash_app.views.matrix_raster import RASTER_DIRECTORY, HeadThumbnails
+    from dash_app.views.matrix.grid import Box, model_grid
+    from dash_app.views.matrix.raster import RASTER_DIRECTORY, HeadThumbnails
 
     run = copy_run(app_run, tmp_path / "run", atlas=False)
     shared, writable = open_runs([run.path, run.path])

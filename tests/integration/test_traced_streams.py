@@ -173,7 +173,7 @@ def test_a_dropped_model_is_freed_with_its_traces(tokenizer, tmp_path):
 def test_the_why_panel_answers_a_second_pair_from_the_trace(tmp_path):
     from dash_app.explain_worker import ExplainWorker
     from dash_app.panels import why
-    from dash_app.run_data import RunData
+    from dash_app.data.run_data import RunData
 
     model = tiny_family_model("llama", 7, num_hidden_layers=LAYERS)
     directory = tmp_path / "model"

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from dash_app.run_data import RunData
-from dash_app.token_search import TokenSearch
+from dash_app.data.run_data import RunData
+from dash_app.data.token_search import TokenSearch
 from qkviz.search.token_index import TokenIndex
 
 

@@ -2,8 +2,8 @@
 
 from dataclasses import replace
 
-from dash_app.run_data import RunShape
-from dash_app.state import ViewState, open_head, select_run, step_head, step_layer
+from dash_app.data.run_data import RunShape
+from dash_app.state.view_state import ViewState, open_head, select_run, step_head, step_layer
 from dash_app.url_state import parse_url, to_url
 
 SHAPES = [RunShape("minilm", 6, 12, 5000, 228, "tsne"), RunShape("smollm2", 30, 9, 5000, 250, "pca")]

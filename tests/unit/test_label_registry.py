@@ -74,8 +74,8 @@ def test_a_label_cannot_be_declared_without_its_colour_tag_or_threshold():
 
 
 def test_the_app_legend_and_colour_scale_cover_every_label():
-    from dash_app.atlas_columns import label_codes, label_tag
-    from dash_app.views.matrix_cells import label_colourscale, label_legend
+    from dash_app.data.atlas_columns import label_codes, label_tag
+    from dash_app.views.matrix.cells import label_colourscale, label_legend
 
     legend = label_legend(np.arange(len(LABELS), dtype=float))
     assert [entry.name for entry in legend] == list(LABELS)

@@ -1,6 +1,6 @@
 """The options of the controls that set a field of the view state, as the state callback sends them.
 
-Each is ``options(data, state, previous)`` (see ``ControlOptions`` in :mod:`dash_app.view_registry`): the run
+Each is ``options(data, state, previous)`` (see ``ControlOptions`` in :mod:`dash_app.state.view_registry`): the run
 shown, the state after the action and the one before it (None on first load); ``dash.no_update`` leaves the
 options the control has. A view names these for its controls in its ``options``.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dash import dcc, no_update
 
-from dash_app.run_data import RunData
-from dash_app.state import ViewState
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState
 from qkviz.report import COLOURS
 
 

@@ -15,7 +15,7 @@ from itertools import combinations
 
 import pandas as pd
 
-from dash_app.run_data import RunData
+from dash_app.data.run_data import RunData
 from qkviz import QkvizError, attention_change
 from qkviz.analysis import shape_difference, token_difference
 

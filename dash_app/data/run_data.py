@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dash_app.image_patches import ImagePatches
-from dash_app.atlas_columns import LABEL_SORT, label_codes, sortable_columns
+from dash_app.data.image_patches import ImagePatches
+from dash_app.data.atlas_columns import LABEL_SORT, label_codes, sortable_columns
 from qkviz.analysis import aggregate_attention
 from qkviz.report import colour_choices, token_features
 from dash_app.figure_parts import plotly_texts

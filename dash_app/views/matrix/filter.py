@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from dash_app.atlas_columns import LABEL_SORT, column_name, format_value
-from dash_app.run_data import RunData
-from dash_app.state import ViewState
+from dash_app.data.atlas_columns import LABEL_SORT, column_name, format_value
+from dash_app.data.run_data import RunData
+from dash_app.state.view_state import ViewState
 from qkviz.analysis import LABELS
 
 NO_FILTER = [{"label": "nothing (every head)", "value": ""}]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from dash_app.panels.related import missing_related_message
-from dash_app.run_data import HeadLayouts, RunData
-from dash_app.state import ViewState
-from dash_app.views.matrix_filter import filter_message
-from dash_app.views.matrix_raster import rasterised
+from dash_app.data.run_data import HeadLayouts, RunData
+from dash_app.state.view_state import ViewState
+from dash_app.views.matrix.filter import filter_message
+from dash_app.views.matrix.raster import rasterised
 from qkviz.projection import method_label
 
 

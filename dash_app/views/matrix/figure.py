@@ -1,4 +1,4 @@
-"""The matrix view's figure (:mod:`dash_app.views.matrix`): every head's points or thumbnail in its grid cell,
+"""The matrix view's figure (:mod:`dash_app.views.matrix.view`): every head's points or thumbnail in its grid cell,
 the cells' labels, the axes naming layers and heads, the margins; built from the parts the view computes."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import re
 import numpy as np
 import plotly.graph_objects as go
 
-from dash_app.views.matrix_cells import cell_heatmap
-from dash_app.views.matrix_grid import CELL, Grid, axis_ticks
-from dash_app.views.matrix_points import colour_markers, match_traces, place, raster_extras
-from dash_app.views.matrix_raster import sheet_image
+from dash_app.views.matrix.cells import cell_heatmap
+from dash_app.views.matrix.grid import CELL, Grid, axis_ticks
+from dash_app.views.matrix.points import colour_markers, match_traces, place, raster_extras
+from dash_app.views.matrix.raster import sheet_image
 
 #: extra width for the colour bar when cells are coloured
 COLOUR_BAR_PX = 110
@@ -103,12 +103,12 @@ def matrix_figure(points: np.ndarray, sample: np.ndarray, grid: Grid, labels: li
     cell.
 
     ``points`` ``[flat head, 2 * n_tokens, 2]`` normalised layouts; ``sample`` the token indices drawn per head;
-    ``grid`` where each head is drawn (:mod:`dash_app.views.matrix_grid`); ``matches`` matched token indices;
+    ``grid`` where each head is drawn (:mod:`dash_app.views.matrix.grid`); ``matches`` matched token indices;
     ``values`` ``[flat head, 2 * n_tokens]`` what every head's points are coloured by
-    (:func:`~dash_app.views.matrix_points.head_colours`, None: queries green, keys pink), ``colour`` its name;
+    (:func:`~dash_app.views.matrix.points.head_colours`, None: queries green, keys pink), ``colour`` its name;
     ``kept`` bool ``[flat head]`` the heads a filter keeps (the others faded), None: all.
 
-    With ``sheet`` (a PNG data URI of every head's points, see :mod:`dash_app.views.matrix_raster`) the heads are
+    With ``sheet`` (a PNG data URI of every head's points, see :mod:`dash_app.views.matrix.raster`) the heads are
     one image instead: slots 0 and 1 empty SVG traces, ``sample`` and ``values`` unused, a continuous colouring's
     bars span ``value_range``."""
     searching = matches is not None and len(matches) > 0

@@ -32,8 +32,8 @@ import numpy as np
 from plotly.colors import hex_to_rgb, sample_colorscale, unlabel_rgb
 
 from dash_app.figure_parts import CATEGORY_COLOURS, KEY_COLOUR, KEY_SCALE, QUERY_COLOUR, QUERY_SCALE, png_bytes
-from dash_app.run_data import RunData, normalise_layout
-from dash_app.views.matrix_grid import CELL, Grid
+from dash_app.data.run_data import RunData, normalise_layout
+from dash_app.views.matrix.grid import CELL, Grid
 from qkviz import QkvizError
 from qkviz.projection import FIRST_METHOD
 from qkviz.report import CATEGORIES, colour_values
@@ -171,7 +171,7 @@ def sheet_pixels(grid: Grid) -> tuple[int, int, int]:
 
 def head_corners(grid: Grid) -> np.ndarray:
     """int64 ``[flat head, 2]``: the sheet pixel (column, row from the top) of each head's layout square's top
-    left corner (-1 for a head not drawn), where :func:`dash_app.views.matrix_points.place` puts its points."""
+    left corner (-1 for a head not drawn), where :func:`dash_app.views.matrix.points.place` puts its points."""
     across, down = grid.cell_px
     x0, y0, _, height = grid.inner
     origins = grid.origins()

@@ -9,7 +9,7 @@ A click or hover becomes a small payload in the browser, by a named function of 
   ``relatedHeadClick``, ``partnerClick``).
 
 The ``*_target`` functions read a payload back, None for anything that is not one. The transitions at the end
-are the state changes the views' events make (their ``actions``, see :mod:`dash_app.view_registry`).
+are the state changes the views' events make (their ``actions``, see :mod:`dash_app.state.view_registry`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import replace
 import dash
 from dash import ClientsideFunction, Input, Output, State
 
-from dash_app.run_data import RunData, RunShape
-from dash_app.state import ViewState, open_head, select_point
+from dash_app.data.run_data import RunData, RunShape
+from dash_app.state.view_state import ViewState, open_head, select_point
 
 #: the ``window.dash_clientside`` namespace of ``assets/clientside.js``
 NAMESPACE = "qkviz"
@@ -77,7 +77,7 @@ def partner_target(event: dict | None) -> int | None:
 
 # -- the transitions events make on the view state ------------------------------------------------
 # Each is ``transition(state, value, data, shape)``: the state, the new value of the component that changed, the
-# run shown and its shape (see ``Transition`` in :mod:`dash_app.view_registry`).
+# run shown and its shape (see ``Transition`` in :mod:`dash_app.state.view_registry`).
 
 
 def open_clicked_head(state: ViewState, event: dict | None, _data: RunData, shape: RunShape) -> ViewState:

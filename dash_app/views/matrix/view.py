@@ -5,12 +5,12 @@ head's normalised 2D layout is placed in its grid cell, a fixed seeded sample of
 (:meth:`RunData.matrix_sample`). Coordinates are sent as uint16 grid units when they fit (half of
 float32's bytes). Every point carries its head's flat index (``layer * n_heads + head``) as
 ``customdata``, so a click opens that head. Search matches are two more traces over all heads.
-How the points are placed and coloured is :mod:`dash_app.views.matrix_points`; the figure is built by
-:mod:`dash_app.views.matrix_figure`.
+How the points are placed and coloured is :mod:`dash_app.views.matrix.points`; the figure is built by
+:mod:`dash_app.views.matrix.figure`.
 Ordered by a head-atlas column, the cells get a background (one translucent heatmap under the points,
 slot 5, on the column's colour scale or the labels' colours) and a badge with the label and value (see
-:mod:`dash_app.views.matrix_cells`). A large run's heads are drawn as one image of all their points instead of a
-sample (see :mod:`dash_app.views.matrix_raster`): the points' slots are left empty, the cells' heatmap (slot 5) is
+:mod:`dash_app.views.matrix.cells`). A large run's heads are drawn as one image of all their points instead of a
+sample (see :mod:`dash_app.views.matrix.raster`): the points' slots are left empty, the cells' heatmap (slot 5) is
 invisible where no atlas column colours it, and the figure has no WebGL trace until a search has matches. The
 first run's matrix is drawn into the page when the app is built (:func:`first_drawing`).
 :func:`register` adds the callback that draws it (patching only the search traces when only the search
@@ -29,22 +29,22 @@ from dash import ClientsideFunction, Input, Output, Patch, State, dcc, html, no_
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.atlas_columns import LABEL_SORT, sort_options
-from dash_app.control_options import colour_options, run_changed
-from dash_app.events import NAMESPACE, open_clicked_head
+from dash_app.data.atlas_columns import LABEL_SORT, sort_options
+from dash_app.state.control_options import colour_options, run_changed
+from dash_app.state.events import NAMESPACE, open_clicked_head
 from dash_app.export import export_buttons
 from dash_app.figure_parts import CATEGORY_COLOURS, legend_entries, typed_arrays
-from dash_app.run_data import HeadLayouts, RunData
-from dash_app.state import ViewState, checked_state, initial_state
-from dash_app.view_registry import AppContext, View, register_view
-from dash_app.views.matrix_filter import NO_FILTER, filter_mask
-from dash_app.views.matrix_cells import atlas_badges, cell_heatmap, label_legend
-from dash_app.views.matrix_figure import grid_margin, head_labels, label_trace, matrix_figure, point_opacity
-from dash_app.views.matrix_grid import (MIN_GRAPH_HEIGHT_PX, PAGE_HEIGHT_PX, Box, Grid, list_grid,
+from dash_app.data.run_data import HeadLayouts, RunData
+from dash_app.state.view_state import ViewState, checked_state, initial_state
+from dash_app.state.view_registry import AppContext, View, register_view
+from dash_app.views.matrix.filter import NO_FILTER, filter_mask
+from dash_app.views.matrix.cells import atlas_badges, cell_heatmap, label_legend
+from dash_app.views.matrix.figure import grid_margin, head_labels, label_trace, matrix_figure, point_opacity
+from dash_app.views.matrix.grid import (MIN_GRAPH_HEIGHT_PX, PAGE_HEIGHT_PX, Box, Grid, list_grid,
                                         model_grid, plot_box, window_size)
-from dash_app.views.matrix_points import head_colours, match_traces, place
-from dash_app.views.matrix_message import full_message
-from dash_app.views.matrix_raster import rasterised, thumbnails_of
+from dash_app.views.matrix.points import head_colours, match_traces, place
+from dash_app.views.matrix.message import full_message
+from dash_app.views.matrix.raster import rasterised, thumbnails_of
 from qkviz.analysis import LABELS
 from qkviz.report import CATEGORIES, COLOURS
 

@@ -1,7 +1,7 @@
 """The matrix view's cells: one heatmap cell per grid cell (slot 5) that hover and clicks reach, invisible or
 coloured by a head-atlas column (translucent, under the points, on the column's colour scale or the pattern
 labels' colours), each cell's badge (its label and value) and the legend of the labels shown. Where the cells lie
-is :mod:`dash_app.views.matrix_grid`.
+is :mod:`dash_app.views.matrix.grid`.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dash_app.atlas_columns import LABEL_SORT, column_name, format_value, label_tag
+from dash_app.data.atlas_columns import LABEL_SORT, column_name, format_value, label_tag
 from dash_app.figure_parts import legend_entries
-from dash_app.run_data import RunData
-from dash_app.views.matrix_grid import CELL, Grid
+from dash_app.data.run_data import RunData
+from dash_app.views.matrix.grid import CELL, Grid
 from qkviz.analysis import LABELS
 from qkviz.analysis.labels import LABEL_COLOURS
 

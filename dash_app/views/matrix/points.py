@@ -11,8 +11,8 @@ import plotly.graph_objects as go
 
 from dash_app.figure_parts import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, MATCH_RING, QUERY_COLOUR, QUERY_MATCH_COLOUR,
                               QUERY_SCALE, category_marker, legend_entries)
-from dash_app.run_data import RunData
-from dash_app.views.matrix_grid import Grid
+from dash_app.data.run_data import RunData
+from dash_app.views.matrix.grid import Grid
 from qkviz.report import CATEGORIES, colour_ticks, colour_title, colour_values
 
 

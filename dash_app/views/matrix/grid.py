@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dash_app.state import bounded_number
+from dash_app.state.view_state import bounded_number
 
 CELL = 1000                 # grid units per cell, on both axes
 #: the window the figure is fitted to before the browser has said its size (and what the browser tests use)

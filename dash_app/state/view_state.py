@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, fields, replace
 
 from qkviz.analysis import LABELS
 from qkviz.report import COLOURS
-from dash_app.run_data import RunShape
-from dash_app.view_registry import view_names
+from dash_app.data.run_data import RunShape
+from dash_app.state.view_registry import view_names
 from qkviz.projection import FIRST_METHOD, method_names
 from qkviz.store import DIMENSIONS, WEIGHTINGS
 
@@ -29,7 +29,7 @@ MAX_BOUND = 1e12
 
 @dataclass(frozen=True)
 class ViewState:
-    """Everything a view needs to be redrawn: ``view`` is a registered view's name (:mod:`dash_app.view_registry`),
+    """Everything a view needs to be redrawn: ``view`` is a registered view's name (:mod:`dash_app.state.view_registry`),
     ``point`` an index into a head's joint layout (``token`` for a query, ``n_tokens + token`` for a key), or None
     when nothing is clicked."""
 
@@ -124,7 +124,7 @@ def pairs_with(point, other, n_tokens: int) -> bool:
 
 def checked_state(current, runs: list) -> ViewState:
     """The view state a callback received, validated on the server against its run (``runs``: the app's
-    :class:`~dash_app.run_data.RunData`): whatever a forged request holds -- another type, an index out of
+    :class:`~dash_app.data.run_data.RunData`): whatever a forged request holds -- another type, an index out of
     range, a search of megabytes -- becomes the nearest valid state, never an error."""
     fields_given = current if isinstance(current, dict) else {}
     try:

@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 import dash
 
 from dash_app import ids
-from dash_app.attention_changes import AttentionChanges
+from dash_app.data.attention_changes import AttentionChanges
 from dash_app.explain_worker import ExplainWorker
-from dash_app.run_data import RunData
-from dash_app.token_search import TokenSearch
+from dash_app.data.run_data import RunData
+from dash_app.data.token_search import TokenSearch
 
 #: a view's action on the state: ``transition(state, value, data, shape) -> state``, given the state (a
-#: :class:`~dash_app.state.ViewState`), the new value of the component that changed (a store's event, a
-#: button's clicks, a control's value), the run shown (:class:`~dash_app.run_data.RunData`) and its shape
+#: :class:`~dash_app.state.view_state.ViewState`), the new value of the component that changed (a store's event, a
+#: button's clicks, a control's value), the run shown (:class:`~dash_app.data.run_data.RunData`) and its shape
 Transition = Callable
 #: a control's options as the state callback sends them: ``options(data, state, previous)`` -> the options, or
 #: ``dash.no_update`` to leave them (``previous`` is the state before the action, None on first load)
