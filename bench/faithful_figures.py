@@ -306,7 +306,7 @@ CEILING_SHARE = 0.97
 
 
 #: further draws of held-out heads (another seed of the same bench), each judged by the same goal on its own page line
-OTHER_DRAWS = {"minilm": "faithful_ceiling_minilm_seed1", "smollm2": "faithful_ceiling_smollm2_seed1"}
+OTHER_DRAWS = {model: [f"faithful_ceiling_{model}_seed{seed}" for seed in (1, 2)] for model in ("minilm", "smollm2")}
 
 
 def ceiling_goal(model: str, result: dict, name: str | None = None) -> Goal:
@@ -366,22 +366,20 @@ def earlier_ceilings(runs: list[dict]) -> str:
 def faithful_ceiling_draws(results: Results) -> str:
     """The same bench on another seed's heads of the same held-out runs: each draw with its own verdict."""
     lines = []
-    for model, name in OTHER_DRAWS.items():
-        if not results.exists(name):
-            continue
+    drawn = [(model, name) for model, names in OTHER_DRAWS.items() for name in names if results.exists(name)]
+    for model, name in drawn:
         result, seed = results(name), results.record(name)["arguments"]["seed"]
         heads = ", ".join(f"L{row['layer']} H{row['head']}{' ✓' if row['default']['meets'] else ''}"
                           for row in result["rows"])
         summary = result["summary"]
-        lines.append(f"- {model_name(model)}, heads drawn with seed {seed} ({heads}): "
+        incomplete = "" if result["complete"] else " (**incomplete**: the run stopped before its last head)"
+        lines.append(f"- {model_name(model)}, heads drawn with seed {seed} ({heads}){incomplete}: "
                      f"{verdict(ceiling_goal(model, result, name), results)}; {summary['default']['recall_met']} at "
                      f"recall, {summary['default']['share_met']} at share (median "
                      f"{summary['default']['share_median']:.3f}); the former defaults {summary['fixed']['meets']} "
                      f"heads both.")
     if not lines:
         return "No other draw measured yet: `bench/faithful_ceiling.py --run RUN --seed 1 --out ...`.\n"
-    measured = [name for name in OTHER_DRAWS.values() if results.exists(name)]
-    tokens = ", ".join(f"{model_name(model)} {results(name)['tokens']:,}" for model, name in OTHER_DRAWS.items()
-                       if results.exists(name))
+    tokens = ", ".join(dict.fromkeys(f"{model_name(model)} {results(name)['tokens']:,}" for model, name in drawn))
     return ("\n".join(lines) + "\n\n✓: the head meets both conditions. The same held-out runs as above "
-            f"(*Paradise Lost*; tokens: {tokens}), other heads ({source(results, *measured)}).\n")
+            f"(*Paradise Lost*; tokens: {tokens}), other heads ({source(results, *(name for _, name in drawn))}).\n")

@@ -23,6 +23,18 @@ def numbers(count: int) -> list[dict]:
     return [{"label": str(i), "value": i} for i in range(count)]
 
 
+def offered_sequences(texts, typed: str, current: int | None, limit: int) -> list[int]:
+    """The sequences a sentence or document selector offers: the first ``limit`` whose text holds ``typed``
+    (case-insensitive, spaces around it ignored) or whose number starts with it, and the ``current`` one whatever it
+    is (a dropdown shows its value only among its options), in order."""
+    typed = typed.strip().lower()
+    chosen = [index for index, text in enumerate(texts)
+              if not typed or str(index).startswith(typed) or typed in str(text).lower()][:limit]
+    if current is not None and 0 <= current < len(texts) and current not in chosen:
+        chosen = sorted([*chosen, current])
+    return chosen
+
+
 def layer_options(data: RunData, state: ViewState, previous: ViewState | None):
     """The run's layers, sent when the run changes."""
     return numbers(data.run.n_layers) if run_changed(state, previous) else no_update

@@ -27,14 +27,15 @@ from dash import Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from dash_app import ids
-from dash_app.state.control_options import head_options, layer_options, run_changed, weighting_options, weighting_switch
+from dash_app.state.control_options import (head_options, layer_options, offered_sequences, run_changed, weighting_options,
+                                            weighting_switch)
 from dash_app.state.events import event_fields, relay_graph_event
 from dash_app.export import export_buttons
 from dash_app.figure_parts import plotly_texts
 from dash_app.panels import why as why_panel
 from dash_app.data.run_data import RunData, RunShape
 from dash_app.views.document_figure import (LABELLED_TOKENS, MAP_PIXELS, axis_labels, colour_key, image_trace,
-                                           map_figure, profile_figure, scores_table, token_strip)
+                                            map_figure, profile_figure, scores_table, token_strip)
 from dash_app.state.view_state import MAX_SEARCH, ViewState, checked_state, select_pair
 from dash_app.state.view_registry import AppContext, View, register_view
 from qkviz.analysis import (DocumentHead, HeadProfile, PooledMap, RepeatedSpan, document_head, document_overview,
@@ -153,13 +154,8 @@ def document_options(data: RunData, typed: str = "", current: int | None = None,
     """``"2: 3,060 tokens · Down the Rabbit-Hole …"``: the first ``limit`` documents whose text holds ``typed``
     or whose number starts with it, and the ``current`` one."""
     texts, lengths = data.sentences.text.to_numpy(), data.sentences.n_tokens.to_numpy()
-    typed = typed.strip().lower()
-    chosen = [index for index, text in enumerate(texts)
-              if not typed or str(index).startswith(typed) or typed in str(text).lower()][:limit]
-    if current is not None and 0 <= current < len(texts) and current not in chosen:
-        chosen = sorted([*chosen, current])
     return [{"label": f"{index}: {int(lengths[index]):,} tokens · {str(texts[index])[:70]}…", "value": index}
-            for index in chosen]
+            for index in offered_sequences(texts, typed, current, limit)]
 
 
 def offered_documents(data: RunData, state: ViewState, previous: ViewState | None):

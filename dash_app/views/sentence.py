@@ -22,8 +22,8 @@ from dash.exceptions import PreventUpdate
 
 from dash_app import ids
 from qkviz.analysis import AGGREGATE_POSITIONS, adjusted_attention, hidden_tokens, moved_norms
-from dash_app.state.control_options import (head_options, layer_options, run_changed, weighting_labels, weighting_options,
-                                      weighting_switch)
+from dash_app.state.control_options import (head_options, layer_options, offered_sequences, run_changed, weighting_labels,
+                                            weighting_options, weighting_switch)
 from dash_app.state.events import clicked, relay_graph_event
 from dash_app.export import export_buttons, image_config
 from dash_app.figure_parts import KEY_COLOUR, LINE_COLOUR, QUERY_COLOUR, plotly_texts
@@ -74,13 +74,8 @@ def sentence_options(data: RunData, typed: str = "", current: int | None = None,
     ``typed`` (case-insensitive) or whose number starts with it, and the ``current`` one whatever it is (the
     dropdown shows its value only among its options)."""
     texts = data.sentences.text.to_numpy()
-    typed = typed.strip().lower()
-    chosen = [index for index, text in enumerate(texts)
-              if not typed or str(index).startswith(typed) or typed in str(text).lower()][:limit]
-    if current is not None and 0 <= current < len(texts) and current not in chosen:
-        chosen = sorted([*chosen, current])
     return [{"label": f"{index}: {texts[index][:90]}{'…' if len(texts[index]) > 90 else ''}", "value": index}
-            for index in chosen]
+            for index in offered_sequences(texts, typed, current, limit)]
 
 
 def offered_sentences(data: RunData, state: ViewState, previous: ViewState | None):

@@ -10,8 +10,8 @@ import plotly.graph_objects as go
 from dash import Patch
 
 from dash_app.figure_parts import (CATEGORY_COLOURS, KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, LINE_COLOUR, MATCH_RING,
-                              OPACITY_STEPS, QUERY_COLOUR, QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker,
-                              legend_entries, opacity_step, step_opacity)
+                                   OPACITY_STEPS, QUERY_COLOUR, QUERY_MATCH_COLOUR, QUERY_SCALE, category_marker,
+                                   legend_entries, opacity_step, step_opacity)
 from dash_app.data.run_data import RunData
 from qkviz.analysis import adjusted_attention, moved_norms
 from qkviz.report import CATEGORIES, COLOURS, colour_ticks, colour_title, colour_values

@@ -10,7 +10,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from dash_app.figure_parts import (KEY_COLOUR, KEY_MATCH_COLOUR, KEY_SCALE, MATCH_RING, QUERY_COLOUR, QUERY_MATCH_COLOUR,
-                              QUERY_SCALE, category_marker, legend_entries)
+                                   QUERY_SCALE, category_marker, legend_entries)
 from dash_app.data.run_data import RunData
 from dash_app.views.matrix.grid import Grid
 from qkviz.report import CATEGORIES, colour_ticks, colour_title, colour_values
