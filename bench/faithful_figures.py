@@ -376,8 +376,8 @@ def faithful_ceiling_draws(results: Results) -> str:
         lines.append(f"- {model_name(model)}, heads drawn with seed {seed} ({heads}){incomplete}: "
                      f"{verdict(ceiling_goal(model, result, name), results)}; {summary['default']['recall_met']} at "
                      f"recall, {summary['default']['share_met']} at share (median "
-                     f"{summary['default']['share_median']:.3f}); the former defaults {summary['fixed']['meets']} "
-                     f"heads both.")
+                     f"{summary['default']['share_median']:.3f}); the former defaults {summary['fixed']['meets']} of "
+                     f"{len(result['rows'])} both.")
     if not lines:
         return "No other draw measured yet: `bench/faithful_ceiling.py --run RUN --seed 1 --out ...`.\n"
     tokens = ", ".join(dict.fromkeys(f"{model_name(model)} {results(name)['tokens']:,}" for model, name in drawn))
