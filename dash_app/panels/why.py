@@ -26,6 +26,8 @@ calls :func:`register`.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 
 import dash
@@ -131,12 +133,35 @@ def explain(data: RunData, subject: Subject):
     HeadCircuit."""
     if subject.kind == "pair":
         splits = explain_pair_splits(data.run, subject.layer, subject.head, subject.queries[0], subject.keys[0])
-        try:
-            writes = head_write_splits(data.run, subject.layer, subject.head, subject.queries[0], top=TOP_WRITTEN)
-        except QkvizError as error:
-            writes = str(error)
-        return {"splits": splits, "writes": writes}
+        return {"splits": splits, "writes": writes_at_query(data, subject)}
     return explain_selection(data.run, subject.layer, subject.head, list(subject.queries), list(subject.keys))
+
+
+#: the latest queries' writes kept (:func:`writes_at_query`), each a few small tables
+WRITES_KEPT = 64
+_WRITES: OrderedDict = OrderedDict()
+_WRITES_LOCK = threading.Lock()
+
+
+def writes_at_query(data: RunData, subject: Subject) -> dict | str:
+    """What the subject's head writes at its query (:func:`qkviz.explain.head_write_splits`), or the one line why not.
+    It does not depend on the key, and it costs a pass of the sequence up to the query (no trace keeps the stream after
+    the last layer), so the latest :data:`WRITES_KEPT` are kept by run, head and query: a further key of a query
+    explained shows them at once. A refusal is not kept (the model may be there on the next click)."""
+    key = (str(data.run.manifest["fingerprint"]), subject.layer, subject.head, subject.queries[0])
+    with _WRITES_LOCK:
+        if key in _WRITES:
+            _WRITES.move_to_end(key)
+            return _WRITES[key]
+    try:
+        writes = head_write_splits(data.run, subject.layer, subject.head, subject.queries[0], top=TOP_WRITTEN)
+    except QkvizError as error:
+        return str(error)
+    with _WRITES_LOCK:
+        _WRITES[key] = writes
+        while len(_WRITES) > WRITES_KEPT:
+            _WRITES.popitem(last=False)
+    return writes
 
 
 # -- what the panel draws ----------------------------------------------------------------------------------------

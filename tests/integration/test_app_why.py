@@ -335,3 +335,35 @@ def test_what_the_head_writes_adds_up_to_its_direct_effect(language_model_data):
     words = " ".join(texts(children))
     promoted = writes["tokens"][writes["tokens"].direction == "promotes"]
     assert "promotes" in words and f"“{promoted.token.iat[0]}”" in words
+
+
+def test_a_querys_writes_are_made_once_for_its_keys_and_a_refusal_is_not_kept(data, monkeypatch):
+    """What the head writes at a query does not depend on the key: a further key of the same query is answered from
+    the writes kept (no pass), another query or head makes its own, and a refusal is asked again on the next click."""
+    made = []
+
+    def writes(run, layer, head, query, top):
+        made.append((layer, head, query))
+        if query == refused:
+            raise why.QkvizError("no model here")
+        return {"tokens": f"writes of {layer} {head} {query}"}
+
+    rows = data.run.sentence_tokens(1)
+    query, refused = rows.start + 3, rows.start + 2
+    monkeypatch.setattr(why, "head_write_splits", writes)
+    monkeypatch.setattr(why, "_WRITES", why.OrderedDict())
+    pair = [why.Subject("pair", 0, LAYER, HEAD, (query,), (key,)) for key in (rows.start, rows.start + 1)]
+    expected = {"tokens": f"writes of {LAYER} {HEAD} {query}"}
+    assert why.writes_at_query(data, pair[0]) == why.writes_at_query(data, pair[1]) == expected
+    assert made == [(LAYER, HEAD, query)]
+    other = why.Subject("pair", 0, LAYER, HEAD + 1, (query,), (rows.start,))
+    assert why.writes_at_query(data, other)["tokens"] == f"writes of {LAYER} {HEAD + 1} {query}"
+    no = why.Subject("pair", 0, LAYER, HEAD, (refused,), (rows.start,))
+    assert why.writes_at_query(data, no) == why.writes_at_query(data, no) == "no model here"
+    assert made == [(LAYER, HEAD, query), (LAYER, HEAD + 1, query), (LAYER, HEAD, refused), (LAYER, HEAD, refused)]
+    monkeypatch.setattr(why, "WRITES_KEPT", 1)                     # the bound: the least recently asked goes first
+    later = why.Subject("pair", 0, LAYER, HEAD, (query + 1,), (rows.start,))
+    why.writes_at_query(data, later)
+    assert len(why._WRITES) == 1
+    why.writes_at_query(data, pair[0])                             # dropped, so made again
+    assert made[-2:] == [(LAYER, HEAD, query + 1), (LAYER, HEAD, query)]
