@@ -25,8 +25,9 @@ whole corpus as ``2n`` points (query ``t`` is point ``t``, key ``t`` is point ``
   tokens stay together where the attention alone says little.
 
 The matrix is symmetrised, ``P = (A + A^T) / 2``, and normalised to sum to 1. The graph keeps its two terms
-apart (:meth:`AttentionGraph.weighted`), and each token's partners, so that a layout can choose its own ``alpha``
-per head and measure the partner recall it keeps (:mod:`qkviz.projection.recall_trade`).
+apart (:meth:`AttentionGraph.weighted`), each token's partners, and the head's queries, keys and rule, so that a
+layout can choose its own ``alpha`` per head and measure the partner recall it keeps against the exact partners
+(:mod:`qkviz.projection.recall_trade`).
 """
 
 from __future__ import annotations

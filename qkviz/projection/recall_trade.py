@@ -56,11 +56,6 @@ class RecallProbe:
         k = graph.query_partners.shape[1]
         return cls(partner_sample(graph.queries, graph.keys, graph.rule, k, size, seed + PROBE_SEED))
 
-    @property
-    def tokens(self) -> np.ndarray:
-        """The probed tokens (their queries and their keys are probed)."""
-        return self.sample.chosen
-
     def recall(self, layout: np.ndarray) -> float:
         """Partner recall@k of ``layout`` ``[2n, 2]`` (queries first) on the probe: the mean of the query-to-key and
         key-to-query shares of partners among each probed point's ``k`` nearest points of the other kind."""

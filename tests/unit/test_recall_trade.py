@@ -42,14 +42,14 @@ def test_the_probe_counts_exact_partners_among_the_nearest_points_of_the_other_k
     n, shares = 200, []
     logits = 0.5 * queries @ keys.T
     for scores, mine, other in ((logits, layout[:n], layout[n:]), (logits.T, layout[n:], layout[:n])):
-        for token in probe.tokens:
+        for token in probe.sample.chosen:
             wanted = np.argsort(-scores[token])[:5]
             near = np.argsort(((other - mine[token]) ** 2).sum(axis=1))[:5]
             shares.append(len(np.intersect1d(near, wanted)) / 5)
-    assert len(probe.tokens) == 50
+    assert len(probe.sample.chosen) == 50
     assert probe.recall(layout) == pytest.approx(np.mean(shares[:50]) / 2 + np.mean(shares[50:]) / 2)
     perfect = layout.copy()
-    token = probe.tokens[0]
+    token = probe.sample.chosen[0]
     perfect[n + np.argsort(-logits[token])[:5]] = perfect[token] + 1e-6
     assert probe.recall(perfect) > probe.recall(layout)
 
@@ -60,7 +60,7 @@ def test_the_probe_reads_exact_partners_whatever_search_the_graph_made():
     queries, keys, aligned = small_head(400)
     graph = attention_graph(queries, keys, aligned, LogitRule(0.5), k=5, alpha=0.5, same_kind_k=5, exact_search=0)
     probe = RecallProbe.of(graph, seed=0, size=40)
-    assert probe.sample.thresholds["query"] == pytest.approx(np.sort(0.5 * queries[probe.tokens] @ keys.T,
+    assert probe.sample.thresholds["query"] == pytest.approx(np.sort(0.5 * queries[probe.sample.chosen] @ keys.T,
                                                                       axis=1)[:, -5])
 
 
