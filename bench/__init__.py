@@ -47,4 +47,4 @@ Only the README's summary blocks, which combine several benches' results, live i
 #: of a bench its command runs from modules of their own, and the figure blocks a bench keeps in a module of their own
 NOT_BENCHES = ("harness", "schema", "head_survey", "modern_model", "search_timing", "search_tokens", "search_overlap",
                "search_large", "faithful_figures", "search_figures", "app_figures", "scale_figures",
-               "extract_figures", "composition_view")
+               "extract_figures", "composition_view", "frontier_figures")

@@ -122,6 +122,15 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+def held_out_run(args: argparse.Namespace) -> tuple:
+    """``(run, corpus)``: the run ``--run`` names, or ``--tokens`` of the held-out text extracted with ``--model``
+    into ``--dir``."""
+    if args.run is not None:
+        return qkviz.open_run(args.run), f"the run's ({args.run})"
+    run = qkviz.extract(args.model, held_out_sentences(), args.dir / args.model, max_tokens=args.tokens, progress=False)
+    return run, "data/classics.txt: Paradise Lost (held out: no default was tuned on it)"
+
+
 #: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run)
 SMOKE_ARGUMENTS = ("--run", "{run}")
 
@@ -139,13 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path)
     args = smoke_arguments(parser, argv, out="out", heads=2, trust_sample=200,
                            dir=Path(tempfile.mkdtemp(prefix="qkviz-smoke-")))
-    if args.run is not None:
-        run = qkviz.open_run(args.run)
-        corpus = f"the run's ({args.run})"
-    else:
-        run = qkviz.extract(args.model, held_out_sentences(), args.dir / args.model, max_tokens=args.tokens,
-                            progress=False)
-        corpus = "data/classics.txt: Paradise Lost (held out: no default was tuned on it)"
+    run, corpus = held_out_run(args)
     model = args.model or run.manifest["model"]["id"]
     heads = args.heads or GOAL_HEADS.get(model, (0, 16))[1]
     out = args.out or RESULTS / f"faithful_ceiling_{model}.json"
