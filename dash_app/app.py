@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dash
 import flask
@@ -78,7 +79,9 @@ def build_app(runs: list[RunData], hosts: frozenset[str] = allowed_hosts(), root
     # every comparable pair's attention change, computed in the background
     context = AppContext(runs, searches, AttentionChanges(runs), ExplainWorker(limits))
     page, deferred = shell_layout(context)
-    app.layout = lambda: with_session(page)
+    opened = opened_pages(page, context)
+    shapes = [data.shape for data in runs]
+    app.layout = lambda: with_session(opened.get(requested_view(shapes), page))
     # every id a callback names, for Dash's checks in debug mode: the page and the graphs not yet in it
     app.validation_layout = html.Div([with_session(page),
                                       *(graph for slots in deferred.values() for graph in slots.values())])
@@ -167,6 +170,35 @@ def shell_layout(context: AppContext) -> tuple[html.Div, dict[str, dict]]:
         html.Div(id=ids.RUN_INFO, className="info"),
         *containers,
     ]), {view: slots for view, slots in deferred.items() if slots}
+
+
+def opened_pages(page: html.Div, context: AppContext) -> dict[str | None, html.Div]:
+    """``{view: page}``: the page for a visit that opens on a view with an :attr:`~View.opened_layout` (the
+    matrix's first drawing), ``page`` with that view's container replaced; the first view's is also the page of a
+    visit whose view is not known (None). Only the first view (:data:`FIRST_VIEW`) is laid out whole, its graphs in
+    the page from the start, so only it may have one."""
+    pages = {}
+    for view in VIEWS:
+        if view.opened_layout is not None:
+            if view.name != FIRST_VIEW:
+                raise ValueError(f"view {view.name!r} has an opened layout, but its graphs are held back")
+            container = view.opened_layout(context)
+            pages[view.name] = html.Div([container if getattr(child, "id", None) == view.container else child
+                                         for child in page.children])
+    if FIRST_VIEW in pages:
+        pages[None] = pages[FIRST_VIEW]
+    return pages
+
+
+def requested_view(shapes) -> str | None:
+    """The view the page asking for its layout opens on, read from its address: Dash asks for ``_dash-layout``
+    from the page, whose address (with its query, ``?view=composition``) the browser sends as the ``Referer`` of a
+    request to its own origin. None outside a request, or where the request names no page (a browser or proxy that
+    leaves the header out): that page gets every first drawing, as a page without a query needs."""
+    if not flask.has_request_context() or not flask.request.referrer:
+        return None
+    state, _notices = parse_url(urlsplit(flask.request.referrer).query, shapes)
+    return state.view
 
 
 # -- state ------------------------------------------------------------------------------------

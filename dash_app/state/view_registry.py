@@ -71,7 +71,9 @@ class View:
     of the state callback. ``controls``: ``{control: field}``, controls whose value is a state field as is;
     ``repeats``: the same for a control that repeats a field another view's control sets, read instead of it
     while this view shows. ``options``: ``{control: options}`` sent by the state callback. ``url_fields``:
-    state fields the URL carries while the view shows (those of every view are the shell's)."""
+    state fields the URL carries while the view shows (those of every view are the shell's). ``opened_layout``: the
+    container a page that opens on the view gets instead of :attr:`layout`, where the two differ (the matrix's first
+    drawing, which a page opening on another view would only load and plot hidden); None: :attr:`layout`."""
 
     name: str
     label: str
@@ -86,6 +88,7 @@ class View:
     repeats: Mapping[str, str] = field(default_factory=dict)
     options: Mapping[str, ControlOptions] = field(default_factory=dict)
     url_fields: tuple[str, ...] = ()
+    opened_layout: Callable[[AppContext], object] | None = None
 
     @property
     def container(self) -> str:

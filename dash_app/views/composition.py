@@ -37,7 +37,8 @@ from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, message_figure
 from dash_app.data.run_data import RunData
 from dash_app.state.view_state import bounded_number, checked_state
 from dash_app.state.view_registry import AppContext, View, register_view
-from dash_app.views.composition_layers import LEVELS, chosen_level, clicked_layer, layer_figure, shows_layers
+from dash_app.views.composition_layers import (LEVELS, chosen_level, clicked_layer, layer_figure, shows_layers,
+                                               side_codes)
 from qkviz.explain import composition_edges
 
 VIEW_NAME = "composition"
@@ -144,13 +145,18 @@ def chosen_edges(circuits: pd.DataFrame, side, by: str, minimum: float, top: int
 def passing_edges(edges: pd.DataFrame, side, minimum: float, value_minimum: float = 0.0) -> pd.DataFrame:
     """Of ``edges`` (every edge, largest first), those of the sides ``side`` names whose ``|weight|`` reaches its
     unit's minimum (``minimum`` for Q/K, ``value_minimum`` for V)."""
+    return edges[passing_mask(edges, side, minimum, value_minimum)]
+
+
+def passing_mask(edges: pd.DataFrame, side, minimum: float, value_minimum: float = 0.0) -> np.ndarray:
+    """bool per edge: whether :func:`passing_edges` keeps it (the layer matrix sums the edges it marks without
+    copying them)."""
     sides = chosen_sides(side)
-    weight = np.abs(edges.weight.to_numpy())
-    keep = np.zeros(len(edges), dtype=bool)
-    for unit in UNITS:
-        inside = edges.side.isin([s for s in unit if s in sides]).to_numpy()
-        keep |= inside & (weight >= (value_minimum if unit == ("value",) else minimum))
-    return edges[keep]
+    order = tuple(name for unit in UNITS for name in unit)
+    codes = side_codes(edges.side, order)                       # -1, the arrays' last: a side not in UNITS
+    chosen = np.array([name in sides for name in order] + [False])
+    minimums = np.array([value_minimum if name == "value" else minimum for name in order] + [0.0], dtype=np.float64)
+    return chosen[codes] & (np.abs(edges.weight.to_numpy(dtype=np.float64)) >= minimums[codes])
 
 
 def filtered_edges(edges: pd.DataFrame, side, minimum: float, top: int, layer: int, head: int,
@@ -278,11 +284,11 @@ def render_composition(data: RunData, circuits: pd.DataFrame | None, current: tu
     measured = f" (circuits over {sample['n_tokens']:,} tokens)" if isinstance(sample, dict) and "n_tokens" in sample \
         else ""
     if shows_layers(chosen_level(level), n_layers, n_heads, layer, head, ALL):
-        passing = passing_edges(edges, list(sides), minimum, value_minimum)
+        passing = passing_mask(edges, list(sides), minimum, value_minimum)
         message = (f"{n_layers} x {n_layers} layers, {n_layers * n_heads:,} heads: the summed |{by}| of "
-                   f"{len(passing):,} edges (Q/K |{by}| ≥ {minimum:g}, V ≥ {value_minimum:g}){measured}. Click a cell "
+                   f"{int(passing.sum()):,} edges (Q/K |{by}| ≥ {minimum:g}, V ≥ {value_minimum:g}){measured}. Click a cell "
                    "to open its target layer, or pick a layer or head above.")
-        return layer_figure(passing, n_layers, sides, by), message
+        return layer_figure(edges, n_layers, sides, by, passing), message
     edges = filtered_edges(edges, list(sides), minimum, top, layer, head, value_minimum)
     counts = edges.side.isin(UNITS[0]).sum(), (edges.side == "value").sum()
     message = (f"{len(edges):,} edges drawn: the strongest {counts[0]:,} Q/K edges of |{by}| ≥ {minimum:g} and "

@@ -3,7 +3,9 @@
 import numpy as np
 import pandas as pd
 
-from dash_app.views.composition_layers import chosen_level, clicked_layer, layer_figure, layer_sums, shows_layers
+from dash_app.views.composition_layers import (chosen_level, clicked_layer, layer_figure, layer_sums, shows_layers,
+                                               side_codes, side_sums)
+from dash_app.views.composition import passing_mask
 
 EDGES = pd.DataFrame({"source_layer": [0, 0, 1, 0], "target_layer": [2, 2, 2, 1],
                       "side": ["query", "query", "query", "value"], "weight": [0.5, -0.25, 1.0, 2.0]})
@@ -37,3 +39,27 @@ def test_only_a_click_on_a_layer_in_range_opens_it():
     for hostile in (None, "x", {"points": []}, {"points": [{"y": 3}]}, {"points": [{"y": -1}]},
                     {"points": [{"y": True}]}, {"points": [{"y": "1"}]}, {"points": [{"y": 1.5}]}, {"points": ["y"]}):
         assert clicked_layer(hostile, 3) is None
+
+
+def test_every_side_is_summed_in_one_pass_of_the_edges_kept_as_of_the_edges_copied():
+    keep = np.array([True, False, True, True])
+    for edges in (EDGES, EDGES.astype({"side": "category"})):
+        sums = side_sums(edges, 3, ("query", "key", "value"), keep)
+        for side in ("query", "key", "value"):
+            for kept, copied in zip(sums[side], layer_sums(EDGES[keep], 3, side)):
+                np.testing.assert_array_equal(kept, copied)
+    assert sums["query"][0][2, 0] == 0.5 and sums["key"][2].sum() == 0   # the kept query edge alone; no key edge
+
+
+def test_a_side_is_coded_by_its_place_among_the_sides_asked_for():
+    sides = pd.Series(["value", "query", "key", None])
+    for column in (sides, sides.astype("category")):
+        assert side_codes(column, ("query", "value")).tolist() == [1, 0, -1, -1]
+
+
+def test_an_edge_passes_its_units_minimum_on_the_sides_ticked():
+    edges = pd.DataFrame({"side": ["query", "key", "value", "value", "key"], "weight": [0.5, -0.1, 0.3, -0.05, np.inf]})
+    for column in (edges, edges.astype({"side": "category"})):
+        assert passing_mask(column, ["query", "value"], 0.2, 0.1).tolist() == [True, False, True, False, False]
+        assert passing_mask(column, ["key"], 0.05).tolist() == [False, True, False, False, True]
+        assert passing_mask(column, [], 0.0).tolist() == [False] * 5

@@ -12,7 +12,8 @@ slot 5, on the column's colour scale or the labels' colours) and a badge with th
 :mod:`dash_app.views.matrix.cells`). A large run's heads are drawn as one image of all their points instead of a
 sample (see :mod:`dash_app.views.matrix.raster`): the points' slots are left empty, the cells' heatmap (slot 5) is
 invisible where no atlas column colours it, and the figure has no WebGL trace until a search has matches. The
-first run's matrix is drawn into the page when the app is built (:func:`first_drawing`).
+first run's matrix is drawn when the app is built (:func:`first_drawing`), into the page of a visit that opens on
+this view (:func:`opened_layout`).
 :func:`register` adds the callback that draws it (patching only the search traces when only the search
 changed) and the clientside relay of a click.
 """
@@ -60,8 +61,21 @@ SORT_OPTIONS = [
 GRAPH_HEIGHT = f"calc(100vh - {PAGE_HEIGHT_PX}px)"
 
 
-def layout(context: AppContext) -> html.Div:
-    figure, message, key = first_drawing(context.runs)
+def layout(_context: AppContext) -> html.Div:
+    """The view as a page that opens on another view gets it: the graph empty, drawn by its callback when the
+    view first shows."""
+    return container({"data": [], "layout": {}}, None, None)
+
+
+def opened_layout(context: AppContext) -> html.Div:
+    """The view as a page that opens on it gets it: with :func:`first_drawing` (see the shell's
+    :func:`~dash_app.app.requested_view`)."""
+    return container(*first_drawing(context.runs))
+
+
+def container(figure, message: str | None, key: list | None) -> html.Div:
+    """The view's container, its graph showing ``figure``, its message line ``message`` and its drawing key
+    ``key`` (:func:`drawing_key`; None: nothing drawn yet)."""
     return html.Div(id=ids.MATRIX_VIEW, children=[
         dcc.Store(id=ids.MATRIX_RENDERED, data=key),
         html.Div(className="controls", children=[
@@ -96,9 +110,10 @@ def layout(context: AppContext) -> html.Div:
 def first_drawing(runs: list[RunData]) -> tuple[go.Figure | dict, str | None, list | None]:
     """The figure, message and drawing key (:func:`drawing_key`) of the matrix a page without a query opens on: the
     first run's, in the default window. Drawn when the app is built, and only for a run whose heads are one image
-    (cheap to keep in the page): the page draws it as soon as Plotly is loaded, without waiting for the matrix's
-    callback, which finds it drawn (or draws it again where the window, the state or the layouts differ). An empty
-    figure for other runs, or when it cannot be drawn (logged; the callback draws it then)."""
+    (cheap to keep in the page): a page that opens on this view (:func:`opened_layout`) draws it as soon as Plotly
+    is loaded, without waiting for the matrix's callback, which finds it drawn (or draws it again where the window,
+    the state or the layouts differ). An empty figure for other runs, or when it cannot be drawn (logged; the
+    callback draws it then)."""
     empty = {"data": [], "layout": {}}
     if not runs or not rasterised(runs[0]):
         return empty, None, None
@@ -344,7 +359,7 @@ def register(app: dash.Dash, context: AppContext) -> None:
 
 
 VIEW = register_view(View(
-    name="matrix", label="Matrix", order=10, layout=layout, register=register,
+    name="matrix", label="Matrix", order=10, layout=layout, register=register, opened_layout=opened_layout,
     point_events={ids.MATRIX_CLICK: (ids.MATRIX_GRAPH, "clickData")}, stores=(ids.MATRIX_VIEWPORT,),
     actions={(ids.MATRIX_CLICK, "data"): open_clicked_head},
     controls={ids.MATRIX_SORT: "sort", ids.MATRIX_FILTER: "filter_by", ids.MATRIX_FILTER_MIN: "filter_min",
