@@ -75,7 +75,10 @@ def ceiling_layout(points: np.ndarray, seed: int) -> tuple[np.ndarray, float]:
     return coordinates, time.perf_counter() - started
 
 
-def measure_head(run, layer: int, head: int, seed: int, trust_points: int, order: list[str]) -> dict:
+def head_scorer(run, layer: int, head: int, seed: int, trust_points: int):
+    """``(points, scores)``: the head's aligned points and what scores a layout of them -- partner recall@10 (the
+    mean of query->key and key->query over 200 sampled points each, seeded) and trustworthiness on a fixed sample of
+    ``trust_points`` points, the same for every layout."""
     queries, keys, rule = run.queries(layer, head), run.keys(layer, head), run.logit_rule(layer, head)
     points = align_head(queries, keys).points.astype(np.float32)
     reference = trust_reference(points, K, trust_points, seed)
@@ -85,6 +88,11 @@ def measure_head(run, layer: int, head: int, seed: int, trust_points: int, order
         return {"recall": (recall["query"] + recall["key"]) / 2, "recall_q": recall["query"],
                 "recall_k": recall["key"], "trust": reference_trust(reference, coordinates)}
 
+    return points, scores
+
+
+def measure_head(run, layer: int, head: int, seed: int, trust_points: int, order: list[str]) -> dict:
+    points, scores = head_scorer(run, layer, head, seed, trust_points)
     ceiling, ceiling_seconds = ceiling_layout(points, seed)
     row = {"layer": layer, "head": head, "order": order,
            "ceiling": {**scores(ceiling), "seconds": round(ceiling_seconds, 2)}}
@@ -122,21 +130,10 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
-def held_out_run(args: argparse.Namespace) -> tuple:
-    """``(run, corpus)``: the run ``--run`` names, or ``--tokens`` of the held-out text extracted with ``--model``
-    into ``--dir``."""
-    if args.run is not None:
-        return qkviz.open_run(args.run), f"the run's ({args.run})"
-    run = qkviz.extract(args.model, held_out_sentences(), args.dir / args.model, max_tokens=args.tokens, progress=False)
-    return run, "data/classics.txt: Paradise Lost (held out: no default was tuned on it)"
-
-
-#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run)
-SMOKE_ARGUMENTS = ("--run", "{run}")
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def held_out_arguments(parser: argparse.ArgumentParser) -> None:
+    """The held-out run and heads a bench judges (``--model`` or ``--run``, ``--tokens``, ``--heads``, ``--seed``,
+    ``--trust-sample``, ``--dir``) and ``--out``: this bench's, and ``bench.faithful_frontier``'s over the same
+    heads."""
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", choices=sorted(GOAL_HEADS), help="extract the held-out text with this model")
     source.add_argument("--run", type=Path, help="measure this run instead")
@@ -146,11 +143,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trust-sample", type=int, default=3000)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-faithful-ceiling"))
     parser.add_argument("--out", type=Path)
-    args = smoke_arguments(parser, argv, out="out", heads=2, trust_sample=200,
-                           dir=Path(tempfile.mkdtemp(prefix="qkviz-smoke-")))
-    run, corpus = held_out_run(args)
+
+
+#: the tiny values of :func:`held_out_arguments` in a smoke run
+SMOKE_VALUES = {"heads": 2, "trust_sample": 200}
+
+
+def held_out_run(args: argparse.Namespace) -> tuple:
+    """``(run, corpus, model, heads)``: the run ``--run`` names, or ``--tokens`` of the held-out text extracted with
+    ``--model`` into ``--dir``; what the corpus is, the model's name and the heads to draw (the goal's count where
+    ``--heads`` gives none)."""
+    if args.run is not None:
+        run, corpus = qkviz.open_run(args.run), f"the run's ({args.run})"
+    else:
+        run = qkviz.extract(args.model, held_out_sentences(), args.dir / args.model, max_tokens=args.tokens,
+                            progress=False)
+        corpus = "data/classics.txt: Paradise Lost (held out: no default was tuned on it)"
     model = args.model or run.manifest["model"]["id"]
-    heads = args.heads or GOAL_HEADS.get(model, (0, 16))[1]
+    return run, corpus, model, args.heads or GOAL_HEADS.get(model, (0, 16))[1]
+
+
+#: what the smoke test adds to ``--smoke`` (``{run}``: a copy of a tiny run)
+SMOKE_ARGUMENTS = ("--run", "{run}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    held_out_arguments(parser)
+    args = smoke_arguments(parser, argv, out="out", dir=Path(tempfile.mkdtemp(prefix="qkviz-smoke-")), **SMOKE_VALUES)
+    run, corpus, model, heads = held_out_run(args)
     out = args.out or RESULTS / f"faithful_ceiling_{model}.json"
     recorder = Recorder("faithful_ceiling", vars(args), out)
     drawn = [(layer, head) for layer, head, _ in random_heads(run, heads, args.seed)]

@@ -28,12 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.faithful_ceiling import CEILING_SHARE, GOAL_HEADS, K, attn_layout, ceiling_layout, held_out_run  # noqa: E402
+from bench.faithful_ceiling import (CEILING_SHARE, GOAL_HEADS, K, SMOKE_VALUES, attn_layout,  # noqa: E402
+                                    ceiling_layout, head_scorer, held_out_arguments, held_out_run)
 from bench.faithful_sample import random_heads
 from bench.harness import RESULTS, Recorder, kept_runs, smoke_arguments
 
-from qkviz.core import align_head
-from qkviz.neighbours import RECALL_GOAL, partner_recall, reference_trust, top_logits, trust_reference
+from qkviz.neighbours import RECALL_GOAL, top_logits
 
 #: the same-kind weights tried on every head: from a sixteenth of the default (near the attention graph alone) to
 #: eight times it (the trade's highest)
@@ -64,15 +64,7 @@ def known_ceilings(path: Path | None, tokens: int) -> dict[tuple[int, int], dict
 
 
 def measure_head(run, layer: int, head: int, seed: int, trust_points: int, ceiling: dict | None) -> dict:
-    queries, keys, rule = run.queries(layer, head), run.keys(layer, head), run.logit_rule(layer, head)
-    points = align_head(queries, keys).points.astype(np.float32)
-    reference = trust_reference(points, K, trust_points, seed)
-
-    def scores(coordinates: np.ndarray) -> dict:
-        recall = partner_recall(queries, keys, rule, coordinates, k=K, sample=200, seed=seed)
-        return {"recall": (recall["query"] + recall["key"]) / 2, "recall_q": recall["query"],
-                "recall_k": recall["key"], "trust": reference_trust(reference, coordinates)}
-
+    points, scores = head_scorer(run, layer, head, seed, trust_points)
     if ceiling is None:
         coordinates, seconds = ceiling_layout(points, seed)
         ceiling = {**scores(coordinates), "seconds": round(seconds, 2), "read": False}
@@ -86,7 +78,8 @@ def measure_head(run, layer: int, head: int, seed: int, trust_points: int, ceili
         weights.append({"alpha": alpha, **found, "trust_share": share, "seconds": round(seconds, 2),
                         "meets": bool(found["recall"] >= RECALL_GOAL and share >= CEILING_SHARE)})
     kept = [weight["recall"] for weight in weights if weight["trust_share"] >= CEILING_SHARE]
-    return {"layer": layer, "head": head, "ceiling": ceiling, "weights": weights, "hubs": hub_shares(queries, keys, rule),
+    hubs = hub_shares(run.queries(layer, head), run.keys(layer, head), run.logit_rule(layer, head))
+    return {"layer": layer, "head": head, "ceiling": ceiling, "weights": weights, "hubs": hubs,
             "best_recall_at_share": max(kept) if kept else None, "reachable": any(w["meets"] for w in weights),
             "highest_recall": max(weight["recall"] for weight in weights)}
 
@@ -112,22 +105,11 @@ SMOKE_ARGUMENTS = ("--run", "{run}")
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", choices=sorted(GOAL_HEADS), help="extract the held-out text with this model")
-    source.add_argument("--run", type=Path, help="measure this run instead")
-    parser.add_argument("--tokens", type=int, default=6000)
-    parser.add_argument("--heads", type=int, help="heads to draw (default: the goal's 16 for MiniLM, 8 for SmolLM2)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--trust-sample", type=int, default=3000)
-    parser.add_argument("--dir", type=Path, default=Path("/tmp/qkviz-faithful-ceiling"))
     parser.add_argument("--ceilings", type=Path, help="bench.faithful_ceiling's result for the same run and seed "
                         "(default: its file for --model and --seed)")
-    parser.add_argument("--out", type=Path)
-    args = smoke_arguments(parser, argv, out="out", heads=2, trust_sample=200,
-                           dir=Path(tempfile.mkdtemp(prefix="qkviz-smoke-")))
-    run, corpus = held_out_run(args)
-    model = args.model or run.manifest["model"]["id"]
-    heads = args.heads or GOAL_HEADS.get(model, (0, 16))[1]
+    held_out_arguments(parser)
+    args = smoke_arguments(parser, argv, out="out", dir=Path(tempfile.mkdtemp(prefix="qkviz-smoke-")), **SMOKE_VALUES)
+    run, corpus, model, heads = held_out_run(args)
     suffix = "" if args.seed == 0 else f"_seed{args.seed}"
     ceilings_file = args.ceilings or (None if args.smoke else RESULTS / f"faithful_ceiling_{model}{suffix}.json")
     ceilings = known_ceilings(ceilings_file, run.n_tokens)
