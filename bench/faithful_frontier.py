@@ -3,8 +3,10 @@
 ``bench.faithful_ceiling`` judges the default layout, which chooses its own same-kind weight ``alpha`` per head. This
 bench asks the question above it: on each held-out head, is there **any** weight at which the layout keeps partner
 recall@10 at least :data:`~qkviz.neighbours.RECALL_GOAL` and at least :data:`~bench.faithful_ceiling.CEILING_SHARE`
-of plain t-SNE's trustworthiness, both? Where there is none, no per-head choice of the weight can meet the goal on
-that head, and closing it needs another layout, not another trade.
+of plain t-SNE's trustworthiness, both? Where there is none, no fixed weight meets the goal on that head, and closing
+it needs another layout rather than another choice of weight. (The trade's own path -- a fit at its starting weight,
+then a few iterations at each step from there -- is not one of these fits, and now and then meets the goal on a head
+that none of them meets: the figure is about the most one fixed weight per head gives, not a strict bound.)
 
 Per head (drawn as ``bench.faithful_ceiling`` draws them: ``default_rng(--seed)`` over all layers and heads, the same
 held-out run), the layout at each weight of :data:`ALPHAS` (the trade off, ``recall_target`` 0; every other setting
