@@ -211,9 +211,20 @@ def composition_figure(results: Results) -> str:
              f"warm {spread(layers['warm'])} (goal {verdict(LAYER_VIEW, results)}).",
              f"- **A layer opened** by a click on a cell, click to its head graph drawn: {spread(opened)} (goal "
              f"{verdict(OPENED_LAYER, results)}).",
+             *floor_line(view, spread),
              *earlier_views(found.get("earlier_runs", []), spread),
              "", f"`python -m bench.circuits_scale --parts view` ({source(results, 'circuits_scale')})."]
     return "\n".join(lines) + "\n"
+
+
+def floor_line(view: dict, spread) -> list[str]:
+    """The floor's cold loads beside the matrix's (``bench.composition_view``), where the run measured them."""
+    if "floor" not in view:
+        return []
+    floor, cold = view["floor"]["cold"], view["layers"]["cold"]
+    return [f"- **The floor**: a Dash page holding nothing but the same layer matrix, cold: {spread(floor)}; the view's "
+            f"cold median is {cold['median_ms'] / floor['median_ms']:.2f}× the floor's, what any Dash page drawing this "
+            "figure pays on this machine (its renderer, React, Plotly's bundle)."]
 
 
 def earlier_views(runs: list[dict], spread) -> list[str]:

@@ -7,6 +7,11 @@ times each round: navigation to the layer x layer matrix drawn (its heatmaps sho
 a cold context and a warm reload (a reload of a page already loaded in its context: where a round times the warm load
 first, its context loads the page once untimed before; until 2026-12-07 it did not, and those rounds' warm loads
 were cold ones); then the click on a cell to that cell's layer's head graph drawn. Every round's figures are kept.
+
+Each round also times the **floor**: a Dash page holding nothing but the same layer matrix (the figure the app draws,
+in the page's layout from the start, :data:`FLOOR_APP`), loaded cold in a new context of its own, before the app's
+cold load in even rounds and after it in odd ones: what any Dash page drawing this figure pays on this machine
+(Dash's renderer, React, Plotly's bundle), so that the app's own cost can be told from the stack's.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ from __future__ import annotations
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from bench.app import start, stop
 from bench.harness import run_measured
 from bench.matrix_grid import WINDOW, serve
 from bench.support.browser import launch_chromium
@@ -50,6 +57,18 @@ CELL = """([target, source]) => {
 }""" % ids.COMPOSITION_LAYER_GRAPH
 
 
+#: the floor: ``python -c FLOOR_APP PORT FIGURE_JSON`` serves a Dash page of one graph (the layer matrix's id, so that
+#: :data:`MATRIX_DRAWN` reads it) showing the figure in ``FIGURE_JSON``
+FLOOR_APP = """
+import sys, plotly.io
+from dash import Dash, dcc
+from dash_app import ids
+app = Dash(__name__)
+app.layout = dcc.Graph(id=ids.COMPOSITION_LAYER_GRAPH, figure=plotly.io.read_json(sys.argv[2]), style={"height": "85vh"})
+app.run(port=int(sys.argv[1]), debug=False)
+"""
+
+
 def summary(values: list[float]) -> dict:
     return {"min_ms": round(min(values)), "median_ms": round(statistics.median(values)), "max_ms": round(max(values)),
             "runs_ms": [round(value) for value in values]}
@@ -80,15 +99,45 @@ def open_composition(page, url: str, heads: int) -> None:
         page.locator(f"#{ids.COMPOSITION_LEVEL} input[value='layers']").check()
 
 
+def floor_page(run: Path, directory: Path) -> tuple[subprocess.Popen, str]:
+    """The floor's server (:data:`FLOOR_APP`) on the run's layer matrix as the app first draws it, and its address."""
+    import qkviz
+    from bench.support.browser import free_port
+    from dash_app.views.composition import chosen_sides, composition_edges, passing_mask
+    from dash_app.views.composition_layers import layer_figure
+
+    opened = qkviz.open_run(run)
+    edges = composition_edges(opened.circuits, by="contribution").astype({"side": "category"})
+    sides = chosen_sides(None)
+    figure = layer_figure(edges, opened.n_layers, sides, "contribution", passing_mask(edges, list(sides), 0.0, 0.0))
+    path = directory / "layer-matrix.json"
+    path.write_text(figure.to_json(), encoding="utf-8")
+    port = free_port()
+    return start([sys.executable, "-c", FLOOR_APP, str(port), str(path)], port), f"http://127.0.0.1:{port}/"
+
+
+def cold_floor(browser, url: str) -> float:
+    """Navigation to the floor's matrix drawn, in a new context (nothing cached)."""
+    context = browser.new_context(viewport=WINDOW)
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.wait_for_function(MATRIX_DRAWN, timeout=120_000, polling="raf")
+        return page.evaluate("() => window.__matrix")
+    finally:
+        context.close()
+
+
 def time_view(run: Path, repeats: int) -> dict:
-    """Every round's navigation-to-matrix and click-to-opened-layer milliseconds (see the module)."""
+    """Every round's navigation-to-matrix and click-to-opened-layer milliseconds, and the floor's (see the module)."""
     from playwright.sync_api import sync_playwright
 
     circuits = circuits_made(run)
     n_layers = circuits["n_layers"]
     url_query = "?view=composition&method=pca"
     server, url = serve([run])
-    cold, warm, opened, clicked = [], [], [], []
+    floor_server, floor_url = floor_page(run, Path(tempfile.mkdtemp(prefix="qkviz-floor-")))
+    cold, warm, opened, clicked, floor = [], [], [], [], []
     try:
         with sync_playwright() as playwright:
             browser = launch_chromium(playwright)
@@ -96,7 +145,10 @@ def time_view(run: Path, repeats: int) -> dict:
             open_composition(first, url + url_query, circuits["heads"])
             first.wait_for_function(MATRIX_DRAWN, timeout=600_000, polling="raf")
             first.close()
+            cold_floor(browser, floor_url)                          # the floor's first load (not timed)
             for round_ in range(repeats):
+                if round_ % 2 == 0:
+                    floor.append(cold_floor(browser, floor_url))
                 context = browser.new_context(viewport=WINDOW)
                 page = context.new_page()
                 for kind in (("cold", "warm") if round_ % 2 == 0 else ("warm", "cold")):
@@ -122,12 +174,15 @@ def time_view(run: Path, repeats: int) -> dict:
                 opened.append(done.json_value() - started)
                 clicked.append([target, source])
                 context.close()
+                if round_ % 2 == 1:
+                    floor.append(cold_floor(browser, floor_url))
             browser.close()
     finally:
+        stop(floor_server)
         server.terminate()
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
     return {"circuits": circuits, "layers": {"cold": summary(cold), "warm": summary(warm)},
-            "opened": {**summary(opened), "cells": clicked}}
+            "opened": {**summary(opened), "cells": clicked}, "floor": {"cold": summary(floor)}}
