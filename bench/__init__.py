@@ -10,7 +10,7 @@ subpackages' ``__init__``), which import-linter holds (``lint-imports``).
 
 Every bench takes ``--smoke``: the same code on a tiny input (a tiny random model, a few sentences), its result
 written to ``--out`` (a temporary file; a smoke run never writes into ``bench/results``).
-``tests/integration/test_bench_smoke.py`` runs every module of this package but :data:`NOT_BENCHES` with ``--smoke``
+``tests/integration/bench/test_bench_smoke.py`` runs every module of this package but :data:`NOT_BENCHES` with ``--smoke``
 and the arguments of its ``SMOKE_ARGUMENTS`` (``{run}``: a copy of a tiny run, ``{model}``: a tiny model, ``{corpus}``:
 a few sentences), and validates what it wrote, so a new bench is smoke-run in CI without being listed anywhere.
 

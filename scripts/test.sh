@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up, then run the whole test suite (offline). Every model the suite needs is bundled or built from a config, except
-# the two literature-head tests of tests/integration/test_literature_heads.py: GPT-2 small's and BERT-base's weights
+# the two literature-head tests of tests/integration/atlas/test_literature_heads.py: GPT-2 small's and BERT-base's weights
 # are not on PyPI, so those two skip, each in one line naming the weights, unless a Hugging Face cache or
 # $QKVIZ_GPT2_SMALL / $QKVIZ_BERT_BASE holds them (no other test skips for lack of a download). On a fresh Debian
 # machine this installs what the tests need first: Chromium and its driver for the browser tests, npm and the venv

@@ -163,28 +163,27 @@ def smollm2_directory() -> Path:
 #: one worker; every other test goes to whichever worker is free.
 XDIST_GROUPS = (
     # The bundled SmolLM2: converted once, and the model's own attention computed once for both dtypes.
-    ("tests/integration/test_bundled_models.py::test_smollm2_on_the_default_corpus", "smollm2"),
-    ("tests/integration/test_induction_circuit.py::", "smollm2"),
-    ("tests/integration/test_trained_head_labels.py::", "smollm2"),
+    ("tests/integration/models/test_bundled_models.py::test_smollm2_on_the_default_corpus", "smollm2"),
+    ("tests/integration/explain/test_induction_circuit.py::", "smollm2"),
+    ("tests/integration/atlas/test_trained_head_labels.py::", "smollm2"),
     # UMAP compiles its numba code in every process that first runs it (about 10 s): all UMAP tests in one
     # worker, with the two tests on the shared MiniLM run (minilm_run, extracted once), one of which runs UMAP.
-    ("tests/unit/test_projectors.py::test_2d_layouts_are_trustworthy_on_structured_data[umap]", "umap"),
-    ("tests/unit/test_projectors.py::test_3d_layouts_and_seeds[umap]", "umap"),
-    ("tests/unit/test_projectors.py::test_parameters_too_large_for_the_points_are_reduced_and_recorded", "umap"),
-    ("tests/integration/test_bundled_models.py::test_real_minilm_head_layouts_are_trustworthy", "umap"),
-    ("tests/integration/test_report.py::test_minilm_mean_correlation_after_translation", "umap"),
+    ("tests/unit/projection/test_projectors.py::test_2d_layouts_are_trustworthy_on_structured_data[umap]", "umap"),
+    ("tests/unit/projection/test_projectors.py::test_3d_layouts_and_seeds[umap]", "umap"),
+    ("tests/unit/projection/test_projectors.py::test_parameters_too_large_for_the_points_are_reduced_and_recorded", "umap"),
+    ("tests/integration/models/test_bundled_models.py::test_real_minilm_head_layouts_are_trustworthy", "umap"),
+    ("tests/integration/cli/test_report.py::test_minilm_mean_correlation_after_translation", "umap"),
     # Modules with module-scoped fixtures (a server and a browser, runs, app data): built once, not once per
     # worker, nor again each time a worker came back to the module.
     *((f"tests/{module}::", f"tests/{module}") for module in (
         "browser/test_app_browser.py", "browser/test_image_browser.py", "browser/test_scale_browser.py",
         "browser/test_selection_compare_browser.py",
         "browser/test_views_browser.py",
-        "integration/test_app_atlas.py", "integration/test_app_images.py", "integration/test_app_partners.py",
-        "integration/test_app_selection_compare.py",
-        "integration/test_app_views.py", "integration/test_api.py", "integration/test_dask_projection.py",
-        "integration/test_dask_stats_index.py",
-        "integration/test_project_cli.py", "integration/test_report.py",
-        "integration/test_store.py")),
+        "integration/app/test_app_atlas.py", "integration/app/test_app_partners.py",
+        "integration/app/test_app_selection_compare.py", "integration/app/test_app_views.py",
+        "integration/images/test_app_images.py", "integration/cli/test_api.py", "integration/cli/test_report.py",
+        "integration/cluster/test_dask_projection.py", "integration/cluster/test_dask_stats_index.py",
+        "integration/projection/test_project_cli.py", "integration/extraction/test_store.py")),
 )
 
 

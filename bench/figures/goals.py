@@ -10,7 +10,7 @@ the result file and how to read that quantity from it. :func:`verdict` is the on
 * a page's size is what a browser reads when it opens the page cold (its own bytes and every script it loads).
 
 Figure blocks state a goal only through :func:`verdict` (or :meth:`Goal.stated` where a goal is a criterion in a
-sentence, next to a verdict); ``tests/unit/test_readme_figures.py`` renders every block and refuses a bound that no
+sentence, next to a verdict); ``tests/unit/bench/test_readme_figures.py`` renders every block and refuses a bound that no
 goal produced, and a goal phrase outside a block.
 """
 

@@ -1,5 +1,5 @@
 """Related heads in headless Chromium: a click on the Heads map opens that head, and a related-head button
-opens another (moved from tests/integration/test_app_related.py, whose fixture ``related_data`` is shared)."""
+opens another (moved from tests/integration/app/test_app_related.py, whose fixture ``related_data`` is shared)."""
 
 from dash_app import ids
 from qkviz.analysis.atlas.head_similarity import related_heads

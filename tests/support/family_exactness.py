@@ -1,6 +1,6 @@
 """What "exact" means for a model type, as docs/families.md defines it: the one declaration that the family sweep
 (``support.family_sweep``, ``python -m bench.family_sweep``), the families table's bench (``python -m bench.families``)
-and the test of their result files (``tests/unit/test_family_verdicts.py``) all use.
+and the test of their result files (``tests/unit/bench/test_family_verdicts.py``) all use.
 
 A run is *exact* when the attention recomputed from it is within :data:`TOLERANCE` of the model's own eager
 attention and that attention departs from uniform by at least :data:`MIN_DEPARTURE` somewhere (else the comparison

@@ -4,7 +4,7 @@ the model's own by more than the exactness gate allows is a failure of qkviz; a 
 the families page does not call exact (:data:`NOT_SHOWN`) is said as such.
 
 Used by ``python -m bench.family_sweep`` (all types, on the pinned and the newest transformers the range allows, into
-``bench/results/family_sweep.json``) and by ``tests/integration/test_family_sweep.py`` (the random batch).
+``bench/results/family_sweep.json``) and by ``tests/integration/models/test_family_sweep.py`` (the random batch).
 
 *Exact* is checked twice and independently of each other: the exactness gate passed, and the attention recomputed
 from the stored run (``Run.attention``) matches the model's own eager attention (``output_attentions``) on three

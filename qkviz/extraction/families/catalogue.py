@@ -19,7 +19,7 @@ DECLARATIONS: tuple[FamilyDeclaration, ...] = (*encoders.DECLARATIONS, *decoders
 _BY_MODEL_TYPE = {declared.model_type: declared for declared in DECLARATIONS}
 
 #: the model types qkviz has been tried on, each exact or refused, and why: the rows of ``qkviz models`` and
-#: docs/families.md, each proven by ``tests/integration/test_model_families.py`` on a tiny random model of that type
+#: docs/families.md, each proven by ``tests/integration/models/test_model_families.py`` on a tiny random model of that type
 #: (an exact one by recomputing the model's own eager attention from the stored queries and keys, a refused one by
 #: the one-line refusal quoted here). A model type not listed is not refused for that: it is found from its
 #: structure and passes the exactness gate or is refused by it.
@@ -37,7 +37,7 @@ def counts() -> dict[str, int]:
 
 #: the exact model types whose logits ``Run.explain`` and ``Run.circuit`` refuse to split by the parts of the residual
 #: stream, and why (:mod:`qkviz.extraction.residual.residual_parts`; every other exact type is split exactly). Proven, like the
-#: table, by ``tests/integration/test_query_key_attribution.py`` on each type's tiny random model.
+#: table, by ``tests/integration/explain/test_query_key_attribution.py`` on each type's tiny random model.
 ATTRIBUTION_REFUSED: dict[str, str] = {family.model_type: family.attribution_refused for family in MODEL_FAMILIES
                                        if family.attribution_refused is not None}
 

@@ -101,7 +101,7 @@ class FamilyDeclaration:
     #: exact: what its attention has beyond plain q.k (all recomputed); refused: why
     note: str = ""
     #: a row of the families table (``qkviz models``, docs/families.md), proven on a tiny random model of the type by
-    #: ``tests/integration/test_model_families.py``; a declaration outside it holds a capture, an adapter or a refusal
+    #: ``tests/integration/models/test_model_families.py``; a declaration outside it holds a capture, an adapter or a refusal
     in_table: bool = True
     #: why a model of this type is refused before its weights load, where the type alone decides (one line)
     refusal: str | None = None

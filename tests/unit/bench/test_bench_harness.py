@@ -9,14 +9,13 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from bench import harness
 from bench import schema
+from support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 
 #: hold N MB for a moment (the peak is sampled every 20 ms, as a bench's commands run for seconds)
 ALLOCATE = ("import sys, time; block = bytearray(int(sys.argv[1]) * 2**20); block[::4096] = b'x' * len(block[::4096]); "

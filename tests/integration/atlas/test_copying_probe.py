@@ -2,7 +2,7 @@
 ``suppression``): proven against computations that do not use the probe's code.
 
 * Each head's write from each source, read on a candidate token, equals that source's row of ``run.head_output`` (the
-  split by source that tests/integration/test_direct_effects.py checks against the model's own forward pass), on
+  split by source that tests/integration/explain/test_direct_effects.py checks against the model's own forward pass), on
   three families: llama, gemma3_text (a norm on the attention's output) and gpt2 (LayerNorm, Conv1D).
 * The weights-only score's matrix equals TransformerLens's ``W_E W_V W_O W_U`` written here from the weights (the
   norms' gains on the way), up to a positive factor per row.

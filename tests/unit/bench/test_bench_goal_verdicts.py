@@ -25,8 +25,7 @@ from bench.figures.results import Results
 from bench.direct_effects import DIRECT_EFFECTS_TIME
 from bench.faithful_sample import faithful_heads
 from qkviz.neighbours import RECALL_GOAL, TRUST_GOAL
-
-REPO = Path(__file__).resolve().parents[2]
+from support import REPO
 
 
 def figures(name: str) -> dict:

@@ -7,11 +7,10 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
+from support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 
 

@@ -2,7 +2,6 @@
 and the app, and every setting is checked once, at the edge."""
 
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ from qkviz.cli import main
 from qkviz.cli_parser import build_parser
 from qkviz.projection import (FitInputs, Parameter, Projection, ProjectionMethod, command_line_options, method_names,
                               projection_method, register, unregister)
+from support import REPO
 
 TOY = "toy-spread"
 
@@ -104,6 +104,6 @@ def test_every_method_declares_what_the_catalogue_derives_from():
 
 
 def test_the_command_line_page_lists_every_method_option_as_the_catalogue_declares_it():
-    page = (Path(__file__).parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    page = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
     for option in command_line_options():
         assert f"| `{option.parameter.flag}` | {option.help()} |" in page, option.parameter.flag

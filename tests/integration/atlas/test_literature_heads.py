@@ -4,7 +4,7 @@ Wang et al. 2022) and BERT-base's syntactic heads (Clark et al. 2019), all 0-bas
 The weights are not bundled (the model hubs are unreachable here); each test runs where they are in the Hugging Face
 cache, or in a directory named by ``QKVIZ_GPT2_SMALL`` / ``QKVIZ_BERT_BASE``, and skips with one line naming them
 otherwise. With hub access: ``huggingface-cli download gpt2`` and ``huggingface-cli download bert-base-uncased``, then
-``HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/integration/test_literature_heads.py`` (docs/atlas.md).
+``HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/integration/atlas/test_literature_heads.py`` (docs/atlas.md).
 """
 
 from __future__ import annotations

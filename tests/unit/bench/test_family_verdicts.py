@@ -6,14 +6,12 @@ Reads bench/results/family_sweep.json and bench/results/families.json; loads no 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from bench.figures.definitions import Bound, Definition, problems, record, unstated
 from support.family_exactness import FAMILY_EXACT, MIN_DEPARTURE, NOT_SHOWN, TOLERANCE
-
-REPO = Path(__file__).resolve().parents[2]
+from support import REPO
 
 
 def result(name: str) -> dict:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from support import REPO
 
 
 def imported_qkviz_modules(path: Path) -> set[str]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from support import REPO
+
 PAGE = REPO / "docs" / "architecture.md"
 MOST_MODULES = 15
 

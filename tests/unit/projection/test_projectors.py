@@ -1,5 +1,5 @@
 """Layouts keep neighbourhoods (trustworthiness) on structured data (on a real MiniLM head:
-tests/integration/test_bundled_models.py)."""
+tests/integration/models/test_bundled_models.py)."""
 
 import warnings
 

@@ -8,11 +8,9 @@ import ast
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 from qkviz.extraction.families import DECLARATIONS
-
-REPO = Path(__file__).resolve().parents[2]
+from support import REPO
 
 
 def string_literals(source: str) -> set[str]:

@@ -81,7 +81,7 @@ def test_gemma3_with_its_sliding_window_acting(tmp_path):
 
 
 def test_real_minilm_head_layouts_are_trustworthy(minilm_run):
-    # moved from tests/unit/test_projectors.py: it needs the real bundled MiniLM (shared with test_report.py)
+    # moved from tests/unit/projection/test_projectors.py: it needs the real bundled MiniLM (shared with test_report.py)
     from qkviz.core.alignment import align_head
     from qkviz.projection import project_points as project
     from sklearn.manifold import trustworthiness

@@ -7,7 +7,7 @@
   with the divisor of the layer's input norm held at its real value, changes the model's own logit by exactly that
   part's contribution.
 * A head's circuit: each side's contributions add up to the mean partner logit (the value side to the mean moved
-  length: tests/integration/test_value_circuit.py checks it against the model's own values).
+  length: tests/integration/explain/test_value_circuit.py checks it against the model's own values).
 * Refusals: a run of an in-memory model without ``model=``, another model's weights, bad arguments, the CLI.
 """
 

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "debian_packages.sh"
+from support import REPO
+
+SCRIPT = REPO / "scripts" / "debian_packages.sh"
 
 
 def run_script(tmp_path: Path, *args: str, chromium: str, npm: bool = True) -> tuple[subprocess.CompletedProcess, str]:

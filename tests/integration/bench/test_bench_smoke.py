@@ -19,8 +19,8 @@ import bench
 from bench import schema
 from bench.harness import SMOKE_OUT
 from bench.support.tiny_run import tiny_corpus, tiny_model, tiny_run
+from support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 BENCHES = sorted(name for _, name, package in pkgutil.iter_modules(bench.__path__)
                  if not package and name not in bench.NOT_BENCHES)
 

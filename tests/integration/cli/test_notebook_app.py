@@ -1,6 +1,6 @@
 """``Run.show()`` outside Jupyter: the app served for real from this process, with ``qkviz serve``'s rules
 (127.0.0.1, its own host names, PCA before serving, attention t-SNE in the background). Inside a Jupyter
-kernel (Dash's Jupyter mode) it is tested by executing the example notebook (tests/integration/test_notebook.py)."""
+kernel (Dash's Jupyter mode) it is tested by executing the example notebook (tests/integration/first_use/test_notebook.py)."""
 
 import http.client
 import json

@@ -12,8 +12,8 @@ import pytest
 
 from bench.figures import goals
 from bench.figures import pages as readme_figures
+from support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 
 #: a measured quantity: a number with a unit of time, memory or ratio (``1.78×``, ``0.8x``, ``3.2 times``), a percentage,
 #: a number in exponent form (``1e-4``), or a score such as 0.312

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,8 +14,8 @@ import pytest
 from qkviz.analysis.labels import (COPYING_LABELS, HEAD_LABEL, HEAD_LABELS, LABEL_COLOURS, LABELS, HeadLabel,
                                    LabelThresholds, labels_markdown)
 from qkviz.analysis.statistics import ATLAS_STATISTIC, PANEL, REPEAT_STATISTICS, describe_statistic, is_share
+from support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 #: files of qkviz/ and dash_app/ a label's name may be a string literal in: the registry, and one other (a word such as
 #: "self" or "local" also names other things: a dictionary key, a logit term, a Hugging Face attention type)
 MOST_FILES = 2

@@ -16,8 +16,8 @@ from support import REPO
 
 from scripts.newest_transformers import NEWEST_DIRECTORY, NOT_INSTALLED, declared_range, installed_version
 
-FILES = ["tests/integration/test_model_families.py", "tests/integration/test_model_boundary.py",
-         "tests/integration/test_family_sweep.py"]
+FILES = ["tests/integration/models/test_model_families.py", "tests/integration/models/test_model_boundary.py",
+         "tests/integration/models/test_family_sweep.py"]
 
 
 def newest_or_why() -> str:

@@ -38,7 +38,7 @@ def test_models_lists_bundled_models_and_families():
     for expected in ("minilm", "smollm2", "gemma3", "vit", "deit", "dinov2", "dinov2-registers", "clip-vision", "siglip-vision"):
         assert expected in output
     rows = {line.split()[0]: line.split()[1] for line in output.splitlines() if line.startswith("  ")}
-    for family in MODEL_FAMILIES:        # each with the status its test proves (tests/integration/test_model_families.py)
+    for family in MODEL_FAMILIES:        # each with the status its test proves (tests/integration/models/test_model_families.py)
         assert rows[family.model_type] == family.status
 
 

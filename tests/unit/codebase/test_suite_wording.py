@@ -22,9 +22,9 @@ def weight_seeking_tests(path) -> list[str]:
 def test_only_the_two_literature_head_tests_skip_for_weights_and_test_sh_says_so():
     files = [path for path in (REPO / "tests").rglob("*.py") if path.name != "test_suite_wording.py"
              and DOWNLOAD_CALLS.search(path.read_text(encoding="utf-8"))]
-    assert [path.relative_to(REPO).as_posix() for path in files] == ["tests/integration/test_literature_heads.py"]
+    assert [path.relative_to(REPO).as_posix() for path in files] == ["tests/integration/atlas/test_literature_heads.py"]
     assert len(weight_seeking_tests(files[0])) == 2
     said = " ".join(line.lstrip("# ") for line in (REPO / "scripts" / "test.sh").read_text().splitlines()
                     if line.startswith("#"))
-    assert "the two literature-head tests of tests/integration/test_literature_heads.py" in said
+    assert "the two literature-head tests of tests/integration/atlas/test_literature_heads.py" in said
     assert "no test is skipped for lack of a download" not in said
