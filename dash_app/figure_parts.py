@@ -37,6 +37,11 @@ def plotly_texts(texts) -> np.ndarray:
     return np.array([plotly_text(text) for text in texts], dtype=object)
 
 
+#: what a graph shows before its first drawing: nothing, not even axes (an empty figure's default axes cost Plotly a
+#: drawing and its text measurements, on a page's first load, for a graph that is hidden or about to be redrawn)
+BLANK_FIGURE = {"data": [], "layout": {"xaxis": {"visible": False}, "yaxis": {"visible": False}}}
+
+
 def message_figure(message: str = "") -> go.Figure:
     """An empty figure without axes (the message, if any, as its only text)."""
     figure = go.Figure()

@@ -33,7 +33,7 @@ from dash.exceptions import PreventUpdate
 from dash_app import ids
 from dash_app.state.events import open_clicked_head
 from dash_app.export import export_buttons, image_config
-from dash_app.figure_parts import KEY_COLOUR, QUERY_COLOUR, message_figure
+from dash_app.figure_parts import BLANK_FIGURE, KEY_COLOUR, QUERY_COLOUR, message_figure
 from dash_app.data.run_data import RunData
 from dash_app.state.view_state import bounded_number, checked_state
 from dash_app.state.view_registry import AppContext, View, register_view
@@ -99,9 +99,9 @@ def layout(_context: AppContext) -> html.Div:
         ]),
         html.Div(id=ids.COMPOSITION_MESSAGE, className="info"),
         dcc.Graph(id=ids.COMPOSITION_GRAPH, config=image_config("composition"),
-                  style=graph_style(True), figure={"data": [], "layout": {}}),
+                  style=graph_style(True), figure=BLANK_FIGURE),
         dcc.Graph(id=ids.COMPOSITION_LAYER_GRAPH, config=image_config("composition-layers"),
-                  style=graph_style(False), figure={"data": [], "layout": {}}),
+                  style=graph_style(False), figure=BLANK_FIGURE),
     ])
 
 

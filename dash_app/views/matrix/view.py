@@ -34,7 +34,7 @@ from dash_app.data.atlas_columns import LABEL_SORT, sort_options
 from dash_app.state.control_options import colour_options, run_changed
 from dash_app.state.events import NAMESPACE, open_clicked_head
 from dash_app.export import export_buttons
-from dash_app.figure_parts import CATEGORY_COLOURS, legend_entries, typed_arrays
+from dash_app.figure_parts import BLANK_FIGURE, CATEGORY_COLOURS, legend_entries, typed_arrays
 from dash_app.data.run_data import HeadLayouts, RunData
 from dash_app.state.view_state import ViewState, checked_state, initial_state
 from dash_app.state.view_registry import AppContext, View, register_view
@@ -64,7 +64,7 @@ GRAPH_HEIGHT = f"calc(100vh - {PAGE_HEIGHT_PX}px)"
 def layout(_context: AppContext) -> html.Div:
     """The view as a page that opens on another view gets it: the graph empty, drawn by its callback when the
     view first shows."""
-    return container({"data": [], "layout": {}}, None, None)
+    return container(BLANK_FIGURE, None, None)
 
 
 def opened_layout(context: AppContext) -> html.Div:

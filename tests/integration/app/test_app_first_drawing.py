@@ -4,11 +4,13 @@ view from the address its layout request names, :func:`dash_app.app.requested_vi
 from dash_app import ids
 from dash_app.app import build_app, open_runs
 from dash_app.views.matrix.raster import RASTER_POINTS_ENV
+from support.browser import copy_run
 
 
-def test_only_a_page_that_opens_on_the_matrix_carries_its_first_drawing(app_run, monkeypatch):
+def test_only_a_page_that_opens_on_the_matrix_carries_its_first_drawing(app_run, tmp_path, monkeypatch):
     monkeypatch.setenv(RASTER_POINTS_ENV, "0")                        # the tiny run's matrix drawn as one image
-    client = build_app(open_runs([app_run.path])).server.test_client()
+    run = copy_run(app_run, tmp_path / "run", atlas=False)            # its images are written into the run: a copy
+    client = build_app(open_runs([run.path])).server.test_client()
 
     def drawn(page: str | None) -> bool:
         headers = {"Host": "127.0.0.1:8050", **({"Referer": page} if page else {})}
