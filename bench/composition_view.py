@@ -100,16 +100,17 @@ def open_composition(page, url: str, heads: int) -> None:
 
 
 def floor_page(run: Path, directory: Path) -> tuple[subprocess.Popen, str]:
-    """The floor's server (:data:`FLOOR_APP`) on the run's layer matrix as the app first draws it, and its address."""
+    """The floor's server (:data:`FLOOR_APP`) on the run's layer matrix as the app first draws it (the view's own
+    drawing at its controls' first values, the matrix level), and its address."""
     import qkviz
     from bench.support.browser import free_port
-    from dash_app.views.composition import chosen_sides, composition_edges, passing_mask
-    from dash_app.views.composition_layers import layer_figure
+    from dash_app.data.run_data import RunData
+    from dash_app.views import composition
 
-    opened = qkviz.open_run(run)
-    edges = composition_edges(opened.circuits, by="contribution").astype({"side": "category"})
-    sides = chosen_sides(None)
-    figure = layer_figure(edges, opened.n_layers, sides, "contribution", passing_mask(edges, list(sides), 0.0, 0.0))
+    data = RunData(qkviz.open_run(run), run.name)
+    figure, _message = composition.render_composition(
+        data, data.run.circuits, (0, 0), list(composition.SIDES), "contribution", 0, composition.DEFAULT_TOP,
+        composition.ALL, composition.ALL, 0, "layers")
     path = directory / "layer-matrix.json"
     path.write_text(figure.to_json(), encoding="utf-8")
     port = free_port()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from qkviz.neighbours import RECALL_GOAL
 
-from bench.faithful_figures import CEILING_SHARE
+from bench.faithful_figures import CEILING_SHARE, ceiling_share_stated
 from bench.figures.goals import Goal, verdict
 from bench.figures.results import BUNDLED, Results, figure, model_name, source
 
@@ -52,7 +52,7 @@ def faithful_frontier(results: Results) -> str:
     names = {model: f"faithful_frontier_{model}" for model in BUNDLED if results.exists(f"faithful_frontier_{model}")}
     if not names:
         return "Not measured yet: `python -m bench.faithful_frontier --model minilm`.\n"
-    share = Goal("share of the ceiling", CEILING_SHARE, "", False, "", "", lambda _: None, digits=2).stated()
+    share = ceiling_share_stated()
     lines = ["| head | partner slots held by the 50 most-listed keys | highest recall, any weight "
              f"| highest recall keeping {share} of the ceiling |", "|---|---|---|---|"]
     for model, name in names.items():
@@ -61,10 +61,10 @@ def faithful_frontier(results: Results) -> str:
             lines.append(f"| {model_name(model)} L{row['layer']} H{row['head']} | "
                          f"{row['hubs']['query']['hub_share']:.2f} | {best(row, None)} | "
                          f"{best(row, CEILING_SHARE)}{mark} |")
-    drawn = [*names.values(), *(f"faithful_frontier_{model}_seed{seed}" for model in names for seed in OTHER_SEEDS)]
-    drawn = [name for name in drawn if results.exists(name)]
-    verdicts = [draw_line(name.split("_")[2], name, results(name), results) for name in drawn]
-    alphas = ", ".join(f"{alpha:g}" for alpha in results(drawn[0])["alphas"])
+    drawn = [(model, name) for model, first in names.items()
+             for name in (first, *(f"{first}_seed{seed}" for seed in OTHER_SEEDS)) if results.exists(name)]
+    verdicts = [draw_line(model, name, results(name), results) for model, name in drawn]
+    alphas = ", ".join(f"{alpha:g}" for alpha in results(drawn[0][1])["alphas"])
     return ("\n".join(lines) + "\n\n✓: some weight meets both conditions on the head (seed 0's heads, as in the "
             "first table above). Every draw:\n\n" + "\n".join(f"- {line}." for line in verdicts)
             + f"\n\nWeights tried: {alphas}, each a fit of its own at that weight. The best of them is judged on the "
@@ -73,4 +73,4 @@ def faithful_frontier(results: Results) -> str:
             "weight, then 40 iterations at each step from there) differs from every fixed-weight fit, and can meet the "
             "goal on a head that none of them meets. `bench/faithful_frontier.py` on "
             f"the held-out runs and heads of `bench/faithful_ceiling.py`, ceilings read from its results "
-            f"({source(results, *drawn)}).\n")
+            f"({source(results, *(name for _, name in drawn))}).\n")

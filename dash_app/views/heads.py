@@ -19,7 +19,7 @@ from dash.exceptions import PreventUpdate
 from dash_app import ids
 from dash_app.state.events import open_clicked_head
 from dash_app.export import export_buttons, image_config
-from dash_app.figure_parts import message_figure
+from dash_app.figure_parts import BLANK_FIGURE, message_figure
 from dash_app.panels.atlas import missing_atlas_message
 from dash_app.panels.related import missing_related_message
 from dash_app.data.run_data import RunData
@@ -51,7 +51,7 @@ def layout(_context: AppContext) -> html.Div:
         ]),
         html.Div(id=ids.HEADS_MESSAGE, className="message"),
         dcc.Graph(id=ids.HEADS_GRAPH, config=image_config("heads"),
-                  style={"height": GRAPH_HEIGHT, "minHeight": f"{MIN_HEIGHT_PX}px"}, figure={"data": [], "layout": {}}),
+                  style={"height": GRAPH_HEIGHT, "minHeight": f"{MIN_HEIGHT_PX}px"}, figure=BLANK_FIGURE),
     ])
 
 

@@ -30,7 +30,7 @@ from dash_app.state.control_options import colour_options, head_options, layer_o
 from dash_app.state.events import NAMESPACE, clicked, select_clicked_point, show_view, step
 from dash_app.data.image_patches import PATCH_PX
 from dash_app.export import export_buttons, image_config
-from dash_app.figure_parts import OPACITY_STEPS, message_figure
+from dash_app.figure_parts import BLANK_FIGURE, OPACITY_STEPS, message_figure
 from dash_app.panels import ablation as ablation_panel
 from dash_app.panels import atlas as atlas_panel
 from dash_app.panels import partners as partners_panel
@@ -91,7 +91,7 @@ def layout(context: AppContext) -> html.Div:
             dcc.Graph(id=ids.SINGLE_GRAPH, config=image_config("single-head", **selection_panel.SELECT_TOOLS),
                       clear_on_unhover=True,
                       style={"flex": "1 1 auto", "minWidth": "0", "height": GRAPH_HEIGHT, "minHeight": f"{MIN_HEIGHT_PX}px"},
-                      figure={"data": [], "layout": {}}),
+                      figure=BLANK_FIGURE),
             dcc.Store(id=ids.SINGLE_LABELS_SINK),
             html.Div(className="side-panel", children=[
                 html.H4("Clicked point"), html.Div(id=ids.SINGLE_POINT, children=NO_POINT),

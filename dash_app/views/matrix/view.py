@@ -114,16 +114,15 @@ def first_drawing(runs: list[RunData]) -> tuple[go.Figure | dict, str | None, li
     is loaded, without waiting for the matrix's callback, which finds it drawn (or draws it again where the window,
     the state or the layouts differ). An empty figure for other runs, or when it cannot be drawn (logged; the
     callback draws it then)."""
-    empty = {"data": [], "layout": {}}
     if not runs or not rasterised(runs[0]):
-        return empty, None, None
+        return BLANK_FIGURE, None, None
     data = runs[0]
     state = initial_state(data.shape)
     try:
         figure, message = render_matrix(data, state, None, None)
     except Exception:  # noqa: BLE001 -- an optimisation of the first load: the callback draws it, or says what failed
         logger.exception("could not draw %s's matrix ahead of the first page", data.name)
-        return empty, None, None
+        return BLANK_FIGURE, None, None
     return figure, message, drawing_key(data, state, None)
 
 
