@@ -222,9 +222,10 @@ def floor_line(view: dict, spread) -> list[str]:
     if "floor" not in view:
         return []
     floor, cold = view["floor"]["cold"], view["layers"]["cold"]
+    loaded = f" Both pages loaded {view['plotly_js']}." if "plotly_js" in view else ""
     return [f"- **The floor**: a Dash page holding nothing but the same layer matrix, cold: {spread(floor)}; the view's "
             f"cold median is {cold['median_ms'] / floor['median_ms']:.2f}× the floor's, what any Dash page drawing this "
-            "figure pays on this machine (its renderer, React, Plotly's bundle)."]
+            f"figure pays on this machine (its renderer, React, Plotly's bundle).{loaded}"]
 
 
 def earlier_views(runs: list[dict], spread) -> list[str]:

@@ -11,7 +11,9 @@ were cold ones); then the click on a cell to that cell's layer's head graph draw
 Each round also times the **floor**: a Dash page holding nothing but the same layer matrix (the figure the app draws,
 in the page's layout from the start, :data:`FLOOR_APP`), loaded cold in a new context of its own, before the app's
 cold load in even rounds and after it in odd ones: what any Dash page drawing this figure pays on this machine
-(Dash's renderer, React, Plotly's bundle), so that the app's own cost can be told from the stack's.
+(Dash's renderer, React, Plotly's bundle), so that the app's own cost can be told from the stack's. The floor's page
+loads the same plotly.js as the app's (its own build where set-up made one, :mod:`dash_app.plotly_bundle`); the
+result says which (``plotly_js``).
 """
 
 from __future__ import annotations
@@ -60,10 +62,12 @@ CELL = """([target, source]) => {
 #: the floor: ``python -c FLOOR_APP PORT FIGURE_JSON`` serves a Dash page of one graph (the layer matrix's id, so that
 #: :data:`MATRIX_DRAWN` reads it) showing the figure in ``FIGURE_JSON``
 FLOOR_APP = """
-import sys, plotly.io
+import sys, flask, plotly.io
 from dash import Dash, dcc
 from dash_app import ids
-app = Dash(__name__)
+from dash_app.plotly_bundle import page_scripts
+server = flask.Flask(__name__)
+app = Dash(__name__, server=server, external_scripts=page_scripts(server, "/"))
 app.layout = dcc.Graph(id=ids.COMPOSITION_LAYER_GRAPH, figure=plotly.io.read_json(sys.argv[2]), style={"height": "85vh"})
 app.run(port=int(sys.argv[1]), debug=False)
 """
@@ -129,6 +133,17 @@ def cold_floor(browser, url: str) -> float:
         context.close()
 
 
+def page_plotly_js() -> str:
+    """Which plotly.js the pages loaded: the app's build (its version and traces) or the plotly package's, whole."""
+    from plotly.offline import get_plotlyjs_version
+
+    from dash_app.plotly_bundle import TRACES, usable_bundle
+
+    if usable_bundle() is not None:
+        return f"qkviz's build of plotly.js v{get_plotlyjs_version()} ({', '.join(TRACES)})"
+    return f"the plotly package's plotly.js v{get_plotlyjs_version()}, every trace type"
+
+
 def time_view(run: Path, repeats: int) -> dict:
     """Every round's navigation-to-matrix and click-to-opened-layer milliseconds, and the floor's (see the module)."""
     from playwright.sync_api import sync_playwright
@@ -185,5 +200,5 @@ def time_view(run: Path, repeats: int) -> dict:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
             server.kill()
-    return {"circuits": circuits, "layers": {"cold": summary(cold), "warm": summary(warm)},
+    return {"circuits": circuits, "plotly_js": page_plotly_js(), "layers": {"cold": summary(cold), "warm": summary(warm)},
             "opened": {**summary(opened), "cells": clicked}, "floor": {"cold": summary(floor)}}

@@ -27,6 +27,7 @@ from dash_app.data.attention_changes import AttentionChanges
 from dash_app.state.events import relay_point_events
 from dash_app.explain_worker import ExplainWorker, ModelLimits, new_session
 from dash_app.guard import allowed_hosts, guard
+from dash_app.plotly_bundle import page_scripts
 from dash_app.progress import method_options
 from dash_app.data.run_data import RunData, unique_names
 from dash_app.state.view_state import ViewState, checked_state, select_run, validate
@@ -100,11 +101,13 @@ def dash_app(root_path: str) -> dash.Dash:
     """The ``dash.Dash`` with every setting given here, so that Dash's own environment variables
     (``DASH_URL_BASE_PATHNAME``, ``DASH_MCP_ENABLED``, ...) change nothing: Flask as the only backend, routes at
     the root and the page's requests under ``root_path`` (:class:`PrefixedPaths` serves both), no MCP endpoint,
-    no websocket callbacks, no health endpoint, and a Flask without its static route. A prefix set in the
-    environment is refused with one line."""
+    no websocket callbacks, no health endpoint, and a Flask without its static route; its page loads the app's own
+    plotly.js build where set-up made one (:mod:`dash_app.plotly_bundle`). A prefix set in the environment is refused
+    with one line."""
+    server = flask.Flask(__name__, static_folder=None)
     try:
-        app = dash.Dash(__name__, server=flask.Flask(__name__, static_folder=None), title="qkviz", update_title=None,
-                        serve_locally=True, assets_folder=str(ASSETS),
+        app = dash.Dash(__name__, server=server, title="qkviz", update_title=None, serve_locally=True,
+                        assets_folder=str(ASSETS), external_scripts=page_scripts(server, root_path),
                         backend="flask", routes_pathname_prefix="/", requests_pathname_prefix=root_path,
                         enable_mcp=False, websocket_callbacks=False, health_endpoint=None)
     except dash.exceptions.InvalidConfig as error:
