@@ -9,7 +9,7 @@ page, and is given as min / median / max of ``--repeats`` (at least 5) runs:
 * matrix view interactive after navigation: from the start of navigation to the matrix drawn with
   no callback pending (the first, cold load apart, then ``--repeats`` warm loads), and what an
   empty Dash page with one Plotly WebGL graph takes in the same browser (the floor: loading
-  Plotly's 4.8 MB bundle and starting WebGL);
+  plotly.js, the same as the app's page loads, and starting WebGL; the result says which, ``plotly_js``);
 * with a head atlas (``qkviz stats``): the same for the matrix ordered and coloured by an atlas
   statistic (``?sort=entropy_normalised``: a translucent heatmap under the points, badges) and for the
   Positions view (the relative-position heatmap), ``--repeats`` loads;
@@ -94,13 +94,27 @@ SEARCH_DRAWN = """([query, since]) => {
   return window.__lastPlotted > answered && graph._fullData[2].x.length > 0;
 }"""
 FLOOR_APP = """
-import numpy as np, plotly.graph_objects as go, sys
+import flask, numpy as np, plotly.graph_objects as go, sys
 from dash import Dash, dcc
+from dash_app.plotly_bundle import page_scripts
 x = np.random.default_rng(0).random(10000).astype(np.float32)
-app = Dash(__name__)
+server = flask.Flask(__name__)
+app = Dash(__name__, server=server, external_scripts=page_scripts(server, "/"))
 app.layout = dcc.Graph(id="graph", figure=go.Figure(go.Scattergl(x=x, y=x[::-1], mode="markers")))
 app.run(port=int(sys.argv[1]), debug=False)
 """
+
+
+def page_plotly_js() -> str:
+    """Which plotly.js the app's pages (and the floors beside them) load: the app's build (its version and traces),
+    or the plotly package's, whole (:mod:`dash_app.plotly_bundle`)."""
+    from plotly.offline import get_plotlyjs_version
+
+    from dash_app.plotly_bundle import TRACES, usable_bundle
+
+    if usable_bundle() is not None:
+        return f"qkviz's build of plotly.js v{get_plotlyjs_version()} ({', '.join(TRACES)})"
+    return f"the plotly package's plotly.js v{get_plotlyjs_version()}, every trace type"
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:
@@ -264,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         floor = floor_ms(browser, args.repeats)
         results = [bench_run(browser, run, args.repeats, args.background) for run in args.run]
         browser.close()
-    written = recorder.write(floor_ms=floor, runs=results)
+    written = recorder.write(floor_ms=floor, plotly_js=page_plotly_js(), runs=results)
     print(f"floor: an empty Dash page with one 10,000-point WebGL graph is drawn {floor['min']:.0f} / "
           f"{floor['median']:.0f} / {floor['max']:.0f} ms after navigation")
     for result in results:

@@ -92,7 +92,12 @@ def app_summary(results: Results) -> str:
     return (f"{about}; medians of {result['arguments']['repeats']} in headless Chromium with software WebGL on a "
             f"{result['machine']['cpus']}-core machine: " + "; ".join(parts) + ". An empty Dash page with one "
             f"10,000-point WebGL graph is drawn {floor['median'] / 1000:.2f} s after navigation in the same "
-            f"browser. `bench/app.py` ({source(results, 'app')}).\n")
+            f"browser.{loaded_plotly(result)} `bench/app.py` ({source(results, 'app')}).\n")
+
+
+def loaded_plotly(result: dict) -> str:
+    """Which plotly.js the app's pages and the floor loaded, where the run says (``bench.app.page_plotly_js``)."""
+    return f" The app's pages and the floor loaded {result['plotly_js']}." if "plotly_js" in result else ""
 
 #: the app's goals at 100,000 tokens (docs/benchmarks.md), each on what the user meets: the bench's figure, the
 #: label, the bound in ms (a search on Enter to the matches drawn, not the server's part of it)

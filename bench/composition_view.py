@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.app import start, stop
+from bench.app import page_plotly_js, start, stop
 from bench.harness import run_measured
 from bench.matrix_grid import WINDOW, serve
 from bench.support.browser import launch_chromium
@@ -131,17 +131,6 @@ def cold_floor(browser, url: str) -> float:
         return page.evaluate("() => window.__matrix")
     finally:
         context.close()
-
-
-def page_plotly_js() -> str:
-    """Which plotly.js the pages loaded: the app's build (its version and traces) or the plotly package's, whole."""
-    from plotly.offline import get_plotlyjs_version
-
-    from dash_app.plotly_bundle import TRACES, usable_bundle
-
-    if usable_bundle() is not None:
-        return f"qkviz's build of plotly.js v{get_plotlyjs_version()} ({', '.join(TRACES)})"
-    return f"the plotly package's plotly.js v{get_plotlyjs_version()}, every trace type"
 
 
 def time_view(run: Path, repeats: int) -> dict:
