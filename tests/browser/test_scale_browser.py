@@ -56,6 +56,9 @@ def test_thumbnails_are_images_a_click_opens_the_head_and_matches_are_drawn_on_t
     page.add_init_script(COUNT_WEBGL_JS)
     page.goto(served)
     page.wait_for_function(DRAWN_JS, arg=["matrix-graph", 6], timeout=30_000)
+    # the page may show the matrix's first drawing (made for a default window) before its callbacks have sent this
+    # window's size: wait for the size sent (assets/clientside.js, matrixViewport), then for the drawing it asks for
+    page.wait_for_function("() => window.__qkvizViewport && window.__qkvizViewport.sent", timeout=30_000)
     wait_idle(page)
     sources = page.evaluate(IMAGES_JS)
     assert len(sources) == 1 and sources[0].startswith("data:image/png;base64,")      # every head in one image ...

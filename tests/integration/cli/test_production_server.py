@@ -74,14 +74,16 @@ def test_dash_serves_no_other_routes_whatever_its_environment_says(app_run, monk
     """No MCP endpoint, no websocket callbacks, no health endpoint, Flask only, even when asked for by Dash's
     environment variables; a prefix in the environment is refused rather than followed."""
     from dash_app.app import build_app, open_runs
+    from dash_app.plotly_bundle import ROUTE, usable_bundle
 
     for name, value in {"DASH_MCP_ENABLED": "true", "DASH_MCP_PATH": "tools", "DASH_DEBUG": "true"}.items():
         monkeypatch.setenv(name, value)
     app = build_app(open_runs([app_run.path]), root_path=PREFIX)
     rules = {rule.rule for rule in app.server.url_map.iter_rules()}
+    plotly_build = {ROUTE} if usable_bundle() is not None else set()      # the app's plotly.js, where set-up built it
     assert rules == {"/", "/<path:path>", "/_dash-layout", "/_dash-dependencies", "/_dash-update-component",
                      "/_reload-hash", "/_favicon.ico", "/assets/<path:filename>",
-                     "/_dash-component-suites/<string:package_name>/<path:fingerprinted_path>"}, rules
+                     "/_dash-component-suites/<string:package_name>/<path:fingerprinted_path>", *plotly_build}, rules
     assert not app._enable_mcp and not app._websocket_callbacks and type(app.backend).__name__ == "FlaskDashServer"
     monkeypatch.setenv("DASH_URL_BASE_PATHNAME", "/elsewhere/")
     with pytest.raises(QkvizError, match="unset DASH_URL_BASE_PATHNAME"):
