@@ -8,7 +8,7 @@ of :data:`TRACES` (``scripts/build_plotly_bundle.sh``: npm's ``plotly.js`` packa
 environment (:data:`BUNDLE`), and the app serves it at :data:`ROUTE` and puts it in its page ahead of Dash's own
 scripts (:func:`page_scripts`), where the graphs find it.
 
-Where the build is missing, or its opening comment (:func:`banner`) names another version or other traces (the
+Where the build is missing, or its opening line (:func:`banner`) names another version or other traces (the
 ``plotly`` package upgraded since set-up, or :data:`TRACES` changed), the page goes without it (logged) and the graphs
 load the full plotly.js, as they did before.
 """
@@ -36,21 +36,10 @@ MAX_AGE_S = 365 * 24 * 3600
 
 
 def banner(version: str | None = None, traces: tuple[str, ...] = TRACES) -> str:
-    """The build's opening comment: what it is (the plotly.js version, the traces), how it was made, and plotly.js's
-    license, which every copy keeps."""
+    """The build's opening line: what it is (the plotly.js version, the traces) and how it was made (the build script
+    puts plotly.js's own license after it)."""
     return (f"/*! qkviz's build of plotly.js v{version or get_plotlyjs_version()}, traces: {', '.join(traces)} "
-            "(scripts/build_plotly_bundle.sh).\n"
-            "plotly.js: MIT License, Copyright (c) 2016-2024 Plotly Technologies Inc.\n"
-            "Permission is hereby granted, free of charge, to any person obtaining a copy of this software and associated "
-            "documentation files (the \"Software\"), to deal in the Software without restriction, including without "
-            "limitation the rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell copies of "
-            "the Software, and to permit persons to whom the Software is furnished to do so, subject to the following "
-            "conditions: The above copyright notice and this permission notice shall be included in all copies or "
-            "substantial portions of the Software. THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY OF ANY KIND, "
-            "EXPRESS OR IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A "
-            "PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR "
-            "ANY CLAIM, DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, "
-            "OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE. */\n")
+            "(scripts/build_plotly_bundle.sh).\n")
 
 
 @lru_cache(maxsize=4)
@@ -64,7 +53,7 @@ def usable_bundle(path: Path = BUNDLE) -> Path | None:
         logger.info("no plotly.js build of the app's traces at %s (scripts/setup.sh makes it): the app's graphs load "
                     "the full plotly.js", path)
         return None
-    if first != banner().splitlines(keepends=True)[0]:
+    if first != banner():
         logger.warning("%s is not the build of plotly.js v%s with the app's traces (%s; run scripts/setup.sh again): "
                        "the app's graphs load the full plotly.js", path, get_plotlyjs_version(), first.strip()[:120])
         return None

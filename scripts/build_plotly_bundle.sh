@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build plotly.js with only the trace types the app draws into OUT (scripts/setup.sh passes the path
 # dash_app/plotly_bundle.py looks in): npm's plotly.js package of the version the installed plotly package ships,
-# bundled by esbuild with the settings of plotly.js's own esbuild-config.js, minified, under an opening comment that
-# names the version and the traces (dash_app/plotly_bundle.py: banner(); TRACES lists them) and keeps plotly.js's MIT
-# license. About 30 s and 60 MB of npm packages, in a staging folder removed afterwards.
+# bundled by esbuild with the settings of plotly.js's own esbuild-config.js, minified, under an opening line that
+# names the version and the traces (dash_app/plotly_bundle.py: banner(); TRACES lists them) and then plotly.js's own
+# license (its package's LICENSE, MIT). About 30 s and 60 MB of npm packages, in a staging folder removed afterwards.
 #   bash scripts/build_plotly_bundle.sh OUT
 set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: bash scripts/build_plotly_bundle.sh OUT" >&2; exit 2; }
@@ -21,6 +21,7 @@ echo '{"private": true}' > package.json
 # plotly.js with its own dependencies, and the build tools at the versions plotly.js builds with
 npm install --silent --no-audit --no-fund --ignore-scripts "./plotly.js-$VERSION.tgz" esbuild@0.28.2 \
   esbuild-plugin-glsl@1.4.2 esbuild-plugin-inline-css@0.0.1 esbuild-plugin-environment@0.5.0 stream-browserify@3.0.0 buffer@6.0.3
+{ printf 'plotly.js, its license:\n'; cat node_modules/plotly.js/LICENSE; printf '*/\n'; } >> banner.txt
 cat > entry.js <<JS
 var Plotly = require("plotly.js/lib/core");
 Plotly.register([$REQUIRES]);

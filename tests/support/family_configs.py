@@ -176,3 +176,22 @@ def tiny_family_model(model_type: str, seed: int = 0, **settings) -> torch.nn.Mo
             elif name.endswith(REDRAWN.get(model_type, ())):
                 parameter.normal_(0.0, INIT_RANGE)
     return model.eval()
+
+
+def family_runs(lines: list[str], tokenizer, tmp_path_factory, settings=None):
+    """``get(model_type, seed=0) -> (model, run)``: a tiny ``model_type`` model (:func:`tiny_family_model`, its
+    configuration ``settings(model_type)``, none by default) and its run over ``lines``, each made once (a module's
+    fixture keeps the getter)."""
+    import qkviz
+
+    made = {}
+
+    def get(model_type: str, seed: int = 0):
+        if (model_type, seed) not in made:
+            model = tiny_family_model(model_type, seed, **(settings(model_type) if settings else {}))
+            run = qkviz.extract(model, lines, tmp_path_factory.mktemp(f"{model_type}{seed}") / "run",
+                                tokenizer=tokenizer, progress=False)
+            made[(model_type, seed)] = (model, run)
+        return made[(model_type, seed)]
+
+    return get

@@ -28,7 +28,7 @@ from qkviz.extraction.families import ATTRIBUTION_REFUSED, EXACT, MODEL_FAMILIES
 from qkviz.extraction.residual.residual_parts import ResidualTrace
 from support import CORPUS
 from support.cli import one_line_error, run_main
-from support.family_configs import tiny_family_model
+from support.family_configs import family_runs, tiny_family_model
 from support.tiny_models import decoder_tokenizer
 
 #: the families the issue names; every other exact type is the held-out rest
@@ -49,17 +49,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def family_run(tokenizer, tmp_path_factory):
-    made = {}
-
-    def get(model_type: str):
-        if model_type not in made:
-            model = tiny_family_model(model_type)
-            run = qkviz.extract(model, LINES, tmp_path_factory.mktemp(model_type) / "run", tokenizer=tokenizer,
-                                progress=False)
-            made[model_type] = (model, run)
-        return made[model_type]
-
-    return get
+    return family_runs(LINES, tokenizer, tmp_path_factory)
 
 
 def _pairs(run) -> list[tuple[int, int]]:

@@ -23,7 +23,7 @@ import weakref
 import numpy as np
 import pytest
 from support import CORPUS
-from support.family_configs import tiny_family_model
+from support.family_configs import family_runs, tiny_family_model
 from support.tiny_models import decoder_tokenizer
 
 import qkviz
@@ -55,17 +55,8 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def family_run(tokenizer, tmp_path_factory):
-    made = {}
-
-    def get(model_type: str, seed: int = 0):
-        if (model_type, seed) not in made:
-            model = tiny_family_model(model_type, seed, num_hidden_layers=LAYERS, **FAMILIES[model_type])
-            run = qkviz.extract(model, LINES, tmp_path_factory.mktemp(f"{model_type}{seed}") / "run",
-                                tokenizer=tokenizer, progress=False)
-            made[(model_type, seed)] = (model, run)
-        return made[(model_type, seed)]
-
-    return get
+    return family_runs(LINES, tokenizer, tmp_path_factory,
+                       lambda model_type: {"num_hidden_layers": LAYERS, **FAMILIES[model_type]})
 
 
 def _asked(run) -> list[tuple[int, int, int, int]]:

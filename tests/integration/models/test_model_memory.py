@@ -53,6 +53,15 @@ def _pair(run) -> tuple[int, int]:
     return rows.stop - 1, rows.start + 1
 
 
+def _refused_each_time(run, attempts: int, says: str) -> None:
+    """``run.explain`` of a pair, ``attempts`` times: refused each time in one line that says ``says``."""
+    query, key = _pair(run)
+    for _attempt in range(attempts):
+        with pytest.raises(QkvizError) as refused:
+            run.explain(1, 0, query, key)
+        assert says in str(refused.value) and "\n" not in str(refused.value)
+
+
 def test_six_models_explained_then_dropped_leave_at_most_the_last_alive(tmp_path, corpus_sentences):
     tokenizer = decoder_tokenizer(corpus_sentences)
     alive, runs = [], []                                   # the runs stay open: a run keeps no model
@@ -124,12 +133,7 @@ def loads(monkeypatch) -> list:
 
 def test_a_model_over_the_budget_is_refused_in_one_line_and_never_loaded(three_runs, loads):
     set_model_memory(1000)                              # bytes: smaller than any model
-    run = three_runs[0]
-    query, key = _pair(run)
-    for _attempt in range(2):
-        with pytest.raises(QkvizError) as refused:
-            run.explain(1, 0, query, key)
-        assert "more than the model memory budget" in str(refused.value) and "\n" not in str(refused.value)
+    _refused_each_time(three_runs[0], 2, "more than the model memory budget")
     assert loads == [] and MODELS.keys() == []
 
 
@@ -142,12 +146,7 @@ def test_running_out_of_memory_while_loading_is_one_line_and_not_retried(three_r
         loads.append(args)
         raise MemoryError
     monkeypatch.setattr(extraction, "load_model", out_of_memory)
-    run = three_runs[1]
-    query, key = _pair(run)
-    for _attempt in range(3):
-        with pytest.raises(QkvizError) as refused:
-            run.explain(1, 0, query, key)
-        assert "did not fit in memory while loading" in str(refused.value) and "\n" not in str(refused.value)
+    _refused_each_time(three_runs[1], 3, "did not fit in memory while loading")
     assert len(loads) == 1
 
 
